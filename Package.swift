@@ -1,0 +1,64 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+/// One set of settings for every target: Swift 6 language mode with complete strict concurrency.
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "Herald",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Herald", targets: ["Herald"]),
+        .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
+        .executable(name: "herald", targets: ["herald"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLibUV",
+            path: "Sources/CLibUV",
+            pkgConfig: "libuv",
+            providers: [.apt(["libuv1-dev"])]
+        ),
+        .target(
+            name: "Herald",
+            dependencies: ["CLibUV"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldTesting",
+            dependencies: ["Herald"],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "herald",
+            dependencies: [
+                "Herald",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "LoopEcho",
+            dependencies: ["Herald"],
+            path: "Examples/LoopEcho",
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldTests",
+            dependencies: ["Herald", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldTestingTests",
+            dependencies: ["Herald", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,341 @@
+import CLibUV
+
+/// A connected TCP or Unix domain stream on an ``EventLoop``: reads with pause and resume, writes with
+/// completion, half-close and close.
+///
+/// Every method and property must be used on the loop thread (checked). A connection stays alive while it
+/// is open, even with no reference held by the user; it is freed after ``close()`` (or the peer's reset,
+/// or loop shutdown) once libuv's close callback has run ``onClose``.
+public final class StreamConnection: LoopHandle, @unchecked Sendable {
+    // @unchecked Sendable: a reference may be handed to any thread, but every member checks that it is
+    // used on the loop thread, where all of its state lives.
+
+    /// Bytes read from the peer; the buffer is only valid during the call. Set before ``startReading()``.
+    public var onRead: ((UnsafeRawBufferPointer) -> Void)?
+    /// The peer has closed its writing side (end of file). Writing is still possible until ``close()``.
+    public var onEnd: (() -> Void)?
+    /// The connection is closed. The error says why when it was not closed by ``close()`` or shutdown.
+    public var onClose: ((UVError?) -> Void)?
+
+    /// Who is at the other end, for error messages and logs: `127.0.0.1:40122` or `unix:/run/herald.sock`.
+    public internal(set) var label: String
+    private var closeError: UVError?
+    private var reading = false
+
+    enum Kind { case tcp, unix }
+
+    init(loop: EventLoop, kind: Kind) throws {
+        label = kind == .tcp ? "TCP peer" : "Unix socket peer"
+        switch kind {
+        case .tcp:
+            super.init(loop: loop, byteCount: herald_uv_tcp_size())
+            let result = uv_tcp_init(loop.uv, raw.assumingMemoryBound(to: uv_tcp_t.self))
+            if result < 0 {
+                abandon()
+                throw UVError(code: result, operation: "create a TCP handle")
+            }
+        case .unix:
+            super.init(loop: loop, byteCount: herald_uv_pipe_size())
+            let result = uv_pipe_init(loop.uv, raw.assumingMemoryBound(to: uv_pipe_t.self), 0)
+            if result < 0 {
+                abandon()
+                throw UVError(code: result, operation: "create a Unix socket handle")
+            }
+        }
+        adopt()
+    }
+
+    var stream: UnsafeMutablePointer<uv_stream_t> { herald_as_stream(raw) }
+
+    /// Whether the connection is open (not closed or closing).
+    public var isOpen: Bool {
+        loop.preconditionInEventLoop()
+        return !isClosing
+    }
+
+    /// Bytes queued for writing that the kernel has not taken yet: the measure for write backpressure.
+    public var writeQueueSize: Int {
+        loop.preconditionInEventLoop()
+        return isClosing ? 0 : uv_stream_get_write_queue_size(stream)
+    }
+
+    /// The peer's address, asked of the kernel (TCP only).
+    public var peerAddress: SocketAddress? {
+        loop.preconditionInEventLoop()
+        guard !isClosing, handle.pointee.type == UV_TCP else { return nil }
+        var storage = sockaddr_storage()
+        var length = Int32(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutableBytes(of: &storage) {
+            uv_tcp_getpeername(raw.assumingMemoryBound(to: uv_tcp_t.self), $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), &length)
+        }
+        return result == 0 ? SocketAddress.fromStorage(&storage) : nil
+    }
+
+    // MARK: Connecting
+
+    /// Connects to `address` on `loop` and calls `completion` on the loop thread with the open connection or
+    /// the error (`ECONNREFUSED`, `ENOENT` for a missing socket path, ...). Call on the loop thread.
+    public static func connect(
+        to address: SocketAddress,
+        on loop: EventLoop,
+        completion: @escaping (Result<StreamConnection, any Error>) -> Void
+    ) {
+        loop.preconditionInEventLoop()
+        do {
+            try loop.checkAcceptingHandles()
+            let connection: StreamConnection
+            let request = ConnectRequest(completion: completion)
+            switch address {
+            case .tcp:
+                connection = try StreamConnection(loop: loop, kind: .tcp)
+                request.connection = connection
+                let result = try address.withSockAddr { sockaddr in
+                    uv_tcp_connect(request.request, connection.raw.assumingMemoryBound(to: uv_tcp_t.self), sockaddr) { request, status in
+                        ConnectRequest.finish(request!, status: status)
+                    }
+                }
+                if result < 0 {
+                    connection.closeHandle()
+                    throw UVError(code: result, operation: "connect to \(address)")
+                }
+            case .unix(let path):
+                try SocketAddress.checkUnixPath(path, operation: "connect to \(address)")
+                connection = try StreamConnection(loop: loop, kind: .unix)
+                request.connection = connection
+                uv_pipe_connect(request.request, connection.raw.assumingMemoryBound(to: uv_pipe_t.self), path) { request, status in
+                    ConnectRequest.finish(request!, status: status)
+                }
+            }
+            connection.label = "\(address)"
+            request.address = address
+            request.retainForLibuv()
+        } catch {
+            completion(.failure(error))
+        }
+    }
+
+    /// Connects to `address` on `loop`. Callable from any context.
+    public static func connect(to address: SocketAddress, on loop: EventLoop) async throws -> StreamConnection {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<StreamConnection, any Error>) in
+            let accepted = loop.enqueue(.closure {
+                connect(to: address, on: loop) { continuation.resume(with: $0) }
+            })
+            if !accepted { continuation.resume(throwing: EventLoopError.shutDown) }
+        }
+    }
+
+    private final class ConnectRequest {
+        let request = UnsafeMutablePointer<uv_connect_t>.allocate(capacity: 1)
+        let completion: (Result<StreamConnection, any Error>) -> Void
+        var connection: StreamConnection?
+        var address: SocketAddress?
+
+        init(completion: @escaping (Result<StreamConnection, any Error>) -> Void) {
+            self.completion = completion
+        }
+
+        deinit { request.deallocate() }
+
+        func retainForLibuv() {
+            request.pointee.data = Unmanaged.passRetained(self).toOpaque()
+        }
+
+        static func finish(_ request: UnsafeMutablePointer<uv_connect_t>, status: Int32) {
+            let owner = Unmanaged<ConnectRequest>.fromOpaque(request.pointee.data).takeRetainedValue()
+            let connection = owner.connection!
+            if status < 0 {
+                connection.closeHandle()
+                owner.completion(.failure(UVError(code: status, operation: "connect to \(owner.address.map { "\($0)" } ?? "peer")")))
+            } else {
+                if connection.handle.pointee.type == UV_TCP {
+                    uv_tcp_nodelay(connection.raw.assumingMemoryBound(to: uv_tcp_t.self), 1)
+                }
+                owner.completion(.success(connection))
+            }
+        }
+    }
+
+    // MARK: Reading
+
+    /// Starts delivering bytes to ``onRead`` (and the end of the stream to ``onEnd``).
+    public func startReading() {
+        loop.preconditionInEventLoop()
+        guard !isClosing, !reading else { return }
+        reading = true
+        let result = uv_read_start(stream, { handle, _, buffer in
+            let loop = EventLoop.from(handle!.pointee.loop)
+            buffer!.pointee = uv_buf_t(base: loop.readBuffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: loop.readBuffer.count)
+        }, { stream, count, buffer in
+            let connection = Unmanaged<LoopHandle>.fromOpaque(stream!.pointee.data).takeUnretainedValue() as! StreamConnection
+            connection.didRead(count: count, buffer: buffer!)
+        })
+        if result < 0 { fail(UVError(code: result, operation: "start reading")) }
+    }
+
+    /// Stops reading: the kernel's buffer fills and the peer is slowed down (backpressure). Idempotent.
+    public func pauseReading() {
+        loop.preconditionInEventLoop()
+        guard !isClosing, reading else { return }
+        reading = false
+        uv_read_stop(stream)
+    }
+
+    /// Starts reading again after ``pauseReading()``.
+    public func resumeReading() { startReading() }
+
+    /// Whether bytes are being delivered (``startReading()`` called and not paused).
+    public var isReading: Bool {
+        loop.preconditionInEventLoop()
+        return reading
+    }
+
+    private func didRead(count: Int, buffer: UnsafePointer<uv_buf_t>) {
+        if count > 0 {
+            onRead?(UnsafeRawBufferPointer(start: buffer.pointee.base, count: count))
+        } else if count == Int(UV_EOF.rawValue) {
+            reading = false
+            uv_read_stop(stream)
+            onEnd?()
+        } else if count < 0 {
+            fail(UVError(code: Int32(count), operation: "read from \(label)"))
+        }
+    }
+
+
+    // MARK: Writing
+
+    /// Writes `bytes` after the bytes already queued, then calls `completion` (on the loop thread) with `nil`
+    /// or the error (`EPIPE`, `ECONNRESET`, `ECANCELED` when the connection closed first). A failed write
+    /// closes the connection, and ``onClose`` gets the error. The bytes are copied when the kernel cannot
+    /// take them at once. `completion` may run before `write` returns.
+    public func write(_ bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)? = nil) {
+        loop.preconditionInEventLoop()
+        guard !isClosing else {
+            completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
+            return
+        }
+        guard bytes.count > 0 else {
+            completion?(nil)
+            return
+        }
+        var offset = 0
+        if uv_stream_get_write_queue_size(stream) == 0 {
+            var buffer = uv_buf_t(base: UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)), len: bytes.count)
+            let written = uv_try_write(stream, &buffer, 1)
+            if written == Int32(bytes.count) {
+                completion?(nil)
+                return
+            }
+            if written < 0, written != Int32(UV_EAGAIN.rawValue) {
+                let error = UVError(code: written, operation: "write to \(label)")
+                completion?(error)
+                fail(error)
+                return
+            }
+            offset = max(0, Int(written))
+        }
+        WriteRequest.start(on: self, copying: UnsafeRawBufferPointer(rebasing: bytes[offset...]), completion: completion)
+    }
+
+    /// Writes `bytes`; see ``write(_:completion:)-(UnsafeRawBufferPointer,_)``.
+    public func write(_ bytes: some Sequence<UInt8>, completion: ((UVError?) -> Void)? = nil) {
+        let array = Array(bytes)
+        array.withUnsafeBytes { write($0, completion: completion) }
+    }
+
+    private final class WriteRequest {
+        let request = UnsafeMutablePointer<uv_write_t>.allocate(capacity: 1)
+        let storage: UnsafeMutableRawBufferPointer
+        let completion: ((UVError?) -> Void)?
+        let connection: StreamConnection
+
+        init(connection: StreamConnection, bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)?) {
+            self.connection = connection
+            self.storage = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)
+            self.storage.copyMemory(from: bytes)
+            self.completion = completion
+        }
+
+        deinit {
+            storage.deallocate()
+            request.deallocate()
+        }
+
+        static func start(on connection: StreamConnection, copying bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)?) {
+            let owner = WriteRequest(connection: connection, bytes: bytes, completion: completion)
+            owner.request.pointee.data = Unmanaged.passRetained(owner).toOpaque()
+            var buffer = uv_buf_t(base: owner.storage.baseAddress!.assumingMemoryBound(to: CChar.self), len: owner.storage.count)
+            let result = uv_write(owner.request, connection.stream, &buffer, 1) { request, status in
+                let owner = Unmanaged<WriteRequest>.fromOpaque(request!.pointee.data).takeRetainedValue()
+                guard status < 0 else {
+                    owner.completion?(nil)
+                    return
+                }
+                let error = UVError(code: status, operation: "write to \(owner.connection.label)")
+                owner.completion?(error)
+                // A failed write means the connection is broken; ECANCELED means it is already closing.
+                if status != Int32(UV_ECANCELED.rawValue) { owner.connection.fail(error) }
+            }
+            if result < 0 {
+                Unmanaged<WriteRequest>.fromOpaque(owner.request.pointee.data).release()
+                let error = UVError(code: result, operation: "write to \(connection.label)")
+                completion?(error)
+                connection.fail(error)
+            }
+        }
+    }
+
+    // MARK: Closing
+
+    /// Half-closes: sends end-of-file to the peer once queued writes are flushed; reading goes on.
+    /// `completion` runs on the loop thread with `nil` or the error.
+    public func shutdownWriting(completion: ((UVError?) -> Void)? = nil) {
+        loop.preconditionInEventLoop()
+        guard !isClosing else {
+            completion?(UVError(code: Int32(UV_ENOTCONN.rawValue), operation: "half-close a closed connection"))
+            return
+        }
+        let request = ShutdownRequest(connection: self, completion: completion)
+        request.request.pointee.data = Unmanaged.passRetained(request).toOpaque()
+        let result = uv_shutdown(request.request, stream) { request, status in
+            let owner = Unmanaged<ShutdownRequest>.fromOpaque(request!.pointee.data).takeRetainedValue()
+            owner.completion?(status < 0 ? UVError(code: status, operation: "half-close \(owner.connection.label)") : nil)
+        }
+        if result < 0 {
+            Unmanaged<ShutdownRequest>.fromOpaque(request.request.pointee.data).release()
+            completion?(UVError(code: result, operation: "half-close \(label)"))
+        }
+    }
+
+    private final class ShutdownRequest {
+        let request = UnsafeMutablePointer<uv_shutdown_t>.allocate(capacity: 1)
+        let completion: ((UVError?) -> Void)?
+        let connection: StreamConnection
+        init(connection: StreamConnection, completion: ((UVError?) -> Void)?) {
+            self.connection = connection
+            self.completion = completion
+        }
+        deinit { request.deallocate() }
+    }
+
+    /// Closes the connection: queued writes complete with `ECANCELED`, then ``onClose`` runs with `nil`. Idempotent.
+    public func close() {
+        loop.preconditionInEventLoop()
+        closeHandle()
+    }
+
+    fileprivate func fail(_ error: UVError) {
+        guard !isClosing else { return }
+        closeError = error
+        closeHandle()
+    }
+
+    override func didClose() {
+        let callback = onClose
+        let error = closeError
+        onRead = nil
+        onEnd = nil
+        onClose = nil
+        callback?(error)
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Herald
+
+@Suite("Shutdown leaves no handle and no file descriptor behind", .serialized)
+struct ShutdownTests {
+    /// libuv opens a process-wide pipe for signal handling with its first loop and keeps it for the life of
+    /// the process; start one loop first so that the counts below see only what a loop opens and closes.
+    static func warmUpLibuv() async throws {
+        let loop = EventLoop()
+        try loop.start()
+        await loop.shutdownGracefully()
+    }
+
+    @Test("shutdown with open connections, pending timers and queued work")
+    func shutdownWithEverythingOpen() async throws {
+        try await Self.warmUpLibuv()
+        let before = openFileDescriptorCount()
+        let loop = EventLoop()
+        try loop.start()
+        let serverClosed = ByteCollector()
+        let tcp = try await startEchoServer(on: loop, at: .tcp(host: "127.0.0.1", port: 0))
+        let unix = try await startEchoServer(on: loop, at: .unix(path: temporarySocketPath("shutdown")))
+        try await loop.submit { tcp.onClose = { serverClosed.markClosed(nil) } }
+        var clients: [ByteCollector] = []
+        for address in [tcp.localAddress, unix.localAddress] {
+            for _ in 0..<4 {
+                let client = try await StreamConnection.connect(to: address, on: loop)
+                let collector = ByteCollector()
+                try await loop.submit {
+                    collector.attach(to: client)
+                    client.write(Array("ping".utf8))
+                }
+                await collector.waitForBytes(4)
+                clients.append(collector)
+            }
+        }
+        let timerFired = Mutex(false)
+        for seconds in 1...10 {
+            loop.scheduleTask(in: .seconds(seconds * 60)) { timerFired.withLock { $0 = true } }
+        }
+        let queuedRan = Mutex(0)
+        try await loop.submit {
+            // Queued behind the shutdown request: it runs before the loop closes.
+            loop.shutdown()
+            for _ in 0..<100 { loop.execute { queuedRan.withLock { $0 += 1 } } }
+        }
+        loop.waitUntilClosed()
+        #expect(loop.lifecycle == .closed)
+        #expect(loop.statistics.liveHandles == 0)
+        #expect(queuedRan.withLock { $0 } == 100)
+        #expect(!timerFired.withLock { $0 })
+        #expect(serverClosed.closed)
+        #expect(clients.allSatisfy { $0.closed })
+        #expect(!FileManager.default.fileExists(atPath: unix.localAddress.description.replacingOccurrences(of: "unix:", with: "")))
+        #expect(openFileDescriptorCount() == before)
+    }
+
+    @Test("many loops started and shut down leak no descriptors or threads' handles")
+    func repeatedLoops() async throws {
+        try await Self.warmUpLibuv()
+        let before = openFileDescriptorCount()
+        for _ in 0..<20 {
+            let loop = EventLoop()
+            try loop.start()
+            _ = try await loop.offload { 1 }
+            let server = try await startEchoServer(on: loop, at: .tcp(host: "127.0.0.1", port: 0))
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            _ = client
+            await loop.shutdownGracefully()
+            #expect(loop.statistics.liveHandles == 0)
+        }
+        #expect(openFileDescriptorCount() == before)
+    }
+
+    @Test("new handles are refused once shutdown has begun")
+    func refusedDuringShutdown() async throws {
+        let loop = EventLoop()
+        try loop.start()
+        let outcome: String = try await loop.submit {
+            loop.shutdown()
+            do {
+                _ = try StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { _ in }
+                return "listened"
+            } catch EventLoopError.shutDown {
+                return "refused"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(outcome == "refused")
+        await loop.shutdownGracefully()
+        #expect(loop.statistics.liveHandles == 0)
+    }
+}

@@ -1,0 +1,249 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Herald
+
+/// An echo server: every byte read is written back; end of file from the peer closes after flushing.
+func startEchoServer(on loop: EventLoop, at address: SocketAddress) async throws -> StreamServer {
+    try await StreamServer.listen(on: loop, at: address) { connection in
+        connection.onRead = { bytes in connection.write(bytes) }
+        connection.onEnd = { connection.shutdownWriting { _ in connection.close() } }
+        connection.startReading()
+    }
+}
+
+@Suite("Stream servers and connections over TCP and Unix sockets")
+struct StreamTests {
+    static let addresses: [String] = ["tcp", "unix"]
+
+    static func address(_ kind: String) -> SocketAddress {
+        kind == "tcp" ? .tcp(host: "127.0.0.1", port: 0) : .unix(path: temporarySocketPath())
+    }
+
+    @Test("echo round trip", arguments: addresses)
+    func echo(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let server = try await startEchoServer(on: loop, at: Self.address(kind))
+            if kind == "tcp" { #expect((server.port ?? 0) > 0) }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            let collector = ByteCollector()
+            try await loop.submit {
+                collector.attach(to: client)
+                client.write(Array("hello, herald\n".utf8))
+            }
+            await collector.waitForBytes(14)
+            #expect(String(decoding: collector.bytes, as: UTF8.self) == "hello, herald\n")
+            try await loop.submit { client.close() }
+            await collector.waitForClose()
+            #expect(collector.closeError == nil)
+            try await loop.submit { server.close() }
+        }
+    }
+
+    @Test("16 MiB transfer arrives complete and in order", arguments: addresses)
+    func largeTransfer(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let server = try await startEchoServer(on: loop, at: Self.address(kind))
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            let payload = patternBytes(count: 16 * 1024 * 1024)
+            let collector = ByteCollector()
+            let writeResult = Mutex<UVError??>(nil)
+            try await loop.submit {
+                collector.attach(to: client)
+                client.write(payload) { error in writeResult.withLock { $0 = .some(error) } }
+                client.shutdownWriting()
+            }
+            await collector.waitForEnd()
+            #expect(collector.bytes.count == payload.count)
+            #expect(collector.bytes == payload)
+            #expect(writeResult.withLock { $0 } == .some(nil))
+            try await loop.submit { client.close() }
+        }
+    }
+
+    @Test("pause stops delivery, resume delivers what the kernel buffered", arguments: addresses)
+    func pauseResume(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let serverSide = Mutex<StreamConnection?>(nil)
+            let received = ByteCollector()
+            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
+                serverSide.withLock { $0 = connection }
+                received.attach(to: connection)
+                connection.pauseReading()
+            }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            #expect(await eventually { serverSide.withLock { $0 } != nil })
+            let connection = try #require(serverSide.withLock { $0 })
+            try await loop.submit { client.write(Array(repeating: UInt8(7), count: 1000)) }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(received.bytes.isEmpty)
+            #expect(try await loop.submit { !connection.isReading })
+            try await loop.submit { connection.resumeReading() }
+            await received.waitForBytes(1000)
+            #expect(received.bytes.count == 1000)
+            try await loop.submit { client.close() }
+            await received.waitForEnd()
+            try await loop.submit {
+                connection.close()
+                server.close()
+            }
+            await received.waitForClose()
+        }
+    }
+
+    @Test("a peer that closes mid-write gives the writer a typed error, and the loop keeps running", arguments: addresses)
+    func peerClosesMidWrite(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
+                // Read nothing and close at once, so the writer meets a reset or a broken pipe.
+                connection.close()
+            }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            let collector = ByteCollector()
+            let errors = Mutex<[UVError]>([])
+            try await loop.submit {
+                collector.attach(to: client)
+                let chunk = Array(repeating: UInt8(1), count: 256 * 1024)
+                for _ in 0..<64 {
+                    client.write(chunk) { error in if let error { errors.withLock { $0.append(error) } } }
+                }
+            }
+            await collector.waitForClose()
+            let seen = errors.withLock { $0 } + (collector.closeError.map { [$0] } ?? [])
+            let expected: [UVError] = [.brokenPipe, .connectionReset, .cancelled, .endOfFile]
+            #expect(!seen.isEmpty || collector.ended)
+            #expect(seen.allSatisfy { expected.contains($0) }, "unexpected errors: \(seen)")
+            // The loop is still serving.
+            #expect(try await loop.submit { loop.inEventLoop })
+            try await loop.submit { server.close() }
+        }
+    }
+
+    @Test("connection refused is a typed error naming the address")
+    func connectionRefused() async throws {
+        try await withRunningLoop { loop in
+            // Find a free port, then close the listener so nothing answers there.
+            let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { _ in }
+            let address = server.localAddress
+            try await loop.submit { server.close() }
+            let error = await #expect(throws: UVError.self) { try await StreamConnection.connect(to: address, on: loop) }
+            #expect(error == .connectionRefused)
+            #expect(error?.name == "ECONNREFUSED")
+            #expect(error?.description.contains("\(address)") == true)
+        }
+    }
+
+    @Test("connecting to a Unix path with nothing there is ENOENT")
+    func unixMissing() async throws {
+        try await withRunningLoop { loop in
+            let error = await #expect(throws: UVError.self) {
+                try await StreamConnection.connect(to: .unix(path: temporarySocketPath("missing")), on: loop)
+            }
+            #expect(error == .notFound)
+        }
+    }
+
+    @Test("listening on a Unix path that already exists is EADDRINUSE and leaves the file alone")
+    func unixPathExists() async throws {
+        try await withRunningLoop { loop in
+            let path = temporarySocketPath("exists")
+            #expect(FileManager.default.createFile(atPath: path, contents: Data("keep me".utf8)))
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let error = await #expect(throws: UVError.self) {
+                try await StreamServer.listen(on: loop, at: .unix(path: path)) { _ in }
+            }
+            #expect(error == .addressInUse)
+            #expect(FileManager.default.contents(atPath: path) == Data("keep me".utf8))
+        }
+    }
+
+    @Test("a second listener on a live Unix socket path is EADDRINUSE; closing removes the path")
+    func unixPathInUse() async throws {
+        try await withRunningLoop { loop in
+            let path = temporarySocketPath("busy")
+            let first = try await StreamServer.listen(on: loop, at: .unix(path: path)) { _ in }
+            await #expect(throws: UVError.addressInUse) {
+                try await StreamServer.listen(on: loop, at: .unix(path: path)) { _ in }
+            }
+            #expect(FileManager.default.fileExists(atPath: path))
+            let closed = ByteCollector()
+            try await loop.submit {
+                first.onClose = { closed.markClosed(nil) }
+                first.close()
+            }
+            await closed.waitForClose()
+            #expect(!FileManager.default.fileExists(atPath: path))
+        }
+    }
+
+    @Test("a TCP port in use is EADDRINUSE")
+    func tcpPortInUse() async throws {
+        try await withRunningLoop { loop in
+            let first = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { _ in }
+            await #expect(throws: UVError.addressInUse) {
+                try await StreamServer.listen(on: loop, at: first.localAddress) { _ in }
+            }
+            try await loop.submit { first.close() }
+        }
+    }
+
+    @Test("bad addresses are refused with clear errors")
+    func badAddresses() async throws {
+        try await withRunningLoop { loop in
+            let longPath = "/tmp/" + String(repeating: "x", count: 200)
+            let tooLong = await #expect(throws: UVError.self) {
+                try await StreamServer.listen(on: loop, at: .unix(path: longPath)) { _ in }
+            }
+            #expect(tooLong?.name == "ENAMETOOLONG")
+            await #expect(throws: UVError.invalidArgument) {
+                try await StreamServer.listen(on: loop, at: .tcp(host: "not-an-address", port: 0)) { _ in }
+            }
+            await #expect(throws: UVError.invalidArgument) {
+                try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 70_000)) { _ in }
+            }
+        }
+    }
+
+    @Test("half-close: the server sees end of file and can still answer")
+    func halfClose() async throws {
+        try await withRunningLoop { loop in
+            let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { connection in
+                var total = 0
+                connection.onRead = { total += $0.count }
+                connection.onEnd = {
+                    connection.write(Array("got \(total)".utf8)) { _ in connection.close() }
+                }
+                connection.startReading()
+            }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            let collector = ByteCollector()
+            try await loop.submit {
+                collector.attach(to: client)
+                client.write(Array(repeating: UInt8(0), count: 5000))
+                client.shutdownWriting()
+            }
+            await collector.waitForEnd()
+            #expect(String(decoding: collector.bytes, as: UTF8.self) == "got 5000")
+            try await loop.submit {
+                client.close()
+                server.close()
+            }
+        }
+    }
+
+    @Test("writing to a closed connection completes with ECANCELED")
+    func writeAfterClose() async throws {
+        try await withRunningLoop { loop in
+            let server = try await startEchoServer(on: loop, at: .tcp(host: "127.0.0.1", port: 0))
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            let error: UVError? = try await loop.submit {
+                client.close()
+                var result: UVError?
+                client.write(Array("late".utf8)) { result = $0 }
+                return result
+            }
+            #expect(error == .cancelled)
+            try await loop.submit { server.close() }
+        }
+    }
+}

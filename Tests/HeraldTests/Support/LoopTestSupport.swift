@@ -1,0 +1,120 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Herald
+
+/// Starts a loop on its own thread, runs `body`, shuts the loop down and checks that no handle is left.
+func withRunningLoop(
+    name: String = "test-loop",
+    _ body: (EventLoop) async throws -> Void
+) async throws {
+    let loop = EventLoop(name: name)
+    try loop.start()
+    do {
+        try await body(loop)
+    } catch {
+        await loop.shutdownGracefully()
+        throw error
+    }
+    await loop.shutdownGracefully()
+    #expect(loop.statistics.liveHandles == 0)
+    #expect(loop.lifecycle == .closed)
+}
+
+/// Collects bytes from any thread and lets a test wait until enough have arrived.
+final class ByteCollector: Sendable {
+    private struct State {
+        var bytes: [UInt8] = []
+        var ended = false
+        var closeError: UVError?
+        var closed = false
+        var waiters: [(predicate: @Sendable (State) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state = Mutex(State())
+
+    var bytes: [UInt8] { state.withLock { $0.bytes } }
+    var ended: Bool { state.withLock { $0.ended } }
+    var closed: Bool { state.withLock { $0.closed } }
+    var closeError: UVError? { state.withLock { $0.closeError } }
+
+    func append(_ buffer: UnsafeRawBufferPointer) {
+        update { $0.bytes.append(contentsOf: buffer) }
+    }
+
+    func markEnded() { update { $0.ended = true } }
+
+    func markClosed(_ error: UVError?) {
+        update {
+            $0.closed = true
+            $0.closeError = error
+        }
+    }
+
+    /// Wires `connection` to this collector: reads, end of file and close. Call on the loop thread.
+    func attach(to connection: StreamConnection) {
+        connection.onRead = { self.append($0) }
+        connection.onEnd = { self.markEnded() }
+        connection.onClose = { self.markClosed($0) }
+        connection.startReading()
+    }
+
+    private func update(_ change: (inout State) -> Void) {
+        let ready: [CheckedContinuation<Void, Never>] = state.withLock { state in
+            change(&state)
+            var ready: [CheckedContinuation<Void, Never>] = []
+            let snapshot = state
+            state.waiters.removeAll { waiter in
+                guard waiter.predicate(snapshot) else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    private func wait(until predicate: @escaping @Sendable (State) -> Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now: Bool = state.withLock { state in
+                if predicate(state) { return true }
+                state.waiters.append((predicate, continuation))
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    func waitForBytes(_ count: Int) async { await wait { $0.bytes.count >= count } }
+    func waitForEnd() async { await wait { $0.ended } }
+    func waitForClose() async { await wait { $0.closed } }
+}
+
+/// Waits for an async condition with a generous upper bound, so a broken test fails instead of hanging.
+func eventually(
+    timeout: Duration = .seconds(10),
+    _ condition: @Sendable () async throws -> Bool
+) async rethrows -> Bool {
+    let clock = ContinuousClock()
+    let end = clock.now + timeout
+    while clock.now < end {
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return try await condition()
+}
+
+/// Open file descriptors of this process, from /proc/self/fd.
+func openFileDescriptorCount() -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+}
+
+/// A fresh path for a Unix socket under the temporary directory (short enough for sun_path).
+func temporarySocketPath(_ name: String = "sock") -> String {
+    "/tmp/herald-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))-\(name)"
+}
+
+/// Fills an array with a repeating, position-dependent pattern so that reordering or loss is detectable.
+func patternBytes(count: Int) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) }
+}
