@@ -1,5 +1,4 @@
 public import Herald
-import Synchronization
 
 /// A loop for deterministic tests: the same scheduling API as ``Herald/EventLoop`` (it is an
 /// `EventLoopScheduler`), with time that moves only when the test calls ``advanceTime(by:)`` or
@@ -14,11 +13,11 @@ public final class ManualEventLoop: EventLoopScheduler, Sendable {
         var timers = TimerHeap()
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     /// Creates a loop whose clock starts at `start` (by default an arbitrary fixed point, not the real time).
     public init(start: Deadline = Deadline(uptimeNanoseconds: 1_000_000_000)) {
-        state = Mutex(State(now: start))
+        state = Locked(State(now: start))
     }
 
     public var now: Deadline { state.withLock { $0.now } }

@@ -1,11 +1,10 @@
-import Herald
+@testable import Herald
 import HeraldTesting
-import Synchronization
 import Testing
 
 /// Records in order from the single test thread that drives the manual loop.
 final class Log: Sendable {
-    private let entries = Mutex<[String]>([])
+    private let entries = Locked<[String]>([])
     func add(_ entry: String) { entries.withLock { $0.append(entry) } }
     var all: [String] { entries.withLock { $0 } }
 }

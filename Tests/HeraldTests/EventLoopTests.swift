@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import Herald
 
@@ -88,7 +87,7 @@ struct EventLoopTests {
     func runOnCallersThread() throws {
         let loop = EventLoop()
         let callerThread = pthread_self()
-        let ranOnCaller = Mutex(false)
+        let ranOnCaller = Locked(false)
         loop.execute {
             ranOnCaller.withLock { $0 = pthread_equal(pthread_self(), callerThread) != 0 && loop.inEventLoop }
             loop.shutdown()
@@ -120,7 +119,7 @@ struct EventLoopTests {
     @Test("a loop that never ran shuts down and runs what was queued")
     func shutdownNeverRun() async throws {
         let loop = EventLoop()
-        let ran = Mutex(0)
+        let ran = Locked(0)
         loop.execute { ran.withLock { $0 += 1 } }
         await loop.shutdownGracefully()
         #expect(ran.withLock { $0 } == 1)
@@ -131,7 +130,7 @@ struct EventLoopTests {
     @Test("work queued before start runs once the loop starts")
     func queuedBeforeStart() async throws {
         let loop = EventLoop()
-        let ran = Mutex(false)
+        let ran = Locked(false)
         loop.execute { ran.withLock { $0 = loop.inEventLoop } }
         try loop.start()
         try await loop.submit {}
@@ -236,8 +235,8 @@ struct EventLoopTests {
             gate.wait(until: { $0 }, then: { _ in })
         }
         started.wait(until: { $0 }, then: { _ in })
-        let cancelled = Mutex(0)
-        let ran = Mutex(0)
+        let cancelled = Locked(0)
+        let ran = Locked(0)
         try pool.submit({ ran.withLock { $0 += 1 } }, onCancel: { cancelled.withLock { $0 += 1 } })
         try pool.submit({ ran.withLock { $0 += 1 } }, onCancel: { cancelled.withLock { $0 += 1 } })
         #expect(throws: EventLoopError.poolExhausted(limit: 2)) { try pool.submit {} }

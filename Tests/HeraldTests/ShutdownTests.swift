@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import Herald
 
@@ -36,11 +35,11 @@ struct ShutdownTests {
                 clients.append(collector)
             }
         }
-        let timerFired = Mutex(false)
+        let timerFired = Locked(false)
         for seconds in 1...10 {
             loop.scheduleTask(in: .seconds(seconds * 60)) { timerFired.withLock { $0 = true } }
         }
-        let queuedRan = Mutex(0)
+        let queuedRan = Locked(0)
         try await loop.submit {
             // Queued behind the shutdown request: it runs before the loop closes.
             loop.shutdown()

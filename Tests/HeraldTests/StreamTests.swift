@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import Herald
 
@@ -47,7 +46,7 @@ struct StreamTests {
             let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
             let payload = patternBytes(count: 16 * 1024 * 1024)
             let collector = ByteCollector()
-            let writeResult = Mutex<UVError??>(nil)
+            let writeResult = Locked<UVError??>(nil)
             try await loop.submit {
                 collector.attach(to: client)
                 client.write(payload) { error in writeResult.withLock { $0 = .some(error) } }
@@ -64,7 +63,7 @@ struct StreamTests {
     @Test("pause stops delivery, resume delivers what the kernel buffered", arguments: addresses)
     func pauseResume(kind: String) async throws {
         try await withRunningLoop { loop in
-            let serverSide = Mutex<StreamConnection?>(nil)
+            let serverSide = Locked<StreamConnection?>(nil)
             let received = ByteCollector()
             let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
                 serverSide.withLock { $0 = connection }
@@ -100,7 +99,7 @@ struct StreamTests {
             }
             let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
             let collector = ByteCollector()
-            let errors = Mutex<[UVError]>([])
+            let errors = Locked<[UVError]>([])
             try await loop.submit {
                 collector.attach(to: client)
                 let chunk = Array(repeating: UInt8(1), count: 256 * 1024)

@@ -1,4 +1,3 @@
-import Synchronization
 import Testing
 @testable import Herald
 
@@ -37,7 +36,7 @@ struct TimerTests {
     @Test("cancelled timers never fire, from the loop or another thread")
     func cancellation() async throws {
         try await withRunningLoop { loop in
-            let fired = Mutex<Set<Int>>([])
+            let fired = Locked<Set<Int>>([])
             let tasks = (0..<200).map { id in
                 loop.scheduleTask(in: .milliseconds(5 + id % 10)) { _ = fired.withLock { $0.insert(id) } }
             }
@@ -73,7 +72,7 @@ struct TimerTests {
     @Test("repeated tasks run until cancelled, also from inside the task")
     func repeated() async throws {
         try await withRunningLoop { loop in
-            let runs = Mutex(0)
+            let runs = Locked(0)
             let finished = await withCheckedContinuation { (continuation: CheckedContinuation<Int, Never>) in
                 loop.scheduleRepeatedTask(initialDelay: .milliseconds(1), delay: .milliseconds(1)) { task in
                     let count = runs.withLock { $0 += 1; return $0 }
@@ -110,7 +109,7 @@ struct TimerTests {
     func droppedAtShutdown() async throws {
         let loop = EventLoop()
         try loop.start()
-        let fired = Mutex(false)
+        let fired = Locked(false)
         let task = loop.scheduleTask(in: .seconds(30)) { fired.withLock { $0 = true } }
         try await loop.submit {}
         await loop.shutdownGracefully()

@@ -16,7 +16,7 @@ import Synchronization
 /// alive and no file descriptor of the loop's is open.
 public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     // @unchecked Sendable: fields shared between threads are either immutable, atomics, or inside
-    // `shared` (a Mutex); every other mutable field is touched on the loop thread only, which the
+    // `shared` (a lock); every other mutable field is touched on the loop thread only, which the
     // public entry points check with preconditionInEventLoop().
 
     /// Where the loop is in its life.
@@ -46,13 +46,12 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     /// A name for the loop's thread and for log lines.
     public let name: String
 
-    private let shared = Mutex(Shared())
+    private let shared = Locked(Shared())
     private let ownerThread = Atomic<UInt>(0)
     private let closedSignal = ConditionLock(false)
     private let blockingThreads: Int
     private let blockingQueueLimit: Int
-    private let pool = Mutex<(pool: BlockingPool?, closed: Bool)>((nil, false))
-    private let thread = Mutex<SpawnedThread?>(nil)
+    private let pool = Locked<(pool: BlockingPool?, closed: Bool)>((nil, false))
 
     private let counters = Counters()
 
@@ -99,8 +98,8 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     /// when the loop was started (or run) before.
     public func start() throws {
         try claimForRunning()
-        let spawned = try SpawnedThread.spawn(name: name) { [self] in runClaimed() }
-        thread.withLock { $0 = spawned }
+        // Detached: nobody has to join it; waitUntilClosed() and shutdownGracefully() wait for the close instead.
+        try SpawnedThread.spawn(name: name) { [self] in runClaimed() }.detach()
     }
 
     /// Runs the loop on the calling thread until it has shut down (someone called ``shutdown()``).
@@ -376,15 +375,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         }
     }
 
-    /// Blocks the calling thread until the loop has closed (and its thread, if ``start()`` made one, has ended).
-    /// Must not be called on the loop thread.
+    /// Blocks the calling thread until the loop has closed. Must not be called on the loop thread.
     public func waitUntilClosed() {
         precondition(!inEventLoop, "waitUntilClosed() on the loop thread would wait forever")
         closedSignal.wait(until: { $0 }, then: { _ in })
-        thread.withLock { thread in
-            defer { thread = nil }
-            return thread
-        }?.join()
     }
 
     private func beginClosing() {

@@ -41,7 +41,7 @@ public final class ScheduledTask: Sendable {
 
 /// A task that runs again and again on a loop until it is cancelled. Callable from any thread.
 public final class RepeatedTask: Sendable {
-    private let current = Mutex<ScheduledTask?>(nil)
+    private let current = Locked<ScheduledTask?>(nil)
     private let cancelled = Atomic<Bool>(false)
 
     init() {}

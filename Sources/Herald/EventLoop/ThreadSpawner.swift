@@ -1,7 +1,7 @@
 import CLibUV
 import Glibc
 
-/// Starts a named pthread running `body`, and joins it.
+/// Starts a named pthread running `body`; join or detach it once.
 struct SpawnedThread: @unchecked Sendable {
     // @unchecked Sendable: a pthread_t is an opaque identifier; pthread_join may be called from any thread.
     let id: pthread_t
@@ -35,5 +35,10 @@ struct SpawnedThread: @unchecked Sendable {
     /// Waits for the thread to finish.
     func join() {
         pthread_join(id, nil)
+    }
+
+    /// Lets the thread end on its own; it must not be joined afterwards.
+    func detach() {
+        pthread_detach(id)
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import Herald
 
@@ -31,7 +30,7 @@ final class ByteCollector: Sendable {
         var waiters: [(predicate: @Sendable (State) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     var bytes: [UInt8] { state.withLock { $0.bytes } }
     var ended: Bool { state.withLock { $0.ended } }

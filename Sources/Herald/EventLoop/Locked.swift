@@ -1,0 +1,30 @@
+import Glibc
+
+/// A value guarded by a pthread mutex.
+///
+/// Used instead of the standard library's `Synchronization.Mutex` because Thread Sanitizer understands
+/// pthread mutexes but not the futex-based `Mutex` on Linux, whose critical sections it reports as races.
+/// Keeping the loop's locks visible to TSan is what lets CI run the loop tests under it.
+package final class Locked<Value>: @unchecked Sendable {
+    // @unchecked Sendable: `value` is only read or written between pthread_mutex_lock and unlock.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var value: Value
+
+    package init(_ value: Value) {
+        self.value = value
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    /// Runs `body` with the lock held.
+    @inline(__always)
+    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
