@@ -18,6 +18,8 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
     ],
     targets: [
         .systemLibrary(
@@ -28,7 +30,7 @@ let package = Package(
         ),
         .target(
             name: "Herald",
-            dependencies: ["CLibUV"],
+            dependencies: ["CLibUV", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -52,7 +54,8 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldTests",
-            dependencies: ["Herald", "HeraldTesting"],
+            dependencies: ["Herald", "HeraldTesting", .product(name: "PropertyBased", package: "swift-property-based")],
+            exclude: ["Resources"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

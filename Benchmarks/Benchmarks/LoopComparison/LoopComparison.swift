@@ -2,14 +2,21 @@
 // in the same run. Each pair shares its name up to the colon, so the two rows sit next to each other.
 //
 // Every iteration runs `benchmark.scaledIterations.count` operations (1,000: scaling factor .kilo) and
-// waits for the last one, so the figures are per operation once scaled (run with `--scale`).
-// Malloc counts are process-wide (the malloc interposer sums all threads), so they include the loop thread's.
+// waits for the last one; the tables show figures per operation (the tool divides by the scaling factor
+// unless it is run with `--scale`). Malloc counts are process-wide (the malloc interposer sums all threads),
+// so they include the loop thread's.
+//
+// `cpuTotal` comes from /proc in scheduler ticks (10 ms), far coarser than one iteration, so each iteration
+// also records the process's CPU time from CLOCK_PROCESS_CPUTIME_ID (nanoseconds) as a custom metric.
 
 import Benchmark
 
+/// CPU time of the whole process (benchmark thread, loop thread, the tool's sampler) during one iteration.
+let processCPUTime = BenchmarkMetric.custom("CPU time, process (ns)", polarity: .prefersSmaller, useScalingFactor: true)
+
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
-        metrics: [.wallClock, .throughput, .mallocCountTotal, .cpuTotal],
+        metrics: [.wallClock, .throughput, .mallocCountTotal, .cpuTotal, processCPUTime],
         warmupIterations: 5,
         scalingFactor: .kilo,
         maxDuration: .seconds(3),
@@ -49,7 +56,9 @@ private func register<HeraldSide: BenchmarkFixture, NIOSide: BenchmarkFixture>(
 private func register<Fixture: BenchmarkFixture>(_ name: String, body: @escaping (Fixture, Int) -> Void) {
     let slot = FixtureSlot<Fixture>()
     Benchmark(name) { benchmark, fixture in
+        let cpuBefore = processCPUTimeNanoseconds()
         body(fixture, benchmark.scaledIterations.count)
+        benchmark.measurement(processCPUTime, processCPUTimeNanoseconds() - cpuBefore)
     } setup: {
         try await slot.setUp()
     } teardown: {

@@ -63,6 +63,13 @@ struct BenchmarkSetupError: Error, CustomStringConvertible {
     }
 }
 
+/// CPU time used so far by all threads of the process, in nanoseconds.
+func processCPUTimeNanoseconds() -> Int {
+    var time = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+    return time.tv_sec * 1_000_000_000 + time.tv_nsec
+}
+
 /// A Unix socket path under /tmp that no other run uses; any leftover file is removed.
 func freshSocketPath(_ tag: String) -> String {
     let path = "/tmp/herald-bench-\(getpid())-\(tag).sock"
@@ -81,7 +88,7 @@ final class BlockingEchoClient: @unchecked Sendable {
     private let reply: UnsafeMutableRawBufferPointer
 
     init(path: String) throws {
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw BenchmarkSetupError("socket") }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -105,6 +112,7 @@ final class BlockingEchoClient: @unchecked Sendable {
             Glibc.close(fd)
             throw BenchmarkSetupError("connect to \(path)", errno: code)
         }
+        self.fd = fd
         message = .allocate(byteCount: Self.messageSize, alignment: 16)
         for index in message.indices { message[index] = UInt8(truncatingIfNeeded: index &* 7 &+ 1) }
         reply = .allocate(byteCount: Self.messageSize, alignment: 16)

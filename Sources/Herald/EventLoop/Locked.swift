@@ -22,7 +22,7 @@ package final class Locked<Value>: @unchecked Sendable {
 
     /// Runs `body` with the lock held.
     @inline(__always)
-    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    package func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)

@@ -1,0 +1,59 @@
+/// A set that remembers at most `capacity` elements, forgetting the oldest first (the de-duplication window).
+struct BoundedSet<Element: Hashable> {
+    private var members: Set<Element> = []
+    private var order: [Element] = []
+    private var head = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    func contains(_ element: Element) -> Bool { members.contains(element) }
+
+    mutating func insert(_ element: Element) {
+        guard members.insert(element).inserted else { return }
+        order.append(element)
+        if members.count > capacity {
+            members.remove(order[head])
+            head += 1
+            if head >= capacity {
+                order.removeFirst(head)
+                head = 0
+            }
+        }
+    }
+
+    var count: Int { members.count }
+}
+
+/// A dictionary that remembers at most `capacity` entries, forgetting the oldest insertion first.
+struct BoundedDictionary<Key: Hashable, Value> {
+    private var storage: [Key: Value] = [:]
+    private var order: [Key] = []
+    private var head = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    subscript(key: Key) -> Value? {
+        get { storage[key] }
+        set {
+            guard let newValue else {
+                storage[key] = nil
+                return
+            }
+            if storage.updateValue(newValue, forKey: key) == nil {
+                order.append(key)
+                while storage.count > capacity, head < order.count {
+                    storage[order[head]] = nil
+                    head += 1
+                }
+                if head >= capacity {
+                    order.removeFirst(head)
+                    head = 0
+                }
+            }
+        }
+    }
+
+    var count: Int { storage.count }
+}

@@ -1,0 +1,39 @@
+public import Logging
+
+/// What a plugin gets when the instance starts: the loop, the bus, and a logger tagged with its name.
+public struct PluginContext: Sendable {
+    /// The instance's event loop. Receivers create their sockets on it.
+    public let loop: EventLoop
+    /// The bus: receivers hand messages to it.
+    public let bus: MessageBus
+    /// A logger whose lines carry `plugin=<name>`.
+    public let logger: Logger
+    /// The descriptor of the plugin being started.
+    public let descriptor: PluginDescriptor
+}
+
+/// Errors of the ``Herald`` instance's own API (as opposed to a sender's ``MessageError``).
+public enum HeraldError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Plugins and categories are registered before the instance starts; the set is then frozen.
+    case alreadyStarted
+    /// The instance has not been started, or has shut down.
+    case notRunning
+    /// ``Herald/respond(to:action:userText:)`` named a message that was not presented (or was presented
+    /// too long ago to be remembered).
+    case unknownMessage(String)
+    /// ``Herald/respond(to:action:userText:)`` named an action the message's category does not have.
+    case unknownAction(String, category: String?)
+    /// A plugin's `start` threw; the instance did not start.
+    case pluginFailedToStart(plugin: String, error: String)
+
+    public var description: String {
+        switch self {
+        case .alreadyStarted: "the Herald instance has started; register plugins and categories before start()"
+        case .notRunning: "the Herald instance is not running"
+        case .unknownMessage(let id): "no presented notification with message ID \(id) is known (it was never presented, or is too old)"
+        case .unknownAction(let action, let category):
+            "the action '\(action)' is not one of category '\(category ?? "none")'; use one of its actions, the default action or the dismiss action"
+        case .pluginFailedToStart(let plugin, let error): "plugin \(plugin) failed to start: \(error)"
+        }
+    }
+}

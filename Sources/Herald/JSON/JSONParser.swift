@@ -1,0 +1,747 @@
+import Glibc
+
+/// A strict RFC 8259 JSON parser that reads raw bytes.
+///
+/// It is Herald's decoder for message bodies: one pass over the input, no intermediate tokens, no
+/// per-character work beyond looking at each byte; the only allocations are the values it returns
+/// (strings longer than 15 UTF-8 bytes, arrays, objects) and one scratch buffer for strings that
+/// contain escapes.
+///
+/// Strict means: no trailing commas, comments, leading zeros, `NaN` / `Infinity`, single quotes or
+/// unknown escapes; no raw control characters or invalid UTF-8 inside strings; no lone surrogates in
+/// `\u` escapes; whitespace is only space, tab, line feed and carriage return; exactly one value, followed
+/// only by whitespace. A key that appears twice in one object is refused, because "which one wins" differs
+/// between parsers and that difference can be exploited. Every refusal is a ``JSONParseError`` with the
+/// byte offset of the problem.
+///
+/// Parsing is a pure function of its input: safe to call from any thread.
+public struct JSONParser: Sendable {
+    /// Bounds that protect the receiver from hostile input. Exceeding one is an error of its own kind.
+    public struct Limits: Sendable, Hashable {
+        /// The deepest nesting of arrays and objects allowed: `[[1]]` has depth 2, a lone scalar depth 0.
+        /// The parser recurses once per level, so this also bounds its stack use.
+        public var maximumDepth: Int
+        /// The longest string or key allowed, in UTF-8 bytes after unescaping.
+        public var maximumStringLength: Int
+        /// The longest input allowed, in bytes.
+        public var maximumInputLength: Int
+
+        /// Limits with the given values; the defaults are those of ``default``.
+        public init(
+            maximumDepth: Int = 64,
+            maximumStringLength: Int = 1 << 20,
+            maximumInputLength: Int = 4 << 20
+        ) {
+            self.maximumDepth = maximumDepth
+            self.maximumStringLength = maximumStringLength
+            self.maximumInputLength = maximumInputLength
+        }
+
+        /// Depth 64, strings up to 1 MiB, input up to 4 MiB.
+        public static let `default` = Limits()
+    }
+
+    /// Parses exactly one JSON value from `bytes`.
+    ///
+    /// - Throws: ``JSONParseError`` saying what was wrong and at which byte.
+    public static func parse(
+        _ bytes: UnsafeRawBufferPointer,
+        limits: Limits = .default
+    ) throws(JSONParseError) -> JSONValue {
+        guard bytes.count <= limits.maximumInputLength else {
+            throw JSONParseError(.inputTooLarge(limit: limits.maximumInputLength), at: limits.maximumInputLength)
+        }
+        guard let base = bytes.baseAddress, !bytes.isEmpty else {
+            throw JSONParseError(.unexpectedEnd, at: 0)
+        }
+        var reader = JSONReader(base: base, count: bytes.count, limits: limits)
+        return try reader.parseDocument()
+    }
+
+    /// Parses exactly one JSON value from `bytes` (an array, `Data`, a slice, ...). Contiguous collections
+    /// are read in place; others are copied once.
+    ///
+    /// - Throws: ``JSONParseError`` saying what was wrong and at which byte.
+    public static func parse(
+        _ bytes: some Collection<UInt8>,
+        limits: Limits = .default
+    ) throws(JSONParseError) -> JSONValue {
+        let contiguous = bytes.withContiguousStorageIfAvailable { buffer in
+            Result { () throws(JSONParseError) in try parse(UnsafeRawBufferPointer(buffer), limits: limits) }
+        }
+        if let contiguous {
+            return try contiguous.get()
+        }
+        return try parse(Array(bytes), limits: limits)
+    }
+
+    /// Parses exactly one JSON value from the UTF-8 of `text`.
+    ///
+    /// - Throws: ``JSONParseError`` saying what was wrong and at which byte of the UTF-8.
+    public static func parse(_ text: String, limits: Limits = .default) throws(JSONParseError) -> JSONValue {
+        var text = text
+        let result = text.withUTF8 { buffer in
+            Result { () throws(JSONParseError) in try parse(UnsafeRawBufferPointer(buffer), limits: limits) }
+        }
+        return try result.get()
+    }
+}
+
+/// The parser's state for one input: a cursor over borrowed bytes.
+private struct JSONReader: ~Copyable {
+    private let base: UnsafeRawPointer
+    private let count: Int
+    private let limits: JSONParser.Limits
+    private var position = 0
+    private var depth = 0
+    /// Unescaped UTF-8 of the string being read, used only by strings that contain escapes.
+    private var scratch: [UInt8] = []
+
+    init(base: UnsafeRawPointer, count: Int, limits: JSONParser.Limits) {
+        self.base = base
+        self.count = count
+        self.limits = limits
+    }
+
+    // MARK: Bytes
+
+    @inline(__always)
+    private func byte(at offset: Int) -> UInt8 {
+        base.load(fromByteOffset: offset, as: UInt8.self)
+    }
+
+    @inline(__always)
+    private mutating func skipWhitespace() {
+        while position < count {
+            switch byte(at: position) {
+            case .space, .tab, .lineFeed, .carriageReturn:
+                position += 1
+            default:
+                return
+            }
+        }
+    }
+
+    // MARK: Values
+
+    mutating func parseDocument() throws(JSONParseError) -> JSONValue {
+        skipWhitespace()
+        let value = try parseValue()
+        skipWhitespace()
+        guard position == count else { throw JSONParseError(.trailingData, at: position) }
+        return value
+    }
+
+    /// Parses the value that starts at `position` (whitespace already skipped).
+    private mutating func parseValue() throws(JSONParseError) -> JSONValue {
+        guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+        switch byte(at: position) {
+        case .quote:
+            return .string(try parseString())
+        case .openBrace:
+            return try parseObject()
+        case .openBracket:
+            return try parseArray()
+        case .t:
+            try expectLiteral("true")
+            return .bool(true)
+        case .f:
+            try expectLiteral("false")
+            return .bool(false)
+        case .n:
+            try expectLiteral("null")
+            return .null
+        case .minus, .zero ... .nine:
+            return try parseNumber()
+        case let other:
+            throw JSONParseError(.unexpectedByte(other), at: position)
+        }
+    }
+
+    private mutating func expectLiteral(_ literal: StaticString) throws(JSONParseError) {
+        let text = UnsafeRawBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount)
+        for expected in text {
+            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+            let actual = byte(at: position)
+            guard actual == expected else { throw JSONParseError(.unexpectedByte(actual), at: position) }
+            position += 1
+        }
+    }
+
+    private mutating func enterContainer() throws(JSONParseError) {
+        depth += 1
+        guard depth <= limits.maximumDepth else {
+            throw JSONParseError(.tooDeep(limit: limits.maximumDepth), at: position)
+        }
+    }
+
+    private mutating func parseArray() throws(JSONParseError) -> JSONValue {
+        try enterContainer()
+        position += 1
+        skipWhitespace()
+        var elements: [JSONValue] = []
+        if position < count && byte(at: position) == .closeBracket {
+            position += 1
+            depth -= 1
+            return .array(elements)
+        }
+        while true {
+            elements.append(try parseValue())
+            skipWhitespace()
+            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+            switch byte(at: position) {
+            case .comma:
+                let comma = position
+                position += 1
+                skipWhitespace()
+                if position < count && byte(at: position) == .closeBracket {
+                    throw JSONParseError(.trailingComma, at: comma)
+                }
+            case .closeBracket:
+                position += 1
+                depth -= 1
+                return .array(elements)
+            case let other:
+                throw JSONParseError(.unexpectedByte(other), at: position)
+            }
+        }
+    }
+
+    private mutating func parseObject() throws(JSONParseError) -> JSONValue {
+        try enterContainer()
+        position += 1
+        skipWhitespace()
+        var object = JSONObject()
+        if position < count && byte(at: position) == .closeBrace {
+            position += 1
+            depth -= 1
+            return .object(object)
+        }
+        while true {
+            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+            let keyStart = position
+            guard byte(at: keyStart) == .quote else {
+                throw JSONParseError(.unexpectedByte(byte(at: keyStart)), at: keyStart)
+            }
+            let key = try parseString()
+            if object.contains(key: key) {
+                throw JSONParseError(.duplicateKey(key), at: keyStart)
+            }
+            skipWhitespace()
+            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+            guard byte(at: position) == .colon else {
+                throw JSONParseError(.unexpectedByte(byte(at: position)), at: position)
+            }
+            position += 1
+            skipWhitespace()
+            object.appendNew(key: key, value: try parseValue())
+            skipWhitespace()
+            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+            switch byte(at: position) {
+            case .comma:
+                let comma = position
+                position += 1
+                skipWhitespace()
+                if position < count && byte(at: position) == .closeBrace {
+                    throw JSONParseError(.trailingComma, at: comma)
+                }
+            case .closeBrace:
+                position += 1
+                depth -= 1
+                return .object(object)
+            case let other:
+                throw JSONParseError(.unexpectedByte(other), at: position)
+            }
+        }
+    }
+
+    // MARK: Strings
+
+    /// Parses the string whose opening quote is at `position`.
+    private mutating func parseString() throws(JSONParseError) -> String {
+        let quote = position
+        let start = quote + 1
+        var offset = start
+        while true {
+            // Eight plain ASCII bytes at a time: no quote, backslash, control character or non-ASCII byte.
+            while offset + 8 <= count {
+                let word = base.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                guard Self.isPlainASCII(word) else { break }
+                offset += 8
+            }
+            guard offset < count else { throw JSONParseError(.unexpectedEnd, at: offset) }
+            let byte = byte(at: offset)
+            if byte == .quote {
+                break
+            } else if byte == .backslash {
+                return try parseEscapedString(quote: quote, escape: offset)
+            } else if byte < 0x20 {
+                throw JSONParseError(.controlCharacterInString, at: offset)
+            } else if byte < 0x80 {
+                offset += 1
+            } else {
+                offset = try validateUTF8Sequence(at: offset)
+            }
+        }
+        let length = offset - start
+        guard length <= limits.maximumStringLength else {
+            throw JSONParseError(.stringTooLong(limit: limits.maximumStringLength), at: quote)
+        }
+        position = offset + 1
+        return String(decoding: UnsafeRawBufferPointer(start: base + start, count: length), as: UTF8.self)
+    }
+
+    /// Whether none of the eight bytes in `word` is `"`, `\`, below 0x20 or at or above 0x80.
+    @inline(__always)
+    private static func isPlainASCII(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        // A byte's high bit is set in each term exactly when the byte is, respectively:
+        // below 0x20, equal to '"', equal to '\'.
+        let belowSpace = word &- ones &* 0x20
+        let quotes = (word ^ (ones &* 0x22)) &- ones
+        let backslashes = (word ^ (ones &* 0x5C)) &- ones
+        // `~word` clears the terms' high bits for bytes that have their own high bit set (non-ASCII), and
+        // the OR with `word` below catches those bytes directly; borrows only travel upward from a byte that
+        // matched, so the first match is always reported correctly.
+        return ((belowSpace | quotes | backslashes) & ~word | word) & highs == 0
+    }
+
+    /// Continues a string after its first backslash, collecting the unescaped UTF-8 in `scratch`.
+    private mutating func parseEscapedString(quote: Int, escape: Int) throws(JSONParseError) -> String {
+        let start = quote + 1
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(contentsOf: UnsafeRawBufferPointer(start: base + start, count: escape - start))
+        var offset = escape
+        var runStart = escape
+        while true {
+            guard offset < count else { throw JSONParseError(.unexpectedEnd, at: offset) }
+            let byte = byte(at: offset)
+            if byte == .quote {
+                break
+            } else if byte == .backslash {
+                scratch.append(contentsOf: UnsafeRawBufferPointer(start: base + runStart, count: offset - runStart))
+                offset = try appendEscape(at: offset)
+                runStart = offset
+            } else if byte < 0x20 {
+                throw JSONParseError(.controlCharacterInString, at: offset)
+            } else if byte < 0x80 {
+                offset += 1
+            } else {
+                offset = try validateUTF8Sequence(at: offset)
+            }
+            if scratch.count > limits.maximumStringLength {
+                throw JSONParseError(.stringTooLong(limit: limits.maximumStringLength), at: quote)
+            }
+        }
+        scratch.append(contentsOf: UnsafeRawBufferPointer(start: base + runStart, count: offset - runStart))
+        guard scratch.count <= limits.maximumStringLength else {
+            throw JSONParseError(.stringTooLong(limit: limits.maximumStringLength), at: quote)
+        }
+        position = offset + 1
+        return String(decoding: scratch, as: UTF8.self)
+    }
+
+    /// Appends the character of the escape whose backslash is at `offset`; returns the offset after it.
+    private mutating func appendEscape(at offset: Int) throws(JSONParseError) -> Int {
+        guard offset + 1 < count else { throw JSONParseError(.unexpectedEnd, at: offset + 1) }
+        let unescaped: UInt8
+        switch byte(at: offset + 1) {
+        case .quote: unescaped = .quote
+        case .backslash: unescaped = .backslash
+        case .slash: unescaped = .slash
+        case .b: unescaped = 0x08
+        case .f: unescaped = 0x0C
+        case .n: unescaped = .lineFeed
+        case .r: unescaped = .carriageReturn
+        case .t: unescaped = .tab
+        case .u: return try appendUnicodeEscape(at: offset)
+        default: throw JSONParseError(.invalidEscape, at: offset)
+        }
+        scratch.append(unescaped)
+        return offset + 2
+    }
+
+    /// Appends the scalar of the `\uXXXX` escape (or surrogate pair of two) at `offset`.
+    private mutating func appendUnicodeEscape(at offset: Int) throws(JSONParseError) -> Int {
+        let unit = try hexQuad(at: offset)
+        var scalar = UInt32(unit)
+        var next = offset + 6
+        switch unit {
+        case 0xD800 ... 0xDBFF:
+            // A high surrogate must be followed at once by an escaped low surrogate.
+            guard next + 1 < count, byte(at: next) == .backslash, byte(at: next + 1) == .u else {
+                throw JSONParseError(.loneSurrogate, at: offset)
+            }
+            let low = try hexQuad(at: next)
+            guard (0xDC00 ... 0xDFFF).contains(low) else { throw JSONParseError(.loneSurrogate, at: offset) }
+            scalar = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
+            next += 6
+        case 0xDC00 ... 0xDFFF:
+            throw JSONParseError(.loneSurrogate, at: offset)
+        default:
+            break
+        }
+        switch scalar {
+        case ..<0x80:
+            scratch.append(UInt8(scalar))
+        case ..<0x800:
+            scratch.append(UInt8(0xC0 | scalar >> 6))
+            scratch.append(UInt8(0x80 | scalar & 0x3F))
+        case ..<0x10000:
+            scratch.append(UInt8(0xE0 | scalar >> 12))
+            scratch.append(UInt8(0x80 | scalar >> 6 & 0x3F))
+            scratch.append(UInt8(0x80 | scalar & 0x3F))
+        default:
+            scratch.append(UInt8(0xF0 | scalar >> 18))
+            scratch.append(UInt8(0x80 | scalar >> 12 & 0x3F))
+            scratch.append(UInt8(0x80 | scalar >> 6 & 0x3F))
+            scratch.append(UInt8(0x80 | scalar & 0x3F))
+        }
+        return next
+    }
+
+    /// The four hexadecimal digits of the `\u` escape whose backslash is at `offset`.
+    private func hexQuad(at offset: Int) throws(JSONParseError) -> UInt16 {
+        guard offset + 6 <= count else {
+            // Report a bad digit before the end if there is one, the end otherwise.
+            for digit in offset + 2 ..< count where Self.hexValue(byte(at: digit)) == nil {
+                throw JSONParseError(.invalidUnicodeEscape, at: offset)
+            }
+            throw JSONParseError(.unexpectedEnd, at: count)
+        }
+        var value: UInt16 = 0
+        for digit in offset + 2 ..< offset + 6 {
+            guard let nibble = Self.hexValue(byte(at: digit)) else {
+                throw JSONParseError(.invalidUnicodeEscape, at: offset)
+            }
+            value = value << 4 | UInt16(nibble)
+        }
+        return value
+    }
+
+    @inline(__always)
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case .zero ... .nine: return byte - .zero
+        case UInt8(ascii: "a") ... UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A") ... UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
+    /// Checks the multi-byte UTF-8 sequence whose lead byte is at `offset` (Unicode table 3-7: no overlong
+    /// forms, no surrogates, nothing above U+10FFFF); returns the offset after it.
+    private func validateUTF8Sequence(at offset: Int) throws(JSONParseError) -> Int {
+        let lead = byte(at: offset)
+        let length: Int
+        var secondLow: UInt8 = 0x80
+        var secondHigh: UInt8 = 0xBF
+        switch lead {
+        case 0xC2 ... 0xDF:
+            length = 2
+        case 0xE0:
+            length = 3
+            secondLow = 0xA0
+        case 0xE1 ... 0xEC, 0xEE ... 0xEF:
+            length = 3
+        case 0xED:
+            length = 3
+            secondHigh = 0x9F
+        case 0xF0:
+            length = 4
+            secondLow = 0x90
+        case 0xF1 ... 0xF3:
+            length = 4
+        case 0xF4:
+            length = 4
+            secondHigh = 0x8F
+        default:
+            throw JSONParseError(.invalidUTF8, at: offset)
+        }
+        guard offset + length <= count else {
+            // A truncated sequence at the very end: invalid if what is there is already wrong.
+            for continuation in offset + 1 ..< count {
+                let byte = byte(at: continuation)
+                let low = continuation == offset + 1 ? secondLow : 0x80
+                let high = continuation == offset + 1 ? secondHigh : 0xBF
+                guard byte >= low && byte <= high else { throw JSONParseError(.invalidUTF8, at: offset) }
+            }
+            throw JSONParseError(.unexpectedEnd, at: count)
+        }
+        let second = byte(at: offset + 1)
+        guard second >= secondLow && second <= secondHigh else { throw JSONParseError(.invalidUTF8, at: offset) }
+        for continuation in offset + 2 ..< offset + length where byte(at: continuation) & 0xC0 != 0x80 {
+            throw JSONParseError(.invalidUTF8, at: offset)
+        }
+        return offset + length
+    }
+
+    // MARK: Numbers
+
+    /// Parses the number that starts at `position`.
+    ///
+    /// Up to 19 significant digits are gathered in a `UInt64` while the grammar is checked. An integer
+    /// (no fraction, no exponent) that fits `Int64` is returned as is. Other numbers whose digits fit in
+    /// 53 bits with a decimal exponent within ±22 are converted exactly with one multiplication or division
+    /// (both operands are exact doubles, so IEEE rounding makes the result correctly rounded); the rest
+    /// go to the C library's `strtod`, which rounds correctly.
+    private mutating func parseNumber() throws(JSONParseError) -> JSONValue {
+        let start = position
+        var offset = start
+        let negative = byte(at: offset) == .minus
+        if negative { offset += 1 }
+
+        var significand: UInt64 = 0
+        var significantDigits = 0
+        var droppedDigits = false
+        var exponent = 0
+
+        guard offset < count else { throw JSONParseError(.invalidNumber, at: offset) }
+        let first = byte(at: offset)
+        if first == .zero {
+            offset += 1
+            if offset < count && byte(at: offset).isDigit {
+                throw JSONParseError(.invalidNumber, at: offset)
+            }
+        } else if first.isDigit {
+            while offset < count {
+                let digit = byte(at: offset) &- .zero
+                guard digit < 10 else { break }
+                if significantDigits < 19 {
+                    significand = significand &* 10 &+ UInt64(digit)
+                    significantDigits += 1
+                } else {
+                    droppedDigits = true
+                    exponent += 1
+                }
+                offset += 1
+            }
+        } else {
+            throw JSONParseError(.invalidNumber, at: offset)
+        }
+
+        var isInteger = true
+        if offset < count && byte(at: offset) == .period {
+            isInteger = false
+            offset += 1
+            guard offset < count && byte(at: offset).isDigit else { throw JSONParseError(.invalidNumber, at: offset) }
+            while offset < count {
+                let digit = byte(at: offset) &- .zero
+                guard digit < 10 else { break }
+                if significantDigits < 19 {
+                    if significand != 0 || digit != 0 {
+                        significand = significand &* 10 &+ UInt64(digit)
+                        significantDigits += 1
+                    }
+                    exponent -= 1
+                } else {
+                    droppedDigits = true
+                }
+                offset += 1
+            }
+        }
+
+        if offset < count && (byte(at: offset) == .e || byte(at: offset) == .upperE) {
+            isInteger = false
+            offset += 1
+            var exponentNegative = false
+            if offset < count && (byte(at: offset) == .plus || byte(at: offset) == .minus) {
+                exponentNegative = byte(at: offset) == .minus
+                offset += 1
+            }
+            guard offset < count && byte(at: offset).isDigit else { throw JSONParseError(.invalidNumber, at: offset) }
+            var written = 0
+            while offset < count {
+                let digit = byte(at: offset) &- .zero
+                guard digit < 10 else { break }
+                // Saturate: anything this large is far outside Double's range either way.
+                if written < 1_000_000 { written = written * 10 + Int(digit) }
+                offset += 1
+            }
+            exponent += exponentNegative ? -written : written
+        }
+        position = offset
+
+        if isInteger && !droppedDigits {
+            if !negative && significand <= UInt64(Int64.max) {
+                return .int(Int64(significand))
+            }
+            if negative && significand != 0 && significand <= UInt64(Int64.max) + 1 {
+                return .int(Int64(bitPattern: 0 &- significand))
+            }
+            // -0 keeps its sign as a double; larger integers are doubles.
+        }
+        if !droppedDigits && significand <= 1 << 53 && (-22 ... 22).contains(exponent) {
+            var value = Double(significand)
+            if exponent < 0 {
+                value /= Self.powersOfTen[-exponent]
+            } else {
+                value *= Self.powersOfTen[exponent]
+            }
+            return .double(negative ? -value : value)
+        }
+        if significand == 0 && !droppedDigits {
+            return .double(negative ? -0.0 : 0.0)
+        }
+        let value = Self.strtodC(base + start, count: offset - start)
+        guard value.isFinite else { throw JSONParseError(.numberOutOfRange, at: start) }
+        return .double(value)
+    }
+
+    private static let powersOfTen: [Double] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+        1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ]
+
+    /// `strtod` of the `count` bytes at `text` (already checked against the JSON grammar), in the C locale
+    /// whatever the process's locale is, on a NUL-terminated copy (on the stack when it is small).
+    private static func strtodC(_ text: UnsafeRawPointer, count: Int) -> Double {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: count + 1) { buffer in
+            let copy = buffer.baseAddress!
+            UnsafeMutableRawPointer(copy).copyMemory(from: text, byteCount: count)
+            copy[count] = 0
+            let previous = uselocale(cNumericLocale)
+            defer { uselocale(previous) }
+            return strtod(copy, nil)
+        }
+    }
+}
+
+/// The "C" locale for number conversion; created once and never freed or changed.
+private nonisolated(unsafe) let cNumericLocale = newlocale(LC_NUMERIC_MASK, "C", nil)
+
+extension UInt8 {
+    fileprivate static let tab = UInt8(ascii: "\t")
+    fileprivate static let lineFeed = UInt8(ascii: "\n")
+    fileprivate static let carriageReturn = UInt8(ascii: "\r")
+    fileprivate static let space = UInt8(ascii: " ")
+    fileprivate static let quote = UInt8(ascii: "\"")
+    fileprivate static let plus = UInt8(ascii: "+")
+    fileprivate static let comma = UInt8(ascii: ",")
+    fileprivate static let minus = UInt8(ascii: "-")
+    fileprivate static let period = UInt8(ascii: ".")
+    fileprivate static let slash = UInt8(ascii: "/")
+    fileprivate static let zero = UInt8(ascii: "0")
+    fileprivate static let nine = UInt8(ascii: "9")
+    fileprivate static let colon = UInt8(ascii: ":")
+    fileprivate static let upperE = UInt8(ascii: "E")
+    fileprivate static let openBracket = UInt8(ascii: "[")
+    fileprivate static let backslash = UInt8(ascii: "\\")
+    fileprivate static let closeBracket = UInt8(ascii: "]")
+    fileprivate static let b = UInt8(ascii: "b")
+    fileprivate static let e = UInt8(ascii: "e")
+    fileprivate static let f = UInt8(ascii: "f")
+    fileprivate static let n = UInt8(ascii: "n")
+    fileprivate static let r = UInt8(ascii: "r")
+    fileprivate static let t = UInt8(ascii: "t")
+    fileprivate static let u = UInt8(ascii: "u")
+    fileprivate static let openBrace = UInt8(ascii: "{")
+    fileprivate static let closeBrace = UInt8(ascii: "}")
+
+    fileprivate var isDigit: Bool { self &- .zero < 10 }
+}
+
+/// Why a JSON text was refused, and where: the byte offset from the start of the input.
+///
+/// The ``description`` is written for the person who sent the text, for example
+/// `invalid JSON at byte 17: duplicate key "title"`, and is safe to return to them in an error response.
+public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What was wrong.
+    public enum Kind: Sendable, Hashable {
+        /// The input ended inside a value (or was empty).
+        case unexpectedEnd
+        /// A byte that cannot start or continue the value being read.
+        case unexpectedByte(UInt8)
+        /// A backslash followed by something other than `" \ / b f n r t u`.
+        case invalidEscape
+        /// `\u` not followed by four hexadecimal digits.
+        case invalidUnicodeEscape
+        /// A `\u` escape of a UTF-16 surrogate that is not part of a high-low pair.
+        case loneSurrogate
+        /// A byte below 0x20 written raw inside a string (it must be escaped).
+        case controlCharacterInString
+        /// String bytes that are not well-formed UTF-8 (including overlong forms and encoded surrogates).
+        case invalidUTF8
+        /// A number that does not follow the JSON grammar (leading zero, missing digits, ...).
+        case invalidNumber
+        /// A number too large in magnitude for a `Double`.
+        case numberOutOfRange
+        /// A comma directly before `]` or `}`.
+        case trailingComma
+        /// The same key twice in one object.
+        case duplicateKey(String)
+        /// Something other than whitespace after the top-level value.
+        case trailingData
+        /// Arrays and objects nested deeper than the limit.
+        case tooDeep(limit: Int)
+        /// A string (or key) longer than the limit, in UTF-8 bytes after unescaping.
+        case stringTooLong(limit: Int)
+        /// An input longer than the limit, in bytes.
+        case inputTooLarge(limit: Int)
+    }
+
+    /// What was wrong.
+    public var kind: Kind
+    /// The byte offset, from the start of the input, where the problem was found.
+    public var offset: Int
+
+    /// An error of `kind` at byte `offset`.
+    public init(_ kind: Kind, at offset: Int) {
+        self.kind = kind
+        self.offset = offset
+    }
+
+    public var description: String {
+        "invalid JSON at byte \(offset): \(reason)"
+    }
+
+    private var reason: String {
+        switch kind {
+        case .unexpectedEnd:
+            return "unexpected end of input"
+        case .unexpectedByte(let byte):
+            if byte > 0x20 && byte < 0x7F {
+                return "unexpected character '\(Character(Unicode.Scalar(byte)))'"
+            }
+            return "unexpected byte 0x\(hex(byte))"
+        case .invalidEscape:
+            return "invalid escape sequence in string"
+        case .invalidUnicodeEscape:
+            return "invalid \\u escape (four hexadecimal digits expected)"
+        case .loneSurrogate:
+            return "unpaired UTF-16 surrogate in \\u escape"
+        case .controlCharacterInString:
+            return "control character in string (it must be escaped)"
+        case .invalidUTF8:
+            return "invalid UTF-8 in string"
+        case .invalidNumber:
+            return "invalid number"
+        case .numberOutOfRange:
+            return "number out of range"
+        case .trailingComma:
+            return "trailing comma"
+        case .duplicateKey(let key):
+            return "duplicate key \(Self.quoted(key))"
+        case .trailingData:
+            return "unexpected data after the JSON value"
+        case .tooDeep(let limit):
+            return "arrays and objects nested deeper than \(limit) levels"
+        case .stringTooLong(let limit):
+            return "string longer than \(limit) bytes"
+        case .inputTooLarge(let limit):
+            return "input longer than \(limit) bytes"
+        }
+    }
+
+    private func hex(_ byte: UInt8) -> String {
+        let digits = Array("0123456789ABCDEF")
+        return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+    }
+
+    /// `key` as a JSON string literal, shortened so that a huge key does not make a huge message.
+    private static func quoted(_ key: String) -> String {
+        let shown = key.count > 64 ? String(key.prefix(64)) + "…" : key
+        return JSONValue.string(shown).jsonString()
+    }
+}

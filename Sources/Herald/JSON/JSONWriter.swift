@@ -1,0 +1,124 @@
+extension JSONValue {
+    /// The value as compact JSON text (no whitespace), in UTF-8.
+    ///
+    /// Object members are written in stored order. Strings escape only what RFC 8259 requires (`"`, `\` and
+    /// control characters, as `\n \r \t \b \f` or `\u00XX`); `/` and non-ASCII characters are written as is.
+    /// ``int(_:)`` is written as an integer; a finite ``double(_:)`` in the shortest form that reads back as
+    /// the same `Double`, always with a fraction or an exponent (`2.0`, `1e+300`) so that it parses back as
+    /// a double. JSON has no infinity or NaN: a non-finite double (which ``JSONParser`` never produces) is
+    /// written as `null`.
+    public func jsonBytes() -> [UInt8] {
+        var output: [UInt8] = []
+        write(into: &output)
+        return output
+    }
+
+    /// The value as compact JSON text; see ``jsonBytes()``.
+    public func jsonString() -> String {
+        String(decoding: jsonBytes(), as: UTF8.self)
+    }
+
+    /// Appends the value's compact JSON text (see ``jsonBytes()``) to `output`.
+    public func write(into output: inout [UInt8]) {
+        switch self {
+        case .null:
+            output.append(contentsOf: "null".utf8)
+        case .bool(let value):
+            output.append(contentsOf: value ? "true".utf8 : "false".utf8)
+        case .int(let value):
+            JSONWriter.writeInteger(value, into: &output)
+        case .double(let value):
+            JSONWriter.writeDouble(value, into: &output)
+        case .string(let value):
+            JSONWriter.writeString(value, into: &output)
+        case .array(let elements):
+            output.append(UInt8(ascii: "["))
+            for (position, element) in elements.enumerated() {
+                if position > 0 { output.append(UInt8(ascii: ",")) }
+                element.write(into: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .object(let object):
+            output.append(UInt8(ascii: "{"))
+            var first = true
+            for (key, value) in object {
+                if !first { output.append(UInt8(ascii: ",")) }
+                first = false
+                JSONWriter.writeString(key, into: &output)
+                output.append(UInt8(ascii: ":"))
+                value.write(into: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+        }
+    }
+}
+
+/// The scalar encoders behind ``JSONValue/write(into:)``.
+enum JSONWriter {
+    static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
+        if value < 0 { output.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        // 20 digits hold UInt64.max; digits are produced backwards into a fixed buffer.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude != 0
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+        }
+    }
+
+    static func writeDouble(_ value: Double, into output: inout [UInt8]) {
+        guard value.isFinite else {
+            output.append(contentsOf: "null".utf8)
+            return
+        }
+        // Swift's description is the shortest text that reads back as the same Double; for finite values it
+        // is valid JSON and always has a fraction or an exponent ("0.1", "2.0", "-0.0", "1e+16", "5e-324"),
+        // which the round-trip tests check.
+        output.append(contentsOf: value.description.utf8)
+    }
+
+    static func writeString(_ value: String, into output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        var value = value
+        value.withUTF8 { utf8 in
+            writeEscaped(utf8, into: &output)
+        }
+        output.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends `utf8` with `"`, `\` and control characters escaped, copying the runs between them whole.
+    private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, into output: inout [UInt8]) {
+        var runStart = 0
+        var index = 0
+        while index < utf8.count {
+            let byte = utf8[index]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else {
+                index += 1
+                continue
+            }
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart ..< index]))
+            output.append(UInt8(ascii: "\\"))
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): output.append(byte)
+            case UInt8(ascii: "\n"): output.append(UInt8(ascii: "n"))
+            case UInt8(ascii: "\r"): output.append(UInt8(ascii: "r"))
+            case UInt8(ascii: "\t"): output.append(UInt8(ascii: "t"))
+            case 0x08: output.append(UInt8(ascii: "b"))
+            case 0x0C: output.append(UInt8(ascii: "f"))
+            default:
+                // Only bytes below 0x20 get here: the first hex digit is 0 or 1.
+                output.append(contentsOf: "u00".utf8)
+                output.append(UInt8(ascii: "0") + byte >> 4)
+                let low = byte & 0xF
+                output.append(low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10)
+            }
+            index += 1
+            runStart = index
+        }
+        output.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart ..< index]))
+    }
+}

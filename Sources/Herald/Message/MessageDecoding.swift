@@ -1,0 +1,168 @@
+/// What decoding needs from the instance: who the sender is, how to name a new message, and the time.
+public struct DecodingContext: Sendable {
+    /// The sender ID (FCM project number or project ID) written to `from` for token messages.
+    public var senderID: String
+    /// Makes the ID of each accepted message (`gcm.message_id`).
+    public var makeMessageID: @Sendable () -> String
+    /// The receipt time, in milliseconds since 1970.
+    public var now: @Sendable () -> Int64
+
+    public init(
+        senderID: String,
+        makeMessageID: @escaping @Sendable () -> String,
+        now: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() }
+    ) {
+        self.senderID = senderID
+        self.makeMessageID = makeMessageID
+        self.now = now
+    }
+}
+
+/// The size limits of DESIGN §2, as FCM applies them.
+public enum PayloadLimits {
+    /// The most bytes of payload a message may carry.
+    public static let message = 4096
+    /// The most bytes of payload a topic message may carry.
+    public static let topicMessage = 2048
+}
+
+/// Reads a JSON object field by field, refusing unknown fields and wrong types with the field's path.
+/// Google's JSON mapping accepts both the proto field name (`fcm_options`) and its lowerCamelCase form
+/// (`fcmOptions`); so does this.
+struct StrictObject {
+    let object: JSONObject
+    let path: String
+    private var fields: [String: JSONValue] = [:]
+
+    init(_ value: JSONValue, path: String, allowed: [String]) throws(MessageError) {
+        guard case .object(let object) = value else { throw MessageError(.wrongType(field: path, expected: "an object")) }
+        self.object = object
+        self.path = path
+        for (key, fieldValue) in object {
+            let name = allowed.first { $0 == key || StrictObject.camelCase($0) == key }
+            guard let name else { throw MessageError(.unknownField(path.isEmpty ? key : "\(path).\(key)")) }
+            fields[name] = fieldValue
+        }
+    }
+
+    static func camelCase(_ name: String) -> String {
+        var result = ""
+        var upperNext = false
+        for character in name {
+            if character == "_" {
+                upperNext = true
+            } else {
+                result.append(upperNext ? Character(character.uppercased()) : character)
+                upperNext = false
+            }
+        }
+        return result
+    }
+
+    func fieldPath(_ name: String) -> String { path.isEmpty ? name : "\(path).\(name)" }
+
+    func has(_ name: String) -> Bool { fields[name] != nil }
+
+    func value(_ name: String) -> JSONValue? {
+        guard let value = fields[name], !value.isNull else { return nil }
+        return value
+    }
+
+    func string(_ name: String) throws(MessageError) -> String? {
+        guard let value = value(name) else { return nil }
+        guard case .string(let string) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "a string")) }
+        return string
+    }
+
+    func bool(_ name: String) throws(MessageError) -> Bool? {
+        guard let value = value(name) else { return nil }
+        guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "true or false")) }
+        return bool
+    }
+
+    func object(_ name: String, allowed: [String]) throws(MessageError) -> StrictObject? {
+        guard let value = value(name) else { return nil }
+        return try StrictObject(value, path: fieldPath(name), allowed: allowed)
+    }
+
+    /// A free-form object (`apns.payload`), checked only for being an object.
+    func freeObject(_ name: String) throws(MessageError) -> JSONObject? {
+        guard let value = value(name) else { return nil }
+        guard case .object(let object) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "an object")) }
+        return object
+    }
+
+    /// A `map<string, string>` field (`data`, `apns.headers`).
+    func stringMap(_ name: String) throws(MessageError) -> [(String, String)]? {
+        guard let value = value(name) else { return nil }
+        guard case .object(let object) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "an object of strings")) }
+        var pairs: [(String, String)] = []
+        for (key, entry) in object {
+            guard case .string(let string) = entry else {
+                throw MessageError(.wrongType(field: "\(fieldPath(name)).\(key)", expected: "a string (FCM map values are strings)"))
+            }
+            pairs.append((key, string))
+        }
+        return pairs
+    }
+}
+
+/// Checks the types of an `aps` dictionary so that handlers can trust ``APS``.
+enum APSValidation {
+    static func validate(_ value: JSONValue, path: String) throws(MessageError) {
+        guard case .object(let aps) = value else { throw MessageError(.wrongType(field: path, expected: "an object")) }
+        for (key, entry) in aps {
+            let field = "\(path).\(key)"
+            switch key {
+            case "alert":
+                switch entry {
+                case .string: break
+                case .object(let alert):
+                    for (alertKey, alertValue) in alert {
+                        if alertKey.hasSuffix("-args") {
+                            guard case .array(let args) = alertValue, args.allSatisfy({ $0.stringValue != nil }) else {
+                                throw MessageError(.wrongType(field: "\(field).\(alertKey)", expected: "an array of strings"))
+                            }
+                        } else if alertValue.stringValue == nil {
+                            throw MessageError(.wrongType(field: "\(field).\(alertKey)", expected: "a string"))
+                        }
+                    }
+                default:
+                    throw MessageError(.wrongType(field: field, expected: "a string or an object"))
+                }
+            case "badge":
+                guard let badge = entry.intValue, badge >= 0 else { throw MessageError(.wrongType(field: field, expected: "a non-negative integer")) }
+            case "sound":
+                switch entry {
+                case .string: break
+                case .object(let sound):
+                    if let volume = sound["volume"], volume.doubleValue.map({ (0...1).contains($0) }) != true {
+                        throw MessageError(.wrongType(field: "\(field).volume", expected: "a number from 0 to 1"))
+                    }
+                    if let name = sound["name"], name.stringValue == nil {
+                        throw MessageError(.wrongType(field: "\(field).name", expected: "a string"))
+                    }
+                default:
+                    throw MessageError(.wrongType(field: field, expected: "a string or a critical-sound object"))
+                }
+            case "content-available", "mutable-content":
+                guard let flag = entry.intValue, flag == 0 || flag == 1 else { throw MessageError(.wrongType(field: field, expected: "0 or 1")) }
+            case "thread-id", "category", "target-content-id":
+                guard entry.stringValue != nil else { throw MessageError(.wrongType(field: field, expected: "a string")) }
+            case "interruption-level":
+                guard let level = entry.stringValue, APS.InterruptionLevel(rawValue: level) != nil else {
+                    throw MessageError(.wrongType(field: field, expected: "passive, active, time-sensitive or critical"))
+                }
+            case "relevance-score":
+                guard let score = entry.doubleValue, (0...1).contains(score) else { throw MessageError(.wrongType(field: field, expected: "a number from 0 to 1")) }
+            default:
+                break  // APNs ignores keys it does not know; so does Herald (timestamp, event, content-state, ...).
+            }
+        }
+    }
+}
+
+/// The bytes of a payload as the size limit counts them: `userInfo` written compactly.
+func payloadSize(_ userInfo: JSONObject) -> Int {
+    JSONValue.object(userInfo).jsonBytes().count
+}

@@ -1,0 +1,65 @@
+/// One analytics event: what happened to which message, when. Names follow FCM's analytics events.
+public struct AnalyticsEvent: Sendable, Hashable {
+    public enum Name: String, Sendable, Hashable, CaseIterable {
+        case notificationReceive = "notification_receive"
+        case notificationForeground = "notification_foreground"
+        case notificationOpen = "notification_open"
+        case notificationDismiss = "notification_dismiss"
+        case backgroundFetch = "background_fetch"
+        case tokenRefresh = "token_refresh"
+        case topicSubscribe = "topic_subscribe"
+        case topicUnsubscribe = "topic_unsubscribe"
+        case messageDropped = "message_dropped"
+        /// Something a person should look at that is not an error of the sender: an unknown category, a
+        /// handler that threw, a worker that ran out of time.
+        case diagnostic = "diagnostic"
+    }
+
+    /// Why a message was dropped (`message_dropped`).
+    public enum DropReason: String, Sendable, Hashable, CaseIterable {
+        case invalid
+        case duplicate
+        case expired
+        case notTargeted = "not_targeted"
+        case rejectedBackpressure = "rejected_backpressure"
+    }
+
+    public var name: Name
+    /// Milliseconds since 1970.
+    public var timestamp: Int64
+    public var messageID: String?
+    public var analyticsLabel: String?
+    public var topic: String?
+    public var collapseKey: String?
+    public var priority: MessagePriority?
+    /// `DISPLAY_NOTIFICATION` or `DATA_MESSAGE`, as FCM's delivery export has it.
+    public var messageType: String?
+    /// Event-specific values: `reason`, `result`, `duration_ms`, `action`, `detail`, `plugin`, ...
+    public var parameters: [String: String]
+
+    public init(
+        name: Name, timestamp: Int64 = WallClock.nowMilliseconds(), messageID: String? = nil, analyticsLabel: String? = nil,
+        topic: String? = nil, collapseKey: String? = nil, priority: MessagePriority? = nil, messageType: String? = nil,
+        parameters: [String: String] = [:]
+    ) {
+        self.name = name
+        self.timestamp = timestamp
+        self.messageID = messageID
+        self.analyticsLabel = analyticsLabel
+        self.topic = topic
+        self.collapseKey = collapseKey
+        self.priority = priority
+        self.messageType = messageType
+        self.parameters = parameters
+    }
+
+    /// An event about `message`, carrying its ID, label, topic, collapse key, priority and type.
+    public init(_ name: Name, for message: RemoteMessage, parameters: [String: String] = [:]) {
+        self.init(
+            name: name, messageID: message.messageID, analyticsLabel: message.analyticsLabel, topic: message.topic,
+            collapseKey: message.collapseKey, priority: message.priority,
+            messageType: message.kind.contains(.display) ? "DISPLAY_NOTIFICATION" : "DATA_MESSAGE",
+            parameters: parameters
+        )
+    }
+}

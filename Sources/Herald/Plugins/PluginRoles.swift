@@ -1,0 +1,158 @@
+/// Something that plugs into a ``Herald`` instance. A plugin conforms to one or more role protocols
+/// (``Receiver``, ``NotificationHandler``, ``MessageHandler``, ``BackgroundFetchWorker``, ``TokenHandler``,
+/// ``AnalyticsSink``, ``Presenter``); each role's methods have no-op defaults, so a plugin writes only what it needs.
+///
+/// Plugins are registered with ``Herald/register(_:)`` before the instance starts; the set is then frozen.
+/// A plugin never owns the loop: it gets the loop and the bus in ``start(_:)`` and gives them back in ``stop()``.
+public protocol HeraldPlugin: AnyObject, Sendable {
+    /// Name, summary and options, for logs, `herald serve --help` and configuration files.
+    var descriptor: PluginDescriptor { get }
+    /// Called once when the instance starts, before any message flows, in registration order.
+    func start(_ context: PluginContext) async throws
+    /// Called once when the instance stops, after messages stopped flowing, in reverse registration order.
+    func stop() async
+}
+
+extension HeraldPlugin {
+    public var descriptor: PluginDescriptor { PluginDescriptor(name: String(describing: Self.self)) }
+    public func start(_ context: PluginContext) async throws {}
+    public func stop() async {}
+}
+
+/// Describes a plugin: its name, what it does and the options it takes, with defaults and help.
+public struct PluginDescriptor: Sendable, Hashable {
+    public var name: String
+    public var summary: String
+    public var options: [Option]
+
+    public struct Option: Sendable, Hashable {
+        public var name: String
+        public var defaultValue: String
+        public var help: String
+        public init(name: String, defaultValue: String, help: String) {
+            self.name = name
+            self.defaultValue = defaultValue
+            self.help = help
+        }
+    }
+
+    public init(name: String, summary: String = "", options: [Option] = []) {
+        self.name = name
+        self.summary = summary
+        self.options = options
+    }
+}
+
+/// The roles a registered plugin plays, worked out from its conformances.
+public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertible {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let receiver = PluginRoles(rawValue: 1 << 0)
+    public static let notificationHandler = PluginRoles(rawValue: 1 << 1)
+    public static let messageHandler = PluginRoles(rawValue: 1 << 2)
+    public static let backgroundFetchWorker = PluginRoles(rawValue: 1 << 3)
+    public static let tokenHandler = PluginRoles(rawValue: 1 << 4)
+    public static let analyticsSink = PluginRoles(rawValue: 1 << 5)
+    public static let presenter = PluginRoles(rawValue: 1 << 6)
+
+    /// The roles `plugin` conforms to.
+    public static func of(_ plugin: any HeraldPlugin) -> PluginRoles {
+        var roles: PluginRoles = []
+        if plugin is any Receiver { roles.insert(.receiver) }
+        if plugin is any NotificationHandler { roles.insert(.notificationHandler) }
+        if plugin is any MessageHandler { roles.insert(.messageHandler) }
+        if plugin is any BackgroundFetchWorker { roles.insert(.backgroundFetchWorker) }
+        if plugin is any TokenHandler { roles.insert(.tokenHandler) }
+        if plugin is any AnalyticsSink { roles.insert(.analyticsSink) }
+        if plugin is any Presenter { roles.insert(.presenter) }
+        return roles
+    }
+
+    public var description: String {
+        let names: [(PluginRoles, String)] = [
+            (.receiver, "receiver"), (.notificationHandler, "notification-handler"), (.messageHandler, "message-handler"),
+            (.backgroundFetchWorker, "background-fetch-worker"), (.tokenHandler, "token-handler"),
+            (.analyticsSink, "analytics-sink"), (.presenter, "presenter"),
+        ]
+        return names.filter { contains($0.0) }.map(\.1).joined(separator: ",")
+    }
+}
+
+/// Brings messages to the bus: from a socket, HTTP, NATS, a file, or memory. Runs on the loop thread.
+public protocol Receiver: HeraldPlugin {
+    /// Stop taking messages in (stop reading sockets): the bus is full. Called on the loop thread.
+    func pause()
+    /// Take messages in again. Called on the loop thread.
+    func resume()
+}
+
+extension Receiver {
+    public func pause() {}
+    public func resume() {}
+}
+
+/// The "will present" and "did receive response" handler, as `UNUserNotificationCenterDelegate`.
+public protocol NotificationHandler: HeraldPlugin {
+    /// A display notification arrived: answer how to present it. Answers of several handlers are combined
+    /// as a union. The default answers `[]` (show nothing).
+    func willPresent(_ message: RemoteMessage) async -> PresentationOptions
+    /// A person acted on a notification: the default action, dismissal, or a custom action.
+    func didReceive(_ response: NotificationResponse) async
+}
+
+extension NotificationHandler {
+    public func willPresent(_ message: RemoteMessage) async -> PresentationOptions { [] }
+    public func didReceive(_ response: NotificationResponse) async {}
+}
+
+/// Handles data-only messages (neither display nor silent).
+public protocol MessageHandler: HeraldPlugin {
+    /// A data-only message arrived. A thrown error is logged and recorded; it never stops other handlers.
+    func didReceive(_ message: RemoteMessage) async throws
+}
+
+extension MessageHandler {
+    public func didReceive(_ message: RemoteMessage) async throws {}
+}
+
+/// Woken by silent (`content-available: 1`) messages, as `application(_:didReceiveRemoteNotification:fetchCompletionHandler:)`.
+public protocol BackgroundFetchWorker: HeraldPlugin {
+    /// Fetch what the message announces. Runs off the loop thread, with a deadline after which the task is
+    /// cancelled and counted `.failed`.
+    func fetch(_ message: RemoteMessage) async -> BackgroundFetchResult
+}
+
+extension BackgroundFetchWorker {
+    public func fetch(_ message: RemoteMessage) async -> BackgroundFetchResult { .noData }
+}
+
+/// Told the registration token at every start and whenever it changes, as `messaging(_:didReceiveRegistrationToken:)`.
+public protocol TokenHandler: HeraldPlugin {
+    /// The current registration token; `nil` after ``Herald/deleteToken()`` until a new one is minted.
+    func didReceiveRegistrationToken(_ token: String?) async
+}
+
+extension TokenHandler {
+    public func didReceiveRegistrationToken(_ token: String?) async {}
+}
+
+/// Takes analytics events, in batches, off the hot path.
+public protocol AnalyticsSink: HeraldPlugin {
+    /// Records a batch of events. A thrown error is counted and the batch retried later.
+    func record(_ events: [AnalyticsEvent]) async throws
+}
+
+extension AnalyticsSink {
+    public func record(_ events: [AnalyticsEvent]) async throws {}
+}
+
+/// Acts on presentation options: shows the notification (a log line by default; a desktop notification later).
+public protocol Presenter: HeraldPlugin {
+    /// Present `message` as `options` say, with the actions of its category (empty for an unknown category).
+    func present(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) async
+}
+
+extension Presenter {
+    public func present(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) async {}
+}

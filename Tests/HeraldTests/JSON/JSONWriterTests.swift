@@ -1,0 +1,94 @@
+import Testing
+@testable import Herald
+
+@Suite("JSONWriter")
+struct JSONWriterTests {
+    @Test("scalars")
+    func scalars() {
+        #expect(JSONValue.null.jsonString() == "null")
+        #expect(JSONValue.bool(true).jsonString() == "true")
+        #expect(JSONValue.bool(false).jsonString() == "false")
+        #expect(JSONValue.int(0).jsonString() == "0")
+        #expect(JSONValue.int(7).jsonString() == "7")
+        #expect(JSONValue.int(-42).jsonString() == "-42")
+        #expect(JSONValue.int(1_234_567_890).jsonString() == "1234567890")
+        #expect(JSONValue.int(.max).jsonString() == "9223372036854775807")
+        #expect(JSONValue.int(.min).jsonString() == "-9223372036854775808")
+    }
+
+    @Test(
+        "doubles: shortest round-trip text, always with a fraction or an exponent",
+        arguments: [
+            (0.1, "0.1"),
+            (2.0, "2.0"),
+            (-2.0, "-2.0"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.5, "1.5"),
+            (123_456_789.0, "123456789.0"),
+            (1e16, "1e+16"),
+            (1e300, "1e+300"),
+            (1e-7, "1e-07"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (Double.leastNonzeroMagnitude, "5e-324"),
+            (Double.greatestFiniteMagnitude, "1.7976931348623157e+308"),
+            (9_007_199_254_740_992.0, "9007199254740992.0"),
+        ]
+    )
+    func doubles(value: Double, text: String) throws {
+        let written = JSONValue.double(value).jsonString()
+        #expect(written == text)
+        let reparsed = try JSONParser.parse(written)
+        #expect(reparsed.doubleValue?.bitPattern == value.bitPattern)
+        guard case .double = reparsed else {
+            Issue.record("\(written) did not parse back as a double")
+            return
+        }
+    }
+
+    @Test("non-finite doubles, which JSON cannot express, are written as null")
+    func nonFinite() {
+        #expect(JSONValue.double(.infinity).jsonString() == "null")
+        #expect(JSONValue.double(-.infinity).jsonString() == "null")
+        #expect(JSONValue.double(.nan).jsonString() == "null")
+    }
+
+    @Test("strings escape quote, backslash and control characters only")
+    func strings() {
+        #expect(JSONValue.string("").jsonString() == #""""#)
+        #expect(JSONValue.string("plain").jsonString() == #""plain""#)
+        #expect(JSONValue.string("\"\\").jsonString() == #""\"\\""#)
+        #expect(JSONValue.string("\n\r\t\u{8}\u{C}").jsonString() == #""\n\r\t\b\f""#)
+        #expect(JSONValue.string("\u{0}\u{1}\u{1F}\u{B}").jsonString() == #""\u0000\u0001\u001f\u000b""#)
+        #expect(JSONValue.string("a/b").jsonString() == #""a/b""#)
+        #expect(JSONValue.string("\u{7F}").jsonString() == "\"\u{7F}\"")
+        #expect(JSONValue.string("é€😀\u{2028}").jsonString() == "\"é€😀\u{2028}\"")
+        #expect(JSONValue.string("é€😀").jsonBytes() == [0x22] + Array("é€😀".utf8) + [0x22])
+        #expect(JSONValue.string("run\"run\\run\nrun").jsonString() == #""run\"run\\run\nrun""#)
+    }
+
+    @Test("arrays and objects are compact, members in stored order")
+    func containers() throws {
+        #expect(JSONValue.array([]).jsonString() == "[]")
+        #expect(JSONValue.object([:]).jsonString() == "{}")
+        #expect(JSONValue.array([1, "a", nil, true, 2.5]).jsonString() == #"[1,"a",null,true,2.5]"#)
+        let value: JSONValue = ["z": 1, "a": ["nested": [[], [:]]], "m\"k": "v"]
+        #expect(value.jsonString() == #"{"z":1,"a":{"nested":[[],{}]},"m\"k":"v"}"#)
+        let reordered = try JSONParser.parse(#" { "b" : 2 , "a" : 1 } "#)
+        #expect(reordered.jsonString() == #"{"b":2,"a":1}"#)
+    }
+
+    @Test("write(into:) appends to what is already there; the three outputs agree")
+    func writeInto() {
+        let value: JSONValue = ["message": ["token": "t", "data": ["k": "v"]]]
+        var output = Array("prefix ".utf8)
+        value.write(into: &output)
+        value.write(into: &output)
+        let text = #"{"message":{"token":"t","data":{"k":"v"}}}"#
+        #expect(output == Array(("prefix " + text + text).utf8))
+        #expect(value.jsonBytes() == Array(text.utf8))
+        #expect(value.jsonString() == text)
+        #expect(value.description == text)
+        #expect(value.objectValue?.description == text)
+    }
+}
