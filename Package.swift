@@ -52,6 +52,12 @@ let package = Package(
             path: "Examples/LoopEcho",
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "EchoReceiver",
+            dependencies: ["Herald"],
+            path: "Examples/EchoReceiver",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "HeraldTests",
             dependencies: ["Herald", "HeraldTesting", .product(name: "PropertyBased", package: "swift-property-based")],

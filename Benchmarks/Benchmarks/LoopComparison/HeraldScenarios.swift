@@ -2,19 +2,30 @@
 
 import Herald
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One started Herald loop.
 final class HeraldLoopFixture: BenchmarkFixture {
     let loop: EventLoop
+    let loopCPUClock: clockid_t
     let countdown = Countdown()
 
-    private init(loop: EventLoop) {
+    private init(loop: EventLoop, loopCPUClock: clockid_t) {
         self.loop = loop
+        self.loopCPUClock = loopCPUClock
     }
 
     static func make() async throws -> HeraldLoopFixture {
         let loop = EventLoop(name: "herald-bench")
         try loop.start()
-        return HeraldLoopFixture(loop: loop)
+        do {
+            return HeraldLoopFixture(loop: loop, loopCPUClock: try await heraldLoopCPUClock(loop))
+        } catch {
+            await loop.shutdownGracefully()
+            throw error
+        }
     }
 
     func tearDown() async throws {
@@ -59,11 +70,13 @@ final class HeraldLoopFixture: BenchmarkFixture {
 /// A Herald loop with a Unix socket echo server on it and the blocking client connected.
 final class HeraldEchoFixture: BenchmarkFixture {
     let loop: EventLoop
+    let loopCPUClock: clockid_t
     let server: StreamServer
     let client: BlockingEchoClient
 
-    private init(loop: EventLoop, server: StreamServer, client: BlockingEchoClient) {
+    private init(loop: EventLoop, loopCPUClock: clockid_t, server: StreamServer, client: BlockingEchoClient) {
         self.loop = loop
+        self.loopCPUClock = loopCPUClock
         self.server = server
         self.client = client
     }
@@ -81,7 +94,7 @@ final class HeraldEchoFixture: BenchmarkFixture {
             }
             let client = try BlockingEchoClient(path: path)
             try client.checkedRoundTrip()
-            return HeraldEchoFixture(loop: loop, server: server, client: client)
+            return HeraldEchoFixture(loop: loop, loopCPUClock: try await heraldLoopCPUClock(loop), server: server, client: client)
         } catch {
             await loop.shutdownGracefully()
             throw error
@@ -99,4 +112,9 @@ final class HeraldEchoFixture: BenchmarkFixture {
     func echo(count: Int) {
         for _ in 0..<count { client.roundTrip() }
     }
+}
+
+/// The CPU-time clock of the thread running `loop`.
+private func heraldLoopCPUClock(_ loop: EventLoop) async throws -> clockid_t {
+    try cpuClock(of: try await loop.submit { pthread_self() })
 }

@@ -12,15 +12,23 @@ import Glibc
 final class NIOLoopFixture: BenchmarkFixture {
     let group: MultiThreadedEventLoopGroup
     let loop: any EventLoop
+    let loopCPUClock: clockid_t
     let countdown = Countdown()
 
-    private init(group: MultiThreadedEventLoopGroup) {
+    private init(group: MultiThreadedEventLoopGroup, loopCPUClock: clockid_t) {
         self.group = group
         self.loop = group.next()
+        self.loopCPUClock = loopCPUClock
     }
 
     static func make() async throws -> NIOLoopFixture {
-        NIOLoopFixture(group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        do {
+            return NIOLoopFixture(group: group, loopCPUClock: try await nioLoopCPUClock(group.next()))
+        } catch {
+            try? await group.shutdownGracefully()
+            throw error
+        }
     }
 
     func tearDown() async throws {
@@ -83,12 +91,14 @@ private final class EchoHandler: ChannelInboundHandler {
 /// A NIO loop with a Unix socket echo server on it and the blocking client connected.
 final class NIOEchoFixture: BenchmarkFixture {
     let group: MultiThreadedEventLoopGroup
+    let loopCPUClock: clockid_t
     let server: any Channel
     let client: BlockingEchoClient
     let path: String
 
-    private init(group: MultiThreadedEventLoopGroup, server: any Channel, client: BlockingEchoClient, path: String) {
+    private init(group: MultiThreadedEventLoopGroup, loopCPUClock: clockid_t, server: any Channel, client: BlockingEchoClient, path: String) {
         self.group = group
+        self.loopCPUClock = loopCPUClock
         self.server = server
         self.client = client
         self.path = path
@@ -109,7 +119,8 @@ final class NIOEchoFixture: BenchmarkFixture {
             do {
                 let client = try BlockingEchoClient(path: path)
                 try client.checkedRoundTrip()
-                return NIOEchoFixture(group: group, server: server, client: client, path: path)
+                return NIOEchoFixture(group: group, loopCPUClock: try await nioLoopCPUClock(group.next()), server: server,
+                                      client: client, path: path)
             } catch {
                 try? await server.close()
                 throw error
@@ -131,4 +142,9 @@ final class NIOEchoFixture: BenchmarkFixture {
     func echo(count: Int) {
         for _ in 0..<count { client.roundTrip() }
     }
+}
+
+/// The CPU-time clock of the thread running `loop`.
+private func nioLoopCPUClock(_ loop: any EventLoop) async throws -> clockid_t {
+    try cpuClock(of: try await loop.submit { pthread_self() }.get())
 }

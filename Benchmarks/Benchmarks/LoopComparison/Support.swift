@@ -9,6 +9,8 @@ import Synchronization
 protocol BenchmarkFixture: AnyObject, Sendable {
     static func make() async throws -> Self
     func tearDown() async throws
+    /// The CPU-time clock of the loop's thread (see ``cpuClock(of:)``).
+    var loopCPUClock: clockid_t { get }
 }
 
 /// Holds the fixture of one benchmark between its setup and teardown hooks (the teardown hook of
@@ -63,10 +65,20 @@ struct BenchmarkSetupError: Error, CustomStringConvertible {
     }
 }
 
-/// CPU time used so far by all threads of the process, in nanoseconds.
-func processCPUTimeNanoseconds() -> Int {
+/// The CPU-time clock of `thread`. Unlike CLOCK_PROCESS_CPUTIME_ID, which brings other threads' time up to
+/// date only at scheduler ticks, a thread's own clock is exact even while that thread runs on another core.
+func cpuClock(of thread: pthread_t) throws -> clockid_t {
+    var clock = clockid_t()
+    let result = pthread_getcpuclockid(thread, &clock)
+    guard result == 0 else { throw BenchmarkSetupError("pthread_getcpuclockid", errno: result) }
+    return clock
+}
+
+/// CPU time used so far on `clock`, in nanoseconds.
+@inline(__always)
+func cpuNanoseconds(_ clock: clockid_t) -> Int {
     var time = timespec()
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+    clock_gettime(clock, &time)
     return time.tv_sec * 1_000_000_000 + time.tv_nsec
 }
 

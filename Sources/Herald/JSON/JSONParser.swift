@@ -96,6 +96,11 @@ private struct JSONReader: ~Copyable {
     private var depth = 0
     /// Unescaped UTF-8 of the string being read, used only by strings that contain escapes.
     private var scratch: [UInt8] = []
+    /// Elements of the arrays being read, innermost last; each array takes its elements off the top when it
+    /// closes, so it is allocated once, at its final size.
+    private var elements = ParseStack<JSONValue>()
+    /// Members of the objects being read, in the same way.
+    private var members = ParseStack<JSONObject.Element>()
 
     init(base: UnsafeRawPointer, count: Int, limits: JSONParser.Limits) {
         self.base = base
@@ -179,12 +184,12 @@ private struct JSONReader: ~Copyable {
         try enterContainer()
         position += 1
         skipWhitespace()
-        var elements: [JSONValue] = []
         if position < count && byte(at: position) == .closeBracket {
             position += 1
             depth -= 1
-            return .array(elements)
+            return .array([])
         }
+        let base = elements.count
         while true {
             elements.append(try parseValue())
             skipWhitespace()
@@ -200,7 +205,7 @@ private struct JSONReader: ~Copyable {
             case .closeBracket:
                 position += 1
                 depth -= 1
-                return .array(elements)
+                return .array(elements.popArray(from: base))
             case let other:
                 throw JSONParseError(.unexpectedByte(other), at: position)
             }
@@ -211,12 +216,14 @@ private struct JSONReader: ~Copyable {
         try enterContainer()
         position += 1
         skipWhitespace()
-        var object = JSONObject()
         if position < count && byte(at: position) == .closeBrace {
             position += 1
             depth -= 1
-            return .object(object)
+            return .object(JSONObject())
         }
+        let base = members.count
+        // Key → position from `base`, built only once the object is too large to search linearly.
+        var index: [String: Int]?
         while true {
             guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
             let keyStart = position
@@ -224,7 +231,9 @@ private struct JSONReader: ~Copyable {
                 throw JSONParseError(.unexpectedByte(byte(at: keyStart)), at: keyStart)
             }
             let key = try parseString()
-            if object.contains(key: key) {
+            if let index {
+                if index[key] != nil { throw JSONParseError(.duplicateKey(key), at: keyStart) }
+            } else if members.containsKey(key, from: base) {
                 throw JSONParseError(.duplicateKey(key), at: keyStart)
             }
             skipWhitespace()
@@ -234,7 +243,13 @@ private struct JSONReader: ~Copyable {
             }
             position += 1
             skipWhitespace()
-            object.appendNew(key: key, value: try parseValue())
+            members.append((key: key, value: try parseValue()))
+            let memberCount = members.count - base
+            if index != nil {
+                index![key] = memberCount - 1
+            } else if memberCount > JSONObject.linearSearchLimit {
+                index = members.keyIndex(from: base)
+            }
             skipWhitespace()
             guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
             switch byte(at: position) {
@@ -248,7 +263,7 @@ private struct JSONReader: ~Copyable {
             case .closeBrace:
                 position += 1
                 depth -= 1
-                return .object(object)
+                return .object(JSONObject(uniqueEntries: members.popArray(from: base), index: index))
             case let other:
                 throw JSONParseError(.unexpectedByte(other), at: position)
             }
@@ -605,6 +620,71 @@ private struct JSONReader: ~Copyable {
             defer { uselocale(previous) }
             return strtod(copy, nil)
         }
+    }
+}
+
+/// A stack of values that lives for one parse: containers push their contents while they are read and
+/// move them, at the final size, into the array they return. One buffer serves every container, so a
+/// container costs one allocation (its own storage) instead of one per growth step.
+private struct ParseStack<Element>: ~Copyable {
+    private var storage: UnsafeMutablePointer<Element>?
+    private var capacity = 0
+    private(set) var count = 0
+
+    init() {}
+
+    deinit {
+        // Elements are left here only when the parse failed.
+        storage?.deinitialize(count: count)
+        storage?.deallocate()
+    }
+
+    mutating func append(_ element: Element) {
+        if count == capacity { grow() }
+        (storage.unsafelyUnwrapped + count).initialize(to: element)
+        count += 1
+    }
+
+    /// Moves the elements from `start` to the top into a new array, leaving `start` elements.
+    mutating func popArray(from start: Int) -> [Element] {
+        let moved = count - start
+        let source = storage.unsafelyUnwrapped + start
+        count = start
+        return [Element](unsafeUninitializedCapacity: moved) { buffer, initialized in
+            buffer.baseAddress.unsafelyUnwrapped.moveInitialize(from: source, count: moved)
+            initialized = moved
+        }
+    }
+
+    private mutating func grow() {
+        let newCapacity = Swift.max(16, capacity * 2)
+        let newStorage = UnsafeMutablePointer<Element>.allocate(capacity: newCapacity)
+        if let storage {
+            newStorage.moveInitialize(from: storage, count: count)
+            storage.deallocate()
+        }
+        storage = newStorage
+        capacity = newCapacity
+    }
+}
+
+extension ParseStack where Element == JSONObject.Element {
+    /// Whether a member from `start` to the top has `key`.
+    func containsKey(_ key: String, from start: Int) -> Bool {
+        guard let storage else { return false }
+        for position in start ..< count where storage[position].key == key {
+            return true
+        }
+        return false
+    }
+
+    /// Key → position from `start`, for the members from `start` to the top.
+    func keyIndex(from start: Int) -> [String: Int] {
+        var index = [String: Int](minimumCapacity: 2 * (count - start))
+        for position in start ..< count {
+            index[storage.unsafelyUnwrapped[position].key] = position - start
+        }
+        return index
     }
 }
 

@@ -155,7 +155,7 @@ public struct JSONObject: Sendable {
     private var index: [String: Int]?
 
     /// Objects up to this many members are searched linearly; larger ones keep `index`.
-    private static let linearSearchLimit = 12
+    static let linearSearchLimit = 12
 
     /// An empty object.
     public init() {
@@ -245,13 +245,15 @@ public struct JSONObject: Sendable {
         return result
     }
 
-    /// Whether the object has a member named `key`.
-    func contains(key: String) -> Bool {
-        position(of: key) != nil
+    /// An object of `entries`, whose keys the caller has checked are unique, with `index` built from them
+    /// when there are more than `linearSearchLimit`.
+    init(uniqueEntries entries: [Element], index: [String: Int]?) {
+        self.entries = entries
+        self.index = index
     }
 
     /// Appends a member whose key the caller knows is not present yet.
-    mutating func appendNew(key: String, value: JSONValue) {
+    private mutating func appendNew(key: String, value: JSONValue) {
         entries.append((key: key, value: value))
         if index != nil {
             index![key] = entries.count - 1

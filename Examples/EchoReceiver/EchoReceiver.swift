@@ -1,0 +1,61 @@
+// EchoReceiver: the reference AppDelegate on Linux.
+//
+// With no arguments it starts a Herald instance, prints the registration token, subscribes to the topic
+// "weather", feeds the bundled sample messages through the bus (FCM v1 bodies and APNs payloads, decoded
+// exactly as the network receivers decode them), opens the first notification as a person would, prints
+// everything the handlers see, and exits 0.
+//
+//     swift run EchoReceiver
+
+import Herald
+
+@main
+struct EchoReceiver {
+    static func main() async throws {
+        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        try herald.register(AppDelegate())
+        try herald.register(category: NotificationCategory(identifier: "MATCH_UPDATE", actions: [
+            NotificationAction(identifier: "FOLLOW", title: "Follow the match", options: .foreground),
+        ]))
+        try await herald.start()
+        let token = try await herald.token()
+        try await herald.subscribe(toTopic: "weather")
+
+        var firstNotification: String?
+        for sample in Samples.all {
+            print("\n--- \(sample.name)")
+            switch await feed(sample, to: herald, token: token) {
+            case .success(let id):
+                print("accepted: projects/herald/messages/\(id)")
+                try await herald.waitUntilIdle()
+                if firstNotification == nil, sample.wire == .apns { firstNotification = id }
+            case .failure(let error):
+                print("refused: \(error)")
+            }
+        }
+
+        if let firstNotification {
+            print("\n--- the person opens the first notification")
+            try await herald.respond(to: firstNotification)
+        }
+        await herald.shutdown()
+    }
+
+    /// Decodes a sample as its receiver would and offers it to the bus.
+    static func feed(_ sample: Samples.Sample, to herald: Herald, token: String) async -> DeliveryOutcome {
+        let body = sample.body.split(separator: "REPLACE_WITH_TOKEN", omittingEmptySubsequences: false).joined(separator: token)
+        let bytes = Array(body.utf8)
+        do {
+            switch sample.wire {
+            case .fcm:
+                let request = try FCMSendRequest.decode(bytes, context: herald.decodingContext)
+                return await herald.deliver(request.message, validateOnly: request.validateOnly)
+            case .apns:
+                let message = try APNsRequest.decode(payload: bytes, headers: [:], deviceToken: token, context: herald.decodingContext)
+                return await herald.deliver(message)
+            }
+        } catch {
+            return .failure(error)
+        }
+    }
+}
