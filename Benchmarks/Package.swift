@@ -27,5 +27,18 @@ let package = Package(
                 .plugin(name: "BenchmarkPlugin", package: "benchmark"),
             ]
         ),
+        // The message path: bus dispatch to a no-op handler and FCM v1 decoding.
+        .executableTarget(
+            name: "MessagePath",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "Benchmark", package: "benchmark"),
+            ],
+            path: "Benchmarks/MessagePath",
+            swiftSettings: [.swiftLanguageMode(.v6)],
+            plugins: [
+                .plugin(name: "BenchmarkPlugin", package: "benchmark"),
+            ]
+        ),
     ]
 )

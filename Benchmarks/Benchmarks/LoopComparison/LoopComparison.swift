@@ -23,7 +23,7 @@ let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
         metrics: [.wallClock, .throughput, .mallocCountTotal, .cpuTotal, workCPUTime],
         timeUnits: .nanoseconds,
-        units: [.throughput: .kilo, workCPUTime: .count],
+        units: [workCPUTime: .count],
         warmupIterations: 10,
         scalingFactor: .kilo,
         maxDuration: .seconds(4),

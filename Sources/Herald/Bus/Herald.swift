@@ -99,6 +99,18 @@ public final class Herald: @unchecked Sendable {
         }
     }
 
+    /// The registered plugins in registration order, each with its descriptor and the roles it plays.
+    public var registeredPlugins: [(descriptor: PluginDescriptor, roles: PluginRoles)] {
+        let all: [any HeraldPlugin] = state.withLock { state in
+            switch state {
+            case .registering(let plugins, _): plugins.all
+            case .started(let bus): bus.pluginSet.all
+            case .stopped: []
+            }
+        }
+        return all.map { ($0.descriptor, PluginRoles.of($0)) }
+    }
+
     /// Registers a notification category, replacing one with the same identifier.
     public func register(category: NotificationCategory) throws(HeraldError) {
         try state.withLock { (state: inout Lifecycle) throws(HeraldError) in

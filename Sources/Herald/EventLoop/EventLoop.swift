@@ -206,7 +206,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     /// Runs the work queued when the loop woke up; work queued meanwhile waits for the next wake-up,
     /// so that a busy queue cannot starve I/O.
     private func drainQueue() {
-        var batch = spareBatch
+        // Move the spare buffer out (not copy it), so the one swapped into the queue is uniquely owned and
+        // work queued during this drain appends to it without a copy-on-write allocation.
+        var batch: [Work] = []
+        swap(&batch, &spareBatch)
         shared.withLock { shared in
             swap(&shared.queue, &batch)
             shared.wakePending = false
@@ -254,7 +257,14 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
 
     private func insertTimer(_ task: ScheduledTask) {
         guard !loopIsClosing else { return }
+        timers.compactIfMostlyCancelled()
         if timers.insert(task) { armTimer(for: task.deadline) }
+    }
+
+    /// Timers in the heap, cancelled ones included until the next compaction. Loop thread only; for tests.
+    var pendingTimerCount: Int {
+        preconditionInEventLoop()
+        return timers.count
     }
 
     private func armTimer(for deadline: Deadline) {

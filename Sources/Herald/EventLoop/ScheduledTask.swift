@@ -63,13 +63,21 @@ public final class RepeatedTask: Sendable {
 
 /// A min-heap of scheduled tasks ordered by deadline, then by insertion order. Owned by one loop; not thread-safe.
 package struct TimerHeap {
+    /// The ordering key is kept beside the task so that sifting never touches the task object.
     private struct Entry {
-        let task: ScheduledTask
+        let deadline: Deadline
         let sequence: UInt64
+        let task: ScheduledTask
+
+        @inline(__always)
+        static func < (lhs: Entry, rhs: Entry) -> Bool {
+            lhs.deadline != rhs.deadline ? lhs.deadline < rhs.deadline : lhs.sequence < rhs.sequence
+        }
     }
 
     private var entries: [Entry] = []
     private var nextSequence: UInt64 = 0
+    private var insertsSinceCompaction = 0
 
     package init() {}
 
@@ -82,15 +90,16 @@ package struct TimerHeap {
     /// Adds a task; returns `true` when it became the earliest.
     @discardableResult
     package mutating func insert(_ task: ScheduledTask) -> Bool {
-        entries.append(Entry(task: task, sequence: nextSequence))
+        entries.append(Entry(deadline: task.deadline, sequence: nextSequence, task: task))
         nextSequence &+= 1
+        insertsSinceCompaction += 1
         siftUp(entries.count - 1)
         return entries[0].task === task
     }
 
     /// Removes and returns the earliest task if it is due at `now`.
     package mutating func popDue(at now: Deadline) -> ScheduledTask? {
-        guard let top = entries.first, top.task.deadline <= now else { return nil }
+        guard let top = entries.first, top.deadline <= now else { return nil }
         let last = entries.removeLast()
         if !entries.isEmpty {
             entries[0] = last
@@ -99,10 +108,12 @@ package struct TimerHeap {
         return top.task
     }
 
-    /// Drops cancelled tasks when they make up most of the heap, so that a pattern of schedule-then-cancel
-    /// (idle timers reset on every request) does not grow it without bound.
+    /// Drops cancelled tasks, so that a pattern of schedule-then-cancel (idle timers reset on every request)
+    /// does not grow the heap without bound. The scan runs only after as many inserts as half the heap holds,
+    /// so its cost per insert stays constant however many timers are pending.
     package mutating func compactIfMostlyCancelled() {
-        guard entries.count >= 64 else { return }
+        guard insertsSinceCompaction >= max(64, entries.count / 2) else { return }
+        insertsSinceCompaction = 0
         let live = entries.filter { !$0.task.isCancelled }
         guard live.count * 2 < entries.count else { return }
         entries = live
@@ -115,32 +126,31 @@ package struct TimerHeap {
         return entries.map(\.task)
     }
 
-    private func less(_ a: Int, _ b: Int) -> Bool {
-        let lhs = entries[a], rhs = entries[b]
-        if lhs.task.deadline != rhs.task.deadline { return lhs.task.deadline < rhs.task.deadline }
-        return lhs.sequence < rhs.sequence
-    }
-
     private mutating func siftUp(_ start: Int) {
         var child = start
+        let moving = entries[child]
         while child > 0 {
             let parent = (child - 1) / 2
-            guard less(child, parent) else { return }
-            entries.swapAt(child, parent)
+            guard moving < entries[parent] else { break }
+            entries[child] = entries[parent]
             child = parent
         }
+        entries[child] = moving
     }
 
     private mutating func siftDown(_ start: Int) {
         var parent = start
+        let moving = entries[parent]
+        let count = entries.count
         while true {
             let left = 2 * parent + 1
-            guard left < entries.count else { return }
+            guard left < count else { break }
             var smallest = left
-            if left + 1 < entries.count, less(left + 1, left) { smallest = left + 1 }
-            guard less(smallest, parent) else { return }
-            entries.swapAt(smallest, parent)
+            if left + 1 < count, entries[left + 1] < entries[left] { smallest = left + 1 }
+            guard entries[smallest] < moving else { break }
+            entries[parent] = entries[smallest]
             parent = smallest
         }
+        entries[parent] = moving
     }
 }

@@ -2,10 +2,15 @@ import Glibc
 
 /// A strict RFC 8259 JSON parser that reads raw bytes.
 ///
-/// It is Herald's decoder for message bodies: one pass over the input, no intermediate tokens, no
-/// per-character work beyond looking at each byte; the only allocations are the values it returns
-/// (strings longer than 15 UTF-8 bytes, arrays, objects) and one scratch buffer for strings that
-/// contain escapes.
+/// It is Herald's decoder for message bodies: one pass over the input (string contents are scanned eight
+/// bytes at a time), no intermediate tokens. The only allocations are the values it returns (strings longer
+/// than 15 UTF-8 bytes; arrays and objects, each allocated once at its final size) plus, per parse, one
+/// stack that holds the contents of open containers and one scratch buffer for strings that contain escapes.
+///
+/// Numbers: an integer written without fraction or exponent that fits `Int64` becomes ``JSONValue/int(_:)``;
+/// any other number becomes a correctly rounded ``JSONValue/double(_:)`` (`-0` stays the double `-0.0`).
+/// A number too large for a `Double` (`1e400`) is an error; one too small underflows to zero or a subnormal,
+/// as `strtod` does.
 ///
 /// Strict means: no trailing commas, comments, leading zeros, `NaN` / `Infinity`, single quotes or
 /// unknown escapes; no raw control characters or invalid UTF-8 inside strings; no lone surrogates in
@@ -100,7 +105,7 @@ private struct JSONReader: ~Copyable {
     /// closes, so it is allocated once, at its final size.
     private var elements = ParseStack<JSONValue>()
     /// Members of the objects being read, in the same way.
-    private var members = ParseStack<JSONObject.Element>()
+    private var members = ParseStack<JSONObject.Member>()
 
     init(base: UnsafeRawPointer, count: Int, limits: JSONParser.Limits) {
         self.base = base
@@ -243,7 +248,7 @@ private struct JSONReader: ~Copyable {
             }
             position += 1
             skipWhitespace()
-            members.append((key: key, value: try parseValue()))
+            members.append(JSONObject.Member(key: key, value: try parseValue()))
             let memberCount = members.count - base
             if index != nil {
                 index![key] = memberCount - 1
@@ -278,12 +283,7 @@ private struct JSONReader: ~Copyable {
         let start = quote + 1
         var offset = start
         while true {
-            // Eight plain ASCII bytes at a time: no quote, backslash, control character or non-ASCII byte.
-            while offset + 8 <= count {
-                let word = base.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-                guard Self.isPlainASCII(word) else { break }
-                offset += 8
-            }
+            offset = skipPlainBytes(from: offset)
             guard offset < count else { throw JSONParseError(.unexpectedEnd, at: offset) }
             let byte = byte(at: offset)
             if byte == .quote {
@@ -306,20 +306,36 @@ private struct JSONReader: ~Copyable {
         return String(decoding: UnsafeRawBufferPointer(start: base + start, count: length), as: UTF8.self)
     }
 
-    /// Whether none of the eight bytes in `word` is `"`, `\`, below 0x20 or at or above 0x80.
+    /// The offset of the first byte from `offset` that needs a closer look in a string (`"`, `\`, a control
+    /// character or a non-ASCII byte), found eight bytes at a time; or, near the end of the input, the offset
+    /// where fewer than eight bytes are left.
     @inline(__always)
-    private static func isPlainASCII(_ word: UInt64) -> Bool {
+    private func skipPlainBytes(from offset: Int) -> Int {
+        var offset = offset
+        while offset + 8 <= count {
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            let special = Self.specialBytes(word)
+            guard special == 0 else {
+                return offset + special.trailingZeroBitCount / 8
+            }
+            offset += 8
+        }
+        return offset
+    }
+
+    /// The high bit of each byte of `word` (first byte lowest) that is `"`, `\`, below 0x20 or at or above
+    /// 0x80, exactly for the first such byte; bytes after it may be flagged falsely.
+    @inline(__always)
+    private static func specialBytes(_ word: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
-        // A byte's high bit is set in each term exactly when the byte is, respectively:
-        // below 0x20, equal to '"', equal to '\'.
+        // In each term a byte's high bit is set when the byte is, respectively, below 0x20, '"' or '\' (the
+        // usual "has zero byte" tricks). A subtraction borrows only out of a byte that matched, so a false
+        // flag only ever follows a true one. `& ~word` drops flags of non-ASCII bytes; `| word` flags those.
         let belowSpace = word &- ones &* 0x20
         let quotes = (word ^ (ones &* 0x22)) &- ones
         let backslashes = (word ^ (ones &* 0x5C)) &- ones
-        // `~word` clears the terms' high bits for bytes that have their own high bit set (non-ASCII), and
-        // the OR with `word` below catches those bytes directly; borrows only travel upward from a byte that
-        // matched, so the first match is always reported correctly.
-        return ((belowSpace | quotes | backslashes) & ~word | word) & highs == 0
+        return ((belowSpace | quotes | backslashes) & ~word | word) & highs
     }
 
     /// Continues a string after its first backslash, collecting the unescaped UTF-8 in `scratch`.
@@ -330,6 +346,7 @@ private struct JSONReader: ~Copyable {
         var offset = escape
         var runStart = escape
         while true {
+            offset = skipPlainBytes(from: offset)
             guard offset < count else { throw JSONParseError(.unexpectedEnd, at: offset) }
             let byte = byte(at: offset)
             if byte == .quote {
@@ -648,12 +665,17 @@ private struct ParseStack<Element>: ~Copyable {
     /// Moves the elements from `start` to the top into a new array, leaving `start` elements.
     mutating func popArray(from start: Int) -> [Element] {
         let moved = count - start
-        let source = storage.unsafelyUnwrapped + start
+        guard moved > 0, let storage else { return [] }
+        let source = storage + start
         count = start
-        return [Element](unsafeUninitializedCapacity: moved) { buffer, initialized in
-            buffer.baseAddress.unsafelyUnwrapped.moveInitialize(from: source, count: moved)
-            initialized = moved
+        // Appending into reserved capacity, rather than `init(unsafeUninitializedCapacity:)`, keeps the array
+        // allocation specialized; the unspecialized path looks up the storage class's metadata every time.
+        var array: [Element] = []
+        array.reserveCapacity(moved)
+        for offset in 0 ..< moved {
+            array.append((source + offset).move())
         }
+        return array
     }
 
     private mutating func grow() {
@@ -668,7 +690,7 @@ private struct ParseStack<Element>: ~Copyable {
     }
 }
 
-extension ParseStack where Element == JSONObject.Element {
+extension ParseStack where Element == JSONObject.Member {
     /// Whether a member from `start` to the top has `key`.
     func containsKey(_ key: String, from start: Int) -> Bool {
         guard let storage else { return false }

@@ -149,8 +149,16 @@ public struct JSONObject: Sendable {
     /// One member: its key and its value.
     public typealias Element = (key: String, value: JSONValue)
 
+    /// One stored member. A struct rather than the `Element` tuple: the compiler generates its copy and
+    /// destroy code, where a tuple goes through the runtime's generic tuple witnesses (measurably slower
+    /// when a parsed message is freed).
+    struct Member {
+        var key: String
+        var value: JSONValue
+    }
+
     /// Members in stored order.
-    private var entries: [Element]
+    private var entries: [Member]
     /// Key → position in `entries`; present only while `entries.count > JSONObject.linearSearchLimit`.
     private var index: [String: Int]?
 
@@ -222,9 +230,10 @@ public struct JSONObject: Sendable {
     ///
     /// This is how `apns.payload` is merged into a message's `userInfo`.
     public mutating func merge(_ other: JSONObject) {
-        for (key, value) in other.entries {
-            guard let position = position(of: key) else {
-                appendNew(key: key, value: value)
+        for member in other.entries {
+            let value = member.value
+            guard let position = position(of: member.key) else {
+                appendNew(key: member.key, value: value)
                 continue
             }
             if case .object(let incoming) = value, case .object(var existing) = entries[position].value {
@@ -247,14 +256,17 @@ public struct JSONObject: Sendable {
 
     /// An object of `entries`, whose keys the caller has checked are unique, with `index` built from them
     /// when there are more than `linearSearchLimit`.
-    init(uniqueEntries entries: [Element], index: [String: Int]?) {
+    init(uniqueEntries entries: [Member], index: [String: Int]?) {
         self.entries = entries
         self.index = index
     }
 
+    /// The members in stored order, for code in this module that iterates without building tuples.
+    var members: [Member] { entries }
+
     /// Appends a member whose key the caller knows is not present yet.
     private mutating func appendNew(key: String, value: JSONValue) {
-        entries.append((key: key, value: value))
+        entries.append(Member(key: key, value: value))
         if index != nil {
             index![key] = entries.count - 1
         } else if entries.count > Self.linearSearchLimit {
@@ -278,8 +290,18 @@ public struct JSONObject: Sendable {
 
 extension JSONObject: Sequence {
     /// Iterates the members in stored order.
-    public func makeIterator() -> IndexingIterator<[Element]> {
-        entries.makeIterator()
+    public struct Iterator: IteratorProtocol {
+        fileprivate var base: IndexingIterator<[Member]>
+
+        public mutating func next() -> Element? {
+            guard let member = base.next() else { return nil }
+            return (key: member.key, value: member.value)
+        }
+    }
+
+    /// Iterates the members in stored order.
+    public func makeIterator() -> Iterator {
+        Iterator(base: entries.makeIterator())
     }
 
     public var underestimatedCount: Int { entries.count }
@@ -289,8 +311,8 @@ extension JSONObject: Hashable {
     /// Equal when both have the same keys with equal values, in any order.
     public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {
         guard lhs.entries.count == rhs.entries.count else { return false }
-        for (key, value) in lhs.entries {
-            guard let other = rhs[key], other == value else { return false }
+        for member in lhs.entries {
+            guard let other = rhs[member.key], other == member.value else { return false }
         }
         return true
     }
@@ -298,10 +320,10 @@ extension JSONObject: Hashable {
     /// Hashes the members independently of their order, consistent with ``==(_:_:)``.
     public func hash(into hasher: inout Hasher) {
         var combined = 0
-        for (key, value) in entries {
+        for member in entries {
             var memberHasher = Hasher()
-            memberHasher.combine(key)
-            memberHasher.combine(value)
+            memberHasher.combine(member.key)
+            memberHasher.combine(member.value)
             combined ^= memberHasher.finalize()
         }
         hasher.combine(entries.count)

@@ -41,12 +41,12 @@ extension JSONValue {
         case .object(let object):
             output.append(UInt8(ascii: "{"))
             var first = true
-            for (key, value) in object {
+            for member in object.members {
                 if !first { output.append(UInt8(ascii: ",")) }
                 first = false
-                JSONWriter.writeString(key, into: &output)
+                JSONWriter.writeString(member.key, into: &output)
                 output.append(UInt8(ascii: ":"))
-                value.write(into: &output)
+                member.value.write(into: &output)
             }
             output.append(UInt8(ascii: "}"))
         }
@@ -92,15 +92,13 @@ enum JSONWriter {
 
     /// Appends `utf8` with `"`, `\` and control characters escaped, copying the runs between them whole.
     private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, into output: inout [UInt8]) {
+        guard let base = utf8.baseAddress else { return }
         var runStart = 0
-        var index = 0
-        while index < utf8.count {
-            let byte = utf8[index]
-            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else {
-                index += 1
-                continue
-            }
-            output.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart ..< index]))
+        while true {
+            let index = firstByteToEscape(in: UnsafeRawPointer(base), count: utf8.count, from: runStart)
+            output.append(contentsOf: UnsafeBufferPointer(start: base + runStart, count: index - runStart))
+            guard index < utf8.count else { return }
+            let byte = base[index]
             output.append(UInt8(ascii: "\\"))
             switch byte {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"): output.append(byte)
@@ -116,9 +114,33 @@ enum JSONWriter {
                 let low = byte & 0xF
                 output.append(low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10)
             }
-            index += 1
-            runStart = index
+            runStart = index + 1
         }
-        output.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart ..< index]))
+    }
+
+    /// The offset of the first `"`, `\` or control character from `offset`, or `count` when there is none;
+    /// eight bytes at a time while eight are left.
+    private static func firstByteToEscape(in base: UnsafeRawPointer, count: Int, from offset: Int) -> Int {
+        var offset = offset
+        while offset + 8 <= count {
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            // High bit set for bytes below 0x20, '"' and '\' (see the parser's `specialBytes`); `& ~word`
+            // drops non-ASCII bytes, which are written as they are.
+            let belowSpace = word &- ones &* 0x20
+            let quotes = (word ^ (ones &* 0x22)) &- ones
+            let backslashes = (word ^ (ones &* 0x5C)) &- ones
+            let special = (belowSpace | quotes | backslashes) & ~word & (ones &* 0x80)
+            if special != 0 {
+                return offset + special.trailingZeroBitCount / 8
+            }
+            offset += 8
+        }
+        while offset < count {
+            let byte = base.load(fromByteOffset: offset, as: UInt8.self)
+            if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return offset }
+            offset += 1
+        }
+        return count
     }
 }

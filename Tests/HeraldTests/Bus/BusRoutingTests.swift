@@ -131,6 +131,19 @@ struct BusRoutingTests {
         }
     }
 
+    @Test("each registered plugin is listed with its descriptor and the roles its conformances give it")
+    func descriptors() async throws {
+        let herald = Herald()
+        try herald.register(RecordingDelegate(name: "delegate"))
+        try herald.register(RecordingSink())
+        let listed = herald.registeredPlugins
+        #expect(listed.map(\.descriptor.name) == ["delegate", "recording-sink"])
+        #expect(listed[0].roles == [.notificationHandler, .messageHandler, .backgroundFetchWorker, .tokenHandler, .presenter])
+        #expect(listed[1].roles == .analyticsSink)
+        #expect(listed[1].roles.description == "analytics-sink")
+        await herald.shutdown()
+    }
+
     @Test("a throwing handler does not stop other handlers or later messages")
     func throwingHandler() async throws {
         let thrower = RecordingDelegate(name: "thrower", throwOnMessage: true)
@@ -146,5 +159,45 @@ struct BusRoutingTests {
             await herald.shutdown()
             #expect(sink.events(named: .diagnostic).filter { $0.parameters["detail"] == "handler_failed" }.count == 3)
         }
+    }
+}
+
+/// A plugin whose start throws, and one that records start and stop.
+final class FailingPlugin: HeraldPlugin, Sendable {
+    struct StartFailure: Error {}
+    var descriptor: PluginDescriptor { PluginDescriptor(name: "failing") }
+    func start(_ context: PluginContext) async throws { throw StartFailure() }
+}
+
+final class LifecyclePlugin: HeraldPlugin, Sendable {
+    let events = Locked<[String]>([])
+    var descriptor: PluginDescriptor { PluginDescriptor(name: "lifecycle") }
+    func start(_ context: PluginContext) async throws { events.withLock { $0.append("start") } }
+    func stop() async { events.withLock { $0.append("stop") } }
+}
+
+@Suite("Plugin lifecycle")
+struct PluginLifecycleTests {
+    @Test("a plugin whose start throws stops the start, and the plugins already started are stopped")
+    func failingStart() async throws {
+        let herald = Herald()
+        let lifecycle = LifecyclePlugin()
+        try herald.register(lifecycle)
+        try herald.register(FailingPlugin())
+        await #expect(throws: HeraldError.self) { try await herald.start() }
+        #expect(lifecycle.events.withLock { $0 } == ["start", "stop"])
+        await herald.shutdown()
+        #expect(herald.loop.statistics.liveHandles == 0)
+    }
+
+    @Test("plugins start in order and stop in reverse at shutdown")
+    func order() async throws {
+        let herald = Herald()
+        let first = LifecyclePlugin()
+        try herald.register(first)
+        try await herald.start()
+        #expect(first.events.withLock { $0 } == ["start"])
+        await herald.shutdown()
+        #expect(first.events.withLock { $0 } == ["start", "stop"])
     }
 }

@@ -1,0 +1,129 @@
+// The message path of issue 3, measured: bus dispatch of pre-decoded messages to a no-op handler, and FCM v1
+// JSON decoding with validation, beside parse-only figures for Herald's JSON parser and Foundation's
+// JSONSerialization on the same bytes.
+//
+// Every iteration runs `benchmark.scaledIterations.count` operations (1,000: scaling factor .kilo); the
+// tables show figures per operation (per message). Malloc counts are process-wide, so they include the
+// loop thread's and the tasks'.
+
+import Benchmark
+import Dispatch
+import Foundation
+import Herald
+
+/// The FCM v1 sample body addressed by token (fcm-v1-notification-token.json), 374 bytes.
+let fcmBody: [UInt8] = Array(#"""
+{
+  "message": {
+    "token": "REPLACE_WITH_TOKEN",
+    "notification": { "title": "Portugal vs. Denmark", "body": "great match!" },
+    "data": { "customKey": "customValue" },
+    "apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },
+    "fcm_options": { "analytics_label": "match-alerts" }
+  }
+}
+"""#.utf8)
+
+let context = DecodingContext(senderID: "1234567890", makeMessageID: { "1700000000000001" })
+
+let benchmarks: @Sendable () -> Void = {
+    Benchmark.defaultConfiguration = .init(
+        metrics: [.wallClock, .throughput, .mallocCountTotal, .cpuTotal],
+        timeUnits: .nanoseconds,
+        warmupIterations: 10,
+        scalingFactor: .kilo,
+        maxDuration: .seconds(4),
+        maxIterations: 20_000
+    )
+
+    Benchmark("FCM v1 decode + validate (374 B)") { benchmark in
+        for _ in benchmark.scaledIterations {
+            blackHole(try FCMSendRequest.decode(fcmBody, context: context))
+        }
+    }
+
+    Benchmark("JSON parse only: Herald JSONParser (374 B)") { benchmark in
+        for _ in benchmark.scaledIterations {
+            blackHole(try JSONParser.parse(fcmBody))
+        }
+    }
+
+    Benchmark("JSON parse only: Foundation JSONSerialization (374 B)") { benchmark in
+        let data = Data(fcmBody)
+        for _ in benchmark.scaledIterations {
+            blackHole(try JSONSerialization.jsonObject(with: data))
+        }
+    }
+
+    Benchmark("bus dispatch to a no-op handler", configuration: .init(setup: { BusFixture.shared.start() },
+                                                                      teardown: { BusFixture.shared.stop() })) { benchmark in
+        BusFixture.shared.dispatch(count: benchmark.scaledIterations.count)
+    }
+}
+
+/// A no-op message handler that signals when the expected number of messages has arrived.
+final class CountingHandler: MessageHandler, @unchecked Sendable {
+    // @unchecked Sendable: `remaining` is only touched on the loop thread (handlers run there).
+    var remaining = 0
+    let done = DispatchSemaphore(value: 0)
+    func didReceive(_ message: RemoteMessage) async throws {
+        remaining -= 1
+        if remaining == 0 { done.signal() }
+    }
+}
+
+/// One Herald instance with a no-op handler; messages are decoded once, before the iterations, and carry no
+/// message ID (so that reusing them is not de-duplicated away).
+final class BusFixture: @unchecked Sendable {
+    // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread.
+    nonisolated(unsafe) static let shared = BusFixture()
+    var herald: Herald?
+    var message: RemoteMessage?
+    let handler = CountingHandler()
+
+    func start() {
+        let herald = Herald(configuration: .init(senderID: "1"))
+        try! herald.register(handler)
+        let ready = DispatchSemaphore(value: 0)
+        let box = ResultBox()
+        Task {
+            try! await herald.start()
+            let token = try! await herald.token()
+            let body = String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
+                .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
+                .replacingOccurrences(of: #""apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },"#, with: "")
+            var message = try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
+            message.userInfo[UserInfoKey.messageID] = nil
+            box.message = message
+            ready.signal()
+        }
+        ready.wait()
+        self.herald = herald
+        self.message = box.message
+    }
+
+    func dispatch(count: Int) {
+        guard let herald, let message, let bus = try? herald.bus else { return }
+        herald.loop.execute { [handler] in
+            handler.remaining = count
+            for _ in 0..<count { bus.deliver(message) { _ in } }
+        }
+        handler.done.wait()
+    }
+
+    func stop() {
+        let done = DispatchSemaphore(value: 0)
+        let herald = self.herald
+        Task {
+            await herald?.shutdown()
+            done.signal()
+        }
+        done.wait()
+        self.herald = nil
+    }
+}
+
+final class ResultBox: @unchecked Sendable {
+    // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
+    var message: RemoteMessage?
+}
