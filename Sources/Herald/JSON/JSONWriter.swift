@@ -144,3 +144,46 @@ enum JSONWriter {
         return count
     }
 }
+
+extension JSONValue {
+    /// The number of bytes ``jsonBytes()`` would produce, counted without building them (payload size limits
+    /// are checked on every message).
+    public var jsonByteCount: Int {
+        switch self {
+        case .null: 4
+        case .bool(let value): value ? 4 : 5
+        case .int(let value): JSONWriter.integerLength(value)
+        case .double(let value): value.isFinite ? value.description.utf8.count : 4
+        case .string(let value): JSONWriter.escapedLength(value)
+        case .array(let elements):
+            elements.reduce(2 + max(0, elements.count - 1)) { $0 + $1.jsonByteCount }
+        case .object(let object):
+            object.members.reduce(2 + max(0, object.count - 1)) { $0 + JSONWriter.escapedLength($1.key) + 1 + $1.value.jsonByteCount }
+        }
+    }
+}
+
+extension JSONWriter {
+    static func integerLength(_ value: Int64) -> Int {
+        var magnitude = value.magnitude
+        var digits = 1
+        while magnitude >= 10 {
+            magnitude /= 10
+            digits += 1
+        }
+        return digits + (value < 0 ? 1 : 0)
+    }
+
+    /// The length of `value` written as a JSON string, quotes included.
+    static func escapedLength(_ value: String) -> Int {
+        var length = 2
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x09, 0x0A, 0x0C, 0x0D: length += 2
+            case 0..<0x20: length += 6
+            default: length += 1
+            }
+        }
+        return length
+    }
+}

@@ -19,19 +19,32 @@ public struct FCMSendRequest: Sendable, Hashable {
         } catch {
             throw MessageError(.malformedJSON(error))
         }
-        let request = try StrictObject(root, path: "", allowed: ["message", "validate_only"])
+        let request = try StrictObject(root, fields: Fields.request)
         guard let messageValue = request.value("message") else { throw MessageError(.missingField("message")) }
         let message = try decodeMessage(messageValue, context: context)
         return FCMSendRequest(message: message, validateOnly: try request.bool("validate_only") ?? false)
     }
 
-    static let messageFields = ["name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic", "condition", "fid"]
+    /// The fields of each object of the FCM v1 send request.
+    enum Fields {
+        static let request = FieldSet(["message", "validate_only"])
+        static let message = FieldSet(["name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic", "condition", "fid"])
+        static let notification = FieldSet(["title", "body", "image"])
+        static let android = FieldSet([
+            "collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification", "fcm_options", "direct_boot_ok",
+            "bandwidth_constrained_ok", "restricted_satellite_ok",
+        ])
+        static let apns = FieldSet(["headers", "payload", "fcm_options", "live_activity_token"])
+        static let apnsOptions = FieldSet(["analytics_label", "image"])
+        static let options = FieldSet(["analytics_label"])
+        static let targets = ["token", "fid", "topic", "condition"]
+    }
 
     static func decodeMessage(_ value: JSONValue, context: DecodingContext) throws(MessageError) -> RemoteMessage {
-        let message = try StrictObject(value, path: "message", allowed: messageFields)
+        let message = try StrictObject(value, name: "message", fields: Fields.message)
 
         // Exactly one target.
-        let targetNames = ["token", "fid", "topic", "condition"].filter { message.has($0) && message.value($0) != nil }
+        let targetNames = Fields.targets.filter { message.has($0) }
         guard !targetNames.isEmpty else { throw MessageError(.noTarget) }
         guard targetNames.count == 1 else { throw MessageError(.multipleTargets(targetNames)) }
         let target: MessageTarget
@@ -54,7 +67,7 @@ public struct FCMSendRequest: Sendable, Hashable {
 
         var userInfo = JSONObject()
         // notification → aps.alert
-        if let notification = try message.object("notification", allowed: ["title", "body", "image"]) {
+        if let notification = try message.object("notification", fields: Fields.notification) {
             var alert = JSONObject()
             if let title = try notification.string("title") { alert["title"] = .string(title) }
             if let body = try notification.string("body") { alert["body"] = .string(body) }
@@ -63,9 +76,9 @@ public struct FCMSendRequest: Sendable, Hashable {
         }
 
         // data → top-level keys
-        for (key, value) in try message.stringMap("data") ?? [] {
+        for (key, value) in try message.stringMap("data") ?? JSONObject() {
             guard !UserInfoKey.isReservedDataKey(key) else { throw MessageError(.reservedKey(key)) }
-            userInfo[key] = .string(value)
+            userInfo[key] = value
         }
 
         var priority = MessagePriority.high
@@ -73,14 +86,17 @@ public struct FCMSendRequest: Sendable, Hashable {
         var collapseKey: String?
         var analyticsLabel: String?
 
-        _ = try message.object("android", allowed: ["collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification", "fcm_options", "direct_boot_ok", "bandwidth_constrained_ok", "restricted_satellite_ok"])
+        _ = try message.object("android", fields: Fields.android)
         if let webpush = message.value("webpush") {
             guard case .object = webpush else { throw MessageError(.wrongType(field: "message.webpush", expected: "an object")) }
         }
 
-        if let apns = try message.object("apns", allowed: ["headers", "payload", "fcm_options", "live_activity_token"]) {
-            let headers = Dictionary(try apns.stringMap("headers") ?? [], uniquingKeysWith: { _, last in last })
-            let parsed = try APNsHeaders.parse(headers.reduce(into: [:]) { $0[$1.key.lowercased()] = $1.value })
+        if let apns = try message.object("apns", fields: Fields.apns) {
+            var headers: [String: String] = [:]
+            for (key, value) in try apns.stringMap("headers") ?? JSONObject() {
+                if case .string(let string) = value { headers[key.lowercased()] = string }
+            }
+            let parsed = try APNsHeaders.parse(headers)
             priority = parsed.priority ?? priority
             expiration = parsed.expiration
             collapseKey = parsed.collapseID
@@ -91,14 +107,14 @@ public struct FCMSendRequest: Sendable, Hashable {
                 }
                 userInfo.merge(payload)
             }
-            if let options = try apns.object("fcm_options", allowed: ["analytics_label", "image"]) {
+            if let options = try apns.object("fcm_options", fields: Fields.apnsOptions) {
                 analyticsLabel = try options.string("analytics_label")
             }
             if parsed.pushType == "background", parsed.priority == .high {
                 throw MessageError(.badPriority("10"))
             }
         }
-        if let options = try message.object("fcm_options", allowed: ["analytics_label"]) {
+        if let options = try message.object("fcm_options", fields: Fields.options) {
             analyticsLabel = try options.string("analytics_label") ?? analyticsLabel
         }
 

@@ -26,23 +26,22 @@ public enum PayloadLimits {
     public static let topicMessage = 2048
 }
 
-/// Reads a JSON object field by field, refusing unknown fields and wrong types with the field's path.
-/// Google's JSON mapping accepts both the proto field name (`fcm_options`) and its lowerCamelCase form
-/// (`fcmOptions`); so does this.
-struct StrictObject {
-    let object: JSONObject
-    let path: String
-    private var fields: [String: JSONValue] = [:]
+/// The fields an object of the wire format may have: proto field names and their lowerCamelCase forms
+/// (Google's JSON mapping accepts both), worked out once per object type.
+struct FieldSet: Sendable {
+    let names: [String]
+    let camelCaseNames: [String]
 
-    init(_ value: JSONValue, path: String, allowed: [String]) throws(MessageError) {
-        guard case .object(let object) = value else { throw MessageError(.wrongType(field: path, expected: "an object")) }
-        self.object = object
-        self.path = path
-        for (key, fieldValue) in object {
-            let name = allowed.first { $0 == key || StrictObject.camelCase($0) == key }
-            guard let name else { throw MessageError(.unknownField(path.isEmpty ? key : "\(path).\(key)")) }
-            fields[name] = fieldValue
+    init(_ names: [String]) {
+        self.names = names
+        self.camelCaseNames = names.map(FieldSet.camelCase)
+    }
+
+    func index(of key: String) -> Int? {
+        for position in names.indices where names[position] == key || camelCaseNames[position] == key {
+            return position
         }
+        return nil
     }
 
     static func camelCase(_ name: String) -> String {
@@ -58,15 +57,49 @@ struct StrictObject {
         }
         return result
     }
+}
 
-    func fieldPath(_ name: String) -> String { path.isEmpty ? name : "\(path).\(name)" }
+/// Reads a JSON object field by field, refusing unknown fields and wrong types with the field's path.
+struct StrictObject {
+    private let fields: FieldSet
+    private var values: [JSONValue?]
+    private let parentPath: String
+    private let name: String?
 
-    func has(_ name: String) -> Bool { fields[name] != nil }
+    /// The object's path for error messages (`message.notification`); built only when an error needs it.
+    var path: String {
+        guard let name else { return parentPath }
+        return parentPath.isEmpty ? name : "\(parentPath).\(name)"
+    }
+
+    init(_ value: JSONValue, parentPath: String = "", name: String? = nil, fields: FieldSet) throws(MessageError) {
+        self.fields = fields
+        self.parentPath = parentPath
+        self.name = name
+        self.values = Array(repeating: nil, count: fields.names.count)
+        guard case .object(let object) = value else {
+            throw MessageError(.wrongType(field: path, expected: "an object"))
+        }
+        for (key, fieldValue) in object {
+            guard let position = fields.index(of: key) else {
+                let path = self.path
+                throw MessageError(.unknownField(path.isEmpty ? key : "\(path).\(key)"))
+            }
+            values[position] = fieldValue
+        }
+    }
+
+    func fieldPath(_ name: String) -> String {
+        let path = self.path
+        return path.isEmpty ? name : "\(path).\(name)"
+    }
 
     func value(_ name: String) -> JSONValue? {
-        guard let value = fields[name], !value.isNull else { return nil }
+        guard let position = fields.index(of: name), let value = values[position], !value.isNull else { return nil }
         return value
     }
+
+    func has(_ name: String) -> Bool { value(name) != nil }
 
     func string(_ name: String) throws(MessageError) -> String? {
         guard let value = value(name) else { return nil }
@@ -80,9 +113,9 @@ struct StrictObject {
         return bool
     }
 
-    func object(_ name: String, allowed: [String]) throws(MessageError) -> StrictObject? {
+    func object(_ name: String, fields: FieldSet) throws(MessageError) -> StrictObject? {
         guard let value = value(name) else { return nil }
-        return try StrictObject(value, path: fieldPath(name), allowed: allowed)
+        return try StrictObject(value, parentPath: path, name: name, fields: fields)
     }
 
     /// A free-form object (`apns.payload`), checked only for being an object.
@@ -92,18 +125,16 @@ struct StrictObject {
         return object
     }
 
-    /// A `map<string, string>` field (`data`, `apns.headers`).
-    func stringMap(_ name: String) throws(MessageError) -> [(String, String)]? {
+    /// A `map<string, string>` field (`data`, `apns.headers`), checked and returned as the object it is.
+    func stringMap(_ name: String) throws(MessageError) -> JSONObject? {
         guard let value = value(name) else { return nil }
         guard case .object(let object) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "an object of strings")) }
-        var pairs: [(String, String)] = []
         for (key, entry) in object {
-            guard case .string(let string) = entry else {
+            guard case .string = entry else {
                 throw MessageError(.wrongType(field: "\(fieldPath(name)).\(key)", expected: "a string (FCM map values are strings)"))
             }
-            pairs.append((key, string))
         }
-        return pairs
+        return object
     }
 }
 
@@ -112,7 +143,8 @@ enum APSValidation {
     static func validate(_ value: JSONValue, path: String) throws(MessageError) {
         guard case .object(let aps) = value else { throw MessageError(.wrongType(field: path, expected: "an object")) }
         for (key, entry) in aps {
-            let field = "\(path).\(key)"
+            // The path is only built when an error needs it.
+            var field: String { "\(path).\(key)" }
             switch key {
             case "alert":
                 switch entry {
@@ -164,5 +196,5 @@ enum APSValidation {
 
 /// The bytes of a payload as the size limit counts them: `userInfo` written compactly.
 func payloadSize(_ userInfo: JSONObject) -> Int {
-    JSONValue.object(userInfo).jsonBytes().count
+    JSONValue.object(userInfo).jsonByteCount
 }

@@ -84,6 +84,8 @@ struct MessagePropertyTests {
             #expect(message.collapseKey == generated.collapseKey)
             #expect(message.kind.contains(.display))
             #expect(message.kind.contains(.silent) == generated.contentAvailable)
+            // The size limit counts without writing; the count must match what writing produces.
+            #expect(JSONValue.object(message.userInfo).jsonByteCount == JSONValue.object(message.userInfo).jsonBytes().count)
         }
     }
 }
