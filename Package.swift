@@ -15,11 +15,13 @@ let package = Package(
         .library(name: "Herald", targets: ["Herald"]),
         .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
         .executable(name: "herald", targets: ["herald"]),
+        .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         .systemLibrary(
@@ -31,6 +33,11 @@ let package = Package(
         .target(
             name: "Herald",
             dependencies: ["CLibUV", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldSQLite",
+            dependencies: ["Herald", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -58,10 +65,22 @@ let package = Package(
             path: "Examples/EchoReceiver",
             swiftSettings: swiftSettings
         ),
+        // The child process of the crash-safety test: accepts messages, is killed, recovers.
+        .executableTarget(
+            name: "CrashProbe",
+            dependencies: ["Herald", "HeraldSQLite"],
+            path: "Tests/CrashProbe",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "HeraldTests",
             dependencies: ["Herald", "HeraldTesting", .product(name: "PropertyBased", package: "swift-property-based")],
             exclude: ["Resources"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldSQLiteTests",
+            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "CrashProbe"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -29,7 +29,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
         self.sinks = sinks
         self.configuration = configuration
         self.logger = logger
-        self.receipts = BoundedSet(capacity: configuration.deduplicationWindow)
+        self.receipts = BoundedSet(capacity: configuration.deduplication.maximumCount)
     }
 
     /// Buffers an event. Loop thread only.

@@ -9,6 +9,11 @@ struct BoundedSet<Element: Hashable> {
 
     func contains(_ element: Element) -> Bool { members.contains(element) }
 
+    /// Forgets `element` (a message whose acceptance was rolled back); its slot in the order is reused lazily.
+    mutating func remove(_ element: Element) {
+        members.remove(element)
+    }
+
     mutating func insert(_ element: Element) {
         guard members.insert(element).inserted else { return }
         order.append(element)

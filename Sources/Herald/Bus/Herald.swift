@@ -25,8 +25,12 @@ public final class Herald: @unchecked Sendable {
         public var backgroundFetchDeadline: Duration = .seconds(30)
         /// How many background-fetch workers run at once; more wait their turn.
         public var maxConcurrentFetches: Int = 16
-        /// How many message IDs are remembered to drop duplicates.
-        public var deduplicationWindow: Int = 10_000
+        /// Which message IDs are remembered to drop duplicates: at most this many, none older than this
+        /// (kept in the store, so the window survives restarts).
+        public var deduplication = DeduplicationWindow()
+        /// With a durable store: commit each message before acknowledging its sender, replay unfinished ones
+        /// at the next start (at-least-once). Off: acknowledge on acceptance (at-most-once).
+        public var durableInbox: Bool = true
         /// How many presented notifications are remembered for ``Herald/respond(to:action:userText:)``.
         public var rememberedNotifications: Int = 1_000
         /// Automatic: the bus records analytics itself. Manual: the host calls ``Herald/appDidReceiveMessage(_:)``.
@@ -69,18 +73,24 @@ public final class Herald: @unchecked Sendable {
     public let logger: Logger
     private let ownsLoop: Bool
     private let timeSource: any EventLoopScheduler
+    /// Where identity, topics, the de-duplication window and the inbox are kept.
+    public let store: any HeraldStore
     private let state: Locked<Lifecycle> = Locked(.registering(PluginSet(), [:]))
     private let messageIDs = MessageIDGenerator()
 
     /// Creates an instance. With no `loop`, the instance makes one and runs it on a thread of its own.
+    /// `store` keeps identity, topics and the inbox: `SQLiteStore` from `HeraldSQLite` for a daemon (the
+    /// durable default of `herald serve`), ``InMemoryStore`` (the default here) for tests and hosts with no disk.
     /// `timeSource` lets tests drive deadlines (background fetch) with a `ManualEventLoop`; it defaults to the loop.
     public init(
         configuration: Configuration = Configuration(),
+        store: any HeraldStore = InMemoryStore(),
         loop: EventLoop? = nil,
         timeSource: (any EventLoopScheduler)? = nil,
         logger: Logger = Logger(label: "herald")
     ) {
         self.configuration = configuration
+        self.store = store
         self.loop = loop ?? EventLoop(name: "herald")
         self.ownsLoop = loop == nil
         self.timeSource = timeSource ?? self.loop
@@ -131,11 +141,27 @@ public final class Herald: @unchecked Sendable {
             return (plugins, categories)
         }
         if ownsLoop, loop.lifecycle == .idle { try loop.start() }
-        var identity = RegistrationIdentity.mint()
-        if !configuration.isAutoInitEnabled { identity.token = nil }
+        let store = self.store
+        let (stored, identity): (StoredState, StoredIdentity)
+        do {
+            stored = try await loop.offload { [configuration] () throws -> StoredState in
+                try store.load(window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            }
+            let resolved = RegistrationIdentity.resolve(stored.identity, autoInit: configuration.isAutoInitEnabled)
+            identity = resolved.identity
+            if resolved.changed {
+                try await loop.offload { try store.save(identity: resolved.identity) }
+            }
+        } catch {
+            logger.critical("cannot start: the store failed", metadata: ["error": "\(error)"])
+            state.withLock { $0 = .stopped }
+            if ownsLoop { await loop.shutdownGracefully() }
+            throw error
+        }
         let bus = MessageBus(
             loop: loop, timeSource: timeSource, configuration: configuration, logger: logger,
-            plugins: plugins, categories: categories, identity: identity
+            plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
+            topics: stored.topics, seenMessageIDs: stored.seenMessageIDs
         )
         state.withLock { $0 = .started(bus) }
         var started: [any HeraldPlugin] = []
@@ -154,8 +180,14 @@ public final class Herald: @unchecked Sendable {
         }
         let token = identity.token
         for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
-        if token != nil {
-            try? await loop.submit { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
+        let pending = stored.pending
+        try? await loop.submit { [logger] in
+            if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
+            for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
+            if !pending.isEmpty {
+                logger.info("replaying messages accepted before the last stop but not finished", metadata: ["count": "\(pending.count)"])
+                bus.replay(pending, path: "\(store)")
+            }
         }
         logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
     }
@@ -188,13 +220,12 @@ public final class Herald: @unchecked Sendable {
         }
         if let bus {
             try? await loop.submit { bus.beginDraining() }
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await bus.waitUntilIdle() }
-                group.addTask { [configuration] in try? await Task.sleep(for: configuration.shutdownGracePeriod) }
-                await group.next()
-                group.cancelAll()
+            if await !bus.waitUntilIdle(atMost: configuration.shutdownGracePeriod) {
+                logger.warning("messages still in flight after the grace period; stopping anyway (the durable inbox replays them at the next start)",
+                               metadata: ["grace": "\(configuration.shutdownGracePeriod)"])
             }
             for plugin in bus.pluginsForShutdown.reversed() { await plugin.stop() }
+            await bus.flushStore()
             await bus.analytics.drain()
         }
         if ownsLoop { await loop.shutdownGracefully() }
@@ -259,17 +290,15 @@ public final class Herald: @unchecked Sendable {
 
     // MARK: Identity and topics
 
-    /// The registration token, minting one if auto-init is off and none exists yet.
+    /// The registration token, minting (and saving) one if auto-init is off and none exists yet.
     public func token() async throws -> String {
         let bus = try runningBus()
-        let (token, minted): (String, Bool) = try await loop.submit {
-            if let token = bus.identity.token { return (token, false) }
-            let token = RegistrationIdentity.mintToken(for: bus.identity.installationID)
-            bus.identity.token = token
-            return (token, true)
-        }
-        if minted { await bus.announceToken() }
-        return token
+        if let token = try await loop.submit({ bus.identity.token }) { return token }
+        var identity = try await loop.submit { bus.identity }
+        identity.token = RegistrationIdentity.mintToken(for: identity.installationID)
+        try await save(identity, on: bus)
+        await bus.announceToken(reason: "minted")
+        return identity.token ?? ""
     }
 
     /// The installation ID (FCM's `fid`).
@@ -282,32 +311,66 @@ public final class Herald: @unchecked Sendable {
     /// auto-init is on, and every ``TokenHandler`` is told.
     public func deleteToken() async throws {
         let bus = try runningBus()
-        try await loop.submit { [configuration] in
-            bus.identity.token = configuration.isAutoInitEnabled ? RegistrationIdentity.mintToken(for: bus.identity.installationID) : nil
+        var identity = try await loop.submit { bus.identity }
+        identity.token = configuration.isAutoInitEnabled ? RegistrationIdentity.mintToken(for: identity.installationID) : nil
+        try await save(identity, on: bus)
+        await bus.announceToken(reason: "rotated")
+    }
+
+    /// The transport address a receiver reported (socket path, NATS inbox, URL), kept with the token.
+    public func deviceToken() async throws -> String? {
+        let bus = try runningBus()
+        return try await loop.submit { bus.identity.deviceToken }
+    }
+
+    /// Records the transport address receivers reach this instance at; persisted with the token. Setting the
+    /// same value again does nothing, as in the reference SDK.
+    public func setDeviceToken(_ address: String?) async throws {
+        let bus = try runningBus()
+        var identity = try await loop.submit { bus.identity }
+        guard identity.deviceToken != address else { return }
+        identity.deviceToken = address
+        try await save(identity, on: bus)
+    }
+
+    private func save(_ identity: StoredIdentity, on bus: MessageBus) async throws {
+        let store = self.store
+        try await loop.offload { try store.save(identity: identity) }
+        try await loop.submit { bus.identity = identity }
+    }
+
+    /// Deletes everything the instance keeps: token, installation ID, device token, topics, the inbox and the
+    /// de-duplication window (the GDPR call). A new identity is minted (a token only with auto-init on) and every
+    /// ``TokenHandler`` told.
+    public func deleteData() async throws {
+        let bus = try runningBus()
+        let store = self.store
+        try await loop.offload { try store.deleteAll() }
+        let identity = RegistrationIdentity.resolve(nil, autoInit: configuration.isAutoInitEnabled).identity
+        try await loop.offload { try store.save(identity: identity) }
+        try await loop.submit {
+            bus.identity = identity
+            bus.resetAfterDeletion()
         }
-        await bus.announceToken()
+        await bus.announceToken(reason: "deleted")
     }
 
     /// Subscribes to `topic` (FCM's name rule; a `/topics/` prefix is accepted). Throws ``MessageError`` for a bad name.
     public func subscribe(toTopic topic: String) async throws {
-        let name = try TopicName.validate(topic)
-        let bus = try runningBus()
-        try await loop.submit {
-            if bus.topics.insert(name).inserted {
-                bus.analytics.record(AnalyticsEvent(name: .topicSubscribe, topic: name))
-            }
-        }
+        try await setTopic(topic, subscribed: true)
     }
 
     /// Unsubscribes from `topic`.
     public func unsubscribe(fromTopic topic: String) async throws {
+        try await setTopic(topic, subscribed: false)
+    }
+
+    private func setTopic(_ topic: String, subscribed: Bool) async throws {
         let name = try TopicName.validate(topic)
         let bus = try runningBus()
-        try await loop.submit {
-            if bus.topics.remove(name) != nil {
-                bus.analytics.record(AnalyticsEvent(name: .topicUnsubscribe, topic: name))
-            }
-        }
+        let store = self.store
+        try await loop.offload { try store.setTopic(name, subscribed: subscribed) }
+        try await loop.submit { bus.setTopic(name, subscribed: subscribed) }
     }
 
     /// The topics subscribed to.
@@ -321,11 +384,19 @@ extension MessageBus {
     var pluginsForShutdown: [any HeraldPlugin] { pluginSet.all }
 
     /// Tells every token handler the current token and records `token_refresh`.
-    func announceToken() async {
+    func announceToken(reason: String) async {
         let token: String? = (try? await loop.submit { [self] in
-            analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "rotated"]))
+            analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": reason]))
             return identity.token
         }) ?? nil
         for handler in pluginSet.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
+    }
+
+    /// Applies a topic change and tells the receivers. Loop thread only.
+    func setTopic(_ name: String, subscribed: Bool) {
+        let changed = subscribed ? topics.insert(name).inserted : topics.remove(name) != nil
+        guard changed else { return }
+        analytics.record(AnalyticsEvent(name: subscribed ? .topicSubscribe : .topicUnsubscribe, topic: name))
+        for receiver in pluginSet.receivers { receiver.topicsDidChange(topics) }
     }
 }

@@ -20,9 +20,20 @@ public final class MessageBus: @unchecked Sendable {
     private let categories: [String: NotificationCategory]
     let analytics: AnalyticsPipeline
 
+    let store: any HeraldStore
+    let messageIDs: MessageIDGenerator
+    /// Whether accepted messages are committed to the store before the sender is acknowledged.
+    let durable: Bool
+
     // Loop-thread state.
-    var identity: RegistrationIdentity
+    var identity: StoredIdentity
     var topics: Set<String> = []
+    private var batch = StoreBatch()
+    private var batchAcks: [(message: RemoteMessage, id: String, completion: (DeliveryOutcome) -> Void)] = []
+    private var commitScheduled = false
+    private var commitRunning = false
+    private var committingAcks: [(message: RemoteMessage, id: String, completion: (DeliveryOutcome) -> Void)] = []
+    private var commitWaiters: [CheckedContinuation<Void, Never>] = []
     private var inFlight = 0
     private var paused = false
     private var draining = false
@@ -30,12 +41,14 @@ public final class MessageBus: @unchecked Sendable {
     private var presented = BoundedDictionary<String, RemoteMessage>(capacity: 1)
     private var fetchesRunning = 0
     private var fetchQueue: [() -> Void] = []
-    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    private var idleWaiters: [@Sendable () -> Void] = []
 
     init(
         loop: EventLoop, timeSource: any EventLoopScheduler, configuration: Herald.Configuration, logger: Logger,
-        plugins: PluginSet, categories: [String: NotificationCategory], identity: RegistrationIdentity
+        plugins: PluginSet, categories: [String: NotificationCategory], identity: StoredIdentity,
+        store: any HeraldStore, messageIDs: MessageIDGenerator, topics: Set<String> = [], seenMessageIDs: [String] = []
     ) {
+        self.messageIDs = messageIDs
         self.loop = loop
         self.timeSource = timeSource
         self.configuration = configuration
@@ -43,7 +56,11 @@ public final class MessageBus: @unchecked Sendable {
         self.pluginSet = plugins
         self.categories = categories
         self.identity = identity
-        self.seenIDs = BoundedSet(capacity: configuration.deduplicationWindow)
+        self.store = store
+        self.durable = store.isDurable && configuration.durableInbox
+        self.topics = topics
+        self.seenIDs = BoundedSet(capacity: configuration.deduplication.maximumCount)
+        for id in seenMessageIDs { seenIDs.insert(id) }
         self.presented = BoundedDictionary(capacity: configuration.rememberedNotifications)
         self.analytics = AnalyticsPipeline(loop: loop, sinks: plugins.analyticsSinks, configuration: configuration, logger: logger)
     }
@@ -51,12 +68,18 @@ public final class MessageBus: @unchecked Sendable {
     // MARK: Delivery
 
     /// Offers `message` to the bus and answers the sender through `completion` once the message is accepted
-    /// (or refused). With `validateOnly`, the message is checked and targeted but not delivered. Loop thread only.
-    public func deliver(_ message: RemoteMessage, validateOnly: Bool = false, completion: (DeliveryOutcome) -> Void) {
+    /// (with the durable inbox: once it is committed to the store) or refused. With `validateOnly`, the message is
+    /// checked and targeted but not delivered. Loop thread only; `completion` runs on the loop thread.
+    public func deliver(_ message: RemoteMessage, validateOnly: Bool = false, completion: @escaping (DeliveryOutcome) -> Void) {
         loop.preconditionInEventLoop()
         guard !draining else {
             completion(.failure(MessageError(.shuttingDown)))
             return
+        }
+        var message = message
+        if message.messageID == nil {
+            // Every accepted message has an ID: the inbox and the de-duplication window are keyed by it.
+            message.userInfo[UserInfoKey.messageID] = .string(messageIDs.make())
         }
         let messageID = message.messageID ?? ""
 
@@ -97,10 +120,10 @@ public final class MessageBus: @unchecked Sendable {
             dropped(message, reason: .expired, detail: "expired before delivery")
             return
         }
-        if !messageID.isEmpty, seenIDs.contains(messageID) {
+        if seenIDs.contains(messageID) {
             // The sender retried a message already accepted: acknowledge again, deliver once.
             completion(.success(messageID))
-            dropped(message, reason: .duplicate, detail: "already delivered")
+            dropped(message, reason: .duplicate, detail: "already accepted")
             return
         }
         guard inFlight < configuration.maxInFlight else {
@@ -109,25 +132,162 @@ public final class MessageBus: @unchecked Sendable {
             completion(.failure(MessageError(.busy(limit: configuration.maxInFlight))))
             return
         }
-        if !messageID.isEmpty { seenIDs.insert(messageID) }
+        seenIDs.insert(messageID)
         inFlight += 1
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
-        completion(.success(messageID))
+        guard durable else {
+            completion(.success(messageID))
+            admitted(message)
+            return
+        }
+        if let collapseKey = message.collapseKey,
+           let index = batchAcks.firstIndex(where: { $0.message.collapseKey == collapseKey && $0.message.target == message.target }) {
+            // A newer message with the same collapse key replaces the one still waiting for its commit.
+            let replaced = batchAcks.remove(at: index)
+            batch.accepted.removeAll { $0.messageID == replaced.id }
+            seenIDs.remove(replaced.id)
+            inFlight -= 1
+            if inFlight == 0 { notifyIdle() }
+            replaced.completion(.success(replaced.id))
+            dropped(replaced.message, reason: .collapsed, detail: "replaced by \(messageID)")
+        }
+        batch.accepted.append(InboxRecord(message, messageID: messageID))
+        batchAcks.append((message, messageID, completion))
+        scheduleCommit()
+    }
+
+    /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
+    private func admitted(_ message: RemoteMessage) {
         if configuration.analyticsWiring == .automatic { recordReceipt(message) }
         Task(executorPreference: loop) { [self] in
             await route(message)
-            finished()
+            finished(message)
         }
     }
 
-    /// Offers `message` to the bus from any context and returns the sender's answer.
-    public func deliver(_ message: RemoteMessage, validateOnly: Bool = false) async -> DeliveryOutcome {
-        let outcome: DeliveryOutcome? = try? await loop.submit { [self] in
-            var outcome: DeliveryOutcome = .failure(MessageError(.shuttingDown))
-            deliver(message, validateOnly: validateOnly) { outcome = $0 }
-            return outcome
+    // MARK: Durable inbox
+
+    /// Commits the current batch at the end of this loop turn, so that every message accepted in the turn (and
+    /// while a commit is running) shares one transaction: one fsync for many messages (group commit).
+    private func scheduleCommit() {
+        guard !commitScheduled, !commitRunning else { return }
+        commitScheduled = true
+        loop.execute { [self] in
+            commitScheduled = false
+            runCommit()
         }
-        return outcome ?? .failure(MessageError(.shuttingDown))
+    }
+
+    private func runCommit() {
+        guard !commitRunning else { return }
+        guard !batch.isEmpty else {
+            let waiters = commitWaiters
+            commitWaiters.removeAll()
+            for waiter in waiters { waiter.resume() }
+            return
+        }
+        commitRunning = true
+        let committing = batch
+        committingAcks = batchAcks
+        batch = StoreBatch()
+        batchAcks = []
+        let store = self.store
+        let window = configuration.deduplication
+        loop.offload({ () throws -> Void in
+            try store.commit(committing, window: window, now: WallClock.nowMilliseconds())
+        }, then: { [self] result in
+            commitRunning = false
+            let acks = committingAcks
+            committingAcks = []
+            switch result {
+            case .success:
+                for ack in acks {
+                    ack.completion(.success(ack.id))
+                    admitted(ack.message)
+                }
+            case .failure(let error):
+                logger.error("could not commit to the store; the senders of this batch are refused", metadata: [
+                    "error": "\(error)", "messages": "\(acks.count)",
+                ])
+                let refusal = MessageError(.storeUnavailable("\(error)"))
+                for ack in acks {
+                    seenIDs.remove(ack.id)
+                    inFlight -= 1
+                    ack.completion(.failure(refusal))
+                    dropped(ack.message, reason: .storeFailure, detail: "\(error)")
+                }
+                // Entries that finished stay in the inbox until a later commit removes them.
+                batch.finished.append(contentsOf: committing.finished)
+                if inFlight == 0 { notifyIdle() }
+                if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
+            }
+            if batch.isEmpty {
+                let waiters = commitWaiters
+                commitWaiters.removeAll()
+                for waiter in waiters { waiter.resume() }
+            } else {
+                scheduleCommit()
+            }
+        })
+    }
+
+    /// Commits what is waiting (finished entries included) and returns once the store has it.
+    func flushStore() async {
+        guard durable else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            loop.execute { [self] in
+                commitWaiters.append(continuation)
+                if !commitRunning { runCommit() }
+            }
+        }
+    }
+
+    /// Delivers messages the inbox held at start (accepted, never finished): flagged as replays; expired ones
+    /// are dropped; of several with one collapse key only the newest is delivered. Loop thread only.
+    func replay(_ records: [InboxRecord], path: String) {
+        loop.preconditionInEventLoop()
+        var messages: [RemoteMessage] = []
+        for record in records {
+            do {
+                messages.append(try record.message(path: path))
+            } catch {
+                logger.error("an inbox entry could not be read; it is dropped", metadata: ["error": "\(error)"])
+                batch.finished.append(record.messageID)
+            }
+        }
+        var newestByCollapseKey: [String: Int] = [:]
+        for (index, message) in messages.enumerated() {
+            if let key = message.collapseKey { newestByCollapseKey[key + "\u{0}" + message.target.description] = index }
+        }
+        let now = WallClock.nowSeconds()
+        for (index, message) in messages.enumerated() {
+            let id = message.messageID ?? ""
+            seenIDs.insert(id)
+            if let key = message.collapseKey, newestByCollapseKey[key + "\u{0}" + message.target.description] != index {
+                dropped(message, reason: .collapsed, detail: "replaced by a newer message at replay")
+                batch.finished.append(id)
+            } else if message.isExpired(atSeconds: now) {
+                dropped(message, reason: .expired, detail: "expired in the inbox before replay")
+                batch.finished.append(id)
+            } else {
+                inFlight += 1
+                admitted(message)
+            }
+        }
+        if inFlight >= configuration.maxInFlight { pauseReceivers() }
+        if !batch.isEmpty { scheduleCommit() }
+        logger.info("replayed the inbox", metadata: ["entries": "\(records.count)", "delivered": "\(inFlight)"])
+    }
+
+    /// Offers `message` to the bus from any context and returns the sender's answer (with the durable inbox,
+    /// once the message is committed).
+    public func deliver(_ message: RemoteMessage, validateOnly: Bool = false) async -> DeliveryOutcome {
+        await withCheckedContinuation { (continuation: CheckedContinuation<DeliveryOutcome, Never>) in
+            let queued = loop.enqueue(.closure { [self] in
+                deliver(message, validateOnly: validateOnly) { continuation.resume(returning: $0) }
+            })
+            if !queued { continuation.resume(returning: .failure(MessageError(.shuttingDown))) }
+        }
     }
 
     /// Messages accepted whose handlers have not finished.
@@ -136,22 +296,43 @@ public final class MessageBus: @unchecked Sendable {
         return inFlight
     }
 
-    private func finished() {
+    private func finished(_ message: RemoteMessage) {
+        if durable, let id = message.messageID {
+            batch.finished.append(id)
+            scheduleCommit()
+        }
         inFlight -= 1
         if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
-        if inFlight == 0 {
-            let waiters = idleWaiters
-            idleWaiters.removeAll()
-            for waiter in waiters { waiter.resume() }
-        }
+        if inFlight == 0 { notifyIdle() }
+    }
+
+    private func notifyIdle() {
+        let waiters = idleWaiters
+        idleWaiters.removeAll()
+        for waiter in waiters { waiter() }
     }
 
     /// Waits until every accepted message has been handled. Callable from any context.
     public func waitUntilIdle() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            loop.execute { [self] in
-                if inFlight == 0 { continuation.resume() } else { idleWaiters.append(continuation) }
+        _ = await waitUntilIdle(atMost: nil)
+    }
+
+    /// Waits until every accepted message has been handled or `limit` has passed; `true` when idle.
+    func waitUntilIdle(atMost limit: Duration?) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let resumed = Locked(false)
+            let resume: @Sendable (Bool) -> Void = { idle in
+                if resumed.withLock({ let first = !$0; $0 = true; return first }) { continuation.resume(returning: idle) }
             }
+            let queued = loop.enqueue(.closure { [self] in
+                if inFlight == 0 {
+                    resume(true)
+                    return
+                }
+                idleWaiters.append { resume(true) }
+                if let limit { loop.scheduleTask(in: limit) { resume(false) } }
+            })
+            if !queued { resume(true) }
         }
     }
 
@@ -168,11 +349,20 @@ public final class MessageBus: @unchecked Sendable {
         for receiver in pluginSet.receivers { receiver.resume() }
     }
 
+    /// After ``Herald/deleteData()``: no topics, an empty de-duplication window. Loop thread only.
+    func resetAfterDeletion() {
+        topics.removeAll()
+        seenIDs = BoundedSet(capacity: configuration.deduplication.maximumCount)
+        for receiver in pluginSet.receivers { receiver.topicsDidChange(topics) }
+    }
+
     /// Refuse new messages from now on (shutdown); messages in flight finish.
     func beginDraining() {
         loop.preconditionInEventLoop()
         draining = true
     }
+
+
 
     // MARK: Routing
 

@@ -1,17 +1,23 @@
 import Synchronization
 
-/// The instance's identity: its installation ID (`fid`) and registration token
-/// (`<installation id>:<random, base64url>`, 256 bits from the system's secure generator).
-///
-/// Kept in memory here; the embedded store persists it so that it survives restarts.
-public struct RegistrationIdentity: Sendable, Hashable {
-    public var installationID: String
-    public var token: String?
+/// Mints the instance's identity: its installation ID (`fid`, 128 random bits) and registration token
+/// (`<installation id>:<256 random bits>`, base64url), from the system's secure generator.
+public enum RegistrationIdentity {
+    /// A new installation ID.
+    public static func mintInstallationID() -> String {
+        randomBase64URL(bytes: 16)
+    }
 
-    /// A new installation ID with a new token.
-    public static func mint() -> RegistrationIdentity {
-        let installationID = RegistrationIdentity.randomBase64URL(bytes: 16)
-        return RegistrationIdentity(installationID: installationID, token: mintToken(for: installationID))
+    /// The identity to use given what the store holds: the stored one, with an installation ID minted when there
+    /// is none and a token minted when there is none and `autoInit` is on. `changed` says whether it must be saved.
+    public static func resolve(_ stored: StoredIdentity?, autoInit: Bool) -> (identity: StoredIdentity, changed: Bool) {
+        var identity = stored ?? StoredIdentity(installationID: mintInstallationID(), token: nil)
+        var changed = stored == nil
+        if identity.token == nil, autoInit {
+            identity.token = mintToken(for: identity.installationID)
+            changed = true
+        }
+        return (identity, changed)
     }
 
     /// A new token for `installationID`.

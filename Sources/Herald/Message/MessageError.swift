@@ -46,6 +46,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case senderMismatch(expected: String, got: String)
         case busy(limit: Int)
         case shuttingDown
+        case storeUnavailable(String)
         case handlerFailed(String)
     }
 
@@ -61,7 +62,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case .unregistered: .unregistered
         case .senderMismatch: .senderIDMismatch
         case .busy: .quotaExceeded
-        case .shuttingDown: .unavailable
+        case .shuttingDown, .storeUnavailable: .unavailable
         case .handlerFailed: .internal
         default: .invalidArgument
         }
@@ -84,6 +85,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case .senderMismatch: "BadTopic"
         case .busy: "TooManyRequests"
         case .shuttingDown: "Shutdown"
+        case .storeUnavailable: "ServiceUnavailable"
         case .handlerFailed: "InternalServerError"
         }
     }
@@ -112,6 +114,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case .senderMismatch(let expected, let got): "The sender ID or project '\(got)' does not match this instance's '\(expected)'."
         case .busy(let limit): "Herald is at its limit of \(limit) messages in flight; retry with backoff."
         case .shuttingDown: "Herald is shutting down and takes no new messages; retry another instance or later."
+        case .storeUnavailable(let detail): "Herald could not store the message durably, so it did not accept it; retry later. (\(detail))"
         case .handlerFailed(let detail): "Internal error: \(detail)"
         }
     }

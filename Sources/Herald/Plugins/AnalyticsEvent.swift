@@ -22,6 +22,10 @@ public struct AnalyticsEvent: Sendable, Hashable {
         case expired
         case notTargeted = "not_targeted"
         case rejectedBackpressure = "rejected_backpressure"
+        /// A newer message with the same collapse key replaced it while it waited.
+        case collapsed
+        /// The store could not commit it, so the sender was refused.
+        case storeFailure = "store_failure"
     }
 
     public var name: Name

@@ -85,11 +85,15 @@ public protocol Receiver: HeraldPlugin {
     func pause()
     /// Take messages in again. Called on the loop thread.
     func resume()
+    /// The instance's topics changed (receivers that route by topic subscribe to the new set). Called on the
+    /// loop thread, at start and after every change.
+    func topicsDidChange(_ topics: Set<String>)
 }
 
 extension Receiver {
     public func pause() {}
     public func resume() {}
+    public func topicsDidChange(_ topics: Set<String>) {}
 }
 
 /// The "will present" and "did receive response" handler, as `UNUserNotificationCenterDelegate`.

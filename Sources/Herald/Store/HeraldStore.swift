@@ -1,0 +1,174 @@
+/// Where an instance keeps what must survive a restart: its identity, its topics, the de-duplication window
+/// and the durable inbox.
+///
+/// Calls are synchronous and may block (disk I/O); Herald makes them on its loop's blocking pool, never on the
+/// loop thread, one at a time. `HeraldSQLite.SQLiteStore` is the embedded default; ``InMemoryStore`` keeps
+/// everything in memory (for tests and hosts that want no disk).
+public protocol HeraldStore: AnyObject, Sendable {
+    /// Whether what is committed survives the process (a durable inbox makes sense only then).
+    var isDurable: Bool { get }
+
+    /// Everything the instance needs at start. Throws ``StoreError`` when the store cannot be read.
+    func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState
+
+    /// Saves the identity (installation ID, token, device token).
+    func save(identity: StoredIdentity) throws(StoreError)
+
+    /// Subscribes or unsubscribes a topic.
+    func setTopic(_ name: String, subscribed: Bool) throws(StoreError)
+
+    /// Applies one group commit in one transaction: new inbox entries, their IDs added to the
+    /// de-duplication window, entries finished (removed), and the window pruned to its limits.
+    func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError)
+
+    /// Deletes everything: identity, topics, inbox, window (the GDPR call).
+    func deleteAll() throws(StoreError)
+}
+
+/// The identity kept in the store.
+public struct StoredIdentity: Sendable, Hashable {
+    public var installationID: String
+    public var token: String?
+    /// The transport address a receiver reported (socket path, NATS inbox, URL), associated with the token.
+    public var deviceToken: String?
+
+    public init(installationID: String, token: String?, deviceToken: String? = nil) {
+        self.installationID = installationID
+        self.token = token
+        self.deviceToken = deviceToken
+    }
+}
+
+/// What a store holds, read at start.
+public struct StoredState: Sendable {
+    public var identity: StoredIdentity?
+    public var topics: Set<String>
+    /// Message IDs in the de-duplication window, oldest first.
+    public var seenMessageIDs: [String]
+    /// Inbox entries accepted but not finished, in acceptance order.
+    public var pending: [InboxRecord]
+
+    public init(identity: StoredIdentity? = nil, topics: Set<String> = [], seenMessageIDs: [String] = [], pending: [InboxRecord] = []) {
+        self.identity = identity
+        self.topics = topics
+        self.seenMessageIDs = seenMessageIDs
+        self.pending = pending
+    }
+}
+
+/// The limits of the de-duplication window: it never holds more than `maximumCount` IDs nor IDs older than
+/// `maximumAge`.
+public struct DeduplicationWindow: Sendable, Hashable {
+    public var maximumCount: Int
+    public var maximumAge: Duration
+
+    public init(maximumCount: Int = 10_000, maximumAge: Duration = .seconds(24 * 3600)) {
+        self.maximumCount = maximumCount
+        self.maximumAge = maximumAge
+    }
+
+    /// The oldest acceptance time (ms since 1970) still inside the window at `now`.
+    public func oldestKept(now: Int64) -> Int64 {
+        now - maximumAge.nanosecondsClamped / 1_000_000
+    }
+}
+
+/// One group commit.
+public struct StoreBatch: Sendable {
+    /// Messages accepted since the last commit.
+    public var accepted: [InboxRecord] = []
+    /// IDs of messages whose handlers have finished (or that were dropped at replay).
+    public var finished: [String] = []
+
+    public init(accepted: [InboxRecord] = [], finished: [String] = []) {
+        self.accepted = accepted
+        self.finished = finished
+    }
+
+    public var isEmpty: Bool { accepted.isEmpty && finished.isEmpty }
+}
+
+/// A message as the inbox keeps it: `userInfo` as JSON bytes and the delivery metadata in columns.
+public struct InboxRecord: Sendable, Hashable {
+    public var messageID: String
+    public var userInfo: [UInt8]
+    public var targetKind: String
+    public var targetValue: String
+    public var collapseKey: String?
+    public var priority: Int
+    public var expiration: Int64?
+    public var receivedAt: Int64
+
+    public init(
+        messageID: String, userInfo: [UInt8], targetKind: String, targetValue: String, collapseKey: String?,
+        priority: Int, expiration: Int64?, receivedAt: Int64
+    ) {
+        self.messageID = messageID
+        self.userInfo = userInfo
+        self.targetKind = targetKind
+        self.targetValue = targetValue
+        self.collapseKey = collapseKey
+        self.priority = priority
+        self.expiration = expiration
+        self.receivedAt = receivedAt
+    }
+
+    /// The record for `message`, whose ID is `messageID`.
+    public init(_ message: RemoteMessage, messageID: String) {
+        let (kind, value): (String, String) = switch message.target {
+        case .token(let token): ("token", token)
+        case .installation(let fid): ("fid", fid)
+        case .topic(let name): ("topic", name)
+        case .condition(let condition): ("condition", condition)
+        }
+        self.init(
+            messageID: messageID, userInfo: JSONValue.object(message.userInfo).jsonBytes(), targetKind: kind, targetValue: value,
+            collapseKey: message.collapseKey, priority: message.priority.rawValue, expiration: message.expiration,
+            receivedAt: message.receivedAt
+        )
+    }
+
+    /// The message back, flagged as a replay. Throws ``StoreError/corrupt(path:detail:)`` for a record that does not read.
+    public func message(path: String) throws(StoreError) -> RemoteMessage {
+        guard case .object(let userInfo)? = try? JSONParser.parse(userInfo) else {
+            throw .corrupt(path: path, detail: "inbox entry \(messageID) holds no JSON object")
+        }
+        let target: MessageTarget
+        switch targetKind {
+        case "token": target = .token(targetValue)
+        case "fid": target = .installation(targetValue)
+        case "topic": target = .topic(targetValue)
+        case "condition": target = .condition(targetValue)
+        default: throw .corrupt(path: path, detail: "inbox entry \(messageID) has unknown target kind '\(targetKind)'")
+        }
+        return RemoteMessage(
+            userInfo: userInfo, target: target, collapseKey: collapseKey, priority: MessagePriority(rawValue: priority) ?? .high,
+            expiration: expiration, receivedAt: receivedAt, isReplay: true
+        )
+    }
+}
+
+/// Why the store failed, with the file and what to do.
+public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The data directory or database file cannot be created or opened.
+    case cannotOpen(path: String, detail: String)
+    /// The file is not a Herald store, or is damaged.
+    case corrupt(path: String, detail: String)
+    /// Writing failed (disk full, read-only file system, I/O error).
+    case writeFailed(path: String, detail: String)
+    /// The file was written by a newer Herald with a schema this one does not know.
+    case newerSchema(path: String, found: String)
+
+    public var description: String {
+        switch self {
+        case .cannotOpen(let path, let detail):
+            "cannot open the Herald store at \(path): \(detail). Check that the directory exists and is writable by this user, or choose another with --data-dir."
+        case .corrupt(let path, let detail):
+            "the Herald store at \(path) is damaged or not a Herald store: \(detail). Move it aside (a new store is created) or restore it from a backup."
+        case .writeFailed(let path, let detail):
+            "cannot write to the Herald store at \(path): \(detail). Free disk space or make the file system writable; messages were refused, none accepted was lost."
+        case .newerSchema(let path, let found):
+            "the Herald store at \(path) was written by a newer Herald (schema \(found)); run that version or move the store aside."
+        }
+    }
+}

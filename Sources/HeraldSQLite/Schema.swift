@@ -1,0 +1,56 @@
+import GRDB
+
+/// The store's schema, as GRDB migrations. Each release appends migrations, never edits a shipped one; the applied
+/// identifiers live in GRDB's `grdb_migrations` table, which is how a file written by a newer Herald is recognised.
+enum Schema {
+    /// `PRAGMA application_id` of a Herald store ("HRLD"): a file that carries another application's ID is refused.
+    static let applicationID: Int32 = 0x4852_4C44
+
+    /// Every migration this release knows, oldest first.
+    static let migrator: DatabaseMigrator = {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1", migrate: v1)
+        return migrator
+    }()
+
+    /// The first schema.
+    ///
+    /// The tables are `STRICT` (SQLite 3.37 or later): a value of the wrong type is refused when written instead of
+    /// being found when read.
+    ///
+    /// `inbox` and `seen` order their rows by an `INTEGER PRIMARY KEY` (`seq`): a new row takes the largest key plus
+    /// one, so the key order is the acceptance order, and unlike an implicit rowid it survives a `VACUUM`. The message
+    /// ID is `UNIQUE`, so `INSERT OR REPLACE` replaces an entry with the same ID (the replacement is ordered last).
+    private static func v1(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                PRAGMA application_id = \(applicationID);
+                CREATE TABLE identity (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    installation_id TEXT NOT NULL,
+                    token TEXT,
+                    device_token TEXT
+                ) STRICT;
+                CREATE TABLE topic (
+                    name TEXT NOT NULL PRIMARY KEY
+                ) STRICT, WITHOUT ROWID;
+                CREATE TABLE inbox (
+                    seq INTEGER PRIMARY KEY,
+                    message_id TEXT NOT NULL UNIQUE,
+                    user_info BLOB NOT NULL,
+                    target_kind TEXT NOT NULL,
+                    target_value TEXT NOT NULL,
+                    collapse_key TEXT,
+                    priority INTEGER NOT NULL,
+                    expiration INTEGER,
+                    received_at INTEGER NOT NULL
+                ) STRICT;
+                CREATE TABLE seen (
+                    seq INTEGER PRIMARY KEY,
+                    message_id TEXT NOT NULL UNIQUE,
+                    seen_at INTEGER NOT NULL
+                ) STRICT;
+                CREATE INDEX seen_by_time ON seen(seen_at);
+                """)
+    }
+}

@@ -1,0 +1,349 @@
+import Foundation
+import Herald
+import Testing
+
+@testable import HeraldSQLite
+
+@Suite("SQLiteStore on real SQLite files")
+struct SQLiteStoreTests {
+    // MARK: - Opening and migrations
+
+    @Test("opening a missing directory creates it (0700) and an empty v1 store")
+    func createsDirectoryAndSchema() throws {
+        try withTemporaryDirectory { root in
+            let directory = root + "/nested/data"
+            let store = try SQLiteStore(directory: directory)
+            #expect(store.path == directory + "/herald.sqlite")
+            #expect(store.isDurable)
+            #expect(FileManager.default.fileExists(atPath: store.path))
+            let attributes = try FileManager.default.attributesOfItem(atPath: directory)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o700)
+            let state = try store.load(window: DeduplicationWindow(), now: 1_000)
+            #expect(state.identity == nil && state.topics.isEmpty && state.seenMessageIDs.isEmpty && state.pending.isEmpty)
+            #expect(try store.pragma("application_id") == String(0x4852_4C44))
+        }
+    }
+
+    @Test("an empty herald.sqlite is migrated like a missing one")
+    func migratesEmptyFile() throws {
+        try withTemporaryDirectory { directory in
+            #expect(FileManager.default.createFile(atPath: directory + "/herald.sqlite", contents: Data()))
+            let store = try SQLiteStore(directory: directory)
+            try store.commit(StoreBatch(accepted: [record(1)]), window: DeduplicationWindow(), now: 5)
+            #expect(try store.load(window: DeduplicationWindow(), now: 5).pending == [record(1)])
+        }
+    }
+
+    @Test("the database runs in WAL mode with synchronous FULL, a busy timeout and foreign keys on")
+    func pragmas() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            #expect(try store.pragma("journal_mode") == "wal")
+            #expect(try store.pragma("synchronous") == "2")  // FULL
+            #expect(try store.pragma("foreign_keys") == "1")
+            #expect(try Int(store.pragma("busy_timeout") ?? "0") ?? 0 > 0)
+        }
+    }
+
+    @Test("reopening keeps the identity, the topics, the pending records byte for byte and the window")
+    func reopenKeepsEverything() throws {
+        try withTemporaryDirectory { directory in
+            let identity = StoredIdentity(installationID: "fid-1", token: "tok:1", deviceToken: "/run/herald.sock")
+            let binary = InboxRecord(
+                messageID: "m-binary", userInfo: (0...255).map { UInt8($0) } + [0, 0, 255], targetKind: "topic", targetValue: "weather",
+                collapseKey: "ck", priority: 5, expiration: 1_700_000_123_456, receivedAt: 1_700_000_000_001)
+            let bare = InboxRecord(
+                messageID: "m-bare", userInfo: Array(#"{"a":"é✓"}"#.utf8), targetKind: "token", targetValue: "tok:1", collapseKey: nil,
+                priority: 10, expiration: nil, receivedAt: -1)
+            do {
+                let store = try SQLiteStore(directory: directory)
+                try store.save(identity: identity)
+                try store.setTopic("weather", subscribed: true)
+                try store.setTopic("news", subscribed: true)
+                try store.setTopic("gone", subscribed: true)
+                try store.setTopic("gone", subscribed: false)
+                try store.commit(StoreBatch(accepted: [binary, bare, record(3)]), window: DeduplicationWindow(), now: 10)
+                try store.commit(StoreBatch(finished: ["m3"]), window: DeduplicationWindow(), now: 11)
+            }
+            let state = try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: 12)
+            #expect(state.identity == identity)
+            #expect(state.topics == ["weather", "news"])
+            #expect(state.pending == [binary, bare])
+            #expect(state.seenMessageIDs == ["m-binary", "m-bare", "m3"])
+
+            let noDevice = StoredIdentity(installationID: "fid-2", token: nil)
+            try SQLiteStore(directory: directory).save(identity: noDevice)
+            #expect(try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: 12).identity == noDevice)
+        }
+    }
+
+    // MARK: - Commits
+
+    @Test("accepted records become pending, finished ones leave, a repeated message ID replaces the entry")
+    func commitSemantics() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow()
+            try store.commit(StoreBatch(accepted: [record(1), record(2), record(3)]), window: window, now: 100)
+            #expect(try store.load(window: window, now: 100).pending.map(\.messageID) == ["m1", "m2", "m3"])
+
+            try store.commit(StoreBatch(accepted: [record(4)], finished: ["m2", "unknown"]), window: window, now: 101)
+            #expect(try store.load(window: window, now: 101).pending.map(\.messageID) == ["m1", "m3", "m4"])
+
+            // Accepted and finished in one batch: never pending, still seen.
+            try store.commit(StoreBatch(accepted: [record(5)], finished: ["m5"]), window: window, now: 102)
+            var replacement = record(1, size: 40)
+            replacement.priority = 5
+            replacement.collapseKey = "new"
+            try store.commit(StoreBatch(accepted: [replacement]), window: window, now: 103)
+            let state = try store.load(window: window, now: 103)
+            #expect(state.pending == [record(3), record(4), replacement])
+            #expect(state.seenMessageIDs == ["m2", "m3", "m4", "m5", "m1"])
+
+            try store.commit(StoreBatch(), window: window, now: 104)
+            #expect(try store.load(window: window, now: 104).pending.count == 3)
+        }
+    }
+
+    @Test("a batch of 10,000 records commits in one call and reads back after reopening")
+    func largeBatch() throws {
+        try withTemporaryDirectory { directory in
+            let records = (0..<10_000).map { record($0) }
+            try SQLiteStore(directory: directory).commit(StoreBatch(accepted: records), window: DeduplicationWindow(), now: 50)
+            let state = try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: 50)
+            #expect(state.pending == records)
+            #expect(state.seenMessageIDs == records.map(\.messageID))
+        }
+    }
+
+    @Test("setting a topic twice, or removing a missing one, is harmless")
+    func topicsAreIdempotent() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            try store.setTopic("a", subscribed: true)
+            try store.setTopic("a", subscribed: true)
+            try store.setTopic("b", subscribed: false)
+            #expect(try store.load(window: DeduplicationWindow(), now: 0).topics == ["a"])
+        }
+    }
+
+    // MARK: - The de-duplication window
+
+    @Test("the window keeps only the newest maximumCount IDs")
+    func countLimit() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow(maximumCount: 5, maximumAge: .seconds(3600))
+            try store.commit(StoreBatch(accepted: (1...8).map { record($0) }), window: window, now: 1_000)
+            #expect(try store.load(window: window, now: 1_000).seenMessageIDs == ["m4", "m5", "m6", "m7", "m8"])
+            // Pruning the window never touches the inbox.
+            #expect(try store.load(window: window, now: 1_000).pending.count == 8)
+        }
+    }
+
+    @Test("the window drops IDs older than maximumAge, at commit and at load")
+    func ageLimit() throws {
+        try withTemporaryDirectory { directory in
+            let window = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(60))
+            let start: Int64 = 1_700_000_000_000
+            do {
+                let store = try SQLiteStore(directory: directory)
+                try store.commit(StoreBatch(accepted: [record(1), record(2)]), window: window, now: start)
+                try store.commit(StoreBatch(accepted: [record(3)]), window: window, now: start + 30_000)
+                // Exactly at the limit is kept; one millisecond later is not.
+                try store.commit(StoreBatch(accepted: [record(4)]), window: window, now: start + 60_000)
+                #expect(try store.load(window: window, now: start + 60_000).seenMessageIDs == ["m1", "m2", "m3", "m4"])
+                try store.commit(StoreBatch(accepted: [record(5)]), window: window, now: start + 60_001)
+                #expect(try store.load(window: window, now: start + 60_001).seenMessageIDs == ["m3", "m4", "m5"])
+            }
+            // `load` prunes with its own window and time, and the pruning is stored.
+            let store = try SQLiteStore(directory: directory)
+            #expect(try store.load(window: window, now: start + 90_001).seenMessageIDs == ["m4", "m5"])
+            let wide = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(86_400))
+            #expect(try store.load(window: wide, now: start + 90_001).seenMessageIDs == ["m4", "m5"])
+            #expect(try store.load(window: DeduplicationWindow(maximumCount: 1, maximumAge: .seconds(86_400)), now: start).seenMessageIDs == ["m5"])
+        }
+    }
+
+    @Test("after many commits the window never holds more than maximumCount IDs")
+    func windowNeverGrows() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(86_400))
+            var next = 0
+            for round in 0..<200 {
+                let batch = (0..<7).map { _ in
+                    defer { next += 1 }
+                    return record(next)
+                }
+                try store.commit(StoreBatch(accepted: batch, finished: batch.map(\.messageID)), window: window, now: Int64(round))
+                let seen = try store.load(window: window, now: Int64(round)).seenMessageIDs
+                #expect(seen.count == min(next, 100))
+                #expect(seen == ((next - seen.count)..<next).map { "m\($0)" })
+            }
+            #expect(try store.pragma("page_count").flatMap { Int($0) } ?? .max < 100)
+        }
+    }
+
+    // MARK: - deleteAll
+
+    @Test("deleteAll empties every table, leaves no trace in the files, and the store keeps working")
+    func deleteAll() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let secret = Array("secret-personal-data-4711".utf8)
+            var personal = record(1)
+            personal.userInfo = secret
+            try store.save(identity: StoredIdentity(installationID: "fid", token: "tok", deviceToken: "dev"))
+            try store.setTopic("t", subscribed: true)
+            try store.commit(StoreBatch(accepted: [personal] + (2...50).map { record($0) }), window: DeduplicationWindow(), now: 1)
+
+            try store.deleteAll()
+            let state = try store.load(window: DeduplicationWindow(), now: 2)
+            #expect(state.identity == nil && state.topics.isEmpty && state.seenMessageIDs.isEmpty && state.pending.isEmpty)
+            for suffix in ["", "-wal"] {
+                let bytes = [UInt8]((try? Data(contentsOf: URL(fileURLWithPath: store.path + suffix))) ?? Data())
+                #expect(!contains(bytes, secret), "herald.sqlite\(suffix) still holds deleted data")
+            }
+
+            try store.commit(StoreBatch(accepted: [record(9)]), window: DeduplicationWindow(), now: 3)
+            try store.setTopic("u", subscribed: true)
+            let after = try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: 3)
+            #expect(after.pending == [record(9)] && after.topics == ["u"] && after.seenMessageIDs == ["m9"])
+        }
+    }
+
+    // MARK: - Errors
+
+    @Test("a data directory path that is a regular file is refused with cannotOpen naming it")
+    func directoryIsAFile() throws {
+        try withTemporaryDirectory { root in
+            let file = root + "/not-a-directory"
+            #expect(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
+            let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: file) }
+            guard case .cannotOpen(let path, let detail)? = error else { Issue.record("expected cannotOpen, got \(String(describing: error))"); return }
+            #expect(path == file)
+            #expect(detail.contains("not a directory"))
+            #expect(error?.description.contains(file) == true)
+
+            let below = #expect(throws: StoreError.self) { try SQLiteStore(directory: file + "/data") }
+            guard case .cannotOpen(let belowPath, _)? = below else { Issue.record("expected cannotOpen, got \(String(describing: below))"); return }
+            #expect(belowPath == file + "/data")
+        }
+    }
+
+    @Test("a herald.sqlite of garbage bytes is refused as corrupt, and left as it was")
+    func garbageIsCorrupt() throws {
+        try withTemporaryDirectory { directory in
+            var generator = SplitMix(seed: 42)
+            let garbage = Data((0..<8192).map { _ in UInt8(truncatingIfNeeded: generator.next()) })
+            let path = directory + "/herald.sqlite"
+            #expect(FileManager.default.createFile(atPath: path, contents: garbage))
+            let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
+            guard case .corrupt(let errorPath, let detail)? = error else { Issue.record("expected corrupt, got \(String(describing: error))"); return }
+            #expect(errorPath == path)
+            #expect(detail.contains("not a database"))
+            #expect(FileManager.default.contents(atPath: path) == garbage)
+        }
+    }
+
+    @Test("a store written by a newer Herald (an unknown migration) is refused with newerSchema")
+    func newerSchema() throws {
+        try withTemporaryDirectory { directory in
+            do {
+                let store = try SQLiteStore(directory: directory)
+                try store.commit(StoreBatch(accepted: [record(1)]), window: DeduplicationWindow(), now: 1)
+                try store.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v2-from-the-future')")
+            }
+            let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
+            #expect(error == .newerSchema(path: directory + "/herald.sqlite", found: "v2-from-the-future"))
+        }
+    }
+
+    @Test("a SQLite database of another application is refused as corrupt, not migrated")
+    func otherApplication() throws {
+        try withTemporaryDirectory { directory in
+            do {
+                let store = try SQLiteStore(directory: directory)
+                try store.execute(
+                    sql: """
+                        DROP TABLE grdb_migrations; DROP TABLE identity; DROP TABLE topic; DROP TABLE inbox; DROP TABLE seen;
+                        PRAGMA application_id = 0; CREATE TABLE customers (id INTEGER PRIMARY KEY)
+                        """)
+            }
+            let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
+            guard case .corrupt(_, let detail)? = error else { Issue.record("expected corrupt, got \(String(describing: error))"); return }
+            #expect(detail.contains("customers"))
+
+            try SQLiteStore(directory: directory + "/b").execute(sql: "PRAGMA application_id = 42")
+            let marked = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory + "/b") }
+            guard case .corrupt? = marked else { Issue.record("expected corrupt, got \(String(describing: marked))"); return }
+        }
+    }
+
+    @Test("a full disk fails the commit with writeFailed, loses nothing committed, and the store recovers")
+    func diskFull() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow()
+            let before = (0..<20).map { record($0) }
+            try store.save(identity: StoredIdentity(installationID: "fid", token: "tok"))
+            try store.commit(StoreBatch(accepted: before), window: window, now: 1)
+
+            let limit = try store.limitPages(1)
+            #expect(limit > 1)
+            let big = (1_000..<3_000).map { record($0) }
+            let error = #expect(throws: StoreError.self) { try store.commit(StoreBatch(accepted: big), window: window, now: 2) }
+            guard case .writeFailed(let path, let detail)? = error else { Issue.record("expected writeFailed, got \(String(describing: error))"); return }
+            #expect(path == store.path)
+            #expect(detail.contains("full"))
+            let unchanged = try store.load(window: window, now: 2)
+            #expect(unchanged.pending == before)
+            #expect(unchanged.seenMessageIDs == before.map(\.messageID))
+
+            #expect(try store.limitPages(1_000_000_000) == 1_000_000_000)
+            try store.commit(StoreBatch(accepted: big, finished: ["m0"]), window: window, now: 3)
+            let state = try SQLiteStore(directory: directory).load(window: window, now: 3)
+            #expect(state.pending == Array(before.dropFirst()) + big)
+            #expect(state.identity?.installationID == "fid")
+        }
+    }
+}
+
+// MARK: - Helpers
+
+/// A record whose ID is `m<index>`, with a `size`-byte JSON `userInfo`.
+private func record(_ index: Int, size: Int = 300) -> InboxRecord {
+    let prefix = #"{"gcm.message_id":"m\#(index)","pad":""#
+    let padding = String(repeating: "x", count: max(0, size - prefix.utf8.count - 2))
+    return InboxRecord(
+        messageID: "m\(index)", userInfo: Array((prefix + padding + #""}"#).utf8), targetKind: "token", targetValue: "tok",
+        collapseKey: index.isMultiple(of: 2) ? "even" : nil, priority: 10, expiration: index.isMultiple(of: 3) ? Int64(index) * 1_000 : nil,
+        receivedAt: 1_700_000_000_000 + Int64(index))
+}
+
+/// Runs `body` with a fresh temporary directory, removed afterwards.
+private func withTemporaryDirectory(_ body: (String) throws -> Void) throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sqlite-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    try body(directory)
+}
+
+private func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+    guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+    return (0...(haystack.count - needle.count)).contains { start in haystack[start..<(start + needle.count)].elementsEqual(needle) }
+}
+
+/// A seeded generator, so the garbage file is the same on every run.
+private struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
