@@ -49,6 +49,7 @@ let package = Package(
             name: "herald",
             dependencies: [
                 "Herald",
+                "HeraldSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
@@ -80,7 +81,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldSQLiteTests",
-            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "CrashProbe"],
+            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "CrashProbe", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -70,6 +70,18 @@ struct BusDeliveryTests {
         }
     }
 
+    @Test("receivers are told the topics at start and after every change")
+    func receiversToldTopics() async throws {
+        let receiver = TopicWatchingReceiver()
+        try await withHerald(plugins: [receiver]) { herald, _, _ in
+            try await herald.subscribe(toTopic: "weather")
+            try await herald.subscribe(toTopic: "weather")
+            try await herald.subscribe(toTopic: "news")
+            try await herald.unsubscribe(fromTopic: "weather")
+            #expect(receiver.seen.withLock { $0 } == [[], ["weather"], ["weather", "news"], ["news"]])
+        }
+    }
+
     @Test("a message ID seen before is acknowledged again and delivered once")
     func duplicates() async throws {
         let delegate = RecordingDelegate()
@@ -233,4 +245,10 @@ extension Result {
         if case .failure(let error) = self { return error }
         return nil
     }
+}
+
+/// A receiver that records every topic set it is told.
+final class TopicWatchingReceiver: Receiver, Sendable {
+    let seen = Locked<[Set<String>]>([])
+    func topicsDidChange(_ topics: Set<String>) { seen.withLock { $0.append(topics) } }
 }

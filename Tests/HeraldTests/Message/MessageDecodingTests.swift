@@ -254,3 +254,48 @@ struct ValidationErrorTests {
         #expect(MessageError(.noTarget).description.hasPrefix("INVALID_ARGUMENT: "))
     }
 }
+
+@Suite("Topic names and conditions")
+struct TopicConditionTests {
+    @Test("topic names: valid, invalid, and the /topics/ prefix", arguments: [
+        ("weather", "weather"), ("/topics/weather", "weather"), ("a-b_c.d~e%f", "a-b_c.d~e%f"),
+        (String(repeating: "x", count: 900), String(repeating: "x", count: 900)),
+    ])
+    func validNames(raw: String, name: String) throws {
+        #expect(try TopicName.validate(raw) == name)
+    }
+
+    @Test("invalid topic names are refused with invalidTopicName", arguments: [
+        "", "/topics/", "with space", "ümlaut", "semi;colon", String(repeating: "x", count: 901), "/topic/x",
+    ])
+    func invalidNames(raw: String) {
+        #expect(throws: MessageError(.invalidTopicName(raw))) { try TopicName.validate(raw) }
+    }
+
+    @Test("conditions evaluate as FCM's do", arguments: [
+        ("'a' in topics", ["a"], true),
+        ("'a' in topics", ["b"], false),
+        ("!('a' in topics)", ["b"], true),
+        ("'a' in topics && 'b' in topics", ["a"], false),
+        ("'a' in topics || 'b' in topics", ["b"], true),
+        ("'a' in topics || 'b' in topics && 'c' in topics", ["a"], true),
+        ("('a' in topics || 'b' in topics) && 'c' in topics", ["a"], false),
+        ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather"], true),
+        ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather", "sports"], false),
+        ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather", "sports", "news"], true),
+        ("\"a\" in topics", ["a"], true),
+        ("!!'a' in topics", ["a"], true),
+    ])
+    func evaluate(condition: String, topics: [String], expected: Bool) throws {
+        #expect(try TopicCondition.parse(condition).evaluate(subscribedTo: Set(topics)) == expected)
+    }
+
+    @Test("malformed conditions are refused with what is wrong", arguments: [
+        "", "'a' in topics &&", "'a' in topic", "'a' topics", "('a' in topics", "'a' in topics)", "'a in topics",
+        "'a' in topics & 'b' in topics", "'bad name' in topics",
+        "'a' in topics && 'b' in topics && 'c' in topics && 'd' in topics && 'e' in topics && 'f' in topics",
+    ])
+    func malformed(condition: String) {
+        #expect(throws: MessageError.self) { try TopicCondition.parse(condition) }
+    }
+}
