@@ -32,6 +32,7 @@ let package = Package(
             name: "MessagePath",
             dependencies: [
                 .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldSQLite", package: "Herald"),
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/MessagePath",

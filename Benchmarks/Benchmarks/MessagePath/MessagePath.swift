@@ -10,6 +10,7 @@ import Benchmark
 import Dispatch
 import Foundation
 import Herald
+import HeraldSQLite
 
 /// The FCM v1 sample body addressed by token (fcm-v1-notification-token.json), 374 bytes.
 let fcmBody: [UInt8] = Array(#"""
@@ -55,9 +56,16 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
-    Benchmark("bus dispatch to a no-op handler", configuration: .init(setup: { BusFixture.shared.start() },
-                                                                      teardown: { BusFixture.shared.stop() })) { benchmark in
-        BusFixture.shared.dispatch(count: benchmark.scaledIterations.count)
+    Benchmark("bus dispatch to a no-op handler, in-memory store", configuration: .init(
+        setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
+    )) { benchmark in
+        BusFixture.inMemory.dispatch(count: benchmark.scaledIterations.count)
+    }
+
+    Benchmark("bus dispatch to a no-op handler, durable inbox (SQLite)", configuration: .init(
+        setup: { BusFixture.durable.start() }, teardown: { BusFixture.durable.stop() }
+    )) { benchmark in
+        BusFixture.durable.dispatch(count: benchmark.scaledIterations.count)
     }
 }
 
@@ -73,16 +81,31 @@ final class CountingHandler: MessageHandler, @unchecked Sendable {
 }
 
 /// One Herald instance with a no-op handler; messages are decoded once, before the iterations, and carry no
-/// message ID (so that reusing them is not de-duplicated away).
+/// message ID, so the bus gives each delivery a new one (and de-duplicates by it, as for any message).
 final class BusFixture: @unchecked Sendable {
     // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread.
-    nonisolated(unsafe) static let shared = BusFixture()
+    nonisolated(unsafe) static let inMemory = BusFixture(durable: false)
+    nonisolated(unsafe) static let durable = BusFixture(durable: true)
+    let durable: Bool
     var herald: Herald?
     var message: RemoteMessage?
+    var directory: String?
     let handler = CountingHandler()
 
+    init(durable: Bool) { self.durable = durable }
+
     func start() {
-        let herald = Herald(configuration: .init(senderID: "1"))
+        var configuration = Herald.Configuration(senderID: "1")
+        configuration.maxInFlight = 4096
+        let store: any HeraldStore
+        if durable {
+            let directory = NSTemporaryDirectory() + "herald-bench-\(getpid())"
+            self.directory = directory
+            store = try! SQLiteStore(directory: directory)
+        } else {
+            store = InMemoryStore()
+        }
+        let herald = Herald(configuration: configuration, store: store)
         try! herald.register(handler)
         let ready = DispatchSemaphore(value: 0)
         let box = ResultBox()
@@ -120,6 +143,7 @@ final class BusFixture: @unchecked Sendable {
         }
         done.wait()
         self.herald = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
     }
 }
 
