@@ -267,14 +267,3 @@ struct DurableInboxTests {
         }
     }
 }
-
-/// Waits for a condition, polling, with an upper bound so that a broken test fails instead of hanging.
-func eventually(timeout: Duration = .seconds(10), _ condition: @Sendable () async -> Bool) async -> Bool {
-    let clock = ContinuousClock()
-    let end = clock.now + timeout
-    while clock.now < end {
-        if await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(2))
-    }
-    return await condition()
-}

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTesting
 import Testing
 @testable import Herald
 
@@ -87,20 +88,6 @@ final class ByteCollector: Sendable {
     func waitForBytes(_ count: Int) async { await wait { $0.bytes.count >= count } }
     func waitForEnd() async { await wait { $0.ended } }
     func waitForClose() async { await wait { $0.closed } }
-}
-
-/// Waits for an async condition with a generous upper bound, so a broken test fails instead of hanging.
-func eventually(
-    timeout: Duration = .seconds(10),
-    _ condition: @Sendable () async throws -> Bool
-) async rethrows -> Bool {
-    let clock = ContinuousClock()
-    let end = clock.now + timeout
-    while clock.now < end {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(2))
-    }
-    return try await condition()
 }
 
 /// Open file descriptors of this process, from /proc/self/fd.
