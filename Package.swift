@@ -37,7 +37,7 @@ let package = Package(
         ),
         .target(
             name: "HeraldSQLite",
-            dependencies: ["Herald", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["Herald", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .target(

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Glibc
 public import Herald
 
@@ -73,8 +74,8 @@ public final class SQLiteStore: HeraldStore, Sendable {
             return try database.writeWithoutTransaction { db in
                 var state = StoredState()
                 try db.inTransaction(.immediate) {
-                    try Self.prune(db, window: window, now: now)
-                    state = try Self.read(db)
+                    try Self.pruneWindow(db, window: window, now: now, newestPosition: Self.newestPosition(db))
+                    state = try Self.read(db, window: window, now: now)
                     return .commit
                 }
                 return state
@@ -104,33 +105,75 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// inbox (replacing an entry with the same message ID) and the window (at `now`), the finished IDs leave the
     /// inbox, and the window is pruned to its age and count limits. Any thread, one call at a time.
     ///
+    /// Each accepted record is one `INSERT` into `inbox`, each finished ID one `DELETE`, and the batch's IDs one row of
+    /// `seen`; the per-message values are bound through the sqlite3 C API on cached statements (see `RawStatement`).
+    ///
+    /// The window's count limit is applied to whole rows of `seen`, by position: exact for distinct IDs, and `load`
+    /// trims the partly covered oldest row. An ID accepted again while still in the window counts twice until the next
+    /// `load` rewrites the window without the repeat; until then the window may drop its oldest IDs that much early,
+    /// never hold more than `maximumCount`. (Herald's bus never does that: it refuses an ID that is in its window.)
+    ///
     /// - Throws: ``StoreError/writeFailed(path:detail:)`` when the disk is full, the file system is read-only or an
     ///   I/O error occurs; nothing of the batch is then stored.
     public func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
         try write { db in
+            // The order is chosen so that the pages the pruning and the finished entries free are reused by the
+            // inserts that follow, in the same transaction: fewer distinct pages reach the WAL. The result is the same
+            // as inserting first.
+            let recordsWindow = !batch.accepted.isEmpty && window.maximumCount > 0
+            let position = try Self.newestPosition(db) + (recordsWindow ? Int64(batch.accepted.count) : 0)
+            try Self.pruneWindow(db, window: window, now: now, newestPosition: position)
+
+            // An ID both accepted and finished in this batch leaves after its new entry is written, as if the batch
+            // were applied in order. (IDs are compared as SQLite stores them, up to the first NUL.)
+            var finishedLater: [String] = []
+            if !batch.finished.isEmpty {
+                let acceptedIDs = batch.accepted.isEmpty ? [] : Set(batch.accepted.lazy.map { Self.storedID($0.messageID) })
+                let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
+                for messageID in batch.finished {
+                    if !acceptedIDs.isEmpty && acceptedIDs.contains(Self.storedID(messageID)) {
+                        finishedLater.append(messageID)
+                        continue
+                    }
+                    try delete.bind(1, messageID)
+                    try delete.execute()
+                }
+            }
             if !batch.accepted.isEmpty {
-                let insertEntry = try db.cachedStatement(
+                let insert = try RawStatement(
+                    db,
                     sql: """
                         INSERT OR REPLACE INTO inbox
                             (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                         """)
-                let insertSeen = try db.cachedStatement(sql: "INSERT OR REPLACE INTO seen (message_id, seen_at) VALUES (?, ?)")
+                defer { insert.clearBindings() }  // No copy of the last message stays in memory.
                 for record in batch.accepted {
-                    try insertEntry.execute(arguments: [
-                        record.messageID, Data(record.userInfo), record.targetKind, record.targetValue, record.collapseKey,
-                        record.priority, record.expiration, record.receivedAt,
-                    ])
-                    try insertSeen.execute(arguments: [record.messageID, now])
+                    try insert.bind(1, record.messageID)
+                    try insert.bind(2, record.userInfo)
+                    try insert.bind(3, record.targetKind)
+                    try insert.bind(4, record.targetValue)
+                    try insert.bind(5, record.collapseKey)
+                    try insert.bind(6, Int64(record.priority))
+                    try insert.bind(7, record.expiration)
+                    try insert.bind(8, record.receivedAt)
+                    try insert.execute()
+                }
+                if recordsWindow {
+                    let insertSeen = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")
+                    try insertSeen.bind(1, position)
+                    try insertSeen.bind(2, now)
+                    try insertSeen.bind(3, Self.encodeWindowIDs(batch.accepted.lazy.map(\.messageID)))
+                    try insertSeen.execute()
                 }
             }
-            if !batch.finished.isEmpty {
-                let deleteEntry = try db.cachedStatement(sql: "DELETE FROM inbox WHERE message_id = ?")
-                for messageID in batch.finished {
-                    try deleteEntry.execute(arguments: [messageID])
+            if !finishedLater.isEmpty {
+                let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
+                for messageID in finishedLater {
+                    try delete.bind(1, messageID)
+                    try delete.execute()
                 }
             }
-            try Self.prune(db, window: window, now: now)
         }
     }
 
@@ -195,26 +238,40 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 
-    /// Drops window entries older than the window's age, then all but the newest `maximumCount`.
-    private static func prune(_ db: Database, window: DeduplicationWindow, now: Int64) throws {
-        try db.cachedStatement(sql: "DELETE FROM seen WHERE seen_at < ?").execute(arguments: [window.oldestKept(now: now)])
-        // `count(*)` walks the pages of the smallest index, which is cheap next to walking `maximumCount` rows.
-        let count = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM seen")) ?? 0
-        let excess = count - max(window.maximumCount, 0)
-        if excess > 0 {
-            try db.cachedStatement(sql: "DELETE FROM seen WHERE seq IN (SELECT seq FROM seen ORDER BY seq LIMIT ?)")
-                .execute(arguments: [excess])
-        }
+    /// The `position` of the newest window row, 0 when the window is empty.
+    private static func newestPosition(_ db: Database) throws -> Int64 {
+        try RawStatement(db, sql: "SELECT max(position) FROM seen").int64() ?? 0
     }
 
-    private static func read(_ db: Database) throws -> StoredState {
+    /// Deletes the window rows that are older than the window's age, and those whose IDs all lie before the newest
+    /// `maximumCount` positions up to `newestPosition` (the newest row's, or the one about to be written). Both delete
+    /// from the oldest end only, so no gap opens in the positions; each costs a few B-tree seeks when nothing is due.
+    ///
+    /// The age limit deletes the rows before the oldest row still inside the age: with a clock that went back, an old
+    /// row may wait behind a newer-stamped one; `read(_:window:now:)` leaves it out and removes it.
+    private static func pruneWindow(_ db: Database, window: DeduplicationWindow, now: Int64, newestPosition: Int64) throws {
+        let firstKept = try RawStatement(db, sql: "SELECT position FROM seen WHERE seen_at >= ? ORDER BY position LIMIT 1")
+        try firstKept.bind(1, window.oldestKept(now: now))
+        if let position = try firstKept.int64() {
+            let deleteOlder = try RawStatement(db, sql: "DELETE FROM seen WHERE position < ?")
+            try deleteOlder.bind(1, position)
+            try deleteOlder.execute()
+        } else {
+            try RawStatement(db, sql: "DELETE FROM seen").execute()
+        }
+        let deleteBeyondCount = try RawStatement(db, sql: "DELETE FROM seen WHERE position <= ?")
+        try deleteBeyondCount.bind(1, newestPosition - Int64(max(window.maximumCount, 0)))
+        try deleteBeyondCount.execute()
+    }
+
+    private static func read(_ db: Database, window: DeduplicationWindow, now: Int64) throws -> StoredState {
         var state = StoredState()
         if let row = try Row.fetchOne(db, sql: "SELECT installation_id, token, device_token FROM identity WHERE id = 1") {
             state.identity = StoredIdentity(
                 installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1), deviceToken: try row.decode(atIndex: 2))
         }
         state.topics = try String.fetchSet(db, sql: "SELECT name FROM topic")
-        state.seenMessageIDs = try String.fetchAll(db, sql: "SELECT message_id FROM seen ORDER BY seq")
+        state.seenMessageIDs = try readWindow(db, window: window, now: now)
         let rows = try Row.fetchCursor(
             db,
             sql: """
@@ -231,6 +288,80 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 ))
         }
         return state
+    }
+
+    /// The window's IDs, oldest first, exactly as the limits define them: each ID once (at its newest acceptance),
+    /// none accepted before the window's age, the newest `maximumCount`. The rows may hold more than that: the oldest
+    /// row partly (it is left as it is), an ID committed twice, or a row older than the window behind a newer-stamped
+    /// one. In the last two cases the rows are rewritten to hold exactly the window, so what is pruned stays pruned
+    /// and the positions count distinct IDs again.
+    private static func readWindow(_ db: Database, window: DeduplicationWindow, now: Int64) throws -> [String] {
+        let oldest = window.oldestKept(now: now)
+        let limit = max(window.maximumCount, 0)
+        var rows: [(seenAt: Int64, ids: [String])] = []
+        let cursor = try Row.fetchCursor(db, sql: "SELECT seen_at, message_ids FROM seen ORDER BY position")
+        while let row = try cursor.next() {
+            let bytes: Data = try row.decode(atIndex: 1)
+            rows.append((try row.decode(atIndex: 0), decodeWindowIDs([UInt8](bytes))))
+        }
+        // Newest first: the newest acceptance of an ID is the one that counts.
+        var kept = Set<String>()
+        var keptRows: [(seenAt: Int64, ids: [String])] = []
+        var irregular = false
+        for row in rows.reversed() where kept.count < limit {
+            guard row.seenAt >= oldest else {
+                irregular = true
+                continue
+            }
+            var ids: [String] = []
+            for id in row.ids.reversed() where kept.count < limit {
+                if kept.insert(id).inserted {
+                    ids.append(id)
+                } else {
+                    irregular = true
+                }
+            }
+            keptRows.append((row.seenAt, ids.reversed()))
+        }
+        keptRows.reverse()
+        if irregular {
+            try db.execute(sql: "DELETE FROM seen")
+            let insert = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")
+            var position: Int64 = 0
+            for row in keptRows where !row.ids.isEmpty {
+                position += Int64(row.ids.count)
+                try insert.bind(1, position)
+                try insert.bind(2, row.seenAt)
+                try insert.bind(3, encodeWindowIDs(row.ids))
+                try insert.execute()
+            }
+        }
+        return keptRows.flatMap(\.ids)
+    }
+
+    /// `id` as SQLite keeps it when bound as `TEXT`: up to its first NUL.
+    private static func storedID(_ id: String) -> String {
+        guard let nul = id.utf8.firstIndex(of: 0) else { return id }
+        return String(decoding: id.utf8[..<nul], as: UTF8.self)
+    }
+
+    /// `seen.message_ids` for `ids`: each ID's UTF-8 bytes up to its first NUL, then a NUL.
+    private static func encodeWindowIDs(_ ids: some Collection<String>) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(ids.count * 24)
+        for id in ids {
+            var utf8 = id.utf8[...]
+            if let nul = utf8.firstIndex(of: 0) { utf8 = utf8[..<nul] }
+            bytes.append(contentsOf: utf8)
+            bytes.append(0)
+        }
+        return bytes
+    }
+
+    /// The IDs in `seen.message_ids`; trailing bytes without their NUL are read as a last ID.
+    private static func decodeWindowIDs(_ bytes: [UInt8]) -> [String] {
+        guard !bytes.isEmpty else { return [] }
+        return bytes.split(separator: 0, omittingEmptySubsequences: false).dropLast(bytes.last == 0 ? 1 : 0).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// Refuses a file a newer Herald wrote, and a database that belongs to another application.
@@ -325,3 +456,95 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 }
+
+/// A cached GRDB statement driven through the sqlite3 C API, for the statements a commit runs per message.
+///
+/// Binding through GRDB's `StatementArguments` (an array of existential values, each converted to a
+/// `DatabaseValue`) costs more than SQLite's own execution of these small statements; here each value is bound
+/// directly (`SQLITE_TRANSIENT`: SQLite copies it into the statement's reused buffers). GRDB still prepares, caches
+/// and finalizes the statement. Use it only inside a GRDB database access, on the connection's queue.
+private struct RawStatement {
+    let handle: SQLiteStatement
+    let connection: SQLiteConnection
+
+    init(_ db: Database, sql: String) throws {
+        guard let connection = db.sqliteConnection else {
+            throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "the database connection is closed", sql: sql)
+        }
+        self.connection = connection
+        handle = try db.cachedStatement(sql: sql).sqliteStatement
+    }
+
+    /// Binds `value` as TEXT, up to its first NUL (as GRDB binds a `String`).
+    func bind(_ index: Int32, _ value: String) throws {
+        try check(sqlite3_bind_text(handle, index, value, -1, sqliteTransient))
+    }
+
+    func bind(_ index: Int32, _ value: String?) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(index, value)
+    }
+
+    func bind(_ index: Int32, _ value: Int64) throws {
+        try check(sqlite3_bind_int64(handle, index, value))
+    }
+
+    func bind(_ index: Int32, _ value: Int64?) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(index, value)
+    }
+
+    /// Binds `bytes` as a BLOB; an empty array is an empty BLOB, never `NULL`.
+    func bind(_ index: Int32, _ bytes: [UInt8]) throws {
+        let code = bytes.withUnsafeBytes { buffer in
+            if let base = buffer.baseAddress, buffer.count > 0 {
+                sqlite3_bind_blob64(handle, index, base, sqlite3_uint64(buffer.count), sqliteTransient)
+            } else {
+                sqlite3_bind_zeroblob(handle, index, 0)
+            }
+        }
+        try check(code)
+    }
+
+    /// Drops the bound values (SQLite keeps a copy of each until it is rebound).
+    func clearBindings() {
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Runs the statement to completion and resets it (the bindings stay); returns the number of rows it changed.
+    @discardableResult
+    func execute() throws -> Int {
+        defer { sqlite3_reset(handle) }
+        while true {
+            switch sqlite3_step(handle) {
+            case SQLITE_DONE: return Int(sqlite3_changes(connection))
+            case SQLITE_ROW: continue
+            default: throw lastError()
+            }
+        }
+    }
+
+    /// The first column of the first row as an integer (`nil` for no row or `NULL`); resets the statement.
+    func int64() throws -> Int64? {
+        defer { sqlite3_reset(handle) }
+        switch sqlite3_step(handle) {
+        case SQLITE_ROW: return sqlite3_column_type(handle, 0) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 0)
+        case SQLITE_DONE: return nil
+        default: throw lastError()
+        }
+    }
+
+    private func check(_ code: Int32) throws {
+        if code != SQLITE_OK { throw lastError(code) }
+    }
+
+    /// The connection's last error, with its extended result code, as the `DatabaseError` GRDB would throw.
+    private func lastError(_ code: Int32? = nil) -> DatabaseError {
+        let extended = code ?? sqlite3_extended_errcode(connection)
+        let message = sqlite3_errmsg(connection).map { String(cString: $0) }
+        return DatabaseError(resultCode: ResultCode(rawValue: extended), message: message, sql: sqlite3_sql(handle).map { String(cString: $0) })
+    }
+}
+
+/// `SQLITE_TRANSIENT`: SQLite copies a bound value before the call returns.
+private var sqliteTransient: sqlite3_destructor_type { unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self) }

@@ -18,9 +18,23 @@ enum Schema {
     /// The tables are `STRICT` (SQLite 3.37 or later): a value of the wrong type is refused when written instead of
     /// being found when read.
     ///
-    /// `inbox` and `seen` order their rows by an `INTEGER PRIMARY KEY` (`seq`): a new row takes the largest key plus
-    /// one, so the key order is the acceptance order, and unlike an implicit rowid it survives a `VACUUM`. The message
-    /// ID is `UNIQUE`, so `INSERT OR REPLACE` replaces an entry with the same ID (the replacement is ordered last).
+    /// `inbox` holds the pending messages, one row each. It orders its rows by an `INTEGER PRIMARY KEY` (`seq`): a new
+    /// row takes the largest key plus one, so the key order is the acceptance order, and unlike an implicit rowid it
+    /// survives a `VACUUM`. The message ID is `UNIQUE`, so `INSERT OR REPLACE` replaces an entry with the same ID (the
+    /// replacement is ordered last).
+    ///
+    /// `seen` holds the de-duplication window, one row per group commit rather than per ID, so that the window costs a
+    /// commit one row whatever the batch size:
+    /// - `message_ids`: the IDs the commit accepted, in acceptance order, each as its UTF-8 bytes up to its first NUL
+    ///   (as SQLite keeps a bound `TEXT`) followed by a NUL byte.
+    /// - `seen_at`: the commit's time (ms since 1970), shared by its IDs.
+    /// - `position`, the `INTEGER PRIMARY KEY`: the number of IDs written to the window up to and including this row
+    ///   (the previous row's `position` plus this row's ID count), so the rows are in commit order and the count limit
+    ///   is a range on the key. Rows only ever leave from the oldest end (or `load` rewrites the table whole), so the
+    ///   positions have no gaps.
+    ///
+    /// A pending message's `inbox` row is independent of the window: pruning the window never deletes it, however far
+    /// beyond the window's count or age it is; it leaves only when it is finished.
     private static func v1(_ db: Database) throws {
         try db.execute(
             sql: """
@@ -46,11 +60,10 @@ enum Schema {
                     received_at INTEGER NOT NULL
                 ) STRICT;
                 CREATE TABLE seen (
-                    seq INTEGER PRIMARY KEY,
-                    message_id TEXT NOT NULL UNIQUE,
-                    seen_at INTEGER NOT NULL
+                    position INTEGER PRIMARY KEY,
+                    seen_at INTEGER NOT NULL,
+                    message_ids BLOB NOT NULL
                 ) STRICT;
-                CREATE INDEX seen_by_time ON seen(seen_at);
                 """)
     }
 }

@@ -185,6 +185,131 @@ struct SQLiteStoreTests {
         }
     }
 
+    @Test("pending entries outlive the window: pruning by count or age never drops one, and finishing it removes it")
+    func pendingOutlivesWindow() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow(maximumCount: 2, maximumAge: .seconds(60))
+            try store.commit(StoreBatch(accepted: (1...5).map { record($0) }), window: window, now: 0)
+            var state = try store.load(window: window, now: 0)
+            #expect(state.seenMessageIDs == ["m4", "m5"])
+            #expect(state.pending == (1...5).map { record($0) })
+
+            try store.commit(StoreBatch(), window: window, now: 60_001)
+            state = try SQLiteStore(directory: directory).load(window: window, now: 60_001)
+            #expect(state.seenMessageIDs.isEmpty)
+            #expect(state.pending == (1...5).map { record($0) })
+
+            try store.commit(StoreBatch(finished: ["m1", "m5"]), window: window, now: 60_002)
+            #expect(try store.load(window: window, now: 60_002).pending == (2...4).map { record($0) })
+        }
+    }
+
+    @Test("an ID accepted again moves to the newest end of the window, once; the window never exceeds its count")
+    func repeatedIDInWindow() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow(maximumCount: 3, maximumAge: .seconds(3600))
+            try store.commit(StoreBatch(accepted: [record(1), record(2), record(3)]), window: window, now: 1)
+            try store.commit(StoreBatch(accepted: [record(1, size: 50)], finished: ["m2"]), window: window, now: 2)
+            var state = try store.load(window: window, now: 2)
+            #expect(state.seenMessageIDs == ["m2", "m3", "m1"])
+            #expect(state.pending == [record(3), record(1, size: 50)])
+
+            // `load` rewrote the window without the repeat, so the count is exact again.
+            try store.commit(StoreBatch(accepted: [record(4)]), window: window, now: 3)
+            state = try SQLiteStore(directory: directory).load(window: window, now: 3)
+            #expect(state.seenMessageIDs == ["m3", "m1", "m4"])
+            #expect(state.pending.map(\.messageID) == ["m3", "m1", "m4"])
+
+            // Until the next load, a repeat counts twice: the window may forget its oldest IDs early, never hold more.
+            try store.commit(StoreBatch(accepted: [record(5), record(5)]), window: window, now: 4)
+            let seen = try store.load(window: window, now: 4).seenMessageIDs
+            #expect(seen.count <= 3 && Set(seen).count == seen.count && seen.suffix(2) == ["m4", "m5"])
+            try store.commit(StoreBatch(accepted: [record(6), record(7)]), window: window, now: 5)
+            #expect(try store.load(window: window, now: 5).seenMessageIDs == ["m5", "m6", "m7"])
+        }
+    }
+
+    @Test("an ID accepted again and finished in the same batch is not pending")
+    func acceptedAgainAndFinished() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow()
+            try store.commit(StoreBatch(accepted: [record(1), record(2)]), window: window, now: 1)
+            try store.commit(StoreBatch(accepted: [record(3), record(1, size: 60)], finished: ["m1", "m3"]), window: window, now: 2)
+            let state = try store.load(window: window, now: 2)
+            #expect(state.pending == [record(2)])
+            #expect(state.seenMessageIDs == ["m2", "m3", "m1"])
+        }
+    }
+
+    @Test("a window entry stamped before an older-stamped one (the clock went back) is still pruned by age, for good")
+    func clockWentBack() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(60))
+            try store.commit(StoreBatch(accepted: [record(1)]), window: window, now: 100_000)
+            try store.commit(StoreBatch(accepted: [record(2)]), window: window, now: 10_000)
+            try store.commit(StoreBatch(accepted: [record(3)]), window: window, now: 100_001)
+            #expect(try store.load(window: window, now: 80_000).seenMessageIDs == ["m1", "m3"])
+            let wide = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(86_400))
+            #expect(try store.load(window: wide, now: 100_002).seenMessageIDs == ["m1", "m3"])
+            try store.commit(StoreBatch(accepted: [record(4)]), window: DeduplicationWindow(maximumCount: 2, maximumAge: .seconds(60)), now: 100_003)
+            #expect(try store.load(window: wide, now: 100_003).seenMessageIDs == ["m3", "m4"])
+        }
+    }
+
+    @Test("an empty userInfo and unusual message IDs read back as written")
+    func unusualValues() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let empty = InboxRecord(
+                messageID: "", userInfo: [], targetKind: "condition", targetValue: "'a' in topics", collapseKey: "", priority: 0,
+                expiration: 0, receivedAt: 0)
+            let unicode = InboxRecord(
+                messageID: "0:1700000000000000%é✓ 🚀,\n\t", userInfo: [0], targetKind: "fid", targetValue: "f", collapseKey: nil, priority: 5,
+                expiration: nil, receivedAt: Int64.max)
+            try store.commit(StoreBatch(accepted: [empty, unicode]), window: DeduplicationWindow(), now: 1)
+            let state = try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: 1)
+            #expect(state.pending == [empty, unicode])
+            #expect(state.seenMessageIDs == ["", unicode.messageID])
+        }
+    }
+
+    @Test("the window and the inbox match a model over commits of every size, with reloads in between")
+    func matchesModel() throws {
+        try withTemporaryDirectory { directory in
+            var generator = SplitMix(seed: 7)
+            let window = DeduplicationWindow(maximumCount: 50, maximumAge: .seconds(3600))
+            var store = try SQLiteStore(directory: directory)
+            var seen: [String] = []
+            var pending: [InboxRecord] = []
+            var next = 0
+            for round in 0..<300 {
+                let size = Int(generator.next() % 40)
+                let accepted = (0..<size).map { _ in
+                    defer { next += 1 }
+                    return record(next, size: 20)
+                }
+                let candidates = pending + accepted
+                let finished = candidates.filter { _ in generator.next() % 3 == 0 }.map(\.messageID)
+                try store.commit(StoreBatch(accepted: accepted, finished: finished), window: window, now: Int64(round))
+                seen = Array((seen + accepted.map(\.messageID)).suffix(50))
+                pending = (pending + accepted).filter { !finished.contains($0.messageID) }
+                if generator.next() % 10 == 0 {
+                    store = try SQLiteStore(directory: directory)
+                    let state = try store.load(window: window, now: Int64(round))
+                    #expect(state.seenMessageIDs == seen)
+                    #expect(state.pending == pending)
+                }
+            }
+            let state = try store.load(window: window, now: 300)
+            #expect(state.seenMessageIDs == seen)
+            #expect(state.pending == pending)
+        }
+    }
+
     // MARK: - deleteAll
 
     @Test("deleteAll empties every table, leaves no trace in the files, and the store keeps working")
