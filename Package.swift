@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .library(name: "Herald", targets: ["Herald"]),
         .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
+        .library(name: "SocketReceiver", targets: ["SocketReceiver"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
@@ -43,6 +44,13 @@ let package = Package(
         .target(
             name: "HeraldTesting",
             dependencies: ["Herald"],
+            swiftSettings: swiftSettings
+        ),
+        // First-party plugins: one target each, under Plugins/<Name>.
+        .target(
+            name: "SocketReceiver",
+            dependencies: ["Herald"],
+            path: "Plugins/SocketReceiver",
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -82,6 +90,11 @@ let package = Package(
         .testTarget(
             name: "HeraldSQLiteTests",
             dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "CrashProbe", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SocketReceiverTests",
+            dependencies: ["Herald", "HeraldTesting", "SocketReceiver"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

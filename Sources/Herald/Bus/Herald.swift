@@ -19,6 +19,8 @@ public final class Herald: @unchecked Sendable {
     public struct Configuration: Sendable {
         /// The sender ID written to `from` of token messages (FCM's project number or ID).
         public var senderID: String = "herald"
+        /// The project ID in FCM resource names (`projects/{project}/messages/{id}`) and request paths.
+        public var projectID: String = "herald"
         /// The most messages accepted but not yet handled; past it senders get `QUOTA_EXCEEDED` and receivers pause.
         public var maxInFlight: Int = 1024
         /// How long a background-fetch worker may take before it is cancelled and counted `.failed`.
@@ -168,7 +170,10 @@ public final class Herald: @unchecked Sendable {
         for plugin in plugins.all {
             var pluginLogger = logger
             pluginLogger[metadataKey: "plugin"] = "\(plugin.descriptor.name)"
-            let context = PluginContext(loop: loop, bus: bus, logger: pluginLogger, descriptor: plugin.descriptor)
+            let context = PluginContext(
+                loop: loop, bus: bus, logger: pluginLogger, descriptor: plugin.descriptor,
+                decoding: decodingContext, projectID: configuration.projectID
+            )
             do {
                 try await plugin.start(context)
                 started.append(plugin)

@@ -10,6 +10,10 @@ public struct PluginContext: Sendable {
     public let logger: Logger
     /// The descriptor of the plugin being started.
     public let descriptor: PluginDescriptor
+    /// What receivers decode messages with: the sender ID and the message IDs of this instance.
+    public let decoding: DecodingContext
+    /// The project ID for FCM resource names in answers (`projects/{project}/messages/{id}`).
+    public let projectID: String
 }
 
 /// Errors of the ``Herald`` instance's own API (as opposed to a sender's ``MessageError``).

@@ -1,0 +1,246 @@
+public import Herald
+
+/// Receives FCM v1 send bodies over Unix or TCP stream sockets, one JSON object per line
+/// (`{"message": {...}, "validate_only": false}`), and answers one JSON line per message, in order:
+/// `{"name": "projects/{project}/messages/{id}"}` or Google's error shape `{"error": {...}}`.
+///
+/// With the durable inbox the answer is written once the message is committed. A line longer than
+/// ``Options/maximumLineBytes`` is answered with `INVALID_ARGUMENT` and the connection is closed; a client
+/// silent for ``Options/idleTimeout`` is closed; a client that half-closes gets its remaining answers and then
+/// end-of-file. When the bus is full every connection stops being read until it has room again.
+public final class SocketReceiver: Receiver, @unchecked Sendable {
+    // @unchecked Sendable: `options` is immutable; everything else is touched on the loop thread only
+    // (start, stop, pause and resume hop to it; socket callbacks run on it).
+
+    /// Where and how the receiver listens.
+    public struct Options: Sendable {
+        /// The addresses to listen on: Unix socket paths and TCP host:port pairs.
+        public var addresses: [SocketAddress]
+        /// The longest line (one message) accepted, in bytes.
+        public var maximumLineBytes: Int = 64 * 1024
+        /// How long a connection may stay silent (no bytes read) before it is closed.
+        public var idleTimeout: Duration = .seconds(60)
+        /// The most connections open at once; more are closed as they are accepted.
+        public var maximumConnections: Int = 1024
+
+        public init(addresses: [SocketAddress]) {
+            self.addresses = addresses
+        }
+    }
+
+    public let options: Options
+    private var context: PluginContext?
+    private var servers: [StreamServer] = []
+    private var connections: [ObjectIdentifier: LineSession] = [:]
+    private var paused = false
+
+    public init(options: Options) {
+        self.options = options
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "socket", summary: "FCM v1 send bodies as JSON lines over Unix and TCP sockets", options: [
+            .init(name: "listen", defaultValue: "unix:herald-data/herald.sock", help: "a Unix socket path or host:port; repeatable"),
+            .init(name: "max-line-bytes", defaultValue: "65536", help: "the longest message line accepted"),
+            .init(name: "idle-timeout", defaultValue: "60s", help: "close connections silent this long"),
+            .init(name: "max-connections", defaultValue: "1024", help: "connections open at once"),
+        ])
+    }
+
+    /// The addresses actually listened on (TCP port 0 replaced by the chosen port), once started.
+    public func listeningAddresses() async throws -> [SocketAddress] {
+        guard let context else { return [] }
+        return try await context.loop.submit { self.servers.map(\.localAddress) }
+    }
+
+    public func start(_ context: PluginContext) async throws {
+        self.context = context
+        try await context.loop.submit {
+            do {
+                for address in self.options.addresses {
+                    let server = try StreamServer.listen(on: context.loop, at: address) { [weak self] connection in
+                        self?.accept(connection)
+                    }
+                    server.onAcceptError = { error in
+                        context.logger.warning("accept failed", metadata: ["error": "\(error)"])
+                    }
+                    self.servers.append(server)
+                    context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
+                }
+            } catch {
+                for server in self.servers { server.close() }
+                self.servers.removeAll()
+                throw error
+            }
+        }
+    }
+
+    public func stop() async {
+        guard let context else { return }
+        try? await context.loop.submit {
+            for server in self.servers { server.close() }
+            self.servers.removeAll()
+            for session in self.connections.values { session.close() }
+            self.connections.removeAll()
+        }
+    }
+
+    public func pause() {
+        paused = true
+        for session in connections.values { session.connection.pauseReading() }
+    }
+
+    public func resume() {
+        paused = false
+        for session in connections.values { session.connection.resumeReading() }
+    }
+
+    private func accept(_ connection: StreamConnection) {
+        guard let context else { return }
+        guard connections.count < options.maximumConnections else {
+            context.logger.warning("too many connections; closing the new one", metadata: ["limit": "\(options.maximumConnections)"])
+            connection.close()
+            return
+        }
+        let session = LineSession(connection: connection, context: context, options: options)
+        let key = ObjectIdentifier(connection)
+        connections[key] = session
+        connection.onClose = { [weak self] _ in
+            session.closed()
+            self?.connections[key] = nil
+        }
+        session.start()
+        if paused { connection.pauseReading() }
+    }
+}
+
+/// One connection: splits lines, decodes and delivers each, and writes the answers in order.
+final class LineSession: @unchecked Sendable {
+    // @unchecked Sendable: only its idle timer's closure crosses into a @Sendable context, and that timer
+    // fires on the loop thread, where all of the session's state lives.
+    let connection: StreamConnection
+    let context: PluginContext
+    let options: SocketReceiver.Options
+    private var buffer: [UInt8] = []
+    private var answers: [UInt64: [UInt8]] = [:]
+    private var nextSequence: UInt64 = 0
+    private var nextToWrite: UInt64 = 0
+    private var ended = false
+    private var closeAfterAnswers = false
+    private var idleTimer: ScheduledTask?
+    private var isClosed = false
+
+    init(connection: StreamConnection, context: PluginContext, options: SocketReceiver.Options) {
+        self.connection = connection
+        self.context = context
+        self.options = options
+    }
+
+    func start() {
+        connection.onRead = { [weak self] bytes in self?.read(bytes) }
+        connection.onEnd = { [weak self] in self?.peerEnded() }
+        connection.startReading()
+        armIdleTimer()
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        connection.close()
+    }
+
+    func closed() {
+        isClosed = true
+        idleTimer?.cancel()
+    }
+
+    private func armIdleTimer() {
+        idleTimer?.cancel()
+        let connection = self.connection
+        let loop = context.loop
+        idleTimer = loop.scheduleTask(in: options.idleTimeout) { [weak self] in
+            guard let self, !self.isClosed else { return }
+            self.context.logger.info("closing an idle connection", metadata: ["peer": "\(connection.label)"])
+            self.close()
+        }
+    }
+
+    private func read(_ bytes: UnsafeRawBufferPointer) {
+        guard !closeAfterAnswers else { return }
+        armIdleTimer()
+        var start = 0
+        for index in 0..<bytes.count where bytes[index] == UInt8(ascii: "\n") {
+            buffer.append(contentsOf: bytes[start..<index])
+            handleLine()
+            start = index + 1
+            if closeAfterAnswers { return }
+        }
+        buffer.append(contentsOf: bytes[start...])
+        if buffer.count > options.maximumLineBytes {
+            refuseOversizedLine()
+        }
+    }
+
+    private func handleLine() {
+        defer { buffer.removeAll(keepingCapacity: true) }
+        if buffer.last == UInt8(ascii: "\r") { buffer.removeLast() }
+        guard !buffer.isEmpty else { return }
+        let sequence = nextSequence
+        nextSequence += 1
+        if buffer.count > options.maximumLineBytes {
+            refuse(sequence, MessageError(.payloadTooLarge(size: buffer.count, limit: options.maximumLineBytes)))
+            return
+        }
+        let request: FCMSendRequest
+        do {
+            request = try FCMSendRequest.decode(buffer, context: context.decoding)
+        } catch {
+            context.bus.recordInvalid(error)
+            answer(sequence, error.fcmErrorBody)
+            return
+        }
+        let project = context.projectID
+        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
+            switch outcome {
+            case .success(let id): self?.answer(sequence, fcmSendResponse(project: project, messageID: id))
+            case .failure(let error): self?.answer(sequence, error.fcmErrorBody)
+            }
+        }
+    }
+
+    /// A line that cannot end within the limit: answer it, stop reading, close once the answers are written.
+    private func refuseOversizedLine() {
+        let sequence = nextSequence
+        nextSequence += 1
+        buffer.removeAll()
+        refuse(sequence, MessageError(.payloadTooLarge(size: options.maximumLineBytes + 1, limit: options.maximumLineBytes)))
+    }
+
+    private func refuse(_ sequence: UInt64, _ error: MessageError) {
+        context.bus.recordInvalid(error)
+        closeAfterAnswers = true
+        connection.pauseReading()
+        answer(sequence, error.fcmErrorBody)
+    }
+
+    private func peerEnded() {
+        ended = true
+        finishIfDone()
+    }
+
+    private func answer(_ sequence: UInt64, _ body: JSONValue) {
+        guard !isClosed else { return }
+        var line = body.jsonBytes()
+        line.append(UInt8(ascii: "\n"))
+        answers[sequence] = line
+        while let ready = answers.removeValue(forKey: nextToWrite) {
+            connection.write(ready)
+            nextToWrite += 1
+        }
+        finishIfDone()
+    }
+
+    private func finishIfDone() {
+        guard !isClosed, ended || closeAfterAnswers, nextToWrite == nextSequence else { return }
+        connection.shutdownWriting { [weak self] _ in self?.close() }
+    }
+}
