@@ -70,7 +70,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "EchoReceiver",
-            dependencies: ["Herald"],
+            dependencies: ["Herald", "SocketReceiver"],
             path: "Examples/EchoReceiver",
             swiftSettings: swiftSettings
         ),

@@ -6,20 +6,38 @@
 // everything the handlers see, and exits 0.
 //
 //     swift run EchoReceiver
+//
+// With `--listen PATH` it feeds nothing: it listens for FCM v1 send bodies, one JSON object per line, on the Unix
+// socket PATH (the SocketReceiver plugin) until Ctrl-C, and prints what its handlers see. Try:
+//
+//     swift run EchoReceiver --listen herald-data/herald.sock
+//     echo '{"message": {"token": "<the printed token>", "notification": {"title": "Hi", "body": "there"}}}' \
+//         | nc -U -q1 herald-data/herald.sock
 
+import Glibc
 import Herald
+import SocketReceiver
 
 @main
 struct EchoReceiver {
     static func main() async throws {
+        let arguments = CommandLine.arguments
+        let listenPath = arguments.firstIndex(of: "--listen").flatMap { arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil }
         let herald = Herald(configuration: .init(senderID: "1234567890"))
         try herald.register(AppDelegate())
+        if let listenPath {
+            try herald.register(SocketReceiver(options: .init(addresses: [.unix(path: listenPath)])))
+        }
         try herald.register(category: NotificationCategory(identifier: "MATCH_UPDATE", actions: [
             NotificationAction(identifier: "FOLLOW", title: "Follow the match", options: .foreground),
         ]))
         try await herald.start()
         let token = try await herald.token()
         try await herald.subscribe(toTopic: "weather")
+        if listenPath != nil {
+            try await listenUntilInterrupted(herald)
+            return
+        }
 
         var firstNotification: String?
         for sample in Samples.all {
@@ -38,6 +56,20 @@ struct EchoReceiver {
             print("\n--- the person opens the first notification")
             try await herald.respond(to: firstNotification)
         }
+        await herald.shutdown()
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down cleanly (the socket file is removed).
+    static func listenUntilInterrupted(_ herald: Herald) async throws {
+        let loop = herald.loop
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            loop.execute {
+                for signal in [SIGINT, SIGTERM] {
+                    _ = try? SignalWatcher.watch(signal, on: loop) { _ in continuation.resume() }
+                }
+            }
+        }
+        print("shutting down")
         await herald.shutdown()
     }
 
