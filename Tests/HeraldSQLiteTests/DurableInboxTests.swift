@@ -250,6 +250,36 @@ struct DurableInboxTests {
         }
     }
 
+    @Test("a retry of a message not yet committed, and a message replaced by a newer one, get that commit's outcome")
+    func followersShareTheCommitOutcome() async throws {
+        try await withDataDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let herald = Herald(configuration: .init(senderID: "1"), store: store)
+            try herald.register(DurableRecorder())
+            try await herald.start()
+            let token = try await herald.token()
+            #expect(try store.limitPages(1) > 1)
+            let bus = try herald.bus
+            let big = String(repeating: "z", count: 50_000)
+            let outcomes = Locked<[String: String]>([:])
+            try await herald.loop.submit {
+                let record: (String) -> (DeliveryOutcome) -> Void = { label in
+                    { outcome in outcomes.withLock { $0[label] = (try? outcome.get()).map { _ in "accepted" } ?? "refused" } }
+                }
+                bus.deliver(dataMessage(id: "m", token: token, payload: big), completion: record("first"))
+                bus.deliver(dataMessage(id: "m", token: token, payload: big), completion: record("retry"))
+                bus.deliver(dataMessage(id: "c1", token: token, collapseKey: "k", payload: big), completion: record("older"))
+                bus.deliver(dataMessage(id: "c2", token: token, collapseKey: "k", payload: big), completion: record("newer"))
+            }
+            #expect(await eventually { outcomes.withLock { $0.count } == 4 })
+            // The disk is full: nothing was stored, so no sender may hear "accepted".
+            #expect(outcomes.withLock { $0 } == ["first": "refused", "retry": "refused", "older": "refused", "newer": "refused"])
+            _ = try store.limitPages(1_000_000)
+            #expect((try? await herald.deliver(dataMessage(id: "m", token: token)).get()) == "m")
+            await herald.shutdown()
+        }
+    }
+
     @Test("the de-duplication window keeps at most its count across restarts")
     func windowLimits() async throws {
         try await withDataDirectory { directory in

@@ -97,10 +97,11 @@ final class AnalyticsPipeline: @unchecked Sendable {
     /// Flushes and waits until every sink has taken (or failed) what was handed to it.
     func drain() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            loop.execute { [self] in
+            let queued = loop.enqueue(.closure { [self] in
                 flush()
                 if pendingSinkTasks == 0 { continuation.resume() } else { drainWaiters.append(continuation) }
-            }
+            })
+            if !queued { continuation.resume() }
         }
     }
 }

@@ -17,13 +17,14 @@ struct BoundedSet<Element: Hashable> {
     mutating func insert(_ element: Element) {
         guard members.insert(element).inserted else { return }
         order.append(element)
-        if members.count > capacity {
+        // Slots of removed elements are skipped: only members count against the capacity.
+        while members.count > capacity, head < order.count {
             members.remove(order[head])
             head += 1
-            if head >= capacity {
-                order.removeFirst(head)
-                head = 0
-            }
+        }
+        if head >= capacity {
+            order.removeFirst(head)
+            head = 0
         }
     }
 
@@ -61,4 +62,34 @@ struct BoundedDictionary<Key: Hashable, Value> {
     }
 
     var count: Int { storage.count }
+}
+
+/// Runs async operations one at a time, in the order they arrive (a FIFO async lock).
+final class SerialGate: Sendable {
+    private let state = Locked<(busy: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func run<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let acquired = state.withLock { state in
+                if state.busy {
+                    state.waiting.append(continuation)
+                    return false
+                }
+                state.busy = true
+                return true
+            }
+            if acquired { continuation.resume() }
+        }
+        defer {
+            let next = state.withLock { state in
+                if state.waiting.isEmpty {
+                    state.busy = false
+                    return nil as CheckedContinuation<Void, Never>?
+                }
+                return state.waiting.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await body()
+    }
 }

@@ -163,7 +163,7 @@ public final class Herald: @unchecked Sendable {
         let bus = MessageBus(
             loop: loop, timeSource: timeSource, configuration: configuration, logger: logger,
             plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
-            topics: stored.topics, seenMessageIDs: stored.seenMessageIDs
+            topics: stored.topics, seenMessageIDs: stored.seenMessageIDs, pendingMessageIDs: stored.pending.map(\.messageID)
         )
         state.withLock { $0 = .started(bus) }
         var started: [any HeraldPlugin] = []
@@ -201,11 +201,15 @@ public final class Herald: @unchecked Sendable {
     public func run() async throws {
         try await start()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            shutdownWaiters.withLock { $0.append(continuation) }
+            let done = shutdownWaiters.withLock { state in
+                if !state.done { state.waiters.append(continuation) }
+                return state.done
+            }
+            if done { continuation.resume() }
         }
     }
 
-    private let shutdownWaiters = Locked<[CheckedContinuation<Void, Never>]>([])
+    private let shutdownWaiters = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     /// Stops taking messages (senders get `UNAVAILABLE`), waits up to ``Configuration/shutdownGracePeriod`` for
     /// messages in flight, stops plugins in reverse order, flushes analytics, and shuts the loop down when the
@@ -234,9 +238,10 @@ public final class Herald: @unchecked Sendable {
             await bus.analytics.drain()
         }
         if ownsLoop { await loop.shutdownGracefully() }
-        let waiters = shutdownWaiters.withLock { waiters in
-            defer { waiters.removeAll() }
-            return waiters
+        let waiters = shutdownWaiters.withLock { state in
+            state.done = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
         }
         for waiter in waiters { waiter.resume() }
     }
@@ -298,11 +303,15 @@ public final class Herald: @unchecked Sendable {
     /// The registration token, minting (and saving) one if auto-init is off and none exists yet.
     public func token() async throws -> String {
         let bus = try runningBus()
-        if let token = try await loop.submit({ bus.identity.token }) { return token }
-        var identity = try await loop.submit { bus.identity }
-        identity.token = RegistrationIdentity.mintToken(for: identity.installationID)
-        try await save(identity, on: bus)
-        await bus.announceToken(reason: "minted")
+        let (identity, minted): (StoredIdentity, Bool) = try await loop.submit {
+            if bus.identity.token != nil { return (bus.identity, false) }
+            bus.identity.token = RegistrationIdentity.mintToken(for: bus.identity.installationID)
+            return (bus.identity, true)
+        }
+        if minted {
+            try await persist(identity)
+            await bus.announceToken(reason: "minted")
+        }
         return identity.token ?? ""
     }
 
@@ -316,9 +325,12 @@ public final class Herald: @unchecked Sendable {
     /// auto-init is on, and every ``TokenHandler`` is told.
     public func deleteToken() async throws {
         let bus = try runningBus()
-        var identity = try await loop.submit { bus.identity }
-        identity.token = configuration.isAutoInitEnabled ? RegistrationIdentity.mintToken(for: identity.installationID) : nil
-        try await save(identity, on: bus)
+        let autoInit = configuration.isAutoInitEnabled
+        let identity = try await loop.submit {
+            bus.identity.token = autoInit ? RegistrationIdentity.mintToken(for: bus.identity.installationID) : nil
+            return bus.identity
+        }
+        try await persist(identity)
         await bus.announceToken(reason: "rotated")
     }
 
@@ -332,17 +344,24 @@ public final class Herald: @unchecked Sendable {
     /// same value again does nothing, as in the reference SDK.
     public func setDeviceToken(_ address: String?) async throws {
         let bus = try runningBus()
-        var identity = try await loop.submit { bus.identity }
-        guard identity.deviceToken != address else { return }
-        identity.deviceToken = address
-        try await save(identity, on: bus)
+        let changed: StoredIdentity? = try await loop.submit {
+            guard bus.identity.deviceToken != address else { return nil }
+            bus.identity.deviceToken = address
+            return bus.identity
+        }
+        if let changed { try await persist(changed) }
     }
 
-    private func save(_ identity: StoredIdentity, on bus: MessageBus) async throws {
+    /// Writes the identity as it was when changed on the loop. Changes are made on the loop (so none is lost to
+    /// a concurrent one), and written one at a time, in order, so the store ends with the latest.
+    private func persist(_ identity: StoredIdentity) async throws {
         let store = self.store
-        try await loop.offload { try store.save(identity: identity) }
-        try await loop.submit { bus.identity = identity }
+        try await identityWrites.run { [loop] in
+            try await loop.offload { try store.save(identity: identity) }
+        }
     }
+
+    private let identityWrites = SerialGate()
 
     /// Deletes everything the instance keeps: token, installation ID, device token, topics, the inbox and the
     /// de-duplication window (the GDPR call). A new identity is minted (a token only with auto-init on) and every

@@ -33,7 +33,15 @@ public final class MessageBus: @unchecked Sendable {
     private var commitScheduled = false
     private var commitRunning = false
     private var committingAcks: [(message: RemoteMessage, id: String, completion: (DeliveryOutcome) -> Void)] = []
-    private var commitWaiters: [CheckedContinuation<Void, Never>] = []
+    private var commitWaiters: [CommitWaiter] = []
+    /// Senders waiting on another message's commit: retries of a message not yet committed, and messages
+    /// replaced (collapse key) by a newer one; each is answered with that commit's outcome.
+    private var followers: [String: [(id: String, completion: (DeliveryOutcome) -> Void)]] = [:]
+    /// IDs of messages whose commit has not finished (in `batchAcks` or `committingAcks`).
+    private var uncommitted: Set<String> = []
+    /// Replayed IDs, removed from the inbox when finished even when the inbox is not durable now.
+    private var replayedIDs: Set<String> = []
+    private var commitRetryDelay: Duration = .zero
     private var inFlight = 0
     private var paused = false
     private var draining = false
@@ -46,7 +54,8 @@ public final class MessageBus: @unchecked Sendable {
     init(
         loop: EventLoop, timeSource: any EventLoopScheduler, configuration: Herald.Configuration, logger: Logger,
         plugins: PluginSet, categories: [String: NotificationCategory], identity: StoredIdentity,
-        store: any HeraldStore, messageIDs: MessageIDGenerator, topics: Set<String> = [], seenMessageIDs: [String] = []
+        store: any HeraldStore, messageIDs: MessageIDGenerator, topics: Set<String> = [], seenMessageIDs: [String] = [],
+        pendingMessageIDs: [String] = []
     ) {
         self.messageIDs = messageIDs
         self.loop = loop
@@ -61,6 +70,8 @@ public final class MessageBus: @unchecked Sendable {
         self.topics = topics
         self.seenIDs = BoundedSet(capacity: configuration.deduplication.maximumCount)
         for id in seenMessageIDs { seenIDs.insert(id) }
+        // Messages waiting for replay are known before any receiver starts, so a resend is a duplicate.
+        for id in pendingMessageIDs { seenIDs.insert(id) }
         self.presented = BoundedDictionary(capacity: configuration.rememberedNotifications)
         self.analytics = AnalyticsPipeline(loop: loop, sinks: plugins.analyticsSinks, configuration: configuration, logger: logger)
     }
@@ -121,9 +132,13 @@ public final class MessageBus: @unchecked Sendable {
             return
         }
         if seenIDs.contains(messageID) {
-            // The sender retried a message already accepted: acknowledge again, deliver once.
-            completion(.success(messageID))
+            // The sender retried a message already accepted: acknowledge again (once it is committed), deliver once.
             dropped(message, reason: .duplicate, detail: "already accepted")
+            if uncommitted.contains(messageID) {
+                followers[messageID, default: []].append((messageID, completion))
+            } else {
+                completion(.success(messageID))
+            }
             return
         }
         guard inFlight < configuration.maxInFlight else {
@@ -143,16 +158,19 @@ public final class MessageBus: @unchecked Sendable {
         if let collapseKey = message.collapseKey,
            let index = batchAcks.firstIndex(where: { $0.message.collapseKey == collapseKey && $0.message.target == message.target }) {
             // A newer message with the same collapse key replaces the one still waiting for its commit.
+            // Its sender (and any retries of it) are answered with the newer message's commit outcome.
             let replaced = batchAcks.remove(at: index)
             batch.accepted.removeAll { $0.messageID == replaced.id }
-            seenIDs.remove(replaced.id)
+            uncommitted.remove(replaced.id)
+            followers[messageID, default: []].append((replaced.id, replaced.completion))
+            followers[messageID, default: []].append(contentsOf: followers.removeValue(forKey: replaced.id) ?? [])
             inFlight -= 1
             if inFlight == 0 { notifyIdle() }
-            replaced.completion(.success(replaced.id))
             dropped(replaced.message, reason: .collapsed, detail: "replaced by \(messageID)")
         }
         batch.accepted.append(InboxRecord(message, messageID: messageID))
         batchAcks.append((message, messageID, completion))
+        uncommitted.insert(messageID)
         scheduleCommit()
     }
 
@@ -199,12 +217,21 @@ public final class MessageBus: @unchecked Sendable {
             commitRunning = false
             let acks = committingAcks
             committingAcks = []
+            for ack in acks { uncommitted.remove(ack.id) }
             switch result {
             case .success:
+                commitRetryDelay = .zero
                 for ack in acks {
                     ack.completion(.success(ack.id))
-                    admitted(ack.message)
+                    for follower in followers.removeValue(forKey: ack.id) ?? [] { follower.completion(.success(follower.id)) }
+                    if draining {
+                        // Committed after shutdown began: the inbox replays it at the next start.
+                        inFlight -= 1
+                    } else {
+                        admitted(ack.message)
+                    }
                 }
+                if inFlight == 0 { notifyIdle() }
             case .failure(let error):
                 logger.error("could not commit to the store; the senders of this batch are refused", metadata: [
                     "error": "\(error)", "messages": "\(acks.count)",
@@ -214,31 +241,49 @@ public final class MessageBus: @unchecked Sendable {
                     seenIDs.remove(ack.id)
                     inFlight -= 1
                     ack.completion(.failure(refusal))
+                    for follower in followers.removeValue(forKey: ack.id) ?? [] {
+                        seenIDs.remove(follower.id)
+                        follower.completion(.failure(refusal))
+                    }
                     dropped(ack.message, reason: .storeFailure, detail: "\(error)")
                 }
-                // Entries that finished stay in the inbox until a later commit removes them.
+                // Entries that finished stay in the inbox until a later commit removes them; retry with backoff.
                 batch.finished.append(contentsOf: committing.finished)
+                commitRetryDelay = min(max(commitRetryDelay * 2, .milliseconds(50)), .seconds(5))
                 if inFlight == 0 { notifyIdle() }
                 if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
             }
-            if batch.isEmpty {
-                let waiters = commitWaiters
-                commitWaiters.removeAll()
-                for waiter in waiters { waiter.resume() }
-            } else {
-                scheduleCommit()
+            // Whoever waits for a flush is answered after every attempt, so a failing store cannot hang shutdown.
+            let waiters = commitWaiters
+            commitWaiters.removeAll()
+            for waiter in waiters { waiter.resume() }
+            if !batch.isEmpty {
+                if commitRetryDelay > .zero {
+                    loop.scheduleTask(in: commitRetryDelay) { [self] in scheduleCommit() }
+                } else {
+                    scheduleCommit()
+                }
             }
         })
     }
 
-    /// Commits what is waiting (finished entries included) and returns once the store has it.
+    /// Commits what is waiting (finished entries included): returns once the store has it, or after three
+    /// attempts failed (what could not be written is replayed at the next start).
     func flushStore() async {
-        guard durable else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            loop.execute { [self] in
-                commitWaiters.append(continuation)
-                if !commitRunning { runCommit() }
+        guard store.isDurable else { return }
+        for _ in 0..<3 {
+            let pending: Bool = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let queued = loop.enqueue(.closure { [self] in
+                    guard commitRunning || !batch.isEmpty else {
+                        continuation.resume(returning: false)
+                        return
+                    }
+                    commitWaiters.append(CommitWaiter(continuation: continuation))
+                    if !commitRunning { runCommit() }
+                })
+                if !queued { continuation.resume(returning: false) }
             }
+            if !pending { return }
         }
     }
 
@@ -271,6 +316,7 @@ public final class MessageBus: @unchecked Sendable {
                 batch.finished.append(id)
             } else {
                 inFlight += 1
+                replayedIDs.insert(id)
                 admitted(message)
             }
         }
@@ -297,7 +343,7 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     private func finished(_ message: RemoteMessage) {
-        if durable, let id = message.messageID {
+        if let id = message.messageID, durable || replayedIDs.remove(id) != nil {
             batch.finished.append(id)
             scheduleCommit()
         }
@@ -330,6 +376,10 @@ public final class MessageBus: @unchecked Sendable {
                     return
                 }
                 idleWaiters.append { resume(true) }
+                guard loop.lifecycle == .running else {
+                    resume(false)
+                    return
+                }
                 if let limit { loop.scheduleTask(in: limit) { resume(false) } }
             })
             if !queued { resume(true) }
@@ -428,7 +478,6 @@ public final class MessageBus: @unchecked Sendable {
     /// Runs one worker off the loop, within the fetch concurrency limit, with the deadline enforced.
     private func runFetch(_ worker: any BackgroundFetchWorker, _ message: RemoteMessage) async -> BackgroundFetchResult {
         await acquireFetchSlot()
-        defer { releaseFetchSlot() }
         let resolved = Locked(false)
         return await withCheckedContinuation { (continuation: CheckedContinuation<BackgroundFetchResult, Never>) in
             let task = Locked<Task<Void, Never>?>(nil)
@@ -442,9 +491,11 @@ public final class MessageBus: @unchecked Sendable {
                 }
                 continuation.resume(returning: .failed)
             }
-            let started = Task(executorPreference: globalConcurrentExecutor) {
+            let started = Task(executorPreference: globalConcurrentExecutor) { [self] in
                 let result = await worker.fetch(message)
                 timer.cancel()
+                // The slot is free only when the worker has really stopped, not when its deadline passed.
+                loop.execute { [self] in releaseFetchSlot() }
                 guard resolved.withLock({ let first = !$0; $0 = true; return first }) else { return }
                 continuation.resume(returning: Task.isCancelled ? .failed : result)
             }
@@ -541,4 +592,10 @@ struct PluginSet: Sendable {
         if let sink = plugin as? any AnalyticsSink { analyticsSinks.append(sink) }
         if let presenter = plugin as? any Presenter { presenters.append(presenter) }
     }
+}
+
+/// A flush waiting for a commit attempt; resumed with whether anything was left to commit.
+struct CommitWaiter {
+    let continuation: CheckedContinuation<Bool, Never>
+    func resume() { continuation.resume(returning: true) }
 }

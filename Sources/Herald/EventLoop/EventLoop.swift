@@ -256,7 +256,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     }
 
     private func insertTimer(_ task: ScheduledTask) {
-        guard !loopIsClosing else { return }
+        guard !loopIsClosing else {
+            task.cancel()  // dropped at shutdown, as every pending timer is: it never runs
+            return
+        }
         timers.compactIfMostlyCancelled()
         if timers.insert(task) { armTimer(for: task.deadline) }
     }

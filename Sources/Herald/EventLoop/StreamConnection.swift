@@ -87,6 +87,8 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             let request = ConnectRequest(completion: completion)
             switch address {
             case .tcp:
+                // Check the address before a handle exists, so a bad one leaves nothing open.
+                _ = try address.withSockAddr { _ in }
                 connection = try StreamConnection(loop: loop, kind: .tcp)
                 request.connection = connection
                 let result = try address.withSockAddr { sockaddr in
