@@ -1,5 +1,6 @@
 import Foundation
 import Herald
+import HeraldTesting
 import Testing
 
 @testable import HeraldSQLite
@@ -280,7 +281,7 @@ struct SQLiteStoreTests {
     @Test("the window and the inbox match a model over commits of every size, with reloads in between")
     func matchesModel() throws {
         try withTemporaryDirectory { directory in
-            var generator = SplitMix(seed: 7)
+            var generator = SplitMix64(seed: 7)
             let window = DeduplicationWindow(maximumCount: 50, maximumAge: .seconds(3600))
             var store = try SQLiteStore(directory: directory)
             var seen: [String] = []
@@ -360,7 +361,7 @@ struct SQLiteStoreTests {
     @Test("a herald.sqlite of garbage bytes is refused as corrupt, and left as it was")
     func garbageIsCorrupt() throws {
         try withTemporaryDirectory { directory in
-            var generator = SplitMix(seed: 42)
+            var generator = SplitMix64(seed: 42)
             let garbage = Data((0..<8192).map { _ in UInt8(truncatingIfNeeded: generator.next()) })
             let path = directory + "/herald.sqlite"
             #expect(FileManager.default.createFile(atPath: path, contents: garbage))
@@ -458,17 +459,4 @@ private func withTemporaryDirectory(_ body: (String) throws -> Void) throws {
 private func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
     guard !needle.isEmpty, haystack.count >= needle.count else { return false }
     return (0...(haystack.count - needle.count)).contains { start in haystack[start..<(start + needle.count)].elementsEqual(needle) }
-}
-
-/// A seeded generator, so the garbage file is the same on every run.
-private struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }

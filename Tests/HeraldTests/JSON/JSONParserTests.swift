@@ -1,3 +1,4 @@
+import HeraldTesting
 import Testing
 @testable import Herald
 

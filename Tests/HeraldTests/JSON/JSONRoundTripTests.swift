@@ -1,28 +1,7 @@
 import Foundation
+import HeraldTesting
 import Testing
 @testable import Herald
-
-/// SplitMix64: a small, fast, seeded generator, so that every run of the round-trip tests sees the same values.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// A number in `0 ..< bound`.
-    mutating func next(below bound: UInt64) -> UInt64 {
-        next(upperBound: bound)
-    }
-}
 
 /// Random JSON values: every kind, nesting, strings with escapes, control characters and every UTF-8 length.
 struct JSONValueGenerator {
