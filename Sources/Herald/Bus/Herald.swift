@@ -63,6 +63,8 @@ public final class Herald: @unchecked Sendable {
 
     private enum Lifecycle {
         case registering(PluginSet, [String: NotificationCategory])
+        /// `start()` is opening the store; the plugin set is frozen.
+        case starting(PluginSet)
         case started(MessageBus)
         case stopped
     }
@@ -115,7 +117,7 @@ public final class Herald: @unchecked Sendable {
     public var registeredPlugins: [(descriptor: PluginDescriptor, roles: PluginRoles)] {
         let all: [any HeraldPlugin] = state.withLock { state in
             switch state {
-            case .registering(let plugins, _): plugins.all
+            case .registering(let plugins, _), .starting(let plugins): plugins.all
             case .started(let bus): bus.pluginSet.all
             case .stopped: []
             }
@@ -140,6 +142,7 @@ public final class Herald: @unchecked Sendable {
     public func start() async throws {
         let (plugins, categories): (PluginSet, [String: NotificationCategory]) = try state.withLock { (state: inout Lifecycle) throws(HeraldError) in
             guard case .registering(let plugins, let categories) = state else { throw .alreadyStarted }
+            state = .starting(plugins)
             return (plugins, categories)
         }
         if ownsLoop, loop.lifecycle == .idle { try loop.start() }
@@ -165,7 +168,16 @@ public final class Herald: @unchecked Sendable {
             plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
             topics: stored.topics, seenMessageIDs: stored.seenMessageIDs, pendingMessageIDs: stored.pending.map(\.messageID)
         )
-        state.withLock { $0 = .started(bus) }
+        let stillStarting = state.withLock { state in
+            guard case .starting = state else { return false }
+            state = .started(bus)
+            return true
+        }
+        guard stillStarting else {
+            // shutdown() ran while the store was opening.
+            if ownsLoop { await loop.shutdownGracefully() }
+            throw HeraldError.notRunning
+        }
         var started: [any HeraldPlugin] = []
         for plugin in plugins.all {
             var pluginLogger = logger
@@ -180,6 +192,7 @@ public final class Herald: @unchecked Sendable {
             } catch {
                 for plugin in started.reversed() { await plugin.stop() }
                 state.withLock { $0 = .stopped }
+                if ownsLoop { await loop.shutdownGracefully() }
                 throw HeraldError.pluginFailedToStart(plugin: plugin.descriptor.name, error: "\(error)")
             }
         }
@@ -220,7 +233,7 @@ public final class Herald: @unchecked Sendable {
             case .started(let bus):
                 state = .stopped
                 return bus
-            case .registering:
+            case .registering, .starting:
                 state = .stopped
                 return nil
             case .stopped:

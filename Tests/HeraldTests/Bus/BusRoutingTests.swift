@@ -186,6 +186,8 @@ struct PluginLifecycleTests {
         try herald.register(FailingPlugin())
         await #expect(throws: HeraldError.self) { try await herald.start() }
         #expect(lifecycle.events.withLock { $0 } == ["start", "stop"])
+        // The instance's own loop is shut down with the failed start.
+        #expect(herald.loop.lifecycle == .closed)
         await herald.shutdown()
         #expect(herald.loop.statistics.liveHandles == 0)
     }
