@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "Herald", targets: ["Herald"]),
         .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
         .library(name: "SocketReceiver", targets: ["SocketReceiver"]),
+        .library(name: "HTTPReceiver", targets: ["HTTPReceiver"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
@@ -46,7 +47,18 @@ let package = Package(
             dependencies: ["Herald"],
             swiftSettings: swiftSettings
         ),
+        .systemLibrary(
+            name: "CHTTPParser",
+            path: "Sources/CHTTPParser",
+            providers: [.apt(["libhttp-parser-dev"])]
+        ),
         // First-party plugins: one target each, under Plugins/<Name>.
+        .target(
+            name: "HTTPReceiver",
+            dependencies: ["Herald", "CHTTPParser"],
+            path: "Plugins/HTTPReceiver",
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "SocketReceiver",
             dependencies: ["Herald"],
@@ -95,6 +107,11 @@ let package = Package(
         .testTarget(
             name: "SocketReceiverTests",
             dependencies: ["Herald", "HeraldTesting", "SocketReceiver"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HTTPReceiverTests",
+            dependencies: ["Herald", "HeraldTesting", "HTTPReceiver"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

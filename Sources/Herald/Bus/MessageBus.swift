@@ -406,6 +406,12 @@ public final class MessageBus: @unchecked Sendable {
         for receiver in pluginSet.receivers { receiver.topicsDidChange(topics) }
     }
 
+    /// Whether the instance is shutting down and refuses new messages (for health checks). Loop thread only.
+    public var isDraining: Bool {
+        loop.preconditionInEventLoop()
+        return draining
+    }
+
     /// Refuse new messages from now on (shutdown); messages in flight finish.
     func beginDraining() {
         loop.preconditionInEventLoop()

@@ -1,0 +1,131 @@
+import CHTTPParser
+public import Herald
+
+/// The FCM-compatible HTTP endpoint: HTTP/1.1 on Herald's loop, parsed by Node's field-proven `http_parser`
+/// (Debian's libhttp-parser-dev: small, allocation-free, handles keep-alive, pipelining and chunked bodies).
+///
+/// Routes: `POST /v1/projects/{project}/messages:send` (an FCM v1 send body; `{"name": ...}` or Google's error
+/// shape) and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
+/// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
+/// the receiver refuses to listen on anything but loopback.
+public final class HTTPReceiver: Receiver, @unchecked Sendable {
+    // @unchecked Sendable: `options` is immutable; the rest is touched on the loop thread only.
+
+    public struct Options: Sendable {
+        /// The TCP address to listen on.
+        public var address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080)
+        /// The bearer secret senders must present; `nil` allows loopback addresses only.
+        public var secret: String?
+        /// The largest request body accepted; larger ones get 413.
+        public var maximumBodyBytes: Int = 64 * 1024
+        /// The most header bytes of one request; more get 431.
+        public var maximumHeaderBytes: Int = 16 * 1024
+        /// How long a connection may stay silent before it is closed (slow clients included).
+        public var idleTimeout: Duration = .seconds(30)
+        /// How many requests one connection may make before it is closed after the answer.
+        public var maximumRequestsPerConnection: Int = 10_000
+
+        public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
+            self.address = address
+            self.secret = secret
+        }
+    }
+
+    /// Refused configurations.
+    public enum ConfigurationError: Error, CustomStringConvertible {
+        case secretRequired(SocketAddress)
+        public var description: String {
+            switch self {
+            case .secretRequired(let address):
+                "refusing to listen on \(address) without a secret: set one, or listen on 127.0.0.1 / ::1 only"
+            }
+        }
+    }
+
+    public let options: Options
+    private var context: PluginContext?
+    private var server: StreamServer?
+    private var sessions: [ObjectIdentifier: HTTPSession] = [:]
+    private var paused = false
+
+    public init(options: Options = Options()) {
+        self.options = options
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "http", summary: "FCM v1 HTTP endpoint", options: [
+            .init(name: "listen", defaultValue: "127.0.0.1:8080", help: "TCP address to listen on"),
+            .init(name: "secret", defaultValue: "", help: "bearer secret; empty allows loopback only"),
+            .init(name: "max-body-bytes", defaultValue: "65536", help: "larger bodies get 413"),
+            .init(name: "idle-timeout", defaultValue: "30s", help: "close connections silent this long"),
+        ])
+    }
+
+    /// The address listened on (port 0 replaced by the chosen port), once started.
+    public func listeningAddress() async throws -> SocketAddress? {
+        guard let context else { return nil }
+        return try await context.loop.submit { self.server?.localAddress }
+    }
+
+    public func start(_ context: PluginContext) async throws {
+        if options.secret == nil {
+            guard case .tcp(let host, _) = options.address, ["127.0.0.1", "::1", "localhost"].contains(host) else {
+                throw ConfigurationError.secretRequired(options.address)
+            }
+            context.logger.warning("no secret configured: the HTTP receiver accepts unauthenticated requests, on loopback only")
+        }
+        self.context = context
+        server = try await context.loop.submit {
+            let server = try StreamServer.listen(on: context.loop, at: self.options.address) { [weak self] connection in
+                self?.accept(connection)
+            }
+            context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
+            return server
+        }
+    }
+
+    public func stop() async {
+        guard let context else { return }
+        try? await context.loop.submit {
+            self.server?.close()
+            self.server = nil
+            for session in self.sessions.values { session.connection.close() }
+            self.sessions.removeAll()
+        }
+    }
+
+    public func pause() {
+        paused = true
+        for session in sessions.values { session.connection.pauseReading() }
+    }
+
+    public func resume() {
+        paused = false
+        for session in sessions.values { session.connection.resumeReading() }
+    }
+
+    private func accept(_ connection: StreamConnection) {
+        guard let context else { return }
+        let session = HTTPSession(connection: connection, receiver: self, context: context)
+        let key = ObjectIdentifier(connection)
+        sessions[key] = session
+        connection.onClose = { [weak self] _ in
+            session.closed()
+            self?.sessions[key] = nil
+        }
+        session.start()
+        if paused { connection.pauseReading() }
+    }
+
+    /// Whether `header` carries the secret, compared in constant time.
+    func authorized(_ header: String?) -> Bool {
+        guard let secret = options.secret else { return true }
+        let expected = Array("Bearer \(secret)".utf8)
+        let given = Array((header ?? "").utf8)
+        var difference = UInt8(expected.count == given.count ? 0 : 1)
+        for index in 0..<expected.count {
+            difference |= expected[index] ^ (index < given.count ? given[index] : 0)
+        }
+        return difference == 0
+    }
+}

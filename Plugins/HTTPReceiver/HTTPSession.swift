@@ -1,0 +1,273 @@
+import CHTTPParser
+import Herald
+
+/// One HTTP connection: feeds bytes to http_parser, answers each request, writes the answers in request order
+/// (pipelining), keeps the connection alive as HTTP/1.1 says.
+final class HTTPSession: @unchecked Sendable {
+    // @unchecked Sendable: only the idle timer's closure crosses into a @Sendable context, and it fires on the
+    // loop thread, where all of the session's state lives.
+    let connection: StreamConnection
+    unowned let receiver: HTTPReceiver
+    let context: PluginContext
+    private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
+    private var url: [UInt8] = []
+    private var headerField: [UInt8] = []
+    private var headerValue: [UInt8] = []
+    private var headers: [String: String] = [:]
+    private var headerBytes = 0
+    private var body: [UInt8] = []
+    private var failure: (status: Int, error: MessageError?)?
+    private var answers: [Int: (bytes: [UInt8], close: Bool)] = [:]
+    private var nextSequence = 0
+    private var nextToWrite = 0
+    private var isClosed = false
+    private var closing = false
+    private var idleTimer: ScheduledTask?
+
+    init(connection: StreamConnection, receiver: HTTPReceiver, context: PluginContext) {
+        self.connection = connection
+        self.receiver = receiver
+        self.context = context
+        http_parser_init(parser, HTTP_REQUEST)
+        parser.pointee.data = Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    deinit { parser.deallocate() }
+
+    func start() {
+        connection.onRead = { [weak self] bytes in self?.read(bytes) }
+        connection.onEnd = { [weak self] in self?.peerEnded() }
+        connection.startReading()
+        armIdleTimer()
+    }
+
+    func closed() {
+        isClosed = true
+        idleTimer?.cancel()
+    }
+
+    private func armIdleTimer() {
+        idleTimer?.cancel()
+        idleTimer = context.loop.scheduleTask(in: receiver.options.idleTimeout) { [weak self] in
+            guard let self, !self.isClosed else { return }
+            self.connection.close()
+        }
+    }
+
+    private func read(_ bytes: UnsafeRawBufferPointer) {
+        guard !closing else { return }
+        armIdleTimer()
+        let parsed = http_parser_execute(parser, HTTPSession.settings, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
+        if closing { return }
+        if parser.pointee.upgrade == 1 || herald_http_errno(parser) != HPE_OK || parsed != bytes.count {
+            let name = String(cString: http_errno_name(herald_http_errno(parser)))
+            respond(sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request (\(name))."), close: true)
+        }
+    }
+
+    private func peerEnded() {
+        closing = true
+        finishIfDone()
+    }
+
+    private func takeSequence() -> Int {
+        defer { nextSequence += 1 }
+        return nextSequence
+    }
+
+    // MARK: Parser callbacks
+
+    fileprivate func beginMessage() {
+        url.removeAll(keepingCapacity: true)
+        headers.removeAll(keepingCapacity: true)
+        headerField.removeAll(keepingCapacity: true)
+        headerValue.removeAll(keepingCapacity: true)
+        headerBytes = 0
+        body.removeAll(keepingCapacity: true)
+        failure = nil
+    }
+
+    fileprivate func headerData(_ data: UnsafeRawBufferPointer, field: Bool) -> Int32 {
+        headerBytes += data.count
+        if headerBytes > receiver.options.maximumHeaderBytes {
+            failure = (431, nil)
+            return 0
+        }
+        if field {
+            if !headerValue.isEmpty { flushHeader() }
+            headerField.append(contentsOf: data)
+        } else {
+            headerValue.append(contentsOf: data)
+        }
+        return 0
+    }
+
+    fileprivate func urlData(_ data: UnsafeRawBufferPointer) {
+        headerBytes += data.count
+        url.append(contentsOf: data)
+    }
+
+    fileprivate func flushHeader() {
+        guard !headerField.isEmpty else { return }
+        headers[String(decoding: headerField, as: UTF8.self).lowercased()] = String(decoding: headerValue, as: UTF8.self)
+        headerField.removeAll(keepingCapacity: true)
+        headerValue.removeAll(keepingCapacity: true)
+    }
+
+    fileprivate func bodyData(_ data: UnsafeRawBufferPointer) {
+        guard failure == nil else { return }
+        if body.count + data.count > receiver.options.maximumBodyBytes {
+            failure = (413, MessageError(.payloadTooLarge(size: body.count + data.count, limit: receiver.options.maximumBodyBytes)))
+            body.removeAll()
+            return
+        }
+        body.append(contentsOf: data)
+    }
+
+    fileprivate func completeMessage() {
+        flushHeader()
+        let sequence = takeSequence()
+        let keepAlive = http_should_keep_alive(parser) != 0 && sequence + 1 < receiver.options.maximumRequestsPerConnection
+        let method = String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method))))
+        let path = String(decoding: url, as: UTF8.self)
+        if let failure {
+            let error = failure.error ?? MessageError(.payloadTooLarge(size: headerBytes, limit: receiver.options.maximumHeaderBytes))
+            respond(sequence: sequence, status: failure.status, body: error.fcmErrorBody, close: true)
+            return
+        }
+        route(method: method, path: path, sequence: sequence, keepAlive: keepAlive)
+    }
+
+    // MARK: Routing
+
+    private func route(method: String, path: String, sequence: Int, keepAlive: Bool) {
+        let pathOnly = path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path
+        if pathOnly == "/healthz", method == "GET" {
+            let ready = !context.bus.isDraining
+            respond(sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
+            return
+        }
+        guard receiver.authorized(headers["authorization"]) else {
+            respond(sequence: sequence, status: 401, body: googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret."), close: !keepAlive)
+            return
+        }
+        let parts = pathOnly.split(separator: "/", omittingEmptySubsequences: true)
+        guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
+            respond(sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."), close: !keepAlive)
+            return
+        }
+        guard method == "POST" else {
+            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."), close: !keepAlive)
+            return
+        }
+        let project = String(parts[2])
+        guard project == context.projectID else {
+            let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
+            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            return
+        }
+        let request: FCMSendRequest
+        do {
+            request = try FCMSendRequest.decode(body, context: context.decoding)
+        } catch {
+            context.bus.recordInvalid(error)
+            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            return
+        }
+        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
+            guard let self else { return }
+            switch outcome {
+            case .success(let id):
+                self.respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: id), close: !keepAlive)
+            case .failure(let error):
+                self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            }
+        }
+    }
+
+    private func googleError(_ code: Int, _ status: String, _ message: String) -> JSONValue {
+        ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
+    }
+
+    // MARK: Answers
+
+    private func respond(sequence: Int, status: Int, body: JSONValue, close: Bool) {
+        guard !isClosed else { return }
+        let bodyBytes = body.jsonBytes()
+        var head = "HTTP/1.1 \(status) \(HTTPSession.reason(status))\r\n"
+        head += "Content-Type: application/json; charset=UTF-8\r\nContent-Length: \(bodyBytes.count)\r\n"
+        if close { head += "Connection: close\r\n" }
+        head += "\r\n"
+        answers[sequence] = (Array(head.utf8) + bodyBytes, close)
+        if close { closing = true }
+        while let ready = answers.removeValue(forKey: nextToWrite) {
+            connection.write(ready.bytes)
+            nextToWrite += 1
+            if ready.close {
+                connection.shutdownWriting { [weak self] _ in self?.connection.close() }
+                answers.removeAll()
+                return
+            }
+        }
+        finishIfDone()
+    }
+
+    private func finishIfDone() {
+        guard !isClosed, closing, nextToWrite == nextSequence else { return }
+        connection.shutdownWriting { [weak self] _ in self?.connection.close() }
+    }
+
+    static func reason(_ status: Int) -> String {
+        switch status {
+        case 200: "OK"
+        case 400: "Bad Request"
+        case 401: "Unauthorized"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 405: "Method Not Allowed"
+        case 413: "Payload Too Large"
+        case 429: "Too Many Requests"
+        case 431: "Request Header Fields Too Large"
+        case 500: "Internal Server Error"
+        case 503: "Service Unavailable"
+        default: "Status"
+        }
+    }
+
+    // MARK: C callbacks
+
+    private static func session(_ parser: UnsafeMutablePointer<http_parser>?) -> HTTPSession {
+        Unmanaged<HTTPSession>.fromOpaque(parser!.pointee.data).takeUnretainedValue()
+    }
+
+    /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable
+    /// address, so any number of loops may parse at once without an exclusive access.
+    nonisolated(unsafe) static let settings: UnsafePointer<http_parser_settings> = {
+        var settings = http_parser_settings()
+        settings.on_message_begin = { parser in
+            session(parser).beginMessage()
+            return 0
+        }
+        settings.on_url = { parser, at, length in
+            session(parser).urlData(UnsafeRawBufferPointer(start: at, count: length))
+            return 0
+        }
+        settings.on_header_field = { parser, at, length in
+            session(parser).headerData(UnsafeRawBufferPointer(start: at, count: length), field: true)
+        }
+        settings.on_header_value = { parser, at, length in
+            session(parser).headerData(UnsafeRawBufferPointer(start: at, count: length), field: false)
+        }
+        settings.on_body = { parser, at, length in
+            session(parser).bodyData(UnsafeRawBufferPointer(start: at, count: length))
+            return 0
+        }
+        settings.on_message_complete = { parser in
+            session(parser).completeMessage()
+            return 0
+        }
+        let stored = UnsafeMutablePointer<http_parser_settings>.allocate(capacity: 1)
+        stored.initialize(to: settings)
+        return UnsafePointer(stored)
+    }()
+}

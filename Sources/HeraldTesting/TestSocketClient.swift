@@ -1,0 +1,82 @@
+import Foundation
+public import Herald
+
+/// A blocking client over a real Unix or TCP socket, for tests of receivers: send, half-close, read lines or
+/// bytes with a 10 s receive timeout, and see end of file.
+public final class TestSocketClient {
+    public let fd: Int32
+
+    public init(_ address: SocketAddress) throws {
+        switch address {
+        case .unix(let path):
+            fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_un()
+            addr.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+                let bytes = Array(path.utf8)
+                raw.copyBytes(from: bytes.prefix(raw.count - 1))
+            }
+            let result = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard result == 0 else { throw POSIXError(.ECONNREFUSED) }
+        case .tcp(_, let port):
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_port = UInt16(port).bigEndian
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let result = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard result == 0 else { throw POSIXError(.ECONNREFUSED) }
+        }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { Glibc.close(fd) }
+
+    public func send(_ text: String) {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written <= 0 { return }
+            offset += written
+        }
+    }
+
+    public func halfClose() { shutdown(fd, Int32(SHUT_WR)) }
+
+    /// Reads until `count` lines arrived, end of file, or the 10 s receive timeout.
+    public func readLines(_ count: Int) -> [String] {
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while data.filter({ $0 == UInt8(ascii: "\n") }).count < count {
+            let read = recv(fd, &buffer, buffer.count, 0)
+            if read <= 0 { break }
+            data.append(contentsOf: buffer[0..<read])
+        }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+
+    /// Reads until `predicate` holds for what was read, end of file, or the receive timeout.
+    public func read(until predicate: ([UInt8]) -> Bool) -> [UInt8] {
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while !predicate(data) {
+            let read = recv(fd, &buffer, buffer.count, 0)
+            if read <= 0 { break }
+            data.append(contentsOf: buffer[0..<read])
+        }
+        return data
+    }
+
+    /// Whether the peer closed (a read returns end of file).
+    public func readsEndOfFile() -> Bool {
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, 0) == 0
+    }
+}
+

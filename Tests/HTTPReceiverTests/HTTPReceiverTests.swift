@@ -1,0 +1,184 @@
+import Foundation
+import Herald
+import HeraldTesting
+import HTTPReceiver
+import Testing
+
+final class Collected: MessageHandler, Sendable {
+    let messages = Locked<[RemoteMessage]>([])
+    func didReceive(_ message: RemoteMessage) async throws { messages.withLock { $0.append(message) } }
+}
+
+/// One HTTP response read off a raw socket: status, headers (lower-cased), JSON body.
+struct Response {
+    var status: Int
+    var headers: [String: String]
+    var body: JSONValue?
+}
+
+/// Splits `data` into complete HTTP responses (Content-Length framed).
+func responses(in data: [UInt8]) -> [Response] {
+    var result: [Response] = []
+    var rest = data[...]
+    while let end = rest.firstRange(of: Array("\r\n\r\n".utf8)) {
+        let head = String(decoding: rest[rest.startIndex..<end.lowerBound], as: UTF8.self).split(separator: "\r\n").map(String.init)
+        guard let statusLine = head.first, let status = Int(statusLine.split(separator: " ")[1]) else { break }
+        var headers: [String: String] = [:]
+        for line in head.dropFirst() {
+            let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            if parts.count == 2 { headers[parts[0].lowercased()] = parts[1] }
+        }
+        let length = Int(headers["content-length"] ?? "0") ?? 0
+        let bodyStart = end.upperBound
+        guard rest.distance(from: bodyStart, to: rest.endIndex) >= length else { break }
+        let bodyEnd = rest.index(bodyStart, offsetBy: length)
+        result.append(Response(status: status, headers: headers, body: try? JSONParser.parse(Array(rest[bodyStart..<bodyEnd]))))
+        rest = rest[bodyEnd...]
+    }
+    return result
+}
+
+func request(_ method: String, _ path: String, body: String = "", headers: [String: String] = [:], chunked: Bool = false) -> String {
+    var text = "\(method) \(path) HTTP/1.1\r\nHost: localhost\r\n"
+    for (name, value) in headers { text += "\(name): \(value)\r\n" }
+    if chunked {
+        text += "Transfer-Encoding: chunked\r\n\r\n"
+        let bytes = Array(body.utf8)
+        let half = bytes.count / 2
+        for chunk in [bytes[..<half], bytes[half...]] where !chunk.isEmpty {
+            text += String(chunk.count, radix: 16) + "\r\n" + String(decoding: chunk, as: UTF8.self) + "\r\n"
+        }
+        text += "0\r\n\r\n"
+    } else {
+        text += "Content-Length: \(body.utf8.count)\r\n\r\n" + body
+    }
+    return text
+}
+
+func withHTTPHerald(
+    options: HTTPReceiver.Options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0)),
+    _ body: (Herald, Collected, SocketAddress) async throws -> Void
+) async throws {
+    var configuration = Herald.Configuration(senderID: "1234567890")
+    configuration.projectID = "demo"
+    let herald = Herald(configuration: configuration)
+    let receiver = HTTPReceiver(options: options)
+    let collected = Collected()
+    try herald.register(receiver)
+    try herald.register(collected)
+    try await herald.start()
+    let address = try #require(try await receiver.listeningAddress())
+    do {
+        try await body(herald, collected, address)
+    } catch {
+        await herald.shutdown()
+        throw error
+    }
+    await herald.shutdown()
+    #expect(herald.loop.statistics.liveHandles == 0)
+}
+
+@Suite("HTTPReceiver: the FCM v1 endpoint over real TCP", .serialized)
+struct HTTPReceiverTests {
+    @Test("send, keep-alive, pipelining and a chunked body, answered in order")
+    func sendPipelined() async throws {
+        try await withHTTPHerald { herald, collected, address in
+            let token = try await herald.token()
+            let client = try TestSocketClient(address)
+            let send: (String) -> String = { n in #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# }
+            client.send(
+                request("POST", "/v1/projects/demo/messages:send", body: send("1"))
+                    + request("POST", "/v1/projects/demo/messages:send", body: send("2"), chunked: true)
+                    + request("POST", "/v1/projects/demo/messages:send", body: #"{"message": {"token": "nobody", "data": {"n": "3"}}}"#)
+                    + request("GET", "/healthz")
+            )
+            let answers = responses(in: client.read { responses(in: $0).count >= 4 })
+            #expect(answers.map(\.status) == [200, 200, 404, 200])
+            #expect(answers[0].body?["name"]?.stringValue?.hasPrefix("projects/demo/messages/") == true)
+            #expect(answers[2].body?["error"]?["status"] == "NOT_FOUND")
+            #expect(answers[2].body?["error"]?["details"]?.arrayValue?.first?["errorCode"] == "UNREGISTERED")
+            #expect(answers[3].body?["status"] == "ready")
+            try await herald.waitUntilIdle()
+            #expect(collected.messages.withLock { $0.compactMap { $0.data["n"] } } == ["1", "2"])
+        }
+    }
+
+    @Test("bad input gets clear errors: malformed JSON, wrong project, unknown route, wrong method, oversized body, bad HTTP")
+    func badInput() async throws {
+        var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0))
+        options.maximumBodyBytes = 1024
+        try await withHTTPHerald(options: options) { _, collected, address in
+            let client = try TestSocketClient(address)
+            client.send(
+                request("POST", "/v1/projects/demo/messages:send", body: "{not json")
+                    + request("POST", "/v1/projects/other/messages:send", body: "{}")
+                    + request("POST", "/v2/nothing")
+                    + request("GET", "/v1/projects/demo/messages:send")
+            )
+            let answers = responses(in: client.read { responses(in: $0).count >= 4 })
+            #expect(answers.map(\.status) == [400, 403, 404, 405])
+            #expect(answers[0].body?["error"]?["status"] == "INVALID_ARGUMENT")
+            #expect(answers[1].body?["error"]?["details"]?.arrayValue?.first?["errorCode"] == "SENDER_ID_MISMATCH")
+
+            let big = try TestSocketClient(address)
+            big.send(request("POST", "/v1/projects/demo/messages:send", body: String(repeating: "x", count: 5000)))
+            let tooLarge = responses(in: big.read { responses(in: $0).count >= 1 })
+            #expect(tooLarge.first?.status == 413)
+            #expect(big.readsEndOfFile())
+
+            let garbage = try TestSocketClient(address)
+            garbage.send("NOT AN HTTP REQUEST\r\n\r\n")
+            #expect(responses(in: garbage.read { responses(in: $0).count >= 1 }).first?.status == 400)
+            #expect(garbage.readsEndOfFile())
+            #expect(collected.messages.withLock { $0.isEmpty })
+        }
+    }
+
+    @Test("with a secret, requests need the bearer secret; /healthz does not")
+    func authentication() async throws {
+        var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "s3cret")
+        options.idleTimeout = .seconds(5)
+        try await withHTTPHerald(options: options) { herald, _, address in
+            let token = try await herald.token()
+            let body = #"{"message": {"token": "\#(token)", "data": {"n": "1"}}}"#
+            let client = try TestSocketClient(address)
+            client.send(
+                request("POST", "/v1/projects/demo/messages:send", body: body)
+                    + request("POST", "/v1/projects/demo/messages:send", body: body, headers: ["Authorization": "Bearer wrong"])
+                    + request("POST", "/v1/projects/demo/messages:send", body: body, headers: ["Authorization": "Bearer s3cret"])
+                    + request("GET", "/healthz")
+            )
+            #expect(responses(in: client.read { responses(in: $0).count >= 4 }).map(\.status) == [401, 401, 200, 200])
+        }
+    }
+
+    @Test("without a secret only loopback addresses are allowed")
+    func loopbackOnlyWithoutSecret() async throws {
+        let herald = Herald()
+        try herald.register(HTTPReceiver(options: .init(address: .tcp(host: "0.0.0.0", port: 0))))
+        await #expect(throws: HeraldError.self) { try await herald.start() }
+        await herald.shutdown()
+    }
+
+    @Test("a slow client that sends half a request is closed after the idle timeout")
+    func slowClient() async throws {
+        var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0))
+        options.idleTimeout = .milliseconds(100)
+        try await withHTTPHerald(options: options) { _, _, address in
+            let client = try TestSocketClient(address)
+            client.send("POST /v1/projects/demo/messages:send HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"mess")
+            #expect(client.readsEndOfFile())
+        }
+    }
+
+    @Test("Connection: close is honoured after the answer")
+    func connectionClose() async throws {
+        try await withHTTPHerald { _, _, address in
+            let client = try TestSocketClient(address)
+            client.send(request("GET", "/healthz", headers: ["Connection": "close"]))
+            let answers = responses(in: client.read { responses(in: $0).count >= 1 })
+            #expect(answers.first?.headers["connection"] == "close")
+            #expect(client.readsEndOfFile())
+        }
+    }
+}
