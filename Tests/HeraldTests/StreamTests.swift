@@ -12,6 +12,13 @@ func startEchoServer(on loop: EventLoop, at address: SocketAddress) async throws
     }
 }
 
+/// Bytes waiting in a socket's receive buffer (FIONREAD).
+func bytesWaiting(_ fd: Int32) -> Int {
+    var count: Int32 = 0
+    _ = ioctl(fd, UInt(FIONREAD), &count)
+    return Int(count)
+}
+
 @Suite("Stream servers and connections over TCP and Unix sockets")
 struct StreamTests {
     static let addresses: [String] = ["tcp", "unix"]
@@ -75,7 +82,10 @@ struct StreamTests {
             #expect(await eventually { serverSide.withLock { $0 } != nil })
             let connection = try #require(serverSide.withLock { $0 })
             try await loop.submit { client.write(Array(repeating: UInt8(7), count: 1000)) }
-            try await Task.sleep(for: .milliseconds(50))
+            // The bytes are in the server socket's kernel buffer, yet none was delivered while paused.
+            let fd = try await loop.submit { connection.fileDescriptor }
+            #expect(await eventually { bytesWaiting(fd) == 1000 })
+            try await loop.submit {}
             #expect(received.bytes.isEmpty)
             #expect(try await loop.submit { !connection.isReading })
             try await loop.submit { connection.resumeReading() }

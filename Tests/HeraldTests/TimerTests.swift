@@ -49,9 +49,10 @@ struct TimerTests {
             }
             #expect(onLoopCancelled)
             #expect(cancelled.count == 100)
-            let done = await eventually { fired.withLock { $0.count } == 100 }
-            #expect(done)
-            try await Task.sleep(for: .milliseconds(30))
+            // Timers fire in deadline order: once a later sentinel has fired, every cancelled one had its turn.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                loop.scheduleTask(in: .milliseconds(20)) { continuation.resume() }
+            }
             let result = fired.withLock { $0 }
             #expect(result.isDisjoint(with: cancelled))
             #expect(!result.contains(-1))
@@ -84,7 +85,10 @@ struct TimerTests {
                 }
             }
             #expect(finished == 5)
-            try await Task.sleep(for: .milliseconds(20))
+            // A sentinel later than the next run would have been: once it fires, a sixth run would have happened.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                loop.scheduleTask(in: .milliseconds(10)) { continuation.resume() }
+            }
             #expect(runs.withLock { $0 } == 5)
         }
     }

@@ -59,6 +59,13 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
         return isClosing ? 0 : uv_stream_get_write_queue_size(stream)
     }
 
+    /// The socket's file descriptor (for tests and diagnostics; do not read or write it behind libuv's back).
+    var fileDescriptor: Int32 {
+        loop.preconditionInEventLoop()
+        var fd = uv_os_fd_t()
+        return uv_fileno(handle, &fd) == 0 ? fd : -1
+    }
+
     /// The peer's address, asked of the kernel (TCP only).
     public var peerAddress: SocketAddress? {
         loop.preconditionInEventLoop()

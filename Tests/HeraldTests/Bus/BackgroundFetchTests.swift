@@ -10,9 +10,8 @@ final class HangingWorker: BackgroundFetchWorker, Sendable {
 
     func fetch(_ message: RemoteMessage) async -> BackgroundFetchResult {
         started.withLock { $0 += 1 }
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
+        // Sleeping throws at once when the task is cancelled: this waits for the cancellation, not for time.
+        try? await Task.sleep(for: .seconds(3600))
         cancelled.withLock { $0 += 1 }
         return .newData
     }
@@ -42,7 +41,8 @@ struct BackgroundFetchTests {
             _ = try await receiver.sendAPNs(Self.silentAPNs, headers: Self.backgroundHeaders, deviceToken: token, to: herald).get()
             #expect(await eventually { worker.started.withLock { $0 } == 1 })
             clock.advanceTime(by: .seconds(29))
-            try await Task.sleep(for: .milliseconds(20))
+            // The deadline has not passed: its timer is still pending and nothing was cancelled.
+            #expect(clock.pendingTimerCount == 1)
             #expect(worker.cancelled.withLock { $0 } == 0)
             clock.advanceTime(by: .seconds(1))
             try await herald.waitUntilIdle()
