@@ -488,8 +488,10 @@ public final class MessageBus: @unchecked Sendable {
         return await withCheckedContinuation { (continuation: CheckedContinuation<BackgroundFetchResult, Never>) in
             let task = Locked<Task<Void, Never>?>(nil)
             let timer = timeSource.scheduleTask(in: configuration.backgroundFetchDeadline) { [logger, analytics, loop] in
-                task.withLock { $0 }?.cancel()
+                // Claim the outcome before cancelling: a worker that stops at once on cancellation must not
+                // answer first and hide that the deadline passed.
                 guard resolved.withLock({ let first = !$0; $0 = true; return first }) else { return }
+                task.withLock { $0 }?.cancel()
                 logger.warning("background fetch ran past its deadline; cancelled and counted as failed",
                                metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
                 loop.execute {
