@@ -152,6 +152,10 @@ final class HTTPSession: @unchecked Sendable {
             return
         }
         let parts = pathOnly.split(separator: "/", omittingEmptySubsequences: true)
+        if parts.count == 3, parts[0] == "3", parts[1] == "device" {
+            routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
+            return
+        }
         guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
             respond(sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."), close: !keepAlive)
             return
@@ -185,17 +189,56 @@ final class HTTPSession: @unchecked Sendable {
         }
     }
 
+    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id`,
+    /// or APNs' status and `{"reason": ...}`.
+    private func routeAPNs(method: String, deviceToken: String, sequence: Int, keepAlive: Bool) {
+        guard method == "POST" else {
+            respond(sequence: sequence, status: 405, body: ["reason": "MethodNotAllowed"], close: !keepAlive)
+            return
+        }
+        let message: RemoteMessage
+        do {
+            message = try APNsRequest.decode(payload: body, headers: headers, deviceToken: deviceToken, context: context.decoding)
+        } catch {
+            context.bus.recordInvalid(error)
+            respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
+            return
+        }
+        context.bus.deliver(message) { [weak self] outcome in
+            guard let self else { return }
+            switch outcome {
+            case .success(let id):
+                self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
+            case .failure(let error):
+                self.respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
+            }
+        }
+    }
+
+    /// The HTTP status APNs answers a reason with.
+    static func apnsStatus(_ error: MessageError) -> Int {
+        switch error.reason {
+        case .payloadTooLarge: 413
+        case .busy: 429
+        case .shuttingDown, .storeUnavailable: 503
+        case .handlerFailed: 500
+        default: 400
+        }
+    }
+
     private func googleError(_ code: Int, _ status: String, _ message: String) -> JSONValue {
         ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
     }
 
     // MARK: Answers
 
-    private func respond(sequence: Int, status: Int, body: JSONValue, close: Bool) {
+    private func respond(sequence: Int, status: Int, body: JSONValue?, extraHeaders: [String] = [], close: Bool) {
         guard !isClosed else { return }
-        let bodyBytes = body.jsonBytes()
+        let bodyBytes = body?.jsonBytes() ?? []
         var head = "HTTP/1.1 \(status) \(HTTPSession.reason(status))\r\n"
-        head += "Content-Type: application/json; charset=UTF-8\r\nContent-Length: \(bodyBytes.count)\r\n"
+        if body != nil { head += "Content-Type: application/json; charset=UTF-8\r\n" }
+        head += "Content-Length: \(bodyBytes.count)\r\n"
+        for header in extraHeaders { head += header + "\r\n" }
         if close { head += "Connection: close\r\n" }
         head += "\r\n"
         answers[sequence] = (Array(head.utf8) + bodyBytes, close)

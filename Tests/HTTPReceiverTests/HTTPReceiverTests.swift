@@ -171,6 +171,29 @@ struct HTTPReceiverTests {
         }
     }
 
+    @Test("APNs provider style: POST /3/device/{token} with apns-* headers; APNs reasons for errors")
+    func apnsEndpoint() async throws {
+        try await withHTTPHerald { herald, collected, address in
+            let token = try await herald.token()
+            let client = try TestSocketClient(address)
+            let alert = #"{"aps": {"alert": {"title": "Build finished", "body": "All green"}}, "build": "8121"}"#
+            client.send(
+                request("POST", "/3/device/\(token)", body: #"{"build": "8121"}"#, headers: ["apns-id": "123E4567-E89B-12D3-A456-426614174000", "apns-priority": "10"])
+                    + request("POST", "/3/device/someone-else", body: alert)
+                    + request("POST", "/3/device/\(token)", body: alert, headers: ["apns-priority": "10", "apns-push-type": "background"])
+                    + request("POST", "/3/device/\(token)", body: "")
+                    + request("POST", "/3/device/\(token)", body: alert, headers: ["apns-collapse-id": String(repeating: "c", count: 65)])
+            )
+            let answers = responses(in: client.read { responses(in: $0).count >= 5 })
+            #expect(answers.map(\.status) == [200, 400, 400, 400, 400])
+            #expect(answers[0].headers["apns-id"] == "123e4567-e89b-12d3-a456-426614174000")
+            #expect(answers.dropFirst().map { $0.body?["reason"]?.stringValue } == ["BadDeviceToken", "BadPriority", "PayloadEmpty", "BadCollapseId"])
+            try await herald.waitUntilIdle()
+            #expect(collected.messages.withLock { $0.map { $0.userInfo["build"] } } == ["8121"])
+            #expect(collected.messages.withLock { $0.first?.messageID } == "123e4567-e89b-12d3-a456-426614174000")
+        }
+    }
+
     @Test("Connection: close is honoured after the answer")
     func connectionClose() async throws {
         try await withHTTPHerald { _, _, address in
