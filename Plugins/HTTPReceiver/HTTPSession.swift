@@ -156,6 +156,10 @@ final class HTTPSession: @unchecked Sendable {
             routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
             return
         }
+        if parts.count >= 6, parts[0] == "v1", parts[1] == "projects", parts[3] == "registrations", parts[5] == "topicSubscriptions" {
+            routeTopics(method: method, path: path, parts: parts.map(String.init), sequence: sequence, keepAlive: keepAlive)
+            return
+        }
         guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
             respond(sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."), close: !keepAlive)
             return
@@ -213,6 +217,82 @@ final class HTTPSession: @unchecked Sendable {
                 self.respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
             }
         }
+    }
+
+    /// FCM topic management: `POST .../registrations/{token}/topicSubscriptions?topic_name=T` subscribes,
+    /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes.
+    private func routeTopics(method: String, path: String, parts: [String], sequence: Int, keepAlive: Bool) {
+        let project = parts[2]
+        guard project == context.projectID else {
+            let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
+            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            return
+        }
+        let token = HTTPSession.percentDecoded(parts[4])
+        let query = HTTPSession.queryItems(path)
+        let topic: String?
+        switch (method, parts.count) {
+        case ("POST", 6): topic = query["topic_name"]
+        case ("DELETE", 7): topic = HTTPSession.percentDecoded(parts[6])
+        default:
+            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."), close: !keepAlive)
+            return
+        }
+        guard let topic else {
+            respond(sequence: sequence, status: 400, body: MessageError(.missingField("topic_name")).fcmErrorBody, close: !keepAlive)
+            return
+        }
+        let control = context.topics
+        let allowMissing = query["allow_missing"] == "true"
+        let resource = "projects/\(project)/registrations/\(token)/topicSubscriptions/\(topic)"
+        Task(executorPreference: context.loop) { [weak self] in
+            let answer: (Int, JSONValue)
+            do {
+                guard try await control.token() == token else {
+                    let error = MessageError(.unregistered(.token(token)))
+                    throw error
+                }
+                if method == "POST" {
+                    try await control.subscribe(topic)
+                    answer = (200, ["name": .string(resource)])
+                } else if try await control.unsubscribe(topic) || allowMissing {
+                    answer = (200, [:])
+                } else {
+                    answer = (404, ["error": ["code": 404, "message": .string("Not subscribed to \(topic)."), "status": "NOT_FOUND"]])
+                }
+            } catch let error as MessageError {
+                answer = (error.status.httpStatus, error.fcmErrorBody)
+            } catch {
+                answer = (500, MessageError(.handlerFailed("\(error)")).fcmErrorBody)
+            }
+            self?.respond(sequence: sequence, status: answer.0, body: answer.1, close: !keepAlive)
+        }
+    }
+
+    static func queryItems(_ path: String) -> [String: String] {
+        guard let query = path.split(separator: "?", maxSplits: 1).dropFirst().first else { return [:] }
+        var items: [String: String] = [:]
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map { percentDecoded(String($0)) }
+            items[parts[0]] = parts.count > 1 ? parts[1] : ""
+        }
+        return items
+    }
+
+    /// `%XX` and `+` decoded; malformed escapes are kept as written.
+    static func percentDecoded(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var iterator = Array(text.utf8)[...]
+        while let byte = iterator.popFirst() {
+            if byte == UInt8(ascii: "%"), iterator.count >= 2,
+               let value = UInt8(String(decoding: iterator.prefix(2), as: UTF8.self), radix: 16) {
+                bytes.append(value)
+                iterator = iterator.dropFirst(2)
+            } else {
+                bytes.append(byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// The HTTP status APNs answers a reason with.

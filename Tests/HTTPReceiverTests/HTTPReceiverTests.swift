@@ -194,6 +194,30 @@ struct HTTPReceiverTests {
         }
     }
 
+    @Test("FCM topic management: subscribe, unsubscribe, allow_missing, wrong token, bad names")
+    func topicManagement() async throws {
+        try await withHTTPHerald { herald, _, address in
+            let token = try await herald.token()
+            let base = "/v1/projects/demo/registrations/\(token)/topicSubscriptions"
+            let client = try TestSocketClient(address)
+            client.send(
+                request("POST", base + "?topic_name=weather")
+                    + request("POST", "/v1/projects/demo/registrations/someone-else/topicSubscriptions?topic_name=weather")
+                    + request("POST", base + "?topic_name=bad%20name")
+                    + request("DELETE", base + "/news")
+                    + request("DELETE", base + "/news?allow_missing=true")
+            )
+            let answers = responses(in: client.read { responses(in: $0).count >= 5 })
+            #expect(answers.map(\.status) == [200, 404, 400, 404, 200])
+            #expect(answers[0].body?["name"]?.stringValue == "projects/demo/registrations/\(token)/topicSubscriptions/weather")
+            #expect(answers[1].body?["error"]?["details"]?.arrayValue?.first?["errorCode"] == "UNREGISTERED")
+            #expect(try await herald.subscribedTopics() == ["weather"])
+            client.send(request("DELETE", base + "/weather"))
+            #expect(responses(in: client.read { responses(in: $0).count >= 1 }).first?.status == 200)
+            #expect(try await herald.subscribedTopics().isEmpty)
+        }
+    }
+
     @Test("Connection: close is honoured after the answer")
     func connectionClose() async throws {
         try await withHTTPHerald { _, _, address in

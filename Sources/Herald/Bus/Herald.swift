@@ -184,7 +184,22 @@ public final class Herald: @unchecked Sendable {
             pluginLogger[metadataKey: "plugin"] = "\(plugin.descriptor.name)"
             let context = PluginContext(
                 loop: loop, bus: bus, logger: pluginLogger, descriptor: plugin.descriptor,
-                decoding: decodingContext, projectID: configuration.projectID
+                decoding: decodingContext, projectID: configuration.projectID,
+                topics: TopicControl(
+                    subscribe: { [weak self] topic in try await self?.subscribe(toTopic: topic) },
+                    unsubscribe: { [weak self] topic in
+                        guard let self else { return false }
+                        let name = try TopicName.validate(topic)
+                        let was = try await self.subscribedTopics().contains(name)
+                        try await self.unsubscribe(fromTopic: name)
+                        return was
+                    },
+                    token: { [weak self] in
+                        guard let self else { return nil }
+                        let bus = try self.runningBus()
+                        return try await self.loop.submit { bus.identity.token }
+                    }
+                )
             )
             do {
                 try await plugin.start(context)

@@ -14,6 +14,28 @@ public struct PluginContext: Sendable {
     public let decoding: DecodingContext
     /// The project ID for FCM resource names in answers (`projects/{project}/messages/{id}`).
     public let projectID: String
+    /// The instance's topics and token, for receivers that manage subscriptions on a sender's behalf.
+    public let topics: TopicControl
+}
+
+/// Topic subscriptions of the instance, as a receiver may change them (FCM's topic management API).
+public struct TopicControl: Sendable {
+    /// Subscribes to a topic (FCM's name rule); persisted.
+    public let subscribe: @Sendable (String) async throws -> Void
+    /// Unsubscribes from a topic; returns whether it was subscribed.
+    public let unsubscribe: @Sendable (String) async throws -> Bool
+    /// The current registration token.
+    public let token: @Sendable () async throws -> String?
+
+    public init(
+        subscribe: @escaping @Sendable (String) async throws -> Void,
+        unsubscribe: @escaping @Sendable (String) async throws -> Bool,
+        token: @escaping @Sendable () async throws -> String?
+    ) {
+        self.subscribe = subscribe
+        self.unsubscribe = unsubscribe
+        self.token = token
+    }
 }
 
 /// Errors of the ``Herald`` instance's own API (as opposed to a sender's ``MessageError``).
