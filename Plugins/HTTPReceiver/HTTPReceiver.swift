@@ -24,6 +24,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         public var idleTimeout: Duration = .seconds(30)
         /// How many requests one connection may make before it is closed after the answer.
         public var maximumRequestsPerConnection: Int = 10_000
+        /// The most connections open at once; more are closed as they are accepted.
+        public var maximumConnections: Int = 1024
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address
@@ -106,6 +108,11 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     private func accept(_ connection: StreamConnection) {
         guard let context else { return }
+        guard sessions.count < options.maximumConnections else {
+            context.logger.warning("too many connections; closing the new one", metadata: ["limit": "\(options.maximumConnections)"])
+            connection.close()
+            return
+        }
         let session = HTTPSession(connection: connection, receiver: self, context: context)
         let key = ObjectIdentifier(connection)
         sessions[key] = session

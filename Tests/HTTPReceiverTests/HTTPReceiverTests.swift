@@ -218,6 +218,22 @@ struct HTTPReceiverTests {
         }
     }
 
+    @Test("connections past the limit are closed as they are accepted; the others are served")
+    func connectionLimit() async throws {
+        var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0))
+        options.maximumConnections = 2
+        try await withHTTPHerald(options: options) { _, _, address in
+            let first = try TestSocketClient(address)
+            let second = try TestSocketClient(address)
+            first.send(request("GET", "/healthz"))
+            second.send(request("GET", "/healthz"))
+            #expect(responses(in: first.read { responses(in: $0).count >= 1 }).first?.status == 200)
+            #expect(responses(in: second.read { responses(in: $0).count >= 1 }).first?.status == 200)
+            let third = try TestSocketClient(address)
+            #expect(third.readsEndOfFile())
+        }
+    }
+
     @Test("Connection: close is honoured after the answer")
     func connectionClose() async throws {
         try await withHTTPHerald { _, _, address in
