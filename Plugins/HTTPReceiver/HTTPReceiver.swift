@@ -46,9 +46,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public let options: Options
     private var context: PluginContext?
-    private var server: StreamServer?
-    private var sessions: [ObjectIdentifier: HTTPSession] = [:]
-    private var paused = false
+    private var listener: ReceiverListener<HTTPSession>?
 
     public init(options: Options = Options()) {
         self.options = options
@@ -66,7 +64,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     /// The address listened on (port 0 replaced by the chosen port), once started.
     public func listeningAddress() async throws -> SocketAddress? {
         guard let context else { return nil }
-        return try await context.loop.submit { self.server?.localAddress }
+        return try await context.loop.submit { self.listener?.localAddresses.first }
     }
 
     public func start(_ context: PluginContext) async throws {
@@ -77,52 +75,26 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             context.logger.warning("no secret configured: the HTTP receiver accepts unauthenticated requests, on loopback only")
         }
         self.context = context
-        server = try await context.loop.submit {
-            let server = try StreamServer.listen(on: context.loop, at: self.options.address) { [weak self] connection in
-                self?.accept(connection)
+        try await context.loop.submit {
+            let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) { [unowned self] connection in
+                HTTPSession(connection: connection, receiver: self, context: context)
             }
-            context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
-            return server
+            try listener.listen(on: [self.options.address])
+            self.listener = listener
         }
     }
 
     public func stop() async {
         guard let context else { return }
         try? await context.loop.submit {
-            self.server?.close()
-            self.server = nil
-            for session in self.sessions.values { session.connection.close() }
-            self.sessions.removeAll()
+            self.listener?.close()
+            self.listener = nil
         }
     }
 
-    public func pause() {
-        paused = true
-        for session in sessions.values { session.connection.pauseReading() }
-    }
+    public func pause() { listener?.pause() }
 
-    public func resume() {
-        paused = false
-        for session in sessions.values { session.connection.resumeReading() }
-    }
-
-    private func accept(_ connection: StreamConnection) {
-        guard let context else { return }
-        guard sessions.count < options.maximumConnections else {
-            context.logger.warning("too many connections; closing the new one", metadata: ["limit": "\(options.maximumConnections)"])
-            connection.close()
-            return
-        }
-        let session = HTTPSession(connection: connection, receiver: self, context: context)
-        let key = ObjectIdentifier(connection)
-        sessions[key] = session
-        connection.onClose = { [weak self] _ in
-            session.closed()
-            self?.sessions[key] = nil
-        }
-        session.start()
-        if paused { connection.pauseReading() }
-    }
+    public func resume() { listener?.resume() }
 
     /// Whether `header` carries the secret, compared in constant time.
     func authorized(_ header: String?) -> Bool {

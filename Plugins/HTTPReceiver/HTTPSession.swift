@@ -3,7 +3,7 @@ import Herald
 
 /// One HTTP connection: feeds bytes to http_parser, answers each request, writes the answers in request order
 /// (pipelining), keeps the connection alive as HTTP/1.1 says.
-final class HTTPSession: @unchecked Sendable {
+final class HTTPSession: ReceiverSession, @unchecked Sendable {
     // @unchecked Sendable: only the idle timer's closure crosses into a @Sendable context, and it fires on the
     // loop thread, where all of the session's state lives.
     let connection: StreamConnection
@@ -17,9 +17,7 @@ final class HTTPSession: @unchecked Sendable {
     private var headerBytes = 0
     private var body: [UInt8] = []
     private var failure: (status: Int, error: MessageError?)?
-    private var answers: [Int: (bytes: [UInt8], close: Bool)] = [:]
-    private var nextSequence = 0
-    private var nextToWrite = 0
+    private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
     private var isClosed = false
     private var closing = false
     private var idleTimer: ScheduledTask?
@@ -70,10 +68,7 @@ final class HTTPSession: @unchecked Sendable {
         finishIfDone()
     }
 
-    private func takeSequence() -> Int {
-        defer { nextSequence += 1 }
-        return nextSequence
-    }
+    private func takeSequence() -> Int { answers.reserve() }
 
     // MARK: Parser callbacks
 
@@ -321,14 +316,12 @@ final class HTTPSession: @unchecked Sendable {
         for header in extraHeaders { head += header + "\r\n" }
         if close { head += "Connection: close\r\n" }
         head += "\r\n"
-        answers[sequence] = (Array(head.utf8) + bodyBytes, close)
         if close { closing = true }
-        while let ready = answers.removeValue(forKey: nextToWrite) {
+        for ready in answers.fill(sequence, with: (Array(head.utf8) + bodyBytes, close)) {
             connection.write(ready.bytes)
-            nextToWrite += 1
             if ready.close {
                 connection.shutdownWriting { [weak self] _ in self?.connection.close() }
-                answers.removeAll()
+                answers.discardWaiting()
                 return
             }
         }
@@ -336,7 +329,7 @@ final class HTTPSession: @unchecked Sendable {
     }
 
     private func finishIfDone() {
-        guard !isClosed, closing, nextToWrite == nextSequence else { return }
+        guard !isClosed, closing, answers.allWritten else { return }
         connection.shutdownWriting { [weak self] _ in self?.connection.close() }
     }
 

@@ -30,9 +30,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
 
     public let options: Options
     private var context: PluginContext?
-    private var servers: [StreamServer] = []
-    private var connections: [ObjectIdentifier: LineSession] = [:]
-    private var paused = false
+    private var listener: ReceiverListener<LineSession>?
 
     public init(options: Options) {
         self.options = options
@@ -50,81 +48,42 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
     /// The addresses actually listened on (TCP port 0 replaced by the chosen port), once started.
     public func listeningAddresses() async throws -> [SocketAddress] {
         guard let context else { return [] }
-        return try await context.loop.submit { self.servers.map(\.localAddress) }
+        return try await context.loop.submit { self.listener?.localAddresses ?? [] }
     }
 
     public func start(_ context: PluginContext) async throws {
         self.context = context
         try await context.loop.submit {
-            do {
-                for address in self.options.addresses {
-                    let server = try StreamServer.listen(on: context.loop, at: address) { [weak self] connection in
-                        self?.accept(connection)
-                    }
-                    server.onAcceptError = { error in
-                        context.logger.warning("accept failed", metadata: ["error": "\(error)"])
-                    }
-                    self.servers.append(server)
-                    context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
-                }
-            } catch {
-                for server in self.servers { server.close() }
-                self.servers.removeAll()
-                throw error
+            let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) { connection in
+                LineSession(connection: connection, context: context, options: self.options)
             }
+            try listener.listen(on: self.options.addresses)
+            self.listener = listener
         }
     }
 
     public func stop() async {
         guard let context else { return }
         try? await context.loop.submit {
-            for server in self.servers { server.close() }
-            self.servers.removeAll()
-            for session in self.connections.values { session.close() }
-            self.connections.removeAll()
+            self.listener?.close()
+            self.listener = nil
         }
     }
 
-    public func pause() {
-        paused = true
-        for session in connections.values { session.connection.pauseReading() }
-    }
+    public func pause() { listener?.pause() }
 
-    public func resume() {
-        paused = false
-        for session in connections.values { session.connection.resumeReading() }
-    }
-
-    private func accept(_ connection: StreamConnection) {
-        guard let context else { return }
-        guard connections.count < options.maximumConnections else {
-            context.logger.warning("too many connections; closing the new one", metadata: ["limit": "\(options.maximumConnections)"])
-            connection.close()
-            return
-        }
-        let session = LineSession(connection: connection, context: context, options: options)
-        let key = ObjectIdentifier(connection)
-        connections[key] = session
-        connection.onClose = { [weak self] _ in
-            session.closed()
-            self?.connections[key] = nil
-        }
-        session.start()
-        if paused { connection.pauseReading() }
-    }
+    public func resume() { listener?.resume() }
 }
 
 /// One connection: splits lines, decodes and delivers each, and writes the answers in order.
-final class LineSession: @unchecked Sendable {
+final class LineSession: ReceiverSession, @unchecked Sendable {
     // @unchecked Sendable: only its idle timer's closure crosses into a @Sendable context, and that timer
     // fires on the loop thread, where all of the session's state lives.
     let connection: StreamConnection
     let context: PluginContext
     let options: SocketReceiver.Options
     private var buffer: [UInt8] = []
-    private var answers: [UInt64: [UInt8]] = [:]
-    private var nextSequence: UInt64 = 0
-    private var nextToWrite: UInt64 = 0
+    private var answers = OrderedAnswers<[UInt8]>()
     private var ended = false
     private var closeAfterAnswers = false
     private var idleTimer: ScheduledTask?
@@ -184,8 +143,7 @@ final class LineSession: @unchecked Sendable {
         defer { buffer.removeAll(keepingCapacity: true) }
         if buffer.last == UInt8(ascii: "\r") { buffer.removeLast() }
         guard !buffer.isEmpty else { return }
-        let sequence = nextSequence
-        nextSequence += 1
+        let sequence = answers.reserve()
         if buffer.count > options.maximumLineBytes {
             refuse(sequence, MessageError(.payloadTooLarge(size: buffer.count, limit: options.maximumLineBytes)))
             return
@@ -209,13 +167,12 @@ final class LineSession: @unchecked Sendable {
 
     /// A line that cannot end within the limit: answer it, stop reading, close once the answers are written.
     private func refuseOversizedLine() {
-        let sequence = nextSequence
-        nextSequence += 1
+        let sequence = answers.reserve()
         buffer.removeAll()
         refuse(sequence, MessageError(.payloadTooLarge(size: options.maximumLineBytes + 1, limit: options.maximumLineBytes)))
     }
 
-    private func refuse(_ sequence: UInt64, _ error: MessageError) {
+    private func refuse(_ sequence: Int, _ error: MessageError) {
         context.bus.recordInvalid(error)
         closeAfterAnswers = true
         connection.pauseReading()
@@ -227,20 +184,16 @@ final class LineSession: @unchecked Sendable {
         finishIfDone()
     }
 
-    private func answer(_ sequence: UInt64, _ body: JSONValue) {
+    private func answer(_ sequence: Int, _ body: JSONValue) {
         guard !isClosed else { return }
         var line = body.jsonBytes()
         line.append(UInt8(ascii: "\n"))
-        answers[sequence] = line
-        while let ready = answers.removeValue(forKey: nextToWrite) {
-            connection.write(ready)
-            nextToWrite += 1
-        }
+        for ready in answers.fill(sequence, with: line) { connection.write(ready) }
         finishIfDone()
     }
 
     private func finishIfDone() {
-        guard !isClosed, ended || closeAfterAnswers, nextToWrite == nextSequence else { return }
+        guard !isClosed, ended || closeAfterAnswers, answers.allWritten else { return }
         connection.shutdownWriting { [weak self] _ in self?.close() }
     }
 }

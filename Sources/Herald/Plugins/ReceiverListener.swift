@@ -1,0 +1,118 @@
+/// One connection of a receiver plugin, created by ``ReceiverListener`` for each accepted connection.
+public protocol ReceiverSession: AnyObject {
+    /// Sets the connection's callbacks and starts reading. Loop thread.
+    func start()
+    /// The connection has closed (timers are cancelled here). Loop thread.
+    func closed()
+}
+
+/// What stream receivers share: listening on addresses, accepting within a connection limit, pausing and
+/// resuming reading on every connection for the bus's backpressure, and closing everything at stop.
+/// Loop thread only, like the sockets it owns.
+public final class ReceiverListener<Session: ReceiverSession> {
+    private let context: PluginContext
+    private let maximumConnections: Int
+    private let makeSession: (StreamConnection) -> Session
+    private var servers: [StreamServer] = []
+    private var sessions: [ObjectIdentifier: (connection: StreamConnection, session: Session)] = [:]
+    private var paused = false
+
+    public init(context: PluginContext, maximumConnections: Int, makeSession: @escaping (StreamConnection) -> Session) {
+        self.context = context
+        self.maximumConnections = maximumConnections
+        self.makeSession = makeSession
+    }
+
+    /// Listens on every address; when one fails, the ones already open are closed and the error thrown.
+    public func listen(on addresses: [SocketAddress]) throws {
+        context.loop.preconditionInEventLoop()
+        do {
+            for address in addresses {
+                let server = try StreamServer.listen(on: context.loop, at: address) { [weak self] connection in
+                    self?.accept(connection)
+                }
+                server.onAcceptError = { [logger = context.logger] error in
+                    logger.warning("accept failed", metadata: ["error": "\(error)"])
+                }
+                servers.append(server)
+                context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
+            }
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    /// The addresses listened on (TCP port 0 replaced by the chosen port).
+    public var localAddresses: [SocketAddress] { servers.map(\.localAddress) }
+
+    /// Stops reading every connection (the bus is full); new connections start paused.
+    public func pause() {
+        paused = true
+        for entry in sessions.values { entry.connection.pauseReading() }
+    }
+
+    /// Reads every connection again.
+    public func resume() {
+        paused = false
+        for entry in sessions.values { entry.connection.resumeReading() }
+    }
+
+    /// Closes the servers and every connection.
+    public func close() {
+        for server in servers { server.close() }
+        servers.removeAll()
+        for entry in sessions.values { entry.connection.close() }
+        sessions.removeAll()
+    }
+
+    private func accept(_ connection: StreamConnection) {
+        guard sessions.count < maximumConnections else {
+            context.logger.warning("too many connections; closing the new one", metadata: ["limit": "\(maximumConnections)"])
+            connection.close()
+            return
+        }
+        let session = makeSession(connection)
+        let key = ObjectIdentifier(connection)
+        sessions[key] = (connection, session)
+        connection.onClose = { [weak self] _ in
+            session.closed()
+            self?.sessions[key] = nil
+        }
+        session.start()
+        if paused { connection.pauseReading() }
+    }
+}
+
+/// Answers that complete out of order but must be written in the order their requests came (pipelining,
+/// one answer line per message). Loop thread only.
+public struct OrderedAnswers<Answer> {
+    private var waiting: [Int: Answer] = [:]
+    private var nextSequence = 0
+    private var nextToWrite = 0
+
+    public init() {}
+
+    /// A place in the order for the next request.
+    public mutating func reserve() -> Int {
+        defer { nextSequence += 1 }
+        return nextSequence
+    }
+
+    /// Fills place `sequence`; returns the answers now ready to write, in order.
+    public mutating func fill(_ sequence: Int, with answer: Answer) -> [Answer] {
+        waiting[sequence] = answer
+        var ready: [Answer] = []
+        while let next = waiting.removeValue(forKey: nextToWrite) {
+            ready.append(next)
+            nextToWrite += 1
+        }
+        return ready
+    }
+
+    /// Whether every reserved place has been written.
+    public var allWritten: Bool { nextToWrite == nextSequence }
+
+    /// Forgets answers not yet written (the connection is closing).
+    public mutating func discardWaiting() { waiting.removeAll() }
+}
