@@ -18,19 +18,42 @@ final class Probe: MessageHandler, @unchecked Sendable {
     private var ids: [String] = []
     private var replayed = 0
 
+    private var expected = Int.max
+    private var reached: CheckedContinuation<Void, Never>?
+
     init(block: Bool) { self.block = block }
 
-    func didReceive(_ message: RemoteMessage) async throws {
-        lock.withLock {
-            ids.append(message.messageID ?? "")
-            if message.isReplay { replayed += 1 }
-        }
-        if block {
-            while true { try await Task.sleep(for: .seconds(3600)) }
+    /// Returns once `count` messages have been handled.
+    func waitFor(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = lock.withLock {
+                if ids.count >= count { return true }
+                expected = count
+                reached = continuation
+                return false
+            }
+            if done { continuation.resume() }
         }
     }
 
+    func didReceive(_ message: RemoteMessage) async throws {
+        let ready: CheckedContinuation<Void, Never>? = lock.withLock {
+            ids.append(message.messageID ?? "")
+            if message.isReplay { replayed += 1 }
+            guard ids.count >= expected else { return nil }
+            defer { reached = nil }
+            return reached
+        }
+        ready?.resume()
+        if block { await waitToBeKilled() }
+    }
+
     var snapshot: (ids: [String], replayed: Int) { lock.withLock { (ids, replayed) } }
+}
+
+/// Suspends for good: the test ends this process with SIGKILL.
+func waitToBeKilled() async {
+    await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
 }
 
 func message(_ index: Int, token: String) -> RemoteMessage {
@@ -70,16 +93,14 @@ case "accept":
         }
     }
     FileHandle.standardOutput.write(Data("accepted \(count)\n".utf8))
-    while true { try await Task.sleep(for: .seconds(3600)) }
+    await waitToBeKilled()
 case "recover":
     let probe = Probe(block: false)
     try herald.register(probe)
     try await herald.start()
     let token = try await herald.token()
-    let deadline = ContinuousClock.now + .seconds(120)
-    while probe.snapshot.ids.count < count, ContinuousClock.now < deadline {
-        try await Task.sleep(for: .milliseconds(10))
-    }
+    // The test that runs this process bounds it with its own time limit.
+    await probe.waitFor(count)
     try await herald.waitUntilIdle()
     let afterReplay = probe.snapshot
     for index in 0..<count {

@@ -10,8 +10,24 @@ final class HangingWorker: BackgroundFetchWorker, Sendable {
 
     func fetch(_ message: RemoteMessage) async -> BackgroundFetchResult {
         started.withLock { $0 += 1 }
-        // Sleeping throws at once when the task is cancelled: this waits for the cancellation, not for time.
-        try? await Task.sleep(for: .seconds(3600))
+        // Waits for the cancellation itself, not for time.
+        let waiter = Locked<(cancelled: Bool, continuation: CheckedContinuation<Void, Never>?)>((false, nil))
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let already = waiter.withLock { state in
+                    if !state.cancelled { state.continuation = continuation }
+                    return state.cancelled
+                }
+                if already { continuation.resume() }
+            }
+        } onCancel: {
+            let continuation = waiter.withLock { state in
+                state.cancelled = true
+                defer { state.continuation = nil }
+                return state.continuation
+            }
+            continuation?.resume()
+        }
         cancelled.withLock { $0 += 1 }
         return .newData
     }
