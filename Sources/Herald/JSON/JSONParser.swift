@@ -185,6 +185,30 @@ private struct JSONReader: ~Copyable {
         }
     }
 
+    /// After a member of an array or object: consumes `,` (refusing a trailing one before `close`) and returns
+    /// `false`, or consumes `close`, leaves the container and returns `true`.
+    @inline(__always)
+    private mutating func closesAfterMember(_ close: UInt8) throws(JSONParseError) -> Bool {
+        skipWhitespace()
+        guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+        switch byte(at: position) {
+        case .comma:
+            let comma = position
+            position += 1
+            skipWhitespace()
+            if position < count && byte(at: position) == close {
+                throw JSONParseError(.trailingComma, at: comma)
+            }
+            return false
+        case close:
+            position += 1
+            depth -= 1
+            return true
+        case let other:
+            throw JSONParseError(.unexpectedByte(other), at: position)
+        }
+    }
+
     private mutating func parseArray() throws(JSONParseError) -> JSONValue {
         try enterContainer()
         position += 1
@@ -197,23 +221,7 @@ private struct JSONReader: ~Copyable {
         let base = elements.count
         while true {
             elements.append(try parseValue())
-            skipWhitespace()
-            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
-            switch byte(at: position) {
-            case .comma:
-                let comma = position
-                position += 1
-                skipWhitespace()
-                if position < count && byte(at: position) == .closeBracket {
-                    throw JSONParseError(.trailingComma, at: comma)
-                }
-            case .closeBracket:
-                position += 1
-                depth -= 1
-                return .array(elements.popArray(from: base))
-            case let other:
-                throw JSONParseError(.unexpectedByte(other), at: position)
-            }
+            if try closesAfterMember(.closeBracket) { return .array(elements.popArray(from: base)) }
         }
     }
 
@@ -255,22 +263,8 @@ private struct JSONReader: ~Copyable {
             } else if memberCount > JSONObject.linearSearchLimit {
                 index = members.keyIndex(from: base)
             }
-            skipWhitespace()
-            guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
-            switch byte(at: position) {
-            case .comma:
-                let comma = position
-                position += 1
-                skipWhitespace()
-                if position < count && byte(at: position) == .closeBrace {
-                    throw JSONParseError(.trailingComma, at: comma)
-                }
-            case .closeBrace:
-                position += 1
-                depth -= 1
+            if try closesAfterMember(.closeBrace) {
                 return .object(JSONObject(uniqueEntries: members.popArray(from: base), index: index))
-            case let other:
-                throw JSONParseError(.unexpectedByte(other), at: position)
             }
         }
     }
