@@ -20,8 +20,14 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
         public var maximumLineBytes: Int = 64 * 1024
         /// How long a connection may stay silent (no bytes read) before it is closed.
         public var idleTimeout: Duration = .seconds(60)
+        /// How long one line may take from its first byte to its newline; a client that trickles a line
+        /// slower than this (one byte a second, say) is closed, as HTTP closes a slow header.
+        public var lineTimeout: Duration = .seconds(10)
         /// The most connections open at once; more are closed as they are accepted.
         public var maximumConnections: Int = 1024
+        /// The file mode of Unix socket files: 0600 by default, so only the daemon's user may send. Use 0660
+        /// (with the daemon's group) to let a group of senders in.
+        public var unixSocketMode: UInt32 = 0o600
 
         public init(addresses: [SocketAddress]) {
             self.addresses = addresses
@@ -41,7 +47,9 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
             .init(name: "listen", defaultValue: "unix:herald-data/herald.sock", help: "a Unix socket path or host:port; repeatable"),
             .init(name: "max-line-bytes", defaultValue: "65536", help: "the longest message line accepted"),
             .init(name: "idle-timeout", defaultValue: "60s", help: "close connections silent this long"),
+            .init(name: "line-timeout", defaultValue: "10s", help: "close connections whose line takes longer than this"),
             .init(name: "max-connections", defaultValue: "1024", help: "connections open at once"),
+            .init(name: "socket-mode", defaultValue: "0600", help: "file mode of Unix socket files"),
         ])
     }
 
@@ -57,7 +65,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
             let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) { connection in
                 LineSession(connection: connection, context: context, options: self.options)
             }
-            try listener.listen(on: self.options.addresses)
+            try listener.listen(on: self.options.addresses, unixMode: self.options.unixSocketMode)
             self.listener = listener
         }
     }
@@ -87,6 +95,7 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     private var ended = false
     private var closeAfterAnswers = false
     private var idleTimer: ScheduledTask?
+    private var lineTimer: ScheduledTask?
     private var isClosed = false
 
     init(connection: StreamConnection, context: PluginContext, options: SocketReceiver.Options) {
@@ -110,6 +119,7 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     func closed() {
         isClosed = true
         idleTimer?.cancel()
+        lineTimer?.cancel()
     }
 
     private func armIdleTimer() {
@@ -136,11 +146,27 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
         buffer.append(contentsOf: bytes[start...])
         if buffer.count > options.maximumLineBytes {
             refuseOversizedLine()
+        } else if !buffer.isEmpty, lineTimer == nil {
+            armLineTimer()
+        }
+    }
+
+    /// A line has started: it must end within the line timeout.
+    private func armLineTimer() {
+        let connection = self.connection
+        lineTimer = context.loop.scheduleTask(in: options.lineTimeout) { [weak self] in
+            guard let self, !self.isClosed else { return }
+            self.context.logger.info("closing a connection whose line did not end in time", metadata: [
+                "peer": "\(connection.label)", "bytes": "\(self.buffer.count)", "timeout": "\(self.options.lineTimeout)",
+            ])
+            self.close()
         }
     }
 
     private func handleLine() {
         defer { buffer.removeAll(keepingCapacity: true) }
+        lineTimer?.cancel()
+        lineTimer = nil
         if buffer.last == UInt8(ascii: "\r") { buffer.removeLast() }
         guard !buffer.isEmpty else { return }
         let sequence = answers.reserve()

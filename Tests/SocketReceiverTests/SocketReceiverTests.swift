@@ -121,4 +121,88 @@ struct SocketReceiverTests {
         await #expect(throws: HeraldError.self) { try await herald.start() }
         await herald.shutdown()
     }
+
+    @Test("a Unix socket file is 0600 by default and takes the configured mode")
+    func socketFileMode() async throws {
+        try await withSocketHerald(address: .unix(path: socketPath())) { _, _, _, bound in
+            guard case .unix(let path) = bound else { Issue.record("not a Unix socket"); return }
+            let attributes = try FileManager.default.attributesOfItem(atPath: path)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.uint16Value == 0o600)
+        }
+        let groupShared: (SocketAddress) -> SocketReceiver.Options = {
+            var options = SocketReceiver.Options(addresses: [$0])
+            options.unixSocketMode = 0o660
+            return options
+        }
+        try await withSocketHerald(options: groupShared, address: .unix(path: socketPath())) { _, _, _, bound in
+            guard case .unix(let path) = bound else { Issue.record("not a Unix socket"); return }
+            let attributes = try FileManager.default.attributesOfItem(atPath: path)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.uint16Value == 0o660)
+        }
+    }
+
+    @Test("bad lines each get their own INVALID_ARGUMENT answer naming the problem; good lines around them go through")
+    func badLines() async throws {
+        try await withSocketHerald(address: .unix(path: socketPath())) { herald, _, collector, bound in
+            let token = try await herald.token()
+            let client = try TestSocketClient(bound)
+            let good = #"{"message": {"token": "\#(token)", "data": {"n": "ok"}}}"#
+            var lines: [[UInt8]] = [
+                Array(good.utf8),
+                Array(#"{"message": {"token": "\#(token)", "data": {"n": "#.utf8),  // truncated
+                Array(#"{"message": {"token": 42}}"#.utf8),  // wrong type
+                Array(#"{"message": {"token": "\#(token)", "data": {"n": 1}}}"#.utf8),  // data values are strings
+                Array(#"{"message": {"token": "\#(token)", "colour": "red"}}"#.utf8),  // unknown field
+                Array(#"[1, 2, 3]"#.utf8),  // not an object
+            ]
+            lines.append(Array(#"{"message": {"token": "\#(token)", "data": {"n": "\#u{1}"#.utf8) + [0xC3, 0x28] + Array(#""}}}"#.utf8))  // invalid UTF-8
+            lines.append(Array(good.utf8))
+            var bytes: [UInt8] = []
+            for line in lines { bytes += line + [UInt8(ascii: "\n")] }
+            bytes.withUnsafeBytes { _ = Glibc.send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let answers = client.readLines(lines.count).map { try? JSONParser.parse(Array($0.utf8)) }
+            #expect(answers.count == lines.count)
+            #expect(answers.first??["name"] != nil)
+            #expect(answers.last??["name"] != nil)
+            for (index, answer) in answers.enumerated().dropFirst().dropLast() {
+                #expect(answer?["error"]?["status"] == "INVALID_ARGUMENT", "line \(index)")
+                #expect(answer?["error"]?["details"]?.arrayValue?.first?["errorCode"] == "INVALID_ARGUMENT", "line \(index)")
+                #expect(answer?["error"]?["message"]?.stringValue?.isEmpty == false, "line \(index)")
+            }
+            try await herald.waitUntilIdle()
+            #expect(collector.messages.withLock { $0.count } == 2)
+        }
+    }
+
+    @Test("a client that trickles a line is closed after the line timeout; a client that leaves mid-line loses nothing of others")
+    func slowAndVanishingClients() async throws {
+        let options: (SocketAddress) -> SocketReceiver.Options = {
+            var options = SocketReceiver.Options(addresses: [$0])
+            options.lineTimeout = .milliseconds(300)
+            return options
+        }
+        try await withSocketHerald(options: options, address: .unix(path: socketPath())) { herald, _, collector, bound in
+            let token = try await herald.token()
+            let steady = try TestSocketClient(bound)
+            let slow = try TestSocketClient(bound)
+            // One byte, then a pause, until the server hangs up: the bytes keep the idle timer happy, not the line timer.
+            var closedByServer = false
+            for byte in #"{"message": {"token": "x"}}"#.utf8.prefix(200) {
+                slow.send(String(UnicodeScalar(byte)))
+                var descriptor = pollfd(fd: slow.fd, events: Int16(POLLIN), revents: 0)
+                if poll(&descriptor, 1, 100) > 0 { closedByServer = true; break }
+            }
+            #expect(closedByServer)
+            #expect(slow.readsEndOfFile())
+
+            let leaving = try TestSocketClient(bound)
+            leaving.send(#"{"message": {"token": "\#(token)", "data": {"n": "half"#)
+            _ = shutdown(leaving.fd, Int32(SHUT_RDWR))  // gone mid-line: nothing is delivered for it
+
+            steady.send(#"{"message": {"token": "\#(token)", "data": {"n": "steady"}}}"# + "\n")
+            #expect(steady.readLines(1).first?.contains("projects/demo/messages/") == true)
+            try await herald.waitUntilIdle()
+            #expect(collector.messages.withLock { $0.map { $0.data["n"] } } == ["steady"])
+        }
+    }
 }

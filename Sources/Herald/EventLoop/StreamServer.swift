@@ -27,19 +27,23 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
     /// Throws ``UVError`` with `EADDRINUSE` when the port is taken or the Unix path already exists (an existing
     /// file is never removed), `ENAMETOOLONG` for a Unix path over ``SocketAddress/maximumUnixPathLength`` bytes,
     /// and ``EventLoopError/shutDown`` when the loop is shutting down.
+    ///
+    /// A Unix socket file gets `unixMode` (default 0600: only the owner may connect), set between bind and
+    /// listen, so no one can connect before the mode is in place.
     public static func listen(
         on loop: EventLoop,
         at address: SocketAddress,
         backlog: Int32 = 511,
+        unixMode: UInt32 = 0o600,
         onAccept: @escaping (StreamConnection) -> Void
     ) throws -> StreamServer {
         try loop.checkAcceptingHandles()
         switch address {
         case .tcp:
-            return try StreamServer(loop: loop, kind: .tcp, requested: address, backlog: backlog, onAccept: onAccept)
+            return try StreamServer(loop: loop, kind: .tcp, requested: address, backlog: backlog, unixMode: unixMode, onAccept: onAccept)
         case .unix(let path):
             try SocketAddress.checkUnixPath(path, operation: "listen on \(address)")
-            return try StreamServer(loop: loop, kind: .unix, requested: address, backlog: backlog, onAccept: onAccept)
+            return try StreamServer(loop: loop, kind: .unix, requested: address, backlog: backlog, unixMode: unixMode, onAccept: onAccept)
         }
     }
 
@@ -48,9 +52,10 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         on loop: EventLoop,
         at address: SocketAddress,
         backlog: Int32 = 511,
+        unixMode: UInt32 = 0o600,
         onAccept: @escaping @Sendable (StreamConnection) -> Void
     ) async throws -> StreamServer {
-        try await loop.submit { try listen(on: loop, at: address, backlog: backlog, onAccept: onAccept) }
+        try await loop.submit { try listen(on: loop, at: address, backlog: backlog, unixMode: unixMode, onAccept: onAccept) }
     }
 
     private init(
@@ -58,6 +63,7 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         kind: StreamConnection.Kind,
         requested: SocketAddress,
         backlog: Int32,
+        unixMode: UInt32,
         onAccept: @escaping (StreamConnection) -> Void
     ) throws {
         self.onAccept = onAccept
@@ -83,7 +89,7 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         }
         adopt()
         do {
-            try bindAndListen(requested, backlog: backlog, operation: operation)
+            try bindAndListen(requested, backlog: backlog, unixMode: unixMode, operation: operation)
         } catch {
             closeHandle()
             throw error
@@ -92,7 +98,7 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
 
     private var boundPath: String?
 
-    private func bindAndListen(_ address: SocketAddress, backlog: Int32, operation: String) throws {
+    private func bindAndListen(_ address: SocketAddress, backlog: Int32, unixMode: UInt32, operation: String) throws {
         switch address {
         case .tcp:
             _ = try address.withSockAddr { sockaddr in
@@ -101,6 +107,9 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         case .unix(let path):
             try UVError.check(uv_pipe_bind(raw.assumingMemoryBound(to: uv_pipe_t.self), path), operation)
             boundPath = path
+            if chmod(path, mode_t(unixMode)) != 0 {
+                throw UVError(code: -errno, operation: "set mode \(String(unixMode, radix: 8)) on \(address)")
+            }
         }
         try UVError.check(uv_listen(herald_as_stream(raw), backlog) { server, status in
             let owner = Unmanaged<LoopHandle>.fromOpaque(server!.pointee.data).takeUnretainedValue() as! StreamServer

@@ -23,12 +23,13 @@ public final class ReceiverListener<Session: ReceiverSession> {
         self.makeSession = makeSession
     }
 
-    /// Listens on every address; when one fails, the ones already open are closed and the error thrown.
-    public func listen(on addresses: [SocketAddress]) throws {
+    /// Listens on every address (Unix socket files get `unixMode`); when one fails, the ones already open are
+    /// closed and the error thrown.
+    public func listen(on addresses: [SocketAddress], unixMode: UInt32 = 0o600) throws {
         context.loop.preconditionInEventLoop()
         do {
             for address in addresses {
-                let server = try StreamServer.listen(on: context.loop, at: address) { [weak self] connection in
+                let server = try StreamServer.listen(on: context.loop, at: address, unixMode: unixMode) { [weak self] connection in
                     self?.accept(connection)
                 }
                 server.onAcceptError = { [logger = context.logger] error in
