@@ -5,7 +5,10 @@ public import Herald
 /// (Debian's libhttp-parser-dev: small, allocation-free, handles keep-alive, pipelining and chunked bodies).
 ///
 /// Routes: `POST /v1/projects/{project}/messages:send` (an FCM v1 send body; `{"name": ...}` or Google's error
-/// shape) and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
+/// shape); FCM v1 topic management (`POST /v1/projects/{project}/registrations/{token}/topicSubscriptions?topic_name=T`,
+/// `DELETE .../topicSubscriptions/{T}?allow_missing=true`); the Instance ID API's `POST /iid/v1:batchAdd` and
+/// `/iid/v1:batchRemove`, which older Admin SDK topic calls use; APNs provider style `POST /3/device/{token}`;
+/// and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
 /// the receiver refuses to listen on anything but loopback.
 public final class HTTPReceiver: Receiver, @unchecked Sendable {

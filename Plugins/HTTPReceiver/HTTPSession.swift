@@ -151,6 +151,10 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
             return
         }
+        if parts.count == 2, parts[0] == "iid", parts[1] == "v1:batchAdd" || parts[1] == "v1:batchRemove" {
+            routeInstanceID(method: method, add: parts[1] == "v1:batchAdd", sequence: sequence, keepAlive: keepAlive)
+            return
+        }
         if parts.count >= 6, parts[0] == "v1", parts[1] == "projects", parts[3] == "registrations", parts[5] == "topicSubscriptions" {
             routeTopics(method: method, path: path, parts: parts.map(String.init), sequence: sequence, keepAlive: keepAlive)
             return
@@ -262,6 +266,80 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             }
             self?.respond(sequence: sequence, status: answer.0, body: answer.1, close: !keepAlive)
         }
+    }
+
+    /// Topic management as the Instance ID API does it, which the Admin SDKs' older `subscribeToTopic` calls
+    /// (and firebase-admin Python's `*_legacy` ones) use: `POST /iid/v1:batchAdd` or `:batchRemove` with
+    /// `{"to": "/topics/T", "registration_tokens": [...]}`. Answers one result per token, in order: `{}` for this
+    /// instance's token, `{"error": "NOT_FOUND"}` for any other; a bad request gets 400 and `{"error": "INVALID_ARGUMENT",
+    /// "message": ...}` (IID's `{"error": code}` shape, with the reason beside it).
+    private func routeInstanceID(method: String, add: Bool, sequence: Int, keepAlive: Bool) {
+        guard method == "POST" else {
+            respond(sequence: sequence, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use POST."], close: !keepAlive)
+            return
+        }
+        let topic: String
+        let tokens: [String]
+        do {
+            (topic, tokens) = try HTTPSession.decodeInstanceIDRequest(body)
+        } catch {
+            respond(sequence: sequence, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)], close: !keepAlive)
+            return
+        }
+        let control = context.topics
+        Task(executorPreference: context.loop) { [weak self] in
+            var results: [JSONValue] = []
+            do {
+                let mine = try await control.token()
+                var applied = false
+                for token in tokens {
+                    guard token == mine else {
+                        results.append(["error": "NOT_FOUND"])
+                        continue
+                    }
+                    if !applied {
+                        if add { try await control.subscribe(topic) } else { _ = try await control.unsubscribe(topic) }
+                        applied = true
+                    }
+                    results.append([:])
+                }
+            } catch {
+                let status = (error as? MessageError)?.status ?? .internal
+                self?.respond(sequence: sequence, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")], close: !keepAlive)
+                return
+            }
+            self?.respond(sequence: sequence, status: 200, body: ["results": .array(results)], close: !keepAlive)
+        }
+    }
+
+    /// The topic (without `/topics/`) and the tokens of an Instance ID batch request; at most 1000 tokens, as IID.
+    static func decodeInstanceIDRequest(_ body: [UInt8]) throws(MessageError) -> (topic: String, tokens: [String]) {
+        guard !body.isEmpty else { throw MessageError(.emptyPayload) }
+        let root: JSONValue
+        do {
+            root = try JSONParser.parse(body)
+        } catch {
+            throw MessageError(.malformedJSON(error))
+        }
+        guard let object = root.objectValue else { throw MessageError(.wrongType(field: "(root)", expected: "an object")) }
+        for key in object.keys where key != "to" && key != "registration_tokens" {
+            throw MessageError(.unknownField(key))
+        }
+        guard let to = object["to"] else { throw MessageError(.missingField("to")) }
+        guard let toString = to.stringValue else { throw MessageError(.wrongType(field: "to", expected: "a string")) }
+        let topic = try TopicName.validate(toString)
+        guard let list = object["registration_tokens"] else { throw MessageError(.missingField("registration_tokens")) }
+        guard let values = list.arrayValue, !values.isEmpty, values.count <= 1000 else {
+            throw MessageError(.wrongType(field: "registration_tokens", expected: "an array of 1 to 1000 tokens"))
+        }
+        var tokens: [String] = []
+        for value in values {
+            guard let token = value.stringValue, !token.isEmpty else {
+                throw MessageError(.wrongType(field: "registration_tokens", expected: "non-empty strings"))
+            }
+            tokens.append(token)
+        }
+        return (topic, tokens)
     }
 
     static func queryItems(_ path: String) -> [String: String] {

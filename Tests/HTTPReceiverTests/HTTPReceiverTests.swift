@@ -57,6 +57,7 @@ func request(_ method: String, _ path: String, body: String = "", headers: [Stri
 
 func withHTTPHerald(
     options: HTTPReceiver.Options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0)),
+    plugins: [any HeraldPlugin] = [],
     _ body: (Herald, Collected, SocketAddress) async throws -> Void
 ) async throws {
     var configuration = Herald.Configuration(senderID: "1234567890")
@@ -66,6 +67,7 @@ func withHTTPHerald(
     let collected = Collected()
     try herald.register(receiver)
     try herald.register(collected)
+    for plugin in plugins { try herald.register(plugin) }
     try await herald.start()
     let address = try #require(try await receiver.listeningAddress())
     do {
@@ -214,6 +216,40 @@ struct HTTPReceiverTests {
             #expect(try await herald.subscribedTopics() == ["weather"])
             client.send(request("DELETE", base + "/weather"))
             #expect(responses(in: client.read { responses(in: $0).count >= 1 }).first?.status == 200)
+            #expect(try await herald.subscribedTopics().isEmpty)
+        }
+    }
+
+    @Test("Instance ID topic management: batchAdd / batchRemove answer per token, in order; bad requests get 400")
+    func instanceIDTopicManagement() async throws {
+        try await withHTTPHerald { herald, _, address in
+            let token = try await herald.token()
+            let client = try TestSocketClient(address)
+            let batch: (String, [String]) -> String = { to, tokens in
+                let list = tokens.map { "\"\($0)\"" }.joined(separator: ", ")
+                return "{\"to\": \"\(to)\", \"registration_tokens\": [\(list)]}"
+            }
+            client.send(
+                request("POST", "/iid/v1:batchAdd", body: batch("/topics/weather", [token, "someone-else", token]))
+                    + request("POST", "/iid/v1:batchAdd", body: batch("news", ["someone-else"]))
+                    + request("POST", "/iid/v1:batchRemove", body: batch("/topics/never", [token]))
+                    + request("POST", "/iid/v1:batchAdd", body: batch("/topics/bad name", [token]))
+                    + request("POST", "/iid/v1:batchAdd", body: #"{"to": "/topics/weather", "registration_tokens": []}"#)
+                    + request("POST", "/iid/v1:batchAdd", body: #"{"to": "/topics/weather", "registration_tokens": [1]}"#)
+                    + request("POST", "/iid/v1:batchAdd", body: #"{"registration_tokens": ["a"]}"#)
+                    + request("POST", "/iid/v1:batchAdd", body: #"{"to": "/topics/a", "registration_tokens": ["a"], "extra": 1}"#)
+                    + request("POST", "/iid/v1:batchAdd", body: #"{"to": "/topics/a", "#)
+                    + request("GET", "/iid/v1:batchAdd")
+            )
+            let answers = responses(in: client.read { responses(in: $0).count >= 10 })
+            #expect(answers.map(\.status) == [200, 200, 200, 400, 400, 400, 400, 400, 400, 405])
+            #expect(answers[0].body == ["results": [[:], ["error": "NOT_FOUND"], [:]]])
+            #expect(answers[1].body == ["results": [["error": "NOT_FOUND"]]])
+            #expect(answers[2].body == ["results": [[:]]])
+            #expect(answers[3...8].allSatisfy { $0.body?["error"] == "INVALID_ARGUMENT" && $0.body?["message"]?.stringValue != nil })
+            #expect(try await herald.subscribedTopics() == ["weather"])
+            client.send(request("POST", "/iid/v1:batchRemove", body: batch("weather", [token])))
+            #expect(responses(in: client.read { responses(in: $0).count >= 1 }).first?.body == ["results": [[:]]])
             #expect(try await herald.subscribedTopics().isEmpty)
         }
     }
