@@ -1,0 +1,104 @@
+import Foundation
+import Herald
+import HeraldTesting
+import HTTPReceiver
+import Testing
+
+/// Records every message handlers are given: data-only ones (`MessageHandler`) and display ones
+/// (`NotificationHandler.willPresent`).
+final class Recorder: MessageHandler, NotificationHandler, Sendable {
+    let messages = Locked<[RemoteMessage]>([])
+    func didReceive(_ message: RemoteMessage) async throws { messages.withLock { $0.append(message) } }
+    func willPresent(_ message: RemoteMessage) async -> PresentationOptions {
+        messages.withLock { $0.append(message) }
+        return []
+    }
+}
+
+/// The repository's root, found from this file's path (Tests/HTTPReceiverTests/AdminSDKTests.swift).
+let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// A child process run to its end without blocking a thread: its exit status and what it printed (stdout and
+/// stderr together, through a file, so a chatty child never fills a pipe). A watchdog terminates it after
+/// `limit`, so a hung child fails the test instead of hanging it.
+func runChild(_ executable: URL, _ arguments: [String], limit: Duration = .seconds(180)) async throws -> (status: Int32, output: String) {
+    let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("herald-child-\(UUID().uuidString).log")
+    _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
+    defer { try? FileManager.default.removeItem(at: outputFile) }
+    let output = try FileHandle(forWritingTo: outputFile)
+    defer { try? output.close() }
+
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    process.standardOutput = output
+    process.standardError = output
+    process.standardInput = FileHandle.nullDevice
+    var environment = ProcessInfo.processInfo.environment
+    environment["PYTHONDONTWRITEBYTECODE"] = "1"
+    environment["PYTHONUNBUFFERED"] = "1"
+    process.environment = environment
+    let watchdog = Task { [process] in
+        try await Task.sleep(for: limit)
+        process.terminate()
+    }
+    defer { watchdog.cancel() }
+    let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+        process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+        do {
+            try process.run()
+        } catch {
+            process.terminationHandler = nil
+            continuation.resume(throwing: error)
+        }
+    }
+    return (status, (try? String(contentsOf: outputFile, encoding: .utf8)) ?? "")
+}
+
+@Suite("HTTPReceiver: the real Firebase Admin SDK for Python against the receiver", .serialized)
+struct AdminSDKTests {
+    @Test("firebase-admin: send (token, fid), send_each, multicast, topics (FCM v1 and IID), error classes")
+    func firebaseAdminPython() async throws {
+        let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
+        let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/admin_sdk_check.py")
+        try #require(
+            FileManager.default.isExecutableFile(atPath: python.path),
+            "No Python venv with firebase-admin at \(python.path): run scripts/python-env (scripts/test does) and test again."
+        )
+        var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "admin-sdk-secret")
+        options.idleTimeout = .seconds(30)
+        let recorder = Recorder()
+        try await withHTTPHerald(options: options, plugins: [recorder]) { herald, _, address in
+            guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
+            let token = try await herald.token()
+            let fid = try await herald.installationID()
+            let child = try await runChild(python, [
+                script.path, "--url", "http://127.0.0.1:\(port)", "--secret", "admin-sdk-secret",
+                "--token", token, "--fid", fid, "--project", "demo",
+            ])
+            #expect(child.status == 0, "admin_sdk_check.py failed (exit \(child.status)):\n\(child.output)")
+
+            // What the script says it delivered, and what this test expects, and what the handlers got: the same.
+            let expected = [
+                "condition", "multicast", "send-each-async", "send-each-fid", "send-each-token", "send-everything", "send-fid",
+                "send-token", "topic-sports", "topic-weather",
+            ]
+            let line = child.output.split(separator: "\n").last { $0.hasPrefix("delivered: ") }
+            let claimed = try line.map { try JSONParser.parse(Array($0.dropFirst("delivered: ".count).utf8)) }
+            #expect(claimed?.arrayValue?.compactMap(\.stringValue) == expected, "the script's delivered line: \(line ?? "missing")")
+            try await herald.waitUntilIdle()
+            let received = recorder.messages.withLock { $0 }
+            #expect(received.compactMap { $0.data["check"] }.sorted() == expected)
+            #expect(try await herald.subscribedTopics() == ["kept"])
+
+            // The message with every section arrives as an Apple app would see it.
+            let everything = try #require(received.first { $0.data["check"] == "send-everything" })
+            #expect(everything.userInfo["aps"]?["alert"]?["title"] == "Build finished")
+            #expect(everything.userInfo["aps"]?["badge"] == 3)
+            #expect(everything.userInfo["custom"] == "value")
+            #expect(everything.userInfo["build"] == "8121")
+            #expect(everything.analyticsLabel != nil)
+            #expect(received.first { $0.data["check"] == "topic-weather" }?.from == "/topics/weather")
+        }
+    }
+}
