@@ -1,3 +1,4 @@
+import Glibc
 public import Herald
 
 /// Receives FCM v1 send bodies over Unix or TCP stream sockets, one JSON object per line
@@ -61,6 +62,9 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
 
     public func start(_ context: PluginContext) async throws {
         self.context = context
+        for case .unix(let path) in options.addresses where Self.removeIfStale(path) {
+            context.logger.notice("removed a stale socket file left by a process that ended", metadata: ["path": "\(path)"])
+        }
         try await context.loop.submit {
             let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) { connection in
                 LineSession(connection: connection, context: context, options: self.options)
@@ -68,6 +72,27 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
             try listener.listen(on: self.options.addresses, unixMode: self.options.unixSocketMode)
             self.listener = listener
         }
+    }
+
+    /// Removes `path` when it is a socket file no one listens on (left by a daemon that was killed), so a
+    /// restart does not fail with `EADDRINUSE`. Anything else at the path — a regular file, a socket someone
+    /// listens on — is left alone, and listening then fails with `EADDRINUSE`.
+    static func removeIfStale(_ path: String) -> Bool {
+        var status = stat()
+        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK else { return false }
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { return false }
+        defer { close(probe) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result != 0, errno == ECONNREFUSED else { return false }
+        return unlink(path) == 0
     }
 
     public func stop() async {
@@ -91,6 +116,8 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     let context: PluginContext
     let options: SocketReceiver.Options
     private var buffer: [UInt8] = []
+    /// Bytes read while the bus was full, offered when it has room again.
+    private var held: [UInt8] = []
     private var answers = OrderedAnswers<[UInt8]>()
     private var ended = false
     private var closeAfterAnswers = false
@@ -136,12 +163,28 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     private func read(_ bytes: UnsafeRawBufferPointer) {
         guard !closeAfterAnswers else { return }
         armIdleTimer()
+        if !held.isEmpty {
+            held.append(contentsOf: bytes)
+            connection.pauseReading()
+            return
+        }
+        consume(bytes)
+    }
+
+    /// Splits `bytes` into lines and offers each; stops at a line boundary when the bus fills up, holding the
+    /// rest (and reading no more) until ``resumed()``, so pipelined lines wait instead of being refused.
+    private func consume(_ bytes: UnsafeRawBufferPointer) {
         var start = 0
         for index in 0..<bytes.count where bytes[index] == UInt8(ascii: "\n") {
             buffer.append(contentsOf: bytes[start..<index])
             handleLine()
             start = index + 1
             if closeAfterAnswers { return }
+            if start < bytes.count, context.bus.isFull {
+                held.append(contentsOf: bytes[start...])
+                connection.pauseReading()
+                return
+            }
         }
         buffer.append(contentsOf: bytes[start...])
         if buffer.count > options.maximumLineBytes {
@@ -149,6 +192,15 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
         } else if !buffer.isEmpty, lineTimer == nil {
             armLineTimer()
         }
+    }
+
+    func resumed() {
+        guard !held.isEmpty, !isClosed else { return }
+        let pending = held
+        held = []
+        pending.withUnsafeBytes { consume($0) }
+        if !held.isEmpty { connection.pauseReading() }
+        finishIfDone()
     }
 
     /// A line has started: it must end within the line timeout.
@@ -219,7 +271,7 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     }
 
     private func finishIfDone() {
-        guard !isClosed, ended || closeAfterAnswers, answers.allWritten else { return }
+        guard !isClosed, ended || closeAfterAnswers, answers.allWritten, held.isEmpty || closeAfterAnswers else { return }
         connection.shutdownWriting { [weak self] _ in self?.close() }
     }
 }

@@ -205,4 +205,64 @@ struct SocketReceiverTests {
             #expect(collector.messages.withLock { $0.map { $0.data["n"] } } == ["steady"])
         }
     }
+
+    @Test("a stale socket file left by a killed daemon is replaced; a socket someone listens on is not")
+    func staleSocketFile() async throws {
+        let path = socketPath()
+        defer { unlink(path) }
+        // A socket file with no listener, as SIGKILL leaves it: bound, never unlinked.
+        let stale = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(stale, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0)
+        close(stale)
+        try await withSocketHerald(address: .unix(path: path)) { herald, _, _, bound in
+            let token = try await herald.token()
+            let client = try TestSocketClient(bound)
+            client.send(#"{"message": {"token": "\#(token)", "data": {"n": "1"}}}"# + "\n")
+            #expect(client.readLines(1).first?.contains("projects/demo/messages/") == true)
+
+            // While this one listens, a second receiver on the same path is refused.
+            let second = Herald()
+            try second.register(SocketReceiver(options: .init(addresses: [.unix(path: path)])))
+            await #expect(throws: HeraldError.self) { try await second.start() }
+            await second.shutdown()
+        }
+    }
+
+    @Test("pipelined lines past a full bus wait for room instead of being refused")
+    func pipelinedLinesWaitForRoom() async throws {
+        final class SlowHandler: MessageHandler, Sendable {
+            let count = Locked(0)
+            func didReceive(_ message: RemoteMessage) async throws {
+                try await Task.sleep(for: .milliseconds(2))
+                count.withLock { $0 += 1 }
+            }
+        }
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.projectID = "demo"
+        configuration.maxInFlight = 4
+        let herald = Herald(configuration: configuration)
+        let path = socketPath()
+        let receiver = SocketReceiver(options: .init(addresses: [.unix(path: path)]))
+        let handler = SlowHandler()
+        try herald.register(receiver)
+        try herald.register(handler)
+        try await herald.start()
+        let token = try await herald.token()
+        let client = try TestSocketClient(.unix(path: path))
+        var lines = ""
+        for n in 0..<50 { lines += #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# + "\n" }
+        client.send(lines)
+        let answers = client.readLines(50)
+        #expect(answers.count == 50)
+        #expect(answers.allSatisfy { $0.contains("projects/demo/messages/") }, "\(answers.filter { !$0.contains("projects/") }.prefix(2))")
+        try await herald.waitUntilIdle()
+        #expect(handler.count.withLock { $0 } == 50)
+        await herald.shutdown()
+    }
 }

@@ -336,6 +336,14 @@ public final class MessageBus: @unchecked Sendable {
         }
     }
 
+    /// Whether the bus is full and has paused the receivers: a receiver holding requests it has already read
+    /// (pipelined lines in one read) keeps them until ``Receiver/resume()`` instead of offering them now.
+    /// Loop thread only.
+    public var isFull: Bool {
+        loop.preconditionInEventLoop()
+        return paused
+    }
+
     /// Messages accepted whose handlers have not finished.
     public var messagesInFlight: Int {
         loop.preconditionInEventLoop()

@@ -4,6 +4,12 @@ public protocol ReceiverSession: AnyObject {
     func start()
     /// The connection has closed (timers are cancelled here). Loop thread.
     func closed()
+    /// The bus has room again and the connection reads again: offer what was held back. Loop thread.
+    func resumed()
+}
+
+extension ReceiverSession {
+    public func resumed() {}
 }
 
 /// What stream receivers share: listening on addresses, accepting within a connection limit, pausing and
@@ -56,7 +62,10 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// Reads every connection again.
     public func resume() {
         paused = false
-        for entry in sessions.values { entry.connection.resumeReading() }
+        for entry in sessions.values {
+            entry.connection.resumeReading()
+            entry.session.resumed()
+        }
     }
 
     /// Closes the servers and every connection.
