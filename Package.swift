@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
         .library(name: "SocketReceiver", targets: ["SocketReceiver"]),
         .library(name: "HTTPReceiver", targets: ["HTTPReceiver"]),
+        .library(name: "EchoHandler", targets: ["EchoHandler"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
@@ -65,11 +66,20 @@ let package = Package(
             path: "Plugins/SocketReceiver",
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "EchoHandler",
+            dependencies: ["Herald"],
+            path: "Plugins/EchoHandler",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "herald",
             dependencies: [
                 "Herald",
                 "HeraldSQLite",
+                "HTTPReceiver",
+                "SocketReceiver",
+                "EchoHandler",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
@@ -112,6 +122,11 @@ let package = Package(
         .testTarget(
             name: "HTTPReceiverTests",
             dependencies: ["Herald", "HeraldTesting", "HTTPReceiver"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldCommandTests",
+            dependencies: ["Herald", "HeraldTesting", "EchoHandler", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -16,6 +16,34 @@ public enum SocketAddress: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Parses what a person writes on a command line or in a configuration file: `HOST:PORT` (a numeric
+    /// IPv4 address or `localhost`), `[IPv6]:PORT`, `unix:PATH`, or a path with a `/` in it (a Unix socket).
+    /// `nil` for anything else, including a port outside 0...65535.
+    public init?(parsing text: String) {
+        if text.hasPrefix("unix:") {
+            let path = String(text.dropFirst(5))
+            guard !path.isEmpty else { return nil }
+            self = .unix(path: path)
+            return
+        }
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":"),
+                  let port = Int(text[text.index(close, offsetBy: 2)...]), (0...65535).contains(port) else { return nil }
+            self = .tcp(host: String(text[text.index(after: text.startIndex)..<close]), port: port)
+            return
+        }
+        if text.contains("/") {
+            self = .unix(path: text)
+            return
+        }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+            return nil
+        }
+        let host = String(text[..<colon])
+        guard !host.isEmpty, !host.contains(":") else { return nil }
+        self = .tcp(host: host, port: port)
+    }
+
     /// The TCP port, or `nil` for a Unix socket.
     public var port: Int? {
         if case .tcp(_, let port) = self { return port }

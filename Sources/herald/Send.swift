@@ -1,0 +1,181 @@
+import ArgumentParser
+import Glibc
+import Herald
+
+/// `herald send`: posts one FCM v1 send body to a Herald daemon over HTTP or its socket and prints the answer.
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send a message to a Herald daemon over HTTP or its socket and print the answer.",
+        discussion: """
+        The message comes from --file (an FCM v1 send body {"message": {...}}, or just the message object) or is
+        built from the flags. Exits 0 when the daemon accepted it ({"name": ...}), 1 when it answered with an error.
+        """
+    )
+
+    @Option(help: ArgumentHelp("The daemon's HTTP receiver, HOST:PORT.", valueName: "host:port"))
+    var http: String = "127.0.0.1:8080"
+
+    @Option(help: ArgumentHelp("Send over the daemon's socket receiver instead (a Unix socket path or HOST:PORT).", valueName: "path"))
+    var socket: String?
+
+    @Option(name: .customLong("project-id"), help: "The project of the send URL.")
+    var projectID: String = "herald"
+
+    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp("A file holding the bearer secret (else HERALD_AUTH_TOKEN).", valueName: "file"))
+    var authTokenFile: String?
+
+    @Option(help: ArgumentHelp("A JSON file with the send body or the message ('-' reads standard input).", valueName: "file"))
+    var file: String?
+
+    @Option(help: "Target: a registration token.") var token: String?
+    @Option(help: "Target: a topic.") var topic: String?
+    @Option(help: "Target: a condition such as \"'a' in topics && 'b' in topics\".") var condition: String?
+    @Option(help: "Notification title.") var title: String?
+    @Option(help: "Notification body.") var body: String?
+    @Option(help: ArgumentHelp("A data entry; repeatable.", valueName: "key=value")) var data: [String] = []
+    @Flag(name: .customLong("content-available"), help: "A silent message that wakes background-fetch workers.") var contentAvailable = false
+    @Flag(name: .customLong("validate-only"), help: "Ask the daemon to validate without delivering.") var validateOnly = false
+
+    func validate() throws {
+        let targets = [token, topic, condition].compactMap { $0 }
+        if file != nil {
+            guard targets.isEmpty, title == nil, body == nil, data.isEmpty, !contentAvailable else {
+                throw ValidationError("--file takes the whole message; leave out --token, --topic, --condition, --title, --body, --data and --content-available")
+            }
+        } else if targets.count != 1 {
+            throw ValidationError("name exactly one target: --token, --topic or --condition (or give --file)")
+        }
+        for entry in data where !entry.contains("=") {
+            throw ValidationError("--data takes key=value, not '\(entry)'")
+        }
+        if socket == nil, SocketAddress(parsing: http)?.port == nil {
+            throw ValidationError("--http must be HOST:PORT, not '\(http)'")
+        }
+        if let socket, SocketAddress(parsing: socket.contains("/") || socket.contains(":") ? socket : "./\(socket)") == nil {
+            throw ValidationError("--socket must be a path or HOST:PORT, not '\(socket)'")
+        }
+    }
+
+    func run() async throws {
+        let request = try sendBody()
+        let loop = EventLoop(name: "herald-send")
+        try loop.start()
+        defer { loop.shutdown() }
+        let answer: [UInt8]
+        do {
+            if let socket {
+                let address = SocketAddress(parsing: socket.contains("/") || socket.contains(":") ? socket : "./\(socket)")!
+                var line = request
+                line.append(UInt8(ascii: "\n"))
+                let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
+                answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
+            } else {
+                let address = SocketAddress(parsing: http)!
+                let secret = try BearerSecret.load(file: authTokenFile)
+                var head = "POST /v1/projects/\(projectID)/messages:send HTTP/1.1\r\nHost: \(http)\r\n"
+                head += "Content-Type: application/json\r\nContent-Length: \(request.count)\r\nConnection: close\r\n"
+                if let secret { head += "Authorization: Bearer \(secret)\r\n" }
+                let reply = try await Exchange.run(Array((head + "\r\n").utf8) + request, with: address, on: loop) { _ in false }
+                answer = try Self.httpBody(reply)
+            }
+        } catch let failure as CommandFailure {
+            throw failure
+        } catch {
+            throw CommandFailure(message: "herald: \(error)")
+        }
+        print(String(decoding: answer, as: UTF8.self))
+        let accepted = (try? JSONParser.parse(answer))?["name"]?.stringValue != nil
+        if !accepted { throw ExitCode(1) }
+    }
+
+    /// The FCM v1 send body, from --file or the flags.
+    func sendBody() throws -> [UInt8] {
+        if let file {
+            guard let contents = file == "-" ? readWholeFile("/dev/stdin") : readWholeFile(file) else {
+                throw CommandFailure(message: "herald: cannot read \(file): \(String(cString: strerror(errno)))")
+            }
+            let value: JSONValue
+            do {
+                value = try JSONParser.parse(contents)
+            } catch {
+                throw CommandFailure(message: "herald: \(file) is not JSON: \(error)")
+            }
+            guard var object = value.objectValue else { throw CommandFailure(message: "herald: \(file) holds no JSON object") }
+            if object["message"] == nil { object = ["message": .object(object)] }
+            if validateOnly { object["validate_only"] = true }
+            return JSONValue.object(object).jsonBytes()
+        }
+        var message = JSONObject()
+        if let token { message["token"] = .string(token) }
+        if let topic { message["topic"] = .string(topic) }
+        if let condition { message["condition"] = .string(condition) }
+        if title != nil || body != nil {
+            var notification = JSONObject()
+            if let title { notification["title"] = .string(title) }
+            if let body { notification["body"] = .string(body) }
+            message["notification"] = .object(notification)
+        }
+        if !data.isEmpty {
+            var entries = JSONObject()
+            for entry in data {
+                let parts = entry.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                entries[String(parts[0])] = .string(String(parts[1]))
+            }
+            message["data"] = .object(entries)
+        }
+        if contentAvailable {
+            message["apns"] = ["headers": ["apns-priority": "5", "apns-push-type": "background"], "payload": ["aps": ["content-available": 1]]]
+        }
+        var request: JSONObject = ["message": .object(message)]
+        if validateOnly { request["validate_only"] = true }
+        return JSONValue.object(request).jsonBytes()
+    }
+
+    /// The body of an HTTP/1.1 response read to its end (the request asked for `Connection: close`).
+    static func httpBody(_ response: [UInt8]) throws -> [UInt8] {
+        let separator: [UInt8] = Array("\r\n\r\n".utf8)
+        guard let end = (0..<max(0, response.count - 3)).first(where: { Array(response[$0..<$0 + 4]) == separator }) else {
+            throw CommandFailure(message: "herald: the daemon's answer is not HTTP (\(response.count) bytes)")
+        }
+        let head = String(decoding: response[..<end], as: UTF8.self)
+        let body = Array(response[(end + 4)...])
+        let lengthLine = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+        if let lengthLine, let length = Int(trimmed(String(lengthLine.dropFirst("content-length:".count)))), length <= body.count {
+            return Array(body.prefix(length))
+        }
+        return body
+    }
+}
+
+/// One request and its answer over a stream connection on Herald's loop.
+enum Exchange {
+    /// Connects to `address`, writes `request`, and reads until `complete` says so or the peer ends the stream.
+    static func run(
+        _ request: [UInt8], with address: SocketAddress, on loop: EventLoop,
+        complete: @escaping @Sendable ([UInt8]) -> Bool
+    ) async throws -> [UInt8] {
+        let connection = try await StreamConnection.connect(to: address, on: loop)
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
+            loop.execute {
+                var received: [UInt8] = []
+                var finished = false
+                func finish(_ result: Result<[UInt8], any Error>) {
+                    guard !finished else { return }
+                    finished = true
+                    connection.close()
+                    continuation.resume(with: result)
+                }
+                connection.onRead = { bytes in
+                    received.append(contentsOf: bytes)
+                    if complete(received) { finish(.success(received)) }
+                }
+                connection.onEnd = { finish(.success(received)) }
+                connection.onClose = { error in
+                    if let error { finish(.failure(error)) } else { finish(.success(received)) }
+                }
+                connection.write(request)
+                connection.startReading()
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+import Foundation
+import Herald
+import HeraldTesting
+import Testing
+
+@Suite("herald serve and herald send, as child processes", .serialized)
+struct ServeTests {
+    @Test("receives over HTTP and the socket; --echo lines are exactly as documented; SIGTERM exits 0 and removes the socket")
+    func echoesWhatItHandles() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(directory: directory)
+            let tokenEvent = try #require(daemon.event(), "no token line; log: \(daemon.log)")
+            #expect(tokenEvent["event"] == "token")
+            let token = try #require(tokenEvent["token"]?.stringValue)
+            let fid = try #require(tokenEvent["installationID"]?.stringValue)
+            #expect(token.hasPrefix(fid + ":"))
+            #expect(tokenEvent.objectValue?.keys == ["event", "token", "installationID"])
+
+            // A display notification with `herald send` over HTTP.
+            let sent = try runHerald(["send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo",
+                                      "--token", token, "--title", "Hi", "--body", "there", "--data", "k=v"])
+            #expect(sent.status == 0, "\(sent.error)")
+            let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
+            let id = String(name.split(separator: "/").last!)
+            #expect(name == "projects/demo/messages/\(id)")
+            let presented = try #require(daemon.event())
+            let expected: JSONValue = [
+                "event": "willPresent", "messageID": .string(id), "options": ["list", "banner", "sound"],
+                "userInfo": ["aps": ["alert": ["title": "Hi", "body": "there"]], "k": "v", "gcm.message_id": .string(id), "from": "herald"],
+            ]
+            #expect(presented == expected)
+            #expect(presented.objectValue?.keys == ["event", "messageID", "options", "userInfo"])
+
+            // A silent message over the socket.
+            let silent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "sync=1"])
+            #expect(silent.status == 0, "\(silent.output) \(silent.error)")
+            let fetched = try #require(daemon.event())
+            #expect(fetched["event"] == "backgroundFetch")
+            #expect(fetched["result"] == "noData")
+            #expect(fetched["userInfo"]?["aps"] == ["content-available": 1])
+            #expect(fetched["userInfo"]?["sync"] == "1")
+
+            // A data message straight over the socket, as any client would write it.
+            let client = try TestSocketClient(.unix(path: daemon.socketPath))
+            client.send(#"{"message": {"token": "\#(token)", "data": {"n": "7"}}}"# + "\n")
+            #expect(client.readLines(1).first?.contains("projects/demo/messages/") == true)
+            let data = try #require(daemon.event())
+            #expect(data["event"] == "message")
+            #expect(data["userInfo"]?["n"] == "7")
+
+            // Someone else's token: refused to the sender, a `dropped` line for the daemon's reader.
+            let stranger = try runHerald(["send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", "not-ours", "--data", "a=b"])
+            #expect(stranger.status == 1)
+            #expect(stranger.output.contains("UNREGISTERED"))
+            let dropped = try #require(daemon.event())
+            #expect(dropped["event"] == "dropped")
+            #expect(dropped["reason"] == "not_targeted")
+
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
+            #expect(daemon.log.contains("signal=SIGTERM"))
+        }
+    }
+
+    @Test("a restart keeps the token and the topics")
+    func restartKeepsIdentity() async throws {
+        try await withTemporaryDirectory { directory in
+            let first = try DaemonProcess(directory: directory)
+            let token = try #require(first.event()?["token"]?.stringValue)
+            let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: first.httpPort))
+            client.send("POST /v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            #expect(String(decoding: client.read { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+            #expect(first.terminate() == 0)
+
+            let second = try DaemonProcess(directory: directory)
+            #expect(second.event()?["token"]?.stringValue == token)
+            let sent = try runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
+            #expect(sent.status == 0, "\(sent.output)")
+            let event = try #require(second.event())
+            #expect(event["event"] == "message")
+            #expect(event["userInfo"]?["sky"] == "clear")
+            #expect(event["userInfo"]?["from"] == "/topics/weather")
+            #expect(second.terminate() == 0)
+        }
+    }
+
+    @Test("the bearer secret from --auth-token-file or HERALD_AUTH_TOKEN: missing and wrong are refused, right is accepted")
+    func bearerSecret() async throws {
+        try await withTemporaryDirectory { directory in
+            let secretFile = "\(directory)/secret"
+            try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
+            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--auth-token-file", secretFile])
+            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
+
+            let missing = try runHerald(["send"] + address)
+            #expect(missing.status == 1)
+            #expect(missing.output.contains("UNAUTHENTICATED"))
+            let wrong = try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "guess"])
+            #expect(wrong.status == 1)
+            #expect(wrong.output.contains("UNAUTHENTICATED"))
+            let fromFile = try runHerald(["send", "--auth-token-file", secretFile] + address)
+            #expect(fromFile.status == 0, "\(fromFile.output)")
+            let fromEnvironment = try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
+            #expect(fromEnvironment.status == 0, "\(fromEnvironment.output)")
+            #expect(daemon.event()?["event"] == "message")
+            #expect(daemon.event()?["event"] == "message")
+            #expect(!daemon.log.contains("s3cret"), "the secret must never be logged")
+            #expect(daemon.terminate() == 0)
+        }
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(directory: directory, environment: ["HERALD_AUTH_TOKEN": "from-env"])
+            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
+            #expect(try runHerald(["send"] + address).status == 1)
+            #expect(try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "from-env"]).status == 0)
+            #expect(daemon.terminate() == 0)
+        }
+    }
+
+    @Test("SIGTERM under load: every message the daemon accepted is handled, once, by this run or the next")
+    func terminateUnderLoad() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(directory: directory)
+            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let events = daemon.collectRemainingLines()
+            let client = try TestSocketClient(.unix(path: daemon.socketPath))
+            let total = 2_000
+            var text = ""
+            for n in 0..<total { text += #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# + "\n" }
+            let bytes = Array(text.utf8)
+            let fd = client.fd
+            Thread {
+                var offset = 0
+                while offset < bytes.count {
+                    let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    if written <= 0 { return }
+                    offset += written
+                }
+            }.start()
+            // Stop it once some answers have come back, while the rest are still arriving.
+            var answers = client.readLines(100)
+            #expect(answers.count >= 100)
+            kill(daemon.process.processIdentifier, SIGTERM)
+            answers += client.readLines(total - answers.count)
+            let accepted = Set(answers.compactMap { try? JSONParser.parse(Array($0.utf8))["name"]?.stringValue }.map { String($0.split(separator: "/").last!) })
+            #expect(accepted.count >= 100)
+            for answer in answers where !answer.contains("\"name\"") {
+                #expect(answer.contains("UNAVAILABLE"), "\(answer)")
+            }
+            daemon.process.waitUntilExit()
+            #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
+            var handled = Self.handledIDs(events.lines())
+
+            // Whatever the grace period did not finish, the next start replays from the inbox.
+            let next = try DaemonProcess(directory: directory)
+            #expect(next.event()?["event"] == "token")
+            let replayed = next.collectRemainingLines()
+            #expect(next.terminate() == 0)
+            handled += Self.handledIDs(replayed.lines())
+            #expect(accepted.isSubset(of: Set(handled)), "\(accepted.subtracting(handled).count) accepted messages were never handled")
+            #expect(handled.count == Set(handled).count, "a message was handled twice")
+        }
+    }
+
+    static func handledIDs(_ lines: [String]) -> [String] {
+        lines.compactMap { line in
+            guard let event = try? JSONParser.parse(Array(line.utf8)), event["event"] == "message" else { return nil }
+            return event["messageID"]?.stringValue
+        }
+    }
+
+    @Test("bad flags and unreadable files stop the command with a clear message")
+    func badArguments() async throws {
+        let badAddress = try runHerald(["serve", "--http", "nonsense"])
+        #expect(badAddress.status == 64)
+        #expect(badAddress.error.contains("--http must be HOST:PORT"))
+        let noTarget = try runHerald(["send", "--data", "a=b"])
+        #expect(noTarget.status == 64)
+        #expect(noTarget.error.contains("exactly one target"))
+        let badData = try runHerald(["send", "--token", "t", "--data", "novalue"])
+        #expect(badData.status == 64)
+        let missingSecret = try runHerald(["serve", "--auth-token-file", "/nonexistent/secret"])
+        #expect(missingSecret.status == 1)
+        #expect(missingSecret.error.contains("/nonexistent/secret"))
+        let refused = try runHerald(["send", "--http", "127.0.0.1:\(try freeLoopbackPort())", "--token", "t", "--data", "a=b"])
+        #expect(refused.status == 1)
+        #expect(refused.error.contains("ECONNREFUSED"))
+    }
+
+    @Test("herald send --file takes a send body or a bare message, from a file or standard input")
+    func sendFromFile() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(directory: "\(directory)/data")
+            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let file = "\(directory)/message.json"
+            try #"{"message": {"token": "\#(token)", "data": {"from_file": "yes"}}}"#.write(toFile: file, atomically: true, encoding: .utf8)
+            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--file", file]).status == 0)
+            #expect(daemon.event()?["userInfo"]?["from_file"] == "yes")
+            let bare = #"{"token": "\#(token)", "data": {"from_stdin": "yes"}}"#
+            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--file", "-"], input: bare).status == 0)
+            #expect(daemon.event()?["userInfo"]?["from_stdin"] == "yes")
+            let validated = try runHerald(["send", "--socket", daemon.socketPath, "--file", "-", "--validate-only"], input: bare)
+            #expect(validated.status == 0)
+            #expect(daemon.terminate() == 0)
+            var rest: [String] = []
+            while let line = daemon.line() { rest.append(line) }
+            #expect(rest.isEmpty, "validate_only delivers nothing: \(rest)")
+        }
+    }
+}
