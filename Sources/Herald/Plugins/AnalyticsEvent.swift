@@ -38,13 +38,17 @@ public struct AnalyticsEvent: Sendable, Hashable {
     public var priority: MessagePriority?
     /// `DISPLAY_NOTIFICATION` or `DATA_MESSAGE`, as FCM's delivery export has it.
     public var messageType: String?
+    /// Seconds the message was to live from its receipt (`ttl` / `apns-expiration`), when it expires.
+    public var ttl: Int64?
+    /// When Herald accepted the message, in milliseconds since 1970.
+    public var receivedAt: Int64?
     /// Event-specific values: `reason`, `result`, `duration_ms`, `action`, `detail`, `plugin`, ...
     public var parameters: [String: String]
 
     public init(
         name: Name, timestamp: Int64 = WallClock.nowMilliseconds(), messageID: String? = nil, analyticsLabel: String? = nil,
         topic: String? = nil, collapseKey: String? = nil, priority: MessagePriority? = nil, messageType: String? = nil,
-        parameters: [String: String] = [:]
+        ttl: Int64? = nil, receivedAt: Int64? = nil, parameters: [String: String] = [:]
     ) {
         self.name = name
         self.timestamp = timestamp
@@ -54,6 +58,8 @@ public struct AnalyticsEvent: Sendable, Hashable {
         self.collapseKey = collapseKey
         self.priority = priority
         self.messageType = messageType
+        self.ttl = ttl
+        self.receivedAt = receivedAt
         self.parameters = parameters
     }
 
@@ -63,6 +69,7 @@ public struct AnalyticsEvent: Sendable, Hashable {
             name: name, messageID: message.messageID, analyticsLabel: message.analyticsLabel, topic: message.topic,
             collapseKey: message.collapseKey, priority: message.priority,
             messageType: message.kind.contains(.display) ? "DISPLAY_NOTIFICATION" : "DATA_MESSAGE",
+            ttl: message.expiration.map { max(0, $0 - message.receivedAt / 1000) }, receivedAt: message.receivedAt,
             parameters: parameters
         )
     }
