@@ -19,12 +19,16 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         public var address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080)
         /// The bearer secret senders must present; `nil` allows loopback addresses only.
         public var secret: String?
-        /// The largest request body accepted; larger ones get 413.
+        /// The largest request body accepted; a larger one gets 413 as soon as its Content-Length or its chunks
+        /// pass the limit, and the connection closes.
         public var maximumBodyBytes: Int = 64 * 1024
-        /// The most header bytes of one request; more get 431.
+        /// The most bytes of one request's line and headers; more get 431 at once, and the connection closes.
         public var maximumHeaderBytes: Int = 16 * 1024
-        /// How long a connection may stay silent before it is closed (slow clients included).
+        /// How long a connection may stay silent before it is closed (a client stalled mid-request included).
         public var idleTimeout: Duration = .seconds(30)
+        /// How long one request may take to arrive, from its first byte to its last (head and body): a client
+        /// that trickles bytes, each within `idleTimeout`, is answered 408 and closed when it passes.
+        public var requestTimeout: Duration = .seconds(10)
         /// How many requests one connection may make before it is closed after the answer.
         public var maximumRequestsPerConnection: Int = 10_000
         /// The most connections open at once; more are closed as they are accepted.
@@ -61,6 +65,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             .init(name: "secret", defaultValue: "", help: "bearer secret; empty allows loopback only"),
             .init(name: "max-body-bytes", defaultValue: "65536", help: "larger bodies get 413"),
             .init(name: "idle-timeout", defaultValue: "30s", help: "close connections silent this long"),
+            .init(name: "request-timeout", defaultValue: "10s", help: "answer 408 to a request not whole this long after its first byte"),
         ])
     }
 

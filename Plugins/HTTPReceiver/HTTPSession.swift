@@ -13,14 +13,25 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     private var url: [UInt8] = []
     private var headerField: [UInt8] = []
     private var headerValue: [UInt8] = []
+    private var inHeaderValue = false
     private var headers: [String: String] = [:]
     private var headerBytes = 0
     private var body: [UInt8] = []
-    private var failure: (status: Int, error: MessageError?)?
     private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
     private var isClosed = false
+    /// No further request is parsed: the last one ended the connection, a limit was passed, or the peer ended.
+    /// Bytes still arriving are read and dropped.
     private var closing = false
+    private var peerHasEnded = false
+    /// The last answer is written and the write side is shut down (or being shut down).
+    private var finishing = false
+    /// A request has begun and not yet ended.
+    private var requestInProgress = false
     private var idleTimer: ScheduledTask?
+    /// Runs while a request takes more than the read it began in; most never need it.
+    private var requestTimer: ScheduledTask?
+    /// How long a finished connection keeps reading (and dropping) what the peer still sends before closing.
+    private var lingerTimeout: Duration { min(receiver.options.idleTimeout, .seconds(2)) }
 
     init(connection: StreamConnection, receiver: HTTPReceiver, context: PluginContext) {
         self.connection = connection
@@ -42,6 +53,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     func closed() {
         isClosed = true
         idleTimer?.cancel()
+        requestTimer?.cancel()
     }
 
     private func armIdleTimer() {
@@ -57,80 +69,128 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         armIdleTimer()
         let parsed = http_parser_execute(parser, HTTPSession.settings, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
         if closing { return }
-        if parser.pointee.upgrade == 1 || herald_http_errno(parser) != HPE_OK || parsed != bytes.count {
-            let name = String(cString: http_errno_name(herald_http_errno(parser)))
+        let errno = herald_http_errno(parser)
+        if errno == HPE_HEADER_OVERFLOW {
+            refuseHead()
+        } else if parser.pointee.upgrade == 1 || errno != HPE_OK || parsed != bytes.count {
+            let name = String(cString: http_errno_name(errno))
             respond(sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request (\(name))."), close: true)
+        } else if requestInProgress, requestTimer == nil {
+            armRequestTimer()
+        }
+    }
+
+    /// A request that does not arrive whole within `requestTimeout` of the read it began in (a client trickling
+    /// bytes, each within the idle timeout) is answered 408 and the connection closed.
+    private func armRequestTimer() {
+        let timeout = receiver.options.requestTimeout
+        requestTimer = context.loop.scheduleTask(in: timeout) { [weak self] in
+            guard let self, !self.isClosed, !self.closing, self.requestInProgress else { return }
+            let message = "The request did not arrive within \(timeout) of its first byte."
+            self.respond(sequence: self.takeSequence(), status: 408, body: self.googleError(408, "DEADLINE_EXCEEDED", message), close: true)
         }
     }
 
     private func peerEnded() {
+        peerHasEnded = true
+        requestTimer?.cancel()
+        if finishing {
+            connection.close()
+            return
+        }
         closing = true
         finishIfDone()
     }
 
     private func takeSequence() -> Int { answers.reserve() }
 
-    // MARK: Parser callbacks
+    // MARK: Parser callbacks (each returns nonzero to stop the parser: a limit was passed, or the connection is closing)
 
-    fileprivate func beginMessage() {
+    fileprivate func beginMessage() -> Int32 {
+        if closing { return 1 }
         url.removeAll(keepingCapacity: true)
         headers.removeAll(keepingCapacity: true)
         headerField.removeAll(keepingCapacity: true)
         headerValue.removeAll(keepingCapacity: true)
+        inHeaderValue = false
         headerBytes = 0
         body.removeAll(keepingCapacity: true)
-        failure = nil
+        requestInProgress = true
+        return 0
+    }
+
+    fileprivate func urlData(_ data: UnsafeRawBufferPointer) -> Int32 {
+        headerBytes += data.count
+        guard headerBytes <= receiver.options.maximumHeaderBytes else { return refuseHead() }
+        url.append(contentsOf: data)
+        return 0
     }
 
     fileprivate func headerData(_ data: UnsafeRawBufferPointer, field: Bool) -> Int32 {
         headerBytes += data.count
-        if headerBytes > receiver.options.maximumHeaderBytes {
-            failure = (431, nil)
-            return 0
-        }
+        guard headerBytes <= receiver.options.maximumHeaderBytes else { return refuseHead() }
         if field {
-            if !headerValue.isEmpty { flushHeader() }
+            if inHeaderValue { flushHeader() }
             headerField.append(contentsOf: data)
         } else {
             headerValue.append(contentsOf: data)
         }
+        inHeaderValue = !field
         return 0
     }
 
-    fileprivate func urlData(_ data: UnsafeRawBufferPointer) {
-        headerBytes += data.count
-        url.append(contentsOf: data)
-    }
-
-    fileprivate func flushHeader() {
+    private func flushHeader() {
+        inHeaderValue = false
         guard !headerField.isEmpty else { return }
         headers[String(decoding: headerField, as: UTF8.self).lowercased()] = String(decoding: headerValue, as: UTF8.self)
         headerField.removeAll(keepingCapacity: true)
         headerValue.removeAll(keepingCapacity: true)
     }
 
-    fileprivate func bodyData(_ data: UnsafeRawBufferPointer) {
-        guard failure == nil else { return }
-        if body.count + data.count > receiver.options.maximumBodyBytes {
-            failure = (413, MessageError(.payloadTooLarge(size: body.count + data.count, limit: receiver.options.maximumBodyBytes)))
-            body.removeAll()
-            return
+    fileprivate func headersComplete() -> Int32 {
+        flushHeader()
+        // A body announced too large is refused from the head, without waiting for it.
+        if parser.pointee.flags & UInt32(F_CHUNKED.rawValue) == 0, parser.pointee.content_length != UInt64.max,
+           parser.pointee.content_length > UInt64(receiver.options.maximumBodyBytes) {
+            return refuseBody(size: Int(clamping: parser.pointee.content_length))
         }
-        body.append(contentsOf: data)
+        return 0
     }
 
-    fileprivate func completeMessage() {
-        flushHeader()
+    fileprivate func bodyData(_ data: UnsafeRawBufferPointer) -> Int32 {
+        guard body.count + data.count <= receiver.options.maximumBodyBytes else { return refuseBody(size: body.count + data.count) }
+        body.append(contentsOf: data)
+        return 0
+    }
+
+    /// 431 for a request head over `maximumHeaderBytes`, answered at once; the connection closes.
+    @discardableResult
+    private func refuseHead() -> Int32 {
+        let limit = receiver.options.maximumHeaderBytes
+        respond(sequence: takeSequence(), status: 431, body: limitError(431, "The request line and headers are over \(limit) bytes; at most \(limit) are allowed."), close: true)
+        return 1
+    }
+
+    /// 413 for a body over `maximumBodyBytes` (announced, or counted as it comes), answered at once; the
+    /// connection closes.
+    private func refuseBody(size: Int) -> Int32 {
+        let error = MessageError(.payloadTooLarge(size: size, limit: receiver.options.maximumBodyBytes))
+        respond(sequence: takeSequence(), status: 413, body: limitError(413, error.message), close: true)
+        return 1
+    }
+
+    fileprivate func completeMessage() -> Int32 {
+        requestInProgress = false
+        requestTimer?.cancel()
+        requestTimer = nil
         let sequence = takeSequence()
         let keepAlive = http_should_keep_alive(parser) != 0 && sequence + 1 < receiver.options.maximumRequestsPerConnection
+        // The last request of the connection: what is pipelined after it is neither parsed nor delivered.
+        if !keepAlive { closing = true }
         let method = String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method))))
         let path = String(decoding: url, as: UTF8.self)
-        if let failure {
-            let error = failure.error ?? MessageError(.payloadTooLarge(size: headerBytes, limit: receiver.options.maximumHeaderBytes))
-            respond(sequence: sequence, status: failure.status, body: error.fcmErrorBody, close: true)
-            return
-        }
         route(method: method, path: path, sequence: sequence, keepAlive: keepAlive)
+        return keepAlive ? 0 : 1
     }
 
     // MARK: Routing
@@ -383,10 +443,20 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
     }
 
+    /// A limit's answer (413, 431): `INVALID_ARGUMENT` as FCM says it, with the HTTP status as the code.
+    private func limitError(_ code: Int, _ message: String) -> JSONValue {
+        [
+            "error": [
+                "code": .int(Int64(code)), "message": .string(message), "status": "INVALID_ARGUMENT",
+                "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"]],
+            ],
+        ]
+    }
+
     // MARK: Answers
 
     private func respond(sequence: Int, status: Int, body: JSONValue?, extraHeaders: [String] = [], close: Bool) {
-        guard !isClosed else { return }
+        guard !isClosed, !finishing else { return }
         let bodyBytes = body?.jsonBytes() ?? []
         var head = "HTTP/1.1 \(status) \(HTTPSession.reason(status))\r\n"
         if body != nil { head += "Content-Type: application/json; charset=UTF-8\r\n" }
@@ -398,8 +468,8 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         for ready in answers.fill(sequence, with: (Array(head.utf8) + bodyBytes, close)) {
             connection.write(ready.bytes)
             if ready.close {
-                connection.shutdownWriting { [weak self] _ in self?.connection.close() }
                 answers.discardWaiting()
+                finish()
                 return
             }
         }
@@ -407,8 +477,31 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     }
 
     private func finishIfDone() {
-        guard !isClosed, closing, answers.allWritten else { return }
-        connection.shutdownWriting { [weak self] _ in self?.connection.close() }
+        guard closing, answers.allWritten else { return }
+        finish()
+    }
+
+    /// Ends the connection once its last answer is written: shuts the write side down (the peer reads the
+    /// answers, then end of file), then closes when the peer ends too. A peer still sending (a refused 10 MB
+    /// body) is read and dropped meanwhile, for at most `lingerTimeout`: closing with unread bytes would reset
+    /// the connection, and a reset can destroy the answer before the peer reads it.
+    private func finish() {
+        guard !finishing, !isClosed else { return }
+        finishing = true
+        closing = true
+        requestTimer?.cancel()
+        connection.shutdownWriting { [weak self] _ in
+            guard let self, !self.isClosed else { return }
+            if self.peerHasEnded {
+                self.connection.close()
+                return
+            }
+            self.idleTimer?.cancel()
+            self.idleTimer = self.context.loop.scheduleTask(in: self.lingerTimeout) { [weak self] in
+                guard let self, !self.isClosed else { return }
+                self.connection.close()
+            }
+        }
     }
 
     static func reason(_ status: Int) -> String {
@@ -419,6 +512,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         case 403: "Forbidden"
         case 404: "Not Found"
         case 405: "Method Not Allowed"
+        case 408: "Request Timeout"
         case 413: "Payload Too Large"
         case 429: "Too Many Requests"
         case 431: "Request Header Fields Too Large"
@@ -440,11 +534,9 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         var settings = http_parser_settings()
         settings.on_message_begin = { parser in
             session(parser).beginMessage()
-            return 0
         }
         settings.on_url = { parser, at, length in
             session(parser).urlData(UnsafeRawBufferPointer(start: at, count: length))
-            return 0
         }
         settings.on_header_field = { parser, at, length in
             session(parser).headerData(UnsafeRawBufferPointer(start: at, count: length), field: true)
@@ -452,13 +544,15 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         settings.on_header_value = { parser, at, length in
             session(parser).headerData(UnsafeRawBufferPointer(start: at, count: length), field: false)
         }
+        settings.on_headers_complete = { parser in
+            // 0 goes on; anything but 1 and 2 (which mean "no body" to http_parser) stops it.
+            session(parser).headersComplete() == 0 ? 0 : -1
+        }
         settings.on_body = { parser, at, length in
             session(parser).bodyData(UnsafeRawBufferPointer(start: at, count: length))
-            return 0
         }
         settings.on_message_complete = { parser in
             session(parser).completeMessage()
-            return 0
         }
         let stored = UnsafeMutablePointer<http_parser_settings>.allocate(capacity: 1)
         stored.initialize(to: settings)
