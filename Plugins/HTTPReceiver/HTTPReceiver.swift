@@ -43,10 +43,14 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     /// Refused configurations.
     public enum ConfigurationError: Error, CustomStringConvertible {
         case secretRequired(SocketAddress)
+        /// An empty secret would let `Authorization: Bearer ` in.
+        case emptySecret
         public var description: String {
             switch self {
             case .secretRequired(let address):
                 "refusing to listen on \(address) without a secret: set one, or listen on 127.0.0.1 / ::1 only"
+            case .emptySecret:
+                "refusing an empty secret: set a real one, or none (nil) to listen on loopback only"
             }
         }
     }
@@ -76,6 +80,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     }
 
     public func start(_ context: PluginContext) async throws {
+        if options.secret?.isEmpty == true { throw ConfigurationError.emptySecret }
         if options.secret == nil {
             guard case .tcp(let host, _) = options.address, ["127.0.0.1", "::1", "localhost"].contains(host) else {
                 throw ConfigurationError.secretRequired(options.address)
@@ -104,11 +109,14 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public func resume() { listener?.resume() }
 
-    /// Whether `header` carries the secret, compared in constant time.
+    /// Whether `header` is `Bearer <secret>` (the scheme in any case, as RFC 7235 has it; the secret compared
+    /// in constant time).
     func authorized(_ header: String?) -> Bool {
         guard let secret = options.secret else { return true }
-        let expected = Array("Bearer \(secret)".utf8)
-        let given = Array((header ?? "").utf8)
+        let scheme = "bearer "
+        guard let header, header.utf8.count >= scheme.utf8.count, header.prefix(scheme.count).lowercased() == scheme else { return false }
+        let expected = Array(secret.utf8)
+        let given = Array(header.utf8.dropFirst(scheme.utf8.count))
         var difference = UInt8(expected.count == given.count ? 0 : 1)
         for index in 0..<expected.count {
             difference |= expected[index] ^ (index < given.count ? given[index] : 0)

@@ -203,7 +203,8 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             return
         }
         guard receiver.authorized(headers["authorization"]) else {
-            respond(sequence: sequence, status: 401, body: googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret."), close: !keepAlive)
+            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
+            respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
             return
         }
         let parts = pathOnly.split(separator: "/", omittingEmptySubsequences: true)

@@ -136,30 +136,66 @@ struct HTTPReceiverTests {
         }
     }
 
-    @Test("with a secret, requests need the bearer secret; /healthz does not")
+    @Test("with a secret, every route but /healthz needs the bearer secret: missing, wrong and right secrets")
     func authentication() async throws {
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "s3cret")
         options.idleTimeout = .seconds(5)
-        try await withHTTPHerald(options: options) { herald, _, address in
+        try await withHTTPHerald(options: options) { herald, collected, address in
             let token = try await herald.token()
-            let body = #"{"message": {"token": "\#(token)", "data": {"n": "1"}}}"#
+            let body = { (n: String) in #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# }
+            let refused: [[String: String]] = [
+                [:],
+                ["Authorization": ""],
+                ["Authorization": "Bearer"],
+                ["Authorization": "Bearer "],
+                ["Authorization": "Bearer wrong"],
+                ["Authorization": "Bearer s3cre"],  // a prefix of the secret
+                ["Authorization": "Bearer s3cretX"],  // the secret and more
+                ["Authorization": "Bearer S3CRET"],  // the secret is case-sensitive
+                ["Authorization": "Bearer  s3cret"],
+                ["Authorization": "s3cret"],
+                ["Authorization": "Basic czNjcmV0"],
+                ["X-Authorization": "Bearer s3cret"],
+            ]
             let client = try TestSocketClient(address)
             client.send(
-                request("POST", "/v1/projects/demo/messages:send", body: body)
-                    + request("POST", "/v1/projects/demo/messages:send", body: body, headers: ["Authorization": "Bearer wrong"])
-                    + request("POST", "/v1/projects/demo/messages:send", body: body, headers: ["Authorization": "Bearer s3cret"])
+                refused.map { request("POST", "/v1/projects/demo/messages:send", body: body("refused"), headers: $0) }.joined()
+                    + request("POST", "/v1/projects/demo/messages:send", body: body("right"), headers: ["Authorization": "Bearer s3cret"])
+                    + request("POST", "/v1/projects/demo/messages:send", body: body("scheme"), headers: ["Authorization": "bearer s3cret"])
                     + request("GET", "/healthz")
             )
-            #expect(responses(in: client.read { responses(in: $0).count >= 4 }).map(\.status) == [401, 401, 200, 200])
+            let answers = responses(in: client.read { responses(in: $0).count >= refused.count + 3 })
+            #expect(answers.map(\.status) == Array(repeating: 401, count: refused.count) + [200, 200, 200])
+            for answer in answers.prefix(refused.count) {
+                #expect(answer.body?["error"]?["status"] == "UNAUTHENTICATED")
+                #expect(answer.headers["www-authenticate"] == "Bearer")
+                #expect(answer.headers["connection"] == nil, "a refused request does not close the connection")
+            }
+
+            // The other routes need it too, and a refused request changes nothing.
+            let wrong = ["Authorization": "Bearer wrong"]
+            client.send(
+                request("POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather", headers: wrong)
+                    + request("DELETE", "/v1/projects/demo/registrations/\(token)/topicSubscriptions/weather")
+                    + request("POST", "/iid/v1:batchAdd", body: #"{"to": "/topics/weather", "registration_tokens": ["\#(token)"]}"#)
+                    + request("POST", "/3/device/\(token)", body: #"{"n": "apns"}"#, headers: wrong)
+                    + request("GET", "/nowhere")
+            )
+            #expect(responses(in: client.read { responses(in: $0).count >= 5 }).map(\.status) == [401, 401, 401, 401, 401])
+            try await herald.waitUntilIdle()
+            #expect(collected.messages.withLock { $0.compactMap { $0.data["n"] ?? $0.userInfo["n"]?.stringValue } }.sorted() == ["right", "scheme"])
+            #expect(try await herald.subscribedTopics().isEmpty)
         }
     }
 
-    @Test("without a secret only loopback addresses are allowed")
+    @Test("without a secret only loopback addresses are allowed; an empty secret is refused")
     func loopbackOnlyWithoutSecret() async throws {
-        let herald = Herald()
-        try herald.register(HTTPReceiver(options: .init(address: .tcp(host: "0.0.0.0", port: 0))))
-        await #expect(throws: HeraldError.self) { try await herald.start() }
-        await herald.shutdown()
+        for options in [HTTPReceiver.Options(address: .tcp(host: "0.0.0.0", port: 0)), .init(address: .tcp(host: "127.0.0.1", port: 0), secret: "")] {
+            let herald = Herald()
+            try herald.register(HTTPReceiver(options: options))
+            await #expect(throws: HeraldError.self) { try await herald.start() }
+            await herald.shutdown()
+        }
     }
 
     @Test("a slow client that sends half a request is closed after the idle timeout")
