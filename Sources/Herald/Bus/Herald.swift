@@ -37,12 +37,20 @@ public final class Herald: @unchecked Sendable {
         public var rememberedNotifications: Int = 1_000
         /// Automatic: the bus records analytics itself. Manual: the host calls ``Herald/appDidReceiveMessage(_:)``.
         public var analyticsWiring: AnalyticsWiring = .automatic
-        /// Events buffered for the sinks before more are counted as lost.
+        /// Events queued for one sink before more are counted as lost for it.
         public var analyticsBufferLimit: Int = 10_000
         /// Events handed to the sinks in one batch.
         public var analyticsBatchSize: Int = 256
         /// How long an event may wait in the buffer before the batch is handed over.
         public var analyticsFlushInterval: Duration = .milliseconds(100)
+        /// How often a sink gets a batch it threw on (the first attempt included) before its events count as lost.
+        public var analyticsMaximumAttempts: Int = 6
+        /// The wait before the first retry of a failed batch; it doubles with each attempt.
+        public var analyticsRetryDelay: Duration = .milliseconds(100)
+        /// The longest wait between retries.
+        public var analyticsMaximumRetryDelay: Duration = .seconds(30)
+        /// How long shutdown waits for sinks to take what is queued for them; the rest counts as lost.
+        public var analyticsDrainTimeout: Duration = .seconds(5)
         /// How long ``Herald/shutdown()`` waits for messages in flight before stopping plugins anyway.
         public var shutdownGracePeriod: Duration = .seconds(10)
         /// Whether a registration token is minted at start (the reference SDK's `isAutoInitEnabled`).
@@ -263,7 +271,7 @@ public final class Herald: @unchecked Sendable {
             }
             for plugin in bus.pluginsForShutdown.reversed() { await plugin.stop() }
             await bus.flushStore()
-            await bus.analytics.drain()
+            await bus.analytics.drain(timeout: configuration.analyticsDrainTimeout)
         }
         if ownsLoop { await loop.shutdownGracefully() }
         let waiters = shutdownWaiters.withLock { state in
@@ -429,6 +437,13 @@ public final class Herald: @unchecked Sendable {
     public func subscribedTopics() async throws -> Set<String> {
         let bus = try runningBus()
         return try await loop.submit { bus.topics }
+    }
+
+    /// What the analytics pipeline did so far: events recorded, and per sink what it took, failed, lost and
+    /// has waiting. Throws ``HeraldError/notRunning`` before start and after shutdown.
+    public func analyticsStatistics() async throws -> AnalyticsStatistics {
+        let bus = try runningBus()
+        return try await loop.submit { bus.analytics.statistics }
     }
 }
 
