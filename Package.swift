@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "SocketReceiver", targets: ["SocketReceiver"]),
         .library(name: "HTTPReceiver", targets: ["HTTPReceiver"]),
         .library(name: "EchoHandler", targets: ["EchoHandler"]),
+        .library(name: "PrometheusMetrics", targets: ["PrometheusMetrics"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
@@ -25,6 +26,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(
@@ -64,6 +67,16 @@ let package = Package(
             name: "SocketReceiver",
             dependencies: ["Herald"],
             path: "Plugins/SocketReceiver",
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PrometheusMetrics",
+            dependencies: [
+                "Herald",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            path: "Plugins/PrometheusMetrics",
             swiftSettings: swiftSettings
         ),
         .target(
@@ -122,6 +135,11 @@ let package = Package(
         .testTarget(
             name: "HTTPReceiverTests",
             dependencies: ["Herald", "HeraldTesting", "HTTPReceiver"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "PrometheusMetricsTests",
+            dependencies: ["Herald", "HeraldTesting", "PrometheusMetrics", "SocketReceiver"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

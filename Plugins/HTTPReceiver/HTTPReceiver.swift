@@ -105,6 +105,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         }
     }
 
+    public var openConnections: Int { listener?.connectionCount ?? 0 }
+
     public func pause() { listener?.pause() }
 
     public func resume() { listener?.resume() }

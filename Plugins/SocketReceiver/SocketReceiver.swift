@@ -103,6 +103,8 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
         }
     }
 
+    public var openConnections: Int { listener?.connectionCount ?? 0 }
+
     public func pause() { listener?.pause() }
 
     public func resume() { listener?.resume() }

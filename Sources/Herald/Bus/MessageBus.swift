@@ -344,6 +344,18 @@ public final class MessageBus: @unchecked Sendable {
         return paused
     }
 
+    /// Open connections per receiver plugin (by its name), for metrics. Loop thread only.
+    public var receiverConnections: [String: Int] {
+        loop.preconditionInEventLoop()
+        return Dictionary(pluginSet.receivers.map { ($0.descriptor.name, $0.openConnections) }, uniquingKeysWith: +)
+    }
+
+    /// What the analytics pipeline did so far (see ``Herald/analyticsStatistics()``). Loop thread only.
+    public var analyticsStatistics: AnalyticsStatistics {
+        loop.preconditionInEventLoop()
+        return analytics.statistics
+    }
+
     /// Messages accepted whose handlers have not finished.
     public var messagesInFlight: Int {
         loop.preconditionInEventLoop()

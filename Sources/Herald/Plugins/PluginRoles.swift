@@ -88,12 +88,15 @@ public protocol Receiver: HeraldPlugin {
     /// The instance's topics changed (receivers that route by topic subscribe to the new set). Called on the
     /// loop thread, at start and after every change.
     func topicsDidChange(_ topics: Set<String>)
+    /// Connections open now (for metrics). Called on the loop thread. The default is 0.
+    var openConnections: Int { get }
 }
 
 extension Receiver {
     public func pause() {}
     public func resume() {}
     public func topicsDidChange(_ topics: Set<String>) {}
+    public var openConnections: Int { 0 }
 }
 
 /// The "will present" and "did receive response" handler, as `UNUserNotificationCenterDelegate`.

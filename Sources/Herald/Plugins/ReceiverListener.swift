@@ -53,6 +53,9 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// The addresses listened on (TCP port 0 replaced by the chosen port).
     public var localAddresses: [SocketAddress] { servers.map(\.localAddress) }
 
+    /// Connections open now.
+    public var connectionCount: Int { sessions.count }
+
     /// Stops reading every connection (the bus is full); new connections start paused.
     public func pause() {
         paused = true

@@ -1,0 +1,168 @@
+import CoreMetrics
+public import Herald
+public import Prometheus
+
+/// Herald's metrics in the Prometheus text format, served as `GET /metrics` on an address of its own.
+///
+/// It is an ``AnalyticsSink``: every analytics event becomes a swift-metrics counter or timer, backed by a
+/// swift-prometheus registry of its own (no process-wide bootstrap, so two instances in one process stay
+/// apart). At each scrape it also samples the bus: messages in flight, connections per receiver, and per
+/// analytics sink what is queued, lost and failed. A host that wants its own swift-metrics metrics on the same
+/// page bootstraps `MetricsSystem` with ``factory``.
+///
+/// | metric | type | labels |
+/// |---|---|---|
+/// | `herald_messages_received_total` | counter | `type` (`DISPLAY_NOTIFICATION`, `DATA_MESSAGE`) |
+/// | `herald_notifications_presented_total` | counter | |
+/// | `herald_notifications_opened_total` / `_dismissed_total` | counter | |
+/// | `herald_background_fetch_total` | counter | `result` (`newData`, `noData`, `failed`) |
+/// | `herald_background_fetch_duration_seconds` | histogram | |
+/// | `herald_messages_dropped_total` | counter | `reason` |
+/// | `herald_token_refreshes_total` | counter | |
+/// | `herald_topic_changes_total` | counter | `change` (`subscribe`, `unsubscribe`) |
+/// | `herald_bus_messages_in_flight` | gauge | |
+/// | `herald_receiver_connections` | gauge | `receiver` |
+/// | `herald_analytics_events_queued` | gauge | `sink` |
+/// | `herald_analytics_events_lost_total`, `herald_analytics_sink_failures_total` | counter | `sink` |
+public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
+    // @unchecked Sendable: `options`, `registry`, `factory` and the metric handles are immutable and
+    // thread-safe; `server` and `context` are set in start() and used on the loop thread; the sampled
+    // counters' last values are touched on the loop thread only.
+
+    public struct Options: Sendable {
+        /// Where `/metrics` is served. Prometheus' exporters conventionally use a port of their own.
+        public var address: SocketAddress = .tcp(host: "127.0.0.1", port: 9464)
+        /// The largest request head accepted; a longer one is answered 431 and closed.
+        public var maximumRequestBytes: Int = 8 * 1024
+        /// How long a scrape connection may stay silent before it is closed.
+        public var idleTimeout: Duration = .seconds(10)
+
+        public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 9464)) {
+            self.address = address
+        }
+    }
+
+    public let options: Options
+    /// The registry `/metrics` renders.
+    public let registry: PrometheusCollectorRegistry
+    /// A swift-metrics factory writing into ``registry``.
+    public let factory: PrometheusMetricsFactory
+
+    private let received: [String: CoreMetrics.Counter]
+    private let presented: CoreMetrics.Counter
+    private let opened: CoreMetrics.Counter
+    private let dismissed: CoreMetrics.Counter
+    private let fetches: [String: CoreMetrics.Counter]
+    private let fetchDuration: CoreMetrics.Timer
+    private let tokenRefreshes: CoreMetrics.Counter
+    private let topicChanges: [String: CoreMetrics.Counter]
+    private let drops: [String: CoreMetrics.Counter]
+    private let inFlight: CoreMetrics.Gauge
+    private var context: PluginContext?
+    private var server: MetricsEndpoint?
+    private var sampled: [String: Int] = [:]
+
+    public init(options: Options = Options()) {
+        self.options = options
+        let registry = PrometheusCollectorRegistry()
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.durationHistogramBuckets["herald_background_fetch_duration_seconds"] = [
+            .milliseconds(10), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+            .seconds(1), .seconds(2), .seconds(5), .seconds(10), .seconds(30),
+        ]
+        self.registry = registry
+        self.factory = factory
+        received = Dictionary(uniqueKeysWithValues: ["DISPLAY_NOTIFICATION", "DATA_MESSAGE"].map {
+            ($0, CoreMetrics.Counter(label: "herald_messages_received_total", dimensions: [("type", $0)], factory: factory))
+        })
+        presented = CoreMetrics.Counter(label: "herald_notifications_presented_total", factory: factory)
+        opened = CoreMetrics.Counter(label: "herald_notifications_opened_total", factory: factory)
+        dismissed = CoreMetrics.Counter(label: "herald_notifications_dismissed_total", factory: factory)
+        fetches = Dictionary(uniqueKeysWithValues: ["newData", "noData", "failed"].map {
+            ($0, CoreMetrics.Counter(label: "herald_background_fetch_total", dimensions: [("result", $0)], factory: factory))
+        })
+        fetchDuration = CoreMetrics.Timer(label: "herald_background_fetch_duration_seconds", factory: factory)
+        tokenRefreshes = CoreMetrics.Counter(label: "herald_token_refreshes_total", factory: factory)
+        topicChanges = Dictionary(uniqueKeysWithValues: ["subscribe", "unsubscribe"].map {
+            ($0, CoreMetrics.Counter(label: "herald_topic_changes_total", dimensions: [("change", $0)], factory: factory))
+        })
+        drops = Dictionary(uniqueKeysWithValues: AnalyticsEvent.DropReason.allCases.map {
+            ($0.rawValue, CoreMetrics.Counter(label: "herald_messages_dropped_total", dimensions: [("reason", $0.rawValue)], factory: factory))
+        })
+        inFlight = CoreMetrics.Gauge(label: "herald_bus_messages_in_flight", factory: factory)
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "prometheus", summary: "GET /metrics in the Prometheus text format", options: [
+            .init(name: "listen", defaultValue: "127.0.0.1:9464", help: "where /metrics is served"),
+        ])
+    }
+
+    /// The address `/metrics` is served on (port 0 replaced by the chosen port), once started.
+    public func listeningAddress() async throws -> SocketAddress? {
+        guard let context else { return nil }
+        return try await context.loop.submit { self.server?.localAddress }
+    }
+
+    public func start(_ context: PluginContext) async throws {
+        self.context = context
+        try await context.loop.submit {
+            self.server = try MetricsEndpoint(context: context, options: self.options) { [unowned self] in self.render() }
+        }
+    }
+
+    public func stop() async {
+        guard let context else { return }
+        try? await context.loop.submit {
+            self.server?.close()
+            self.server = nil
+        }
+    }
+
+    public func record(_ events: [AnalyticsEvent]) async throws {
+        for event in events {
+            switch event.name {
+            case .notificationReceive: received[event.messageType ?? "DATA_MESSAGE"]?.increment()
+            case .notificationForeground: presented.increment()
+            case .notificationOpen: opened.increment()
+            case .notificationDismiss: dismissed.increment()
+            case .backgroundFetch:
+                fetches[event.parameters["result"] ?? "failed"]?.increment()
+                if let milliseconds = event.parameters["duration_ms"].flatMap(Int64.init) {
+                    fetchDuration.recordMilliseconds(milliseconds)
+                }
+            case .tokenRefresh: tokenRefreshes.increment()
+            case .topicSubscribe: topicChanges["subscribe"]?.increment()
+            case .topicUnsubscribe: topicChanges["unsubscribe"]?.increment()
+            case .messageDropped: drops[event.parameters["reason"] ?? "invalid"]?.increment()
+            case .diagnostic: break
+            }
+        }
+    }
+
+    /// Samples the bus and renders the registry. Loop thread (the endpoint calls it from its read callback).
+    func render() -> [UInt8] {
+        if let bus = context?.bus {
+            inFlight.record(bus.messagesInFlight)
+            for (receiver, count) in bus.receiverConnections {
+                CoreMetrics.Gauge(label: "herald_receiver_connections", dimensions: [("receiver", receiver)], factory: factory).record(count)
+            }
+            let statistics = bus.analyticsStatistics
+            for (sink, figures) in statistics.sinks {
+                CoreMetrics.Gauge(label: "herald_analytics_events_queued", dimensions: [("sink", sink)], factory: factory).record(figures.queued)
+                advance("herald_analytics_events_lost_total", sink: sink, to: figures.lost)
+                advance("herald_analytics_sink_failures_total", sink: sink, to: figures.failures)
+            }
+        }
+        return registry.emitToBuffer()
+    }
+
+    /// Moves a counter that mirrors one of the pipeline's running totals up to `value`.
+    private func advance(_ label: String, sink: String, to value: Int) {
+        let key = "\(label)|\(sink)"
+        let counter = CoreMetrics.Counter(label: label, dimensions: [("sink", sink)], factory: factory)
+        let delta = value - sampled[key, default: 0]
+        if delta > 0 { counter.increment(by: delta) }
+        sampled[key] = value
+    }
+}
