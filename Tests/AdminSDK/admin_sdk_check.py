@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -98,9 +99,10 @@ def main():
     delivered = []
 
     def check(name, function):
+        started = time.monotonic()
         try:
             function()
-            print(f"ok      {name}")
+            print(f"ok      {name} ({(time.monotonic() - started) * 1000:.0f} ms)")
         except Exception as error:  # noqa: BLE001 -- every failure is reported, then the next check runs
             failures.append(name)
             print(f"FAILED  {name}: {type(error).__name__}: {error}")
