@@ -385,7 +385,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
     }
 
     /// Creates `directory` and its missing parents with mode 0700; an existing directory is left as it is.
-    private static func makeDirectory(_ directory: String) throws(StoreError) {
+    static func makeDirectory(_ directory: String) throws(StoreError) {
         guard !directory.isEmpty else {
             throw .cannotOpen(path: directory, detail: "the data directory path is empty")
         }
@@ -424,10 +424,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
     }
 
     /// What a failing call was doing, which decides how an ambiguous SQLite failure is reported.
-    private enum Operation { case open, read, write }
+    enum Operation { case open, read, write }
 
     /// Maps a GRDB or SQLite failure to the ``StoreError`` that tells a person what to do.
-    private static func storeError(_ error: any Error, path: String, during operation: Operation) -> StoreError {
+    static func storeError(_ error: any Error, path: String, during operation: Operation) -> StoreError {
         if let error = error as? StoreError { return error }
         if error is RowDecodingError {
             return .corrupt(path: path, detail: "a stored value has an unexpected type: \(error)")

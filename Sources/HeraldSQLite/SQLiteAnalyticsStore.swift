@@ -1,0 +1,329 @@
+import Foundation
+import GRDB
+public import Herald
+
+/// The embedded default ``AnalyticsSink``: every analytics event in one SQLite file of its own,
+/// `<directory>/analytics.sqlite`, which `herald report` reads (see ``AnalyticsReport``).
+///
+/// The file is separate from the inbox store's `herald.sqlite`, so analytics writes never wait for an inbox commit nor
+/// hold one up. It runs in WAL mode with `synchronous = NORMAL`: a batch that was written survives a crash of the
+/// process; a power loss may take the last batches (analytics do not need an fsync per batch, the inbox does).
+///
+/// Each batch is one transaction, and recording is idempotent per batch: each event is keyed by a digest of its whole
+/// content and its occurrence in the batch (`event_key`, see ``AnalyticsSchema``) and written with `INSERT OR IGNORE`,
+/// so a batch the bus retries after a failure is stored once. (Two events identical to the millisecond in every field,
+/// in two different batches, are therefore stored once; within one batch both are kept.)
+///
+/// Retention: events of messages received more than ``Options/retentionDays`` days ago are deleted when the store
+/// opens and then at most every ``Options/pruneInterval``, in the transaction of the next batch.
+///
+/// Threads: ``record(_:)`` suspends while the write runs on the connection's own serial queue, never on the caller's
+/// thread; calls may overlap (they are serialised). The other methods block on disk I/O, from any thread.
+public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
+    /// How long events are kept and how often old ones are deleted.
+    public struct Options: Sendable, Hashable {
+        /// Events of messages received more than this many days ago are deleted; `nil` keeps everything.
+        public var retentionDays: Int?
+        /// How often (at most) ``record(_:)`` deletes the events past retention.
+        public var pruneInterval: Duration
+
+        public init(retentionDays: Int? = 90, pruneInterval: Duration = .seconds(3600)) {
+            self.retentionDays = retentionDays
+            self.pruneInterval = pruneInterval
+        }
+    }
+
+    /// The file name in the data directory.
+    public static let fileName = "analytics.sqlite"
+
+    /// The path of the database file, `<directory>/analytics.sqlite`.
+    public let path: String
+    public let options: Options
+
+    private let database: DatabaseQueue
+    private let clock: @Sendable () -> Int64
+    /// When the next prune is due, in milliseconds since 1970.
+    private let nextPrune: Locked<Int64>
+
+    /// Opens the store in `directory` (creating the directory, mode 0700, and the file when missing), brings the
+    /// schema up to date and deletes the events past retention.
+    ///
+    /// - Throws: ``StoreError/cannotOpen(path:detail:)`` when the directory or file cannot be created or opened;
+    ///   ``StoreError/corrupt(path:detail:)`` when the file is not a database or not a Herald analytics store;
+    ///   ``StoreError/newerSchema(path:found:)`` when a newer Herald wrote it; ``StoreError/writeFailed(path:detail:)``
+    ///   when the schema or the pruning cannot be written.
+    public convenience init(directory: String = "herald-data", options: Options = Options()) throws(StoreError) {
+        try self.init(directory: directory, options: options, clock: { WallClock.nowMilliseconds() })
+    }
+
+    /// As the public initialiser, with the wall clock given (tests move it).
+    init(directory: String, options: Options, clock: @escaping @Sendable () -> Int64) throws(StoreError) {
+        try SQLiteStore.makeDirectory(directory)
+        let path = Self.path(inDirectory: directory)
+        self.path = path
+        self.options = options
+        self.clock = clock
+
+        var configuration = Configuration()
+        configuration.label = "HeraldSQLite.analytics"
+        configuration.busyMode = .timeout(5)
+        configuration.prepareDatabase { db in
+            let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+            guard mode == "wal" else {
+                throw StoreError.cannotOpen(path: path, detail: "the file system does not support SQLite's WAL mode (journal mode stays '\(mode ?? "?")')")
+            }
+            try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = 67108864")
+        }
+        do {
+            database = try DatabaseQueue(path: path, configuration: configuration)
+        } catch {
+            throw SQLiteStore.storeError(error, path: path, during: .open)
+        }
+        do {
+            try database.read { db in try Self.checkIsAnalyticsStore(db, path: path, allowEmpty: true) }
+            try AnalyticsSchema.migrator.migrate(database)
+        } catch {
+            throw SQLiteStore.storeError(error, path: path, during: .open)
+        }
+        let now = clock()
+        nextPrune = Locked(now)
+        try prune(now: now)
+    }
+
+    /// `<directory>/analytics.sqlite`.
+    public static func path(inDirectory directory: String) -> String {
+        directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(
+            name: "sqlite-analytics",
+            summary: "keeps analytics events in \(path) for herald report",
+            options: [
+                .init(name: "retention-days", defaultValue: "90", help: "days of events kept (by when the message arrived); 0 keeps everything"),
+                .init(name: "prune-interval", defaultValue: "3600s", help: "how often events past retention are deleted"),
+            ]
+        )
+    }
+
+    /// Writes `events` in one transaction (with the pruning, when it is due). A batch given again is not stored
+    /// twice.
+    ///
+    /// - Throws: ``AnalyticsWriteError`` (naming the file) when the batch cannot be written; nothing of it is then
+    ///   stored, and the bus retries it.
+    public func record(_ events: [AnalyticsEvent]) async throws {
+        guard !events.isEmpty else { return }
+        let rows = Self.rows(for: events)
+        let now = clock()
+        let pruneBefore = nextPrune.withLock { $0 <= now } ? cutoff(now: now) : nil
+        do {
+            try await database.writeWithoutTransaction { db in
+                try db.inTransaction(.immediate) {
+                    try Self.insert(rows, db)
+                    if let pruneBefore { try Self.delete(before: pruneBefore, db) }
+                    return .commit
+                }
+            }
+        } catch {
+            throw AnalyticsWriteError(SQLiteStore.storeError(error, path: path, during: .write))
+        }
+        if pruneBefore != nil { scheduleNextPrune(after: now) }
+    }
+
+    /// Deletes the events of messages received more than ``Options/retentionDays`` days before `now` (milliseconds
+    /// since 1970) and returns how many; nothing when retention is off. Any thread; blocks on disk I/O.
+    @discardableResult
+    public func prune(now: Int64) throws(StoreError) -> Int {
+        guard let cutoff = cutoff(now: now) else { return 0 }
+        let deleted: Int
+        do {
+            deleted = try database.writeWithoutTransaction { db in
+                var deleted = 0
+                try db.inTransaction(.immediate) {
+                    deleted = try Self.delete(before: cutoff, db)
+                    return .commit
+                }
+                return deleted
+            }
+        } catch {
+            throw SQLiteStore.storeError(error, path: path, during: .write)
+        }
+        scheduleNextPrune(after: now)
+        return deleted
+    }
+
+    /// The report of the last `days` days up to `now` (UTC days), for `label` only when given; see
+    /// ``AnalyticsReport/read(directory:days:label:now:)``.
+    public func report(days: Int = 7, label: String? = nil, now: Int64 = WallClock.nowMilliseconds()) throws(StoreError) -> AnalyticsReport {
+        do {
+            return try database.read { db in try AnalyticsReport.query(db, path: path, days: days, label: label, now: now) }
+        } catch {
+            throw SQLiteStore.storeError(error, path: path, during: .read)
+        }
+    }
+
+    // MARK: - Test hooks
+
+    /// Runs `sql` (one or more statements) on the store's connection.
+    func execute(sql: String) throws {
+        try database.writeWithoutTransaction { db in try db.execute(sql: sql) }
+    }
+
+    /// The first column of the first row of `sql`, as text.
+    func fetchString(_ sql: String) throws -> String? {
+        try database.read { db in try String.fetchOne(db, sql: sql) }
+    }
+
+    // MARK: - Implementation
+
+    private func cutoff(now: Int64) -> Int64? {
+        guard let days = options.retentionDays, days > 0 else { return nil }
+        return now - Int64(days) * AnalyticsReport.millisecondsPerDay
+    }
+
+    private func scheduleNextPrune(after now: Int64) {
+        let interval = options.pruneInterval.components
+        let milliseconds = interval.seconds * 1000 + interval.attoseconds / 1_000_000_000_000_000
+        nextPrune.withLock { $0 = max($0, now + max(milliseconds, 0)) }
+    }
+
+    /// One row of `event`, ready to bind.
+    struct Row: Sendable {
+        var key: [UInt8]
+        var event: AnalyticsEvent
+        var parameters: String
+    }
+
+    /// The rows for `events`, each keyed by the digest of its content and its occurrence among identical events.
+    static func rows(for events: [AnalyticsEvent]) -> [Row] {
+        var occurrences: [[UInt8]: UInt64] = [:]
+        return events.map { event in
+            let content = canonicalBytes(event)
+            let occurrence = occurrences[content, default: 0]
+            occurrences[content] = occurrence + 1
+            var digest = SHA256()
+            digest.update(content)
+            digest.update(bigEndian(occurrence))
+            let parameters = JSONValue.object(JSONObject(uniqueKeysWithValues: sortedParameters(event).map { ($0.key, JSONValue.string($0.value)) }))
+            return Row(key: Array(digest.finalize().prefix(16)), event: event, parameters: parameters.jsonString())
+        }
+    }
+
+    /// Every field of `event` in a fixed order, each tagged as present or not and length-prefixed, so that different
+    /// events never share an encoding.
+    static func canonicalBytes(_ event: AnalyticsEvent) -> [UInt8] {
+        var bytes: [UInt8] = []
+        func text(_ value: String?) {
+            guard let value else { return bytes.append(0) }
+            bytes.append(1)
+            bytes += bigEndian(UInt64(value.utf8.count))
+            bytes += value.utf8
+        }
+        func integer(_ value: Int64?) {
+            guard let value else { return bytes.append(0) }
+            bytes.append(1)
+            bytes += bigEndian(UInt64(bitPattern: value))
+        }
+        text(event.name.rawValue)
+        integer(event.timestamp)
+        text(event.messageID)
+        text(event.analyticsLabel)
+        text(event.topic)
+        text(event.collapseKey)
+        integer(event.priority.map { Int64($0.rawValue) })
+        text(event.messageType)
+        integer(event.ttl)
+        integer(event.receivedAt)
+        let parameters = sortedParameters(event)
+        bytes += bigEndian(UInt64(parameters.count))
+        for (key, value) in parameters {
+            text(key)
+            text(value)
+        }
+        return bytes
+    }
+
+    /// The parameters in the order of their keys' UTF-8 bytes (independent of `String` comparison rules).
+    private static func sortedParameters(_ event: AnalyticsEvent) -> [(key: String, value: String)] {
+        event.parameters.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }.map { ($0.key, $0.value) }
+    }
+
+    private static func bigEndian(_ value: UInt64) -> [UInt8] {
+        (0..<8).map { UInt8(truncatingIfNeeded: value >> UInt64(56 - 8 * $0)) }
+    }
+
+    private static func insert(_ rows: [Row], _ db: Database) throws {
+        let statement = try db.cachedStatement(
+            sql: """
+                INSERT OR IGNORE INTO event
+                    (event_key, name, timestamp, cohort_at, message_id, analytics_label, topic, collapse_key, priority,
+                     message_type, ttl, received_at, reason, result, duration_ms, parameters)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        for row in rows {
+            let event = row.event
+            let arguments: [(any DatabaseValueConvertible)?] = [
+                Data(row.key), event.name.rawValue, event.timestamp, event.receivedAt ?? event.timestamp, event.messageID, event.analyticsLabel,
+                event.topic, event.collapseKey, event.priority.map { Int64($0.rawValue) }, event.messageType, event.ttl, event.receivedAt,
+                event.name == .messageDropped ? event.parameters["reason"] : nil,
+                event.name == .backgroundFetch ? event.parameters["result"] : nil,
+                event.name == .backgroundFetch ? event.parameters["duration_ms"].flatMap { Int64($0) } : nil,
+                row.parameters,
+            ]
+            try statement.execute(arguments: StatementArguments(arguments))
+        }
+    }
+
+    @discardableResult
+    private static func delete(before cutoff: Int64, _ db: Database) throws -> Int {
+        try db.cachedStatement(sql: "DELETE FROM event WHERE cohort_at < ?").execute(arguments: [cutoff])
+        return db.changesCount
+    }
+
+    /// Refuses a file a newer Herald wrote, another application's database, and (unless `allowEmpty`) a database
+    /// without the analytics schema.
+    static func checkIsAnalyticsStore(_ db: Database, path: String, allowEmpty: Bool) throws {
+        // The application ID first: the inbox store's file has migrations too, which are not a newer analytics schema.
+        let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
+        if applicationID == Schema.applicationID {
+            throw StoreError.corrupt(path: path, detail: "this is a Herald inbox store (herald.sqlite), not an analytics store")
+        }
+        if applicationID != 0 && applicationID != AnalyticsSchema.applicationID {
+            throw StoreError.corrupt(path: path, detail: "the database is not a Herald analytics store (application_id \(applicationID))")
+        }
+        let applied = try AnalyticsSchema.migrator.appliedIdentifiers(db)
+        let unknown = applied.subtracting(AnalyticsSchema.migrator.migrations)
+        if !unknown.isEmpty {
+            throw StoreError.newerSchema(path: path, found: unknown.sorted().joined(separator: ", "))
+        }
+        if applied.isEmpty {
+            let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            if !tables.isEmpty {
+                throw StoreError.corrupt(
+                    path: path, detail: "the database holds tables of another application (\(tables.prefix(5).joined(separator: ", "))) and no Herald analytics schema")
+            }
+            if !allowEmpty {
+                throw StoreError.corrupt(path: path, detail: "the file holds no Herald analytics schema")
+            }
+        }
+    }
+}
+
+/// A batch of events the ``SQLiteAnalyticsStore`` could not write. Nothing of the batch was stored; the bus retries it.
+public struct AnalyticsWriteError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What failed, naming the file.
+    public let storeError: StoreError
+
+    public init(_ storeError: StoreError) {
+        self.storeError = storeError
+    }
+
+    public var description: String {
+        switch storeError {
+        case .writeFailed(let path, let detail):
+            "cannot write analytics events to \(path): \(detail). Free disk space or make the file system writable; the batch is retried, messages are not affected."
+        default:
+            "cannot write analytics events: \(storeError)"
+        }
+    }
+}
