@@ -42,6 +42,12 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("shutdown-grace"), help: "Seconds to finish in-flight messages after SIGTERM / SIGINT.")
     var shutdownGrace: Int = 10
 
+    @Flag(name: .customLong("no-analytics-store"), help: "Do not keep analytics events in DATA-DIR/analytics.sqlite (herald report reads them).")
+    var noAnalyticsStore = false
+
+    @Option(name: .customLong("analytics-retention-days"), help: "Days of analytics events kept in the analytics store; 0 keeps everything.")
+    var analyticsRetentionDays: Int = 90
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
@@ -53,6 +59,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--socket must be a path, unix:PATH, HOST:PORT or 'none', not '\(socket)'")
         }
         guard shutdownGrace >= 0 else { throw ValidationError("--shutdown-grace must be 0 or more seconds") }
+        guard analyticsRetentionDays >= 0 else { throw ValidationError("--analytics-retention-days must be 0 or more days") }
     }
 
     func run() async throws {
@@ -69,8 +76,11 @@ struct Serve: AsyncParsableCommand {
         configuration.projectID = projectID
         configuration.shutdownGracePeriod = .seconds(shutdownGrace)
         let store: SQLiteStore
+        let analyticsStore: SQLiteAnalyticsStore?
         do {
             store = try SQLiteStore(directory: dataDirectory)
+            analyticsStore = noAnalyticsStore
+                ? nil : try SQLiteAnalyticsStore(directory: dataDirectory, options: .init(retentionDays: analyticsRetentionDays > 0 ? analyticsRetentionDays : nil))
         } catch {
             throw CommandFailure(message: "herald: \(error)")
         }
@@ -87,6 +97,7 @@ struct Serve: AsyncParsableCommand {
         if socketSetting != "none", let address = SocketAddress(parsing: socketSetting.contains("/") || socketSetting.hasPrefix("unix:") ? socketSetting : "./\(socketSetting)") {
             try herald.register(SocketReceiver(options: .init(addresses: [address])))
         }
+        if let analyticsStore { try herald.register(analyticsStore) }
         if echo {
             try herald.register(EchoHandler(installationID: { try? await herald.installationID() }))
         }
