@@ -10,6 +10,8 @@ let package = Package(
         .package(name: "Herald", path: ".."),
         .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
         .package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.34.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         // Herald's EventLoop beside SwiftNIO's MultiThreadedEventLoopGroup(numberOfThreads: 1), in one run.
@@ -40,6 +42,50 @@ let package = Package(
             plugins: [
                 .plugin(name: "BenchmarkPlugin", package: "benchmark"),
             ]
+        ),
+    
+        // Servers and load clients for the network scenarios, driven by scripts/http-vs-hummingbird and
+        // scripts/socket-vs-nio. They live under Servers/, not Benchmarks/, so the benchmark plugin does not
+        // take them for benchmark targets.
+        //
+        // Herald with a no-op handler and an in-memory store, behind its HTTPReceiver and/or SocketReceiver.
+        .executableTarget(
+            name: "HeraldServer",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "HTTPReceiver", package: "Herald"),
+                .product(name: "SocketReceiver", package: "Herald"),
+            ],
+            path: "Servers/HeraldServer",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The HTTP peer: Hummingbird 2 routing POST /v1/projects/{p}/messages:send, decoding with Herald's decoder.
+        .executableTarget(
+            name: "HummingbirdServer",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            path: "Servers/HummingbirdServer",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The socket peer: SwiftNIO on a Unix socket, line framing, the same decode and a no-op handler.
+        .executableTarget(
+            name: "NIOSocketServer",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+            ],
+            path: "Servers/NIOSocketServer",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // A pipelined JSON-lines client: N connections, each writing M lines while reading the answers.
+        .executableTarget(
+            name: "SocketLoad",
+            path: "Servers/SocketLoad",
+            swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]
 )
