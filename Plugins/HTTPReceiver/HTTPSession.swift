@@ -30,8 +30,14 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     private var idleTimer: ScheduledTask?
     /// Runs while a request takes more than the read it began in; most never need it.
     private var requestTimer: ScheduledTask?
-    /// How long a finished connection keeps reading (and dropping) what the peer still sends before closing.
-    private var lingerTimeout: Duration { min(receiver.options.idleTimeout, .seconds(2)) }
+    /// When the connection began lingering (its answers written, its write side shut), and when the peer last
+    /// sent something since.
+    private var lingerStart: ContinuousClock.Instant?
+    private var lastLingerRead: ContinuousClock.Instant?
+    /// A lingering connection closes after this much silence from the peer...
+    private var lingerSilence: Duration { min(receiver.options.idleTimeout, .seconds(2)) }
+    /// ...or this long after it began lingering, whatever the peer does.
+    private var lingerLimit: Duration { min(receiver.options.idleTimeout, .seconds(30)) }
 
     init(connection: StreamConnection, receiver: HTTPReceiver, context: PluginContext) {
         self.connection = connection
@@ -65,7 +71,10 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     }
 
     private func read(_ bytes: UnsafeRawBufferPointer) {
-        guard !closing else { return }
+        guard !closing else {
+            if lingerStart != nil { lastLingerRead = .now }
+            return
+        }
         armIdleTimer()
         let parsed = http_parser_execute(parser, HTTPSession.settings, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
         if closing { return }
@@ -484,8 +493,9 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     /// Ends the connection once its last answer is written: shuts the write side down (the peer reads the
     /// answers, then end of file), then closes when the peer ends too. A peer still sending (a refused 10 MB
-    /// body) is read and dropped meanwhile, for at most `lingerTimeout`: closing with unread bytes would reset
-    /// the connection, and a reset can destroy the answer before the peer reads it.
+    /// body) is read and dropped meanwhile, until it is silent for `lingerSilence` or for at most `lingerLimit`:
+    /// closing with unread bytes would reset the connection, and a reset can destroy the answer before the peer
+    /// reads it. (nginx's lingering close, for the same reason.)
     private func finish() {
         guard !finishing, !isClosed else { return }
         finishing = true
@@ -497,10 +507,22 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
                 self.connection.close()
                 return
             }
-            self.idleTimer?.cancel()
-            self.idleTimer = self.context.loop.scheduleTask(in: self.lingerTimeout) { [weak self] in
-                guard let self, !self.isClosed else { return }
+            self.lingerStart = .now
+            self.lastLingerRead = .now
+            self.checkLinger(in: self.lingerSilence)
+        }
+    }
+
+    private func checkLinger(in delay: Duration) {
+        idleTimer?.cancel()
+        idleTimer = context.loop.scheduleTask(in: delay) { [weak self] in
+            guard let self, !self.isClosed, let start = self.lingerStart, let last = self.lastLingerRead else { return }
+            let now = ContinuousClock.now
+            let left = min(self.lingerSilence - (now - last), self.lingerLimit - (now - start))
+            if left <= .zero {
                 self.connection.close()
+            } else {
+                self.checkLinger(in: left)
             }
         }
     }

@@ -179,6 +179,25 @@ struct HTTPBadInputTests {
         }
     }
 
+    @Test("after a 413 the connection lingers while the client goes on sending, so it reads the answer, not a reset")
+    func lingeringAfterRefusal() async throws {
+        try await withHTTPHerald { _, _, address in
+            let client = try TestSocketClient(address)
+            client.send("POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nContent-Length: \(10 * 1024 * 1024)\r\n\r\n")
+            // A slow uploader: 64 KiB every 300 ms for longer than the 2 s of silence that ends lingering. Were the
+            // connection closed with its bytes unread, the kernel would reset it and these sends would fail.
+            let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 64 * 1024)
+            for _ in 0..<10 {
+                let written = chunk.withUnsafeBytes { Glibc.send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                #expect(written > 0, "the server still reads what the client sends (errno \(errno))")
+                usleep(300_000)  // the client's pace, not a wait for an outcome
+            }
+            client.halfClose()
+            let answers = responses(in: client.read { _ in false })
+            #expect(answers.map(\.status) == [413])
+        }
+    }
+
     @Test("header floods get 431 and a close: many headers, one huge header, a huge URL, a head that never ends")
     func headerFloods() async throws {
         try await withHTTPHerald { herald, collected, address in
