@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "HTTPReceiver", targets: ["HTTPReceiver"]),
         .library(name: "EchoHandler", targets: ["EchoHandler"]),
         .library(name: "PrometheusMetrics", targets: ["PrometheusMetrics"]),
+        .library(name: "JSONLExport", targets: ["JSONLExport"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
@@ -85,6 +86,12 @@ let package = Package(
             path: "Plugins/EchoHandler",
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "JSONLExport",
+            dependencies: ["Herald"],
+            path: "Plugins/JSONLExport",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "herald",
             dependencies: [
@@ -145,6 +152,11 @@ let package = Package(
         .testTarget(
             name: "HeraldCommandTests",
             dependencies: ["Herald", "HeraldTesting", "EchoHandler", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "JSONLExportTests",
+            dependencies: ["Herald", "HeraldTesting", "JSONLExport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,339 @@
+import Glibc
+public import Herald
+
+/// FCM's message-delivery data export, as JSON lines: one JSON object per analytics event, with exactly the
+/// columns of FCM's BigQuery export table, in its order, so the file loads into a table of that schema
+/// (`bq load --source_format=NEWLINE_DELIMITED_JSON`) and the queries written for FCM's export run on it.
+///
+/// ```swift
+/// try herald.register(JSONLExport(options: .init(path: "/var/lib/my-daemon/delivery-metrics.jsonl", appName: "com.example.weatherd"),
+///                                 installationID: { try? await herald.installationID() }))
+/// ```
+///
+/// ```
+/// {"event_timestamp":"2025-03-01 12:00:00.123 UTC","project_number":1234567890,"message_id":"8410952874104582181",
+///  "instance_id":"fX2…","message_type":"DISPLAY_NOTIFICATION","sdk_platform":"LINUX","app_name":"com.example.weatherd",
+///  "collapse_key":null,"priority":10,"ttl":3600,"topic":"/topics/weather","bulk_id":null,"event":"MESSAGE_DELIVERED",
+///  "analytics_label":"spring-sale"}
+/// ```
+/// (one line in the file).
+///
+/// **Columns** (``columns``; every line has all of them, in this order; a missing value is `null`):
+///
+/// | column | BigQuery type | value |
+/// |---|---|---|
+/// | `event_timestamp` | TIMESTAMP | the event's time, as BigQuery writes a TIMESTAMP: `YYYY-MM-DD HH:MM:SS.mmm UTC` |
+/// | `project_number` | INTEGER | ``Options/projectNumber``, else the instance's sender ID when it is a number |
+/// | `message_id` | STRING | `gcm.message_id` |
+/// | `instance_id` | STRING | the installation ID (FCM's `fid`) |
+/// | `message_type` | STRING | `DISPLAY_NOTIFICATION` or `DATA_MESSAGE` |
+/// | `sdk_platform` | STRING | ``Options/sdkPlatform``, `LINUX` (FCM's own values are `ANDROID`, `IOS`, `WEB`) |
+/// | `app_name` | STRING | ``Options/appName`` (FCM: the app's package name or bundle ID) |
+/// | `collapse_key` | STRING | `apns-collapse-id` |
+/// | `priority` | INTEGER | 10 for high, 5 for normal, as FCM's SDKs report it |
+/// | `ttl` | INTEGER | seconds the message had left to live when it arrived; `null` when it does not expire |
+/// | `topic` | STRING | `/topics/{name}` for a topic message (the `from` the SDKs report), else `null` |
+/// | `bulk_id` | INTEGER | always `null`: Herald has no bulk sends |
+/// | `event` | STRING | see below |
+/// | `analytics_label` | STRING | `fcm_options.analytics_label` |
+///
+/// Integers are JSON numbers (every value here is far below 2⁵³, where BigQuery asks for strings).
+///
+/// **Events.** Herald's events with a counterpart in FCM's export get FCM's name (``fcmEventName(for:)``):
+/// `notification_receive` → `MESSAGE_DELIVERED`, `notification_open` → `MESSAGE_OPEN` (FCM's SDK event for a
+/// notification opened), and drops the sender was told of: `message_dropped` with reason `invalid` →
+/// `INVALID_PARAMETERS`, `rejected_backpressure` → `QUOTA_EXCEEDED`, `store_failure` →
+/// `MESSAGE_RECEIVED_INTERNAL_ERROR`. The other events about a message have no FCM counterpart and are written
+/// with Herald's name, lower case so that they never match an FCM event name: `notification_foreground`,
+/// `notification_dismiss`, `background_fetch:{result}` (`newData`, `noData`, `failed`) and
+/// `message_dropped:{reason}` (`duplicate`, `expired`, `not_targeted`, `collapsed`). With
+/// ``EventSelection/fcmEventsOnly`` they are skipped. Events about the instance rather than a message
+/// (`token_refresh`, `topic_subscribe`, `topic_unsubscribe`) and `diagnostic` are never written: FCM's export
+/// has one row per message event.
+///
+/// **Files.** Lines are appended with POSIX `open(O_APPEND)` / `write`, one `write` per batch (per file when a
+/// batch spans a rotation), serialized: concurrent batches never interleave. The file is rotated by size
+/// (``Options/maximumFileBytes``) to `file.1` … `file.N` (``Options/keptFiles``; the oldest is removed); a line
+/// is never split across files and a file never passes the limit (unless one line alone is longer). A path that
+/// is not a regular file (a FIFO, `/dev/stdout`) is written to but never rotated.
+///
+/// **Durability.** `fsync` at each rotation (before the file is moved) and at ``stop()``; batches that arrive
+/// after `stop()` (the shutdown's last analytics flush comes after plugins stop) are written and synced one by
+/// one. ``Options/syncEveryBatch`` syncs every batch. Between syncs a power loss can lose the last lines, never
+/// split one: a torn last line is cut off when the file is opened again.
+///
+/// **Failures.** A failed write throws ``JSONLExportError`` naming the file; the analytics pipeline counts it and
+/// retries the batch. The bytes of a failed write are taken back, and the export remembers how many lines of a
+/// failed batch are already in a file, so a retried batch is written without duplicates. At ``start(_:)`` the
+/// file's directory is created if missing and the file opened: a path that cannot be used stops the start. A
+/// directory removed later is not created again: writes fail (and are retried) until it is back.
+public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
+    /// Which events become lines.
+    public enum EventSelection: Sendable, Hashable {
+        /// FCM's events, and Herald's other events about a message under Herald's names (the default).
+        case messageEvents
+        /// Only events with an FCM counterpart.
+        case fcmEventsOnly
+    }
+
+    public struct Options: Sendable {
+        /// The file; rotated files are `path.1` … `path.N`.
+        public var path: String = "herald-data/delivery-metrics.jsonl"
+        /// The largest a file grows before it is rotated.
+        public var maximumFileBytes: Int = 64 << 20
+        /// How many rotated files are kept (`path.1` newest … `path.N` oldest); 0 removes the full file.
+        public var keptFiles: Int = 5
+        /// `app_name`: the daemon's name (FCM writes the app's package name or bundle ID).
+        public var appName: String?
+        /// `sdk_platform`. FCM's SDKs write `ANDROID`, `IOS` or `WEB`.
+        public var sdkPlatform: String = "LINUX"
+        /// `project_number`; `nil` takes the instance's sender ID when it is a number (else the column is `null`).
+        public var projectNumber: Int64?
+        /// Which events become lines.
+        public var events: EventSelection = .messageEvents
+        /// `fsync` after every batch (by default only at rotation and at stop).
+        public var syncEveryBatch: Bool = false
+
+        public init(
+            path: String = "herald-data/delivery-metrics.jsonl", maximumFileBytes: Int = 64 << 20, keptFiles: Int = 5,
+            appName: String? = nil, sdkPlatform: String = "LINUX", projectNumber: Int64? = nil,
+            events: EventSelection = .messageEvents, syncEveryBatch: Bool = false
+        ) {
+            self.path = path
+            self.maximumFileBytes = maximumFileBytes
+            self.keptFiles = keptFiles
+            self.appName = appName
+            self.sdkPlatform = sdkPlatform
+            self.projectNumber = projectNumber
+            self.events = events
+            self.syncEveryBatch = syncEveryBatch
+        }
+    }
+
+    /// The columns of FCM's BigQuery export, in its order: the keys of every line.
+    public static let columns = [
+        "event_timestamp", "project_number", "message_id", "instance_id", "message_type", "sdk_platform", "app_name",
+        "collapse_key", "priority", "ttl", "topic", "bulk_id", "event", "analytics_label",
+    ]
+
+    private struct WriterState {
+        var file: RotatingLineFile
+        var stopped = false
+        /// Batches that failed after some of their lines reached a file: how many did. A retry of the same
+        /// batch starts after them. At most ``maximumPartialBatches``, oldest forgotten first.
+        var partial: [(events: [AnalyticsEvent], linesWritten: Int)] = []
+    }
+
+    private struct Identity {
+        var projectNumber: Int64?
+        var instanceID: String?
+    }
+
+    private static let maximumPartialBatches = 16
+
+    public let options: Options
+    private let installationID: (@Sendable () async -> String?)?
+    private let writer: Locked<WriterState>
+    private let identity = Locked(Identity())
+    private let warn = Locked<(@Sendable (String) -> Void)?>(nil)
+
+    /// Exports as `options` say. `installationID` supplies `instance_id` (for example
+    /// `{ try? await herald.installationID() }`); without it the installation ID is read from the registration
+    /// token (`<installation id>:<random>`). It is asked at start and whenever the token changes, never while
+    /// writing: the last answer is used.
+    public init(options: Options = Options(), installationID: (@Sendable () async -> String?)? = nil) {
+        precondition(options.maximumFileBytes > 0, "maximumFileBytes must be positive")
+        precondition(options.keptFiles >= 0, "keptFiles must not be negative")
+        self.options = options
+        self.installationID = installationID
+        self.writer = Locked(WriterState(file: RotatingLineFile(path: options.path, maximumBytes: options.maximumFileBytes, keptFiles: options.keptFiles)))
+        identity.withLock { $0.projectNumber = options.projectNumber }
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "jsonl-export", summary: "FCM's delivery-metrics export (BigQuery columns) as JSON lines, rotated by size", options: [
+            .init(name: "path", defaultValue: "herald-data/delivery-metrics.jsonl", help: "the file; rotated files are path.1 ... path.N"),
+            .init(name: "maximum-file-bytes", defaultValue: "67108864", help: "the size at which the file is rotated"),
+            .init(name: "kept-files", defaultValue: "5", help: "how many rotated files are kept"),
+            .init(name: "app-name", defaultValue: "", help: "the app_name column"),
+            .init(name: "sdk-platform", defaultValue: "LINUX", help: "the sdk_platform column"),
+            .init(name: "project-number", defaultValue: "", help: "the project_number column (default: the sender ID when numeric)"),
+            .init(name: "events", defaultValue: "message-events", help: "message-events, or fcm-events-only"),
+            .init(name: "sync-every-batch", defaultValue: "false", help: "fsync after every batch, not only at rotation and stop"),
+        ])
+    }
+
+    // MARK: Plugin
+
+    public func start(_ context: PluginContext) async throws {
+        let logger = context.logger
+        warn.withLock { $0 = { logger.warning("\($0)") } }
+        if options.projectNumber == nil {
+            let senderID = context.decoding.senderID
+            let number = senderID.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") } ? Int64(senderID) : nil
+            identity.withLock { $0.projectNumber = number.flatMap { $0 > 0 ? $0 : nil } }
+        }
+        await refreshInstanceID(token: try? await context.topics.token())
+        let repaired = try writer.withLock { (state: inout WriterState) throws(JSONLExportError) -> Int in
+            state.stopped = false
+            try state.file.createDirectory()
+            return try state.file.openIfNeeded()
+        }
+        if repaired > 0 { report("cut \(repaired) bytes of a torn last line off \(options.path)") }
+    }
+
+    public func stop() async {
+        let failure: JSONLExportError? = writer.withLock { state in
+            state.stopped = true
+            defer { state.file.close() }
+            do throws(JSONLExportError) {
+                try state.file.sync()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure { report("\(failure)") }
+    }
+
+    public func didReceiveRegistrationToken(_ token: String?) async {
+        await refreshInstanceID(token: token)
+    }
+
+    private func refreshInstanceID(token: String?) async {
+        let resolved: String?
+        if let installationID {
+            resolved = await installationID()
+        } else {
+            resolved = token.flatMap { token in token.firstIndex(of: ":").map { String(token[..<$0]) } }
+        }
+        if let resolved { identity.withLock { $0.instanceID = resolved } }
+    }
+
+    private func report(_ text: String) {
+        warn.withLock { $0 }?(text)
+    }
+
+    // MARK: Analytics
+
+    public func record(_ events: [AnalyticsEvent]) async throws {
+        let identity = identity.withLock { $0 }
+        var lines: [[UInt8]] = []
+        lines.reserveCapacity(events.count)
+        for event in events {
+            guard let name = Self.exportedEventName(for: event, selection: options.events) else { continue }
+            lines.append(line(for: event, eventName: name, identity: identity))
+        }
+        guard !lines.isEmpty else { return }
+        try writer.withLock { (state: inout WriterState) throws(JSONLExportError) in
+            var progress = 0
+            if let index = state.partial.firstIndex(where: { $0.events == events }) {
+                progress = state.partial[index].linesWritten
+                state.partial.remove(at: index)
+            }
+            do throws(JSONLExportError) {
+                try state.file.append(lines, progress: &progress)
+                if options.syncEveryBatch || state.stopped { try state.file.sync() }
+                if state.stopped { state.file.close() }
+            } catch {
+                if progress > 0 {
+                    state.partial.append((events, progress))
+                    if state.partial.count > Self.maximumPartialBatches { state.partial.removeFirst() }
+                }
+                throw error
+            }
+        }
+    }
+
+    /// FCM's name for `event` in the delivery export, or `nil` when it has no counterpart.
+    public static func fcmEventName(for event: AnalyticsEvent) -> String? {
+        switch event.name {
+        case .notificationReceive:
+            return "MESSAGE_DELIVERED"
+        case .notificationOpen:
+            return "MESSAGE_OPEN"
+        case .messageDropped:
+            switch event.parameters["reason"].flatMap(AnalyticsEvent.DropReason.init(rawValue:)) {
+            case .invalid: return "INVALID_PARAMETERS"
+            case .rejectedBackpressure: return "QUOTA_EXCEEDED"
+            case .storeFailure: return "MESSAGE_RECEIVED_INTERNAL_ERROR"
+            default: return nil
+            }
+        default:
+            return nil
+        }
+    }
+
+    /// The `event` column written for `event`, or `nil` when no line is written for it (see the type's
+    /// documentation).
+    public static func exportedEventName(for event: AnalyticsEvent, selection: EventSelection = .messageEvents) -> String? {
+        if let name = fcmEventName(for: event) { return name }
+        guard selection == .messageEvents else { return nil }
+        switch event.name {
+        case .notificationForeground, .notificationDismiss:
+            return event.name.rawValue
+        case .backgroundFetch:
+            return qualified(event.name, event.parameters["result"])
+        case .messageDropped:
+            return qualified(event.name, event.parameters["reason"])
+        case .notificationReceive, .notificationOpen, .tokenRefresh, .topicSubscribe, .topicUnsubscribe, .diagnostic:
+            return nil
+        }
+    }
+
+    private static func qualified(_ name: AnalyticsEvent.Name, _ qualifier: String?) -> String {
+        qualifier.map { "\(name.rawValue):\($0)" } ?? name.rawValue
+    }
+
+    private func line(for event: AnalyticsEvent, eventName: String, identity: Identity) -> [UInt8] {
+        func string(_ value: String?) -> JSONValue { value.map { .string($0) } ?? .null }
+        func integer(_ value: Int64?) -> JSONValue { value.map { .int($0) } ?? .null }
+        let row = JSONObject(uniqueKeysWithValues: [
+            ("event_timestamp", .string(Self.bigQueryTimestamp(milliseconds: event.timestamp))),
+            ("project_number", integer(identity.projectNumber)),
+            ("message_id", string(event.messageID)),
+            ("instance_id", string(identity.instanceID)),
+            ("message_type", string(event.messageType)),
+            ("sdk_platform", .string(options.sdkPlatform)),
+            ("app_name", string(options.appName)),
+            ("collapse_key", string(event.collapseKey)),
+            ("priority", integer(event.priority.map { Int64($0.rawValue) })),
+            ("ttl", integer(event.ttl)),
+            ("topic", string(event.topic.map { "/topics/\($0)" })),
+            ("bulk_id", .null),
+            ("event", .string(eventName)),
+            ("analytics_label", string(event.analyticsLabel)),
+        ])
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(400)
+        JSONValue.object(row).write(into: &bytes)
+        bytes.append(UInt8(ascii: "\n"))
+        return bytes
+    }
+
+    /// `milliseconds` since 1970 as BigQuery writes a TIMESTAMP (`bq extract`, the console):
+    /// `2025-03-01 12:00:00.123 UTC`. `bq load` reads it back.
+    public static func bigQueryTimestamp(milliseconds: Int64) -> String {
+        var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
+        let millis = Int(milliseconds - Int64(seconds) * 1000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func padded(_ value: Int, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(padded(Int(parts.tm_year) + 1900, 4))-\(padded(Int(parts.tm_mon) + 1, 2))-\(padded(Int(parts.tm_mday), 2)) "
+            + "\(padded(Int(parts.tm_hour), 2)):\(padded(Int(parts.tm_min), 2)):\(padded(Int(parts.tm_sec), 2)).\(padded(millis, 3)) UTC"
+    }
+
+    // MARK: Testing
+
+    /// Makes the next writes fail after `bytes` more bytes with `code` (`nil` removes the fault). For tests.
+    func injectWriteFault(afterBytes bytes: Int, code: Int32) {
+        writer.withLock { $0.file.fault = (bytes, code) }
+    }
+
+    func removeWriteFault() {
+        writer.withLock { $0.file.fault = nil }
+    }
+}
