@@ -328,9 +328,10 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
 
     // MARK: Testing
 
-    /// Makes the next writes fail after `bytes` more bytes with `code` (`nil` removes the fault). For tests.
-    func injectWriteFault(afterBytes bytes: Int, code: Int32) {
-        writer.withLock { $0.file.fault = (bytes, code) }
+    /// Makes the next writes fail after `bytes` more bytes with `code`: once, or until ``removeWriteFault()``.
+    /// For tests.
+    func injectWriteFault(afterBytes bytes: Int, code: Int32, once: Bool = false) {
+        writer.withLock { $0.file.fault = (bytes, code, once) }
     }
 
     func removeWriteFault() {

@@ -26,8 +26,8 @@ final class RotatingLineFile {
     private var identity: (device: UInt64, inode: UInt64) = (0, 0)
 
     /// Makes writes fail, for tests: the next writes may still put `remainingBytes` bytes in the file (0: none);
-    /// past that they fail with `code`. `nil`: no fault.
-    var fault: (remainingBytes: Int, code: Int32)?
+    /// past that they fail with `code`, once (then the fault is gone) or until it is removed. `nil`: no fault.
+    var fault: (remainingBytes: Int, code: Int32, once: Bool)?
 
     init(path: String, maximumBytes: Int, keptFiles: Int) {
         self.path = path
@@ -161,9 +161,12 @@ final class RotatingLineFile {
             while offset < bytes.count {
                 var requested = bytes.count - offset
                 if let fault {
-                    guard fault.remainingBytes > 0 else { return (offset, fault.code) }
+                    guard fault.remainingBytes > 0 else {
+                        if fault.once { self.fault = nil }
+                        return (offset, fault.code)
+                    }
                     requested = min(requested, fault.remainingBytes)
-                    self.fault = (fault.remainingBytes - requested, fault.code)
+                    self.fault = (fault.remainingBytes - requested, fault.code, fault.once)
                 }
                 let written = Glibc.write(descriptor, bytes.baseAddress! + offset, requested)
                 if written < 0 {

@@ -300,9 +300,47 @@ struct JSONLExportTests {
         #expect(ids.count == 21)
     }
 
+    @Test("through the analytics pipeline: a batch that fails half-way across a rotation is retried and written once")
+    func pipelineRetriesPartialBatch() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { removeDirectory(directory) }
+        let path = "\(directory)/metrics.jsonl"
+        let limit = 4_000
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.analyticsBatchSize = 60
+        configuration.analyticsFlushInterval = .seconds(30)  // the batch is handed over when full
+        configuration.analyticsRetryDelay = .milliseconds(20)
+        let herald = Herald(configuration: configuration)
+        let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: 50))
+        let recording = RecordingSink()
+        try herald.register(export)
+        try herald.register(recording)
+        try await herald.start()
+        let token = try await herald.token()
+        // The first attempt gets past one rotation and fails in the middle of a line of the second file.
+        export.injectWriteFault(afterBytes: limit + 1_234, code: EIO, once: true)
+        var sent: [String] = []
+        for index in 0..<59 {  // with token_refresh at start: 60 events, one batch
+            let message = try await deliverFCM(#"{"message": {"token": "\#(token)", "data": {"n": "\#(index)"}}}"#, to: herald).message
+            sent.append(try #require(message.messageID))
+        }
+        try await herald.waitUntilIdle()
+        #expect(await eventually { (try? await herald.analyticsStatistics().sinks["jsonl-export"]?.delivered) == 60 })
+        let statistics = try await herald.analyticsStatistics().sinks["jsonl-export"]
+        #expect(statistics?.failures == 1, "the failed attempt is counted")
+        #expect(statistics?.lost == 0)
+        await herald.shutdown()
+        let ids = exportedRows(path, kept: 50, limit: limit).compactMap { $0.string("message_id") }
+        #expect(ids == sent, "every line once, in order, none split")
+        #expect(exportFiles(path, kept: 50).count >= 5)
+    }
+
     @Test("a failed write throws a typed error naming the file, and the daemon goes on (/dev/full, never rotated)")
     func writeFailureDeviceFull() async throws {
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.analyticsMaximumAttempts = 2
+        configuration.analyticsRetryDelay = .milliseconds(10)
+        let herald = Herald(configuration: configuration)
         let export = JSONLExport(options: .init(path: "/dev/full", maximumFileBytes: 256, keptFiles: 2))
         let handler = Presenting()
         try herald.register(export)
@@ -323,6 +361,8 @@ struct JSONLExportTests {
         #expect((try? after.get()) != nil)
         try await herald.waitUntilIdle()
         #expect(handler.received.withLock { $0.count } == 6, "messages keep flowing while the export fails")
+        #expect(await eventually { ((try? await herald.analyticsStatistics().sinks["jsonl-export"]?.failures) ?? 0) >= 2 },
+                "the pipeline counts the failures")
         await herald.shutdown()
         #expect(!fileExists("/dev/full.1"), "a device is never rotated")
     }
