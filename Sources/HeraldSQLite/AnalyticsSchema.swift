@@ -16,10 +16,9 @@ enum AnalyticsSchema {
 
     /// The first schema: one `STRICT` table, `event`, one row per analytics event.
     ///
-    /// - `event_key`: 16 bytes, the first half of the SHA-256 of the event's whole content (name, timestamp, message,
-    ///   every parameter) and its occurrence among identical events of its batch. `UNIQUE`, and rows are written with
-    ///   `INSERT OR IGNORE`, so a batch the bus retries after a failure (or after a write that committed but whose
-    ///   answer was lost) is stored once.
+    /// - `event_key`: 8 bytes, the event's ``AnalyticsEvent/id`` (big-endian), which the bus assigns when it records
+    ///   the event. `UNIQUE`, and rows are written with `INSERT OR IGNORE`, so a batch the bus retries after a failure
+    ///   (or after a write that committed but whose answer was lost) is stored once.
     /// - `cohort_at`: when the message was received (`receivedAt`), or the event's own time for events about no
     ///   message. The report groups by its UTC day, so a message's impression and open count on the day it arrived
     ///   (open rates stay within one day's messages), and retention prunes by it. Indexed.

@@ -9,10 +9,9 @@ public import Herald
 /// hold one up. It runs in WAL mode with `synchronous = NORMAL`: a batch that was written survives a crash of the
 /// process; a power loss may take the last batches (analytics do not need an fsync per batch, the inbox does).
 ///
-/// Each batch is one transaction, and recording is idempotent per batch: each event is keyed by a digest of its whole
-/// content and its occurrence in the batch (`event_key`, see ``AnalyticsSchema``) and written with `INSERT OR IGNORE`,
-/// so a batch the bus retries after a failure is stored once. (Two events identical to the millisecond in every field,
-/// in two different batches, are therefore stored once; within one batch both are kept.)
+/// Each batch is one transaction, and recording is idempotent per batch: each event is keyed by its
+/// ``AnalyticsEvent/id``, which the bus assigns when it records the event (`event_key`, see ``AnalyticsSchema``), and
+/// written with `INSERT OR IGNORE`, so a batch the bus retries after a failure is stored once.
 ///
 /// Retention: events of messages received more than ``Options/retentionDays`` days ago are deleted when the store
 /// opens and then at most every ``Options/pruneInterval``, in the transaction of the next batch.
@@ -194,62 +193,16 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
         var parameters: String
     }
 
-    /// The rows for `events`, each keyed by the digest of its content and its occurrence among identical events.
+    /// The rows for `events`, each keyed by its ``AnalyticsEvent/id`` (the bus gives every event one); an event
+    /// without an ID (0, recorded by hand) gets a random key of its own, so it is never mistaken for another.
     static func rows(for events: [AnalyticsEvent]) -> [Row] {
-        var occurrences: [[UInt8]: UInt64] = [:]
-        return events.map { event in
-            let content = canonicalBytes(event)
-            let occurrence = occurrences[content, default: 0]
-            occurrences[content] = occurrence + 1
-            var digest = SHA256()
-            digest.update(content)
-            digest.update(bigEndian(occurrence))
-            let parameters = JSONValue.object(JSONObject(uniqueKeysWithValues: sortedParameters(event).map { ($0.key, JSONValue.string($0.value)) }))
-            return Row(key: Array(digest.finalize().prefix(16)), event: event, parameters: parameters.jsonString())
+        events.map { event in
+            let id = event.id != 0 ? event.id : UInt64.random(in: 1...UInt64.max)
+            let key = (0..<8).map { UInt8(truncatingIfNeeded: id >> UInt64(56 - 8 * $0)) }
+            let parameters = event.parameters.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            let object = JSONValue.object(JSONObject(uniqueKeysWithValues: parameters.map { ($0.key, JSONValue.string($0.value)) }))
+            return Row(key: key, event: event, parameters: object.jsonString())
         }
-    }
-
-    /// Every field of `event` in a fixed order, each tagged as present or not and length-prefixed, so that different
-    /// events never share an encoding.
-    static func canonicalBytes(_ event: AnalyticsEvent) -> [UInt8] {
-        var bytes: [UInt8] = []
-        func text(_ value: String?) {
-            guard let value else { return bytes.append(0) }
-            bytes.append(1)
-            bytes += bigEndian(UInt64(value.utf8.count))
-            bytes += value.utf8
-        }
-        func integer(_ value: Int64?) {
-            guard let value else { return bytes.append(0) }
-            bytes.append(1)
-            bytes += bigEndian(UInt64(bitPattern: value))
-        }
-        text(event.name.rawValue)
-        integer(event.timestamp)
-        text(event.messageID)
-        text(event.analyticsLabel)
-        text(event.topic)
-        text(event.collapseKey)
-        integer(event.priority.map { Int64($0.rawValue) })
-        text(event.messageType)
-        integer(event.ttl)
-        integer(event.receivedAt)
-        let parameters = sortedParameters(event)
-        bytes += bigEndian(UInt64(parameters.count))
-        for (key, value) in parameters {
-            text(key)
-            text(value)
-        }
-        return bytes
-    }
-
-    /// The parameters in the order of their keys' UTF-8 bytes (independent of `String` comparison rules).
-    private static func sortedParameters(_ event: AnalyticsEvent) -> [(key: String, value: String)] {
-        event.parameters.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }.map { ($0.key, $0.value) }
-    }
-
-    private static func bigEndian(_ value: UInt64) -> [UInt8] {
-        (0..<8).map { UInt8(truncatingIfNeeded: value >> UInt64(56 - 8 * $0)) }
     }
 
     private static func insert(_ rows: [Row], _ db: Database) throws {

@@ -11,15 +11,22 @@ private func at(day: Int64, hours: Int64 = 12) -> Int64 {
     return (march1st2026 + day) * 86_400_000 + hours * 3_600_000
 }
 
+/// Event IDs as the bus assigns them: unique per event.
+private let eventIDs = Locked<UInt64>(1_000)
+private func nextEventID() -> UInt64 { eventIDs.withLock { $0 += 1; return $0 } }
+
 private func received(_ id: String, label: String?, day: Int64, hours: Int64 = 10, type: String = "DISPLAY_NOTIFICATION") -> AnalyticsEvent {
-    AnalyticsEvent(
+    var event = AnalyticsEvent(
         name: .notificationReceive, timestamp: at(day: day, hours: hours), messageID: id, analyticsLabel: label, priority: .high, messageType: type,
         receivedAt: at(day: day, hours: hours))
+    event.id = nextEventID()
+    return event
 }
 
 /// An event about the message of `receipt`, `minutes` after it arrived.
 private func follow(_ receipt: AnalyticsEvent, _ name: AnalyticsEvent.Name, minutes: Int64 = 1, _ parameters: [String: String] = [:]) -> AnalyticsEvent {
     var event = receipt
+    event.id = nextEventID()
     event.name = name
     event.timestamp = receipt.timestamp + minutes * 60_000
     event.parameters = parameters
@@ -27,9 +34,11 @@ private func follow(_ receipt: AnalyticsEvent, _ name: AnalyticsEvent.Name, minu
 }
 
 private func dropped(_ reason: String, label: String?, day: Int64, id: String? = nil) -> AnalyticsEvent {
-    AnalyticsEvent(
+    var event = AnalyticsEvent(
         name: .messageDropped, timestamp: at(day: day), messageID: id, analyticsLabel: label, receivedAt: id == nil ? nil : at(day: day),
         parameters: ["reason": reason, "detail": "test"])
+    event.id = nextEventID()
+    return event
 }
 
 private func withAnalyticsDirectory(_ body: (String) async throws -> Void) async throws {
@@ -86,19 +95,21 @@ struct SQLiteAnalyticsStoreTests {
             #expect(try store.fetchString("SELECT result || '|' || duration_ms FROM event WHERE name = 'background_fetch'") == "noData|42")
             #expect(try store.fetchString("SELECT reason FROM event WHERE name = 'message_dropped'") == "duplicate")
             #expect(try store.fetchString("SELECT count(*) FROM event WHERE reason IS NOT NULL OR result IS NOT NULL") == "2")
-            #expect(try store.fetchString("SELECT count(DISTINCT length(event_key)) || ':' || min(length(event_key)) FROM event") == "1:16")
+            #expect(try store.fetchString("SELECT count(DISTINCT length(event_key)) || ':' || min(length(event_key)) FROM event") == "1:8")
         }
     }
 
     // MARK: - Idempotence
 
-    @Test("a batch recorded again is stored once; identical events within one batch are both kept; a retried batch with new events adds only those")
+    @Test("a batch recorded again is stored once; two drops alike but for their IDs are both kept; a retried batch with new events adds only those")
     func retriedBatchIsStoredOnce() async throws {
         try await withAnalyticsDirectory { directory in
             let store = try SQLiteAnalyticsStore(directory: directory, options: .init(retentionDays: nil))
             let receipt = received("m1", label: "spring", day: 0)
             let duplicateDrop = dropped("duplicate", label: "spring", day: 0, id: "m1")
-            let batch = [receipt, follow(receipt, .notificationForeground), duplicateDrop, duplicateDrop]
+            var sameButForID = duplicateDrop
+            sameButForID.id = nextEventID()
+            let batch = [receipt, follow(receipt, .notificationForeground), duplicateDrop, sameButForID]
             try await store.record(batch)
             try await store.record(batch)
             #expect(try store.fetchString("SELECT count(*) FROM event") == "4")
@@ -107,63 +118,26 @@ struct SQLiteAnalyticsStoreTests {
 
             // The bus retried the batch with more events behind it: only the new ones are added.
             let open = follow(receipt, .notificationOpen, minutes: 5, ["action": NotificationResponse.defaultActionIdentifier])
-            try await store.record(batch + [open, duplicateDrop])
+            try await store.record(batch + [open, dropped("duplicate", label: "spring", day: 0, id: "m1")])
             #expect(try store.fetchString("SELECT count(*) FROM event") == "6")
             let after = try store.report(days: 1, now: at(day: 0))
             #expect(after.total(label: "spring") == .init(received: 1, impressions: 1, opens: 1, drops: ["duplicate": 3]))
         }
     }
 
-    @Test("event keys are the SHA-256 of the content: a known digest, and any field changes the key")
+    @Test("event keys are the event IDs: one ID one key, distinct IDs distinct keys, an event without an ID a key of its own")
     func eventKeys() throws {
-        var digest = SHA256()
-        digest.update(Array("abc".utf8))
-        #expect(digest.finalize().map { String(format: "%02x", $0) }.joined() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        var long = SHA256()
-        long.update(Array(repeating: UInt8(ascii: "a"), count: 1_000))
-        #expect(long.finalize().map { String(format: "%02x", $0) }.joined() == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
-
-        // Lengths around the padding boundaries (55, 56, 64 bytes) and over one block.
-        let boundaries: [(Int, String)] = [
-            (55, "eb2c86e932179f4ba13fe8715a26124b77d6bad290b9b4c1cc140cf633300c19"),
-            (56, "a5fc6e203a4c2b657d0d153885932414b2ffc6a93f0f8bf8b3183315e5a7212c"),
-            (64, "a0fab1377f49a759b57f63318262ebe89fabfc990e8e93ceac2984561482b9d4"),
-            (119, "68297a9eb141ce16bbc0847da1c0c48e2858704feaa13993bde29f87a198a6e1"),
-        ]
-        for (count, expected) in boundaries {
-            var hash = SHA256()
-            hash.update(Array(repeating: UInt8(ascii: "b"), count: count))
-            #expect(hash.finalize().map { String(format: "%02x", $0) }.joined() == expected, "\(count) bytes")
-        }
-
         let base = received("m1", label: "l", day: 0)
-        var variants: [AnalyticsEvent] = [base]
-        var changed = base
-        changed.timestamp += 1
-        variants.append(changed)
-        changed = base
-        changed.messageID = "m2"
-        variants.append(changed)
-        changed = base
-        changed.analyticsLabel = nil
-        variants.append(changed)
-        changed = base
-        changed.analyticsLabel = ""
-        variants.append(changed)
-        changed = base
-        changed.parameters = ["k": "v"]
-        variants.append(changed)
-        changed = base
-        changed.parameters = ["k": "v2"]
-        variants.append(changed)
-        changed = base
-        changed.name = .notificationOpen
-        variants.append(changed)
-        let keys = variants.map { SQLiteAnalyticsStore.rows(for: [$0])[0].key }
-        #expect(Set(keys).count == variants.count)
-        #expect(SQLiteAnalyticsStore.rows(for: [base])[0].key == SQLiteAnalyticsStore.rows(for: [base])[0].key)
-        let twice = SQLiteAnalyticsStore.rows(for: [base, base])
+        var sameID = base
+        sameID.timestamp += 1
+        #expect(SQLiteAnalyticsStore.rows(for: [base])[0].key == SQLiteAnalyticsStore.rows(for: [sameID])[0].key)
+        let other = follow(base, .notificationOpen)
+        #expect(SQLiteAnalyticsStore.rows(for: [base])[0].key != SQLiteAnalyticsStore.rows(for: [other])[0].key)
+        var unassigned = base
+        unassigned.id = 0
+        let twice = SQLiteAnalyticsStore.rows(for: [unassigned, unassigned])
         #expect(twice[0].key != twice[1].key)
+        #expect(twice[0].key.count == 8)
     }
 
     @Test("a write that fails throws AnalyticsWriteError naming the file, stores nothing of the batch; the retry stores it once")

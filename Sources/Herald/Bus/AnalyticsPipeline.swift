@@ -19,6 +19,8 @@ final class AnalyticsPipeline: @unchecked Sendable {
     private var flushScheduled = false
     private var receipts = BoundedSet<String>(capacity: 1)
     private var recorded = 0
+    /// Event IDs are this plus the count recorded: random per run, so IDs of two runs do not meet.
+    private let idBase = UInt64.random(in: 1...(UInt64.max / 2))
     private let queues: [SinkQueue]
     private var drainWaiters: [() -> Void] = []
 
@@ -35,6 +37,8 @@ final class AnalyticsPipeline: @unchecked Sendable {
         loop.assertInEventLoop()
         guard !queues.isEmpty else { return }
         recorded += 1
+        var event = event
+        event.id = idBase &+ UInt64(recorded)
         buffer.append(event)
         if buffer.count >= configuration.analyticsBatchSize {
             flush()

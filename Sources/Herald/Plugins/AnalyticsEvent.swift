@@ -29,6 +29,10 @@ public struct AnalyticsEvent: Sendable, Hashable {
     }
 
     public var name: Name
+    /// The event's identity: unique among the events of one instance run and random across runs, assigned when the
+    /// bus records the event (0 until then). A sink that is given a batch again after it threw can tell events it
+    /// already stored from new ones by it.
+    public var id: UInt64 = 0
     /// Milliseconds since 1970.
     public var timestamp: Int64
     public var messageID: String?
