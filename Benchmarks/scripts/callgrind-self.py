@@ -6,7 +6,9 @@
 callgrind_annotate 3.19 attributes every instruction to `clone` when asked for exclusive costs of these files, so
 this reads the format itself: cost lines after `fn=` are the function's own cost; the cost line after `calls=`
 is the inclusive cost of a call and is skipped. Names are demangled with `swift demangle --simplified` when
-the toolchain is on PATH. With MESSAGES, figures are also given per message.
+the toolchain is on PATH. With MESSAGES, figures are also given per message. Also counts the calls made to
+malloc, free, swift_allocObject, swift_retain, swift_release, swift_task_create and the read / write system call
+wrappers (a recursive call of a function to itself is not counted).
 """
 import collections
 import re
@@ -25,6 +27,10 @@ function_object = {}
 current = None
 current_object = None
 skip_next = False
+callee = None
+# Calls counted per callee name (for malloc, retain and friends).
+call_counts = collections.Counter()
+counted = {"malloc", "free", "swift_allocObject", "swift_retain", "swift_release", "swift_task_create", "write", "__GI___libc_write", "writev", "read"}
 compressed = re.compile(r"\((\d+)\)(?:\s+(.*))?")
 
 
@@ -48,9 +54,11 @@ with open(path, errors="replace") as file:
         elif line.startswith("cob="):
             define(objects, line[4:].strip())
         elif line.startswith("cfn="):
-            define(names, line[4:].strip())
+            callee = define(names, line[4:].strip())
         elif line.startswith("calls="):
             skip_next = True
+            if callee in counted and current != callee:
+                call_counts[callee] += int(line[6:].split()[0])
         elif line[:1].isdigit() or line[:1] in "+-*":
             if skip_next:
                 skip_next = False
@@ -85,6 +93,10 @@ for name, cost in ranked:
     if len(label) > 140:
         label = label[:137] + "..."
     print(f"{cost:14,} {100 * cost / total:5.1f}% {per_message(cost)}  {label} [{obj}]")
+
+if call_counts:
+    print("calls" + (" per message" if messages else "") + ": " + ", ".join(
+        f"{name} {count / messages:.1f}" if messages else f"{name} {count}" for name, count in sorted(call_counts.items())))
 
 by_object = collections.Counter()
 for name, cost in self_cost.items():
