@@ -3,9 +3,14 @@ import Synchronization
 /// Mints the instance's identity: its installation ID (`fid`, 128 random bits) and registration token
 /// (`<installation id>:<256 random bits>`, base64url), from the system's secure generator.
 public enum RegistrationIdentity {
-    /// A new installation ID.
+    /// A new installation ID: 22 base64url characters of 128 bits whose first four are `0111`, as Firebase
+    /// Installations makes them, so an ID (and a token, which starts with it) begins with `c`, `d`, `e` or `f` —
+    /// never with `-`, which a command line would take for an option.
     public static func mintInstallationID() -> String {
-        randomBase64URL(bytes: 16)
+        var generator = SystemRandomNumberGenerator()
+        var bytes = (0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        bytes[0] = 0b0111_0000 | (bytes[0] & 0b0000_1111)
+        return base64URL(bytes)
     }
 
     /// The identity to use given what the store holds: the stored one, with an installation ID minted when there
