@@ -100,6 +100,8 @@ let package = Package(
                 "HTTPReceiver",
                 "SocketReceiver",
                 "EchoHandler",
+                "JSONLExport",
+                "PrometheusMetrics",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -4,7 +4,9 @@ import Glibc
 import HTTPReceiver
 import Herald
 import HeraldSQLite
+import JSONLExport
 import Logging
+import PrometheusMetrics
 import SocketReceiver
 
 /// `herald serve`: a daemon with the HTTP and socket receivers, the SQLite store and its durable inbox,
@@ -48,6 +50,12 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("analytics-retention-days"), help: "Days of analytics events kept in the analytics store; 0 keeps everything.")
     var analyticsRetentionDays: Int = 90
 
+    @Option(help: ArgumentHelp("Serve Prometheus metrics (GET /metrics) on HOST:PORT; 'none' (the default) turns it off.", valueName: "host:port"))
+    var metrics: String = "none"
+
+    @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp("Write FCM's delivery-metrics export as JSON lines to FILE (rotated by size); 'none' (the default) turns it off.", valueName: "file"))
+    var deliveryMetrics: String = "none"
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
@@ -60,6 +68,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard shutdownGrace >= 0 else { throw ValidationError("--shutdown-grace must be 0 or more seconds") }
         guard analyticsRetentionDays >= 0 else { throw ValidationError("--analytics-retention-days must be 0 or more days") }
+        if metrics != "none", SocketAddress(parsing: metrics)?.port == nil {
+            throw ValidationError("--metrics must be HOST:PORT (a numeric address or localhost) or 'none', not '\(metrics)'")
+        }
     }
 
     func run() async throws {
@@ -98,6 +109,12 @@ struct Serve: AsyncParsableCommand {
             try herald.register(SocketReceiver(options: .init(addresses: [address])))
         }
         if let analyticsStore { try herald.register(analyticsStore) }
+        if metrics != "none", let address = SocketAddress(parsing: metrics) {
+            try herald.register(PrometheusExporter(options: .init(address: address)))
+        }
+        if deliveryMetrics != "none" {
+            try herald.register(JSONLExport(options: .init(path: deliveryMetrics), installationID: { try? await herald.installationID() }))
+        }
         if echo {
             try herald.register(EchoHandler(installationID: { try? await herald.installationID() }))
         }

@@ -154,3 +154,13 @@ final class LineCollector: @unchecked Sendable {
         return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 }
+
+/// Calls `body` until it returns a value (or 10 s pass); the value, or `nil`.
+func eventuallyValue<T>(_ body: () throws -> T?) async throws -> T? {
+    let end = ContinuousClock.now + .seconds(10)
+    while ContinuousClock.now < end {
+        if let value = try body() { return value }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try body()
+}

@@ -170,6 +170,33 @@ struct ServeTests {
         }
     }
 
+    @Test("--metrics serves Prometheus metrics and --delivery-metrics writes the JSON-lines export")
+    func metricsAndExport() async throws {
+        try await withTemporaryDirectory { directory in
+            let metricsPort = try freeLoopbackPort()
+            let export = "\(directory)/export/delivery.jsonl"
+            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: [
+                "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
+            ])
+            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi", "--data", "k=v"])
+            #expect(sent.status == 0)
+            #expect(daemon.event()?["event"] == "willPresent")
+            let scraped = try await eventuallyValue { () -> String? in
+                let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: metricsPort))
+                client.send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                let page = String(decoding: client.read { _ in false }, as: UTF8.self)
+                return page.contains(#"herald_messages_received_total{type="DISPLAY_NOTIFICATION"} 1"#) ? page : nil
+            }
+            #expect(scraped != nil)
+            #expect(daemon.terminate() == 0)
+            let lines = try String(contentsOfFile: export, encoding: .utf8).split(separator: "\n")
+            let delivered = lines.compactMap { try? JSONParser.parse(Array($0.utf8)) }.filter { $0["event"] == "MESSAGE_DELIVERED" }
+            #expect(delivered.count == 1)
+            #expect(delivered.first?["message_type"] == "DISPLAY_NOTIFICATION")
+        }
+    }
+
     @Test("bad flags and unreadable files stop the command with a clear message")
     func badArguments() async throws {
         let badAddress = try runHerald(["serve", "--http", "nonsense"])
