@@ -19,6 +19,7 @@ let package = Package(
         .library(name: "EchoHandler", targets: ["EchoHandler"]),
         .library(name: "PrometheusMetrics", targets: ["PrometheusMetrics"]),
         .library(name: "JSONLExport", targets: ["JSONLExport"]),
+        .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
     ],
@@ -92,6 +93,12 @@ let package = Package(
             path: "Plugins/JSONLExport",
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "ExecFetchWorker",
+            dependencies: ["Herald", "CLibUV", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/ExecFetchWorker",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "herald",
             dependencies: [
@@ -159,6 +166,11 @@ let package = Package(
         .testTarget(
             name: "JSONLExportTests",
             dependencies: ["Herald", "HeraldTesting", "JSONLExport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ExecFetchWorkerTests",
+            dependencies: ["Herald", "HeraldTesting", "ExecFetchWorker", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
