@@ -53,12 +53,20 @@ final class AnalyticsPipeline: @unchecked Sendable {
 
     /// Records `notification_receive` once per message ID; `false` when it was recorded before.
     func recordReceiptOnce(_ message: RemoteMessage) -> Bool {
-        loop.assertInEventLoop()
-        if let id = message.messageID {
-            guard !receipts.contains(id) else { return false }
-            receipts.insert(id)
+        guard let id = message.messageID else {
+            record(AnalyticsEvent(.notificationReceive, for: message))
+            return true
         }
-        record(AnalyticsEvent(.notificationReceive, for: message))
+        return recordOnce(key: id, AnalyticsEvent(.notificationReceive, for: message))
+    }
+
+    /// Records `event` unless an event with `key` was recorded before (among the last ones remembered, as many
+    /// as the de-duplication window holds); returns whether it recorded. Loop thread only.
+    func recordOnce(key: String, _ event: AnalyticsEvent) -> Bool {
+        loop.assertInEventLoop()
+        guard !receipts.contains(key) else { return false }
+        receipts.insert(key)
+        record(event)
         return true
     }
 

@@ -326,12 +326,17 @@ public final class Herald: @unchecked Sendable {
         }
     }
 
-    /// Manual wiring: tells analytics that `message` was received, as the reference SDK's
-    /// `appDidReceiveMessage(_:)`. Calling it twice for one message records once; returns whether it recorded.
+    /// Manual wiring: tells analytics about `message`, as the reference SDK's `appDidReceiveMessage(_:)`, which
+    /// an app calls from each of its handlers. The first call for a message records `notification_receive`; a
+    /// call from inside `willPresent` also records `notification_foreground` (once per message), and one from
+    /// inside `didReceive(response)` records `notification_open` or `notification_dismiss` (once per response).
+    /// Calling it again records nothing more; returns whether it recorded anything. With automatic wiring the bus
+    /// has recorded all of this already, and the call records nothing.
     @discardableResult
     public func appDidReceiveMessage(_ message: RemoteMessage) async throws -> Bool {
         let bus = try runningBus()
-        return try await loop.submit { bus.recordReceipt(message) }
+        let manual = configuration.analyticsWiring == .manual
+        return try await loop.submit { manual ? bus.recordManually(message) : bus.recordReceipt(message) }
     }
 
     // MARK: Identity and topics

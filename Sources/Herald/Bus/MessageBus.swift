@@ -44,6 +44,8 @@ public final class MessageBus: @unchecked Sendable {
     private var commitRetryDelay: Duration = .zero
     private var inFlight = 0
     private var paused = false
+    private var manualStages: [String: ManualStage] = [:]
+    private var responseSerial = 0
     private var draining = false
     private var seenIDs = BoundedSet<String>(capacity: 1)
     private var presented = BoundedDictionary<String, RemoteMessage>(capacity: 1)
@@ -459,9 +461,11 @@ public final class MessageBus: @unchecked Sendable {
 
     private func present(_ message: RemoteMessage) async {
         var options: PresentationOptions = []
+        let stage = beginManualStage(.presenting, for: message)
         for handler in pluginSet.notificationHandlers {
             options.formUnion(await handler.willPresent(message))
         }
+        endManualStage(stage, for: message)
         var actions: [NotificationAction] = []
         if let categoryID = message.aps.category {
             if let category = categories[categoryID] {
@@ -566,17 +570,58 @@ public final class MessageBus: @unchecked Sendable {
         if configuration.analyticsWiring == .automatic {
             analytics.record(AnalyticsEvent(response.isDismissal ? .notificationDismiss : .notificationOpen, for: message, parameters: ["action": action]))
         }
+        responseSerial += 1
+        let stage = beginManualStage(.responding(response, serial: responseSerial), for: message)
         for handler in pluginSet.notificationHandlers {
             await handler.didReceive(response)
         }
+        endManualStage(stage, for: message)
     }
 
     // MARK: Analytics
 
-    /// Records `notification_receive` for `message` once per message ID (manual wiring calls this too).
+    /// Records `notification_receive` for `message` once per message ID.
     @discardableResult
     func recordReceipt(_ message: RemoteMessage) -> Bool {
         analytics.recordReceiptOnce(message)
+    }
+
+    /// Where a message is while its handlers run, so that manual wiring's ``Herald/appDidReceiveMessage(_:)``,
+    /// called from inside a handler as the reference SDK asks, records what the bus would have recorded itself.
+    enum ManualStage {
+        case presenting
+        case responding(NotificationResponse, serial: Int)
+    }
+
+    private func beginManualStage(_ stage: ManualStage, for message: RemoteMessage) -> ManualStage? {
+        guard configuration.analyticsWiring == .manual, let id = message.messageID else { return nil }
+        let previous = manualStages[id]
+        manualStages[id] = stage
+        return previous
+    }
+
+    private func endManualStage(_ previous: ManualStage?, for message: RemoteMessage) {
+        guard configuration.analyticsWiring == .manual, let id = message.messageID else { return }
+        manualStages[id] = previous
+    }
+
+    /// Manual wiring: `notification_receive` the first time a message is named; called from `willPresent`, also
+    /// `notification_foreground` (once per message); called from `didReceive(response)`, also `notification_open`
+    /// or `notification_dismiss` (once per response). Returns whether anything was recorded. Loop thread only.
+    func recordManually(_ message: RemoteMessage) -> Bool {
+        var recorded = analytics.recordReceiptOnce(message)
+        guard let id = message.messageID else { return recorded }
+        switch manualStages[id] {
+        case .presenting:
+            recorded = analytics.recordOnce(key: "foreground|\(id)", AnalyticsEvent(.notificationForeground, for: message)) || recorded
+        case .responding(let response, let serial):
+            let name: AnalyticsEvent.Name = response.isDismissal ? .notificationDismiss : .notificationOpen
+            let event = AnalyticsEvent(name, for: message, parameters: ["action": response.actionIdentifier])
+            recorded = analytics.recordOnce(key: "response|\(id)|\(serial)", event) || recorded
+        case nil:
+            break
+        }
+        return recorded
     }
 
     private func dropped(_ message: RemoteMessage, reason: AnalyticsEvent.DropReason, detail: String) {

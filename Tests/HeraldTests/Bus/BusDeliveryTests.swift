@@ -170,7 +170,7 @@ struct BusDeliveryTests {
         }
     }
 
-    @Test("manual wiring: appDidReceiveMessage records once per message, the bus records nothing itself")
+    @Test("manual wiring: appDidReceiveMessage outside a handler records the receipt once; the bus records no receipt or impression itself")
     func manualWiring() async throws {
         var configuration = Herald.Configuration(senderID: "1")
         configuration.analyticsWiring = .manual
