@@ -19,6 +19,7 @@ let package = Package(
         .library(name: "EchoHandler", targets: ["EchoHandler"]),
         .library(name: "PrometheusMetrics", targets: ["PrometheusMetrics"]),
         .library(name: "JSONLExport", targets: ["JSONLExport"]),
+        .library(name: "TokenWebhook", targets: ["TokenWebhook"]),
         .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
@@ -91,6 +92,12 @@ let package = Package(
             name: "JSONLExport",
             dependencies: ["Herald"],
             path: "Plugins/JSONLExport",
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "TokenWebhook",
+            dependencies: ["Herald"],
+            path: "Plugins/TokenWebhook",
             swiftSettings: swiftSettings
         ),
         .target(
@@ -171,6 +178,11 @@ let package = Package(
         .testTarget(
             name: "ExecFetchWorkerTests",
             dependencies: ["Herald", "HeraldTesting", "ExecFetchWorker", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "TokenWebhookTests",
+            dependencies: ["Herald", "HeraldTesting", "TokenWebhook"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

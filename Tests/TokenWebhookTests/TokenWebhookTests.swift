@@ -1,0 +1,296 @@
+import Herald
+import HeraldTesting
+import Testing
+@testable import TokenWebhook
+
+@Suite("TokenWebhook: the registration token POSTed to the app server", .serialized)
+struct TokenWebhookTests {
+    /// A started instance with a webhook to `url`.
+    private func startHerald(
+        _ options: TokenWebhook.Options,
+        configuration: Herald.Configuration = .init(senderID: "1234567890")
+    ) async throws -> (Herald, TokenWebhook) {
+        let herald = Herald(configuration: configuration)
+        let webhook = try TokenWebhook(options: options, herald: herald)
+        try herald.register(webhook)
+        try await herald.start()
+        return (herald, webhook)
+    }
+
+    /// Shuts the instance down and checks that nothing of the webhook is left on its loop.
+    private func finish(_ herald: Herald, _ server: TestHTTPServer? = nil) async {
+        await herald.shutdown()
+        #expect(herald.loop.statistics.liveHandles == 0)
+        await server?.close()
+    }
+
+    @Test("the token is POSTed at start: JSON body with token, installation ID, device token and reason; bearer secret")
+    func postedAtStart() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .status(200, body: "{}") }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/hooks/token?app=weather", secret: "s3cret"))
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        let token = try await herald.token()
+        let installationID = try await herald.installationID()
+        await finish(herald, server)
+
+        let requests = server.requests
+        try #require(requests.count == 1)
+        let request = requests[0]
+        #expect(request.method == "POST")
+        #expect(request.target == "/hooks/token?app=weather")
+        #expect(request.headers["host"] == "127.0.0.1:\(server.port)")
+        #expect(request.headers["authorization"] == "Bearer s3cret")
+        #expect(request.headers["content-type"] == "application/json")
+        #expect(request.headers["content-length"] == "\(request.body.count)")
+        let json = try #require(request.json)
+        #expect(json.keys == ["token", "installationID", "deviceToken", "reason"])
+        #expect(json["token"]?.stringValue == token)
+        #expect(json["installationID"]?.stringValue == installationID)
+        #expect(json["deviceToken"]?.isNull == true)
+        #expect(json["reason"]?.stringValue == "start")
+        #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 1, delivered: 1, lastStatus: 200))
+    }
+
+    @Test("after deleteToken() the new token is POSTed (reason refresh), with the device token once one is set; no secret, no header")
+    func newTokenAfterDelete() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .status(204) }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token"))
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        let first = try await herald.token()
+        try await herald.setDeviceToken("unix:/run/weatherd/push.sock")
+        try await herald.deleteToken()
+        let second = try await herald.token()
+        #expect(await eventually { webhook.statistics.delivered == 2 })
+        await finish(herald, server)
+
+        let requests = server.requests
+        try #require(requests.count == 2)
+        #expect(first != second)
+        #expect(requests.map(\.token) == [first, second])
+        #expect(requests.map { $0.json?["reason"]?.stringValue } == ["start", "refresh"])
+        #expect(requests[0].json?["deviceToken"]?.isNull == true)
+        #expect(requests[1].json?["deviceToken"]?.stringValue == "unix:/run/weatherd/push.sock")
+        #expect(requests.allSatisfy { $0.headers["authorization"] == nil })
+    }
+
+    @Test("auto-init off: null at start, the minted token, then null again with reason deleted")
+    func autoInitOff() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .status(200) }
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.isAutoInitEnabled = false
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token"), configuration: configuration)
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        let minted = try await herald.token()
+        #expect(await eventually { webhook.statistics.delivered == 2 })
+        try await herald.deleteToken()
+        #expect(await eventually { webhook.statistics.delivered == 3 })
+        await finish(herald, server)
+
+        let requests = server.requests
+        try #require(requests.count == 3)
+        #expect(requests.map { $0.json?["reason"]?.stringValue } == ["start", "refresh", "deleted"])
+        #expect(requests[0].json?["token"]?.isNull == true)
+        #expect(requests[1].token == minted)
+        #expect(requests[2].json?["token"]?.isNull == true)
+        #expect(requests.allSatisfy { $0.json?["installationID"]?.stringValue != nil })
+    }
+
+    @Test("503 twice then 200: three attempts, each delay longer than the one before")
+    func retriesWithBackoff() async throws {
+        let server = try await TestHTTPServer.start { _, index in index < 2 ? .status(503, body: "busy") : .status(200) }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2)))
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        await finish(herald, server)
+
+        let requests = server.requests
+        try #require(requests.count == 3)
+        #expect(Set(requests.map(\.token)).count == 1, "every attempt carries the same token")
+        let firstGap = requests[0].arrival.duration(to: requests[1].arrival)
+        let secondGap = requests[1].arrival.duration(to: requests[2].arrival)
+        // The first delay is 50...100 ms (100 ms with jitter), the second 100...200 ms.
+        #expect(firstGap >= .milliseconds(50), "\(firstGap)")
+        #expect(secondGap >= .milliseconds(100), "\(secondGap)")
+        #expect(firstGap < .seconds(3) && secondGap < .seconds(3), "\(firstGap) \(secondGap)")
+        #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, delivered: 1, lastStatus: 200))
+    }
+
+    @Test("429 with Retry-After: 1 waits a second although the backoff is 10 ms")
+    func honoursRetryAfter() async throws {
+        let server = try await TestHTTPServer.start { _, index in index == 0 ? .status(429, headers: ["Retry-After: 1"]) : .status(200) }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        await finish(herald, server)
+
+        let requests = server.requests
+        try #require(requests.count == 2)
+        let gap = requests[0].arrival.duration(to: requests[1].arrival)
+        #expect(gap >= .milliseconds(990), "\(gap)")
+    }
+
+    @Test("400 is not retried: one request, counted as rejected")
+    func clientErrorNotRetried() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .status(400, body: #"{"error": "unknown app"}"#) }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(40)))
+        #expect(await eventually { webhook.statistics.rejected == 1 })
+        try await Task.sleep(for: .milliseconds(300))  // many backoff periods
+        await finish(herald, server)
+
+        #expect(server.requests.count == 1)
+        #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 1, rejected: 1, lastStatus: 400))
+    }
+
+    @Test("connection refused is retried until the server appears")
+    func refusedUntilServerAppears() async throws {
+        let port = try TestHTTPServer.unusedPort()
+        let (herald, webhook) = try await startHerald(.init(url: "http://localhost:\(port)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(80)))
+        #expect(await eventually { webhook.statistics.attempts >= 3 })
+        #expect(webhook.statistics.delivered == 0 && webhook.statistics.lastStatus == nil)
+        let server = try await TestHTTPServer.start(port: port) { _, _ in .status(200) }
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        let token = try await herald.token()
+        await finish(herald, server)
+
+        #expect(server.requests.map(\.token) == [token])
+        #expect(server.requests.first?.json?["reason"]?.stringValue == "start")
+    }
+
+    @Test("an answer that does not come within the timeout is retried")
+    func timeoutRetried() async throws {
+        let server = try await TestHTTPServer.start { _, index in index == 0 ? .hang : .chunked(200, chunks: ["o", "k"]) }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", timeout: .milliseconds(200),
+                                                             initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        await finish(herald, server)
+
+        let requests = server.requests
+        try #require(requests.count == 2)
+        #expect(requests[0].arrival.duration(to: requests[1].arrival) >= .milliseconds(200))
+        #expect(webhook.statistics.attempts == 2)
+    }
+
+    @Test("a newer token supersedes an older one being retried: only the latest is sent from then on")
+    func newerTokenSupersedes() async throws {
+        let rejected = Locked<String?>(nil)
+        let server = try await TestHTTPServer.start { request, _ in
+            // The first token is answered 503 for ever; any other 200.
+            let first = rejected.withLock { value in
+                if value == nil { value = request.token }
+                return value
+            }
+            return request.token == first ? .status(503) : .status(200)
+        }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(40), maximumBackoff: .milliseconds(80)))
+        let old = try await herald.token()
+        #expect(await eventually { server.requests.count >= 2 })
+        try await herald.deleteToken()
+        let new = try await herald.token()
+        #expect(await eventually { webhook.statistics.delivered == 1 })
+        try await Task.sleep(for: .milliseconds(400))  // several of the old token's retry periods
+        await finish(herald, server)
+
+        let tokens = server.requests.map(\.token)
+        let firstNew = try #require(tokens.firstIndex(of: new))
+        #expect(tokens[..<firstNew].allSatisfy { $0 == old })
+        #expect(tokens[firstNew...] == [new], "after the new token, nothing more: \(tokens)")
+        #expect(webhook.statistics.superseded == 1)
+        #expect(webhook.statistics.delivered == 1)
+    }
+
+    @Test("stop during a backoff wait returns promptly and nothing more is sent")
+    func stopDuringBackoff() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .status(503) }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .seconds(30), maximumBackoff: .seconds(60)))
+        #expect(await eventually { webhook.statistics.lastStatus == 503 })
+        try await Task.sleep(for: .milliseconds(50))
+        let clock = ContinuousClock()
+        let began = clock.now
+        await herald.shutdown()
+        let took = clock.now - began
+        #expect(took < .seconds(2), "shutdown took \(took)")
+        #expect(herald.loop.statistics.liveHandles == 0)
+        await server.close()
+        #expect(server.requests.count == 1)
+    }
+
+    @Test("stop while a request waits for its answer returns promptly")
+    func stopDuringRequest() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .hang }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", timeout: .seconds(60)))
+        #expect(await eventually { server.requests.count == 1 })
+        let clock = ContinuousClock()
+        let began = clock.now
+        await herald.shutdown()
+        let took = clock.now - began
+        #expect(took < .seconds(2), "shutdown took \(took)")
+        #expect(herald.loop.statistics.liveHandles == 0)
+        #expect(webhook.statistics.delivered == 0)
+        await server.close()
+    }
+
+    @Test("gives up after maximumAttempts, with the token counted as abandoned")
+    func givesUp() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .closeDelimited(500, body: "down") }
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", maximumAttempts: 3,
+                                                             initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
+        #expect(await eventually { webhook.statistics.abandoned == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        await finish(herald, server)
+        #expect(server.requests.count == 3)
+        #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, abandoned: 1, lastStatus: 500))
+    }
+
+    @Test("options Herald cannot use are refused at init, https with advice about a TLS proxy")
+    func badOptions() {
+        func refusal(_ options: TokenWebhook.Options) -> String? {
+            do {
+                _ = try TokenWebhook(options: options)
+                return nil
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(refusal(.init(url: "https://push.example.com/token"))?.contains("TLS-terminating proxy") == true)
+        #expect(refusal(.init(url: "http://push.example.com/token"))?.contains("DNS") == true)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", secret: "")) != nil)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", secret: "a\r\nX-Evil: 1")) != nil)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", timeout: .zero)) != nil)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", maximumAttempts: 0)) != nil)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", initialBackoff: .zero)) != nil)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", initialBackoff: .seconds(2), maximumBackoff: .seconds(1))) != nil)
+        #expect(refusal(.init(url: "http://127.0.0.1:8000/t", secret: "s3cret", maximumAttempts: 5)) == nil)
+    }
+
+    @Test("retry delays double from the initial backoff up to the maximum, jittered between half and all; Retry-After wins when longer")
+    func retryDelays() {
+        func delay(_ attempt: Int, _ fraction: Double, retryAfter: Duration? = nil) -> Duration {
+            TokenWebhook.retryDelay(afterAttempt: attempt, initial: .milliseconds(100), maximum: .seconds(1), retryAfter: retryAfter, fraction: fraction)
+        }
+        #expect(delay(1, 1.0) == .milliseconds(100))
+        #expect(delay(1, 0) == .milliseconds(50))
+        #expect(delay(2, 0) == .milliseconds(100))
+        #expect(delay(3, 1.0) == .milliseconds(400))
+        #expect(delay(4, 1.0) == .milliseconds(800))
+        #expect(delay(5, 1.0) == .seconds(1), "capped")
+        #expect(delay(1_000_000, 0) == .milliseconds(500), "capped, no overflow")
+        for attempt in 1...8 {
+            for fraction in [0.0, 0.25, 0.5, 0.75, 0.999] {
+                #expect(delay(attempt + 1, 0) >= delay(attempt, fraction) || delay(attempt, fraction) > .milliseconds(500))
+            }
+        }
+        #expect(delay(1, 0.5, retryAfter: .seconds(5)) == .seconds(5))
+        #expect(delay(4, 1.0, retryAfter: .milliseconds(1)) == .milliseconds(800), "a shorter Retry-After does not shorten the backoff")
+        #expect(delay(1, 0, retryAfter: .seconds(86_400)) == TokenWebhook.maximumRetryAfter)
+    }
+
+    @Test("Retry-After in seconds or as an HTTP date")
+    func retryAfterParsing() {
+        let now = 1_445_412_000  // Wed, 21 Oct 2015 07:20:00 GMT
+        #expect(TokenWebhook.parseRetryAfter("120", now: now) == .seconds(120))
+        #expect(TokenWebhook.parseRetryAfter(" 0 ", now: now) == .zero)
+        #expect(TokenWebhook.parseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT", now: now) == .seconds(480))
+        #expect(TokenWebhook.parseRetryAfter("Wed, 21 Oct 2015 07:00:00 GMT", now: now) == .zero)
+        #expect(TokenWebhook.parseRetryAfter("soon", now: now) == nil)
+        #expect(TokenWebhook.parseRetryAfter("-5", now: now) == nil)
+        #expect(TokenWebhook.parseRetryAfter("", now: now) == nil)
+    }
+}
