@@ -6,6 +6,8 @@ import Herald
 import HeraldSQLite
 import JSONLExport
 import Logging
+import CSystemd
+import ServiceLifecycle
 import PrometheusMetrics
 import SocketReceiver
 
@@ -81,94 +83,124 @@ struct Serve: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "herald")
-        let secret = try BearerSecret.load(file: authTokenFile)
-
-        var configuration = Herald.Configuration(senderID: senderID)
-        configuration.projectID = projectID
-        configuration.shutdownGracePeriod = .seconds(shutdownGrace)
-        let store: SQLiteStore
-        let analyticsStore: SQLiteAnalyticsStore?
+        let daemon = Daemon(command: self, secret: try BearerSecret.load(file: authTokenFile), logger: logger)
+        // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
+        // --shutdown-grace for messages in flight. Past that and a margin, the group cancels.
+        var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        configuration.maximumGracefulShutdownDuration = .seconds(shutdownGrace + 10)
         do {
-            store = try SQLiteStore(directory: dataDirectory)
-            analyticsStore = noAnalyticsStore
-                ? nil : try SQLiteAnalyticsStore(directory: dataDirectory, options: .init(retentionDays: analyticsRetentionDays > 0 ? analyticsRetentionDays : nil))
+            try await ServiceGroup(configuration: configuration).run()
+        } catch let failure as CommandFailure {
+            throw failure
         } catch {
             throw CommandFailure(message: "herald: \(error)")
         }
-        // The loop and the signal watchers come first, so SIGTERM during start-up is a clean stop, not a kill.
+    }
+}
+
+/// `herald serve`'s one service: opens the stores, registers the plugins, runs Herald until the group's
+/// graceful shutdown, and tells systemd where it stands (READY, STOPPING, WATCHDOG) when run under it.
+final class Daemon: Service, @unchecked Sendable {
+    // @unchecked Sendable: every stored property is immutable; `Serve` is a value of plain settings.
+    private let command: Serve
+    private let secret: String?
+    private let logger: Logger
+
+    init(command: Serve, secret: String?, logger: Logger) {
+        self.command = command
+        self.secret = secret
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let command = self.command
+        var configuration = Herald.Configuration(senderID: command.senderID)
+        configuration.projectID = command.projectID
+        configuration.shutdownGracePeriod = .seconds(command.shutdownGrace)
+        let store: SQLiteStore
+        let analyticsStore: SQLiteAnalyticsStore?
+        do {
+            store = try SQLiteStore(directory: command.dataDirectory)
+            analyticsStore = command.noAnalyticsStore
+                ? nil
+                : try SQLiteAnalyticsStore(
+                    directory: command.dataDirectory,
+                    options: .init(retentionDays: command.analyticsRetentionDays > 0 ? command.analyticsRetentionDays : nil))
+        } catch {
+            throw CommandFailure(message: "herald: \(error)")
+        }
         let loop = EventLoop(name: "herald")
         try loop.start()
-        let termination = try await Termination(on: loop)
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
-
-        if http != "none", let address = SocketAddress(parsing: http) {
-            try herald.register(HTTPReceiver(options: .init(address: address, secret: secret)))
-        }
-        let socketSetting = socket ?? "\(dataDirectory)/herald.sock"
-        if socketSetting != "none", let address = SocketAddress(parsing: socketSetting.contains("/") || socketSetting.hasPrefix("unix:") ? socketSetting : "./\(socketSetting)") {
-            try herald.register(SocketReceiver(options: .init(addresses: [address])))
-        }
-        if let analyticsStore { try herald.register(analyticsStore) }
-        if metrics != "none", let address = SocketAddress(parsing: metrics) {
-            try herald.register(PrometheusExporter(options: .init(address: address)))
-        }
-        if deliveryMetrics != "none" {
-            try herald.register(JSONLExport(options: .init(path: deliveryMetrics), installationID: { try? await herald.installationID() }))
-        }
-        if echo {
-            try herald.register(EchoHandler(installationID: { try? await herald.installationID() }))
-        }
-
         do {
+            try register(on: herald, analyticsStore: analyticsStore)
             try await herald.start()
         } catch {
             await herald.shutdown()
             await loop.shutdownGracefully()
             throw CommandFailure(message: "herald: \(error)")
         }
-        if !echo {
+        if !command.echo {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
-        let signal = await termination.signal()
-        logger.notice("stopping", metadata: ["signal": "\(signal == SIGTERM ? "SIGTERM" : "SIGINT")", "grace": "\(shutdownGrace)s"])
-        await herald.shutdown()
+        let watchdog = Systemd.startWatchdog(on: loop)
+        Systemd.notify("READY=1\nSTATUS=receiving")
+        let logger = self.logger
+        let grace = command.shutdownGrace
+        await withGracefulShutdownHandler {
+            await withTaskCancellationHandler {
+                await herald.waitUntilStopped()
+            } onCancel: {
+                Task { await herald.shutdown() }
+            }
+        } onGracefulShutdown: {
+            Systemd.notify("STOPPING=1\nSTATUS=finishing messages in flight")
+            logger.notice("stopping", metadata: ["grace": "\(grace)s"])
+            Task { await herald.shutdown() }
+        }
+        watchdog?.cancel()
         await loop.shutdownGracefully()
         logger.notice("stopped")
     }
-}
 
-/// Watches SIGTERM and SIGINT from the moment it is made; ``signal()`` returns the first that arrived (at once
-/// when it came before the call).
-final class Termination: @unchecked Sendable {
-    // @unchecked Sendable: `received`, `waiter` and `watchers` are touched on the loop thread only.
-    private let loop: EventLoop
-    private var received: Int32?
-    private var waiter: CheckedContinuation<Int32, Never>?
-    private var watchers: [SignalWatcher] = []
-
-    init(on loop: EventLoop) async throws {
-        self.loop = loop
-        try await loop.submit {
-            for signal in [SIGTERM, SIGINT] {
-                self.watchers.append(try SignalWatcher.watch(signal, on: loop) { [unowned self] number in
-                    guard self.received == nil else { return }
-                    self.received = number
-                    for watcher in self.watchers { watcher.close() }
-                    self.waiter?.resume(returning: number)
-                    self.waiter = nil
-                })
-            }
+    private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
+        let command = self.command
+        if command.http != "none", let address = SocketAddress(parsing: command.http) {
+            try herald.register(HTTPReceiver(options: .init(address: address, secret: secret)))
+        }
+        let socketSetting = command.socket ?? "\(command.dataDirectory)/herald.sock"
+        if socketSetting != "none",
+           let address = SocketAddress(parsing: socketSetting.contains("/") || socketSetting.hasPrefix("unix:") ? socketSetting : "./\(socketSetting)") {
+            try herald.register(SocketReceiver(options: .init(addresses: [address])))
+        }
+        if let analyticsStore { try herald.register(analyticsStore) }
+        if command.metrics != "none", let address = SocketAddress(parsing: command.metrics) {
+            try herald.register(PrometheusExporter(options: .init(address: address)))
+        }
+        if command.deliveryMetrics != "none" {
+            try herald.register(JSONLExport(options: .init(path: command.deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() }))
+        }
+        if command.echo {
+            try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
     }
+}
 
-    /// The first of SIGTERM / SIGINT, waiting for it if none came yet.
-    func signal() async -> Int32 {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
-            loop.execute {
-                if let received = self.received { continuation.resume(returning: received) } else { self.waiter = continuation }
-            }
-        }
+/// The service manager's notification protocol through libsystemd (`sd_notify(3)`): nothing happens unless
+/// systemd started the daemon with `Type=notify` (it sets `NOTIFY_SOCKET`).
+enum Systemd {
+    static func notify(_ state: String) {
+        _ = sd_notify(0, state)
+    }
+
+    /// With `WatchdogSec=` set (systemd passes `WATCHDOG_USEC`), pings `WATCHDOG=1` from the event loop at half
+    /// the interval, so a stuck loop — not just a live process — is what systemd notices.
+    static func startWatchdog(on loop: EventLoop) -> RepeatedTask? {
+        var microseconds: UInt64 = 0
+        guard sd_watchdog_enabled(0, &microseconds) > 0, microseconds > 0 else { return nil }
+        let half = Duration.microseconds(Int64(microseconds / 2))
+        return loop.scheduleRepeatedTask(initialDelay: .zero, delay: half) { _ in notify("WATCHDOG=1") }
     }
 }
 

@@ -58,7 +58,7 @@ struct ServeTests {
 
             #expect(daemon.terminate() == 0, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
-            #expect(daemon.log.contains("signal=SIGTERM"))
+            #expect(daemon.log.contains("stopping") && daemon.log.contains("stopped"))
         }
     }
 

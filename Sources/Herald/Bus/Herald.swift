@@ -1,4 +1,5 @@
 public import Logging
+public import ServiceLifecycle
 
 /// One Herald instance: an event loop, a bus, and the plugins registered on it.
 ///
@@ -233,9 +234,24 @@ public final class Herald: @unchecked Sendable {
         logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
     }
 
-    /// Starts the instance and suspends until it has shut down (``shutdown()`` from elsewhere, or the loop closing).
+    /// Starts the instance and suspends until it has shut down: ``shutdown()`` called from elsewhere, the
+    /// calling task cancelled, or — when run as a `Service` in a swift-service-lifecycle `ServiceGroup` — the
+    /// group's graceful shutdown (SIGTERM, say), each of which runs ``shutdown()``.
     public func run() async throws {
         try await start()
+        await withGracefulShutdownHandler {
+            await withTaskCancellationHandler {
+                await waitUntilStopped()
+            } onCancel: {
+                Task { await self.shutdown() }
+            }
+        } onGracefulShutdown: {
+            Task { await self.shutdown() }
+        }
+    }
+
+    /// Suspends until ``shutdown()`` has finished.
+    public func waitUntilStopped() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = shutdownWaiters.withLock { state in
                 if !state.done { state.waiters.append(continuation) }
@@ -472,3 +488,7 @@ extension MessageBus {
         for receiver in pluginSet.receivers { receiver.topicsDidChange(topics) }
     }
 }
+
+/// A Herald instance is a swift-service-lifecycle `Service`: a host adds it to its own `ServiceGroup`, and the
+/// group's graceful shutdown stops it (``run()``).
+extension Herald: Service {}
