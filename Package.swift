@@ -145,6 +145,17 @@ let package = Package(
             path: "Examples/EchoReceiver",
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "WeatherDaemon",
+            dependencies: [
+                "Herald", "HeraldSQLite", "SocketReceiver", "HTTPReceiver",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Examples/WeatherDaemon",
+            swiftSettings: swiftSettings
+        ),
         // The child process of the crash-safety test: accepts messages, is killed, recovers.
         .executableTarget(
             name: "CrashProbe",
@@ -184,6 +195,11 @@ let package = Package(
         .testTarget(
             name: "HeraldCommandTests",
             dependencies: ["Herald", "HeraldTesting", "EchoHandler", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "WeatherDaemonTests",
+            dependencies: ["Herald", "HeraldTesting", "WeatherDaemon", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,252 @@
+import Foundation
+import Herald
+import HeraldTesting
+import Testing
+
+/// The executables built beside the test bundle.
+let buildDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+
+@Suite("The WeatherDaemon example, as a child process", .serialized)
+struct WeatherDaemonTests {
+    @Test("a silent push refreshes the cache file atomically (newData), the same forecast again is noData; SIGTERM exits 0")
+    func refreshesTheCache() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try WeatherProcess(directory: directory)
+            let token = try #require(daemon.token(), "not ready; log: \(daemon.log())")
+            #expect(token.contains(":"))
+            #expect(daemon.logLine { $0.contains("subscribed") && $0.contains("topic=weather") } != nil)
+
+            let client = try TestSocketClient(.unix(path: "\(directory)/herald.sock"))
+            let silent = #"{"message": {"topic": "weather", "data": {"city": "Oslo", "summary": "sleet", "high": "3"}, "apns": {"headers": {"apns-push-type": "background", "apns-priority": "5"}, "payload": {"aps": {"content-available": 1}}}}}"#
+            client.send(silent + "\n")
+            #expect(client.readLines(1).first?.contains(#""name":"projects/herald/messages/"#) == true)
+            let refreshed = try #require(daemon.logLine { $0.contains("forecast refreshed") }, "\(daemon.log())")
+            #expect(refreshed.contains("result=newData"))
+            let cache = "\(directory)/forecast.json"
+            #expect(try String(contentsOfFile: cache, encoding: .utf8) == #"{"city":"Oslo","high":"3","summary":"sleet"}"# + "\n")
+            let firstInode = try #require(try FileManager.default.attributesOfItem(atPath: cache)[.systemFileNumber] as? Int)
+
+            // The same forecast again (a new message ID): nothing new, the file is left alone.
+            client.send(silent + "\n")
+            #expect(client.readLines(1).count == 1)
+            let unchanged = try #require(daemon.logLine { $0.contains("forecast unchanged") }, "\(daemon.log())")
+            #expect(unchanged.contains("result=noData"))
+            #expect(try FileManager.default.attributesOfItem(atPath: cache)[.systemFileNumber] as? Int == firstInode)
+
+            // A new forecast replaces the file (a rename: a new inode), leaving no temporary file behind.
+            client.send(silent.replacingOccurrences(of: "sleet", with: "snow") + "\n")
+            #expect(client.readLines(1).count == 1)
+            #expect(daemon.logLine { $0.contains("forecast refreshed") } != nil)
+            #expect(try String(contentsOfFile: cache, encoding: .utf8) == #"{"city":"Oslo","high":"3","summary":"snow"}"# + "\n")
+            #expect(try FileManager.default.attributesOfItem(atPath: cache)[.systemFileNumber] as? Int != firstInode)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.contains(".tmp") }.isEmpty)
+
+            #expect(daemon.terminate() == 0, "\(daemon.log())")
+            #expect(daemon.logLine { $0.contains("stopped") } != nil)
+            #expect(!FileManager.default.fileExists(atPath: "\(directory)/herald.sock"))
+        }
+    }
+
+    @Test("display notifications: severe weather as banner and sound with its actions, the rest into the list")
+    func presentsByCategory() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try WeatherProcess(directory: directory)
+            #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
+            let client = try TestSocketClient(.unix(path: "\(directory)/herald.sock"))
+
+            client.send(#"{"message": {"topic": "weather", "notification": {"title": "Storm warning", "body": "Gusts to 120 km/h"}, "apns": {"payload": {"aps": {"category": "SEVERE_WEATHER"}}}}}"# + "\n")
+            #expect(client.readLines(1).count == 1)
+            let severe = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
+            #expect(severe.contains("options=[.banner, .sound]"), "\(severe)")
+            #expect(severe.contains("actions=SEE_FORECAST,SHARE_WARNING"), "\(severe)")
+            #expect(severe.contains("title=Storm warning"), "\(severe)")
+
+            client.send(#"{"message": {"topic": "weather", "notification": {"title": "Tomorrow", "body": "Sunny"}, "apns": {"payload": {"aps": {"category": "FORECAST"}}}}}"# + "\n")
+            #expect(client.readLines(1).count == 1)
+            let everyday = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
+            #expect(everyday.contains("options=[.list]"), "\(everyday)")
+            #expect(everyday.contains("actions=SEE_FORECAST"), "\(everyday)")
+            #expect(daemon.terminate() == 0, "\(daemon.log())")
+        }
+    }
+
+    @Test("herald topics finds the running daemon through its data-directory lock: over HTTP when it has it, refused clearly when not")
+    func topicsOfTheRunningDaemon() async throws {
+        try await withTemporaryDirectory { directory in
+            // Without HTTP: listed, but not changed behind its back.
+            let quiet = try WeatherProcess(directory: "\(directory)/quiet")
+            #expect(quiet.token() != nil, "not ready; log: \(quiet.log())")
+            #expect(try runExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
+            let refused = try runExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
+            #expect(refused.status == 1)
+            #expect(refused.error.contains("pid \(quiet.process.processIdentifier)) has no HTTP receiver"), "\(refused.error)")
+            #expect(quiet.terminate() == 0, "\(quiet.log())")
+
+            // With HTTP: the lock file gives the address and project, so no flag is needed.
+            let port = try freePort()
+            let daemon = try WeatherProcess(directory: "\(directory)/http", arguments: ["--http", "127.0.0.1:\(port)", "--project-id", "weather-demo"])
+            #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
+            let subscribed = try runExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
+            #expect(subscribed.status == 0, "\(subscribed.error)")
+            #expect(subscribed.output.contains("through the running daemon at 127.0.0.1:\(port)"))
+            let client = try TestSocketClient(.unix(path: "\(directory)/http/herald.sock"))
+            client.send(#"{"message": {"topic": "storms", "notification": {"title": "Hail"}}}"# + "\n")
+            #expect(client.readLines(1).count == 1)
+            #expect(daemon.logLine { $0.contains("presenting") && $0.contains("title=Hail") } != nil, "\(daemon.log())")
+            #expect(try runExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
+
+            // A second daemon on the same directory is refused, naming the first.
+            let second = try runExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
+            #expect(second.status == 1)
+            #expect(second.error.contains("locked by pid \(daemon.process.processIdentifier)"), "\(second.error)")
+            #expect(daemon.terminate() == 0, "\(daemon.log())")
+        }
+    }
+}
+
+/// `WeatherDaemon` as a child process: standard output (the ready line) and standard error (the log) read line by
+/// line, each with a 10 s limit.
+final class WeatherProcess {
+    let process = Process()
+    private let output: LineReader
+    private let errors: LineReader
+    private var logLines: [String] = []
+
+    init(directory: String, arguments: [String] = []) throws {
+        process.executableURL = buildDirectory.appendingPathComponent("WeatherDaemon")
+        process.arguments = ["--data-dir", directory] + arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        output = LineReader(out.fileHandleForReading.fileDescriptor)
+        errors = LineReader(err.fileHandleForReading.fileDescriptor)
+        try process.run()
+    }
+
+    /// The token from the line the daemon prints once it is ready.
+    func token() -> String? {
+        guard let line = output.line(), line.hasPrefix("registration token: ") else { return nil }
+        return String(line.dropFirst("registration token: ".count))
+    }
+
+    /// The next log line that `matches`, reading on (and keeping what it reads) until one does.
+    func logLine(_ matches: (String) -> Bool) -> String? {
+        while let line = errors.line() {
+            logLines.append(line)
+            if matches(line) { return line }
+        }
+        return nil
+    }
+
+    /// What the daemon logged so far (read up to a short pause).
+    func log() -> String {
+        while let line = errors.line(timeout: 200) { logLines.append(line) }
+        return logLines.joined(separator: "\n")
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    func terminate() -> Int32 {
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+
+/// Lines from a pipe, read with poll and a time limit.
+final class LineReader {
+    private let fd: Int32
+    private var pending: [UInt8] = []
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    func line(timeout milliseconds: Int32 = 10_000) -> String? {
+        while true {
+            if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                return line
+            }
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, milliseconds) > 0 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = read(fd, &buffer, buffer.count)
+            guard count > 0 else { return nil }
+            pending += buffer[0..<count]
+        }
+    }
+}
+
+/// Runs an executable of the build to completion: exit status, standard output, standard error.
+func runExecutable(_ name: String, _ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+    let process = Process()
+    process.executableURL = buildDirectory.appendingPathComponent(name)
+    process.arguments = arguments
+    var environment = ProcessInfo.processInfo.environment
+    environment["HERALD_AUTH_TOKEN"] = nil
+    process.environment = environment
+    let output = Pipe()
+    let error = Pipe()
+    process.standardOutput = output
+    process.standardError = error
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    // Standard error on a thread of its own, so neither pipe can fill and block the child.
+    let errorFD = error.fileHandleForReading.fileDescriptor
+    let errorText = SharedBox([UInt8]())
+    let done = DispatchSemaphore(value: 0)
+    Thread {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = read(errorFD, &buffer, buffer.count)
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { break }
+            errorText.append(buffer[0..<count])
+        }
+        done.signal()
+    }.start()
+    let out = output.fileHandleForReading.readDataToEndOfFile()
+    done.wait()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: errorText.bytes, as: UTF8.self))
+}
+
+/// Bytes shared with a reading thread.
+final class SharedBox: @unchecked Sendable {
+    // @unchecked Sendable: `value` is only touched with `lock` held.
+    private let lock = NSLock()
+    private var value: [UInt8]
+    init(_ value: [UInt8]) { self.value = value }
+    func append(_ bytes: ArraySlice<UInt8>) { lock.withLock { value += bytes } }
+    var bytes: [UInt8] { lock.withLock { value } }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+    }
+    guard bound else { throw POSIXError(.EADDRINUSE) }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// A fresh temporary directory, removed after `body`.
+func withTemporaryDirectory<T>(_ body: (String) async throws -> T) async throws -> T {
+    let path = "/tmp/herald-weather-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try await body(path)
+}
