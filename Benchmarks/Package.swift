@@ -35,6 +35,8 @@ let package = Package(
             dependencies: [
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
+                .product(name: "JSONLExport", package: "Herald"),
+                .product(name: "PrometheusMetrics", package: "Herald"),
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/MessagePath",

@@ -285,45 +285,104 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         qualifier.map { "\(name.rawValue):\($0)" } ?? name.rawValue
     }
 
+    /// One line, written straight into bytes (no intermediate JSON object: this runs once per event).
     private func line(for event: AnalyticsEvent, eventName: String, identity: Identity) -> [UInt8] {
-        func string(_ value: String?) -> JSONValue { value.map { .string($0) } ?? .null }
-        func integer(_ value: Int64?) -> JSONValue { value.map { .int($0) } ?? .null }
-        let row = JSONObject(uniqueKeysWithValues: [
-            ("event_timestamp", .string(Self.bigQueryTimestamp(milliseconds: event.timestamp))),
-            ("project_number", integer(identity.projectNumber)),
-            ("message_id", string(event.messageID)),
-            ("instance_id", string(identity.instanceID)),
-            ("message_type", string(event.messageType)),
-            ("sdk_platform", .string(options.sdkPlatform)),
-            ("app_name", string(options.appName)),
-            ("collapse_key", string(event.collapseKey)),
-            ("priority", integer(event.priority.map { Int64($0.rawValue) })),
-            ("ttl", integer(event.ttl)),
-            ("topic", string(event.topic.map { "/topics/\($0)" })),
-            ("bulk_id", .null),
-            ("event", .string(eventName)),
-            ("analytics_label", string(event.analyticsLabel)),
-        ])
         var bytes: [UInt8] = []
         bytes.reserveCapacity(400)
-        JSONValue.object(row).write(into: &bytes)
+        func key(_ name: StaticString, first: Bool = false) {
+            if !first { bytes.append(UInt8(ascii: ",")) }
+            bytes.append(UInt8(ascii: "\""))
+            name.withUTF8Buffer { bytes.append(contentsOf: $0) }
+            bytes.append(UInt8(ascii: "\""))
+            bytes.append(UInt8(ascii: ":"))
+        }
+        func string(_ value: String?) {
+            if let value { JSONValue.string(value).write(into: &bytes) } else { Self.appendNull(&bytes) }
+        }
+        func integer(_ value: Int64?) {
+            if let value { bytes.append(contentsOf: String(value).utf8) } else { Self.appendNull(&bytes) }
+        }
+        bytes.append(UInt8(ascii: "{"))
+        key("event_timestamp", first: true)
+        bytes.append(UInt8(ascii: "\""))
+        Self.appendBigQueryTimestamp(milliseconds: event.timestamp, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+        key("project_number")
+        integer(identity.projectNumber)
+        key("message_id")
+        string(event.messageID)
+        key("instance_id")
+        string(identity.instanceID)
+        key("message_type")
+        string(event.messageType)
+        key("sdk_platform")
+        string(options.sdkPlatform)
+        key("app_name")
+        string(options.appName)
+        key("collapse_key")
+        string(event.collapseKey)
+        key("priority")
+        integer(event.priority.map { Int64($0.rawValue) })
+        key("ttl")
+        integer(event.ttl)
+        key("topic")
+        string(event.topic.map { "/topics/\($0)" })
+        key("bulk_id")
+        Self.appendNull(&bytes)
+        key("event")
+        string(eventName)
+        key("analytics_label")
+        string(event.analyticsLabel)
+        bytes.append(UInt8(ascii: "}"))
         bytes.append(UInt8(ascii: "\n"))
         return bytes
+    }
+
+    private static func appendNull(_ bytes: inout [UInt8]) {
+        bytes.append(contentsOf: [UInt8(ascii: "n"), UInt8(ascii: "u"), UInt8(ascii: "l"), UInt8(ascii: "l")])
     }
 
     /// `milliseconds` since 1970 as BigQuery writes a TIMESTAMP (`bq extract`, the console):
     /// `2025-03-01 12:00:00.123 UTC`. `bq load` reads it back.
     public static func bigQueryTimestamp(milliseconds: Int64) -> String {
+        var bytes: [UInt8] = []
+        appendBigQueryTimestamp(milliseconds: milliseconds, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func appendBigQueryTimestamp(milliseconds: Int64, to bytes: inout [UInt8]) {
         var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
         let millis = Int(milliseconds - Int64(seconds) * 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func padded(_ value: Int, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        func digits(_ value: Int, _ width: Int) {
+            var divisor = 1
+            for _ in 1..<width { divisor *= 10 }
+            var rest = max(0, value)
+            if rest >= divisor * 10 {  // wider than asked (a year past 9999): all its digits
+                bytes.append(contentsOf: String(rest).utf8)
+                return
+            }
+            while divisor > 0 {
+                bytes.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+                rest %= divisor
+                divisor /= 10
+            }
         }
-        return "\(padded(Int(parts.tm_year) + 1900, 4))-\(padded(Int(parts.tm_mon) + 1, 2))-\(padded(Int(parts.tm_mday), 2)) "
-            + "\(padded(Int(parts.tm_hour), 2)):\(padded(Int(parts.tm_min), 2)):\(padded(Int(parts.tm_sec), 2)).\(padded(millis, 3)) UTC"
+        digits(Int(parts.tm_year) + 1900, 4)
+        bytes.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mon) + 1, 2)
+        bytes.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mday), 2)
+        bytes.append(UInt8(ascii: " "))
+        digits(Int(parts.tm_hour), 2)
+        bytes.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_min), 2)
+        bytes.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_sec), 2)
+        bytes.append(UInt8(ascii: "."))
+        digits(millis, 3)
+        bytes.append(contentsOf: Array(" UTC".utf8))
     }
 
     // MARK: Testing

@@ -11,6 +11,8 @@ import Dispatch
 import Foundation
 import Herald
 import HeraldSQLite
+import JSONLExport
+import PrometheusMetrics
 
 /// The FCM v1 sample body addressed by token (fcm-v1-notification-token.json), 374 bytes.
 let fcmBody: [UInt8] = Array(#"""
@@ -62,6 +64,15 @@ let benchmarks: @Sendable () -> Void = {
         BusFixture.inMemory.dispatch(count: benchmark.scaledIterations.count)
     }
 
+    // Issue 6: what automatic analytics cost the bus. The same in-memory dispatch with the two shipped sinks that
+    // do real work per event (the JSON-lines export writing a file, Prometheus counting), each fed in batches off
+    // the loop; one event (notification_receive) per message. Teardown prints what the sinks took and lost.
+    Benchmark("bus dispatch to a no-op handler, in-memory store, analytics on (JSONL + Prometheus)", configuration: .init(
+        setup: { BusFixture.withAnalytics.start() }, teardown: { BusFixture.withAnalytics.stop() }
+    )) { benchmark in
+        BusFixture.withAnalytics.dispatch(count: benchmark.scaledIterations.count)
+    }
+
     Benchmark("bus dispatch to a no-op handler, durable inbox (SQLite)", configuration: .init(
         setup: { BusFixture.durable.start() }, teardown: { BusFixture.durable.stop() }
     )) { benchmark in
@@ -86,20 +97,25 @@ final class BusFixture: @unchecked Sendable {
     // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread.
     nonisolated(unsafe) static let inMemory = BusFixture(durable: false)
     nonisolated(unsafe) static let durable = BusFixture(durable: true)
+    nonisolated(unsafe) static let withAnalytics = BusFixture(durable: false, analytics: true)
     let durable: Bool
+    let analytics: Bool
     var herald: Herald?
     var message: RemoteMessage?
     var directory: String?
     let handler = CountingHandler()
 
-    init(durable: Bool) { self.durable = durable }
+    init(durable: Bool, analytics: Bool = false) {
+        self.durable = durable
+        self.analytics = analytics
+    }
 
     func start() {
         var configuration = Herald.Configuration(senderID: "1")
         configuration.maxInFlight = 4096
         let store: any HeraldStore
+        let directory = NSTemporaryDirectory() + "herald-bench-\(getpid())"
         if durable {
-            let directory = NSTemporaryDirectory() + "herald-bench-\(getpid())"
             self.directory = directory
             store = try! SQLiteStore(directory: directory)
         } else {
@@ -107,6 +123,15 @@ final class BusFixture: @unchecked Sendable {
         }
         let herald = Herald(configuration: configuration, store: store)
         try! herald.register(handler)
+        if analytics {
+            // HERALD_BENCH_SINKS=jsonl or =prometheus measures one sink alone.
+            let sinks = ProcessInfo.processInfo.environment["HERALD_BENCH_SINKS"] ?? "jsonl,prometheus"
+            self.directory = directory
+            if sinks.contains("jsonl") { try! herald.register(JSONLExport(options: .init(path: directory + "/delivery.jsonl"))) }
+            if sinks.contains("prometheus") {
+                try! herald.register(PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0))))
+            }
+        }
         let ready = DispatchSemaphore(value: 0)
         let box = ResultBox()
         Task {
@@ -137,7 +162,12 @@ final class BusFixture: @unchecked Sendable {
     func stop() {
         let done = DispatchSemaphore(value: 0)
         let herald = self.herald
+        let analytics = self.analytics
         Task {
+            if analytics, let statistics = try? await herald?.analyticsStatistics() {
+                let sinks = statistics.sinks.sorted { $0.key < $1.key }.map { "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost), failures \($0.value.failures)" }
+                print("analytics: recorded \(statistics.recorded); " + sinks.joined(separator: "; "))
+            }
             await herald?.shutdown()
             done.signal()
         }
