@@ -82,10 +82,22 @@ public struct RemoteMessage: Sendable, Hashable {
 
     /// Which paths the message takes through the bus.
     public var kind: MessageKind {
-        let aps = self.aps
+        // The same rule as `aps.isDisplay` / `aps.contentAvailable`, read from the three keys it needs instead of
+        // decoding all of `aps` (this runs several times per message on the hot path).
+        guard let aps = userInfo[UserInfoKey.aps]?.objectValue else { return [] }
         var kind: MessageKind = []
-        if aps.isDisplay { kind.insert(.display) }
-        if aps.contentAvailable { kind.insert(.silent) }
+        let alert: Bool
+        switch aps["alert"] {
+        case .string?, .object?: alert = true
+        default: alert = false
+        }
+        let sound: Bool
+        switch aps["sound"] {
+        case .string?, .object?: sound = true
+        default: sound = false
+        }
+        if alert || sound || aps["badge"]?.intValue != nil { kind.insert(.display) }
+        if aps["content-available"]?.intValue == 1 { kind.insert(.silent) }
         return kind
     }
 
