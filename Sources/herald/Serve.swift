@@ -117,6 +117,19 @@ final class Daemon: Service, @unchecked Sendable {
         var configuration = Herald.Configuration(senderID: command.senderID)
         configuration.projectID = command.projectID
         configuration.shutdownGracePeriod = .seconds(command.shutdownGrace)
+        // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
+        // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
+        let socketSetting = command.socket ?? "\(command.dataDirectory)/herald.sock"
+        let lock: DataDirectoryLock
+        do {
+            try makeDirectories(command.dataDirectory)
+            lock = try DataDirectoryLock.acquire(directory: command.dataDirectory, owner: .init(
+                http: command.http == "none" ? nil : command.http, projectID: command.projectID,
+                socket: socketSetting == "none" ? nil : socketSetting))
+        } catch {
+            throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
+        }
+        defer { lock.release() }
         let store: SQLiteStore
         let analyticsStore: SQLiteAnalyticsStore?
         do {
@@ -255,5 +268,17 @@ func writeLine(_ text: String) {
         if written < 0, errno == EINTR { continue }
         guard written > 0 else { return }
         offset += written
+    }
+}
+
+/// `mkdir -p` with mode 0700 for what it creates; an existing directory is fine.
+func makeDirectories(_ path: String) throws {
+    var prefix = path.hasPrefix("/") ? "/" : ""
+    for component in path.split(separator: "/") {
+        prefix += component
+        if mkdir(prefix, 0o700) != 0, errno != EEXIST {
+            throw CommandFailure(message: "herald: cannot create \(prefix): \(String(cString: strerror(errno)))")
+        }
+        prefix += "/"
     }
 }

@@ -197,6 +197,22 @@ struct ServeTests {
         }
     }
 
+    @Test("a second daemon on the same data directory is refused, naming the first one's pid")
+    func secondDaemonRefused() async throws {
+        try await withTemporaryDirectory { directory in
+            let first = try DaemonProcess(directory: directory)
+            #expect(first.event()?["event"] == "token")
+            let second = try runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
+            #expect(second.status == 1)
+            #expect(second.error.contains("\(first.process.processIdentifier)"), "\(second.error)")
+            #expect(first.terminate() == 0)
+            // Once the first has stopped, the directory is free again.
+            let again = try DaemonProcess(directory: directory)
+            #expect(again.event()?["event"] == "token")
+            #expect(again.terminate() == 0)
+        }
+    }
+
     @Test("bad flags and unreadable files stop the command with a clear message")
     func badArguments() async throws {
         let badAddress = try runHerald(["serve", "--http", "nonsense"])
