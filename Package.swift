@@ -23,6 +23,8 @@ let package = Package(
         .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
+        // Dynamic plugins: the loader a host links.
+        .library(name: "HeraldDynamicPlugins", targets: ["HeraldDynamicPlugins"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -220,6 +222,16 @@ let package = Package(
         .testTarget(
             name: "HeraldTestingTests",
             dependencies: ["Herald", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        // Dynamic plugins: the C ABI (a header) and the host's loader.
+        .target(
+            name: "CHeraldPluginABI",
+            path: "Sources/CHeraldPluginABI"
+        ),
+        .target(
+            name: "HeraldDynamicPlugins",
+            dependencies: ["Herald", "CHeraldPluginABI", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
     ]
