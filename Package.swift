@@ -23,8 +23,10 @@ let package = Package(
         .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
-        // Dynamic plugins: the loader a host links.
+        // Dynamic plugins: the loader a host links, and the kit a plugin (a shared object) is written with.
         .library(name: "HeraldDynamicPlugins", targets: ["HeraldDynamicPlugins"]),
+        .library(name: "HeraldPluginKit", targets: ["HeraldPluginKit"]),
+        .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -224,7 +226,8 @@ let package = Package(
             dependencies: ["Herald", "HeraldTesting"],
             swiftSettings: swiftSettings
         ),
-        // Dynamic plugins: the C ABI (a header) and the host's loader.
+        // Dynamic plugins: the C ABI (a header), the host's loader, the plugin author's kit, the example plugin.
+        // The kit does not depend on Herald: a plugin links its own copy of what it imports.
         .target(
             name: "CHeraldPluginABI",
             path: "Sources/CHeraldPluginABI"
@@ -232,6 +235,17 @@ let package = Package(
         .target(
             name: "HeraldDynamicPlugins",
             dependencies: ["Herald", "CHeraldPluginABI", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldPluginKit",
+            dependencies: ["CHeraldPluginABI"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldExamplePlugin",
+            dependencies: ["HeraldPluginKit"],
+            path: "Examples/DynamicPlugin",
             swiftSettings: swiftSettings
         ),
     ]
