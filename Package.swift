@@ -27,6 +27,10 @@ let package = Package(
         .library(name: "HeraldDynamicPlugins", targets: ["HeraldDynamicPlugins"]),
         .library(name: "HeraldPluginKit", targets: ["HeraldPluginKit"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
+        // Shared objects the dynamic-plugin tests load (a product is the only way SwiftPM builds a .so).
+        .library(name: "HeraldTestPlugin", type: .dynamic, targets: ["HeraldTestPlugin"]),
+        .library(name: "HeraldTestPluginSerial", type: .dynamic, targets: ["HeraldTestPluginSerial"]),
+        .library(name: "HeraldTestPluginBadABI", type: .dynamic, targets: ["HeraldTestPluginBadABI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -247,6 +251,41 @@ let package = Package(
             dependencies: ["HeraldPluginKit"],
             path: "Examples/DynamicPlugin",
             swiftSettings: swiftSettings
+        ),
+        // C plugins for the tests: one that allows concurrent calls, the same one serial, one of ABI version 999.
+        .target(
+            name: "HeraldTestPlugin",
+            dependencies: ["CHeraldPluginABI"],
+            path: "Tests/DynamicPluginFixtures/Concurrent",
+            publicHeadersPath: ".",
+            cSettings: [.headerSearchPath("../Common")]
+        ),
+        .target(
+            name: "HeraldTestPluginSerial",
+            dependencies: ["CHeraldPluginABI"],
+            path: "Tests/DynamicPluginFixtures/Serial",
+            publicHeadersPath: ".",
+            cSettings: [.headerSearchPath("../Common")]
+        ),
+        .target(
+            name: "HeraldTestPluginBadABI",
+            dependencies: ["CHeraldPluginABI"],
+            path: "Tests/DynamicPluginFixtures/BadABI",
+            publicHeadersPath: "."
+        ),
+        // The shared objects above are products, not linked in: `swift build --build-tests` builds them beside
+        // the test bundle, where the tests dlopen them.
+        .testTarget(
+            name: "HeraldDynamicPluginsTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldDynamicPlugins"],
+            swiftSettings: swiftSettings,
+            // Under --sanitize=thread the test bundle links the TSan runtime statically and exports only the symbols
+            // of clang's list, which lacks some that Swift code built with TSan calls: a TSan-built Swift plugin then
+            // fails to dlopen (undefined symbol: __tsan_external_write). Export those too (by name: gold takes no
+            // globs). Without TSan the symbols do not exist and this does nothing.
+            linkerSettings: [.unsafeFlags([
+                "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
+            ].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))]
         ),
     ]
 )
