@@ -136,10 +136,16 @@ let package = Package(
                 "JSONLExport",
                 "PrometheusMetrics",
                 "CSystemd",
+                "HeraldDynamicPlugins",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            swiftSettings: swiftSettings
+            swiftSettings: swiftSettings,
+            // As for HeraldDynamicPluginsTests: under TSan, export the TSan entry points a TSan-built Swift plugin
+            // calls, so `herald serve --plugin` can dlopen it in the sanitizer run. Does nothing without TSan.
+            linkerSettings: [.unsafeFlags([
+                "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
+            ].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))]
         ),
         .executableTarget(
             name: "LoopEcho",

@@ -3,6 +3,7 @@ import EchoHandler
 import Glibc
 import HTTPReceiver
 import Herald
+import HeraldDynamicPlugins
 import HeraldSQLite
 import JSONLExport
 import Logging
@@ -51,6 +52,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("analytics-retention-days"), help: "Days of analytics events kept in the analytics store; 0 keeps everything.")
     var analyticsRetentionDays: Int = 90
+
+    @Option(name: .customLong("plugin"), help: ArgumentHelp("Load a handler plugin from a shared object (the C ABI of herald_plugin.h); repeatable. All load or none do.", valueName: "path"))
+    var plugins: [String] = []
 
     @Option(help: ArgumentHelp("Serve Prometheus metrics (GET /metrics) on HOST:PORT; 'none' (the default) turns it off.", valueName: "host:port"))
     var metrics: String = "none"
@@ -193,6 +197,10 @@ final class Daemon: Service, @unchecked Sendable {
         }
         if command.deliveryMetrics != "none" {
             try herald.register(JSONLExport(options: .init(path: command.deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() }))
+        }
+        // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
+        for plugin in try DynamicPlugin.loadAll(paths: command.plugins) {
+            try herald.register(plugin)
         }
         if command.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))

@@ -252,3 +252,30 @@ struct ServeTests {
         }
     }
 }
+
+@Suite("herald serve --plugin", .serialized)
+struct ServePluginTests {
+    /// The example plugin, built beside the test bundle (`swift build` builds every product).
+    var examplePlugin: String {
+        URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("libHeraldExamplePlugin.so").path
+    }
+
+    @Test("a shared-object plugin loaded with --plugin answers willPresent; a bad path stops the start, naming it")
+    func loadsThePlugin() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--plugin", examplePlugin])
+            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
+            #expect(sent.status == 0)
+            // The echo handler answers [list, banner, sound]; the plugin's [banner, sound] joins the union.
+            #expect(daemon.event()?["event"] == "willPresent")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(daemon.log.contains("example"), "the plugin is listed among the started plugins")
+
+            let missing = try runHerald(["serve", "--data-dir", "\(directory)/other", "--plugin", examplePlugin, "--plugin", "/nonexistent/libnothing.so"])
+            #expect(missing.status == 1)
+            #expect(missing.error.contains("/nonexistent/libnothing.so"), "\(missing.error)")
+        }
+    }
+}
