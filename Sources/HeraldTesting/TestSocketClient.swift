@@ -73,6 +73,14 @@ public final class TestSocketClient {
         return data
     }
 
+    /// Whether the peer closed: a read returns end of file, or the connection was reset (the peer closed while
+    /// bytes this client sent were still unread, as when a server hangs up on a client that keeps writing).
+    public func readsClosed() -> Bool {
+        var byte: UInt8 = 0
+        let count = recv(fd, &byte, 1, 0)
+        return count == 0 || (count < 0 && errno == ECONNRESET)
+    }
+
     /// Whether the peer closed (a read returns end of file).
     public func readsEndOfFile() -> Bool {
         var byte: UInt8 = 0

@@ -193,7 +193,7 @@ struct SocketReceiverTests {
                 if poll(&descriptor, 1, 100) > 0 { closedByServer = true; break }
             }
             #expect(closedByServer)
-            #expect(slow.readsEndOfFile())
+            #expect(slow.readsClosed())
 
             let leaving = try TestSocketClient(bound)
             leaving.send(#"{"message": {"token": "\#(token)", "data": {"n": "half"#)
