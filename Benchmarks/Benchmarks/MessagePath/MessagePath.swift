@@ -124,10 +124,12 @@ final class BusFixture: @unchecked Sendable {
         let herald = Herald(configuration: configuration, store: store)
         try! herald.register(handler)
         if analytics {
-            // HERALD_BENCH_SINKS=jsonl or =prometheus measures one sink alone.
+            // HERALD_BENCH_SINKS=jsonl or =prometheus measures one sink alone; =null a sink that does nothing (the
+            // bus's own share of the cost).
             let sinks = ProcessInfo.processInfo.environment["HERALD_BENCH_SINKS"] ?? "jsonl,prometheus"
             self.directory = directory
             if sinks.contains("jsonl") { try! herald.register(JSONLExport(options: .init(path: directory + "/delivery.jsonl"))) }
+            if sinks.contains("null") { try! herald.register(NullSink()) }
             if sinks.contains("prometheus") {
                 try! herald.register(PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0))))
             }
@@ -180,4 +182,9 @@ final class BusFixture: @unchecked Sendable {
 final class ResultBox: @unchecked Sendable {
     // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
     var message: RemoteMessage?
+}
+
+/// An analytics sink that takes every batch and does nothing with it.
+final class NullSink: AnalyticsSink, Sendable {
+    func record(_ events: [AnalyticsEvent]) async throws {}
 }

@@ -32,6 +32,9 @@ final class AnalyticsPipeline: @unchecked Sendable {
         self.queues = sinks.map { SinkQueue(sink: $0) }
     }
 
+    /// Whether any sink is registered (without one, recording is skipped before an event is even built).
+    var hasSinks: Bool { !queues.isEmpty }
+
     /// Buffers an event. Loop thread only.
     func record(_ event: AnalyticsEvent) {
         loop.assertInEventLoop()

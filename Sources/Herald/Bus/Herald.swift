@@ -351,8 +351,8 @@ public final class Herald: @unchecked Sendable {
     @discardableResult
     public func appDidReceiveMessage(_ message: RemoteMessage) async throws -> Bool {
         let bus = try runningBus()
-        let manual = configuration.analyticsWiring == .manual
-        return try await loop.submit { manual ? bus.recordManually(message) : bus.recordReceipt(message) }
+        guard configuration.analyticsWiring == .manual else { return false }
+        return try await loop.submit { bus.recordManually(message) }
     }
 
     // MARK: Identity and topics

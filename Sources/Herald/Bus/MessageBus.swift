@@ -178,7 +178,10 @@ public final class MessageBus: @unchecked Sendable {
 
     /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
     private func admitted(_ message: RemoteMessage) {
-        if configuration.analyticsWiring == .automatic { recordReceipt(message) }
+        // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
+        // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
+        // eviction per message.
+        if configuration.analyticsWiring == .automatic, analytics.hasSinks { analytics.record(AnalyticsEvent(.notificationReceive, for: message)) }
         Task(executorPreference: loop) { [self] in
             await route(message)
             finished(message)
@@ -579,12 +582,6 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     // MARK: Analytics
-
-    /// Records `notification_receive` for `message` once per message ID.
-    @discardableResult
-    func recordReceipt(_ message: RemoteMessage) -> Bool {
-        analytics.recordReceiptOnce(message)
-    }
 
     /// Where a message is while its handlers run, so that manual wiring's ``Herald/appDidReceiveMessage(_:)``,
     /// called from inside a handler as the reference SDK asks, records what the bus would have recorded itself.
