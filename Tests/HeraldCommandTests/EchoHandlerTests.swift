@@ -1,6 +1,7 @@
 import EchoHandler
 import Foundation
 import Herald
+import HeraldTesting
 import Testing
 
 @Suite("EchoHandler")

@@ -1,5 +1,6 @@
 import Foundation
 import Herald
+import HeraldTesting
 import Testing
 
 @Suite("herald serve keeps analytics for herald report", .serialized)

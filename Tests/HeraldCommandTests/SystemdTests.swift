@@ -1,5 +1,6 @@
 import Foundation
 import Herald
+import HeraldTesting
 import Testing
 
 /// A Unix datagram socket standing in for systemd's notification socket.

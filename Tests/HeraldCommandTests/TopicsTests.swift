@@ -1,5 +1,6 @@
 import Foundation
 import Herald
+import HeraldTesting
 import Testing
 
 @Suite("herald topics, against stopped and running daemons", .serialized)

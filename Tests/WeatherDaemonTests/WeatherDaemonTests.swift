@@ -4,7 +4,7 @@ import HeraldTesting
 import Testing
 
 /// The executables built beside the test bundle.
-let buildDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+let buildDirectory = buildProductsDirectory
 
 @Suite("The WeatherDaemon example, as a child process", .serialized)
 struct WeatherDaemonTests {
@@ -76,27 +76,27 @@ struct WeatherDaemonTests {
             // Without HTTP: listed, but not changed behind its back.
             let quiet = try WeatherProcess(directory: "\(directory)/quiet")
             #expect(quiet.token() != nil, "not ready; log: \(quiet.log())")
-            #expect(try runExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
-            let refused = try runExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
+            #expect(try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
+            let refused = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
             #expect(refused.status == 1)
             #expect(refused.error.contains("pid \(quiet.process.processIdentifier)) has no HTTP receiver"), "\(refused.error)")
             #expect(quiet.terminate() == 0, "\(quiet.log())")
 
             // With HTTP: the lock file gives the address and project, so no flag is needed.
-            let port = try freePort()
+            let port = try freeLoopbackPort()
             let daemon = try WeatherProcess(directory: "\(directory)/http", arguments: ["--http", "127.0.0.1:\(port)", "--project-id", "weather-demo"])
             #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
-            let subscribed = try runExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
+            let subscribed = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(subscribed.output.contains("through the running daemon at 127.0.0.1:\(port)"))
             let client = try TestSocketClient(.unix(path: "\(directory)/http/herald.sock"))
             client.send(#"{"message": {"topic": "storms", "notification": {"title": "Hail"}}}"# + "\n")
             #expect(client.readLines(1).count == 1)
             #expect(daemon.logLine { $0.contains("presenting") && $0.contains("title=Hail") } != nil, "\(daemon.log())")
-            #expect(try runExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
+            #expect(try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
 
             // A second daemon on the same directory is refused, naming the first.
-            let second = try runExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
+            let second = try runBuiltExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("locked by pid \(daemon.process.processIdentifier)"), "\(second.error)")
             #expect(daemon.terminate() == 0, "\(daemon.log())")
@@ -182,71 +182,4 @@ final class LineReader {
             pending += buffer[0..<count]
         }
     }
-}
-
-/// Runs an executable of the build to completion: exit status, standard output, standard error.
-func runExecutable(_ name: String, _ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-    let process = Process()
-    process.executableURL = buildDirectory.appendingPathComponent(name)
-    process.arguments = arguments
-    var environment = ProcessInfo.processInfo.environment
-    environment["HERALD_AUTH_TOKEN"] = nil
-    process.environment = environment
-    let output = Pipe()
-    let error = Pipe()
-    process.standardOutput = output
-    process.standardError = error
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    // Standard error on a thread of its own, so neither pipe can fill and block the child.
-    let errorFD = error.fileHandleForReading.fileDescriptor
-    let errorText = SharedBox([UInt8]())
-    let done = DispatchSemaphore(value: 0)
-    Thread {
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = read(errorFD, &buffer, buffer.count)
-            if count < 0, errno == EINTR { continue }
-            guard count > 0 else { break }
-            errorText.append(buffer[0..<count])
-        }
-        done.signal()
-    }.start()
-    let out = output.fileHandleForReading.readDataToEndOfFile()
-    done.wait()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: errorText.bytes, as: UTF8.self))
-}
-
-/// Bytes shared with a reading thread.
-final class SharedBox: @unchecked Sendable {
-    // @unchecked Sendable: `value` is only touched with `lock` held.
-    private let lock = NSLock()
-    private var value: [UInt8]
-    init(_ value: [UInt8]) { self.value = value }
-    func append(_ bytes: ArraySlice<UInt8>) { lock.withLock { value += bytes } }
-    var bytes: [UInt8] { lock.withLock { value } }
-}
-
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-    }
-    guard bound else { throw POSIXError(.EADDRINUSE) }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
-/// A fresh temporary directory, removed after `body`.
-func withTemporaryDirectory<T>(_ body: (String) async throws -> T) async throws -> T {
-    let path = "/tmp/herald-weather-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    return try await body(path)
 }

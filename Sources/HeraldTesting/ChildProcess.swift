@@ -1,0 +1,91 @@
+public import Foundation
+
+/// The directory holding the products built beside the running test bundle (`herald`, example executables,
+/// plugin shared objects).
+public let buildProductsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+
+/// Runs the built executable `name` with `arguments` to completion and returns its exit status, standard output
+/// and standard error. `HERALD_AUTH_TOKEN` is removed from the inherited environment (tests set it on purpose);
+/// `environment` adds or replaces variables; `input` is written to standard input, which is then closed. Both
+/// output pipes are drained at once, so a chatty child never blocks.
+public func runBuiltExecutable(
+    _ name: String, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
+) throws -> (status: Int32, output: String, error: String) {
+    let process = Process()
+    process.executableURL = buildProductsDirectory.appendingPathComponent(name)
+    process.arguments = arguments
+    var merged = ProcessInfo.processInfo.environment
+    merged["HERALD_AUTH_TOKEN"] = nil
+    for (key, value) in environment { merged[key] = value }
+    process.environment = merged
+    let output = Pipe()
+    let error = Pipe()
+    let stdin = Pipe()
+    process.standardOutput = output
+    process.standardError = error
+    process.standardInput = stdin
+    try process.run()
+    let errorText = PipeDrain(error.fileHandleForReading.fileDescriptor)
+    if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
+    try stdin.fileHandleForWriting.close()
+    let out = output.fileHandleForReading.readDataToEndOfFile()
+    let err = errorText.bytes()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+}
+
+/// Reads a pipe to its end on a thread of its own (after `initial`, bytes already read from it), so a child
+/// writing much never blocks on a full pipe.
+public final class PipeDrain: @unchecked Sendable {
+    // @unchecked Sendable: `data` is written by the thread before `done` is signalled and read after the wait.
+    private var data: [UInt8]
+    private let done = DispatchSemaphore(value: 0)
+
+    public init(_ fd: Int32, initial: [UInt8] = []) {
+        data = initial
+        Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = read(fd, &buffer, buffer.count)
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { break }
+                data += buffer[0..<count]
+            }
+            done.signal()
+        }.start()
+    }
+
+    /// Waits for end of file and returns everything read.
+    public func bytes() -> [UInt8] {
+        done.wait()
+        return data
+    }
+
+    /// Waits for end of file and returns the lines read.
+    public func lines() -> [String] {
+        String(decoding: bytes(), as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read and released).
+public func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+    }
+    guard bound else { throw POSIXError(.EADDRINUSE) }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// A fresh directory under /tmp, removed after `body`.
+public func withTemporaryDirectory<T>(prefix: String = "herald-test", _ body: (String) async throws -> T) async throws -> T {
+    let path = "/tmp/\(prefix)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try await body(path)
+}
