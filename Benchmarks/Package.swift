@@ -83,6 +83,17 @@ let package = Package(
             path: "Servers/NIOSocketServer",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // Bus dispatch with and without analytics sinks, run under callgrind by scripts/profile-bus.
+        .executableTarget(
+            name: "BusProfile",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "JSONLExport", package: "Herald"),
+                .product(name: "PrometheusMetrics", package: "Herald"),
+            ],
+            path: "Servers/BusProfile",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // A pipelined JSON-lines client: N connections, each writing M lines while reading the answers.
         .executableTarget(
             name: "SocketLoad",

@@ -170,6 +170,9 @@ struct JSONLExportTests {
         let kept = 400
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.analyticsBatchSize = 100
+        // Room for every event: this test is about rotation, not about a sink that falls behind (a loaded CI
+        // machine's fsyncs at each rotation can put the export more than the default 10,000 events behind).
+        configuration.analyticsBufferLimit = 100_000
         let herald = Herald(configuration: configuration)
         let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: kept))
         let recording = RecordingSink()
@@ -195,6 +198,8 @@ struct JSONLExportTests {
             try await group.waitForAll()
         }
         try await herald.waitUntilIdle()
+        let statistics = try await herald.analyticsStatistics()
+        #expect(statistics.sinks["jsonl-export"]?.lost == 0 && statistics.sinks["jsonl-export"]?.failures == 0, "\(statistics)")
         await herald.shutdown()
 
         let expected = recording.recorded.compactMap { event in

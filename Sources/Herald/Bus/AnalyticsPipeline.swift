@@ -2,20 +2,22 @@ import Logging
 
 /// Collects analytics events on the loop and hands them to the sinks in batches, off the hot path.
 ///
-/// Recording an event is an append on the loop thread. Events are flushed every `analyticsFlushInterval` or
-/// when a batch is full into one queue per sink. Each sink takes its queue one batch at a time, in order, in a
-/// task of its own off the loop, so a slow, blocking or failing sink never slows the bus or the other sinks.
-/// A batch a sink throws on is retried with exponential backoff (`analyticsRetryDelay` doubling up to
-/// `analyticsMaximumRetryDelay`) up to `analyticsMaximumAttempts` times; then its events are counted as lost
-/// for that sink and logged. A sink's queue holds at most `analyticsBufferLimit` events; beyond that new
-/// events are counted as lost for it (a blocked sink loses the newest events, never stalls the rest).
-/// Nothing is dropped without being counted: see ``AnalyticsStatistics``.
+/// Recording an event about a message costs the loop little: it keeps the event's name, time and the message
+/// (a few retains) and builds the ``AnalyticsEvent`` — label, topic, type, TTL lookups — later, off the loop,
+/// once per batch for all sinks. Events are flushed every `analyticsFlushInterval` or when a batch is full into
+/// one shared, immutable batch that every sink's queue refers to (no copy per sink). Each sink takes its queue
+/// one batch at a time, in order, in a task of its own off the loop, so a slow, blocking or failing sink never
+/// slows the bus or the other sinks. A batch a sink throws on is retried with exponential backoff
+/// (`analyticsRetryDelay` doubling up to `analyticsMaximumRetryDelay`) up to `analyticsMaximumAttempts` times;
+/// then its events are counted as lost for that sink and logged. A sink's queue holds at most
+/// `analyticsBufferLimit` events; beyond that new events are counted as lost for it (a blocked sink loses the
+/// newest events, never stalls the rest). Nothing is dropped without being counted: see ``AnalyticsStatistics``.
 final class AnalyticsPipeline: @unchecked Sendable {
     // @unchecked Sendable: buffer, queues and counters are touched on the loop thread only.
     private let loop: EventLoop
     private let configuration: Herald.Configuration
     private let logger: Logger
-    private var buffer: [AnalyticsEvent] = []
+    private var buffer: [PendingEvent] = []
     private var flushScheduled = false
     private var receipts = BoundedSet<String>(capacity: 1)
     private var recorded = 0
@@ -39,9 +41,25 @@ final class AnalyticsPipeline: @unchecked Sendable {
     func record(_ event: AnalyticsEvent) {
         loop.assertInEventLoop()
         guard !queues.isEmpty else { return }
-        recorded += 1
         var event = event
-        event.id = idBase &+ UInt64(recorded)
+        event.id = nextID()
+        append(.built(event))
+    }
+
+    /// Buffers an event about `message`, built off the loop when its batch is handed to the sinks (with what
+    /// ``AnalyticsEvent/init(_:for:parameters:)`` gives it; the time is now). Loop thread only.
+    func record(_ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String] = [:]) {
+        loop.assertInEventLoop()
+        guard !queues.isEmpty else { return }
+        append(.about(name, message, id: nextID(), timestamp: WallClock.nowMilliseconds(), parameters: parameters))
+    }
+
+    private func nextID() -> UInt64 {
+        recorded += 1
+        return idBase &+ UInt64(recorded)
+    }
+
+    private func append(_ event: PendingEvent) {
         buffer.append(event)
         if buffer.count >= configuration.analyticsBatchSize {
             flush()
@@ -57,7 +75,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
     /// Records `notification_receive` once per message ID; `false` when it was recorded before.
     func recordReceiptOnce(_ message: RemoteMessage) -> Bool {
         guard let id = message.messageID else {
-            record(AnalyticsEvent(.notificationReceive, for: message))
+            record(.notificationReceive, for: message)
             return true
         }
         return recordOnce(key: id, AnalyticsEvent(.notificationReceive, for: message))
@@ -73,80 +91,84 @@ final class AnalyticsPipeline: @unchecked Sendable {
         return true
     }
 
-    /// Moves the buffered events into every sink's queue and starts the idle sinks. Loop thread only.
+    /// Moves the buffered events, as one shared batch, into every sink's queue and starts the idle sinks. Loop
+    /// thread only.
     func flush() {
         loop.assertInEventLoop()
         guard !buffer.isEmpty else { return }
-        let batch = buffer
+        let batch = AnalyticsBatch(buffer)
         buffer.removeAll(keepingCapacity: true)
         for queue in queues {
-            let room = max(0, configuration.analyticsBufferLimit - queue.queued.count)
+            let room = max(0, configuration.analyticsBufferLimit - queue.queuedCount)
             if room < batch.count {
                 queue.lost += batch.count - room
                 if !queue.warnedFull {
+                    // Once until the sink has caught up (its queue empties), not once per batch it falls behind by.
                     queue.warnedFull = true
                     logger.error("analytics sink is behind; its newest events are being dropped (counted as lost)", metadata: [
-                        "plugin": "\(queue.sink.descriptor.name)", "queued": "\(queue.queued.count)", "limit": "\(configuration.analyticsBufferLimit)",
+                        "plugin": "\(queue.sink.descriptor.name)", "queued": "\(queue.queuedCount)", "limit": "\(configuration.analyticsBufferLimit)",
                     ])
                 }
             }
-            queue.queued.append(contentsOf: batch.prefix(room))
+            if room > 0 { queue.enqueue(BatchSlice(batch: batch, count: min(room, batch.count))) }
             startNextBatch(queue)
         }
     }
 
     private func startNextBatch(_ queue: SinkQueue) {
-        guard queue.running == nil, !queue.waitingToRetry, !queue.queued.isEmpty else { return }
-        let count = min(queue.queued.count, configuration.analyticsBatchSize)
-        let batch = Array(queue.queued.prefix(count))
-        queue.queued.removeFirst(count)
-        queue.running = batch
+        guard queue.runningCount == 0, !queue.waitingToRetry else { return }
+        let slices = queue.dequeue(upTo: configuration.analyticsBatchSize)
+        guard !slices.isEmpty else {
+            queue.warnedFull = false
+            return
+        }
         queue.attempts = 0
-        send(queue)
+        send(slices, to: queue)
     }
 
-    private func send(_ queue: SinkQueue) {
-        guard let batch = queue.running else { return }
+    /// Hands `slices` to the sink in a task off the loop. The task keeps the only reference the queue had, so
+    /// the batch (and the events built from it) is freed off the loop once every sink took it; the slices come
+    /// back to the loop only when the sink threw and they are to be retried.
+    private func send(_ slices: [BatchSlice], to queue: SinkQueue) {
         queue.attempts += 1
+        queue.runningCount = slices.reduce(0) { $0 + $1.count }
         let sink = queue.sink
         Task(executorPreference: globalConcurrentExecutor) { [self] in
-            let failure: (any Error)?
             do {
-                try await sink.record(batch)
-                failure = nil
+                try await sink.record(BatchSlice.events(of: slices))
+                loop.execute { [self] in finished(queue, failure: nil, retry: []) }
             } catch {
-                failure = error
+                loop.execute { [self] in finished(queue, failure: error, retry: slices) }
             }
-            loop.execute { [self] in finished(queue, failure: failure) }
         }
     }
 
-    private func finished(_ queue: SinkQueue, failure: (any Error)?) {
-        guard let batch = queue.running else { return }
+    private func finished(_ queue: SinkQueue, failure: (any Error)?, retry slices: [BatchSlice]) {
+        let count = queue.runningCount
+        guard count > 0 else { return }
         if let failure {
             queue.failures += 1
             if queue.attempts < configuration.analyticsMaximumAttempts, !queue.abandoned {
                 let delay = retryDelay(afterAttempt: queue.attempts)
                 logger.warning("analytics sink failed; retrying the batch", metadata: [
-                    "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(batch.count)",
+                    "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(count)",
                     "attempt": "\(queue.attempts)", "retry_in": "\(delay)",
                 ])
                 queue.waitingToRetry = true
                 loop.scheduleTask(in: delay) { [self] in
                     queue.waitingToRetry = false
-                    send(queue)
+                    send(slices, to: queue)
                 }
                 return
             }
-            queue.lost += batch.count
+            if !queue.abandoned { queue.lost += count }
             logger.error("analytics sink failed; giving up on the batch (counted as lost)", metadata: [
-                "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(batch.count)", "attempts": "\(queue.attempts)",
+                "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(count)", "attempts": "\(queue.attempts)",
             ])
-        } else {
-            queue.delivered += batch.count
-            queue.warnedFull = false
+        } else if !queue.abandoned {
+            queue.delivered += count
         }
-        queue.running = nil
+        queue.runningCount = 0
         startNextBatch(queue)
         resumeDrainWaitersIfIdle()
     }
@@ -157,7 +179,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
         return min(delay, configuration.analyticsMaximumRetryDelay)
     }
 
-    private var isIdle: Bool { queues.allSatisfy { $0.running == nil && $0.queued.isEmpty } }
+    private var isIdle: Bool { queues.allSatisfy { $0.runningCount == 0 && $0.queuedCount == 0 } }
 
     private func resumeDrainWaitersIfIdle() {
         guard isIdle, !drainWaiters.isEmpty else { return }
@@ -185,11 +207,11 @@ final class AnalyticsPipeline: @unchecked Sendable {
         if !finished {
             try? await loop.submit { [self] in
                 for queue in queues {
-                    let pending = queue.queued.count + (queue.running?.count ?? 0)
+                    let pending = queue.queuedCount + queue.runningCount
                     guard pending > 0 else { continue }
                     queue.lost += pending
                     queue.abandoned = true
-                    queue.queued.removeAll()
+                    queue.removeAllQueued()
                     logger.error("analytics sink did not take its events before shutdown (counted as lost)", metadata: [
                         "plugin": "\(queue.sink.descriptor.name)", "events": "\(pending)", "timeout": "\(timeout)",
                     ])
@@ -213,14 +235,71 @@ final class AnalyticsPipeline: @unchecked Sendable {
     }
 }
 
-/// One sink's queue and counters.
+/// An event as the loop records it: built already, or the makings of one about a message (built off the loop).
+private enum PendingEvent: Sendable {
+    case built(AnalyticsEvent)
+    case about(AnalyticsEvent.Name, RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String])
+
+    var event: AnalyticsEvent {
+        switch self {
+        case .built(let event):
+            return event
+        case .about(let name, let message, let id, let timestamp, let parameters):
+            var event = AnalyticsEvent(name, for: message, parameters: parameters)
+            event.id = id
+            event.timestamp = timestamp
+            return event
+        }
+    }
+}
+
+/// One flush's events, shared by every sink's queue. The loop creates it; the first sink task that needs the
+/// events builds them (off the loop), once, and every other sink reuses them.
+private final class AnalyticsBatch: Sendable {
+    private let pending: [PendingEvent]
+    private let built = Locked<[AnalyticsEvent]?>(nil)
+
+    init(_ pending: [PendingEvent]) { self.pending = pending }
+
+    var count: Int { pending.count }
+
+    var events: [AnalyticsEvent] {
+        built.withLock { built in
+            if let built { return built }
+            let events = pending.map(\.event)
+            built = events
+            return events
+        }
+    }
+}
+
+/// The first `count` events of a batch (all of them unless the sink's queue had room for fewer).
+private struct BatchSlice: Sendable {
+    let batch: AnalyticsBatch
+    let count: Int
+
+    /// The events of consecutive slices, in order, as a sink takes them.
+    static func events(of slices: [BatchSlice]) -> [AnalyticsEvent] {
+        if slices.count == 1, slices[0].count == slices[0].batch.count { return slices[0].batch.events }
+        var events: [AnalyticsEvent] = []
+        events.reserveCapacity(slices.reduce(0) { $0 + $1.count })
+        for slice in slices { events.append(contentsOf: slice.batch.events.prefix(slice.count)) }
+        return events
+    }
+}
+
+/// One sink's queue of batch slices and its counters.
 private final class SinkQueue: @unchecked Sendable {
     // @unchecked Sendable: it crosses into the sink's task only to come back to the loop; every field is
     // read and written on the loop thread.
     let sink: any AnalyticsSink
-    var queued: [AnalyticsEvent] = []
-    /// The batch handed to the sink and not yet taken (or given up on).
-    var running: [AnalyticsEvent]?
+    /// Slots before `head` are taken (nil): a slice leaves the queue's storage as it is handed to the sink, so the
+    /// last reference to a batch is dropped by a sink task, off the loop, never by this array.
+    private var queued: [BatchSlice?] = []
+    private var head = 0
+    private(set) var queuedCount = 0
+    /// Events handed to the sink and not yet taken (or given up on); 0 when it is idle.
+    var runningCount = 0
     var attempts = 0
     var waitingToRetry = false
     var warnedFull = false
@@ -232,8 +311,40 @@ private final class SinkQueue: @unchecked Sendable {
 
     init(sink: any AnalyticsSink) { self.sink = sink }
 
+    func enqueue(_ slice: BatchSlice) {
+        queued.append(slice)
+        queuedCount += slice.count
+    }
+
+    /// The oldest slices, as many as fit in `limit` events (at least one).
+    func dequeue(upTo limit: Int) -> [BatchSlice] {
+        var taken: [BatchSlice] = []
+        var events = 0
+        while head < queued.count, let next = queued[head], taken.isEmpty || events + next.count <= limit {
+            taken.append(next)
+            queued[head] = nil
+            events += next.count
+            head += 1
+        }
+        queuedCount -= events
+        if head == queued.count {
+            queued.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 64, head * 2 >= queued.count {
+            queued.removeFirst(head)
+            head = 0
+        }
+        return taken
+    }
+
+    func removeAllQueued() {
+        queued.removeAll()
+        head = 0
+        queuedCount = 0
+    }
+
     var statistics: AnalyticsStatistics.Sink {
-        AnalyticsStatistics.Sink(delivered: delivered, failures: failures, lost: lost, queued: queued.count + (running?.count ?? 0))
+        AnalyticsStatistics.Sink(delivered: delivered, failures: failures, lost: lost, queued: queuedCount + runningCount)
     }
 }
 

@@ -181,7 +181,7 @@ public final class MessageBus: @unchecked Sendable {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
         // eviction per message.
-        if configuration.analyticsWiring == .automatic, analytics.hasSinks { analytics.record(AnalyticsEvent(.notificationReceive, for: message)) }
+        if configuration.analyticsWiring == .automatic, analytics.hasSinks { analytics.record(.notificationReceive, for: message) }
         Task(executorPreference: loop) { [self] in
             await route(message)
             finished(message)
@@ -476,7 +476,7 @@ public final class MessageBus: @unchecked Sendable {
             } else {
                 logger.warning("message names an unregistered category; presenting it without actions",
                                metadata: ["category": "\(categoryID)", "message_id": "\(message.messageID ?? "")"])
-                analytics.record(AnalyticsEvent(.diagnostic, for: message, parameters: ["detail": "unknown_category", "category": categoryID]))
+                analytics.record(.diagnostic, for: message, parameters: ["detail": "unknown_category", "category": categoryID])
             }
         }
         if let messageID = message.messageID { presented[messageID] = message }
@@ -490,7 +490,7 @@ public final class MessageBus: @unchecked Sendable {
             await presenter.present(message, options: options, actions: actions)
         }
         if configuration.analyticsWiring == .automatic, !options.isEmpty {
-            analytics.record(AnalyticsEvent(.notificationForeground, for: message, parameters: ["options": "\(options)"]))
+            analytics.record(.notificationForeground, for: message, parameters: ["options": "\(options)"])
         }
     }
 
@@ -503,9 +503,9 @@ public final class MessageBus: @unchecked Sendable {
         }
         let result = BackgroundFetchResult.combined(results)
         let duration = timeSource.now - start
-        analytics.record(AnalyticsEvent(.backgroundFetch, for: message, parameters: [
+        analytics.record(.backgroundFetch, for: message, parameters: [
             "result": result.rawValue, "duration_ms": "\(duration.nanosecondsClamped / 1_000_000)", "workers": "\(workers.count)",
-        ]))
+        ])
     }
 
     /// Runs one worker off the loop, within the fetch concurrency limit, with the deadline enforced.
@@ -522,7 +522,7 @@ public final class MessageBus: @unchecked Sendable {
                 logger.warning("background fetch ran past its deadline; cancelled and counted as failed",
                                metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
                 loop.execute {
-                    analytics.record(AnalyticsEvent(.diagnostic, for: message, parameters: ["detail": "fetch_deadline", "plugin": worker.descriptor.name]))
+                    analytics.record(.diagnostic, for: message, parameters: ["detail": "fetch_deadline", "plugin": worker.descriptor.name])
                 }
                 continuation.resume(returning: .failed)
             }
@@ -571,7 +571,7 @@ public final class MessageBus: @unchecked Sendable {
         }
         let response = NotificationResponse(message: message, actionIdentifier: action, userText: userText)
         if configuration.analyticsWiring == .automatic {
-            analytics.record(AnalyticsEvent(response.isDismissal ? .notificationDismiss : .notificationOpen, for: message, parameters: ["action": action]))
+            analytics.record(response.isDismissal ? .notificationDismiss : .notificationOpen, for: message, parameters: ["action": action])
         }
         responseSerial += 1
         let stage = beginManualStage(.responding(response, serial: responseSerial), for: message)
@@ -622,7 +622,7 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     private func dropped(_ message: RemoteMessage, reason: AnalyticsEvent.DropReason, detail: String) {
-        analytics.record(AnalyticsEvent(.messageDropped, for: message, parameters: ["reason": reason.rawValue, "detail": detail]))
+        analytics.record(.messageDropped, for: message, parameters: ["reason": reason.rawValue, "detail": detail])
     }
 
     /// Records a message a receiver refused before it reached the bus (it failed validation).
@@ -635,9 +635,9 @@ public final class MessageBus: @unchecked Sendable {
         logger.error("handler threw; other handlers and messages go on", metadata: [
             "plugin": "\(plugin.descriptor.name)", "message_id": "\(message.messageID ?? "")", "error": "\(error)",
         ])
-        analytics.record(AnalyticsEvent(.diagnostic, for: message, parameters: [
+        analytics.record(.diagnostic, for: message, parameters: [
             "detail": "handler_failed", "plugin": plugin.descriptor.name, "error": "\(error)",
-        ]))
+        ])
     }
 }
 

@@ -1,0 +1,86 @@
+// Bus dispatch with and without analytics, for instruction counts that the load of a shared machine does not
+// change (scripts/profile-bus runs it under valgrind --tool=callgrind). Dispatches COUNT pre-decoded data
+// messages to a no-op handler, in rounds of 1,000 as the MessagePath benchmark does, then shuts down (which
+// drains the sinks), so every event's cost — on the loop and in the sinks — is inside the run.
+//
+//   BusProfile COUNT [none|null|jsonl|prometheus|jsonl,prometheus]
+import Dispatch
+import Foundation
+import Herald
+import JSONLExport
+import PrometheusMetrics
+
+final class CountingHandler: MessageHandler, @unchecked Sendable {
+    // @unchecked Sendable: `remaining` is only touched on the loop thread (handlers run there).
+    var remaining = 0
+    let done = DispatchSemaphore(value: 0)
+    func didReceive(_ message: RemoteMessage) async throws {
+        remaining -= 1
+        if remaining == 0 { done.signal() }
+    }
+}
+
+final class NullSink: AnalyticsSink, Sendable {
+    func record(_ events: [AnalyticsEvent]) async throws {}
+}
+
+final class Box: @unchecked Sendable {
+    // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
+    var message: RemoteMessage?
+    var statistics: AnalyticsStatistics?
+}
+
+let arguments = CommandLine.arguments
+let count = arguments.count > 1 ? Int(arguments[1]) ?? 10_000 : 10_000
+let sinks = arguments.count > 2 ? arguments[2] : "none"
+let directory = NSTemporaryDirectory() + "herald-busprofile-\(getpid())"
+try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+defer { try? FileManager.default.removeItem(atPath: directory) }
+
+var configuration = Herald.Configuration(senderID: "1")
+configuration.maxInFlight = 4096
+// Room for every event, so that each one's whole cost (on the loop and in the sinks) is counted.
+configuration.analyticsBufferLimit = 10_000_000
+let herald = Herald(configuration: configuration, store: InMemoryStore())
+let handler = CountingHandler()
+try herald.register(handler)
+if sinks.contains("jsonl") { try herald.register(JSONLExport(options: .init(path: directory + "/delivery.jsonl"))) }
+if sinks.contains("null") { try herald.register(NullSink()) }
+if sinks.contains("prometheus") { try herald.register(PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0)))) }
+
+let box = Box()
+let ready = DispatchSemaphore(value: 0)
+Task.detached {
+    try! await herald.start()
+    let token = try! await herald.token()
+    let body = #"{"message": {"token": "\#(token)", "data": {"customKey": "customValue"}, "fcm_options": {"analytics_label": "match-alerts"}}}"#
+    var message = try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
+    message.userInfo[UserInfoKey.messageID] = nil
+    box.message = message
+    ready.signal()
+}
+ready.wait()
+let message = box.message!
+let bus = try herald.bus
+var left = count
+while left > 0 {
+    let round = min(1_000, left)
+    left -= round
+    herald.loop.execute { [handler] in
+        handler.remaining = round
+        for _ in 0..<round { bus.deliver(message) { _ in } }
+    }
+    handler.done.wait()
+}
+let stopped = DispatchSemaphore(value: 0)
+Task.detached {
+    box.statistics = try? await herald.analyticsStatistics()
+    await herald.shutdown()
+    stopped.signal()
+}
+stopped.wait()
+if let statistics = box.statistics, !statistics.sinks.isEmpty {
+    let perSink = statistics.sinks.sorted { $0.key < $1.key }.map { "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost)" }
+    print("analytics: recorded \(statistics.recorded); " + perSink.joined(separator: "; "))
+}
+print("dispatched \(count) with sinks: \(sinks)")
