@@ -220,9 +220,10 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         let identity = identity.withLock { $0 }
         var lines: [[UInt8]] = []
         lines.reserveCapacity(events.count)
+        var timestamps = TimestampCache()
         for event in events {
             guard let name = Self.exportedEventName(for: event, selection: options.events) else { continue }
-            lines.append(line(for: event, eventName: name, identity: identity))
+            lines.append(line(for: event, eventName: name, identity: identity, timestamps: &timestamps))
         }
         guard !lines.isEmpty else { return }
         try writer.withLock { (state: inout WriterState) throws(JSONLExportError) in
@@ -286,7 +287,7 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
     }
 
     /// One line, written straight into bytes (no intermediate JSON object: this runs once per event).
-    private func line(for event: AnalyticsEvent, eventName: String, identity: Identity) -> [UInt8] {
+    private func line(for event: AnalyticsEvent, eventName: String, identity: Identity, timestamps: inout TimestampCache) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(400)
         func key(_ name: StaticString, first: Bool = false) {
@@ -305,7 +306,7 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         bytes.append(UInt8(ascii: "{"))
         key("event_timestamp", first: true)
         bytes.append(UInt8(ascii: "\""))
-        Self.appendBigQueryTimestamp(milliseconds: event.timestamp, to: &bytes)
+        timestamps.append(milliseconds: event.timestamp, to: &bytes)
         bytes.append(UInt8(ascii: "\""))
         key("project_number")
         integer(identity.projectNumber)
@@ -339,7 +340,35 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
     }
 
     private static func appendNull(_ bytes: inout [UInt8]) {
-        bytes.append(contentsOf: [UInt8(ascii: "n"), UInt8(ascii: "u"), UInt8(ascii: "l"), UInt8(ascii: "l")])
+        appendStatic("null", to: &bytes)
+    }
+
+    private static func appendStatic(_ text: StaticString, to bytes: inout [UInt8]) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    /// The formatted timestamp of the last second seen: the events of a batch mostly share their second, so
+    /// `gmtime_r` and the date's digits run once per second, not once per line.
+    struct TimestampCache {
+        private var second: Int64 = .min
+        private var prefix: [UInt8] = []
+
+        mutating func append(milliseconds: Int64, to bytes: inout [UInt8]) {
+            let second = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+            if second != self.second {
+                self.second = second
+                prefix.removeAll(keepingCapacity: true)
+                // "YYYY-MM-DD hh:mm:ss." of the second; the milliseconds and " UTC" follow.
+                JSONLExport.appendBigQueryTimestamp(milliseconds: second * 1000, to: &prefix)
+                prefix.removeLast(7)
+            }
+            bytes.append(contentsOf: prefix)
+            let millis = Int(milliseconds - second * 1000)
+            bytes.append(UInt8(ascii: "0") + UInt8(millis / 100))
+            bytes.append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
+            bytes.append(UInt8(ascii: "0") + UInt8(millis % 10))
+            JSONLExport.appendStatic(" UTC", to: &bytes)
+        }
     }
 
     /// `milliseconds` since 1970 as BigQuery writes a TIMESTAMP (`bq extract`, the console):
@@ -350,7 +379,7 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    private static func appendBigQueryTimestamp(milliseconds: Int64, to bytes: inout [UInt8]) {
+    fileprivate static func appendBigQueryTimestamp(milliseconds: Int64, to bytes: inout [UInt8]) {
         var seconds = time_t(milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000)
         let millis = Int(milliseconds - Int64(seconds) * 1000)
         var parts = tm()
@@ -382,7 +411,7 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         digits(Int(parts.tm_sec), 2)
         bytes.append(UInt8(ascii: "."))
         digits(millis, 3)
-        bytes.append(contentsOf: Array(" UTC".utf8))
+        appendStatic(" UTC", to: &bytes)
     }
 
     // MARK: Testing

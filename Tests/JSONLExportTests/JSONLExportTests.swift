@@ -161,6 +161,24 @@ struct JSONLExportTests {
         #expect(JSONLExport.bigQueryTimestamp(milliseconds: -1) == "1969-12-31 23:59:59.999 UTC")
     }
 
+    @Test("one batch spanning seconds, days and 1970: each line's event_timestamp is its own (the per-second cache)")
+    func timestampsInABatch() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { removeDirectory(directory) }
+        let path = "\(directory)/metrics.jsonl"
+        let export = JSONLExport(options: .init(path: path))
+        let times: [Int64] = [1_740_830_400_123, 1_740_830_400_999, 1_740_830_401_000, 1_740_830_400_001, 1_740_873_599_999, 1_740_873_600_000, 0, -1, -1_000, 5, 253_402_300_799_999]
+        try await export.record(times.enumerated().map { index, time in
+            var event = receiveEvent("m\(index)")
+            event.timestamp = time
+            return event
+        })
+        await export.stop()
+        let written = exportedRows(path, kept: 0).compactMap { $0.string("event_timestamp") }
+        #expect(written == times.map { JSONLExport.bigQueryTimestamp(milliseconds: $0) })
+        #expect(written[4] == "2025-03-01 23:59:59.999 UTC" && written[5] == "2025-03-02 00:00:00.000 UTC" && written[7] == "1969-12-31 23:59:59.999 UTC")
+    }
+
     @Test("rotation under load through a real instance: 20,000 messages, nothing lost, nothing split, no file over the limit")
     func rotationUnderLoadThroughHerald() async throws {
         let directory = try makeTemporaryDirectory()
