@@ -39,8 +39,11 @@ defer { try? FileManager.default.removeItem(atPath: directory) }
 
 var configuration = Herald.Configuration(senderID: "1")
 configuration.maxInFlight = 4096
-// Room for every event, so that each one's whole cost (on the loop and in the sinks) is counted.
-configuration.analyticsBufferLimit = 10_000_000
+// HERALD_BENCH_BUFFER_LIMIT: room in each sink's queue. scripts/profile-bus gives room for every event, so that
+// each one's whole cost (on the loop and in the sinks) is counted; the default is Herald's.
+if let limit = ProcessInfo.processInfo.environment["HERALD_BENCH_BUFFER_LIMIT"].flatMap({ Int($0) }) {
+    configuration.analyticsBufferLimit = limit
+}
 let herald = Herald(configuration: configuration, store: InMemoryStore())
 let handler = CountingHandler()
 try herald.register(handler)
@@ -62,6 +65,27 @@ Task.detached {
 ready.wait()
 let message = box.message!
 let bus = try herald.bus
+
+/// The loop thread's CPU time, in nanoseconds.
+func loopCPUTime() -> Int64 {
+    let box = TimeBox()
+    let done = DispatchSemaphore(value: 0)
+    herald.loop.execute {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        box.nanoseconds = Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
+        done.signal()
+    }
+    done.wait()
+    return box.nanoseconds
+}
+
+final class TimeBox: @unchecked Sendable {
+    // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
+    var nanoseconds: Int64 = 0
+}
+let cpuBefore = loopCPUTime()
+let wallBefore = DispatchTime.now().uptimeNanoseconds
 var left = count
 while left > 0 {
     let round = min(1_000, left)
@@ -72,6 +96,8 @@ while left > 0 {
     }
     handler.done.wait()
 }
+let wallAfter = DispatchTime.now().uptimeNanoseconds
+let cpuAfter = loopCPUTime()
 let stopped = DispatchSemaphore(value: 0)
 Task.detached {
     box.statistics = try? await herald.analyticsStatistics()
@@ -83,4 +109,4 @@ if let statistics = box.statistics, !statistics.sinks.isEmpty {
     let perSink = statistics.sinks.sorted { $0.key < $1.key }.map { "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost)" }
     print("analytics: recorded \(statistics.recorded); " + perSink.joined(separator: "; "))
 }
-print("dispatched \(count) with sinks: \(sinks)")
+print("dispatched \(count) with sinks: \(sinks): wall \((wallAfter - wallBefore) / UInt64(count)) ns/message, loop CPU \((cpuAfter - cpuBefore) / Int64(count)) ns/message")

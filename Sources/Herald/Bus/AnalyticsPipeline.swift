@@ -2,9 +2,9 @@ import Logging
 
 /// Collects analytics events on the loop and hands them to the sinks in batches, off the hot path.
 ///
-/// Recording an event about a message costs the loop little: it keeps the event's name, time and the message
-/// (a few retains) and builds the ``AnalyticsEvent`` — label, topic, type, TTL lookups — later, off the loop,
-/// once per batch for all sinks. Events are flushed every `analyticsFlushInterval` or when a batch is full into
+/// Recording an event costs the loop little and shares nothing with the sinks' threads: its values are written
+/// into one byte buffer per batch (``AnalyticsRecordBuffer``), decoded into ``AnalyticsEvent`` values off the
+/// loop, once per batch for all sinks. Events are flushed every `analyticsFlushInterval` or when a batch is full into
 /// one shared, immutable batch that every sink's queue refers to (no copy per sink). Each sink takes its queue
 /// one batch at a time, in order, in a task of its own off the loop, so a slow, blocking or failing sink never
 /// slows the bus or the other sinks. A batch a sink throws on is retried with exponential backoff
@@ -17,7 +17,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
     private let loop: EventLoop
     private let configuration: Herald.Configuration
     private let logger: Logger
-    private var buffer: [PendingEvent] = []
+    private var buffer = AnalyticsRecordBuffer()
     private var flushScheduled = false
     private var receipts = BoundedSet<String>(capacity: 1)
     private var recorded = 0
@@ -43,15 +43,17 @@ final class AnalyticsPipeline: @unchecked Sendable {
         guard !queues.isEmpty else { return }
         var event = event
         event.id = nextID()
-        append(.built(event))
+        buffer.append(event)
+        buffered()
     }
 
-    /// Buffers an event about `message`, built off the loop when its batch is handed to the sinks (with what
-    /// ``AnalyticsEvent/init(_:for:parameters:)`` gives it; the time is now). Loop thread only.
+    /// Buffers an event about `message`, as ``AnalyticsEvent/init(_:for:parameters:)`` would build it (the time is
+    /// now). Loop thread only.
     func record(_ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String] = [:]) {
         loop.assertInEventLoop()
         guard !queues.isEmpty else { return }
-        append(.about(name, message, id: nextID(), timestamp: WallClock.nowMilliseconds(), parameters: parameters))
+        buffer.append(name, for: message, id: nextID(), timestamp: WallClock.nowMilliseconds(), parameters: parameters)
+        buffered()
     }
 
     private func nextID() -> UInt64 {
@@ -59,8 +61,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
         return idBase &+ UInt64(recorded)
     }
 
-    private func append(_ event: PendingEvent) {
-        buffer.append(event)
+    private func buffered() {
         if buffer.count >= configuration.analyticsBatchSize {
             flush()
         } else if !flushScheduled {
@@ -97,7 +98,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
         loop.assertInEventLoop()
         guard !buffer.isEmpty else { return }
         let batch = AnalyticsBatch(buffer)
-        buffer.removeAll(keepingCapacity: true)
+        buffer = AnalyticsRecordBuffer(reservingEvents: configuration.analyticsBatchSize)
         for queue in queues {
             let room = max(0, configuration.analyticsBufferLimit - queue.queuedCount)
             if room < batch.count {
@@ -235,38 +236,20 @@ final class AnalyticsPipeline: @unchecked Sendable {
     }
 }
 
-/// An event as the loop records it: built already, or the makings of one about a message (built off the loop).
-private enum PendingEvent: Sendable {
-    case built(AnalyticsEvent)
-    case about(AnalyticsEvent.Name, RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String])
-
-    var event: AnalyticsEvent {
-        switch self {
-        case .built(let event):
-            return event
-        case .about(let name, let message, let id, let timestamp, let parameters):
-            var event = AnalyticsEvent(name, for: message, parameters: parameters)
-            event.id = id
-            event.timestamp = timestamp
-            return event
-        }
-    }
-}
-
 /// One flush's events, shared by every sink's queue. The loop creates it; the first sink task that needs the
-/// events builds them (off the loop), once, and every other sink reuses them.
+/// events decodes them (off the loop), once, and every other sink reuses them.
 private final class AnalyticsBatch: Sendable {
-    private let pending: [PendingEvent]
+    private let records: AnalyticsRecordBuffer
     private let built = Locked<[AnalyticsEvent]?>(nil)
 
-    init(_ pending: [PendingEvent]) { self.pending = pending }
+    init(_ records: AnalyticsRecordBuffer) { self.records = records }
 
-    var count: Int { pending.count }
+    var count: Int { records.count }
 
     var events: [AnalyticsEvent] {
         built.withLock { built in
             if let built { return built }
-            let events = pending.map(\.event)
+            let events = records.events()
             built = events
             return events
         }
