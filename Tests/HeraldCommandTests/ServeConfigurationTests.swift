@@ -116,6 +116,11 @@ struct ServeConfigurationTests {
         #expect(settings.logLevel == .debug)
         #expect(settings.deliveryMetrics == "/var/log/herald/delivery.jsonl")
         #expect(settings.socket == "unix:/run/herald.sock")
+        // A socket setting is a Unix path (with or without a '/', or unix:PATH) or TCP's HOST:PORT.
+        #expect(ServeSettings.socketAddress("127.0.0.1:9000") == .tcp(host: "127.0.0.1", port: 9000))
+        #expect(ServeSettings.socketAddress("herald.sock") == .unix(path: "herald.sock"))
+        #expect(ServeSettings.socketAddress("/run/herald.sock") == .unix(path: "/run/herald.sock"))
+        #expect(ServeSettings.socketAddress("a:b") == nil)
     }
 
     /// A config file and what its error must say (`FILE` is the file's path).
