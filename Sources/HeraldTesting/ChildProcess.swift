@@ -5,7 +5,7 @@ public import Foundation
 public let buildProductsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
 
 /// Runs the built executable `name` with `arguments` to completion and returns its exit status, standard output
-/// and standard error. `HERALD_AUTH_TOKEN` is removed from the inherited environment (tests set it on purpose);
+/// and standard error. Every `HERALD_` variable is removed from the inherited environment (tests set them on purpose);
 /// `environment` adds or replaces variables; `input` is written to standard input, which is then closed. Both
 /// output pipes are drained at once, so a chatty child never blocks.
 public func runBuiltExecutable(
@@ -15,7 +15,8 @@ public func runBuiltExecutable(
     process.executableURL = buildProductsDirectory.appendingPathComponent(name)
     process.arguments = arguments
     var merged = ProcessInfo.processInfo.environment
-    merged["HERALD_AUTH_TOKEN"] = nil
+    // The child sees only the HERALD_ variables the test gives it (herald serve reads every HERALD_ setting).
+    for name in merged.keys where name.hasPrefix("HERALD_") { merged[name] = nil }
     for (key, value) in environment { merged[key] = value }
     process.environment = merged
     let output = Pipe()

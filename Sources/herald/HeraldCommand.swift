@@ -1,4 +1,5 @@
 import ArgumentParser
+import Glibc
 import Herald
 import HeraldSQLite
 
@@ -13,6 +14,10 @@ struct HeraldCommand: AsyncParsableCommand {
 }
 
 /// `herald token`: prints the instance's registration token, minting one if there is none.
+///
+/// A store that has a token (always the case once a daemon has started on it) is only read, through
+/// ``SQLiteStore/snapshot(directory:)``: a daemon may be running on it, and `SQLiteStore.load` would prune its
+/// de-duplication window under it. Only a store without a token, or without a store at all, is written.
 struct Token: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the registration token of the instance whose data directory is given (minting one if there is none)."
@@ -26,14 +31,26 @@ struct Token: AsyncParsableCommand {
 
     func run() async throws {
         do {
+            if let identity = try Self.storedIdentity(directory: dataDirectory), identity.token != nil {
+                print(installationID ? identity.installationID : identity.token ?? "")
+                return
+            }
+            // No token yet: create the store if need be, mint, save. Nothing else in the store is touched.
             let store = try SQLiteStore(directory: dataDirectory)
-            let state = try store.load(window: DeduplicationWindow(), now: WallClock.nowMilliseconds())
-            let resolved = RegistrationIdentity.resolve(state.identity, autoInit: true)
+            let resolved = RegistrationIdentity.resolve(try SQLiteStore.snapshot(directory: dataDirectory).identity, autoInit: true)
             if resolved.changed { try store.save(identity: resolved.identity) }
             print(installationID ? resolved.identity.installationID : resolved.identity.token ?? "")
         } catch {
-            throw CommandFailure(message: "\(error)")
+            throw CommandFailure(message: "herald: \(error)")
         }
+    }
+
+    /// The identity saved in the store in `directory`, read without changing anything; `nil` when there is no store
+    /// file yet or it holds no identity.
+    static func storedIdentity(directory: String) throws -> StoredIdentity? {
+        var info = stat()
+        guard stat(SQLiteStore.path(inDirectory: directory), &info) == 0 else { return nil }
+        return try SQLiteStore.snapshot(directory: directory).identity
     }
 }
 

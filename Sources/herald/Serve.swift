@@ -15,83 +15,122 @@ import SocketReceiver
 /// `herald serve`: a daemon with the HTTP and socket receivers, the SQLite store and its durable inbox,
 /// and (with `--echo`) one JSON line per handled event on standard output. SIGTERM or SIGINT stops it:
 /// no new messages, in-flight ones finished within the grace period, exit 0.
+///
+/// Every setting comes from, in rising precedence, its default, the YAML config file (`--config`), a `HERALD_*`
+/// environment variable and its flag (see ``ServeOption`` and ``ServeConfiguration``). So the flags here have no
+/// defaults of their own: a flag not given leaves the setting to the environment, the file or the default.
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a Herald daemon: FCM v1 over HTTP, JSON lines over a Unix socket, the SQLite store in the data directory."
+        abstract: "Run a Herald daemon: FCM v1 over HTTP, JSON lines over a Unix socket, the SQLite store in the data directory.",
+        discussion: """
+        Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
+        HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
+        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
+        value stops the start with exit status 64, naming the file and line, the variable or the flag. \
+        --print-config shows the effective settings and where each came from.
+        """
     )
 
-    @Option(help: ArgumentHelp("The HTTP receiver's address, HOST:PORT; 'none' turns it off.", valueName: "host:port"))
-    var http: String = "127.0.0.1:8080"
+    @Option(help: ArgumentHelp("A YAML config file (default: HERALD_CONFIG, else none).", valueName: "file"))
+    var config: String?
 
-    @Option(help: ArgumentHelp("The socket receiver's Unix socket path (default: herald.sock in the data directory) or HOST:PORT; 'none' turns it off.", valueName: "path"))
+    @Flag(name: .customLong("print-config"), help: "Print the effective configuration (a valid config file, each value's source in a comment) and exit.")
+    var printConfig = false
+
+    @Option(help: ArgumentHelp(ServeOption.http.help, valueName: "host:port"))
+    var http: String?
+
+    @Option(help: ArgumentHelp(ServeOption.socket.help, valueName: "path"))
     var socket: String?
 
-    @Option(name: .customLong("project-id"), help: "The project ID senders address (projects/{project}/messages:send).")
-    var projectID: String = "herald"
+    @Option(name: .customLong("project-id"), help: ArgumentHelp(ServeOption.projectID.help))
+    var projectID: String?
 
-    @Option(name: .customLong("sender-id"), help: "The sender ID (project number) tokens are minted for.")
-    var senderID: String = "herald"
+    @Option(name: .customLong("sender-id"), help: ArgumentHelp(ServeOption.senderID.help))
+    var senderID: String?
 
-    @Option(name: .customLong("data-dir"), help: "The data directory: the SQLite store (identity, topics, inbox) and the default socket.")
-    var dataDirectory: String = "herald-data"
+    @Option(name: .customLong("data-dir"), help: ArgumentHelp(ServeOption.dataDirectory.help, valueName: "dir"))
+    var dataDirectory: String?
 
-    @Flag(help: "Write one JSON object per line on standard output for every handled event.")
-    var echo = false
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.echo.help))
+    var echo: Bool?
 
-    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp("A file holding the bearer secret senders must present (else HERALD_AUTH_TOKEN; with neither, HTTP listens on loopback only).", valueName: "file"))
+    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
     var authTokenFile: String?
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (logs go to standard error).")
-    var logLevel: String = "info"
+    @Option(name: .customLong("log-level"), help: ArgumentHelp(ServeOption.logLevel.help, valueName: "level"))
+    var logLevel: String?
 
-    @Option(name: .customLong("shutdown-grace"), help: "Seconds to finish in-flight messages after SIGTERM / SIGINT.")
-    var shutdownGrace: Int = 10
+    @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp(ServeOption.shutdownGrace.help, valueName: "seconds"))
+    var shutdownGrace: Int?
 
-    @Flag(name: .customLong("no-analytics-store"), help: "Do not keep analytics events in DATA-DIR/analytics.sqlite (herald report reads them).")
-    var noAnalyticsStore = false
+    @Flag(name: .customLong("analytics-store"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.analyticsStore.help))
+    var analyticsStore: Bool?
 
-    @Option(name: .customLong("analytics-retention-days"), help: "Days of analytics events kept in the analytics store; 0 keeps everything.")
-    var analyticsRetentionDays: Int = 90
+    @Option(name: .customLong("analytics-retention-days"), help: ArgumentHelp(ServeOption.analyticsRetentionDays.help, valueName: "days"))
+    var analyticsRetentionDays: Int?
 
-    @Option(name: .customLong("plugin"), help: ArgumentHelp("Load a handler plugin from a shared object (the C ABI of herald_plugin.h); repeatable. All load or none do.", valueName: "path"))
+    @Option(name: .customLong("plugin"), help: ArgumentHelp(ServeOption.plugins.help, valueName: "path"))
     var plugins: [String] = []
 
-    @Option(help: ArgumentHelp("Serve Prometheus metrics (GET /metrics) on HOST:PORT; 'none' (the default) turns it off.", valueName: "host:port"))
-    var metrics: String = "none"
+    @Option(help: ArgumentHelp(ServeOption.metrics.help, valueName: "host:port"))
+    var metrics: String?
 
-    @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp("Write FCM's delivery-metrics export as JSON lines to FILE (rotated by size); 'none' (the default) turns it off.", valueName: "file"))
-    var deliveryMetrics: String = "none"
+    @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
+    var deliveryMetrics: String?
 
-    func validate() throws {
-        guard Logger.Level(rawValue: logLevel) != nil else {
-            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
+    /// The settings given as flags, with each flag's name as written.
+    var flagValues: [(key: String, value: SettingValue, flag: String)] {
+        var given: [(key: String, value: SettingValue, flag: String)] = []
+        func add(_ option: ServeOption, _ value: SettingValue?, flag: String? = nil) {
+            if let value { given.append((option.key, value, flag ?? option.flag)) }
         }
-        if http != "none", SocketAddress(parsing: http)?.port == nil {
-            throw ValidationError("--http must be HOST:PORT (a numeric address or localhost) or 'none', not '\(http)'")
-        }
-        if let socket, socket != "none", SocketAddress(parsing: socket) == nil {
-            throw ValidationError("--socket must be a path, unix:PATH, HOST:PORT or 'none', not '\(socket)'")
-        }
-        guard shutdownGrace >= 0 else { throw ValidationError("--shutdown-grace must be 0 or more seconds") }
-        guard analyticsRetentionDays >= 0 else { throw ValidationError("--analytics-retention-days must be 0 or more days") }
-        if metrics != "none", SocketAddress(parsing: metrics)?.port == nil {
-            throw ValidationError("--metrics must be HOST:PORT (a numeric address or localhost) or 'none', not '\(metrics)'")
-        }
+        add(.http, http.map { .string($0) })
+        add(.socket, socket.map { .string($0) })
+        add(.projectID, projectID.map { .string($0) })
+        add(.senderID, senderID.map { .string($0) })
+        add(.dataDirectory, dataDirectory.map { .string($0) })
+        add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
+        add(.authTokenFile, authTokenFile.map { .string($0) })
+        add(.logLevel, logLevel.map { .string($0) })
+        add(.shutdownGrace, shutdownGrace.map { .integer($0) })
+        add(.analyticsStore, analyticsStore.map { .boolean($0) }, flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
+        add(.analyticsRetentionDays, analyticsRetentionDays.map { .integer($0) })
+        add(.plugins, plugins.isEmpty ? nil : .list(plugins))
+        add(.metrics, metrics.map { .string($0) })
+        add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
+        return given
     }
 
     func run() async throws {
-        let level = Logger.Level(rawValue: logLevel) ?? .info
+        let environment = processEnvironment()
+        let settings: ServeSettings
+        let warnings: [String]
+        do {
+            (settings, warnings) = try ServeConfiguration.resolve(
+                file: config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }, environment: environment, flags: flagValues)
+        } catch let error as ConfigurationError {
+            writeLine(error.message, to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
+        if printConfig {
+            for warning in warnings { writeLine("herald: warning: \(warning)", to: STDERR_FILENO) }
+            writeLine(settings.rendered(environment: environment))
+            return
+        }
+        let level = settings.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler
         }
         let logger = Logger(label: "herald")
-        let daemon = Daemon(command: self, secret: try BearerSecret.load(file: authTokenFile), logger: logger)
+        for warning in warnings { logger.warning("\(warning)") }
+        let daemon = Daemon(settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
-        // --shutdown-grace for messages in flight. Past that and a margin, the group cancels.
+        // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        configuration.maximumGracefulShutdownDuration = .seconds(shutdownGrace + 10)
+        configuration.maximumGracefulShutdownDuration = .seconds(settings.shutdownGrace + 10)
         do {
             try await ServiceGroup(configuration: configuration).run()
         } catch let failure as CommandFailure {
@@ -102,34 +141,45 @@ struct Serve: AsyncParsableCommand {
     }
 }
 
+/// The process's environment variables.
+func processEnvironment() -> [String: String] {
+    var environment: [String: String] = [:]
+    var entry = environ
+    while let pointer = entry.pointee {
+        let text = String(cString: pointer)
+        if let equals = text.firstIndex(of: "=") {
+            environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
+        }
+        entry += 1
+    }
+    return environment
+}
+
 /// `herald serve`'s one service: opens the stores, registers the plugins, runs Herald until the group's
 /// graceful shutdown, and tells systemd where it stands (READY, STOPPING, WATCHDOG) when run under it.
-final class Daemon: Service, @unchecked Sendable {
-    // @unchecked Sendable: every stored property is immutable; `Serve` is a value of plain settings.
-    private let command: Serve
+final class Daemon: Service, Sendable {
+    private let settings: ServeSettings
     private let secret: String?
     private let logger: Logger
 
-    init(command: Serve, secret: String?, logger: Logger) {
-        self.command = command
+    init(settings: ServeSettings, secret: String?, logger: Logger) {
+        self.settings = settings
         self.secret = secret
         self.logger = logger
     }
 
     func run() async throws {
-        let command = self.command
-        var configuration = Herald.Configuration(senderID: command.senderID)
-        configuration.projectID = command.projectID
-        configuration.shutdownGracePeriod = .seconds(command.shutdownGrace)
+        let settings = self.settings
+        var configuration = Herald.Configuration(senderID: settings.senderID)
+        configuration.projectID = settings.projectID
+        configuration.shutdownGracePeriod = .seconds(settings.shutdownGrace)
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
         // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
-        let socketSetting = command.socket ?? "\(command.dataDirectory)/herald.sock"
         let lock: DataDirectoryLock
         do {
-            try makeDirectories(command.dataDirectory)
-            lock = try DataDirectoryLock.acquire(directory: command.dataDirectory, owner: .init(
-                http: command.http == "none" ? nil : command.http, projectID: command.projectID,
-                socket: socketSetting == "none" ? nil : socketSetting))
+            try makeDirectories(settings.dataDirectory)
+            lock = try DataDirectoryLock.acquire(directory: settings.dataDirectory, owner: .init(
+                http: settings.http, projectID: settings.projectID, socket: settings.socket))
         } catch {
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
@@ -137,12 +187,12 @@ final class Daemon: Service, @unchecked Sendable {
         let store: SQLiteStore
         let analyticsStore: SQLiteAnalyticsStore?
         do {
-            store = try SQLiteStore(directory: command.dataDirectory)
-            analyticsStore = command.noAnalyticsStore
-                ? nil
-                : try SQLiteAnalyticsStore(
-                    directory: command.dataDirectory,
-                    options: .init(retentionDays: command.analyticsRetentionDays > 0 ? command.analyticsRetentionDays : nil))
+            store = try SQLiteStore(directory: settings.dataDirectory)
+            analyticsStore = settings.analyticsStore
+                ? try SQLiteAnalyticsStore(
+                    directory: settings.dataDirectory,
+                    options: .init(retentionDays: settings.analyticsRetentionDays > 0 ? settings.analyticsRetentionDays : nil))
+                : nil
         } catch {
             throw CommandFailure(message: "herald: \(error)")
         }
@@ -157,14 +207,14 @@ final class Daemon: Service, @unchecked Sendable {
             await loop.shutdownGracefully()
             throw CommandFailure(message: "herald: \(error)")
         }
-        if !command.echo {
+        if !settings.echo {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
         let watchdog = Systemd.startWatchdog(on: loop)
         Systemd.notify("READY=1\nSTATUS=receiving")
         let logger = self.logger
-        let grace = command.shutdownGrace
+        let grace = settings.shutdownGrace
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await herald.waitUntilStopped()
@@ -182,27 +232,25 @@ final class Daemon: Service, @unchecked Sendable {
     }
 
     private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
-        let command = self.command
-        if command.http != "none", let address = SocketAddress(parsing: command.http) {
+        let settings = self.settings
+        if let http = settings.http, let address = SocketAddress(parsing: http) {
             try herald.register(HTTPReceiver(options: .init(address: address, secret: secret)))
         }
-        let socketSetting = command.socket ?? "\(command.dataDirectory)/herald.sock"
-        if socketSetting != "none",
-           let address = SocketAddress(parsing: socketSetting.contains("/") || socketSetting.hasPrefix("unix:") ? socketSetting : "./\(socketSetting)") {
+        if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
             try herald.register(SocketReceiver(options: .init(addresses: [address])))
         }
         if let analyticsStore { try herald.register(analyticsStore) }
-        if command.metrics != "none", let address = SocketAddress(parsing: command.metrics) {
+        if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics) {
             try herald.register(PrometheusExporter(options: .init(address: address)))
         }
-        if command.deliveryMetrics != "none" {
-            try herald.register(JSONLExport(options: .init(path: command.deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() }))
+        if let deliveryMetrics = settings.deliveryMetrics {
+            try herald.register(JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() }))
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
-        for plugin in try DynamicPlugin.loadAll(paths: command.plugins) {
+        for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
             try herald.register(plugin)
         }
-        if command.echo {
+        if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
     }

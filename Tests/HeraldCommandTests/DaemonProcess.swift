@@ -5,6 +5,9 @@ import HeraldTesting
 /// The `herald` executable built beside the test bundle.
 let heraldExecutable = buildProductsDirectory.appendingPathComponent("herald")
 
+/// The example plugin's shared object, built beside the test bundle (`swift build` builds every product).
+let examplePlugin = buildProductsDirectory.appendingPathComponent("libHeraldExamplePlugin.so").path
+
 /// `herald serve` as a child process: standard output read line by line (with a 10 s limit per line),
 /// standard error kept in a file of the data directory for failure messages.
 final class DaemonProcess {
@@ -16,14 +19,23 @@ final class DaemonProcess {
     private var pending: [UInt8] = []
 
     /// Starts `herald serve --echo` on a free loopback port with its data directory at `directory`.
-    init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
+    convenience init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
+        let port = try freeLoopbackPort()
+        try self.init(
+            directory: directory, httpPort: port,
+            arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", directory, "--project-id", "demo"] + (echo ? ["--echo"] : []) + arguments,
+            environment: environment)
+    }
+
+    /// Starts `herald` with exactly `arguments` (for a daemon whose settings come from elsewhere, such as a config
+    /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log.
+    init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:]) throws {
         self.directory = directory
-        httpPort = try freeLoopbackPort()
+        self.httpPort = httpPort
         process.executableURL = heraldExecutable
-        process.arguments = ["serve", "--http", "127.0.0.1:\(httpPort)", "--data-dir", directory, "--project-id", "demo"]
-            + (echo ? ["--echo"] : []) + arguments
+        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
-        env["HERALD_AUTH_TOKEN"] = nil
+        for name in env.keys where name.hasPrefix("HERALD_") { env[name] = nil }
         for (key, value) in environment { env[key] = value }
         process.environment = env
         process.standardOutput = output

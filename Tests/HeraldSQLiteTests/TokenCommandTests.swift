@@ -1,4 +1,6 @@
 import Foundation
+import Herald
+import HeraldSQLite
 import HeraldTesting
 import Testing
 
@@ -21,6 +23,31 @@ struct TokenCommandTests {
             #expect(token.hasPrefix(fid + ":"))
             try await withDurableHerald(directory: directory, plugins: []) { herald async throws in
                 #expect(try await herald.token() == token)
+            }
+        }
+    }
+
+    @Test("reading the token of a running instance writes nothing to its store (its de-duplication window is not pruned)")
+    func readsWithoutWriting() async throws {
+        try await withDataDirectory { directory in
+            try await withDurableHerald(directory: directory, plugins: []) { herald async throws in
+                let token = try await herald.token()
+                // Window entries two days old, which `SQLiteStore.load` would prune, written beside the running Herald.
+                let twoDaysAgo = WallClock.nowMilliseconds() - 48 * 3600 * 1000
+                let record = InboxRecord(
+                    messageID: "old-1", userInfo: Array("{}".utf8), targetKind: "token", targetValue: token, collapseKey: nil,
+                    priority: 10, expiration: nil, receivedAt: twoDaysAgo)
+                try SQLiteStore(directory: directory).commit(
+                    StoreBatch(accepted: [record], finished: ["old-1"]), window: DeduplicationWindow(), now: twoDaysAgo)
+                let files = [SQLiteStore.path(inDirectory: directory), SQLiteStore.path(inDirectory: directory) + "-wal"]
+                let before = files.map { FileManager.default.contents(atPath: $0) }
+
+                let printed = try runHerald(["token", "--data-dir", directory])
+                #expect(printed.status == 0, "\(printed.error)")
+                #expect(printed.output.trimmingCharacters(in: .whitespacesAndNewlines) == token)
+                let fid = try runHerald(["token", "--data-dir", directory, "--installation-id"])
+                #expect(token.hasPrefix(fid.output.trimmingCharacters(in: .whitespacesAndNewlines) + ":"))
+                #expect(files.map { FileManager.default.contents(atPath: $0) } == before, "herald token wrote to the store")
             }
         }
     }
