@@ -49,10 +49,14 @@ final class AnalyticsPipeline: @unchecked Sendable {
 
     /// Buffers an event about `message`, as ``AnalyticsEvent/init(_:for:parameters:)`` would build it (the time is
     /// now). Loop thread only.
-    func record(_ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String] = [:]) {
+    /// `messageID` and `kind`, when the caller has them, spare looking them up again.
+    func record(
+        _ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String] = [:], messageID: String? = nil, kind: MessageKind? = nil
+    ) {
         loop.assertInEventLoop()
         guard !queues.isEmpty else { return }
-        buffer.append(name, for: message, id: nextID(), timestamp: WallClock.nowMilliseconds(), parameters: parameters)
+        buffer.append(name, for: message, id: nextID(), timestamp: WallClock.nowMilliseconds(), parameters: parameters,
+                      messageID: messageID ?? message.messageID, kind: kind ?? message.kind)
         buffered()
     }
 

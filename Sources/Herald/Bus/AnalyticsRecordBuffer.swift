@@ -17,12 +17,16 @@ struct AnalyticsRecordBuffer: Sendable {
 
     // MARK: Writing (the loop)
 
-    /// Appends an event about `message` with what ``AnalyticsEvent/init(_:for:parameters:)`` gives it.
-    mutating func append(_ name: AnalyticsEvent.Name, for message: RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String]) {
+    /// Appends an event about `message` with what ``AnalyticsEvent/init(_:for:parameters:)`` gives it; `messageID`
+    /// and `kind` are the message's.
+    mutating func append(
+        _ name: AnalyticsEvent.Name, for message: RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String],
+        messageID: String?, kind: MessageKind
+    ) {
         let ttl = message.expiration.map { max(0, $0 - message.receivedAt / 1000) }
-        let strings = (message.messageID, message.analyticsLabel, message.topic, message.collapseKey)
+        let strings = (messageID, message.analyticsLabel, message.topic, message.collapseKey)
         write(name, id: id, timestamp: timestamp, receivedAt: message.receivedAt, ttl: ttl, priority: message.priority,
-              messageType: message.kind.contains(.display) ? 1 : 2, strings: strings, customType: nil, parameters: parameters)
+              messageType: kind.contains(.display) ? 1 : 2, strings: strings, customType: nil, parameters: parameters)
     }
 
     /// Appends a built event.

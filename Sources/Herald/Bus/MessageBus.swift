@@ -154,7 +154,7 @@ public final class MessageBus: @unchecked Sendable {
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
         guard durable else {
             completion(.success(messageID))
-            admitted(message)
+            admitted(message, id: messageID)
             return
         }
         if let collapseKey = message.collapseKey,
@@ -177,13 +177,16 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
-    private func admitted(_ message: RemoteMessage) {
+    private func admitted(_ message: RemoteMessage, id: String) {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
         // eviction per message.
-        if configuration.analyticsWiring == .automatic, analytics.hasSinks { analytics.record(.notificationReceive, for: message) }
+        let kind = message.kind
+        if configuration.analyticsWiring == .automatic, analytics.hasSinks {
+            analytics.record(.notificationReceive, for: message, messageID: id, kind: kind)
+        }
         Task(executorPreference: loop) { [self] in
-            await route(message)
+            await route(message, kind: kind)
             finished(message)
         }
     }
@@ -233,7 +236,7 @@ public final class MessageBus: @unchecked Sendable {
                         // Committed after shutdown began: the inbox replays it at the next start.
                         inFlight -= 1
                     } else {
-                        admitted(ack.message)
+                        admitted(ack.message, id: ack.id)
                     }
                 }
                 if inFlight == 0 { notifyIdle() }
@@ -322,7 +325,7 @@ public final class MessageBus: @unchecked Sendable {
             } else {
                 inFlight += 1
                 replayedIDs.insert(id)
-                admitted(message)
+                admitted(message, id: id)
             }
         }
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
@@ -447,8 +450,7 @@ public final class MessageBus: @unchecked Sendable {
 
     // MARK: Routing
 
-    private func route(_ message: RemoteMessage) async {
-        let kind = message.kind
+    private func route(_ message: RemoteMessage, kind: MessageKind) async {
         if kind.contains(.display) { await present(message) }
         if kind.contains(.silent) { await backgroundFetch(message) }
         if kind.isDataOnly {

@@ -21,7 +21,7 @@ struct AnalyticsRecordBufferTests {
                 let parameters = index == 0 ? ["reason": "duplicate", "detail": "seen \(name)", "": "empty key"] : [:]
                 let id = UInt64(index * 100) + UInt64(expected.count)
                 let timestamp = Int64(-1 + index * 1_000)
-                buffer.append(name, for: message, id: id, timestamp: timestamp, parameters: parameters)
+                buffer.append(name, for: message, id: id, timestamp: timestamp, parameters: parameters, messageID: message.messageID, kind: message.kind)
                 var event = AnalyticsEvent(name, for: message, parameters: parameters)
                 event.id = id
                 event.timestamp = timestamp
