@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "JSONLExport", targets: ["JSONLExport"]),
         .library(name: "TokenWebhook", targets: ["TokenWebhook"]),
         .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
+        .library(name: "NATSReceiver", targets: ["NATSReceiver"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         // Dynamic plugins: the loader a host links, and the kit a plugin (a shared object) is written with.
@@ -125,6 +126,19 @@ let package = Package(
             path: "Plugins/ExecFetchWorker",
             swiftSettings: swiftSettings
         ),
+        // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for NATSReceiver.
+        .target(
+            name: "CNATS",
+            dependencies: ["CLibUV"],
+            path: "Sources/CNATS",
+            linkerSettings: [.linkedLibrary("nats")]
+        ),
+        .target(
+            name: "NATSReceiver",
+            dependencies: ["Herald", "CNATS", "CLibUV", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/NATSReceiver",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "herald",
             dependencies: [
@@ -224,6 +238,11 @@ let package = Package(
         .testTarget(
             name: "ExecFetchWorkerTests",
             dependencies: ["Herald", "HeraldTesting", "ExecFetchWorker", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "NATSReceiverTests",
+            dependencies: ["Herald", "HeraldTesting", "NATSReceiver", "CNATS"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

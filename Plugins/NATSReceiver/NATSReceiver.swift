@@ -1,0 +1,728 @@
+import CLibUV
+import CNATS
+public import Herald
+import Logging
+
+/// Receives FCM v1 send bodies from NATS (DESIGN §6), so a fleet of Herald daemons shares one clustered,
+/// durable message system instead of a network of its own.
+///
+/// The connection runs on Herald's loop through cnats's libuv adapter: the loop reads and writes the socket;
+/// cnats hands each message to a delivery thread of its own, from which the receiver hops to the loop before it
+/// touches the bus. Three ways in, each with its guarantee:
+///
+/// - **Token messages** (`herald.<project>.token.<token>`) are stored by JetStream in the stream
+///   ``Options/stream`` (work-queue retention) and pushed to this instance's durable consumer
+///   ``Options/consumer``. A message is acknowledged only once the bus has accepted it — with the durable inbox,
+///   once it is committed — so a crash, a lost connection or a missed ack (``Options/ackWait``) makes JetStream
+///   deliver it again; with the inbox's de-duplication (the message ID is the stream sequence) it is handled once.
+/// - **Topic fan-out** (`herald.<project>.topic.<topic>`, ``TopicDelivery/fanOut``): a core NATS subscription
+///   per subscribed topic; every subscribed instance connected at the time gets each message once. At most once:
+///   a message published while an instance is disconnected does not reach it.
+/// - **Shared work** (``TopicDelivery/shared(group:)``): the same topic subjects in a NATS queue group: each
+///   message goes to exactly one connected instance of the group. Also at most once.
+///
+/// A body that is not a valid send request is dropped with a log line and a `message_dropped` event (reason
+/// `invalid`): on JetStream it is terminated (never redelivered); a core NATS request gets the FCM error on its
+/// reply subject. When the bus is full, JetStream messages are refused with a delayed redelivery
+/// (``Options/redeliveryDelay``) instead of being acknowledged.
+public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
+    // @unchecked Sendable: `options` is immutable; `shared` is a lock; everything else is touched on the loop
+    // thread only (start, stop and the token change hop to it; cnats's threads hop to it before touching state).
+
+    /// How topic messages reach the instance.
+    public enum TopicDelivery: Sendable, Hashable {
+        /// Every subscribed instance receives each topic message (core NATS subscriptions).
+        case fanOut
+        /// The instances of the queue group `group` share the topic messages: each goes to one of them.
+        case shared(group: String)
+    }
+
+    /// TLS files: the CA to trust, and a client certificate with its key for servers that ask for one.
+    public struct TLSFiles: Sendable, Hashable {
+        public var caFile: String?
+        public var certificateFile: String?
+        public var keyFile: String?
+        public init(caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil) {
+            self.caFile = caFile
+            self.certificateFile = certificateFile
+            self.keyFile = keyFile
+        }
+    }
+
+    /// The connection, the names and the limits. Each field maps to one configuration key of `herald serve`.
+    public struct Options: Sendable {
+        /// Server URLs (`nats://host:port`, `tls://host:port`), tried in turn; more are learnt from a cluster.
+        public var servers: [String]
+        /// The connection's name, as the server's monitoring shows it.
+        public var connectionName: String = "herald"
+        /// A credentials file (JWT and NKey seed) for servers with decentralised auth.
+        public var credentialsFile: String?
+        /// An authentication token.
+        public var authToken: String?
+        /// TLS files; set to use TLS with servers named `nats://`.
+        public var tls: TLSFiles?
+        /// The JetStream stream of token messages; `nil` for ``NATSSubjects/streamName(project:)``. Created (work-queue
+        /// retention, file storage, the limits below) when missing; an existing stream is used as it is.
+        public var stream: String?
+        /// This instance's durable consumer; `nil` for ``NATSSubjects/consumerName(token:)`` (keyed by the
+        /// installation ID).
+        public var consumer: String?
+        /// Whether token messages are taken from JetStream.
+        public var tokenDelivery: Bool = true
+        /// How topic messages arrive.
+        public var topicDelivery: TopicDelivery = .fanOut
+        /// How long JetStream waits for an ack before delivering a message again.
+        public var ackWait: Duration = .seconds(30)
+        /// Messages JetStream sends without an ack yet (in flight in this instance).
+        public var maxAckPending: Int = 1024
+        /// How many times a message is delivered at most; -1 for no limit.
+        public var maxDeliver: Int = -1
+        /// How long JetStream waits before delivering again a message refused because the bus was full or failed.
+        public var redeliveryDelay: Duration = .seconds(1)
+        /// The stream keeps a message this long at most (FCM's longest time to live: 28 days).
+        public var streamMaxAge: Duration = .seconds(28 * 24 * 3600)
+        /// The stream keeps this many messages at most; -1 for no limit.
+        public var streamMaxMessages: Int = -1
+        /// The stream keeps this many bytes at most; -1 for no limit.
+        public var streamMaxBytes: Int = -1
+        /// Publishes with the same `Nats-Msg-Id` within this window are stored once.
+        public var duplicateWindow: Duration = .seconds(120)
+        /// How long connecting to one server may take.
+        public var connectTimeout: Duration = .seconds(2)
+        /// How long a JetStream request (stream and consumer set-up) may take.
+        public var requestTimeout: Duration = .seconds(5)
+        /// The first wait before reconnecting, doubled per attempt up to ``maxReconnectWait`` (with jitter).
+        public var reconnectWait: Duration = .milliseconds(250)
+        /// The longest wait between reconnect attempts.
+        public var maxReconnectWait: Duration = .seconds(8)
+        /// Reconnect attempts before giving up (the state becomes `closed`); -1 for no limit.
+        public var maxReconnectAttempts: Int = -1
+        /// Messages a subscription holds before NATS calls the instance a slow consumer and drops more.
+        public var pendingMessagesLimit: Int = 65536
+        /// Bytes a subscription holds before NATS calls the instance a slow consumer and drops more.
+        public var pendingBytesLimit: Int = 64 * 1024 * 1024
+
+        public init(servers: [String]) {
+            self.servers = servers
+        }
+    }
+
+    /// Where the connection is.
+    public enum ConnectionState: String, Sendable, Hashable {
+        case connecting, connected, reconnecting, closed
+    }
+
+    /// Counters, for health checks and tests.
+    public struct Statistics: Sendable, Hashable {
+        /// Messages taken from NATS.
+        public var received = 0
+        /// JetStream messages acknowledged (after the bus accepted them).
+        public var acknowledged = 0
+        /// JetStream messages handed back for a later delivery (bus full, store failed, shutting down).
+        public var redeliveryRequested = 0
+        /// JetStream messages terminated: invalid, or refused for good (an unknown token).
+        public var terminated = 0
+        /// Bodies that were not valid send requests.
+        public var invalid = 0
+        /// Answers published on reply subjects.
+        public var replies = 0
+        /// Connections lost.
+        public var disconnects = 0
+        /// Connections regained.
+        public var reconnects = 0
+    }
+
+    public let options: Options
+    private let shared = Locked<(state: ConnectionState, statistics: Statistics)>((.connecting, Statistics()))
+
+    // Loop-thread state.
+    private var context: PluginContext?
+    private var connection: OpaquePointer?
+    private var jetStream: OpaquePointer?
+    private var place: OpaquePointer?
+    private var reconnectLimits: UnsafeMutablePointer<Int64>?
+    private var topicSubscriptions: [String: OpaquePointer] = [:]
+    private var wantedTopics: Set<String> = []
+    private var tokenSubscription: OpaquePointer?
+    private var subscribedToken: String?
+    private var stopping = false
+    /// Token subscription changes run one at a time (start, rotation, deletion).
+    private let tokenChanges = SerialTasks()
+
+    public init(options: Options) {
+        self.options = options
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "nats", summary: "FCM v1 send bodies from NATS subjects, token messages through JetStream", options: [
+            .init(name: "server", defaultValue: "nats://127.0.0.1:4222", help: "a NATS server URL; repeatable"),
+            .init(name: "credentials", defaultValue: "", help: "a NATS credentials file (JWT and seed)"),
+            .init(name: "auth-token", defaultValue: "", help: "a NATS authentication token"),
+            .init(name: "tls-ca", defaultValue: "", help: "the CA file to trust"),
+            .init(name: "tls-cert", defaultValue: "", help: "a client certificate file"),
+            .init(name: "tls-key", defaultValue: "", help: "the client certificate's key file"),
+            .init(name: "stream", defaultValue: "HERALD_<PROJECT>", help: "the JetStream stream of token messages"),
+            .init(name: "consumer", defaultValue: "herald-<installation id>", help: "this instance's durable consumer"),
+            .init(name: "topic-delivery", defaultValue: "fan-out", help: "fan-out, or shared:<group> (a queue group)"),
+            .init(name: "ack-wait", defaultValue: "30s", help: "redeliver a message not acknowledged within this"),
+            .init(name: "max-ack-pending", defaultValue: "1024", help: "messages delivered and not yet acknowledged"),
+            .init(name: "max-deliver", defaultValue: "-1", help: "deliveries of a message at most (-1: no limit)"),
+            .init(name: "redelivery-delay", defaultValue: "1s", help: "wait before redelivering a message the bus refused"),
+            .init(name: "stream-max-age", defaultValue: "28d", help: "the stream keeps messages this long"),
+            .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
+            .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
+            .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
+            .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
+            .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
+            .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
+            .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
+        ])
+    }
+
+    /// Where the connection is. Callable from any thread.
+    public var state: ConnectionState { shared.withLock { $0.state } }
+
+    /// The counters so far. Callable from any thread.
+    public var statistics: Statistics { shared.withLock { $0.statistics } }
+
+    /// The stream of token messages.
+    public var streamName: String { options.stream ?? NATSSubjects.streamName(project: context?.projectID ?? "herald") }
+
+    // MARK: Start and stop
+
+    public func start(_ context: PluginContext) async throws {
+        self.context = context
+        do {
+            try await connectAndSubscribe(context)
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
+    private func connectAndSubscribe(_ context: PluginContext) async throws {
+        let jetStream = try await context.loop.submit { try self.connect(context) }
+        if options.tokenDelivery {
+            let stream = streamName
+            let project = context.projectID
+            let options = self.options
+            let status: (natsStatus, jsErrCode, String) = try await context.loop.offload {
+                var code = jsErrCode(rawValue: 0)
+                let status = herald_nats_ensure_stream(
+                    jetStream.pointer, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
+                    Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+                )
+                return (status, code, String(cString: herald_nats_last_error(status)))
+            }
+            guard status.0 == NATS_OK else {
+                throw NATSReceiverError.jetStream(operation: "create the stream \(stream)", detail: status.2, code: Int(status.1.rawValue))
+            }
+            try await changeTokenSubscription(to: context.topics.token())
+        }
+    }
+
+    /// Connects on the loop thread (the adapter's first attach must happen there) and returns the JetStream context.
+    private func connect(_ context: PluginContext) throws -> UnsafeHandle {
+        herald_nats_bind_loop_thread(context.loop.uv)
+        var optionsPointer: OpaquePointer?
+        guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
+            throw NATSReceiverError.connect(servers: options.servers, detail: "cannot create cnats options")
+        }
+        defer { natsOptions_Destroy(natsOptions) }
+        guard let place = herald_nats_loop_create(context.loop.uv) else {
+            throw NATSReceiverError.connect(servers: options.servers, detail: "out of memory")
+        }
+        let limits = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
+        limits[0] = options.reconnectWait.milliseconds
+        limits[1] = max(options.maxReconnectWait.milliseconds, limits[0])
+        let relay = ConnectionRelay(receiver: self, logger: context.logger, loop: context.loop)
+        let relayPointer = Unmanaged.passRetained(relay).toOpaque()
+
+        var status = configure(natsOptions, limits: limits, relay: relayPointer)
+        if status == NATS_OK { status = herald_nats_use_loop(natsOptions, place) }
+        var connectionPointer: OpaquePointer?
+        if status == NATS_OK { status = natsConnection_Connect(&connectionPointer, natsOptions) }
+        guard status == NATS_OK, let connection = connectionPointer else {
+            let detail = String(cString: herald_nats_last_error(status))
+            Unmanaged<ConnectionRelay>.fromOpaque(relayPointer).release()
+            herald_nats_loop_free(place)
+            limits.deallocate()
+            shared.withLock { $0.state = .closed }
+            throw NATSReceiverError.connect(servers: options.servers, detail: detail)
+        }
+        self.place = place
+        self.reconnectLimits = limits
+        self.connection = connection
+        var jsOptions = jsOptions()
+        jsOptions_Init(&jsOptions)
+        jsOptions.Wait = options.requestTimeout.milliseconds
+        var jsPointer: OpaquePointer?
+        guard natsConnection_JetStream(&jsPointer, connection, &jsOptions) == NATS_OK, let jetStream = jsPointer else {
+            throw NATSReceiverError.jetStream(operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
+        }
+        self.jetStream = jetStream
+        shared.withLock { $0.state = .connected }
+        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(options.servers)"])
+        applyTopics()
+        return UnsafeHandle(jetStream)
+    }
+
+    private func configure(_ natsOptions: OpaquePointer, limits: UnsafeMutablePointer<Int64>, relay: UnsafeMutableRawPointer) -> natsStatus {
+        var steps: [() -> natsStatus] = [
+            { self.withCStrings(self.options.servers) { natsOptions_SetServers(natsOptions, $0, Int32($1)) } },
+            { natsOptions_SetName(natsOptions, self.options.connectionName) },
+            { natsOptions_SetTimeout(natsOptions, self.options.connectTimeout.milliseconds) },
+            { natsOptions_SetAllowReconnect(natsOptions, true) },
+            { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: self.options.maxReconnectAttempts)) },
+            { natsOptions_SetCustomReconnectDelay(natsOptions, herald_nats_reconnect_delay, limits) },
+            { natsOptions_SetDisconnectedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).disconnected() }, relay) },
+            { natsOptions_SetReconnectedCB(natsOptions, { connection, closure in ConnectionRelay.from(closure).reconnected(connection) }, relay) },
+            { natsOptions_SetClosedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).closed() }, relay) },
+            { natsOptions_SetErrorHandler(natsOptions, { _, _, status, closure in ConnectionRelay.from(closure).asyncError(status) }, relay) },
+        ]
+        if let file = options.credentialsFile { steps.append { natsOptions_SetUserCredentialsFromFiles(natsOptions, file, nil) } }
+        if let token = options.authToken { steps.append { natsOptions_SetToken(natsOptions, token) } }
+        if let tls = options.tls {
+            steps.append { natsOptions_SetSecure(natsOptions, true) }
+            if let ca = tls.caFile { steps.append { natsOptions_LoadCATrustedCertificates(natsOptions, ca) } }
+            if let certificate = tls.certificateFile, let key = tls.keyFile {
+                steps.append { natsOptions_LoadCertificatesChain(natsOptions, certificate, key) }
+            }
+        }
+        for step in steps {
+            let status = step()
+            if status != NATS_OK { return status }
+        }
+        return NATS_OK
+    }
+
+    private func withCStrings<R>(_ strings: [String], _ body: (UnsafeMutablePointer<UnsafePointer<CChar>?>, Int) -> R) -> R {
+        let copies = strings.map { UnsafePointer(strdup($0)) }
+        defer { for copy in copies { free(UnsafeMutablePointer(mutating: copy)) } }
+        var pointers = copies
+        return pointers.withUnsafeMutableBufferPointer { body($0.baseAddress!, $0.count) }
+    }
+
+    private func connectedURL(_ connection: OpaquePointer) -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return "?" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public func stop() async {
+        guard let context else { return }
+        // Acks written so far reach the server before the connection closes (a flush waits for its PONG, which
+        // the loop reads: so it runs off the loop).
+        let connection: UnsafeHandle? = try? await context.loop.submit {
+            self.stopping = true
+            return self.connection.map(UnsafeHandle.init)
+        }
+        await tokenChanges.wait()
+        guard let connection else { return }
+        _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
+        let place: UnsafeHandle? = try? await context.loop.submit {
+            for subscription in self.topicSubscriptions.values { Self.close(subscription) }
+            self.topicSubscriptions.removeAll()
+            if let subscription = self.tokenSubscription { Self.close(subscription) }
+            self.tokenSubscription = nil
+            natsConnection_Close(connection.pointer)
+            if let jetStream = self.jetStream { jsCtx_Destroy(jetStream) }
+            self.jetStream = nil
+            natsConnection_Destroy(connection.pointer)
+            self.connection = nil
+            return self.place.map(UnsafeHandle.init)
+        }
+        // The adapter closes its libuv handles over the next loop turns; they must be gone before the loop shuts
+        // down (its shutdown closes every handle it finds, and takes each one's data for one of its own).
+        if let place {
+            _ = await eventuallyOnLoop(context.loop) { herald_nats_open_adapter_handles(place.pointer) == 0 }
+        }
+        try? await context.loop.submit {
+            if let place = self.place { herald_nats_loop_free(place) }
+            self.place = nil
+            self.reconnectLimits?.deallocate()
+            self.reconnectLimits = nil
+        }
+        shared.withLock { $0.state = .closed }
+    }
+
+    private static func close(_ subscription: OpaquePointer) {
+        natsSubscription_Unsubscribe(subscription)
+        natsSubscription_Destroy(subscription)
+    }
+
+    // MARK: Token and topics
+
+    public func didReceiveRegistrationToken(_ token: String?) async {
+        guard options.tokenDelivery, context != nil else { return }
+        do {
+            try await changeTokenSubscription(to: token)
+        } catch {
+            context?.logger.error("cannot follow the registration token on NATS", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Subscribes the durable consumer to `token`'s subject (creating it, or moving it from the previous token),
+    /// or deletes it when `token` is `nil`.
+    private func changeTokenSubscription(to token: String?) async throws {
+        guard let context else { return }
+        try await tokenChanges.run {
+            let (current, jetStream): (String?, UnsafeHandle?) = try await context.loop.submit {
+                (self.subscribedToken, self.stopping ? nil : self.jetStream.map(UnsafeHandle.init))
+            }
+            guard token != current, let jetStream else { return }
+            try await context.loop.submit {
+                if let subscription = self.tokenSubscription { Self.close(subscription) }
+                self.tokenSubscription = nil
+                self.subscribedToken = nil
+            }
+            let stream = self.streamName
+            let project = context.projectID
+            guard let token else {
+                if let current {
+                    let durable = self.options.consumer ?? NATSSubjects.consumerName(token: current)
+                    _ = try await context.loop.offload {
+                        var code = jsErrCode(rawValue: 0)
+                        return herald_nats_delete_consumer(jetStream.pointer, stream, durable, &code)
+                    }
+                }
+                return
+            }
+            guard NATSSubjects.isSubjectToken(token) else {
+                throw NATSReceiverError.subscribe(subject: token, detail: "the registration token cannot stand in a NATS subject")
+            }
+            let durable = self.options.consumer ?? NATSSubjects.consumerName(token: token)
+            let filter = NATSSubjects.token(project: project, token: token)
+            let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
+            let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .jetStream)
+            let options = self.options
+            let result: Result<UnsafeHandle, NATSReceiverError> = try await context.loop.offload {
+                var code = jsErrCode(rawValue: 0)
+                var status = herald_nats_ensure_consumer(
+                    jetStream.pointer, stream, durable, filter, deliver, options.ackWait.nanoseconds,
+                    Int64(options.maxAckPending), Int64(options.maxDeliver), &code
+                )
+                guard status == NATS_OK else {
+                    return .failure(.jetStream(operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue)))
+                }
+                var subscription: OpaquePointer?
+                let closure = Unmanaged.passRetained(relay).toOpaque()
+                status = herald_nats_subscribe_durable(&subscription, jetStream.pointer, stream, durable, filter, { _, _, message, closure in
+                    SubscriptionRelay.from(closure).received(message)
+                }, closure, &code)
+                guard status == NATS_OK, let subscription else {
+                    Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+                    return .failure(.jetStream(operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue)))
+                }
+                Self.prepare(subscription, closure: closure, options: options)
+                return .success(UnsafeHandle(subscription))
+            }
+            let subscription = try result.get()
+            try await context.loop.submit {
+                if self.stopping {
+                    Self.close(subscription.pointer)
+                } else {
+                    self.tokenSubscription = subscription.pointer
+                    self.subscribedToken = token
+                }
+            }
+            context.logger.info("receiving token messages from JetStream", metadata: ["stream": "\(stream)", "consumer": "\(durable)", "subject": "\(filter)"])
+        }
+    }
+
+    /// Limits and the completion callback (which releases the relay once no callback can come any more).
+    private static func prepare(_ subscription: OpaquePointer, closure: UnsafeMutableRawPointer, options: Options) {
+        natsSubscription_SetPendingLimits(subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
+        natsSubscription_SetOnCompleteCB(subscription, { closure in
+            guard let closure else { return }
+            Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+        }, closure)
+    }
+
+    public func topicsDidChange(_ topics: Set<String>) {
+        wantedTopics = topics
+        applyTopics()
+    }
+
+    /// Subscribes to the wanted topics not subscribed yet and unsubscribes from the others. Loop thread.
+    private func applyTopics() {
+        guard let connection, let context, !stopping else { return }
+        for (topic, subscription) in topicSubscriptions where !wantedTopics.contains(topic) {
+            Self.close(subscription)
+            topicSubscriptions[topic] = nil
+        }
+        for topic in wantedTopics where topicSubscriptions[topic] == nil {
+            let subject = NATSSubjects.topic(project: context.projectID, topic: topic)
+            let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .core)
+            let closure = Unmanaged.passRetained(relay).toOpaque()
+            var subscription: OpaquePointer?
+            let handler: natsMsgHandler = { _, _, message, closure in SubscriptionRelay.from(closure).received(message) }
+            let status: natsStatus = switch options.topicDelivery {
+            case .fanOut: natsConnection_Subscribe(&subscription, connection, subject, handler, closure)
+            case .shared(let group): natsConnection_QueueSubscribe(&subscription, connection, subject, group, handler, closure)
+            }
+            guard status == NATS_OK, let subscription else {
+                Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+                context.logger.error("cannot subscribe to a topic subject", metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
+                continue
+            }
+            Self.prepare(subscription, closure: closure, options: options)
+            topicSubscriptions[topic] = subscription
+        }
+    }
+
+    // MARK: Messages
+
+    /// A message from a cnats delivery thread, now on the loop thread. Takes ownership of `message`.
+    fileprivate func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind) {
+        guard let context, connection != nil, !stopping else {
+            // Not acknowledged: JetStream delivers it again (to the next start); a core message is gone.
+            natsMsg_Destroy(message)
+            return
+        }
+        shared.withLock { $0.statistics.received += 1 }
+        let length = Int(natsMsg_GetDataLength(message))
+        let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+        let reply: String? = kind == .core ? natsMsg_GetReply(message).map { String(cString: $0) } : nil
+
+        if kind == .jetStream, context.bus.isFull {
+            settle(message, .redeliverLater)
+            return
+        }
+        var decoding = context.decoding
+        if kind == .jetStream, let id = Self.storedMessageID(message) {
+            // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
+            decoding.makeMessageID = { id }
+        }
+        let request: FCMSendRequest
+        do {
+            request = try FCMSendRequest.decode(body, context: decoding)
+        } catch {
+            shared.withLock { $0.statistics.invalid += 1 }
+            context.bus.recordInvalid(error)
+            context.logger.warning("dropped an invalid message from NATS", metadata: [
+                "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
+            ])
+            if let reply { answer(reply, error.fcmErrorBody) }
+            settle(message, kind == .jetStream ? .terminate : .done)
+            return
+        }
+        let project = context.projectID
+        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [self] outcome in
+            if let reply {
+                switch outcome {
+                case .success(let id): answer(reply, fcmSendResponse(project: project, messageID: id))
+                case .failure(let error): answer(reply, error.fcmErrorBody)
+                }
+            }
+            guard kind == .jetStream else {
+                settle(message, .done)
+                return
+            }
+            switch outcome {
+            case .success: settle(message, .acknowledge)
+            case .failure(let error):
+                switch error.reason {
+                case .busy, .shuttingDown, .storeUnavailable, .handlerFailed: settle(message, .redeliverLater)
+                default:
+                    context.logger.warning("terminated a JetStream message the instance refuses for good", metadata: ["error": "\(error)"])
+                    settle(message, .terminate)
+                }
+            }
+        }
+    }
+
+    private enum Settlement { case acknowledge, redeliverLater, terminate, done }
+
+    /// Answers JetStream for `message` (when the connection is still open) and frees it. Loop thread.
+    private func settle(_ message: OpaquePointer, _ settlement: Settlement) {
+        defer { natsMsg_Destroy(message) }
+        guard connection != nil else { return }
+        switch settlement {
+        case .acknowledge:
+            if natsMsg_Ack(message, nil) == NATS_OK { shared.withLock { $0.statistics.acknowledged += 1 } }
+        case .redeliverLater:
+            if natsMsg_NakWithDelay(message, options.redeliveryDelay.milliseconds, nil) == NATS_OK {
+                shared.withLock { $0.statistics.redeliveryRequested += 1 }
+            }
+        case .terminate:
+            if natsMsg_Term(message, nil) == NATS_OK { shared.withLock { $0.statistics.terminated += 1 } }
+        case .done:
+            break
+        }
+    }
+
+    private func answer(_ reply: String, _ body: JSONValue) {
+        guard let connection else { return }
+        let bytes = body.jsonBytes()
+        let status = bytes.withUnsafeBytes { natsConnection_Publish(connection, reply, $0.baseAddress, Int32($0.count)) }
+        if status == NATS_OK { shared.withLock { $0.statistics.replies += 1 } }
+    }
+
+    /// `nats-<stream>-<stream sequence>`: stable for one stored message, whichever delivery this is.
+    private static func storedMessageID(_ message: OpaquePointer) -> String? {
+        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
+        guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
+        defer { jsMsgMetaData_Destroy(metadata) }
+        let stream = metadata.pointee.Stream.map { String(cString: $0) } ?? ""
+        return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)"
+    }
+
+    // MARK: Connection events (from cnats's callback thread)
+
+    fileprivate func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger) {
+        let previous: ConnectionState = shared.withLock { shared in
+            let previous = shared.state
+            // After stop() began, the state only moves to closed.
+            if previous != .closed || state == .closed { shared.state = state }
+            switch state {
+            case .reconnecting where previous == .connected: shared.statistics.disconnects += 1
+            case .connected where previous == .reconnecting: shared.statistics.reconnects += 1
+            default: break
+            }
+            return previous
+        }
+        guard previous != state else { return }
+        switch state {
+        case .reconnecting: logger.warning("lost the NATS connection; reconnecting")
+        case .connected: logger.notice("reconnected to NATS; subscriptions restored", metadata: ["url": "\(url ?? "?")"])
+        case .closed: logger.notice("the NATS connection is closed")
+        case .connecting: break
+        }
+    }
+}
+
+/// What went wrong connecting or setting up NATS.
+public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertible {
+    case connect(servers: [String], detail: String)
+    case jetStream(operation: String, detail: String, code: Int)
+    case subscribe(subject: String, detail: String)
+
+    public var description: String {
+        switch self {
+        case .connect(let servers, let detail):
+            "cannot connect to NATS at \(servers.joined(separator: ", ")): \(detail); check that nats-server runs there (with -js for JetStream)"
+        case .jetStream(let operation, let detail, let code):
+            "cannot \(operation) in JetStream: \(detail)\(code != 0 ? " (JetStream error \(code))" : ""); check that the server runs with JetStream enabled"
+        case .subscribe(let subject, let detail): "cannot subscribe to \(subject): \(detail)"
+        }
+    }
+}
+
+/// A cnats pointer carried into an offloaded or loop closure; cnats objects are safe to use from any thread.
+struct UnsafeHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+/// The receiver side of one subscription's callbacks: hops each message to the loop. Retained by cnats (through
+/// the closure pointer) until the subscription's completion callback.
+final class SubscriptionRelay: @unchecked Sendable {
+    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
+    enum Kind { case jetStream, core }
+    private weak var receiver: NATSReceiver?
+    private let loop: EventLoop
+    let kind: Kind
+
+    init(receiver: NATSReceiver, loop: EventLoop, kind: Kind) {
+        self.receiver = receiver
+        self.loop = loop
+        self.kind = kind
+    }
+
+    static func from(_ closure: UnsafeMutableRawPointer?) -> SubscriptionRelay {
+        Unmanaged<SubscriptionRelay>.fromOpaque(closure!).takeUnretainedValue()
+    }
+
+    /// On a cnats delivery thread.
+    func received(_ message: OpaquePointer?) {
+        guard let message else { return }
+        guard let receiver else {
+            natsMsg_Destroy(message)
+            return
+        }
+        let handle = UnsafeHandle(message)
+        let kind = self.kind
+        loop.execute { receiver.handle(handle.pointer, kind: kind) }
+    }
+}
+
+/// The receiver side of the connection's callbacks (disconnected, reconnected, closed, asynchronous errors), which
+/// cnats runs on a thread of its own. Retained until the closed callback.
+final class ConnectionRelay: @unchecked Sendable {
+    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
+    private weak var receiver: NATSReceiver?
+    private let logger: Logger
+    private let loop: EventLoop
+
+    init(receiver: NATSReceiver, logger: Logger, loop: EventLoop) {
+        self.receiver = receiver
+        self.logger = logger
+        self.loop = loop
+    }
+
+    static func from(_ closure: UnsafeMutableRawPointer?) -> ConnectionRelay {
+        Unmanaged<ConnectionRelay>.fromOpaque(closure!).takeUnretainedValue()
+    }
+
+    func disconnected() { receiver?.connectionChanged(.reconnecting, logger: logger) }
+
+    func reconnected(_ connection: OpaquePointer?) {
+        var url: String?
+        if let connection {
+            var buffer = [CChar](repeating: 0, count: 256)
+            if natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK {
+                url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
+        }
+        receiver?.connectionChanged(.connected, url: url, logger: logger)
+    }
+
+    func closed() {
+        receiver?.connectionChanged(.closed, logger: logger)
+        Unmanaged.passUnretained(self).release()
+    }
+
+    func asyncError(_ status: natsStatus) {
+        logger.warning("NATS reported an error", metadata: ["error": "\(String(cString: natsStatus_GetText(status)))"])
+    }
+}
+
+/// Runs async bodies one after another.
+final class SerialTasks: Sendable {
+    private let tail = Locked<Task<Void, Never>?>(nil)
+
+    func run(_ body: @escaping @Sendable () async throws -> Void) async throws {
+        let result = Locked<Result<Void, any Error>>(.success(()))
+        let task: Task<Void, Never> = tail.withLock { tail in
+            let previous = tail
+            let task = Task {
+                await previous?.value
+                do { try await body() } catch { result.withLock { $0 = .failure(error) } }
+            }
+            tail = task
+            return task
+        }
+        await task.value
+        try result.withLock { $0 }.get()
+    }
+
+    func wait() async {
+        await tail.withLock { $0 }?.value
+    }
+}
+
+/// Polls `condition` on the loop thread until it holds, for up to two seconds.
+private func eventuallyOnLoop(_ loop: EventLoop, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
+    for _ in 0..<1000 {
+        guard let done = try? await loop.submit(condition) else { return true }
+        if done { return true }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return false
+}
+
+extension Duration {
+    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+    var nanoseconds: Int64 { components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000 }
+}
