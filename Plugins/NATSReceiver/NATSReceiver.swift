@@ -133,7 +133,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     }
 
     public let options: Options
-    private let shared = Locked<(state: ConnectionState, statistics: Statistics)>((.connecting, Statistics()))
+    /// State, counters, and whether stop() began (then a disconnect is ours, not a loss).
+    private let shared = Locked<(state: ConnectionState, statistics: Statistics, closing: Bool)>((.connecting, Statistics(), false))
 
     // Loop-thread state.
     private var context: PluginContext?
@@ -320,6 +321,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         await tokenChanges.wait()
         guard let connection else { return }
         _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
+        shared.withLock { $0.closing = true }
         let place: UnsafeHandle? = try? await context.loop.submit {
             for subscription in self.topicSubscriptions.values { Self.close(subscription) }
             self.topicSubscriptions.removeAll()
@@ -344,6 +346,16 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             self.reconnectLimits = nil
         }
         shared.withLock { $0.state = .closed }
+    }
+
+    /// Waits until the server has processed everything this connection sent so far — subscriptions after a topic
+    /// change, acks — or `timeout` passed. Callable from any context except the loop thread.
+    public func flush(timeout: Duration = .seconds(2)) async throws {
+        guard let context else { throw NATSReceiverError.notConnected }
+        let connection: UnsafeHandle? = try await context.loop.submit { self.stopping ? nil : self.connection.map(UnsafeHandle.init) }
+        guard let connection else { throw NATSReceiverError.notConnected }
+        let status = try await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, timeout.milliseconds) }
+        guard status == NATS_OK else { throw NATSReceiverError.flush(detail: String(cString: natsStatus_GetText(status))) }
     }
 
     private static func close(_ subscription: OpaquePointer) {
@@ -571,10 +583,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     // MARK: Connection events (from cnats's callback thread)
 
     fileprivate func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger) {
-        let previous: ConnectionState = shared.withLock { shared in
+        let previous: ConnectionState? = shared.withLock { shared in
             let previous = shared.state
-            // After stop() began, the state only moves to closed.
-            if previous != .closed || state == .closed { shared.state = state }
+            // Once stop() closes the connection, its disconnect is no loss: the state only moves to closed.
+            guard !shared.closing || state == .closed else { return nil }
+            shared.state = state
             switch state {
             case .reconnecting where previous == .connected: shared.statistics.disconnects += 1
             case .connected where previous == .reconnecting: shared.statistics.reconnects += 1
@@ -582,7 +595,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
             return previous
         }
-        guard previous != state else { return }
+        guard let previous, previous != state else { return }
         switch state {
         case .reconnecting: logger.warning("lost the NATS connection; reconnecting")
         case .connected: logger.notice("reconnected to NATS; subscriptions restored", metadata: ["url": "\(url ?? "?")"])
@@ -597,6 +610,8 @@ public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertibl
     case connect(servers: [String], detail: String)
     case jetStream(operation: String, detail: String, code: Int)
     case subscribe(subject: String, detail: String)
+    case notConnected
+    case flush(detail: String)
 
     public var description: String {
         switch self {
@@ -605,6 +620,8 @@ public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertibl
         case .jetStream(let operation, let detail, let code):
             "cannot \(operation) in JetStream: \(detail)\(code != 0 ? " (JetStream error \(code))" : ""); check that the server runs with JetStream enabled"
         case .subscribe(let subject, let detail): "cannot subscribe to \(subject): \(detail)"
+        case .notConnected: "the NATS receiver is not connected (not started, or stopped)"
+        case .flush(let detail): "the NATS server did not confirm what was sent: \(detail)"
         }
     }
 }

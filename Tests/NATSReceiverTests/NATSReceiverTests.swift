@@ -1,1 +1,205 @@
+import Foundation
+import Herald
+import HeraldTesting
+import NATSReceiver
 import Testing
+
+/// Records the data messages an instance handled.
+final class Collector: MessageHandler, Sendable {
+    let messages = Locked<[RemoteMessage]>([])
+    func didReceive(_ message: RemoteMessage) async throws { messages.withLock { $0.append(message) } }
+    /// The `n` data value of each message handled, in order.
+    var numbers: [String] { messages.withLock { $0.compactMap { $0.userInfo["n"]?.stringValue } } }
+}
+
+/// One Herald instance with a NATS receiver and a collector, as a daemon of a fleet would run it.
+final class FleetInstance: Sendable {
+    let herald: Herald
+    let receiver: NATSReceiver
+    let collector = Collector()
+
+    init(server: NATSServerProcess, store: any HeraldStore = InMemoryStore(), configure: (inout NATSReceiver.Options) -> Void = { _ in }) throws {
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.projectID = "demo"
+        herald = Herald(configuration: configuration, store: store)
+        var options = NATSReceiver.Options(servers: [server.url])
+        options.ackWait = .seconds(2)
+        options.redeliveryDelay = .milliseconds(100)
+        options.reconnectWait = .milliseconds(20)
+        options.maxReconnectWait = .milliseconds(200)
+        configure(&options)
+        receiver = NATSReceiver(options: options)
+        try herald.register(receiver)
+        try herald.register(collector)
+    }
+
+    func start() async throws { try await herald.start() }
+
+    func token() async throws -> String { try await herald.token() }
+
+    func tokenSubject() async throws -> String { NATSSubjects.token(project: "demo", token: try await token()) }
+
+    func subscribe(_ topic: String) async throws {
+        try await herald.subscribe(toTopic: topic)
+        try await receiver.flush()
+    }
+}
+
+/// Starts `instances`, runs `body`, and shuts them down (also when `body` throws).
+func withFleet(_ instances: [FleetInstance], _ body: () async throws -> Void) async throws {
+    do {
+        for instance in instances { try await instance.start() }
+        try await body()
+    } catch {
+        for instance in instances { await instance.herald.shutdown() }
+        throw error
+    }
+    for instance in instances {
+        await instance.herald.shutdown()
+        #expect(instance.receiver.state == .closed)
+        #expect(instance.herald.loop.statistics.liveHandles == 0)
+    }
+}
+
+func body(token: String, n: Int) -> String { #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# }
+func body(topic: String, n: Int) -> String { #"{"message": {"topic": "\#(topic)", "data": {"n": "\#(n)"}}}"# }
+
+@Suite("NATSReceiver: a fleet of instances over a real nats-server with JetStream", .serialized)
+struct NATSReceiverTests {
+    @Test("token messages reach the instance of the token only, through JetStream, each acknowledged")
+    func tokenDelivery() async throws {
+        let server = try NATSServerProcess()
+        let first = try FleetInstance(server: server)
+        let second = try FleetInstance(server: server)
+        try await withFleet([first, second]) {
+            #expect(first.receiver.state == .connected)
+            let client = try NATSTestClient(url: server.url)
+            let firstSubject = try await first.tokenSubject()
+            let secondSubject = try await second.tokenSubject()
+            let firstToken = try await first.token()
+            let secondToken = try await second.token()
+            for n in 0..<5 { try client.publishStored(firstSubject, body(token: firstToken, n: n)) }
+            for n in 100..<103 { try client.publishStored(secondSubject, body(token: secondToken, n: n)) }
+            #expect(await eventually { first.collector.numbers.count == 5 && second.collector.numbers.count == 3 })
+            #expect(Set(first.collector.numbers) == Set((0..<5).map(String.init)))
+            #expect(Set(second.collector.numbers) == Set((100..<103).map(String.init)))
+            #expect(await eventually { first.receiver.statistics.acknowledged == 5 && second.receiver.statistics.acknowledged == 3 })
+            // Work-queue retention: acknowledged messages leave the stream.
+            #expect(try await eventually { try client.messagesInStream("HERALD_DEMO") == 0 })
+            // A message for a token no instance has is kept for its owner, and reaches no one here.
+            try client.publishStored(NATSSubjects.token(project: "demo", token: "nobody"), body(token: "nobody", n: 999))
+            try await first.receiver.flush()
+            #expect(!first.collector.numbers.contains("999") && !second.collector.numbers.contains("999"))
+        }
+    }
+
+    @Test("topic messages fan out to exactly the subscribed instances, once each")
+    func topicFanOut() async throws {
+        let server = try NATSServerProcess()
+        let instances = try (0..<3).map { _ in try FleetInstance(server: server) }
+        try await withFleet(instances) {
+            try await instances[0].subscribe("news")
+            try await instances[1].subscribe("news")
+            try await instances[2].subscribe("sports")
+            let client = try NATSTestClient(url: server.url)
+            for n in 0..<4 { try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: n)) }
+            #expect(await eventually { instances[0].collector.numbers.count == 4 && instances[1].collector.numbers.count == 4 })
+            try await instances[2].receiver.flush()
+            #expect(instances[2].collector.numbers.isEmpty)
+            #expect(instances[0].collector.numbers.sorted() == ["0", "1", "2", "3"])
+            // Unsubscribing takes the instance off the subject.
+            try await instances[0].herald.unsubscribe(fromTopic: "news")
+            try await instances[0].receiver.flush()
+            try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: 4))
+            #expect(await eventually { instances[1].collector.numbers.count == 5 })
+            try await instances[0].receiver.flush()
+            #expect(instances[0].collector.numbers.count == 4)
+        }
+    }
+
+    @Test("shared work: three instances in a queue group handle every message exactly once between them")
+    func sharedWork() async throws {
+        let server = try NATSServerProcess()
+        let instances = try (0..<3).map { _ in try FleetInstance(server: server) { $0.topicDelivery = .shared(group: "workers") } }
+        try await withFleet(instances) {
+            for instance in instances { try await instance.subscribe("jobs") }
+            let client = try NATSTestClient(url: server.url)
+            let count = 60
+            for n in 0..<count { try client.publish(NATSSubjects.topic(project: "demo", topic: "jobs"), body(topic: "jobs", n: n)) }
+            #expect(await eventually { instances.map(\.collector.numbers.count).reduce(0, +) == count })
+            for instance in instances { try await instance.receiver.flush() }
+            let all = instances.flatMap(\.collector.numbers)
+            #expect(all.count == count)
+            #expect(Set(all) == Set((0..<count).map(String.init)))
+            // Split, not copied: more than one instance took part (all 60 going to one of three is ~1e-28 likely).
+            #expect(instances.filter { !$0.collector.numbers.isEmpty }.count > 1)
+        }
+    }
+
+    @Test("bad input: a request gets the FCM error on its reply subject, a stored message is terminated, the instance goes on")
+    func badInput() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await instance.subscribe("news")
+            let client = try NATSTestClient(url: server.url)
+            let subject = NATSSubjects.topic(project: "demo", topic: "news")
+
+            let malformed = try JSONParser.parse(Array(try client.request(subject, "not json").utf8))
+            #expect(malformed["error"]?["status"] == "INVALID_ARGUMENT")
+            let wrongType = try JSONParser.parse(Array(try client.request(subject, #"{"message": {"topic": "news", "data": {"n": 1}}}"#).utf8))
+            #expect(wrongType["error"]?["status"] == "INVALID_ARGUMENT")
+            let unknownField = try JSONParser.parse(Array(try client.request(subject, #"{"message": {"topic": "news", "colour": "red"}}"#).utf8))
+            #expect(unknownField["error"]?["status"] == "INVALID_ARGUMENT")
+            let good = try JSONParser.parse(Array(try client.request(subject, body(topic: "news", n: 1)).utf8))
+            #expect(good["name"]?.stringValue?.hasPrefix("projects/demo/messages/") == true)
+
+            let token = try await instance.token()
+            let tokenSubject = try await instance.tokenSubject()
+            try client.publishStored(tokenSubject, "{not json")
+            try client.publishStored(tokenSubject, #"{"message": {"token": "someone-else", "data": {"n": "2"}}}"#)
+            try client.publishStored(tokenSubject, body(token: token, n: 3))
+            #expect(await eventually { instance.collector.numbers.sorted() == ["1", "3"] })
+            #expect(await eventually { instance.receiver.statistics.terminated == 2 })
+            #expect(instance.receiver.statistics.invalid == 4)
+            #expect(instance.receiver.statistics.acknowledged == 1)
+            // Terminated messages are not delivered again: the stream is empty.
+            #expect(try await eventually { try client.messagesInStream("HERALD_DEMO") == 0 })
+        }
+    }
+
+    @Test("nats-server restarted under load: the receiver reconnects and every stored message is handled")
+    func serverRestart() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            let token = try await instance.token()
+            let subject = try await instance.tokenSubject()
+            let client = try NATSTestClient(url: server.url, reconnect: true)
+            let count = 300
+            var stored = Set<Int>()
+            for n in 0..<count {
+                if n == count / 2 {
+                    server.stop()
+                    try server.start()
+                }
+                // The sender retries until JetStream confirms storage; the message ID makes retries one message.
+                for attempt in 0..<200 {
+                    do {
+                        try client.publishStored(subject, body(token: token, n: n), messageID: "m\(n)", timeout: 500)
+                        stored.insert(n)
+                        break
+                    } catch {
+                        if attempt == 199 { throw error }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                }
+            }
+            #expect(stored.count == count)
+            #expect(await eventually(timeout: .seconds(30)) { Set(instance.collector.numbers).count == count })
+            #expect(Set(instance.collector.numbers) == Set((0..<count).map(String.init)))
+            #expect(instance.receiver.state == .connected)
+            #expect(instance.receiver.statistics.reconnects >= 1)
+        }
+    }
+}
