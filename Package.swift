@@ -191,6 +191,13 @@ let package = Package(
             path: "Tests/CrashProbe",
             swiftSettings: swiftSettings
         ),
+        // The child process of the NATS crash test: a daemon of the fleet, killed mid-stream and restarted.
+        .executableTarget(
+            name: "NATSProbe",
+            dependencies: ["Herald", "HeraldSQLite", "NATSReceiver"],
+            path: "Tests/NATSProbe",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "HeraldTests",
             dependencies: [
@@ -242,7 +249,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NATSReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "NATSReceiver", "CNATS"],
+            dependencies: ["Herald", "HeraldTesting", "NATSReceiver", "CNATS", "NATSProbe"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
