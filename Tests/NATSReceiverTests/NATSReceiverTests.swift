@@ -203,3 +203,30 @@ struct NATSReceiverTests {
         }
     }
 }
+
+/// The repository's root, for scripts and the Python venv.
+let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+@Suite("NATSReceiver: an independent NATS client (nats-py) as the sender", .serialized)
+struct NATSPyTests {
+    @Test("nats-py publishes through JetStream, requests and publishes on core NATS: handled like any sender")
+    func natsPy() async throws {
+        let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
+        try #require(
+            FileManager.default.isExecutableFile(atPath: python.path),
+            "No Python venv with nats-py at \(python.path): run scripts/python-env (scripts/test does) and test again."
+        )
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await instance.subscribe("news")
+            let token = try await instance.token()
+            let script = repositoryRoot.appendingPathComponent("Tests/NATSPy/nats_py_publish.py").path
+            let arguments = [script, "--url", server.url, "--project", "demo", "--token", token, "--topic", "news"]
+            let result = try await Task.detached { try runExecutable(python, arguments) }.value
+            #expect(result.status == 0, "nats_py_publish.py failed (exit \(result.status)):\n\(result.output)\(result.error)")
+            #expect(await eventually { Set(instance.collector.numbers) == ["py-1", "py-2", "py-3"] })
+            #expect(instance.receiver.statistics.invalid == 1)
+        }
+    }
+}
