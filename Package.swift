@@ -249,7 +249,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NATSReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "NATSReceiver", "CNATS", "NATSProbe"],
+            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "NATSReceiver", "CNATS", "NATSProbe"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

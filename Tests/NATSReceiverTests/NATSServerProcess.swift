@@ -150,11 +150,11 @@ final class NATSTestClient: @unchecked Sendable {
         return sequence
     }
 
-    /// Publishes on core NATS (no answer, no storage).
-    func publish(_ subject: String, _ body: String) throws {
+    /// Publishes on core NATS (no answer, no storage); with `flush`, waits until the server has it.
+    func publish(_ subject: String, _ body: String, flush: Bool = true) throws {
         let status = natsConnection_PublishString(connection, subject, body)
         guard status == NATS_OK else { throw NATSTestError.client("publish to \(subject): \(String(cString: natsStatus_GetText(status)))") }
-        natsConnection_FlushTimeout(connection, 2000)
+        if flush { natsConnection_FlushTimeout(connection, 2000) }
     }
 
     /// A core NATS request: the receiver's answer.
