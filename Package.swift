@@ -151,6 +151,7 @@ let package = Package(
                 "PrometheusMetrics",
                 "CSystemd",
                 "HeraldDynamicPlugins",
+                "NATSReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -249,7 +250,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NATSReceiverTests",
-            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "NATSReceiver", "CNATS", "NATSProbe"],
+            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "NATSReceiver", "NATSProbe", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

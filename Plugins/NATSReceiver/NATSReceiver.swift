@@ -269,10 +269,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     }
 
     private func configure(_ natsOptions: OpaquePointer, limits: UnsafeMutablePointer<Int64>, relay: UnsafeMutableRawPointer) -> natsStatus {
-        var steps: [() -> natsStatus] = [
-            { self.withCStrings(self.options.servers) { natsOptions_SetServers(natsOptions, $0, Int32($1)) } },
-            { natsOptions_SetName(natsOptions, self.options.connectionName) },
-            { natsOptions_SetTimeout(natsOptions, self.options.connectTimeout.milliseconds) },
+        let steps: [() -> natsStatus] = [
+            { NATSConnectionSettings.apply(self.options, to: natsOptions) },
             { natsOptions_SetAllowReconnect(natsOptions, true) },
             { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: self.options.maxReconnectAttempts)) },
             { natsOptions_SetCustomReconnectDelay(natsOptions, herald_nats_reconnect_delay, limits) },
@@ -281,27 +279,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             { natsOptions_SetClosedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).closed() }, relay) },
             { natsOptions_SetErrorHandler(natsOptions, { _, _, status, closure in ConnectionRelay.from(closure).asyncError(status) }, relay) },
         ]
-        if let file = options.credentialsFile { steps.append { natsOptions_SetUserCredentialsFromFiles(natsOptions, file, nil) } }
-        if let token = options.authToken { steps.append { natsOptions_SetToken(natsOptions, token) } }
-        if let tls = options.tls {
-            steps.append { natsOptions_SetSecure(natsOptions, true) }
-            if let ca = tls.caFile { steps.append { natsOptions_LoadCATrustedCertificates(natsOptions, ca) } }
-            if let certificate = tls.certificateFile, let key = tls.keyFile {
-                steps.append { natsOptions_LoadCertificatesChain(natsOptions, certificate, key) }
-            }
-        }
-        for step in steps {
-            let status = step()
-            if status != NATS_OK { return status }
-        }
-        return NATS_OK
-    }
-
-    private func withCStrings<R>(_ strings: [String], _ body: (UnsafeMutablePointer<UnsafePointer<CChar>?>, Int) -> R) -> R {
-        let copies = strings.map { UnsafePointer(strdup($0)) }
-        defer { for copy in copies { free(UnsafeMutablePointer(mutating: copy)) } }
-        var pointers = copies
-        return pointers.withUnsafeMutableBufferPointer { body($0.baseAddress!, $0.count) }
+        return NATSConnectionSettings.run(steps)
     }
 
     private func connectedURL(_ connection: OpaquePointer) -> String {
@@ -612,6 +590,7 @@ public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertibl
     case subscribe(subject: String, detail: String)
     case notConnected
     case flush(detail: String)
+    case request(subject: String, detail: String)
 
     public var description: String {
         switch self {
@@ -622,6 +601,7 @@ public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertibl
         case .subscribe(let subject, let detail): "cannot subscribe to \(subject): \(detail)"
         case .notConnected: "the NATS receiver is not connected (not started, or stopped)"
         case .flush(let detail): "the NATS server did not confirm what was sent: \(detail)"
+        case .request(let subject, let detail): "no answer on \(subject): \(detail)"
         }
     }
 }

@@ -1,4 +1,5 @@
 /* JetStream set-up for NATSReceiver and `herald send --nats`: streams, durable consumers, stored publishes. */
+#include <stdio.h>
 #include <string.h>
 #include "CNATS.h"
 
@@ -88,7 +89,7 @@ natsStatus herald_nats_subscribe_durable(natsSubscription **subscription, jsCtx 
 
 natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void *data, int length,
                                       const char *messageID, int64_t timeout, uint64_t *sequence,
-                                      jsErrCode *errorCode) {
+                                      char *stream, size_t streamCapacity, jsErrCode *errorCode) {
     jsPubOptions options;
     jsPubOptions_Init(&options);
     options.MaxWait = timeout;
@@ -98,7 +99,21 @@ natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void
     natsStatus status = js_Publish(&ack, js, subject, data, length, &options, errorCode);
     if (status == NATS_OK) {
         *sequence = ack->Sequence;
+        if (streamCapacity > 0) {
+            snprintf(stream, streamCapacity, "%s", ack->Stream != NULL ? ack->Stream : "");
+        }
         jsPubAck_Destroy(ack);
+    }
+    return status;
+}
+
+natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode) {
+    jsStreamInfo *info = NULL;
+    *errorCode = 0;
+    natsStatus status = js_GetStreamInfo(&info, js, stream, NULL, errorCode);
+    if (status == NATS_OK) {
+        *count = info->State.Msgs;
+        jsStreamInfo_Destroy(info);
     }
     return status;
 }

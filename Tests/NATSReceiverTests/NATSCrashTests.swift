@@ -12,7 +12,7 @@ struct NATSCrashTests {
             let count = 600
             let first = try startProbe(server: server, directory: directory)
             let token = try await readToken(directory)
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             let subject = NATSSubjects.token(project: "demo", token: token)
             for n in 0..<count {
                 try client.publishStored(subject, #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#)
@@ -36,7 +36,7 @@ struct NATSCrashTests {
             #expect(Set(all.map(\.n)) == Set(0..<count))
             let fresh = all.filter { !$0.replay }
             #expect(fresh.count == Set(fresh.map(\.n)).count, "a message was accepted as new twice")
-            #expect(try await eventually { try client.messagesInStream("HERALD_DEMO") == 0 })
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
         }
     }
 

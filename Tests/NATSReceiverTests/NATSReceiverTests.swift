@@ -73,7 +73,7 @@ struct NATSReceiverTests {
         let second = try FleetInstance(server: server)
         try await withFleet([first, second]) {
             #expect(first.receiver.state == .connected)
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             let firstSubject = try await first.tokenSubject()
             let secondSubject = try await second.tokenSubject()
             let firstToken = try await first.token()
@@ -85,7 +85,7 @@ struct NATSReceiverTests {
             #expect(Set(second.collector.numbers) == Set((100..<103).map(String.init)))
             #expect(await eventually { first.receiver.statistics.acknowledged == 5 && second.receiver.statistics.acknowledged == 3 })
             // Work-queue retention: acknowledged messages leave the stream.
-            #expect(try await eventually { try client.messagesInStream("HERALD_DEMO") == 0 })
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
             // A message for a token no instance has is kept for its owner, and reaches no one here.
             try client.publishStored(NATSSubjects.token(project: "demo", token: "nobody"), body(token: "nobody", n: 999))
             try await first.receiver.flush()
@@ -101,7 +101,7 @@ struct NATSReceiverTests {
             try await instances[0].subscribe("news")
             try await instances[1].subscribe("news")
             try await instances[2].subscribe("sports")
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             for n in 0..<4 { try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: n)) }
             #expect(await eventually { instances[0].collector.numbers.count == 4 && instances[1].collector.numbers.count == 4 })
             try await instances[2].receiver.flush()
@@ -123,7 +123,7 @@ struct NATSReceiverTests {
         let instances = try (0..<3).map { _ in try FleetInstance(server: server) { $0.topicDelivery = .shared(group: "workers") } }
         try await withFleet(instances) {
             for instance in instances { try await instance.subscribe("jobs") }
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             let count = 60
             for n in 0..<count { try client.publish(NATSSubjects.topic(project: "demo", topic: "jobs"), body(topic: "jobs", n: n)) }
             #expect(await eventually { instances.map(\.collector.numbers.count).reduce(0, +) == count })
@@ -142,7 +142,7 @@ struct NATSReceiverTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await instance.subscribe("news")
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             let subject = NATSSubjects.topic(project: "demo", topic: "news")
 
             let malformed = try JSONParser.parse(Array(try client.request(subject, "not json").utf8))
@@ -164,7 +164,7 @@ struct NATSReceiverTests {
             #expect(instance.receiver.statistics.invalid == 4)
             #expect(instance.receiver.statistics.acknowledged == 1)
             // Terminated messages are not delivered again: the stream is empty.
-            #expect(try await eventually { try client.messagesInStream("HERALD_DEMO") == 0 })
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
         }
     }
 
@@ -175,7 +175,7 @@ struct NATSReceiverTests {
         try await withFleet([instance]) {
             let token = try await instance.token()
             let subject = try await instance.tokenSubject()
-            let client = try NATSTestClient(url: server.url, reconnect: true)
+            var client = try NATSPublisher(url: server.url)
             let count = 300
             var stored = Set<Int>()
             for n in 0..<count {
@@ -183,15 +183,17 @@ struct NATSReceiverTests {
                     server.stop()
                     try server.start()
                 }
-                // The sender retries until JetStream confirms storage; the message ID makes retries one message.
+                // The sender retries (on a new connection) until JetStream confirms storage; the message ID makes
+                // retries one message.
                 for attempt in 0..<200 {
                     do {
-                        try client.publishStored(subject, body(token: token, n: n), messageID: "m\(n)", timeout: 500)
+                        try client.publishStored(subject, body(token: token, n: n), messageID: "m\(n)")
                         stored.insert(n)
                         break
                     } catch {
                         if attempt == 199 { throw error }
                         try await Task.sleep(for: .milliseconds(20))
+                        if let fresh = try? NATSPublisher(url: server.url) { client = fresh }
                     }
                 }
             }
@@ -228,5 +230,47 @@ struct NATSPyTests {
             #expect(await eventually { Set(instance.collector.numbers) == ["py-1", "py-2", "py-3"] })
             #expect(instance.receiver.statistics.invalid == 1)
         }
+    }
+}
+
+@Suite("herald send --nats: publishing straight to NATS", .serialized)
+struct SendOverNATSTests {
+    @Test("a token message is answered once JetStream stored it and reaches its instance; a topic message is answered by the instance")
+    func sendToTokenAndTopic() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await instance.subscribe("news")
+            let token = try await instance.token()
+            let sent = try await Task.detached {
+                try runBuiltExecutable("herald", ["send", "--nats", server.url, "--project-id", "demo", "--token", token, "--data", "n=cli-1"])
+            }.value
+            #expect(sent.status == 0, "\(sent.output)\(sent.error)")
+            // The name carries the ID the receiver gives the stored message.
+            #expect(sent.output.contains(#"projects/demo/messages/nats-HERALD_DEMO-"#))
+            let topic = try await Task.detached {
+                try runBuiltExecutable("herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=cli-2"])
+            }.value
+            #expect(topic.status == 0, "\(topic.output)\(topic.error)")
+            #expect(await eventually { Set(instance.collector.numbers) == ["cli-1", "cli-2"] })
+            let storedID = try #require(instance.collector.messages.withLock { $0.first { $0.userInfo["n"]?.stringValue == "cli-1" } }?.messageID)
+            #expect(sent.output.contains(storedID))
+
+            let refused = try await Task.detached {
+                try runBuiltExecutable("herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=1", "--title", "x", "--body", "y", "--validate-only"])
+            }.value
+            #expect(refused.status == 0, "validate-only is answered by the instance: \(refused.output)\(refused.error)")
+        }
+    }
+
+    @Test("send --nats refuses a condition, and says so when no server answers")
+    func refusals() async throws {
+        let condition = try runBuiltExecutable("herald", ["send", "--nats", "nats://127.0.0.1:1", "--condition", "'a' in topics"])
+        #expect(condition.status != 0)
+        #expect(condition.error.contains("a condition cannot be sent over NATS"))
+        let port = try freeLoopbackPort()
+        let unreachable = try runBuiltExecutable("herald", ["send", "--nats", "nats://127.0.0.1:\(port)", "--token", "t", "--data", "n=1"])
+        #expect(unreachable.status != 0)
+        #expect(unreachable.error.contains("cannot connect to NATS at nats://127.0.0.1:\(port)"))
     }
 }

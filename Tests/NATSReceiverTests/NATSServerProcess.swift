@@ -1,6 +1,6 @@
-import CNATS
 import Foundation
 import HeraldTesting
+import NATSReceiver
 
 /// A real `nats-server` with JetStream, on a loopback port of its own and a store directory of its own, started
 /// and stopped by the test (and restarted on the same port and store, for the reconnect test).
@@ -106,74 +106,23 @@ enum NATSTestError: Error, CustomStringConvertible {
     }
 }
 
-/// A plain cnats connection (cnats's own threads, no event loop) that plays the sender: publishes to JetStream,
-/// to core subjects, and makes requests.
-final class NATSTestClient: @unchecked Sendable {
-    // @unchecked Sendable: cnats connections and JetStream contexts are safe to use from any thread.
-    private let connection: OpaquePointer
-    private let jetStream: OpaquePointer
-
-    init(url: String, reconnect: Bool = false) throws {
-        var options: OpaquePointer?
-        natsOptions_Create(&options)
-        defer { natsOptions_Destroy(options) }
-        natsOptions_SetURL(options, url)
-        natsOptions_SetAllowReconnect(options, reconnect)
-        natsOptions_SetMaxReconnect(options, -1)
-        natsOptions_SetReconnectWait(options, 50)
-        var connection: OpaquePointer?
-        let status = natsConnection_Connect(&connection, options)
-        guard status == NATS_OK, let connection else { throw NATSTestError.client("connect: \(String(cString: herald_nats_last_error(status)))") }
-        self.connection = connection
-        var jsOptions = jsOptions()
-        jsOptions_Init(&jsOptions)
-        var jetStream: OpaquePointer?
-        natsConnection_JetStream(&jetStream, connection, &jsOptions)
-        self.jetStream = jetStream!
+/// The sender's side in the tests: NATSPublisher with string bodies.
+extension NATSPublisher {
+    convenience init(url: String) throws {
+        try self.init(options: NATSReceiver.Options(servers: [url]))
     }
 
-    deinit {
-        jsCtx_Destroy(jetStream)
-        natsConnection_Destroy(connection)
-    }
-
-    /// Publishes through JetStream and returns the stream sequence once the stream stored the message.
     @discardableResult
-    func publishStored(_ subject: String, _ body: String, messageID: String? = nil, timeout: Int64 = 2000) throws -> UInt64 {
-        var sequence: UInt64 = 0
-        var code = jsErrCode(rawValue: 0)
-        let bytes = Array(body.utf8)
-        let status = bytes.withUnsafeBytes {
-            herald_nats_publish_stored(jetStream, subject, $0.baseAddress, Int32($0.count), messageID, timeout, &sequence, &code)
-        }
-        guard status == NATS_OK else { throw NATSTestError.client("publish to \(subject): \(String(cString: herald_nats_last_error(status))) (\(code.rawValue))") }
-        return sequence
+    func publishStored(_ subject: String, _ body: String, messageID: String? = nil) throws -> String {
+        try publishStored(subject, body: Array(body.utf8), messageID: messageID)
     }
 
-    /// Publishes on core NATS (no answer, no storage); with `flush`, waits until the server has it.
     func publish(_ subject: String, _ body: String, flush: Bool = true) throws {
-        let status = natsConnection_PublishString(connection, subject, body)
-        guard status == NATS_OK else { throw NATSTestError.client("publish to \(subject): \(String(cString: natsStatus_GetText(status)))") }
-        if flush { natsConnection_FlushTimeout(connection, 2000) }
+        try publish(subject, body: Array(body.utf8), flush: flush)
     }
 
-    /// A core NATS request: the receiver's answer.
-    func request(_ subject: String, _ body: String, timeout: Int64 = 2000) throws -> String {
-        var reply: OpaquePointer?
-        let status = natsConnection_RequestString(&reply, connection, subject, body, timeout)
-        guard status == NATS_OK, let reply else { throw NATSTestError.client("request to \(subject): \(String(cString: natsStatus_GetText(status)))") }
-        defer { natsMsg_Destroy(reply) }
-        let length = Int(natsMsg_GetDataLength(reply))
-        return String(decoding: UnsafeRawBufferPointer(start: natsMsg_GetData(reply), count: length), as: UTF8.self)
-    }
-
-    /// Messages left in `stream` (work-queue retention: stored and not yet acknowledged).
-    func messagesInStream(_ stream: String) throws -> UInt64 {
-        var info: UnsafeMutablePointer<jsStreamInfo>?
-        var code = jsErrCode(rawValue: 0)
-        let status = js_GetStreamInfo(&info, jetStream, stream, nil, &code)
-        guard status == NATS_OK, let info else { throw NATSTestError.client("stream info: \(String(cString: natsStatus_GetText(status)))") }
-        defer { jsStreamInfo_Destroy(info) }
-        return info.pointee.State.Msgs
+    func request(_ subject: String, _ body: String) throws -> String {
+        guard let answer = try request(subject, body: Array(body.utf8)) else { throw NATSTestError.client("no responders on \(subject)") }
+        return String(decoding: answer, as: UTF8.self)
     }
 }

@@ -21,7 +21,7 @@ struct NATSThroughputTests {
             try await first.start()
             let token = try await first.token()
             await first.herald.shutdown()
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             let subject = NATSSubjects.token(project: "demo", token: token)
             for n in 0..<Self.count { try client.publishStored(subject, body(token: token, n: n)) }
 
@@ -43,7 +43,7 @@ struct NATSThroughputTests {
         let instances = try (0..<size).map { _ in try FleetInstance(server: server) { $0.topicDelivery = .shared(group: "bench") } }
         try await withFleet(instances) {
             for instance in instances { try await instance.subscribe("load") }
-            let client = try NATSTestClient(url: server.url)
+            let client = try NATSPublisher(url: server.url)
             let subject = NATSSubjects.topic(project: "demo", topic: "load")
             let clock = ContinuousClock()
             let start = clock.now

@@ -62,10 +62,14 @@ natsStatus herald_nats_subscribe_durable(natsSubscription **subscription, jsCtx 
                                          void *closure, jsErrCode *errorCode);
 
 /* Publishes `data` to `subject` through JetStream and waits for the stream's acknowledgement; `messageID`
-   (optional) is the Nats-Msg-Id header JetStream de-duplicates on. `*sequence` gets the stream sequence. */
+   (optional) is the Nats-Msg-Id header JetStream de-duplicates on. `*sequence` gets the stream sequence and
+   `stream` (of `streamCapacity` bytes, NUL-terminated) the name of the stream that stored it. */
 natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void *data, int length,
                                       const char *messageID, int64_t timeout, uint64_t *sequence,
-                                      jsErrCode *errorCode);
+                                      char *stream, size_t streamCapacity, jsErrCode *errorCode);
+
+/* Messages `stream` holds now, in `*count`. */
+natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode);
 
 /* The last error cnats recorded on the calling thread, or its status text. Never NULL. */
 const char *herald_nats_last_error(natsStatus status);
