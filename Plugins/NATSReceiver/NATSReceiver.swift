@@ -12,9 +12,10 @@ import Logging
 ///
 /// - **Token messages** (`herald.<project>.token.<token>`) are stored by JetStream in the stream
 ///   ``Options/stream`` (work-queue retention) and pushed to this instance's durable consumer
-///   ``Options/consumer``. A message is acknowledged only once the bus has accepted it — with the durable inbox,
-///   once it is committed — so a crash, a lost connection or a missed ack (``Options/ackWait``) makes JetStream
-///   deliver it again; with the inbox's de-duplication (the message ID is the stream sequence) it is handled once.
+///   ``Options/consumer``. A message is acknowledged only once it is safe: with the durable inbox, once it is
+///   committed; without it, once its handlers have finished. A crash, a lost connection or a missed ack
+///   (``Options/ackWait``) makes JetStream deliver it again; with the inbox's de-duplication (the message ID is the
+///   stream sequence) it is handled once.
 /// - **Topic fan-out** (`herald.<project>.topic.<topic>`, ``TopicDelivery/fanOut``): a core NATS subscription
 ///   per subscribed topic; every subscribed instance connected at the time gets each message once. At most once:
 ///   a message published while an instance is disconnected does not reach it.
@@ -498,7 +499,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             return
         }
         let project = context.projectID
-        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [self] outcome in
+        context.bus.deliver(request.message, validateOnly: request.validateOnly, answerWhenHandled: kind == .jetStream) { [self] outcome in
             if let reply {
                 switch outcome {
                 case .success(let id): answer(reply, fcmSendResponse(project: project, messageID: id))

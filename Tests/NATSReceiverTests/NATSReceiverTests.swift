@@ -12,13 +12,43 @@ final class Collector: MessageHandler, Sendable {
     var numbers: [String] { messages.withLock { $0.compactMap { $0.userInfo["n"]?.stringValue } } }
 }
 
+/// A handler that holds every message until ``open()``.
+final class Gate: MessageHandler, Sendable {
+    private let state = Locked<(entered: Int, isOpen: Bool, waiting: [CheckedContinuation<Void, Never>])>((0, false, []))
+
+    var entered: Int { state.withLock { $0.entered } }
+
+    func didReceive(_ message: RemoteMessage) async throws {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let isOpen = state.withLock { state in
+                state.entered += 1
+                if !state.isOpen { state.waiting.append(continuation) }
+                return state.isOpen
+            }
+            if isOpen { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiting = state.withLock { state in
+            state.isOpen = true
+            defer { state.waiting.removeAll() }
+            return state.waiting
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+}
+
 /// One Herald instance with a NATS receiver and a collector, as a daemon of a fleet would run it.
 final class FleetInstance: Sendable {
     let herald: Herald
     let receiver: NATSReceiver
     let collector = Collector()
 
-    init(server: NATSServerProcess, store: any HeraldStore = InMemoryStore(), configure: (inout NATSReceiver.Options) -> Void = { _ in }) throws {
+    init(
+        server: NATSServerProcess, store: any HeraldStore = InMemoryStore(), plugins: [any HeraldPlugin] = [],
+        configure: (inout NATSReceiver.Options) -> Void = { _ in }
+    ) throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
         herald = Herald(configuration: configuration, store: store)
@@ -31,6 +61,7 @@ final class FleetInstance: Sendable {
         receiver = NATSReceiver(options: options)
         try herald.register(receiver)
         try herald.register(collector)
+        for plugin in plugins { try herald.register(plugin) }
     }
 
     func start() async throws { try await herald.start() }
@@ -90,6 +121,24 @@ struct NATSReceiverTests {
             try client.publishStored(NATSSubjects.token(project: "demo", token: "nobody"), body(token: "nobody", n: 999))
             try await first.receiver.flush()
             #expect(!first.collector.numbers.contains("999") && !second.collector.numbers.contains("999"))
+        }
+    }
+
+    @Test("without the durable inbox, a JetStream message is acknowledged only once its handlers have finished")
+    func ackAfterHandlers() async throws {
+        let server = try NATSServerProcess()
+        let gate = Gate()
+        let instance = try FleetInstance(server: server, plugins: [gate])
+        try await withFleet([instance]) {
+            let client = try NATSPublisher(url: server.url)
+            try client.publishStored(try await instance.tokenSubject(), body(token: try await instance.token(), n: 1))
+            #expect(await eventually { gate.entered == 1 })
+            try await instance.receiver.flush()
+            #expect(instance.receiver.statistics.acknowledged == 0)
+            #expect(try client.storedMessages(stream: "HERALD_DEMO") == 1)
+            gate.open()
+            #expect(await eventually { instance.receiver.statistics.acknowledged == 1 })
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
         }
     }
 
