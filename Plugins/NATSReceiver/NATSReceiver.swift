@@ -25,7 +25,8 @@ import Logging
 /// A body that is not a valid send request is dropped with a log line and a `message_dropped` event (reason
 /// `invalid`): on JetStream it is terminated (never redelivered); a core NATS request gets the FCM error on its
 /// reply subject. When the bus is full, JetStream messages are refused with a delayed redelivery
-/// (``Options/redeliveryDelay``) instead of being acknowledged.
+/// (``Options/redeliveryDelay``) instead of being acknowledged, and core NATS messages are held in order (up to
+/// ``Options/maxHeldMessages``) until it has room.
 public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; `shared` is a lock; everything else is touched on the loop
     // thread only (start, stop and the token change hop to it; cnats's threads hop to it before touching state).
@@ -98,6 +99,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var maxReconnectWait: Duration = .seconds(8)
         /// Reconnect attempts before giving up (the state becomes `closed`); -1 for no limit.
         public var maxReconnectAttempts: Int = -1
+        /// Core NATS (topic) messages held, in order, while the bus is full; past it they are refused
+        /// (`QUOTA_EXCEEDED` to a request, else dropped and recorded as `message_dropped`).
+        public var maxHeldMessages: Int = 65536
         /// Messages a subscription holds before NATS calls the instance a slow consumer and drops more.
         public var pendingMessagesLimit: Int = 65536
         /// Bytes a subscription holds before NATS calls the instance a slow consumer and drops more.
@@ -145,6 +149,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var reconnectLimits: UnsafeMutablePointer<Int64>?
     private var topicSubscriptions: [String: OpaquePointer] = [:]
     private var wantedTopics: Set<String> = []
+    /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
+    private var held: [OpaquePointer] = []
+    private var heldStart = 0
     private var tokenSubscription: OpaquePointer?
     private var subscribedToken: String?
     private var stopping = false
@@ -178,6 +185,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
             .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
             .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
+            .init(name: "max-held-messages", defaultValue: "65536", help: "topic messages held while the bus is full"),
         ])
     }
 
@@ -302,6 +310,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
         shared.withLock { $0.closing = true }
         let place: UnsafeHandle? = try? await context.loop.submit {
+            for message in self.held[self.heldStart...] { natsMsg_Destroy(message) }
+            self.held.removeAll()
+            self.heldStart = 0
             for subscription in self.topicSubscriptions.values { Self.close(subscription) }
             self.topicSubscriptions.removeAll()
             if let subscription = self.tokenSubscription { Self.close(subscription) }
@@ -476,10 +487,44 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
         let reply: String? = kind == .core ? natsMsg_GetReply(message).map { String(cString: $0) } : nil
 
-        if kind == .jetStream, context.bus.isFull {
+        switch kind {
+        case .jetStream where context.bus.isFull:
             settle(message, .redeliverLater)
             return
+        case .core where (context.bus.isFull || heldCount > 0) && heldCount < options.maxHeldMessages:
+            // Core NATS cannot be asked to wait: hold the message (in order) until the bus has room.
+            held.append(message)
+            return
+        default:
+            offer(message, kind: kind, body: body, reply: reply, context: context)
         }
+    }
+
+    /// The bus has room again: offer the held core messages (on a later turn, not inside the bus's own call).
+    public func resume() {
+        guard heldCount > 0, let loop = context?.loop else { return }
+        loop.execute { self.offerHeld() }
+    }
+
+    private var heldCount: Int { held.count - heldStart }
+
+    private func offerHeld() {
+        guard let context else { return }
+        while heldCount > 0, !context.bus.isFull, !stopping {
+            let message = held[heldStart]
+            heldStart += 1
+            let length = Int(natsMsg_GetDataLength(message))
+            let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+            offer(message, kind: .core, body: body, reply: natsMsg_GetReply(message).map { String(cString: $0) }, context: context)
+        }
+        if heldStart > 1024, heldStart * 2 > held.count {
+            held.removeFirst(heldStart)
+            heldStart = 0
+        }
+    }
+
+    /// Decodes `message` and hands it to the bus; acknowledges, refuses or answers it with the bus's answer.
+    private func offer(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext) {
         var decoding = context.decoding
         if kind == .jetStream, let id = Self.storedMessageID(message) {
             // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.

@@ -47,10 +47,11 @@ final class FleetInstance: Sendable {
 
     init(
         server: NATSServerProcess, store: any HeraldStore = InMemoryStore(), plugins: [any HeraldPlugin] = [],
-        configure: (inout NATSReceiver.Options) -> Void = { _ in }
+        maxInFlight: Int = 1024, configure: (inout NATSReceiver.Options) -> Void = { _ in }
     ) throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
+        configuration.maxInFlight = maxInFlight
         herald = Herald(configuration: configuration, store: store)
         var options = NATSReceiver.Options(servers: [server.url])
         options.ackWait = .seconds(2)
@@ -139,6 +140,30 @@ struct NATSReceiverTests {
             gate.open()
             #expect(await eventually { instance.receiver.statistics.acknowledged == 1 })
             #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
+        }
+    }
+
+    @Test("bus full: topic messages are held in order until it has room, stored ones come again later; none lost")
+    func backpressure() async throws {
+        let server = try NATSServerProcess()
+        let gate = Gate()
+        let instance = try FleetInstance(server: server, plugins: [gate], maxInFlight: 4)
+        try await withFleet([instance]) {
+            try await instance.subscribe("news")
+            let client = try NATSPublisher(url: server.url)
+            let token = try await instance.token()
+            for n in 0..<20 { try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: n), flush: false) }
+            for n in 100..<110 { try client.publishStored(try await instance.tokenSubject(), body(token: token, n: n)) }
+            #expect(await eventually { gate.entered == 4 })
+            try await instance.receiver.flush()
+            #expect(gate.entered == 4)
+            gate.open()
+            #expect(await eventually { instance.collector.numbers.count == 30 })
+            let topics = instance.collector.numbers.compactMap(Int.init).filter { $0 < 100 }
+            #expect(topics == Array(0..<20), "held topic messages keep their order")
+            let expected: Set<String> = Set((0..<20).map { String($0) }).union((100..<110).map { String($0) })
+            #expect(Set(instance.collector.numbers) == expected)
+            #expect(instance.receiver.statistics.redeliveryRequested > 0)
         }
     }
 
