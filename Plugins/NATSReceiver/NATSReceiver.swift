@@ -245,7 +245,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let limits = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
         limits[0] = options.reconnectWait.milliseconds
         limits[1] = max(options.maxReconnectWait.milliseconds, limits[0])
-        let relay = ConnectionRelay(receiver: self, logger: context.logger, loop: context.loop)
+        let relay = ConnectionRelay(receiver: self, logger: context.logger, bus: context.bus, loop: context.loop)
         let relayPointer = Unmanaged.passRetained(relay).toOpaque()
 
         var status = configure(natsOptions, limits: limits, relay: relayPointer)
@@ -606,7 +606,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     // MARK: Connection events (from cnats's callback thread)
 
-    fileprivate func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger) {
+    fileprivate func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger, bus: MessageBus, loop: EventLoop) {
         let previous: ConnectionState? = shared.withLock { shared in
             let previous = shared.state
             // Once stop() closes the connection, its disconnect is no loss: the state only moves to closed.
@@ -620,6 +620,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             return previous
         }
         guard let previous, previous != state else { return }
+        loop.execute {
+            bus.recordDiagnostic("nats_connection", parameters: ["state": state.rawValue, "previous": previous.rawValue])
+        }
         switch state {
         case .reconnecting: logger.warning("lost the NATS connection; reconnecting")
         case .connected: logger.notice("reconnected to NATS; subscriptions restored", metadata: ["url": "\(url ?? "?")"])
@@ -696,11 +699,13 @@ final class ConnectionRelay: @unchecked Sendable {
     // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
     private weak var receiver: NATSReceiver?
     private let logger: Logger
+    private let bus: MessageBus
     private let loop: EventLoop
 
-    init(receiver: NATSReceiver, logger: Logger, loop: EventLoop) {
+    init(receiver: NATSReceiver, logger: Logger, bus: MessageBus, loop: EventLoop) {
         self.receiver = receiver
         self.logger = logger
+        self.bus = bus
         self.loop = loop
     }
 
@@ -708,7 +713,7 @@ final class ConnectionRelay: @unchecked Sendable {
         Unmanaged<ConnectionRelay>.fromOpaque(closure!).takeUnretainedValue()
     }
 
-    func disconnected() { receiver?.connectionChanged(.reconnecting, logger: logger) }
+    func disconnected() { receiver?.connectionChanged(.reconnecting, logger: logger, bus: bus, loop: loop) }
 
     func reconnected(_ connection: OpaquePointer?) {
         var url: String?
@@ -718,11 +723,11 @@ final class ConnectionRelay: @unchecked Sendable {
                 url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             }
         }
-        receiver?.connectionChanged(.connected, url: url, logger: logger)
+        receiver?.connectionChanged(.connected, url: url, logger: logger, bus: bus, loop: loop)
     }
 
     func closed() {
-        receiver?.connectionChanged(.closed, logger: logger)
+        receiver?.connectionChanged(.closed, logger: logger, bus: bus, loop: loop)
         Unmanaged.passUnretained(self).release()
     }
 

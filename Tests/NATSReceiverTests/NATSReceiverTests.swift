@@ -245,7 +245,8 @@ struct NATSReceiverTests {
     @Test("nats-server restarted under load: the receiver reconnects and every stored message is handled")
     func serverRestart() async throws {
         let server = try NATSServerProcess()
-        let instance = try FleetInstance(server: server)
+        let sink = RecordingSink()
+        let instance = try FleetInstance(server: server, plugins: [sink])
         try await withFleet([instance]) {
             let token = try await instance.token()
             let subject = try await instance.tokenSubject()
@@ -276,6 +277,11 @@ struct NATSReceiverTests {
             #expect(Set(instance.collector.numbers) == Set((0..<count).map(String.init)))
             #expect(instance.receiver.state == .connected)
             #expect(instance.receiver.statistics.reconnects >= 1)
+            // The connection's changes are diagnostic events too.
+            #expect(await eventually {
+                let states = sink.events(named: .diagnostic).filter { $0.parameters["detail"] == "nats_connection" }.compactMap { $0.parameters["state"] }
+                return states.starts(with: ["reconnecting", "connected"])
+            })
         }
     }
 }

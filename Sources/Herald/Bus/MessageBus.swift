@@ -644,6 +644,13 @@ public final class MessageBus: @unchecked Sendable {
         analytics.record(AnalyticsEvent(name: .messageDropped, parameters: ["reason": AnalyticsEvent.DropReason.invalid.rawValue, "detail": error.message]))
     }
 
+    /// Records a `diagnostic` event for a plugin's own news (a receiver's connection state, say): `detail` names
+    /// what happened, `parameters` add to it. Loop thread only.
+    public func recordDiagnostic(_ detail: String, parameters: [String: String] = [:]) {
+        loop.preconditionInEventLoop()
+        analytics.record(AnalyticsEvent(name: .diagnostic, parameters: parameters.merging(["detail": detail]) { _, new in new }))
+    }
+
     private func handlerFailed(_ message: RemoteMessage, plugin: any HeraldPlugin, error: any Error) {
         logger.error("handler threw; other handlers and messages go on", metadata: [
             "plugin": "\(plugin.descriptor.name)", "message_id": "\(message.messageID ?? "")", "error": "\(error)",
