@@ -125,6 +125,30 @@ struct NATSReceiverTests {
         }
     }
 
+    @Test("token rotation moves the durable consumer to the new token's subject; the old token's messages reach no one")
+    func tokenRotation() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            let client = try NATSPublisher(url: server.url)
+            let oldToken = try await instance.token()
+            let oldSubject = try await instance.tokenSubject()
+            try client.publishStored(oldSubject, body(token: oldToken, n: 1))
+            #expect(await eventually { instance.collector.numbers == ["1"] })
+            try await instance.herald.deleteToken()
+            let newToken = try await instance.token()
+            #expect(newToken != oldToken)
+            #expect(newToken.hasPrefix(String(oldToken.split(separator: ":")[0])), "one installation, one durable consumer")
+            try client.publishStored(oldSubject, body(token: oldToken, n: 2))
+            try client.publishStored(try await instance.tokenSubject(), body(token: newToken, n: 3))
+            #expect(await eventually { instance.collector.numbers == ["1", "3"] })
+            try await instance.receiver.flush()
+            #expect(instance.collector.numbers == ["1", "3"])
+            // The old token's message waits in the stream for a consumer that no longer exists.
+            #expect(try client.storedMessages(stream: "HERALD_DEMO") == 1)
+        }
+    }
+
     @Test("without the durable inbox, a JetStream message is acknowledged only once its handlers have finished")
     func ackAfterHandlers() async throws {
         let server = try NATSServerProcess()
