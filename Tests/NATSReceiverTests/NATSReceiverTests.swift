@@ -125,6 +125,31 @@ struct NATSReceiverTests {
         }
     }
 
+    @Test("start fails with an error naming the servers when none answers, and naming JetStream when it is off")
+    func startFailures() async throws {
+        let port = try freeLoopbackPort()
+        let herald = Herald(configuration: Herald.Configuration(senderID: "1"))
+        try herald.register(NATSReceiver(options: NATSReceiver.Options(servers: ["nats://127.0.0.1:\(port)"])))
+        await #expect {
+            try await herald.start()
+        } throws: { error in
+            "\(error)".contains("cannot connect to NATS at nats://127.0.0.1:\(port)")
+        }
+        #expect(herald.loop.statistics.liveHandles == 0)
+
+        let server = try NATSServerProcess(jetStream: false)
+        let plain = Herald(configuration: Herald.Configuration(senderID: "1"))
+        let receiver = NATSReceiver(options: NATSReceiver.Options(servers: [server.url]))
+        try plain.register(receiver)
+        await #expect {
+            try await plain.start()
+        } throws: { error in
+            "\(error)".contains("JetStream")
+        }
+        #expect(receiver.state == .closed)
+        #expect(plain.loop.statistics.liveHandles == 0)
+    }
+
     @Test("token rotation moves the durable consumer to the new token's subject; the old token's messages reach no one")
     func tokenRotation() async throws {
         let server = try NATSServerProcess()

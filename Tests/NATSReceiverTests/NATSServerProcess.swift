@@ -13,8 +13,12 @@ final class NATSServerProcess: @unchecked Sendable {
 
     var url: String { "nats://127.0.0.1:\(port)" }
 
+    /// Whether the server runs JetStream.
+    let jetStream: Bool
+
     /// Starts a server on a free loopback port with a fresh store under /tmp, and waits until it accepts.
-    init() throws {
+    init(jetStream: Bool = true) throws {
+        self.jetStream = jetStream
         port = try freeLoopbackPort()
         storeDirectory = "/tmp/herald-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: storeDirectory, withIntermediateDirectories: true)
@@ -31,7 +35,7 @@ final class NATSServerProcess: @unchecked Sendable {
         precondition(process == nil, "the server is running")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable)
-        process.arguments = ["-js", "-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory]
+        process.arguments = (jetStream ? ["-js"] : []) + ["-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
