@@ -12,31 +12,10 @@ final class Collector: MessageHandler, Sendable {
     var numbers: [String] { messages.withLock { $0.compactMap { $0.userInfo["n"]?.stringValue } } }
 }
 
-/// A handler that holds every message until ``open()``.
-final class Gate: MessageHandler, Sendable {
-    private let state = Locked<(entered: Int, isOpen: Bool, waiting: [CheckedContinuation<Void, Never>])>((0, false, []))
-
-    var entered: Int { state.withLock { $0.entered } }
-
-    func didReceive(_ message: RemoteMessage) async throws {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let isOpen = state.withLock { state in
-                state.entered += 1
-                if !state.isOpen { state.waiting.append(continuation) }
-                return state.isOpen
-            }
-            if isOpen { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiting = state.withLock { state in
-            state.isOpen = true
-            defer { state.waiting.removeAll() }
-            return state.waiting
-        }
-        for continuation in waiting { continuation.resume() }
-    }
+/// A handler that holds every message at its gate.
+final class HeldHandler: MessageHandler, Sendable {
+    let gate = Gate()
+    func didReceive(_ message: RemoteMessage) async throws { await gate.wait() }
 }
 
 /// One Herald instance with a NATS receiver and a collector, as a daemon of a fleet would run it.
@@ -177,12 +156,13 @@ struct NATSReceiverTests {
     @Test("without the durable inbox, a JetStream message is acknowledged only once its handlers have finished")
     func ackAfterHandlers() async throws {
         let server = try NATSServerProcess()
-        let gate = Gate()
-        let instance = try FleetInstance(server: server, plugins: [gate])
+        let held = HeldHandler()
+        let gate = held.gate
+        let instance = try FleetInstance(server: server, plugins: [held])
         try await withFleet([instance]) {
             let client = try NATSPublisher(url: server.url)
             try client.publishStored(try await instance.tokenSubject(), body(token: try await instance.token(), n: 1))
-            #expect(await eventually { gate.entered == 1 })
+            #expect(await eventually { gate.arrived == 1 })
             try await instance.receiver.flush()
             #expect(instance.receiver.statistics.acknowledged == 0)
             #expect(try client.storedMessages(stream: "HERALD_DEMO") == 1)
@@ -195,17 +175,18 @@ struct NATSReceiverTests {
     @Test("bus full: topic messages are held in order until it has room, stored ones come again later; none lost")
     func backpressure() async throws {
         let server = try NATSServerProcess()
-        let gate = Gate()
-        let instance = try FleetInstance(server: server, plugins: [gate], maxInFlight: 4)
+        let held = HeldHandler()
+        let gate = held.gate
+        let instance = try FleetInstance(server: server, plugins: [held], maxInFlight: 4)
         try await withFleet([instance]) {
             try await instance.subscribe("news")
             let client = try NATSPublisher(url: server.url)
             let token = try await instance.token()
             for n in 0..<20 { try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: n), flush: false) }
             for n in 100..<110 { try client.publishStored(try await instance.tokenSubject(), body(token: token, n: n)) }
-            #expect(await eventually { gate.entered == 4 })
+            #expect(await eventually { gate.arrived == 4 })
             try await instance.receiver.flush()
-            #expect(gate.entered == 4)
+            #expect(gate.arrived == 4)
             gate.open()
             #expect(await eventually { instance.collector.numbers.count == 30 })
             let topics = instance.collector.numbers.compactMap(Int.init).filter { $0 < 100 }
