@@ -101,6 +101,19 @@ public final class NATSPublisher: @unchecked Sendable {
         }
     }
 
+    /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
+    /// receivers write it) holds it under its installation ID. A gateway answers `UNREGISTERED` when it is not.
+    public func isRegistered(token: String, project: String, bucket: String? = nil) throws -> Bool {
+        let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
+        var value = [CChar](repeating: 0, count: 1024)
+        var found = false
+        let status = herald_nats_get_registration(jetStream, bucket, NATSSubjects.registrationKey(token: token), &value, value.count, &found)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        }
+        return found && String(decoding: value.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) == token
+    }
+
     /// Messages `stream` holds now: with work-queue retention, stored and not yet acknowledged.
     public func storedMessages(stream: String) throws -> UInt64 {
         var count: UInt64 = 0

@@ -69,8 +69,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         /// This instance's durable consumer; `nil` for ``NATSSubjects/consumerName(token:)`` (keyed by the
         /// installation ID).
         public var consumer: String?
-        /// Whether token messages are taken from JetStream.
+        /// Whether token messages are taken from JetStream (and the token written to the registrations bucket).
         public var tokenDelivery: Bool = true
+        /// The key-value bucket of the fleet's registrations; `nil` for ``NATSSubjects/registrationBucket(project:)``.
+        /// The instance writes its token there at start and at every rotation, and deletes it with the token.
+        public var registrationBucket: String?
         /// How topic messages arrive.
         public var topicDelivery: TopicDelivery = .fanOut
         /// How long JetStream waits for an ack before delivering a message again.
@@ -172,6 +175,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             .init(name: "tls-key", defaultValue: "", help: "the client certificate's key file"),
             .init(name: "stream", defaultValue: "HERALD_<PROJECT>", help: "the JetStream stream of token messages"),
             .init(name: "consumer", defaultValue: "herald-<installation id>", help: "this instance's durable consumer"),
+            .init(name: "registration-bucket", defaultValue: "HERALD_<PROJECT>_REGISTRATIONS", help: "the key-value bucket the instance writes its token to"),
             .init(name: "topic-delivery", defaultValue: "fan-out", help: "fan-out, or shared:<group> (a queue group)"),
             .init(name: "ack-wait", defaultValue: "30s", help: "redeliver a message not acknowledged within this"),
             .init(name: "max-ack-pending", defaultValue: "1024", help: "messages delivered and not yet acknowledged"),
@@ -387,6 +391,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                         var code = jsErrCode(rawValue: 0)
                         return herald_nats_delete_consumer(jetStream.pointer, stream, durable, &code)
                     }
+                    try await self.register(nil, key: NATSSubjects.registrationKey(token: current), jetStream: jetStream, context: context)
                 }
                 return
             }
@@ -429,6 +434,20 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 }
             }
             context.logger.info("receiving token messages from JetStream", metadata: ["stream": "\(stream)", "consumer": "\(durable)", "subject": "\(filter)"])
+            try await self.register(token, key: NATSSubjects.registrationKey(token: token), jetStream: jetStream, context: context)
+        }
+    }
+
+    /// Writes `token` to the registrations bucket under `key` (deletes the key for `nil`), so a gateway knows it.
+    private func register(_ token: String?, key: String, jetStream: UnsafeHandle, context: PluginContext) async throws {
+        let bucket = options.registrationBucket ?? NATSSubjects.registrationBucket(project: context.projectID)
+        let failure: String? = try await context.loop.offload {
+            var code = jsErrCode(rawValue: 0)
+            let status = herald_nats_put_registration(jetStream.pointer, bucket, key, token, &code)
+            return status == NATS_OK ? nil : String(cString: herald_nats_last_error(status))
+        }
+        if let failure {
+            throw NATSReceiverError.jetStream(operation: "record the registration in the bucket \(bucket)", detail: failure, code: 0)
         }
     }
 

@@ -21,8 +21,17 @@ public enum NATSSubjects {
 
     /// The default durable consumer of an instance: `herald-<installation ID>`, the installation ID being the part
     /// of the registration token before its `:`. It survives token rotation (only its filter changes).
-    public static func consumerName(token: String) -> String {
-        "herald-" + sanitized(String(token.split(separator: ":", maxSplits: 1).first ?? Substring(token)))
+    public static func consumerName(token: String) -> String { "herald-" + registrationKey(token: token) }
+
+    /// The default key-value bucket of registrations: `HERALD_<PROJECT>_REGISTRATIONS`. Each instance writes its
+    /// token there under ``registrationKey(token:)`` at start and at every rotation, so a gateway can tell a token
+    /// of the fleet from an unknown one.
+    public static func registrationBucket(project: String) -> String { streamName(project: project) + "_REGISTRATIONS" }
+
+    /// The key of a token in the registrations bucket: its installation ID (the part before `:`), since keys may
+    /// not hold `:`. The value is the whole token, so a rotated-away token no longer matches.
+    public static func registrationKey(token: String) -> String {
+        sanitized(String(token.split(separator: ":", maxSplits: 1).first ?? Substring(token)))
     }
 
     /// Where the durable consumer `consumer` pushes its messages.

@@ -118,6 +118,50 @@ natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *
     return status;
 }
 
+natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const char *key, const char *token,
+                                        jsErrCode *errorCode) {
+    kvStore *kv = NULL;
+    *errorCode = 0;
+    natsStatus status = js_KeyValue(&kv, js, bucket);
+    if (status == NATS_NOT_FOUND) {
+        kvConfig config;
+        kvConfig_Init(&config);
+        config.Bucket = bucket;
+        config.History = 1;
+        config.StorageType = js_FileStorage;
+        status = js_CreateKeyValue(&kv, js, &config);
+    }
+    if (status != NATS_OK) return status;
+    if (token != NULL) {
+        uint64_t revision = 0;
+        status = kvStore_PutString(&revision, kv, key, token);
+    } else {
+        status = kvStore_Delete(kv, key);
+    }
+    kvStore_Destroy(kv);
+    return status;
+}
+
+natsStatus herald_nats_get_registration(jsCtx *js, const char *bucket, const char *key, char *token, size_t capacity,
+                                        bool *found) {
+    kvStore *kv = NULL;
+    *found = false;
+    natsStatus status = js_KeyValue(&kv, js, bucket);
+    if (status == NATS_NOT_FOUND) return NATS_OK;
+    if (status != NATS_OK) return status;
+    kvEntry *entry = NULL;
+    status = kvStore_Get(&entry, kv, key);
+    if (status == NATS_OK) {
+        snprintf(token, capacity, "%s", kvEntry_ValueString(entry));
+        *found = true;
+        kvEntry_Destroy(entry);
+    } else if (status == NATS_NOT_FOUND) {
+        status = NATS_OK;
+    }
+    kvStore_Destroy(kv);
+    return status;
+}
+
 const char *herald_nats_last_error(natsStatus status) {
     natsStatus last = NATS_OK;
     const char *text = nats_GetLastError(&last);

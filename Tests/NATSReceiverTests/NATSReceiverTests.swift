@@ -26,11 +26,12 @@ final class FleetInstance: Sendable {
 
     init(
         server: NATSServerProcess, store: any HeraldStore = InMemoryStore(), plugins: [any HeraldPlugin] = [],
-        maxInFlight: Int = 1024, configure: (inout NATSReceiver.Options) -> Void = { _ in }
+        maxInFlight: Int = 1024, autoInit: Bool = true, configure: (inout NATSReceiver.Options) -> Void = { _ in }
     ) throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
         configuration.maxInFlight = maxInFlight
+        configuration.isAutoInitEnabled = autoInit
         herald = Herald(configuration: configuration, store: store)
         var options = NATSReceiver.Options(servers: [server.url])
         options.ackWait = .seconds(2)
@@ -129,7 +130,7 @@ struct NATSReceiverTests {
         #expect(plain.loop.statistics.liveHandles == 0)
     }
 
-    @Test("token rotation moves the durable consumer to the new token's subject; the old token's messages reach no one")
+    @Test("token rotation moves the durable consumer to the new token's subject and the registration; the old token's messages reach no one")
     func tokenRotation() async throws {
         let server = try NATSServerProcess()
         let instance = try FleetInstance(server: server)
@@ -139,8 +140,13 @@ struct NATSReceiverTests {
             let oldSubject = try await instance.tokenSubject()
             try client.publishStored(oldSubject, body(token: oldToken, n: 1))
             #expect(await eventually { instance.collector.numbers == ["1"] })
+            #expect(try client.isRegistered(token: oldToken, project: "demo"))
             try await instance.herald.deleteToken()
             let newToken = try await instance.token()
+            // The registrations bucket follows the rotation.
+            #expect(try client.isRegistered(token: newToken, project: "demo"))
+            #expect(try !client.isRegistered(token: oldToken, project: "demo"))
+            #expect(try !client.isRegistered(token: "dUnknownInstallation:xyz", project: "demo"))
             #expect(newToken != oldToken)
             #expect(newToken.hasPrefix(String(oldToken.split(separator: ":")[0])), "one installation, one durable consumer")
             try client.publishStored(oldSubject, body(token: oldToken, n: 2))
@@ -150,6 +156,24 @@ struct NATSReceiverTests {
             #expect(instance.collector.numbers == ["1", "3"])
             // The old token's message waits in the stream for a consumer that no longer exists.
             #expect(try client.storedMessages(stream: "HERALD_DEMO") == 1)
+        }
+    }
+
+    @Test("a deleted token (auto-init off) leaves the registrations bucket and the stream's consumers")
+    func tokenDeletion() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server, autoInit: false)
+        try await withFleet([instance]) {
+            let client = try NATSPublisher(url: server.url)
+            let token = try await instance.token()
+            #expect(await eventually { (try? client.isRegistered(token: token, project: "demo")) == true })
+            try client.publishStored(try await instance.tokenSubject(), body(token: token, n: 1))
+            #expect(await eventually { instance.collector.numbers == ["1"] })
+            try await instance.herald.deleteToken()
+            #expect(try !client.isRegistered(token: token, project: "demo"))
+            try client.publishStored(NATSSubjects.token(project: "demo", token: token), body(token: token, n: 2))
+            try await instance.receiver.flush()
+            #expect(instance.collector.numbers == ["1"])
         }
     }
 

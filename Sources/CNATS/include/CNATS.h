@@ -71,6 +71,16 @@ natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void
 /* Messages `stream` holds now, in `*count`. */
 natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode);
 
+/* Writes `token` as the value of `key` in the key-value bucket `bucket` (created when missing, file storage, one
+   revision kept), or deletes `key` when `token` is NULL. */
+natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const char *key, const char *token,
+                                        jsErrCode *errorCode);
+
+/* Reads `key` of the key-value bucket `bucket` into `token` (`capacity` bytes, NUL-terminated); `*found` is false
+   when the key (or the bucket) does not exist or was deleted. */
+natsStatus herald_nats_get_registration(jsCtx *js, const char *bucket, const char *key, char *token, size_t capacity,
+                                        bool *found);
+
 /* The last error cnats recorded on the calling thread, or its status text. Never NULL. */
 const char *herald_nats_last_error(natsStatus status);
 
