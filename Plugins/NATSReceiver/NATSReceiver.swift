@@ -311,7 +311,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         await tokenChanges.wait()
         guard let connection else { return }
-        _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
+        if state == .connected {
+            _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
+        }
         shared.withLock { $0.closing = true }
         let place: UnsafeHandle? = try? await context.loop.submit {
             for message in self.held[self.heldStart...] { natsMsg_Destroy(message) }

@@ -159,6 +159,20 @@ struct NATSReceiverTests {
         }
     }
 
+    @Test("shutdown while the server is away (reconnecting) finishes cleanly, every handle closed")
+    func shutdownWhileReconnecting() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await instance.start()
+        server.stop()
+        #expect(await eventually { instance.receiver.state == .reconnecting })
+        // Let a few reconnect attempts happen first.
+        try await Task.sleep(for: .milliseconds(300))
+        await instance.herald.shutdown()
+        #expect(instance.receiver.state == .closed)
+        #expect(instance.herald.loop.statistics.liveHandles == 0)
+    }
+
     @Test("a deleted token (auto-init off) leaves the registrations bucket and the stream's consumers")
     func tokenDeletion() async throws {
         let server = try NATSServerProcess()
