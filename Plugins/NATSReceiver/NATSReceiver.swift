@@ -497,7 +497,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     // MARK: Messages
 
     /// A message from a cnats delivery thread, now on the loop thread. Takes ownership of `message`.
-    fileprivate func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind) {
+    func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind) {
         guard let context, connection != nil, !stopping else {
             // Not acknowledged: JetStream delivers it again (to the next start); a core message is gone.
             natsMsg_Destroy(message)
@@ -627,7 +627,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     // MARK: Connection events (from cnats's callback thread)
 
-    fileprivate func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger, bus: MessageBus, loop: EventLoop) {
+    func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger, bus: MessageBus, loop: EventLoop) {
         let previous: ConnectionState? = shared.withLock { shared in
             let previous = shared.state
             // Once stop() closes the connection, its disconnect is no loss: the state only moves to closed.
@@ -651,147 +651,4 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         case .connecting: break
         }
     }
-}
-
-/// What went wrong connecting or setting up NATS.
-public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertible {
-    case connect(servers: [String], detail: String)
-    case jetStream(operation: String, detail: String, code: Int)
-    case subscribe(subject: String, detail: String)
-    case notConnected
-    case flush(detail: String)
-    case request(subject: String, detail: String)
-
-    public var description: String {
-        switch self {
-        case .connect(let servers, let detail):
-            "cannot connect to NATS at \(servers.joined(separator: ", ")): \(detail); check that nats-server runs there (with -js for JetStream)"
-        case .jetStream(let operation, let detail, let code):
-            "cannot \(operation) in JetStream: \(detail)\(code != 0 ? " (JetStream error \(code))" : ""); check that the server runs with JetStream enabled"
-        case .subscribe(let subject, let detail): "cannot subscribe to \(subject): \(detail)"
-        case .notConnected: "the NATS receiver is not connected (not started, or stopped)"
-        case .flush(let detail): "the NATS server did not confirm what was sent: \(detail)"
-        case .request(let subject, let detail): "no answer on \(subject): \(detail)"
-        }
-    }
-}
-
-/// A cnats pointer carried into an offloaded or loop closure; cnats objects are safe to use from any thread.
-struct UnsafeHandle: @unchecked Sendable {
-    let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
-}
-
-/// The receiver side of one subscription's callbacks: hops each message to the loop. Retained by cnats (through
-/// the closure pointer) until the subscription's completion callback.
-final class SubscriptionRelay: @unchecked Sendable {
-    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
-    enum Kind { case jetStream, core }
-    private weak var receiver: NATSReceiver?
-    private let loop: EventLoop
-    let kind: Kind
-
-    init(receiver: NATSReceiver, loop: EventLoop, kind: Kind) {
-        self.receiver = receiver
-        self.loop = loop
-        self.kind = kind
-    }
-
-    static func from(_ closure: UnsafeMutableRawPointer?) -> SubscriptionRelay {
-        Unmanaged<SubscriptionRelay>.fromOpaque(closure!).takeUnretainedValue()
-    }
-
-    /// On a cnats delivery thread.
-    func received(_ message: OpaquePointer?) {
-        guard let message else { return }
-        guard let receiver else {
-            natsMsg_Destroy(message)
-            return
-        }
-        let handle = UnsafeHandle(message)
-        let kind = self.kind
-        loop.execute { receiver.handle(handle.pointer, kind: kind) }
-    }
-}
-
-/// The receiver side of the connection's callbacks (disconnected, reconnected, closed, asynchronous errors), which
-/// cnats runs on a thread of its own. Retained until the closed callback.
-final class ConnectionRelay: @unchecked Sendable {
-    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
-    private weak var receiver: NATSReceiver?
-    private let logger: Logger
-    private let bus: MessageBus
-    private let loop: EventLoop
-
-    init(receiver: NATSReceiver, logger: Logger, bus: MessageBus, loop: EventLoop) {
-        self.receiver = receiver
-        self.logger = logger
-        self.bus = bus
-        self.loop = loop
-    }
-
-    static func from(_ closure: UnsafeMutableRawPointer?) -> ConnectionRelay {
-        Unmanaged<ConnectionRelay>.fromOpaque(closure!).takeUnretainedValue()
-    }
-
-    func disconnected() { receiver?.connectionChanged(.reconnecting, logger: logger, bus: bus, loop: loop) }
-
-    func reconnected(_ connection: OpaquePointer?) {
-        var url: String?
-        if let connection {
-            var buffer = [CChar](repeating: 0, count: 256)
-            if natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK {
-                url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            }
-        }
-        receiver?.connectionChanged(.connected, url: url, logger: logger, bus: bus, loop: loop)
-    }
-
-    func closed() {
-        receiver?.connectionChanged(.closed, logger: logger, bus: bus, loop: loop)
-        Unmanaged.passUnretained(self).release()
-    }
-
-    func asyncError(_ status: natsStatus) {
-        logger.warning("NATS reported an error", metadata: ["error": "\(String(cString: natsStatus_GetText(status)))"])
-    }
-}
-
-/// Runs async bodies one after another.
-final class SerialTasks: Sendable {
-    private let tail = Locked<Task<Void, Never>?>(nil)
-
-    func run(_ body: @escaping @Sendable () async throws -> Void) async throws {
-        let result = Locked<Result<Void, any Error>>(.success(()))
-        let task: Task<Void, Never> = tail.withLock { tail in
-            let previous = tail
-            let task = Task {
-                await previous?.value
-                do { try await body() } catch { result.withLock { $0 = .failure(error) } }
-            }
-            tail = task
-            return task
-        }
-        await task.value
-        try result.withLock { $0 }.get()
-    }
-
-    func wait() async {
-        await tail.withLock { $0 }?.value
-    }
-}
-
-/// Polls `condition` on the loop thread until it holds, for up to two seconds.
-private func eventuallyOnLoop(_ loop: EventLoop, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-    for _ in 0..<1000 {
-        guard let done = try? await loop.submit(condition) else { return true }
-        if done { return true }
-        try? await Task.sleep(for: .milliseconds(2))
-    }
-    return false
-}
-
-extension Duration {
-    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
-    var nanoseconds: Int64 { components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000 }
 }
