@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "JSONLExport", targets: ["JSONLExport"]),
         .library(name: "TokenWebhook", targets: ["TokenWebhook"]),
         .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
+        .library(name: "NATSReceiver", targets: ["NATSReceiver"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         // Dynamic plugins: the loader a host links, and the kit a plugin (a shared object) is written with.
@@ -126,6 +127,19 @@ let package = Package(
             path: "Plugins/ExecFetchWorker",
             swiftSettings: swiftSettings
         ),
+        // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for NATSReceiver.
+        .target(
+            name: "CNATS",
+            dependencies: ["CLibUV"],
+            path: "Sources/CNATS",
+            linkerSettings: [.linkedLibrary("nats")]
+        ),
+        .target(
+            name: "NATSReceiver",
+            dependencies: ["Herald", "CNATS", "CLibUV", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/NATSReceiver",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "herald",
             dependencies: [
@@ -138,6 +152,7 @@ let package = Package(
                 "PrometheusMetrics",
                 "CSystemd",
                 "HeraldDynamicPlugins",
+                "NATSReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
@@ -177,6 +192,13 @@ let package = Package(
             name: "CrashProbe",
             dependencies: ["Herald", "HeraldSQLite"],
             path: "Tests/CrashProbe",
+            swiftSettings: swiftSettings
+        ),
+        // The child process of the NATS crash test: a daemon of the fleet, killed mid-stream and restarted.
+        .executableTarget(
+            name: "NATSProbe",
+            dependencies: ["Herald", "HeraldSQLite", "NATSReceiver"],
+            path: "Tests/NATSProbe",
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -226,6 +248,11 @@ let package = Package(
         .testTarget(
             name: "ExecFetchWorkerTests",
             dependencies: ["Herald", "HeraldTesting", "ExecFetchWorker", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "NATSReceiverTests",
+            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "NATSReceiver", "NATSProbe", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

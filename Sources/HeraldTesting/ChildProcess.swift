@@ -11,8 +11,15 @@ public let buildProductsDirectory = URL(fileURLWithPath: "/proc/self/exe").resol
 public func runBuiltExecutable(
     _ name: String, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
 ) throws -> (status: Int32, output: String, error: String) {
+    try runExecutable(buildProductsDirectory.appendingPathComponent(name), arguments, environment: environment, input: input)
+}
+
+/// As ``runBuiltExecutable(_:_:environment:input:)``, for the executable at `url` (a script's interpreter, say).
+public func runExecutable(
+    _ url: URL, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
+) throws -> (status: Int32, output: String, error: String) {
     let process = Process()
-    process.executableURL = buildProductsDirectory.appendingPathComponent(name)
+    process.executableURL = url
     process.arguments = arguments
     var merged = ProcessInfo.processInfo.environment
     // The child sees only the HERALD_ variables the test gives it (herald serve reads every HERALD_ setting).

@@ -1,14 +1,17 @@
 import ArgumentParser
 import Glibc
 import Herald
+import NATSReceiver
 
 /// `herald send`: posts one FCM v1 send body to a Herald daemon over HTTP or its socket and prints the answer.
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Send a message to a Herald daemon over HTTP or its socket and print the answer.",
+        abstract: "Send a message to a Herald daemon over HTTP, its socket or NATS, and print the answer.",
         discussion: """
         The message comes from --file (an FCM v1 send body {"message": {...}}, or just the message object) or is
         built from the flags. Exits 0 when the daemon accepted it ({"name": ...}), 1 when it answered with an error.
+        With --nats, a token message is stored by JetStream (the answer comes once it is stored, and the daemon of
+        the token takes it when it runs) and a topic message is a NATS request that a subscribed daemon answers.
         """
     )
 
@@ -17,6 +20,9 @@ struct Send: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Send over the daemon's socket receiver instead (a Unix socket path or HOST:PORT).", valueName: "path"))
     var socket: String?
+
+    @Option(help: ArgumentHelp("Publish to NATS at this server URL instead (nats://host:port).", valueName: "url"))
+    var nats: String?
 
     @Option(name: .customLong("project-id"), help: "The project of the send URL.")
     var projectID: String = "herald"
@@ -45,6 +51,12 @@ struct Send: AsyncParsableCommand {
         } else if targets.count != 1 {
             throw ValidationError("name exactly one target: --token, --topic or --condition (or give --file)")
         }
+        if nats != nil, socket != nil {
+            throw ValidationError("send over one of --nats and --socket, not both")
+        }
+        if nats != nil, condition != nil {
+            throw ValidationError("a condition cannot be sent over NATS (a subject names one token or one topic); send to each topic")
+        }
         for entry in data where !entry.contains("=") {
             throw ValidationError("--data takes key=value, not '\(entry)'")
         }
@@ -58,6 +70,12 @@ struct Send: AsyncParsableCommand {
 
     func run() async throws {
         let request = try sendBody()
+        if let nats {
+            let answer = try Self.publish(request, to: nats, project: projectID)
+            print(String(decoding: answer, as: UTF8.self))
+            if (try? JSONParser.parse(answer))?["name"]?.stringValue == nil { throw ExitCode(1) }
+            return
+        }
         let loop = EventLoop(name: "herald-send")
         try loop.start()
         defer { loop.shutdown() }
@@ -129,6 +147,38 @@ struct Send: AsyncParsableCommand {
         var request: JSONObject = ["message": .object(message)]
         if validateOnly { request["validate_only"] = true }
         return JSONValue.object(request).jsonBytes()
+    }
+
+    /// Publishes `request` on its target's NATS subject and returns the answer: for a token, the FCM name of the
+    /// message once JetStream stored it (the stream is created when missing, as the receiver would); for a topic,
+    /// the answer of the daemon that took the request, or a name when no daemon is subscribed (FCM accepts topic
+    /// sends that reach no one).
+    static func publish(_ request: [UInt8], to url: String, project: String) throws -> [UInt8] {
+        let message = (try? JSONParser.parse(request))?["message"]
+        let options = NATSReceiver.Options(servers: [url])
+        do {
+            if let token = message?["token"]?.stringValue {
+                guard NATSSubjects.isSubjectToken(token) else {
+                    throw CommandFailure(message: "herald: the token '\(token)' cannot stand in a NATS subject (it holds '.', '*', '>' or a space)")
+                }
+                let publisher = try NATSPublisher(options: options)
+                try publisher.ensureStream(project: project, options: options)
+                let id = try publisher.publishStored(NATSSubjects.token(project: project, token: token), body: request)
+                return fcmSendResponse(project: project, messageID: id).jsonBytes()
+            }
+            if let topic = message?["topic"]?.stringValue {
+                let publisher = try NATSPublisher(options: options)
+                if let answer = try publisher.request(NATSSubjects.topic(project: project, topic: topic), body: request) { return answer }
+                let note = Array("herald: no daemon subscribed to '\(topic)' answered on NATS\n".utf8)
+                _ = note.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+                return fcmSendResponse(project: project, messageID: "nats-\(UInt64.random(in: 1...UInt64.max))").jsonBytes()
+            }
+        } catch let failure as CommandFailure {
+            throw failure
+        } catch {
+            throw CommandFailure(message: "herald: \(error)")
+        }
+        throw CommandFailure(message: "herald: over NATS a message goes to a token or a topic (a subject names one); this one has neither")
     }
 
     /// The body of an HTTP/1.1 response read to its end (the request asked for `Connection: close`).

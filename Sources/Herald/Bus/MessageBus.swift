@@ -83,7 +83,15 @@ public final class MessageBus: @unchecked Sendable {
     /// Offers `message` to the bus and answers the sender through `completion` once the message is accepted
     /// (with the durable inbox: once it is committed to the store) or refused. With `validateOnly`, the message is
     /// checked and targeted but not delivered. Loop thread only; `completion` runs on the loop thread.
-    public func deliver(_ message: RemoteMessage, validateOnly: Bool = false, completion: @escaping (DeliveryOutcome) -> Void) {
+    ///
+    /// `answerWhenHandled` is for receivers whose sender keeps the message until it is acknowledged (a JetStream
+    /// consumer): without the durable inbox, the success answer then waits until the message's handlers have
+    /// finished, so a crash before that leaves the message with the sender. With the durable inbox it changes
+    /// nothing (the commit already keeps the message). A retry of a message already accepted is answered at once.
+    public func deliver(
+        _ message: RemoteMessage, validateOnly: Bool = false, answerWhenHandled: Bool = false,
+        completion: @escaping (DeliveryOutcome) -> Void
+    ) {
         loop.preconditionInEventLoop()
         guard !draining else {
             completion(.failure(MessageError(.shuttingDown)))
@@ -153,8 +161,12 @@ public final class MessageBus: @unchecked Sendable {
         inFlight += 1
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
         guard durable else {
-            completion(.success(messageID))
-            admitted(message, id: messageID)
+            if answerWhenHandled {
+                admitted(message, id: messageID, then: LoopBound({ completion(.success(messageID)) }, loop: loop))
+            } else {
+                completion(.success(messageID))
+                admitted(message, id: messageID)
+            }
             return
         }
         if let collapseKey = message.collapseKey,
@@ -177,7 +189,7 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
-    private func admitted(_ message: RemoteMessage, id: String) {
+    private func admitted(_ message: RemoteMessage, id: String, then handled: LoopBound<() -> Void>? = nil) {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
         // eviction per message.
@@ -188,6 +200,7 @@ public final class MessageBus: @unchecked Sendable {
         Task(executorPreference: loop) { [self] in
             await route(message, kind: kind)
             finished(message)
+            handled?.value()
         }
     }
 
@@ -631,6 +644,13 @@ public final class MessageBus: @unchecked Sendable {
     public func recordInvalid(_ error: MessageError) {
         loop.preconditionInEventLoop()
         analytics.record(AnalyticsEvent(name: .messageDropped, parameters: ["reason": AnalyticsEvent.DropReason.invalid.rawValue, "detail": error.message]))
+    }
+
+    /// Records a `diagnostic` event for a plugin's own news (a receiver's connection state, say): `detail` names
+    /// what happened, `parameters` add to it. Loop thread only.
+    public func recordDiagnostic(_ detail: String, parameters: [String: String] = [:]) {
+        loop.preconditionInEventLoop()
+        analytics.record(AnalyticsEvent(name: .diagnostic, parameters: parameters.merging(["detail": detail]) { _, new in new }))
     }
 
     private func handlerFailed(_ message: RemoteMessage, plugin: any HeraldPlugin, error: any Error) {

@@ -1,4 +1,4 @@
-import CLibUV
+package import CLibUV
 import Glibc
 import Synchronization
 
@@ -163,8 +163,9 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         Unmanaged<EventLoop>.fromOpaque(loop.pointee.data).takeUnretainedValue()
     }
 
-    /// The libuv loop, for handles created on the loop thread. Traps off the loop thread.
-    var uv: UnsafeMutablePointer<uv_loop_t> {
+    /// The libuv loop, for handles created on the loop thread (here and by plugins of this package that drive
+    /// libuv handles of a C library, as NATSReceiver does with cnats's libuv adapter). Traps off the loop thread.
+    package var uv: UnsafeMutablePointer<uv_loop_t> {
         assertInEventLoop()
         return uvLoop!
     }

@@ -26,27 +26,12 @@ final class FlakySink: AnalyticsSink, Sendable {
 
 /// Never returns from `record` until released.
 final class BlockedSink: AnalyticsSink, Sendable {
-    private let waiting = Locked<(released: Bool, continuations: [CheckedContinuation<Void, Never>])>((false, []))
+    private let gate = Gate()
     var descriptor: PluginDescriptor { PluginDescriptor(name: "blocked") }
 
-    func record(_ events: [AnalyticsEvent]) async throws {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let released = waiting.withLock { state in
-                if !state.released { state.continuations.append(continuation) }
-                return state.released
-            }
-            if released { continuation.resume() }
-        }
-    }
+    func record(_ events: [AnalyticsEvent]) async throws { await gate.wait() }
 
-    func release() {
-        let continuations = waiting.withLock { state in
-            state.released = true
-            defer { state.continuations.removeAll() }
-            return state.continuations
-        }
-        for continuation in continuations { continuation.resume() }
-    }
+    func release() { gate.open() }
 }
 
 /// Takes 20 ms per batch.

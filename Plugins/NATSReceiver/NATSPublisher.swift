@@ -1,0 +1,127 @@
+import CNATS
+import Herald
+
+/// Publishes send bodies to Herald's NATS subjects (``NATSSubjects``), as `herald send --nats` does: token
+/// messages through JetStream (answered once the stream has stored them), topic messages as core NATS requests
+/// (answered by a subscribed instance).
+///
+/// A plain cnats connection with cnats's own threads (no event loop): every call blocks until it is answered or
+/// times out, so call it from a thread that may block (a command's main task, a blocking pool).
+public final class NATSPublisher: @unchecked Sendable {
+    // @unchecked Sendable: cnats connections and JetStream contexts may be used from any thread; both are
+    // immutable here and destroyed in deinit.
+    private let connection: OpaquePointer
+    private let jetStream: OpaquePointer
+    private let timeout: Duration
+
+    /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
+    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5)) throws {
+        self.timeout = timeout
+        var optionsPointer: OpaquePointer?
+        guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
+            throw NATSReceiverError.connect(servers: options.servers, detail: "cannot create cnats options")
+        }
+        defer { natsOptions_Destroy(natsOptions) }
+        var status = NATSConnectionSettings.apply(options, to: natsOptions)
+        if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, false) }
+        var connectionPointer: OpaquePointer?
+        if status == NATS_OK { status = natsConnection_Connect(&connectionPointer, natsOptions) }
+        guard status == NATS_OK, let connection = connectionPointer else {
+            throw NATSReceiverError.connect(servers: options.servers, detail: String(cString: herald_nats_last_error(status)))
+        }
+        var jsOptions = jsOptions()
+        jsOptions_Init(&jsOptions)
+        jsOptions.Wait = timeout.milliseconds
+        var jsPointer: OpaquePointer?
+        guard natsConnection_JetStream(&jsPointer, connection, &jsOptions) == NATS_OK, let jetStream = jsPointer else {
+            natsConnection_Destroy(connection)
+            throw NATSReceiverError.jetStream(operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
+        }
+        self.connection = connection
+        self.jetStream = jetStream
+    }
+
+    deinit {
+        jsCtx_Destroy(jetStream)
+        natsConnection_Destroy(connection)
+    }
+
+    /// Creates the stream of `project`'s token messages as the receiver would (``NATSReceiver/Options``' stream
+    /// name and limits) when it does not exist, so a message sent before any daemon started is kept for it.
+    public func ensureStream(project: String, options: NATSReceiver.Options) throws {
+        var code = jsErrCode(rawValue: 0)
+        let stream = options.stream ?? NATSSubjects.streamName(project: project)
+        let status = herald_nats_ensure_stream(
+            jetStream, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
+            Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+        )
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(operation: "create the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+    }
+
+    /// Publishes `body` to `subject` through JetStream and returns the message's ID as the receiver will give it
+    /// (`nats-<stream>-<sequence>`) once the stream has stored it. `messageID` (the `Nats-Msg-Id` header) makes
+    /// retries within the stream's duplicate window one message.
+    public func publishStored(_ subject: String, body: [UInt8], messageID: String? = nil) throws -> String {
+        var sequence: UInt64 = 0
+        var code = jsErrCode(rawValue: 0)
+        var stream = [CChar](repeating: 0, count: 256)
+        let status = body.withUnsafeBytes {
+            herald_nats_publish_stored(jetStream, subject, $0.baseAddress, Int32($0.count), messageID, timeout.milliseconds, &sequence, &stream, stream.count, &code)
+        }
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(operation: "store a message on \(subject)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+        let name = String(decoding: stream.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return "nats-\(name)-\(sequence)"
+    }
+
+    /// A core NATS request: the answer of the instance that took it, or `nil` when no instance listens.
+    public func request(_ subject: String, body: [UInt8]) throws -> [UInt8]? {
+        var reply: OpaquePointer?
+        let status = body.withUnsafeBytes {
+            natsConnection_Request(&reply, connection, subject, $0.baseAddress, Int32($0.count), timeout.milliseconds)
+        }
+        if status == NATS_NO_RESPONDERS { return nil }
+        guard status == NATS_OK, let reply else {
+            throw NATSReceiverError.request(subject: subject, detail: String(cString: herald_nats_last_error(status)))
+        }
+        defer { natsMsg_Destroy(reply) }
+        let length = Int(natsMsg_GetDataLength(reply))
+        return natsMsg_GetData(reply).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+    }
+
+    /// A core NATS publish: no answer, no storage. With `flush`, returns once the server has it.
+    public func publish(_ subject: String, body: [UInt8], flush: Bool = true) throws {
+        var status = body.withUnsafeBytes { natsConnection_Publish(connection, subject, $0.baseAddress, Int32($0.count)) }
+        if status == NATS_OK, flush { status = natsConnection_FlushTimeout(connection, timeout.milliseconds) }
+        guard status == NATS_OK else {
+            throw NATSReceiverError.request(subject: subject, detail: String(cString: herald_nats_last_error(status)))
+        }
+    }
+
+    /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
+    /// receivers write it) holds it under its installation ID. A gateway answers `UNREGISTERED` when it is not.
+    public func isRegistered(token: String, project: String, bucket: String? = nil) throws -> Bool {
+        let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
+        var value = [CChar](repeating: 0, count: 1024)
+        var found = false
+        let status = herald_nats_get_registration(jetStream, bucket, NATSSubjects.registrationKey(token: token), &value, value.count, &found)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        }
+        return found && String(decoding: value.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) == token
+    }
+
+    /// Messages `stream` holds now: with work-queue retention, stored and not yet acknowledged.
+    public func storedMessages(stream: String) throws -> UInt64 {
+        var count: UInt64 = 0
+        var code = jsErrCode(rawValue: 0)
+        let status = herald_nats_stream_messages(jetStream, stream, &count, &code)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(operation: "read the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+        return count
+    }
+}

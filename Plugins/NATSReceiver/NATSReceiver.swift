@@ -1,0 +1,654 @@
+import CLibUV
+import CNATS
+public import Herald
+import Logging
+
+/// Receives FCM v1 send bodies from NATS (DESIGN §6), so a fleet of Herald daemons shares one clustered,
+/// durable message system instead of a network of its own.
+///
+/// The connection runs on Herald's loop through cnats's libuv adapter: the loop reads and writes the socket;
+/// cnats hands each message to a delivery thread of its own, from which the receiver hops to the loop before it
+/// touches the bus. Three ways in, each with its guarantee:
+///
+/// - **Token messages** (`herald.<project>.token.<token>`) are stored by JetStream in the stream
+///   ``Options/stream`` (work-queue retention) and pushed to this instance's durable consumer
+///   ``Options/consumer``. A message is acknowledged only once it is safe: with the durable inbox, once it is
+///   committed; without it, once its handlers have finished. A crash, a lost connection or a missed ack
+///   (``Options/ackWait``) makes JetStream deliver it again; with the inbox's de-duplication (the message ID is the
+///   stream sequence) it is handled once.
+/// - **Topic fan-out** (`herald.<project>.topic.<topic>`, ``TopicDelivery/fanOut``): a core NATS subscription
+///   per subscribed topic; every subscribed instance connected at the time gets each message once. At most once:
+///   a message published while an instance is disconnected does not reach it.
+/// - **Shared work** (``TopicDelivery/shared(group:)``): the same topic subjects in a NATS queue group: each
+///   message goes to exactly one connected instance of the group. Also at most once.
+///
+/// A body that is not a valid send request is dropped with a log line and a `message_dropped` event (reason
+/// `invalid`): on JetStream it is terminated (never redelivered); a core NATS request gets the FCM error on its
+/// reply subject. When the bus is full, JetStream messages are refused with a delayed redelivery
+/// (``Options/redeliveryDelay``) instead of being acknowledged, and core NATS messages are held in order (up to
+/// ``Options/maxHeldMessages``) until it has room.
+public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
+    // @unchecked Sendable: `options` is immutable; `shared` is a lock; everything else is touched on the loop
+    // thread only (start, stop and the token change hop to it; cnats's threads hop to it before touching state).
+
+    /// How topic messages reach the instance.
+    public enum TopicDelivery: Sendable, Hashable {
+        /// Every subscribed instance receives each topic message (core NATS subscriptions).
+        case fanOut
+        /// The instances of the queue group `group` share the topic messages: each goes to one of them.
+        case shared(group: String)
+    }
+
+    /// TLS files: the CA to trust, and a client certificate with its key for servers that ask for one.
+    public struct TLSFiles: Sendable, Hashable {
+        public var caFile: String?
+        public var certificateFile: String?
+        public var keyFile: String?
+        public init(caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil) {
+            self.caFile = caFile
+            self.certificateFile = certificateFile
+            self.keyFile = keyFile
+        }
+    }
+
+    /// The connection, the names and the limits. Each field maps to one configuration key of `herald serve`.
+    public struct Options: Sendable {
+        /// Server URLs (`nats://host:port`, `tls://host:port`), tried in turn; more are learnt from a cluster.
+        public var servers: [String]
+        /// The connection's name, as the server's monitoring shows it.
+        public var connectionName: String = "herald"
+        /// A credentials file (JWT and NKey seed) for servers with decentralised auth.
+        public var credentialsFile: String?
+        /// An authentication token.
+        public var authToken: String?
+        /// TLS files; set to use TLS with servers named `nats://`.
+        public var tls: TLSFiles?
+        /// The JetStream stream of token messages; `nil` for ``NATSSubjects/streamName(project:)``. Created (work-queue
+        /// retention, file storage, the limits below) when missing; an existing stream is used as it is.
+        public var stream: String?
+        /// This instance's durable consumer; `nil` for ``NATSSubjects/consumerName(token:)`` (keyed by the
+        /// installation ID).
+        public var consumer: String?
+        /// Whether token messages are taken from JetStream (and the token written to the registrations bucket).
+        public var tokenDelivery: Bool = true
+        /// The key-value bucket of the fleet's registrations; `nil` for ``NATSSubjects/registrationBucket(project:)``.
+        /// The instance writes its token there at start and at every rotation, and deletes it with the token.
+        public var registrationBucket: String?
+        /// How topic messages arrive.
+        public var topicDelivery: TopicDelivery = .fanOut
+        /// How long JetStream waits for an ack before delivering a message again.
+        public var ackWait: Duration = .seconds(30)
+        /// Messages JetStream sends without an ack yet (in flight in this instance).
+        public var maxAckPending: Int = 1024
+        /// How many times a message is delivered at most; -1 for no limit.
+        public var maxDeliver: Int = -1
+        /// How long JetStream waits before delivering again a message refused because the bus was full or failed.
+        public var redeliveryDelay: Duration = .seconds(1)
+        /// The stream keeps a message this long at most (FCM's longest time to live: 28 days).
+        public var streamMaxAge: Duration = .seconds(28 * 24 * 3600)
+        /// The stream keeps this many messages at most; -1 for no limit.
+        public var streamMaxMessages: Int = -1
+        /// The stream keeps this many bytes at most; -1 for no limit.
+        public var streamMaxBytes: Int = -1
+        /// Publishes with the same `Nats-Msg-Id` within this window are stored once.
+        public var duplicateWindow: Duration = .seconds(120)
+        /// How long connecting to one server may take.
+        public var connectTimeout: Duration = .seconds(2)
+        /// How long a JetStream request (stream and consumer set-up) may take.
+        public var requestTimeout: Duration = .seconds(5)
+        /// The first wait before reconnecting, doubled per attempt up to ``maxReconnectWait`` (with jitter).
+        public var reconnectWait: Duration = .milliseconds(250)
+        /// The longest wait between reconnect attempts.
+        public var maxReconnectWait: Duration = .seconds(8)
+        /// Reconnect attempts before giving up (the state becomes `closed`); -1 for no limit.
+        public var maxReconnectAttempts: Int = -1
+        /// Core NATS (topic) messages held, in order, while the bus is full; past it they are refused
+        /// (`QUOTA_EXCEEDED` to a request, else dropped and recorded as `message_dropped`).
+        public var maxHeldMessages: Int = 65536
+        /// Messages a subscription holds before NATS calls the instance a slow consumer and drops more.
+        public var pendingMessagesLimit: Int = 65536
+        /// Bytes a subscription holds before NATS calls the instance a slow consumer and drops more.
+        public var pendingBytesLimit: Int = 64 * 1024 * 1024
+
+        public init(servers: [String]) {
+            self.servers = servers
+        }
+    }
+
+    /// Where the connection is.
+    public enum ConnectionState: String, Sendable, Hashable {
+        case connecting, connected, reconnecting, closed
+    }
+
+    /// Counters, for health checks and tests.
+    public struct Statistics: Sendable, Hashable {
+        /// Messages taken from NATS.
+        public var received = 0
+        /// JetStream messages acknowledged (after the bus accepted them).
+        public var acknowledged = 0
+        /// JetStream messages handed back for a later delivery (bus full, store failed, shutting down).
+        public var redeliveryRequested = 0
+        /// JetStream messages terminated: invalid, or refused for good (an unknown token).
+        public var terminated = 0
+        /// Bodies that were not valid send requests.
+        public var invalid = 0
+        /// Answers published on reply subjects.
+        public var replies = 0
+        /// Connections lost.
+        public var disconnects = 0
+        /// Connections regained.
+        public var reconnects = 0
+    }
+
+    public let options: Options
+    /// State, counters, and whether stop() began (then a disconnect is ours, not a loss).
+    private let shared = Locked<(state: ConnectionState, statistics: Statistics, closing: Bool)>((.connecting, Statistics(), false))
+
+    // Loop-thread state.
+    private var context: PluginContext?
+    private var connection: OpaquePointer?
+    private var jetStream: OpaquePointer?
+    private var place: OpaquePointer?
+    private var reconnectLimits: UnsafeMutablePointer<Int64>?
+    private var topicSubscriptions: [String: OpaquePointer] = [:]
+    private var wantedTopics: Set<String> = []
+    /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
+    private var held: [OpaquePointer] = []
+    private var heldStart = 0
+    private var tokenSubscription: OpaquePointer?
+    private var subscribedToken: String?
+    private var stopping = false
+    /// Token subscription changes run one at a time (start, rotation, deletion).
+    private let tokenChanges = SerialTasks()
+
+    public init(options: Options) {
+        self.options = options
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "nats", summary: "FCM v1 send bodies from NATS subjects, token messages through JetStream", options: [
+            .init(name: "server", defaultValue: "nats://127.0.0.1:4222", help: "a NATS server URL; repeatable"),
+            .init(name: "credentials", defaultValue: "", help: "a NATS credentials file (JWT and seed)"),
+            .init(name: "auth-token", defaultValue: "", help: "a NATS authentication token"),
+            .init(name: "tls-ca", defaultValue: "", help: "the CA file to trust"),
+            .init(name: "tls-cert", defaultValue: "", help: "a client certificate file"),
+            .init(name: "tls-key", defaultValue: "", help: "the client certificate's key file"),
+            .init(name: "stream", defaultValue: "HERALD_<PROJECT>", help: "the JetStream stream of token messages"),
+            .init(name: "consumer", defaultValue: "herald-<installation id>", help: "this instance's durable consumer"),
+            .init(name: "registration-bucket", defaultValue: "HERALD_<PROJECT>_REGISTRATIONS", help: "the key-value bucket the instance writes its token to"),
+            .init(name: "topic-delivery", defaultValue: "fan-out", help: "fan-out, or shared:<group> (a queue group)"),
+            .init(name: "ack-wait", defaultValue: "30s", help: "redeliver a message not acknowledged within this"),
+            .init(name: "max-ack-pending", defaultValue: "1024", help: "messages delivered and not yet acknowledged"),
+            .init(name: "max-deliver", defaultValue: "-1", help: "deliveries of a message at most (-1: no limit)"),
+            .init(name: "redelivery-delay", defaultValue: "1s", help: "wait before redelivering a message the bus refused"),
+            .init(name: "stream-max-age", defaultValue: "28d", help: "the stream keeps messages this long"),
+            .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
+            .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
+            .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
+            .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
+            .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
+            .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
+            .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
+            .init(name: "max-held-messages", defaultValue: "65536", help: "topic messages held while the bus is full"),
+        ])
+    }
+
+    /// Where the connection is. Callable from any thread.
+    public var state: ConnectionState { shared.withLock { $0.state } }
+
+    /// The counters so far. Callable from any thread.
+    public var statistics: Statistics { shared.withLock { $0.statistics } }
+
+    /// The stream of token messages.
+    public var streamName: String { options.stream ?? NATSSubjects.streamName(project: context?.projectID ?? "herald") }
+
+    // MARK: Start and stop
+
+    public func start(_ context: PluginContext) async throws {
+        self.context = context
+        do {
+            try await connectAndSubscribe(context)
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
+    private func connectAndSubscribe(_ context: PluginContext) async throws {
+        let jetStream = try await context.loop.submit { try self.connect(context) }
+        if options.tokenDelivery {
+            let stream = streamName
+            let project = context.projectID
+            let options = self.options
+            let status: (natsStatus, jsErrCode, String) = try await context.loop.offload {
+                var code = jsErrCode(rawValue: 0)
+                let status = herald_nats_ensure_stream(
+                    jetStream.pointer, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
+                    Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+                )
+                return (status, code, String(cString: herald_nats_last_error(status)))
+            }
+            guard status.0 == NATS_OK else {
+                throw NATSReceiverError.jetStream(operation: "create the stream \(stream)", detail: status.2, code: Int(status.1.rawValue))
+            }
+            try await changeTokenSubscription(to: context.topics.token())
+        }
+    }
+
+    /// Connects on the loop thread (the adapter's first attach must happen there) and returns the JetStream context.
+    private func connect(_ context: PluginContext) throws -> UnsafeHandle {
+        herald_nats_bind_loop_thread(context.loop.uv)
+        var optionsPointer: OpaquePointer?
+        guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
+            throw NATSReceiverError.connect(servers: options.servers, detail: "cannot create cnats options")
+        }
+        defer { natsOptions_Destroy(natsOptions) }
+        guard let place = herald_nats_loop_create(context.loop.uv) else {
+            throw NATSReceiverError.connect(servers: options.servers, detail: "out of memory")
+        }
+        let limits = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
+        limits[0] = options.reconnectWait.milliseconds
+        limits[1] = max(options.maxReconnectWait.milliseconds, limits[0])
+        let relay = ConnectionRelay(receiver: self, logger: context.logger, bus: context.bus, loop: context.loop)
+        let relayPointer = Unmanaged.passRetained(relay).toOpaque()
+
+        var status = configure(natsOptions, limits: limits, relay: relayPointer)
+        if status == NATS_OK { status = herald_nats_use_loop(natsOptions, place) }
+        var connectionPointer: OpaquePointer?
+        if status == NATS_OK { status = natsConnection_Connect(&connectionPointer, natsOptions) }
+        guard status == NATS_OK, let connection = connectionPointer else {
+            let detail = String(cString: herald_nats_last_error(status))
+            Unmanaged<ConnectionRelay>.fromOpaque(relayPointer).release()
+            herald_nats_loop_free(place)
+            limits.deallocate()
+            shared.withLock { $0.state = .closed }
+            throw NATSReceiverError.connect(servers: options.servers, detail: detail)
+        }
+        self.place = place
+        self.reconnectLimits = limits
+        self.connection = connection
+        var jsOptions = jsOptions()
+        jsOptions_Init(&jsOptions)
+        jsOptions.Wait = options.requestTimeout.milliseconds
+        var jsPointer: OpaquePointer?
+        guard natsConnection_JetStream(&jsPointer, connection, &jsOptions) == NATS_OK, let jetStream = jsPointer else {
+            throw NATSReceiverError.jetStream(operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
+        }
+        self.jetStream = jetStream
+        shared.withLock { $0.state = .connected }
+        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(options.servers)"])
+        applyTopics()
+        return UnsafeHandle(jetStream)
+    }
+
+    private func configure(_ natsOptions: OpaquePointer, limits: UnsafeMutablePointer<Int64>, relay: UnsafeMutableRawPointer) -> natsStatus {
+        let steps: [() -> natsStatus] = [
+            { NATSConnectionSettings.apply(self.options, to: natsOptions) },
+            { natsOptions_SetAllowReconnect(natsOptions, true) },
+            { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: self.options.maxReconnectAttempts)) },
+            { natsOptions_SetCustomReconnectDelay(natsOptions, herald_nats_reconnect_delay, limits) },
+            { natsOptions_SetDisconnectedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).disconnected() }, relay) },
+            { natsOptions_SetReconnectedCB(natsOptions, { connection, closure in ConnectionRelay.from(closure).reconnected(connection) }, relay) },
+            { natsOptions_SetClosedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).closed() }, relay) },
+            { natsOptions_SetErrorHandler(natsOptions, { _, _, status, closure in ConnectionRelay.from(closure).asyncError(status) }, relay) },
+        ]
+        return NATSConnectionSettings.run(steps)
+    }
+
+    private func connectedURL(_ connection: OpaquePointer) -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return "?" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public func stop() async {
+        guard let context else { return }
+        // Acks written so far reach the server before the connection closes (a flush waits for its PONG, which
+        // the loop reads: so it runs off the loop).
+        let connection: UnsafeHandle? = try? await context.loop.submit {
+            self.stopping = true
+            return self.connection.map(UnsafeHandle.init)
+        }
+        await tokenChanges.wait()
+        guard let connection else { return }
+        if state == .connected {
+            _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
+        }
+        shared.withLock { $0.closing = true }
+        let place: UnsafeHandle? = try? await context.loop.submit {
+            for message in self.held[self.heldStart...] { natsMsg_Destroy(message) }
+            self.held.removeAll()
+            self.heldStart = 0
+            for subscription in self.topicSubscriptions.values { Self.close(subscription) }
+            self.topicSubscriptions.removeAll()
+            if let subscription = self.tokenSubscription { Self.close(subscription) }
+            self.tokenSubscription = nil
+            natsConnection_Close(connection.pointer)
+            if let jetStream = self.jetStream { jsCtx_Destroy(jetStream) }
+            self.jetStream = nil
+            natsConnection_Destroy(connection.pointer)
+            self.connection = nil
+            return self.place.map(UnsafeHandle.init)
+        }
+        // The adapter closes its libuv handles over the next loop turns; they must be gone before the loop shuts
+        // down (its shutdown closes every handle it finds, and takes each one's data for one of its own).
+        if let place {
+            _ = await eventuallyOnLoop(context.loop) { herald_nats_open_adapter_handles(place.pointer) == 0 }
+        }
+        try? await context.loop.submit {
+            if let place = self.place { herald_nats_loop_free(place) }
+            self.place = nil
+            self.reconnectLimits?.deallocate()
+            self.reconnectLimits = nil
+        }
+        shared.withLock { $0.state = .closed }
+    }
+
+    /// Waits until the server has processed everything this connection sent so far — subscriptions after a topic
+    /// change, acks — or `timeout` passed. Callable from any context except the loop thread.
+    public func flush(timeout: Duration = .seconds(2)) async throws {
+        guard let context else { throw NATSReceiverError.notConnected }
+        let connection: UnsafeHandle? = try await context.loop.submit { self.stopping ? nil : self.connection.map(UnsafeHandle.init) }
+        guard let connection else { throw NATSReceiverError.notConnected }
+        let status = try await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, timeout.milliseconds) }
+        guard status == NATS_OK else { throw NATSReceiverError.flush(detail: String(cString: natsStatus_GetText(status))) }
+    }
+
+    private static func close(_ subscription: OpaquePointer) {
+        natsSubscription_Unsubscribe(subscription)
+        natsSubscription_Destroy(subscription)
+    }
+
+    // MARK: Token and topics
+
+    public func didReceiveRegistrationToken(_ token: String?) async {
+        guard options.tokenDelivery, context != nil else { return }
+        do {
+            try await changeTokenSubscription(to: token)
+        } catch {
+            context?.logger.error("cannot follow the registration token on NATS", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Subscribes the durable consumer to `token`'s subject (creating it, or moving it from the previous token),
+    /// or deletes it when `token` is `nil`.
+    private func changeTokenSubscription(to token: String?) async throws {
+        guard let context else { return }
+        try await tokenChanges.run {
+            let (current, jetStream): (String?, UnsafeHandle?) = try await context.loop.submit {
+                (self.subscribedToken, self.stopping ? nil : self.jetStream.map(UnsafeHandle.init))
+            }
+            guard token != current, let jetStream else { return }
+            try await context.loop.submit {
+                if let subscription = self.tokenSubscription { Self.close(subscription) }
+                self.tokenSubscription = nil
+                self.subscribedToken = nil
+            }
+            let stream = self.streamName
+            let project = context.projectID
+            guard let token else {
+                if let current {
+                    let durable = self.options.consumer ?? NATSSubjects.consumerName(token: current)
+                    _ = try await context.loop.offload {
+                        var code = jsErrCode(rawValue: 0)
+                        return herald_nats_delete_consumer(jetStream.pointer, stream, durable, &code)
+                    }
+                    try await self.register(nil, key: NATSSubjects.registrationKey(token: current), jetStream: jetStream, context: context)
+                }
+                return
+            }
+            guard NATSSubjects.isSubjectToken(token) else {
+                throw NATSReceiverError.subscribe(subject: token, detail: "the registration token cannot stand in a NATS subject")
+            }
+            let durable = self.options.consumer ?? NATSSubjects.consumerName(token: token)
+            let filter = NATSSubjects.token(project: project, token: token)
+            let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
+            let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .jetStream)
+            let options = self.options
+            let result: Result<UnsafeHandle, NATSReceiverError> = try await context.loop.offload {
+                var code = jsErrCode(rawValue: 0)
+                var status = herald_nats_ensure_consumer(
+                    jetStream.pointer, stream, durable, filter, deliver, options.ackWait.nanoseconds,
+                    Int64(options.maxAckPending), Int64(options.maxDeliver), &code
+                )
+                guard status == NATS_OK else {
+                    return .failure(.jetStream(operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue)))
+                }
+                var subscription: OpaquePointer?
+                let closure = Unmanaged.passRetained(relay).toOpaque()
+                status = herald_nats_subscribe_durable(&subscription, jetStream.pointer, stream, durable, filter, { _, _, message, closure in
+                    SubscriptionRelay.from(closure).received(message)
+                }, closure, &code)
+                guard status == NATS_OK, let subscription else {
+                    Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+                    return .failure(.jetStream(operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue)))
+                }
+                Self.prepare(subscription, closure: closure, options: options)
+                return .success(UnsafeHandle(subscription))
+            }
+            let subscription = try result.get()
+            try await context.loop.submit {
+                if self.stopping {
+                    Self.close(subscription.pointer)
+                } else {
+                    self.tokenSubscription = subscription.pointer
+                    self.subscribedToken = token
+                }
+            }
+            context.logger.info("receiving token messages from JetStream", metadata: ["stream": "\(stream)", "consumer": "\(durable)", "subject": "\(filter)"])
+            try await self.register(token, key: NATSSubjects.registrationKey(token: token), jetStream: jetStream, context: context)
+        }
+    }
+
+    /// Writes `token` to the registrations bucket under `key` (deletes the key for `nil`), so a gateway knows it.
+    private func register(_ token: String?, key: String, jetStream: UnsafeHandle, context: PluginContext) async throws {
+        let bucket = options.registrationBucket ?? NATSSubjects.registrationBucket(project: context.projectID)
+        let failure: String? = try await context.loop.offload {
+            var code = jsErrCode(rawValue: 0)
+            let status = herald_nats_put_registration(jetStream.pointer, bucket, key, token, &code)
+            return status == NATS_OK ? nil : String(cString: herald_nats_last_error(status))
+        }
+        if let failure {
+            throw NATSReceiverError.jetStream(operation: "record the registration in the bucket \(bucket)", detail: failure, code: 0)
+        }
+    }
+
+    /// Limits and the completion callback (which releases the relay once no callback can come any more).
+    private static func prepare(_ subscription: OpaquePointer, closure: UnsafeMutableRawPointer, options: Options) {
+        natsSubscription_SetPendingLimits(subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
+        natsSubscription_SetOnCompleteCB(subscription, { closure in
+            guard let closure else { return }
+            Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+        }, closure)
+    }
+
+    public func topicsDidChange(_ topics: Set<String>) {
+        wantedTopics = topics
+        applyTopics()
+    }
+
+    /// Subscribes to the wanted topics not subscribed yet and unsubscribes from the others. Loop thread.
+    private func applyTopics() {
+        guard let connection, let context, !stopping else { return }
+        for (topic, subscription) in topicSubscriptions where !wantedTopics.contains(topic) {
+            Self.close(subscription)
+            topicSubscriptions[topic] = nil
+        }
+        for topic in wantedTopics where topicSubscriptions[topic] == nil {
+            let subject = NATSSubjects.topic(project: context.projectID, topic: topic)
+            let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .core)
+            let closure = Unmanaged.passRetained(relay).toOpaque()
+            var subscription: OpaquePointer?
+            let handler: natsMsgHandler = { _, _, message, closure in SubscriptionRelay.from(closure).received(message) }
+            let status: natsStatus = switch options.topicDelivery {
+            case .fanOut: natsConnection_Subscribe(&subscription, connection, subject, handler, closure)
+            case .shared(let group): natsConnection_QueueSubscribe(&subscription, connection, subject, group, handler, closure)
+            }
+            guard status == NATS_OK, let subscription else {
+                Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+                context.logger.error("cannot subscribe to a topic subject", metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
+                continue
+            }
+            Self.prepare(subscription, closure: closure, options: options)
+            topicSubscriptions[topic] = subscription
+        }
+    }
+
+    // MARK: Messages
+
+    /// A message from a cnats delivery thread, now on the loop thread. Takes ownership of `message`.
+    func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind) {
+        guard let context, connection != nil, !stopping else {
+            // Not acknowledged: JetStream delivers it again (to the next start); a core message is gone.
+            natsMsg_Destroy(message)
+            return
+        }
+        shared.withLock { $0.statistics.received += 1 }
+        let length = Int(natsMsg_GetDataLength(message))
+        let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+        let reply: String? = kind == .core ? natsMsg_GetReply(message).map { String(cString: $0) } : nil
+
+        switch kind {
+        case .jetStream where context.bus.isFull:
+            settle(message, .redeliverLater)
+            return
+        case .core where (context.bus.isFull || heldCount > 0) && heldCount < options.maxHeldMessages:
+            // Core NATS cannot be asked to wait: hold the message (in order) until the bus has room.
+            held.append(message)
+            return
+        default:
+            offer(message, kind: kind, body: body, reply: reply, context: context)
+        }
+    }
+
+    /// The bus has room again: offer the held core messages (on a later turn, not inside the bus's own call).
+    public func resume() {
+        guard heldCount > 0, let loop = context?.loop else { return }
+        loop.execute { self.offerHeld() }
+    }
+
+    private var heldCount: Int { held.count - heldStart }
+
+    private func offerHeld() {
+        guard let context else { return }
+        while heldCount > 0, !context.bus.isFull, !stopping {
+            let message = held[heldStart]
+            heldStart += 1
+            let length = Int(natsMsg_GetDataLength(message))
+            let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+            offer(message, kind: .core, body: body, reply: natsMsg_GetReply(message).map { String(cString: $0) }, context: context)
+        }
+        if heldStart > 1024, heldStart * 2 > held.count {
+            held.removeFirst(heldStart)
+            heldStart = 0
+        }
+    }
+
+    /// Decodes `message` and hands it to the bus; acknowledges, refuses or answers it with the bus's answer.
+    private func offer(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext) {
+        var decoding = context.decoding
+        if kind == .jetStream, let id = Self.storedMessageID(message) {
+            // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
+            decoding.makeMessageID = { id }
+        }
+        let request: FCMSendRequest
+        do {
+            request = try FCMSendRequest.decode(body, context: decoding)
+        } catch {
+            shared.withLock { $0.statistics.invalid += 1 }
+            context.bus.recordInvalid(error)
+            context.logger.warning("dropped an invalid message from NATS", metadata: [
+                "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
+            ])
+            if let reply { answer(reply, error.fcmErrorBody) }
+            settle(message, kind == .jetStream ? .terminate : .done)
+            return
+        }
+        let project = context.projectID
+        context.bus.deliver(request.message, validateOnly: request.validateOnly, answerWhenHandled: kind == .jetStream) { [self] outcome in
+            if let reply {
+                switch outcome {
+                case .success(let id): answer(reply, fcmSendResponse(project: project, messageID: id))
+                case .failure(let error): answer(reply, error.fcmErrorBody)
+                }
+            }
+            guard kind == .jetStream else {
+                settle(message, .done)
+                return
+            }
+            switch outcome {
+            case .success: settle(message, .acknowledge)
+            case .failure(let error):
+                switch error.reason {
+                case .busy, .shuttingDown, .storeUnavailable, .handlerFailed: settle(message, .redeliverLater)
+                default:
+                    context.logger.warning("terminated a JetStream message the instance refuses for good", metadata: ["error": "\(error)"])
+                    settle(message, .terminate)
+                }
+            }
+        }
+    }
+
+    private enum Settlement { case acknowledge, redeliverLater, terminate, done }
+
+    /// Answers JetStream for `message` (when the connection is still open) and frees it. Loop thread.
+    private func settle(_ message: OpaquePointer, _ settlement: Settlement) {
+        defer { natsMsg_Destroy(message) }
+        guard connection != nil else { return }
+        switch settlement {
+        case .acknowledge:
+            if natsMsg_Ack(message, nil) == NATS_OK { shared.withLock { $0.statistics.acknowledged += 1 } }
+        case .redeliverLater:
+            if natsMsg_NakWithDelay(message, options.redeliveryDelay.milliseconds, nil) == NATS_OK {
+                shared.withLock { $0.statistics.redeliveryRequested += 1 }
+            }
+        case .terminate:
+            if natsMsg_Term(message, nil) == NATS_OK { shared.withLock { $0.statistics.terminated += 1 } }
+        case .done:
+            break
+        }
+    }
+
+    private func answer(_ reply: String, _ body: JSONValue) {
+        guard let connection else { return }
+        let bytes = body.jsonBytes()
+        let status = bytes.withUnsafeBytes { natsConnection_Publish(connection, reply, $0.baseAddress, Int32($0.count)) }
+        if status == NATS_OK { shared.withLock { $0.statistics.replies += 1 } }
+    }
+
+    /// `nats-<stream>-<stream sequence>`: stable for one stored message, whichever delivery this is.
+    private static func storedMessageID(_ message: OpaquePointer) -> String? {
+        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
+        guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
+        defer { jsMsgMetaData_Destroy(metadata) }
+        let stream = metadata.pointee.Stream.map { String(cString: $0) } ?? ""
+        return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)"
+    }
+
+    // MARK: Connection events (from cnats's callback thread)
+
+    func connectionChanged(_ state: ConnectionState, url: String? = nil, logger: Logger, bus: MessageBus, loop: EventLoop) {
+        let previous: ConnectionState? = shared.withLock { shared in
+            let previous = shared.state
+            // Once stop() closes the connection, its disconnect is no loss: the state only moves to closed.
+            guard !shared.closing || state == .closed else { return nil }
+            shared.state = state
+            switch state {
+            case .reconnecting where previous == .connected: shared.statistics.disconnects += 1
+            case .connected where previous == .reconnecting: shared.statistics.reconnects += 1
+            default: break
+            }
+            return previous
+        }
+        guard let previous, previous != state else { return }
+        loop.execute {
+            bus.recordDiagnostic("nats_connection", parameters: ["state": state.rawValue, "previous": previous.rawValue])
+        }
+        switch state {
+        case .reconnecting: logger.warning("lost the NATS connection; reconnecting")
+        case .connected: logger.notice("reconnected to NATS; subscriptions restored", metadata: ["url": "\(url ?? "?")"])
+        case .closed: logger.notice("the NATS connection is closed")
+        case .connecting: break
+        }
+    }
+}

@@ -1,0 +1,22 @@
+/// What went wrong connecting or setting up NATS.
+public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertible {
+    case connect(servers: [String], detail: String)
+    case jetStream(operation: String, detail: String, code: Int)
+    case subscribe(subject: String, detail: String)
+    case notConnected
+    case flush(detail: String)
+    case request(subject: String, detail: String)
+
+    public var description: String {
+        switch self {
+        case .connect(let servers, let detail):
+            "cannot connect to NATS at \(servers.joined(separator: ", ")): \(detail); check that nats-server runs there (with -js for JetStream)"
+        case .jetStream(let operation, let detail, let code):
+            "cannot \(operation) in JetStream: \(detail)\(code != 0 ? " (JetStream error \(code))" : ""); check that the server runs with JetStream enabled"
+        case .subscribe(let subject, let detail): "cannot subscribe to \(subject): \(detail)"
+        case .notConnected: "the NATS receiver is not connected (not started, or stopped)"
+        case .flush(let detail): "the NATS server did not confirm what was sent: \(detail)"
+        case .request(let subject, let detail): "no answer on \(subject): \(detail)"
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import CNATS
+import Herald
+import Logging
+
+/// A cnats pointer carried into an offloaded or loop closure; cnats objects are safe to use from any thread.
+struct UnsafeHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+/// The receiver side of one subscription's callbacks: hops each message to the loop. Retained by cnats (through
+/// the closure pointer) until the subscription's completion callback.
+final class SubscriptionRelay: @unchecked Sendable {
+    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
+    enum Kind { case jetStream, core }
+    private weak var receiver: NATSReceiver?
+    private let loop: EventLoop
+    let kind: Kind
+
+    init(receiver: NATSReceiver, loop: EventLoop, kind: Kind) {
+        self.receiver = receiver
+        self.loop = loop
+        self.kind = kind
+    }
+
+    static func from(_ closure: UnsafeMutableRawPointer?) -> SubscriptionRelay {
+        Unmanaged<SubscriptionRelay>.fromOpaque(closure!).takeUnretainedValue()
+    }
+
+    /// On a cnats delivery thread.
+    func received(_ message: OpaquePointer?) {
+        guard let message else { return }
+        guard let receiver else {
+            natsMsg_Destroy(message)
+            return
+        }
+        let handle = UnsafeHandle(message)
+        let kind = self.kind
+        loop.execute { receiver.handle(handle.pointer, kind: kind) }
+    }
+}
+
+/// The receiver side of the connection's callbacks (disconnected, reconnected, closed, asynchronous errors), which
+/// cnats runs on a thread of its own. Retained until the closed callback.
+final class ConnectionRelay: @unchecked Sendable {
+    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
+    private weak var receiver: NATSReceiver?
+    private let logger: Logger
+    private let bus: MessageBus
+    private let loop: EventLoop
+
+    init(receiver: NATSReceiver, logger: Logger, bus: MessageBus, loop: EventLoop) {
+        self.receiver = receiver
+        self.logger = logger
+        self.bus = bus
+        self.loop = loop
+    }
+
+    static func from(_ closure: UnsafeMutableRawPointer?) -> ConnectionRelay {
+        Unmanaged<ConnectionRelay>.fromOpaque(closure!).takeUnretainedValue()
+    }
+
+    func disconnected() { receiver?.connectionChanged(.reconnecting, logger: logger, bus: bus, loop: loop) }
+
+    func reconnected(_ connection: OpaquePointer?) {
+        var url: String?
+        if let connection {
+            var buffer = [CChar](repeating: 0, count: 256)
+            if natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK {
+                url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
+        }
+        receiver?.connectionChanged(.connected, url: url, logger: logger, bus: bus, loop: loop)
+    }
+
+    func closed() {
+        receiver?.connectionChanged(.closed, logger: logger, bus: bus, loop: loop)
+        Unmanaged.passUnretained(self).release()
+    }
+
+    func asyncError(_ status: natsStatus) {
+        logger.warning("NATS reported an error", metadata: ["error": "\(String(cString: natsStatus_GetText(status)))"])
+    }
+}

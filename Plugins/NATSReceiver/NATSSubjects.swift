@@ -1,0 +1,53 @@
+/// The NATS names Herald uses (DESIGN §6): subjects, the JetStream stream and the durable consumers.
+///
+/// - `herald.<project>.token.<token>`: a message for one instance, stored by JetStream (stream
+///   ``streamName(project:)``, work-queue retention) until that instance acknowledges it.
+/// - `herald.<project>.topic.<topic>`: a message for the instances subscribed to a topic, on core NATS.
+///
+/// The body on every subject is the FCM v1 send request, `{"message": {...}, "validate_only": false}`.
+public enum NATSSubjects {
+    /// The subject of messages for the registration token `token`.
+    public static func token(project: String, token: String) -> String { "herald.\(project).token.\(token)" }
+
+    /// The subject of messages for topic `topic`.
+    public static func topic(project: String, topic: String) -> String { "herald.\(project).topic.\(topic)" }
+
+    /// The subjects of all token messages of a project, which the stream stores.
+    public static func allTokens(project: String) -> String { "herald.\(project).token.>" }
+
+    /// The default stream: `HERALD_<PROJECT>`, the project ID upper-cased with anything but letters, digits,
+    /// `-` and `_` replaced by `_` (stream names may not hold `.`, `*`, `>` or spaces).
+    public static func streamName(project: String) -> String { "HERALD_" + sanitized(project).uppercased() }
+
+    /// The default durable consumer of an instance: `herald-<installation ID>`, the installation ID being the part
+    /// of the registration token before its `:`. It survives token rotation (only its filter changes).
+    public static func consumerName(token: String) -> String { "herald-" + registrationKey(token: token) }
+
+    /// The default key-value bucket of registrations: `HERALD_<PROJECT>_REGISTRATIONS`. Each instance writes its
+    /// token there under ``registrationKey(token:)`` at start and at every rotation, so a gateway can tell a token
+    /// of the fleet from an unknown one.
+    public static func registrationBucket(project: String) -> String { streamName(project: project) + "_REGISTRATIONS" }
+
+    /// The key of a token in the registrations bucket: its installation ID (the part before `:`), since keys may
+    /// not hold `:`. The value is the whole token, so a rotated-away token no longer matches.
+    public static func registrationKey(token: String) -> String {
+        sanitized(String(token.split(separator: ":", maxSplits: 1).first ?? Substring(token)))
+    }
+
+    /// Where the durable consumer `consumer` pushes its messages.
+    public static func deliverSubject(project: String, consumer: String) -> String { "_herald.\(project).deliver.\(consumer)" }
+
+    /// Whether `token` can stand in a subject as one token: no `.`, `*`, `>` or whitespace.
+    public static func isSubjectToken(_ token: String) -> Bool {
+        !token.isEmpty && !token.utf8.contains { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") || $0 <= 0x20 }
+    }
+
+    static func sanitized(_ name: String) -> String {
+        String(String.UnicodeScalarView(name.unicodeScalars.map { scalar in
+            switch scalar {
+            case "a"..."z", "A"..."Z", "0"..."9", "-", "_": scalar
+            default: "_"
+            }
+        }))
+    }
+}

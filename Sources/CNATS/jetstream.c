@@ -1,0 +1,170 @@
+/* JetStream set-up for NATSReceiver and `herald send --nats`: streams, durable consumers, stored publishes. */
+#include <stdio.h>
+#include <string.h>
+#include "CNATS.h"
+
+natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *subject, int64_t maxAge,
+                                     int64_t maxMessages, int64_t maxBytes, int64_t duplicateWindow,
+                                     jsErrCode *errorCode) {
+    jsStreamInfo *info = NULL;
+    *errorCode = 0;
+    natsStatus status = js_GetStreamInfo(&info, js, name, NULL, errorCode);
+    if (status == NATS_OK) {
+        jsStreamInfo_Destroy(info);
+        return NATS_OK;
+    }
+    if (status != NATS_NOT_FOUND && *errorCode != JSStreamNotFoundErr) return status;
+    jsStreamConfig config;
+    jsStreamConfig_Init(&config);
+    const char *subjects[1] = { subject };
+    config.Name = name;
+    config.Subjects = subjects;
+    config.SubjectsLen = 1;
+    config.Retention = js_WorkQueuePolicy;
+    config.Storage = js_FileStorage;
+    config.MaxAge = maxAge;
+    config.MaxMsgs = maxMessages;
+    config.MaxBytes = maxBytes;
+    config.Duplicates = duplicateWindow;
+    *errorCode = 0;
+    status = js_AddStream(&info, js, &config, NULL, errorCode);
+    if (status == NATS_OK) jsStreamInfo_Destroy(info);
+    /* Another instance may have created it meanwhile. */
+    if (status != NATS_OK && *errorCode == JSStreamNameExistErr) status = NATS_OK;
+    return status;
+}
+
+natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char *durable, const char *filter,
+                                       const char *deliverSubject, int64_t ackWait, int64_t maxAckPending,
+                                       int64_t maxDeliver, jsErrCode *errorCode) {
+    jsConsumerInfo *info = NULL;
+    *errorCode = 0;
+    natsStatus status = js_GetConsumerInfo(&info, js, stream, durable, NULL, errorCode);
+    if (status == NATS_OK) {
+        bool same = info->Config != NULL && info->Config->FilterSubject != NULL
+            && strcmp(info->Config->FilterSubject, filter) == 0
+            && info->Config->DeliverSubject != NULL && strcmp(info->Config->DeliverSubject, deliverSubject) == 0;
+        jsConsumerInfo_Destroy(info);
+        info = NULL;
+        if (same) return NATS_OK;
+        status = herald_nats_delete_consumer(js, stream, durable, errorCode);
+        if (status != NATS_OK) return status;
+    } else if (status != NATS_NOT_FOUND && *errorCode != JSConsumerNotFoundErr) {
+        return status;
+    }
+    jsConsumerConfig config;
+    jsConsumerConfig_Init(&config);
+    config.Durable = durable;
+    config.FilterSubject = filter;
+    config.DeliverSubject = deliverSubject;
+    config.DeliverPolicy = js_DeliverAll;
+    config.AckPolicy = js_AckExplicit;
+    config.AckWait = ackWait;
+    config.MaxAckPending = maxAckPending;
+    config.MaxDeliver = maxDeliver;
+    *errorCode = 0;
+    status = js_AddConsumer(&info, js, stream, &config, NULL, errorCode);
+    if (status == NATS_OK) jsConsumerInfo_Destroy(info);
+    return status;
+}
+
+natsStatus herald_nats_delete_consumer(jsCtx *js, const char *stream, const char *durable, jsErrCode *errorCode) {
+    *errorCode = 0;
+    natsStatus status = js_DeleteConsumer(js, stream, durable, NULL, errorCode);
+    if (status == NATS_NOT_FOUND || *errorCode == JSConsumerNotFoundErr) return NATS_OK;
+    return status;
+}
+
+natsStatus herald_nats_subscribe_durable(natsSubscription **subscription, jsCtx *js, const char *stream,
+                                         const char *durable, const char *filter, natsMsgHandler callback,
+                                         void *closure, jsErrCode *errorCode) {
+    jsSubOptions options;
+    jsSubOptions_Init(&options);
+    options.Stream = stream;
+    options.Consumer = durable;
+    options.ManualAck = true;
+    *errorCode = 0;
+    return js_Subscribe(subscription, js, filter, callback, closure, NULL, &options, errorCode);
+}
+
+natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void *data, int length,
+                                      const char *messageID, int64_t timeout, uint64_t *sequence,
+                                      char *stream, size_t streamCapacity, jsErrCode *errorCode) {
+    jsPubOptions options;
+    jsPubOptions_Init(&options);
+    options.MaxWait = timeout;
+    options.MsgId = messageID;
+    jsPubAck *ack = NULL;
+    *errorCode = 0;
+    natsStatus status = js_Publish(&ack, js, subject, data, length, &options, errorCode);
+    if (status == NATS_OK) {
+        *sequence = ack->Sequence;
+        if (streamCapacity > 0) {
+            snprintf(stream, streamCapacity, "%s", ack->Stream != NULL ? ack->Stream : "");
+        }
+        jsPubAck_Destroy(ack);
+    }
+    return status;
+}
+
+natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode) {
+    jsStreamInfo *info = NULL;
+    *errorCode = 0;
+    natsStatus status = js_GetStreamInfo(&info, js, stream, NULL, errorCode);
+    if (status == NATS_OK) {
+        *count = info->State.Msgs;
+        jsStreamInfo_Destroy(info);
+    }
+    return status;
+}
+
+natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const char *key, const char *token,
+                                        jsErrCode *errorCode) {
+    kvStore *kv = NULL;
+    *errorCode = 0;
+    natsStatus status = js_KeyValue(&kv, js, bucket);
+    if (status == NATS_NOT_FOUND) {
+        kvConfig config;
+        kvConfig_Init(&config);
+        config.Bucket = bucket;
+        config.History = 1;
+        config.StorageType = js_FileStorage;
+        status = js_CreateKeyValue(&kv, js, &config);
+    }
+    if (status != NATS_OK) return status;
+    if (token != NULL) {
+        uint64_t revision = 0;
+        status = kvStore_PutString(&revision, kv, key, token);
+    } else {
+        status = kvStore_Delete(kv, key);
+    }
+    kvStore_Destroy(kv);
+    return status;
+}
+
+natsStatus herald_nats_get_registration(jsCtx *js, const char *bucket, const char *key, char *token, size_t capacity,
+                                        bool *found) {
+    kvStore *kv = NULL;
+    *found = false;
+    natsStatus status = js_KeyValue(&kv, js, bucket);
+    if (status == NATS_NOT_FOUND) return NATS_OK;
+    if (status != NATS_OK) return status;
+    kvEntry *entry = NULL;
+    status = kvStore_Get(&entry, kv, key);
+    if (status == NATS_OK) {
+        snprintf(token, capacity, "%s", kvEntry_ValueString(entry));
+        *found = true;
+        kvEntry_Destroy(entry);
+    } else if (status == NATS_NOT_FOUND) {
+        status = NATS_OK;
+    }
+    kvStore_Destroy(kv);
+    return status;
+}
+
+const char *herald_nats_last_error(natsStatus status) {
+    natsStatus last = NATS_OK;
+    const char *text = nats_GetLastError(&last);
+    if (text != NULL && text[0] != '\0') return text;
+    return natsStatus_GetText(status);
+}

@@ -1,0 +1,67 @@
+import Foundation
+import HeraldTesting
+import NATSReceiver
+import Testing
+
+@Suite("NATS crash safety: a daemon killed mid-stream loses nothing JetStream stored", .serialized)
+struct NATSCrashTests {
+    @Test("SIGKILL mid-stream, restart: every message handled, each accepted once (the inbox de-duplicates redeliveries)", .timeLimit(.minutes(2)))
+    func killAndRestart() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-nats-crash") { directory in
+            let count = 600
+            let first = try startProbe(server: server, directory: directory)
+            let token = try await readToken(directory)
+            let client = try NATSPublisher(url: server.url)
+            let subject = NATSSubjects.token(project: "demo", token: token)
+            for n in 0..<count {
+                try client.publishStored(subject, #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#)
+            }
+            #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
+            kill(first.processIdentifier, SIGKILL)
+            first.waitUntilExit()
+            #expect(first.terminationReason == .uncaughtSignal)
+            let beforeRestart = handled(directory)
+            #expect(beforeRestart.count < count, "the kill came after the stream had been handled; it tests nothing")
+
+            let second = try startProbe(server: server, directory: directory)
+            defer {
+                kill(second.processIdentifier, SIGKILL)
+                second.waitUntilExit()
+            }
+            #expect(await eventually(timeout: .seconds(60)) { Set(handled(directory).map(\.n)).count == count })
+            // Redeliveries JetStream makes after the restart (acks the kill prevented) are duplicates to the inbox.
+            try await Task.sleep(for: .seconds(2))
+            let all = handled(directory)
+            #expect(Set(all.map(\.n)) == Set(0..<count))
+            let fresh = all.filter { !$0.replay }
+            #expect(fresh.count == Set(fresh.map(\.n)).count, "a message was accepted as new twice")
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
+        }
+    }
+
+    private func startProbe(server: NATSServerProcess, directory: String) throws -> Process {
+        let process = Process()
+        process.executableURL = buildProductsDirectory.appendingPathComponent("NATSProbe")
+        process.arguments = [server.url, directory]
+        process.standardOutput = FileHandle.nullDevice
+        try? FileManager.default.removeItem(atPath: directory + "/token")
+        try process.run()
+        return process
+    }
+
+    private func readToken(_ directory: String) async throws -> String {
+        #expect(await eventually { FileManager.default.fileExists(atPath: directory + "/token") })
+        return try String(contentsOfFile: directory + "/token", encoding: .utf8)
+    }
+}
+
+/// The lines of handled.log: the message's `n` and whether it was a replay of the inbox.
+private func handled(_ directory: String) -> [(n: Int, replay: Bool)] {
+    let text = (try? String(contentsOfFile: directory + "/handled.log", encoding: .utf8)) ?? ""
+    return text.split(separator: "\n").compactMap { line in
+        let parts = line.split(separator: " ")
+        guard parts.count == 2, let n = Int(parts[0]) else { return nil }
+        return (n, parts[1] == "1")
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import HeraldTesting
+import NATSReceiver
+
+/// A real `nats-server` with JetStream, on a loopback port of its own and a store directory of its own, started
+/// and stopped by the test (and restarted on the same port and store, for the reconnect test).
+final class NATSServerProcess: @unchecked Sendable {
+    // @unchecked Sendable: `process` is touched by the test's task only, one call at a time.
+    let port: Int
+    let storeDirectory: String
+    private var process: Process?
+    private var log: PipeDrain?
+
+    var url: String { "nats://127.0.0.1:\(port)" }
+
+    /// Whether the server runs JetStream.
+    let jetStream: Bool
+
+    /// Starts a server on a free loopback port with a fresh store under /tmp, and waits until it accepts.
+    init(jetStream: Bool = true) throws {
+        self.jetStream = jetStream
+        port = try freeLoopbackPort()
+        storeDirectory = "/tmp/herald-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: storeDirectory, withIntermediateDirectories: true)
+        try start()
+    }
+
+    deinit {
+        kill()
+        try? FileManager.default.removeItem(atPath: storeDirectory)
+    }
+
+    /// Starts the server (again) on the same port and store, and waits until it accepts connections.
+    func start() throws {
+        precondition(process == nil, "the server is running")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.executable)
+        process.arguments = (jetStream ? ["-js"] : []) + ["-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        self.process = process
+        log = PipeDrain(output.fileHandleForReading.fileDescriptor)
+        let deadline = Date().addingTimeInterval(10)
+        while !Self.accepts(port: port) {
+            guard process.isRunning, Date() < deadline else {
+                throw NATSTestError.serverDidNotStart(port: port, log: stopAndReadLog())
+            }
+            usleep(5_000)
+        }
+    }
+
+    /// SIGTERM, and waits for the server to exit (it syncs its store first).
+    func stop() {
+        guard let process else { return }
+        process.terminate()
+        process.waitUntilExit()
+        self.process = nil
+        _ = log?.bytes()
+        log = nil
+    }
+
+    /// SIGKILL, and waits.
+    func kill() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+        _ = log?.bytes()
+        log = nil
+    }
+
+    private func stopAndReadLog() -> String {
+        process?.terminate()
+        process?.waitUntilExit()
+        process = nil
+        let text = log.map { String(decoding: $0.bytes(), as: UTF8.self) } ?? ""
+        log = nil
+        return text
+    }
+
+    static var executable: String {
+        ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
+            ?? "/usr/sbin/nats-server"
+    }
+
+    static func accepts(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+}
+
+enum NATSTestError: Error, CustomStringConvertible {
+    case serverDidNotStart(port: Int, log: String)
+    case client(String)
+
+    var description: String {
+        switch self {
+        case .serverDidNotStart(let port, let log): "nats-server did not start on port \(port): \(log)"
+        case .client(let detail): "NATS test client: \(detail)"
+        }
+    }
+}
+
+/// The sender's side in the tests: NATSPublisher with string bodies.
+extension NATSPublisher {
+    convenience init(url: String) throws {
+        try self.init(options: NATSReceiver.Options(servers: [url]))
+    }
+
+    @discardableResult
+    func publishStored(_ subject: String, _ body: String, messageID: String? = nil) throws -> String {
+        try publishStored(subject, body: Array(body.utf8), messageID: messageID)
+    }
+
+    func publish(_ subject: String, _ body: String, flush: Bool = true) throws {
+        try publish(subject, body: Array(body.utf8), flush: flush)
+    }
+
+    func request(_ subject: String, _ body: String) throws -> String {
+        guard let answer = try request(subject, body: Array(body.utf8)) else { throw NATSTestError.client("no responders on \(subject)") }
+        return String(decoding: answer, as: UTF8.self)
+    }
+}
