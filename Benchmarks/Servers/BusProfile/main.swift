@@ -41,6 +41,9 @@ var configuration = Herald.Configuration(senderID: "1")
 configuration.maxInFlight = 4096
 // HERALD_BENCH_BUFFER_LIMIT: room in each sink's queue. scripts/profile-bus gives room for every event, so that
 // each one's whole cost (on the loop and in the sinks) is counted; the default is Herald's.
+if let size = ProcessInfo.processInfo.environment["HERALD_BENCH_BATCH_SIZE"].flatMap({ Int($0) }) {
+    configuration.analyticsBatchSize = size
+}
 if let limit = ProcessInfo.processInfo.environment["HERALD_BENCH_BUFFER_LIMIT"].flatMap({ Int($0) }) {
     configuration.analyticsBufferLimit = limit
 }
