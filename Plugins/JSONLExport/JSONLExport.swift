@@ -290,57 +290,64 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
     private func line(for event: AnalyticsEvent, eventName: String, identity: Identity, timestamps: inout TimestampCache) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(400)
-        func key(_ name: StaticString, first: Bool = false) {
-            if !first { bytes.append(UInt8(ascii: ",")) }
-            bytes.append(UInt8(ascii: "\""))
-            name.withUTF8Buffer { bytes.append(contentsOf: $0) }
-            bytes.append(UInt8(ascii: "\""))
-            bytes.append(UInt8(ascii: ":"))
+        // Each key with its quotes, colon and the comma before it: one append per column.
+        func key(_ text: StaticString) {
+            text.withUTF8Buffer { bytes.append(contentsOf: $0) }
         }
         func string(_ value: String?) {
             if let value { JSONValue.string(value).write(into: &bytes) } else { Self.appendNull(&bytes) }
         }
         func integer(_ value: Int64?) {
-            if let value { bytes.append(contentsOf: String(value).utf8) } else { Self.appendNull(&bytes) }
+            if let value { Self.appendDecimal(value, to: &bytes) } else { Self.appendNull(&bytes) }
         }
-        bytes.append(UInt8(ascii: "{"))
-        key("event_timestamp", first: true)
-        bytes.append(UInt8(ascii: "\""))
+        key(#"{"event_timestamp":""#)
         timestamps.append(milliseconds: event.timestamp, to: &bytes)
-        bytes.append(UInt8(ascii: "\""))
-        key("project_number")
+        key(#"","project_number":"#)
         integer(identity.projectNumber)
-        key("message_id")
+        key(#","message_id":"#)
         string(event.messageID)
-        key("instance_id")
+        key(#","instance_id":"#)
         string(identity.instanceID)
-        key("message_type")
+        key(#","message_type":"#)
         string(event.messageType)
-        key("sdk_platform")
+        key(#","sdk_platform":"#)
         string(options.sdkPlatform)
-        key("app_name")
+        key(#","app_name":"#)
         string(options.appName)
-        key("collapse_key")
+        key(#","collapse_key":"#)
         string(event.collapseKey)
-        key("priority")
+        key(#","priority":"#)
         integer(event.priority.map { Int64($0.rawValue) })
-        key("ttl")
+        key(#","ttl":"#)
         integer(event.ttl)
-        key("topic")
+        key(#","topic":"#)
         string(event.topic.map { "/topics/\($0)" })
-        key("bulk_id")
-        Self.appendNull(&bytes)
-        key("event")
+        key(#","bulk_id":null,"event":"#)
         string(eventName)
-        key("analytics_label")
+        key(#","analytics_label":"#)
         string(event.analyticsLabel)
-        bytes.append(UInt8(ascii: "}"))
-        bytes.append(UInt8(ascii: "\n"))
+        key("}\n")
         return bytes
     }
 
     private static func appendNull(_ bytes: inout [UInt8]) {
         appendStatic("null", to: &bytes)
+    }
+
+    /// `value` in decimal, without going through a String.
+    static func appendDecimal(_ value: Int64, to bytes: inout [UInt8]) {
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // room for 20 digits, filled from the end
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var index = buffer.count
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[index...]))
+        }
     }
 
     private static func appendStatic(_ text: StaticString, to bytes: inout [UInt8]) {

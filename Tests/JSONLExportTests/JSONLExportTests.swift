@@ -161,6 +161,15 @@ struct JSONLExportTests {
         #expect(JSONLExport.bigQueryTimestamp(milliseconds: -1) == "1969-12-31 23:59:59.999 UTC")
     }
 
+    @Test("integers are written in decimal as String(_:) writes them, the extremes included")
+    func decimals() {
+        for value: Int64 in [0, 1, -1, 9, 10, 99, 100, 1_234_567_890, -987_654_321, .max, .min, .max - 1, .min + 1] {
+            var bytes: [UInt8] = []
+            JSONLExport.appendDecimal(value, to: &bytes)
+            #expect(String(decoding: bytes, as: UTF8.self) == String(value))
+        }
+    }
+
     @Test("one batch spanning seconds, days and 1970: each line's event_timestamp is its own (the per-second cache)")
     func timestampsInABatch() async throws {
         let directory = try makeTemporaryDirectory()
