@@ -29,10 +29,38 @@ let package = Package(
                 .plugin(name: "BenchmarkPlugin", package: "benchmark"),
             ]
         ),
+        // Fixtures shared by the benchmark targets: the sample body, the bus fixture, a no-op handler and sink.
+        .target(
+            name: "BenchmarkSupport",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldSQLite", package: "Herald"),
+                .product(name: "JSONLExport", package: "Herald"),
+                .product(name: "PrometheusMetrics", package: "Herald"),
+            ],
+            path: "Support/BenchmarkSupport",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The allocation ratchet (issue 9): allocations per message of the hot paths, checked in CI against the
+        // committed thresholds in Thresholds/ (scripts/allocation-ratchet).
+        .executableTarget(
+            name: "Allocations",
+            dependencies: [
+                "BenchmarkSupport",
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "Benchmark", package: "benchmark"),
+            ],
+            path: "Benchmarks/Allocations",
+            swiftSettings: [.swiftLanguageMode(.v6)],
+            plugins: [
+                .plugin(name: "BenchmarkPlugin", package: "benchmark"),
+            ]
+        ),
         // The message path: bus dispatch to a no-op handler and FCM v1 decoding.
         .executableTarget(
             name: "MessagePath",
             dependencies: [
+                "BenchmarkSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
                 .product(name: "JSONLExport", package: "Herald"),
@@ -87,6 +115,7 @@ let package = Package(
         .executableTarget(
             name: "BusProfile",
             dependencies: [
+                "BenchmarkSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "JSONLExport", package: "Herald"),
                 .product(name: "PrometheusMetrics", package: "Herald"),

@@ -9,20 +9,7 @@ import Foundation
 import Herald
 import JSONLExport
 import PrometheusMetrics
-
-final class CountingHandler: MessageHandler, @unchecked Sendable {
-    // @unchecked Sendable: `remaining` is only touched on the loop thread (handlers run there).
-    var remaining = 0
-    let done = DispatchSemaphore(value: 0)
-    func didReceive(_ message: RemoteMessage) async throws {
-        remaining -= 1
-        if remaining == 0 { done.signal() }
-    }
-}
-
-final class NullSink: AnalyticsSink, Sendable {
-    func record(_ events: [AnalyticsEvent]) async throws {}
-}
+import BenchmarkSupport
 
 final class Box: @unchecked Sendable {
     // @unchecked Sendable: written before a semaphore signal, read after the matching wait.

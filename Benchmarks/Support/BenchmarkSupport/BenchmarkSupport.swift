@@ -1,0 +1,135 @@
+// Fixtures shared by the benchmark targets (MessagePath's timings, Allocations' ratchet): the FCM v1 sample
+// body, a decoding context, and a Herald instance with a no-op handler that messages are dispatched to.
+
+import Dispatch
+import Foundation
+import Herald
+import HeraldSQLite
+import JSONLExport
+import PrometheusMetrics
+
+/// The FCM v1 sample body addressed by token (fcm-v1-notification-token.json), 374 bytes.
+public let fcmBody: [UInt8] = Array(#"""
+{
+  "message": {
+    "token": "REPLACE_WITH_TOKEN",
+    "notification": { "title": "Portugal vs. Denmark", "body": "great match!" },
+    "data": { "customKey": "customValue" },
+    "apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },
+    "fcm_options": { "analytics_label": "match-alerts" }
+  }
+}
+"""#.utf8)
+
+public let context = DecodingContext(senderID: "1234567890", makeMessageID: { "1700000000000001" })
+
+/// A no-op message handler that signals when the expected number of messages has arrived.
+public final class CountingHandler: MessageHandler, @unchecked Sendable {
+    // @unchecked Sendable: `remaining` is only touched on the loop thread (handlers run there).
+    public var remaining = 0
+    public let done = DispatchSemaphore(value: 0)
+    public init() {}
+    public func didReceive(_ message: RemoteMessage) async throws {
+        remaining -= 1
+        if remaining == 0 { done.signal() }
+    }
+}
+
+/// One Herald instance with a no-op handler; messages are decoded once, before the iterations, and carry no
+/// message ID, so the bus gives each delivery a new one (and de-duplicates by it, as for any message).
+public final class BusFixture: @unchecked Sendable {
+    // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread.
+    public static let inMemory = BusFixture(durable: false)
+    public static let durable = BusFixture(durable: true)
+    public static let withAnalytics = BusFixture(durable: false, analytics: true)
+    let durable: Bool
+    let analytics: Bool
+    var herald: Herald?
+    var message: RemoteMessage?
+    var directory: String?
+    let handler = CountingHandler()
+
+    init(durable: Bool, analytics: Bool = false) {
+        self.durable = durable
+        self.analytics = analytics
+    }
+
+    public func start() {
+        var configuration = Herald.Configuration(senderID: "1")
+        configuration.maxInFlight = 4096
+        let store: any HeraldStore
+        let directory = NSTemporaryDirectory() + "herald-bench-\(getpid())"
+        if durable {
+            self.directory = directory
+            store = try! SQLiteStore(directory: directory)
+        } else {
+            store = InMemoryStore()
+        }
+        let herald = Herald(configuration: configuration, store: store)
+        try! herald.register(handler)
+        if analytics {
+            // HERALD_BENCH_SINKS=jsonl or =prometheus measures one sink alone; =null a sink that does nothing (the
+            // bus's own share of the cost).
+            let sinks = ProcessInfo.processInfo.environment["HERALD_BENCH_SINKS"] ?? "jsonl,prometheus"
+            self.directory = directory
+            if sinks.contains("jsonl") { try! herald.register(JSONLExport(options: .init(path: directory + "/delivery.jsonl"))) }
+            if sinks.contains("null") { try! herald.register(NullSink()) }
+            if sinks.contains("prometheus") {
+                try! herald.register(PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0))))
+            }
+        }
+        let ready = DispatchSemaphore(value: 0)
+        let box = ResultBox()
+        Task {
+            try! await herald.start()
+            let token = try! await herald.token()
+            let body = String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
+                .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
+                .replacingOccurrences(of: #""apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },"#, with: "")
+            var message = try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
+            message.userInfo[UserInfoKey.messageID] = nil
+            box.message = message
+            ready.signal()
+        }
+        ready.wait()
+        self.herald = herald
+        self.message = box.message
+    }
+
+    public func dispatch(count: Int) {
+        guard let herald, let message, let bus = try? herald.bus else { return }
+        herald.loop.execute { [handler] in
+            handler.remaining = count
+            for _ in 0..<count { bus.deliver(message) { _ in } }
+        }
+        handler.done.wait()
+    }
+
+    public func stop() {
+        let done = DispatchSemaphore(value: 0)
+        let herald = self.herald
+        let analytics = self.analytics
+        Task {
+            if analytics, let statistics = try? await herald?.analyticsStatistics() {
+                let sinks = statistics.sinks.sorted { $0.key < $1.key }.map { "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost), failures \($0.value.failures)" }
+                print("analytics: recorded \(statistics.recorded); " + sinks.joined(separator: "; "))
+            }
+            await herald?.shutdown()
+            done.signal()
+        }
+        done.wait()
+        self.herald = nil
+        if let directory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+}
+
+final class ResultBox: @unchecked Sendable {
+    // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
+    var message: RemoteMessage?
+}
+
+/// An analytics sink that takes every batch and does nothing with it.
+public final class NullSink: AnalyticsSink, Sendable {
+    public init() {}
+    public func record(_ events: [AnalyticsEvent]) async throws {}
+}
