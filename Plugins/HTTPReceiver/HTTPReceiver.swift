@@ -33,6 +33,10 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         public var maximumRequestsPerConnection: Int = 10_000
         /// The most connections open at once; more are closed as they are accepted.
         public var maximumConnections: Int = 1024
+        /// Gateway mode: valid sends go to this forwarder (NATSReceiver's `NATSGateway` publishes them to the fleet)
+        /// instead of the local bus, and every route but `messages:send` and `/healthz` is answered 501
+        /// `UNIMPLEMENTED`. `nil` (the default): messages are for this instance.
+        public var forwarder: (any SendForwarder)?
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address
