@@ -15,7 +15,9 @@ public final class NATSPublisher: @unchecked Sendable {
     private let timeout: Duration
 
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
-    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5)) throws {
+    /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
+    /// receiver does (``NATSReceiver/Options/reconnectWait`` and its limits); ``isConnected`` says when it is up.
+    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false) throws {
         self.timeout = timeout
         var optionsPointer: OpaquePointer?
         guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
@@ -23,7 +25,13 @@ public final class NATSPublisher: @unchecked Sendable {
         }
         defer { natsOptions_Destroy(natsOptions) }
         var status = NATSConnectionSettings.apply(options, to: natsOptions)
-        if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, false) }
+        if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, reconnect) }
+        if status == NATS_OK, reconnect {
+            status = NATSConnectionSettings.run([
+                { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: options.maxReconnectAttempts)) },
+                { natsOptions_SetReconnectWait(natsOptions, options.reconnectWait.milliseconds) },
+            ])
+        }
         var connectionPointer: OpaquePointer?
         if status == NATS_OK { status = natsConnection_Connect(&connectionPointer, natsOptions) }
         guard status == NATS_OK, let connection = connectionPointer else {
@@ -101,17 +109,36 @@ public final class NATSPublisher: @unchecked Sendable {
         }
     }
 
-    /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
-    /// receivers write it) holds it under its installation ID. A gateway answers `UNREGISTERED` when it is not.
-    public func isRegistered(token: String, project: String, bucket: String? = nil) throws -> Bool {
+    /// The connection's state: `connected`, `reconnecting`, `closed` (as ``NATSReceiver/ConnectionState`` says it).
+    public var connectionState: NATSReceiver.ConnectionState {
+        switch natsConnection_Status(connection) {
+        case NATS_CONN_STATUS_CONNECTED: .connected
+        case NATS_CONN_STATUS_CLOSED: .closed
+        case NATS_CONN_STATUS_CONNECTING: .connecting
+        default: .reconnecting
+        }
+    }
+
+    /// Whether the connection is up now.
+    public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
+
+    /// The token the registrations bucket holds under `key` (an installation ID, ``NATSSubjects/registrationKey(token:)``),
+    /// or `nil` when it holds none (or the bucket does not exist yet).
+    public func registeredToken(key: String, project: String, bucket: String? = nil) throws -> String? {
         let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
         var value = [CChar](repeating: 0, count: 1024)
         var found = false
-        let status = herald_nats_get_registration(jetStream, bucket, NATSSubjects.registrationKey(token: token), &value, value.count, &found)
+        let status = herald_nats_get_registration(jetStream, bucket, key, &value, value.count, &found)
         guard status == NATS_OK else {
             throw NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
         }
-        return found && String(decoding: value.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) == token
+        return found ? String(decoding: value.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+    }
+
+    /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
+    /// receivers write it) holds it under its installation ID. A gateway answers `UNREGISTERED` when it is not.
+    public func isRegistered(token: String, project: String, bucket: String? = nil) throws -> Bool {
+        try registeredToken(key: NATSSubjects.registrationKey(token: token), project: project, bucket: bucket) == token
     }
 
     /// Messages `stream` holds now: with work-queue retention, stored and not yet acknowledged.
