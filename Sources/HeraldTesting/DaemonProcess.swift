@@ -1,0 +1,92 @@
+public import Foundation
+public import Herald
+
+/// The `herald` executable built beside the test bundle.
+public let heraldExecutable = buildProductsDirectory.appendingPathComponent("herald")
+
+/// `herald serve` as a child process: standard output read line by line (with a 10 s limit per line),
+/// standard error kept in a file of the data directory for failure messages.
+public final class DaemonProcess {
+    public let process = Process()
+    public let directory: String
+    public let httpPort: Int
+    public var socketPath: String { "\(directory)/herald.sock" }
+    private let output = Pipe()
+    private var pending: [UInt8] = []
+
+    /// Starts `herald serve --echo` on a free loopback port with its data directory at `directory`.
+    public convenience init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
+        let port = try freeLoopbackPort()
+        try self.init(
+            directory: directory, httpPort: port,
+            arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", directory, "--project-id", "demo"] + (echo ? ["--echo"] : []) + arguments,
+            environment: environment)
+    }
+
+    /// Starts `herald` with exactly `arguments` (for a daemon whose settings come from elsewhere, such as a config
+    /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log.
+    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:]) throws {
+        self.directory = directory
+        self.httpPort = httpPort
+        process.executableURL = heraldExecutable
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for name in env.keys where name.hasPrefix("HERALD_") { env[name] = nil }
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        process.standardOutput = output
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: "\(directory)/stderr.log", contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: "\(directory)/stderr.log")
+        try process.run()
+    }
+
+    /// The next line of standard output, or `nil` at end of file or after 10 s without one.
+    public func line() -> String? {
+        let fd = output.fileHandleForReading.fileDescriptor
+        while true {
+            if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                return line
+            }
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 10_000) > 0 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = read(fd, &buffer, buffer.count)
+            guard count > 0 else { return nil }
+            pending += buffer[0..<count]
+        }
+    }
+
+    /// The next line parsed as a JSON object.
+    public func event() -> JSONValue? {
+        line().flatMap { try? JSONParser.parse(Array($0.utf8)) }
+    }
+
+    /// Reads every remaining line on a thread of its own until end of file (so a daemon writing many lines
+    /// never blocks on a full pipe); the returned box holds them once `done` is signalled.
+    public func collectRemainingLines() -> PipeDrain {
+        let collector = PipeDrain(output.fileHandleForReading.fileDescriptor, initial: pending)
+        pending = []
+        return collector
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    public func terminate() -> Int32 {
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// What the daemon logged.
+    public var log: String { (try? String(contentsOfFile: "\(directory)/stderr.log", encoding: .utf8)) ?? "" }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+
