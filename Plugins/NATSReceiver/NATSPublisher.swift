@@ -8,11 +8,14 @@ import Herald
 /// A plain cnats connection with cnats's own threads (no event loop): every call blocks until it is answered or
 /// times out, so call it from a thread that may block (a command's main task, a blocking pool).
 public final class NATSPublisher: @unchecked Sendable {
-    // @unchecked Sendable: cnats connections and JetStream contexts may be used from any thread; both are
-    // immutable here and destroyed in deinit.
+    // @unchecked Sendable: cnats connections, JetStream contexts and key-value stores may be used from any thread;
+    // the first two are immutable here, the stores sit behind a lock; all are destroyed in deinit.
     private let connection: OpaquePointer
     private let jetStream: OpaquePointer
     private let timeout: Duration
+    /// Key-value buckets opened so far, by name: opening one is a round trip (stream info), so a gateway, which reads
+    /// a registration per send, opens each once.
+    private let buckets = Locked<[String: OpaquePointer]>([:])
 
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
     /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
@@ -50,6 +53,7 @@ public final class NATSPublisher: @unchecked Sendable {
     }
 
     deinit {
+        for bucket in buckets.withLock({ Array($0.values) }) { kvStore_Destroy(bucket) }
         jsCtx_Destroy(jetStream)
         natsConnection_Destroy(connection)
     }
@@ -126,13 +130,31 @@ public final class NATSPublisher: @unchecked Sendable {
     /// or `nil` when it holds none (or the bucket does not exist yet).
     public func registeredToken(key: String, project: String, bucket: String? = nil) throws -> String? {
         let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
-        var value = [CChar](repeating: 0, count: 1024)
-        var found = false
-        let status = herald_nats_get_registration(jetStream, bucket, key, &value, value.count, &found)
-        guard status == NATS_OK else {
-            throw NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        let failure = { (status: natsStatus) in
+            NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
         }
-        return found ? String(decoding: value.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+        var store = buckets.withLock { $0[bucket] }
+        if store == nil {
+            var opened: OpaquePointer?
+            let status = js_KeyValue(&opened, jetStream, bucket)
+            // No bucket yet: no instance has registered. Not remembered, so the bucket is found once it exists.
+            if status == NATS_NOT_FOUND { return nil }
+            guard status == NATS_OK, let opened else { throw failure(status) }
+            store = buckets.withLock { buckets in
+                if let existing = buckets[bucket] {
+                    kvStore_Destroy(opened)
+                    return existing
+                }
+                buckets[bucket] = opened
+                return opened
+            }
+        }
+        var entry: OpaquePointer?
+        let status = kvStore_Get(&entry, store, key)
+        if status == NATS_NOT_FOUND { return nil }
+        guard status == NATS_OK, let entry else { throw failure(status) }
+        defer { kvEntry_Destroy(entry) }
+        return kvEntry_ValueString(entry).map { String(cString: $0) }
     }
 
     /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the

@@ -117,4 +117,22 @@ struct GatewayTests {
             }
         }
     }
+
+    @Test("a gateway started before any instance: UNREGISTERED while the registrations bucket does not exist, then the first instance's token is accepted")
+    func gatewayBeforeFleet() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
+            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let send = "/v1/projects/demo/messages:send"
+            #expect(try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret").status == 404)
+            let instance = try FleetInstance(server: server)
+            try await withFleet([instance]) {
+                let token = try await instance.token()
+                let answer = try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: token, n: 2), secret: "s3cret")
+                #expect(answer.status == 200, "\(answer.body)")
+                #expect(await eventually { instance.collector.numbers == ["2"] })
+            }
+            #expect(gateway.terminate() == 0)
+        }
+    }
 }
