@@ -10,7 +10,8 @@ public import Herald
 /// `/iid/v1:batchRemove`, which older Admin SDK topic calls use; APNs provider style `POST /3/device/{token}`;
 /// and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
-/// the receiver refuses to listen on anything but loopback.
+/// the receiver refuses to listen on anything but loopback. With ``Options/forwarder`` set (gateway mode), valid
+/// sends go to the forwarder instead of this instance's bus, and the other routes answer 501.
 public final class HTTPReceiver: Receiver, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the rest is touched on the loop thread only.
 
