@@ -10,7 +10,8 @@ public import Herald
 /// `/iid/v1:batchRemove`, which older Admin SDK topic calls use; APNs provider style `POST /3/device/{token}`;
 /// and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
-/// the receiver refuses to listen on anything but loopback.
+/// the receiver refuses to listen on anything but loopback. With ``Options/forwarder`` set (gateway mode), valid
+/// sends go to the forwarder instead of this instance's bus, and the other routes answer 501.
 public final class HTTPReceiver: Receiver, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the rest is touched on the loop thread only.
 
@@ -33,6 +34,10 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         public var maximumRequestsPerConnection: Int = 10_000
         /// The most connections open at once; more are closed as they are accepted.
         public var maximumConnections: Int = 1024
+        /// Gateway mode: valid sends go to this forwarder (NATSReceiver's `NATSGateway` publishes them to the fleet)
+        /// instead of the local bus, and every route but `messages:send` and `/healthz` is answered 501
+        /// `UNIMPLEMENTED`. `nil` (the default): messages are for this instance.
+        public var forwarder: (any SendForwarder)?
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address

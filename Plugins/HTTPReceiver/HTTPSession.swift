@@ -218,6 +218,14 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             return
         }
         let parts = pathOnly.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { Substring($0) }
+        let isSend = parts.count == 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "messages:send"
+        if receiver.options.forwarder != nil, !isSend {
+            // A gateway passes sends on; what would act on this instance (topic management, APNs pushes to its
+            // token) has no meaning there.
+            let message = "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
+            respond(sequence: sequence, status: 501, body: googleError(501, "UNIMPLEMENTED", message), close: !keepAlive)
+            return
+        }
         if parts.count == 3, parts[0] == "3", parts[1] == "device" {
             routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
             return
@@ -250,6 +258,20 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         } catch {
             context.bus.recordInvalid(error)
             respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            return
+        }
+        if let forwarder = receiver.options.forwarder {
+            let body = self.body
+            Task(executorPreference: context.loop) { [weak self] in
+                let outcome = await forwarder.forward(request, body: body)
+                guard let self else { return }
+                switch outcome {
+                case .success(let id):
+                    self.respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: id), close: !keepAlive)
+                case .failure(let error):
+                    self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+                }
+            }
             return
         }
         context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
@@ -541,6 +563,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         case 429: "Too Many Requests"
         case 431: "Request Header Fields Too Large"
         case 500: "Internal Server Error"
+        case 501: "Not Implemented"
         case 503: "Service Unavailable"
         default: "Status"
         }

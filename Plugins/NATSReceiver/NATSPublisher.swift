@@ -8,14 +8,19 @@ import Herald
 /// A plain cnats connection with cnats's own threads (no event loop): every call blocks until it is answered or
 /// times out, so call it from a thread that may block (a command's main task, a blocking pool).
 public final class NATSPublisher: @unchecked Sendable {
-    // @unchecked Sendable: cnats connections and JetStream contexts may be used from any thread; both are
-    // immutable here and destroyed in deinit.
+    // @unchecked Sendable: cnats connections, JetStream contexts and key-value stores may be used from any thread;
+    // the first two are immutable here, the stores sit behind a lock; all are destroyed in deinit.
     private let connection: OpaquePointer
     private let jetStream: OpaquePointer
     private let timeout: Duration
+    /// Key-value buckets opened so far, by name: opening one is a round trip (stream info), so a gateway, which reads
+    /// a registration per send, opens each once.
+    private let buckets = Locked<[String: OpaquePointer]>([:])
 
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
-    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5)) throws {
+    /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
+    /// receiver does (``NATSReceiver/Options/reconnectWait`` and its limits); ``isConnected`` says when it is up.
+    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false) throws {
         self.timeout = timeout
         var optionsPointer: OpaquePointer?
         guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
@@ -23,7 +28,13 @@ public final class NATSPublisher: @unchecked Sendable {
         }
         defer { natsOptions_Destroy(natsOptions) }
         var status = NATSConnectionSettings.apply(options, to: natsOptions)
-        if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, false) }
+        if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, reconnect) }
+        if status == NATS_OK, reconnect {
+            status = NATSConnectionSettings.run([
+                { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: options.maxReconnectAttempts)) },
+                { natsOptions_SetReconnectWait(natsOptions, options.reconnectWait.milliseconds) },
+            ])
+        }
         var connectionPointer: OpaquePointer?
         if status == NATS_OK { status = natsConnection_Connect(&connectionPointer, natsOptions) }
         guard status == NATS_OK, let connection = connectionPointer else {
@@ -42,6 +53,7 @@ public final class NATSPublisher: @unchecked Sendable {
     }
 
     deinit {
+        for bucket in buckets.withLock({ Array($0.values) }) { kvStore_Destroy(bucket) }
         jsCtx_Destroy(jetStream)
         natsConnection_Destroy(connection)
     }
@@ -101,17 +113,54 @@ public final class NATSPublisher: @unchecked Sendable {
         }
     }
 
+    /// The connection's state: `connected`, `reconnecting`, `closed` (as ``NATSReceiver/ConnectionState`` says it).
+    public var connectionState: NATSReceiver.ConnectionState {
+        switch natsConnection_Status(connection) {
+        case NATS_CONN_STATUS_CONNECTED: .connected
+        case NATS_CONN_STATUS_CLOSED: .closed
+        case NATS_CONN_STATUS_CONNECTING: .connecting
+        default: .reconnecting
+        }
+    }
+
+    /// Whether the connection is up now.
+    public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
+
+    /// The token the registrations bucket holds under `key` (an installation ID, ``NATSSubjects/registrationKey(token:)``),
+    /// or `nil` when it holds none (or the bucket does not exist yet).
+    public func registeredToken(key: String, project: String, bucket: String? = nil) throws -> String? {
+        let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
+        let failure = { (status: natsStatus) in
+            NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        }
+        var store = buckets.withLock { $0[bucket] }
+        if store == nil {
+            var opened: OpaquePointer?
+            let status = js_KeyValue(&opened, jetStream, bucket)
+            // No bucket yet: no instance has registered. Not remembered, so the bucket is found once it exists.
+            if status == NATS_NOT_FOUND { return nil }
+            guard status == NATS_OK, let opened else { throw failure(status) }
+            store = buckets.withLock { buckets in
+                if let existing = buckets[bucket] {
+                    kvStore_Destroy(opened)
+                    return existing
+                }
+                buckets[bucket] = opened
+                return opened
+            }
+        }
+        var entry: OpaquePointer?
+        let status = kvStore_Get(&entry, store, key)
+        if status == NATS_NOT_FOUND { return nil }
+        guard status == NATS_OK, let entry else { throw failure(status) }
+        defer { kvEntry_Destroy(entry) }
+        return kvEntry_ValueString(entry).map { String(cString: $0) }
+    }
+
     /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
     /// receivers write it) holds it under its installation ID. A gateway answers `UNREGISTERED` when it is not.
     public func isRegistered(token: String, project: String, bucket: String? = nil) throws -> Bool {
-        let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
-        var value = [CChar](repeating: 0, count: 1024)
-        var found = false
-        let status = herald_nats_get_registration(jetStream, bucket, NATSSubjects.registrationKey(token: token), &value, value.count, &found)
-        guard status == NATS_OK else {
-            throw NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
-        }
-        return found && String(decoding: value.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) == token
+        try registeredToken(key: NATSSubjects.registrationKey(token: token), project: project, bucket: bucket) == token
     }
 
     /// Messages `stream` holds now: with work-queue retention, stored and not yet acknowledged.

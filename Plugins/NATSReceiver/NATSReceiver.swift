@@ -196,6 +196,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// Where the connection is. Callable from any thread.
     public var state: ConnectionState { shared.withLock { $0.state } }
 
+    /// Healthy while connected; `reconnecting` and `closed` are not (PrometheusMetrics' `/healthz` answers 503).
+    public var health: ReceiverHealth? {
+        let state = self.state
+        return ReceiverHealth(healthy: state == .connected, state: state.rawValue)
+    }
+
     /// The counters so far. Callable from any thread.
     public var statistics: Statistics { shared.withLock { $0.statistics } }
 

@@ -1,7 +1,8 @@
 import Herald
 
 /// A small HTTP/1.1 endpoint on Herald's loop for scrapers: `GET /metrics` answers the text format
-/// (`text/plain; version=0.0.4`), `GET /healthz` answers `ok`, anything else 404 or 405. Requests carry no body
+/// (`text/plain; version=0.0.4`), `GET /healthz` answers the receivers' health as JSON (200, or 503 when one is not
+/// healthy), anything else 404 or 405. Requests carry no body
 /// worth reading, so it reads the request head only (up to a limit: 431 past it), answers, and keeps the
 /// connection for the next scrape unless the client said `Connection: close`. Silent connections are closed.
 final class MetricsEndpoint {
@@ -9,14 +10,19 @@ final class MetricsEndpoint {
     private let context: PluginContext
     private let options: PrometheusExporter.Options
     private let render: () -> [UInt8]
+    private let health: () -> (healthy: Bool, body: [UInt8])
     private var connections: [ObjectIdentifier: StreamConnection] = [:]
 
     var localAddress: SocketAddress { server.localAddress }
 
-    init(context: PluginContext, options: PrometheusExporter.Options, render: @escaping () -> [UInt8]) throws {
+    init(
+        context: PluginContext, options: PrometheusExporter.Options, render: @escaping () -> [UInt8],
+        health: @escaping () -> (healthy: Bool, body: [UInt8])
+    ) throws {
         self.context = context
         self.options = options
         self.render = render
+        self.health = health
         var accept: ((StreamConnection) -> Void)?
         server = try StreamServer.listen(on: context.loop, at: options.address) { accept?($0) }
         accept = { [weak self] connection in self?.serve(connection) }
@@ -84,7 +90,8 @@ final class MetricsEndpoint {
         case ("GET", "/metrics"):
             write(connection, status: "200 OK", type: "text/plain; version=0.0.4; charset=utf-8", body: render(), close: close)
         case ("GET", "/healthz"):
-            write(connection, status: "200 OK", type: "text/plain", body: Array("ok\n".utf8), close: close)
+            let (healthy, body) = health()
+            write(connection, status: healthy ? "200 OK" : "503 Service Unavailable", type: "application/json", body: body, close: close)
         case (_, "/metrics"), (_, "/healthz"):
             write(connection, status: "405 Method Not Allowed", type: "text/plain", body: Array("use GET\n".utf8), close: close, allow: true)
         default:

@@ -22,6 +22,7 @@ public import Prometheus
 /// | `herald_topic_changes_total` | counter | `change` (`subscribe`, `unsubscribe`) |
 /// | `herald_bus_messages_in_flight` | gauge | |
 /// | `herald_receiver_connections` | gauge | `receiver` |
+/// | `herald_receiver_healthy` | gauge (1 or 0) | `receiver` (receivers that report health: NATS) |
 /// | `herald_analytics_events_queued` | gauge | `sink` |
 /// | `herald_analytics_events_lost_total`, `herald_analytics_sink_failures_total` | counter | `sink` |
 public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
@@ -107,7 +108,8 @@ public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
     public func start(_ context: PluginContext) async throws {
         self.context = context
         try await context.loop.submit {
-            self.server = try MetricsEndpoint(context: context, options: self.options) { [unowned self] in self.render() }
+            self.server = try MetricsEndpoint(
+                context: context, options: self.options, render: { [unowned self] in self.render() }, health: { [unowned self] in self.health() })
         }
     }
 
@@ -147,6 +149,9 @@ public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
             for (receiver, count) in bus.receiverConnections {
                 CoreMetrics.Gauge(label: "herald_receiver_connections", dimensions: [("receiver", receiver)], factory: factory).record(count)
             }
+            for (receiver, report) in bus.receiverHealth {
+                CoreMetrics.Gauge(label: "herald_receiver_healthy", dimensions: [("receiver", receiver)], factory: factory).record(report.healthy ? 1 : 0)
+            }
             let statistics = bus.analyticsStatistics
             for (sink, figures) in statistics.sinks {
                 CoreMetrics.Gauge(label: "herald_analytics_events_queued", dimensions: [("sink", sink)], factory: factory).record(figures.queued)
@@ -155,6 +160,18 @@ public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
             }
         }
         return registry.emitToBuffer()
+    }
+
+    /// `/healthz`: `{"status": "ok" | "unhealthy", "receivers": {name: {"healthy": Bool, "state": String}}}` for the
+    /// receivers that report their health (``Receiver/health``); healthy when every one is. Loop thread.
+    func health() -> (healthy: Bool, body: [UInt8]) {
+        let reports = context?.bus.receiverHealth ?? [:]
+        let healthy = reports.values.allSatisfy(\.healthy)
+        let receivers = JSONObject(uniqueKeysWithValues: reports.sorted { $0.key < $1.key }.map { name, report -> (String, JSONValue) in
+            (name, ["healthy": .bool(report.healthy), "state": .string(report.state)])
+        })
+        let body: JSONValue = ["status": .string(healthy ? "ok" : "unhealthy"), "receivers": .object(receivers)]
+        return (healthy, body.jsonBytes() + [UInt8(ascii: "\n")])
     }
 
     /// Moves a counter that mirrors one of the pipeline's running totals up to `value`.

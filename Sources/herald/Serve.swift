@@ -8,6 +8,7 @@ import HeraldSQLite
 import JSONLExport
 import Logging
 import CSystemd
+import NATSReceiver
 import ServiceLifecycle
 import PrometheusMetrics
 import SocketReceiver
@@ -79,6 +80,57 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
     var deliveryMetrics: String?
 
+    @Option(name: .customLong("nats-server"), help: ArgumentHelp(ServeOption.natsServers.help, valueName: "url"))
+    var natsServers: [String] = []
+
+    @Option(name: .customLong("nats-credentials"), help: ArgumentHelp(ServeOption.natsCredentials.help, valueName: "file"))
+    var natsCredentials: String?
+
+    @Option(name: .customLong("nats-token-file"), help: ArgumentHelp(ServeOption.natsTokenFile.help, valueName: "file"))
+    var natsTokenFile: String?
+
+    @Option(name: .customLong("nats-tls-ca"), help: ArgumentHelp(ServeOption.natsTLSCA.help, valueName: "file"))
+    var natsTLSCA: String?
+
+    @Option(name: .customLong("nats-tls-cert"), help: ArgumentHelp(ServeOption.natsTLSCertificate.help, valueName: "file"))
+    var natsTLSCertificate: String?
+
+    @Option(name: .customLong("nats-tls-key"), help: ArgumentHelp(ServeOption.natsTLSKey.help, valueName: "file"))
+    var natsTLSKey: String?
+
+    @Option(name: .customLong("nats-stream"), help: ArgumentHelp(ServeOption.natsStream.help, valueName: "name"))
+    var natsStream: String?
+
+    @Option(name: .customLong("nats-consumer"), help: ArgumentHelp(ServeOption.natsConsumer.help, valueName: "name"))
+    var natsConsumer: String?
+
+    @Option(name: .customLong("nats-topic-delivery"), help: ArgumentHelp(ServeOption.natsTopicDelivery.help, valueName: "mode"))
+    var natsTopicDelivery: String?
+
+    @Option(name: .customLong("nats-ack-wait"), help: ArgumentHelp(ServeOption.natsAckWait.help, valueName: "seconds"))
+    var natsAckWait: Int?
+
+    @Option(name: .customLong("nats-max-ack-pending"), help: ArgumentHelp(ServeOption.natsMaxAckPending.help, valueName: "count"))
+    var natsMaxAckPending: Int?
+
+    @Option(name: .customLong("nats-max-deliver"), help: ArgumentHelp(ServeOption.natsMaxDeliver.help, valueName: "count"))
+    var natsMaxDeliver: Int?
+
+    @Option(name: .customLong("nats-stream-max-age-days"), help: ArgumentHelp(ServeOption.natsStreamMaxAgeDays.help, valueName: "days"))
+    var natsStreamMaxAgeDays: Int?
+
+    @Option(name: .customLong("nats-stream-max-messages"), help: ArgumentHelp(ServeOption.natsStreamMaxMessages.help, valueName: "count"))
+    var natsStreamMaxMessages: Int?
+
+    @Option(name: .customLong("nats-stream-max-bytes"), help: ArgumentHelp(ServeOption.natsStreamMaxBytes.help, valueName: "bytes"))
+    var natsStreamMaxBytes: Int?
+
+    @Option(name: .customLong("nats-max-held-messages"), help: ArgumentHelp(ServeOption.natsMaxHeldMessages.help, valueName: "count"))
+    var natsMaxHeldMessages: Int?
+
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.gateway.help))
+    var gateway: Bool?
+
     /// The settings given as flags, with each flag's name as written.
     var flagValues: [(key: String, value: SettingValue, flag: String)] {
         var given: [(key: String, value: SettingValue, flag: String)] = []
@@ -99,6 +151,23 @@ struct Serve: AsyncParsableCommand {
         add(.plugins, plugins.isEmpty ? nil : .list(plugins))
         add(.metrics, metrics.map { .string($0) })
         add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
+        add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
+        add(.natsCredentials, natsCredentials.map { .string($0) })
+        add(.natsTokenFile, natsTokenFile.map { .string($0) })
+        add(.natsTLSCA, natsTLSCA.map { .string($0) })
+        add(.natsTLSCertificate, natsTLSCertificate.map { .string($0) })
+        add(.natsTLSKey, natsTLSKey.map { .string($0) })
+        add(.natsStream, natsStream.map { .string($0) })
+        add(.natsConsumer, natsConsumer.map { .string($0) })
+        add(.natsTopicDelivery, natsTopicDelivery.map { .string($0) })
+        add(.natsAckWait, natsAckWait.map { .integer($0) })
+        add(.natsMaxAckPending, natsMaxAckPending.map { .integer($0) })
+        add(.natsMaxDeliver, natsMaxDeliver.map { .integer($0) })
+        add(.natsStreamMaxAgeDays, natsStreamMaxAgeDays.map { .integer($0) })
+        add(.natsStreamMaxMessages, natsStreamMaxMessages.map { .integer($0) })
+        add(.natsStreamMaxBytes, natsStreamMaxBytes.map { .integer($0) })
+        add(.natsMaxHeldMessages, natsMaxHeldMessages.map { .integer($0) })
+        add(.gateway, gateway.map { .boolean($0) }, flag: gateway == false ? "--no-gateway" : "--gateway")
         return given
     }
 
@@ -111,6 +180,10 @@ struct Serve: AsyncParsableCommand {
                 file: config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }, environment: environment, flags: flagValues)
         } catch let error as ConfigurationError {
             writeLine(error.message, to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
+        if settings.gateway, settings.natsServers.isEmpty || settings.http == nil {
+            writeLine("herald: gateway mode needs NATS servers (nats-servers / --nats-server) and the HTTP endpoint (http not none)", to: STDERR_FILENO)
             throw ExitCode(64)
         }
         if printConfig {
@@ -126,7 +199,8 @@ struct Serve: AsyncParsableCommand {
         }
         let logger = Logger(label: "herald")
         for warning in warnings { logger.warning("\(warning)") }
-        let daemon = Daemon(settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), logger: logger)
+        let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
+        let daemon = Daemon(settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -160,11 +234,13 @@ func processEnvironment() -> [String: String] {
 final class Daemon: Service, Sendable {
     private let settings: ServeSettings
     private let secret: String?
+    private let natsToken: String?
     private let logger: Logger
 
-    init(settings: ServeSettings, secret: String?, logger: Logger) {
+    init(settings: ServeSettings, secret: String?, natsToken: String?, logger: Logger) {
         self.settings = settings
         self.secret = secret
+        self.natsToken = natsToken
         self.logger = logger
     }
 
@@ -196,7 +272,9 @@ final class Daemon: Service, Sendable {
         } catch {
             throw CommandFailure(message: "herald: \(error)")
         }
-        let loop = EventLoop(name: "herald")
+        // A gateway's NATS calls block a pool thread each (a registration read, a JetStream publish): more threads,
+        // more sends in progress at once.
+        let loop = EventLoop(name: "herald", blockingThreads: settings.gateway ? 32 : 4)
         try loop.start()
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
         do {
@@ -233,8 +311,23 @@ final class Daemon: Service, Sendable {
 
     private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
         let settings = self.settings
+        let nats = settings.natsOptions(authToken: natsToken)
+        // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
+        // NATS receiver). Otherwise NATS, when configured, is one more way in.
+        var forwarder: NATSGateway?
+        if let nats {
+            if settings.gateway {
+                let gateway = NATSGateway(options: nats)
+                try herald.register(gateway)
+                forwarder = gateway
+            } else {
+                try herald.register(NATSReceiver(options: nats))
+            }
+        }
         if let http = settings.http, let address = SocketAddress(parsing: http) {
-            try herald.register(HTTPReceiver(options: .init(address: address, secret: secret)))
+            var options = HTTPReceiver.Options(address: address, secret: secret)
+            options.forwarder = forwarder
+            try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
             try herald.register(SocketReceiver(options: .init(addresses: [address])))
@@ -277,20 +370,24 @@ enum Systemd {
 /// whitespace, such as a trailing newline, is not part of it.
 enum BearerSecret {
     static func load(file: String?) throws -> String? {
-        if let file {
-            guard let contents = readWholeFile(file) else {
-                throw CommandFailure(message: "herald: cannot read the auth token file \(file): \(String(cString: strerror(errno)))")
-            }
-            let secret = trimmed(String(decoding: contents, as: UTF8.self))
-            guard !secret.isEmpty else { throw CommandFailure(message: "herald: the auth token file \(file) is empty") }
-            return secret
-        }
+        if let file { return try readSecret(file: file, what: "auth token file") }
         if let value = getenv("HERALD_AUTH_TOKEN").map({ String(cString: $0) }) {
             let secret = trimmed(value)
             return secret.isEmpty ? nil : secret
         }
         return nil
     }
+}
+
+/// A secret kept in a file (the bearer secret, the NATS token): its contents without surrounding whitespace. The
+/// secret is never part of an error.
+func readSecret(file: String, what: String) throws -> String {
+    guard let contents = readWholeFile(file) else {
+        throw CommandFailure(message: "herald: cannot read the \(what) \(file): \(String(cString: strerror(errno)))")
+    }
+    let secret = trimmed(String(decoding: contents, as: UTF8.self))
+    guard !secret.isEmpty else { throw CommandFailure(message: "herald: the \(what) \(file) is empty") }
+    return secret
 }
 
 /// The whole contents of the file at `path`, or `nil` (with `errno` set) when it cannot be read.

@@ -1,6 +1,7 @@
 import Glibc
 import Herald
 import Logging
+import NATSReceiver
 import Yams
 
 /// The value of one setting of `herald serve`, once read from wherever it came from.
@@ -60,11 +61,14 @@ struct ServeOption: Sendable {
     let flag: String
     /// Whether a string (or each string of a list) is allowed; integers are checked against their range.
     let accepts: @Sendable (String) -> Bool
+    /// What separates a list's items in its environment variable.
+    let environmentSeparator: Character
 
     init(
         _ key: String, _ kind: Kind, default defaultValue: SettingValue?, _ defaultText: String, allowed: String, meaning: String,
-        flag: String? = nil, accepts: @escaping @Sendable (String) -> Bool = { !$0.isEmpty }
+        flag: String? = nil, environmentSeparator: Character = ":", accepts: @escaping @Sendable (String) -> Bool = { !$0.isEmpty }
     ) {
+        self.environmentSeparator = environmentSeparator
         self.key = key
         self.kind = kind
         self.defaultValue = defaultValue
@@ -138,14 +142,78 @@ struct ServeOption: Sendable {
         "delivery-metrics", .string, default: .string("none"), "none", allowed: "a file path, or none",
         meaning: "Write FCM's delivery-metrics export as JSON lines to this file (rotated by size); 'none' turns it off.")
 
+    // NATS (NATSReceiver; NATSGateway in gateway mode). Off unless nats-servers names at least one server.
+    static let natsServers = ServeOption(
+        "nats-servers", .list, default: .list([]), "none (NATS off)",
+        allowed: "a list of nats://HOST:PORT or tls://HOST:PORT URLs (environment: separated by ',')",
+        meaning: "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable. Set, the instance takes messages from NATS.",
+        flag: "--nats-server", environmentSeparator: ",",
+        accepts: { $0.hasPrefix("nats://") || $0.hasPrefix("tls://") })
+    static let natsCredentials = ServeOption(
+        "nats-credentials", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "A NATS credentials file (JWT and NKey seed), for servers with decentralised auth.")
+    static let natsTokenFile = ServeOption(
+        "nats-token-file", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "A file holding the NATS authentication token (the token itself is never logged or printed).")
+    static let natsTLSCA = ServeOption(
+        "nats-tls-ca", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "The CA file to trust for NATS over TLS; any nats-tls-* setting turns TLS on.")
+    static let natsTLSCertificate = ServeOption(
+        "nats-tls-cert", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "A client certificate file for NATS servers that ask for one (with nats-tls-key).")
+    static let natsTLSKey = ServeOption(
+        "nats-tls-key", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "The client certificate's key file (with nats-tls-cert).")
+    static let natsStream = ServeOption(
+        "nats-stream", .string, default: nil, "HERALD_<PROJECT-ID>", allowed: "a stream name (no '.', '*', '>' or spaces)",
+        meaning: "The JetStream stream of token messages; created when missing.", accepts: isNATSName)
+    static let natsConsumer = ServeOption(
+        "nats-consumer", .string, default: nil, "herald-<installation ID>", allowed: "a consumer name (no '.', '*', '>' or spaces)",
+        meaning: "This instance's durable JetStream consumer.", accepts: isNATSName)
+    static let natsTopicDelivery = ServeOption(
+        "nats-topic-delivery", .string, default: .string("fan-out"), "fan-out",
+        allowed: "fan-out (every subscribed instance), or shared:GROUP (one instance of the queue group GROUP)",
+        meaning: "How topic messages reach the instances.", accepts: { ServeSettings.topicDelivery($0) != nil })
+    static let natsAckWait = ServeOption(
+        "nats-ack-wait", .integer(1...86_400), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 86400",
+        meaning: "Seconds JetStream waits for a token message's ack before delivering it again.")
+    static let natsMaxAckPending = ServeOption(
+        "nats-max-ack-pending", .integer(1...1_000_000), default: .integer(1024), "1024", allowed: "a whole number from 1 to 1000000",
+        meaning: "Token messages JetStream sends this instance without an ack yet.")
+    static let natsMaxDeliver = ServeOption(
+        "nats-max-deliver", .integer(-1...1_000_000), default: .integer(-1), "-1", allowed: "-1 (no limit) or a whole number from 1 to 1000000",
+        meaning: "Deliveries of one token message at most.")
+    static let natsStreamMaxAgeDays = ServeOption(
+        "nats-stream-max-age-days", .integer(1...3_650), default: .integer(28), "28", allowed: "a whole number of days from 1 to 3650",
+        meaning: "Days the stream keeps a token message (FCM's longest time to live is 28 days).")
+    static let natsStreamMaxMessages = ServeOption(
+        "nats-stream-max-messages", .integer(-1...Int.max), default: .integer(-1), "-1", allowed: "-1 (no limit) or a whole number",
+        meaning: "Messages the stream keeps at most (when the stream is created).")
+    static let natsStreamMaxBytes = ServeOption(
+        "nats-stream-max-bytes", .integer(-1...Int.max), default: .integer(-1), "-1", allowed: "-1 (no limit) or a whole number",
+        meaning: "Bytes the stream keeps at most (when the stream is created).")
+    static let natsMaxHeldMessages = ServeOption(
+        "nats-max-held-messages", .integer(0...10_000_000), default: .integer(65536), "65536", allowed: "a whole number from 0 to 10000000",
+        meaning: "Topic messages held in order while the bus is full; past it they are dropped (recorded).")
+    static let gateway = ServeOption(
+        "gateway", .boolean, default: .boolean(false), "false", allowed: "true or false",
+        meaning: "Gateway mode: the HTTP endpoint's sends go to the fleet through NATS (needs nats-servers and http), not to this instance.")
+
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
         http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, logLevel, shutdownGrace,
         analyticsStore, analyticsRetentionDays, plugins, metrics, deliveryMetrics,
+        natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
+        natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
+        natsStreamMaxBytes, natsMaxHeldMessages, gateway,
     ]
 
     /// Environment variables of Herald's that are not settings: the secret itself, and the config file's path.
     static let otherEnvironmentNames: Set<String> = ["HERALD_AUTH_TOKEN", "HERALD_CONFIG"]
+}
+
+private func isNATSName(_ text: String) -> Bool {
+    !text.isEmpty && !text.contains { $0 == "." || $0 == "*" || $0 == ">" || $0 == " " || $0 == "\t" }
 }
 
 private func isTCPAddressOrNone(_ text: String) -> Bool {
@@ -208,6 +276,46 @@ struct ServeSettings: Sendable {
     }
     var metrics: String? { string(ServeOption.metrics).flatMap { $0 == "none" ? nil : $0 } }
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
+
+    var natsServers: [String] {
+        if case .list(let servers)? = values[ServeOption.natsServers.key] { return servers }
+        return []
+    }
+    var gateway: Bool { boolean(ServeOption.gateway) }
+    var natsTokenFile: String? { string(ServeOption.natsTokenFile) }
+
+    /// NATSReceiver's options from the nats-* settings (`authToken` read from nats-token-file by the caller), or
+    /// `nil` when no server is given (NATS off).
+    func natsOptions(authToken: String?) -> NATSReceiver.Options? {
+        guard !natsServers.isEmpty else { return nil }
+        var options = NATSReceiver.Options(servers: natsServers)
+        options.credentialsFile = string(ServeOption.natsCredentials)
+        options.authToken = authToken
+        let ca = string(ServeOption.natsTLSCA), certificate = string(ServeOption.natsTLSCertificate), key = string(ServeOption.natsTLSKey)
+        if ca != nil || certificate != nil || key != nil {
+            options.tls = .init(caFile: ca, certificateFile: certificate, keyFile: key)
+        }
+        options.stream = string(ServeOption.natsStream)
+        options.consumer = string(ServeOption.natsConsumer)
+        options.topicDelivery = Self.topicDelivery(string(ServeOption.natsTopicDelivery) ?? "fan-out") ?? .fanOut
+        options.ackWait = .seconds(integer(ServeOption.natsAckWait))
+        options.maxAckPending = integer(ServeOption.natsMaxAckPending)
+        options.maxDeliver = integer(ServeOption.natsMaxDeliver)
+        options.streamMaxAge = .seconds(integer(ServeOption.natsStreamMaxAgeDays) * 86_400)
+        options.streamMaxMessages = integer(ServeOption.natsStreamMaxMessages)
+        options.streamMaxBytes = integer(ServeOption.natsStreamMaxBytes)
+        options.maxHeldMessages = integer(ServeOption.natsMaxHeldMessages)
+        return options
+    }
+
+    /// `fan-out`, or `shared:GROUP` (a queue group name: no spaces, '*' or '>').
+    static func topicDelivery(_ text: String) -> NATSReceiver.TopicDelivery? {
+        if text == "fan-out" { return .fanOut }
+        guard text.hasPrefix("shared:") else { return nil }
+        let group = String(text.dropFirst("shared:".count))
+        guard !group.isEmpty, !group.contains(where: { " \t*>".contains($0) }) else { return nil }
+        return .shared(group: group)
+    }
 
     /// The address of a socket setting: what ``SocketAddress/init(parsing:)`` reads, or a bare file name (a path
     /// relative to the working directory).
@@ -349,7 +457,7 @@ enum ServeConfiguration {
             // An empty variable counts as not set, as shells treat it.
             guard let text = environment[option.environmentName], !text.isEmpty else { continue }
             let source = SettingSource.environment(option.environmentName)
-            guard let value = decode(text, as: option.kind), isAllowed(value, for: option) else {
+            guard let value = decode(text, as: option.kind, separator: option.environmentSeparator), isAllowed(value, for: option) else {
                 throw invalid(option, "'\(text)'", at: source)
             }
             settings.set(option, value, from: source)
@@ -363,7 +471,7 @@ enum ServeConfiguration {
 
     /// `text` from an environment variable as a value of `kind`: integers as whole numbers, booleans as true / false /
     /// yes / no / on / off / 1 / 0, lists separated by ':' (as PATH).
-    static func decode(_ text: String, as kind: ServeOption.Kind) -> SettingValue? {
+    static func decode(_ text: String, as kind: ServeOption.Kind, separator: Character = ":") -> SettingValue? {
         switch kind {
         case .string:
             return .string(text)
@@ -376,7 +484,7 @@ enum ServeConfiguration {
             default: return nil
             }
         case .list:
-            return .list(text.split(separator: ":").map(String.init))
+            return .list(text.split(separator: separator).map(String.init))
         }
     }
 
@@ -448,6 +556,10 @@ extension ServeSettings {
                 if option.key == ServeOption.socket.key, let socket {
                     value = Self.yamlScalar(socket)
                 } else {
+                    guard option.key == ServeOption.authTokenFile.key else {
+                        lines.append("# \(option.key): not set; \(option.defaultText)")
+                        continue
+                    }
                     let secret = environment["HERALD_AUTH_TOKEN"].map { $0.isEmpty ? "" : "; the bearer secret comes from HERALD_AUTH_TOKEN" } ?? ""
                     lines.append("# \(option.key): not set\(secret.isEmpty ? "; no bearer secret" : secret)")
                     continue

@@ -371,6 +371,20 @@ public final class MessageBus: @unchecked Sendable {
         return Dictionary(pluginSet.receivers.map { ($0.descriptor.name, $0.openConnections) }, uniquingKeysWith: +)
     }
 
+    /// The health each receiver that reports one reports (``Receiver/health``), by receiver name. Loop thread only.
+    public var receiverHealth: [String: ReceiverHealth] {
+        loop.preconditionInEventLoop()
+        var reports: [String: ReceiverHealth] = [:]
+        for receiver in pluginSet.receivers {
+            guard let health = receiver.health else { continue }
+            let name = receiver.descriptor.name
+            // Two receivers of one name: the unhealthy one is the one to report.
+            if reports[name]?.healthy == false { continue }
+            reports[name] = health
+        }
+        return reports
+    }
+
     /// What the analytics pipeline did so far (see ``Herald/analyticsStatistics()``). Loop thread only.
     public var analyticsStatistics: AnalyticsStatistics {
         loop.preconditionInEventLoop()

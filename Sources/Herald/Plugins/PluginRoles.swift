@@ -90,6 +90,10 @@ public protocol Receiver: HeraldPlugin {
     func topicsDidChange(_ topics: Set<String>)
     /// Connections open now (for metrics). Called on the loop thread. The default is 0.
     var openConnections: Int { get }
+    /// The state of what the receiver depends on (a broker connection, say), for health checks: `/healthz` of
+    /// PrometheusMetrics answers 503 while one receiver is not healthy. Called on the loop thread. The default,
+    /// `nil`, reports nothing (the receiver is healthy while the instance runs).
+    var health: ReceiverHealth? { get }
 }
 
 extension Receiver {
@@ -97,6 +101,31 @@ extension Receiver {
     public func resume() {}
     public func topicsDidChange(_ topics: Set<String>) {}
     public var openConnections: Int { 0 }
+    public var health: ReceiverHealth? { nil }
+}
+
+/// What a receiver reports about its health: whether it can take messages now, and its state in its own words
+/// (`connected`, `reconnecting`, `closed` for NATS).
+public struct ReceiverHealth: Sendable, Hashable {
+    /// Whether the receiver can do its work now.
+    public var healthy: Bool
+    /// The state, one word.
+    public var state: String
+
+    public init(healthy: Bool, state: String) {
+        self.healthy = healthy
+        self.state = state
+    }
+}
+
+/// Where a receiver hands a decoded FCM v1 send request instead of the local bus: a gateway, which passes sends on
+/// to the fleet (see HTTPReceiver's `forwarder` and NATSReceiver's `NATSGateway`). The receiver keeps its parsing,
+/// authentication, limits and error shapes; the forwarder decides where the message goes and answers with the
+/// message ID the sender gets, or the ``MessageError`` it gets instead.
+public protocol SendForwarder: Sendable {
+    /// Forwards `request` (decoded and valid; `body` is the request body as received). Called from a task on the
+    /// loop's executor; may suspend (a broker's acknowledgement).
+    func forward(_ request: FCMSendRequest, body: [UInt8]) async -> Result<String, MessageError>
 }
 
 /// The "will present" and "did receive response" handler, as `UNUserNotificationCenterDelegate`.

@@ -1,25 +1,21 @@
-import Foundation
-import Herald
-import HeraldTesting
+public import Foundation
+public import Herald
 
 /// The `herald` executable built beside the test bundle.
-let heraldExecutable = buildProductsDirectory.appendingPathComponent("herald")
-
-/// The example plugin's shared object, built beside the test bundle (`swift build` builds every product).
-let examplePlugin = buildProductsDirectory.appendingPathComponent("libHeraldExamplePlugin.so").path
+public let heraldExecutable = buildProductsDirectory.appendingPathComponent("herald")
 
 /// `herald serve` as a child process: standard output read line by line (with a 10 s limit per line),
 /// standard error kept in a file of the data directory for failure messages.
-final class DaemonProcess {
-    let process = Process()
-    let directory: String
-    let httpPort: Int
-    var socketPath: String { "\(directory)/herald.sock" }
+public final class DaemonProcess {
+    public let process = Process()
+    public let directory: String
+    public let httpPort: Int
+    public var socketPath: String { "\(directory)/herald.sock" }
     private let output = Pipe()
     private var pending: [UInt8] = []
 
     /// Starts `herald serve --echo` on a free loopback port with its data directory at `directory`.
-    convenience init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
+    public convenience init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
         let port = try freeLoopbackPort()
         try self.init(
             directory: directory, httpPort: port,
@@ -29,7 +25,7 @@ final class DaemonProcess {
 
     /// Starts `herald` with exactly `arguments` (for a daemon whose settings come from elsewhere, such as a config
     /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log.
-    init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:]) throws {
+    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:]) throws {
         self.directory = directory
         self.httpPort = httpPort
         process.executableURL = heraldExecutable
@@ -46,7 +42,7 @@ final class DaemonProcess {
     }
 
     /// The next line of standard output, or `nil` at end of file or after 10 s without one.
-    func line() -> String? {
+    public func line() -> String? {
         let fd = output.fileHandleForReading.fileDescriptor
         while true {
             if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
@@ -64,27 +60,27 @@ final class DaemonProcess {
     }
 
     /// The next line parsed as a JSON object.
-    func event() -> JSONValue? {
+    public func event() -> JSONValue? {
         line().flatMap { try? JSONParser.parse(Array($0.utf8)) }
     }
 
     /// Reads every remaining line on a thread of its own until end of file (so a daemon writing many lines
     /// never blocks on a full pipe); the returned box holds them once `done` is signalled.
-    func collectRemainingLines() -> PipeDrain {
+    public func collectRemainingLines() -> PipeDrain {
         let collector = PipeDrain(output.fileHandleForReading.fileDescriptor, initial: pending)
         pending = []
         return collector
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    func terminate() -> Int32 {
+    public func terminate() -> Int32 {
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
         return process.terminationStatus
     }
 
     /// What the daemon logged.
-    var log: String { (try? String(contentsOfFile: "\(directory)/stderr.log", encoding: .utf8)) ?? "" }
+    public var log: String { (try? String(contentsOfFile: "\(directory)/stderr.log", encoding: .utf8)) ?? "" }
 
     deinit {
         if process.isRunning {
@@ -94,17 +90,3 @@ final class DaemonProcess {
     }
 }
 
-/// Runs `herald` with `arguments` to completion: exit status, standard output, standard error.
-func runHerald(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) throws -> (status: Int32, output: String, error: String) {
-    try runBuiltExecutable("herald", arguments, environment: environment, input: input)
-}
-
-/// Calls `body` until it returns a value (or 10 s pass); the value, or `nil`.
-func eventuallyValue<T>(_ body: () throws -> T?) async throws -> T? {
-    let end = ContinuousClock.now + .seconds(10)
-    while ContinuousClock.now < end {
-        if let value = try body() { return value }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    return try body()
-}

@@ -1,0 +1,114 @@
+public import Herald
+
+/// Gateway mode: passes FCM v1 sends on to the fleet's instances through NATS, so an app server that uses a
+/// Firebase Admin SDK talks to one gateway and reaches every instance. It is HTTPReceiver's forwarder (its
+/// `forwarder` option) and a ``Receiver`` of its own only for its lifecycle and its health (it takes in nothing).
+///
+/// Per target, matching what ``NATSReceiver`` reads:
+///
+/// - **token** (or **fid**, an installation ID): the registrations bucket (which each instance writes at start and
+///   at every rotation) must hold the token under its installation ID, else `404 UNREGISTERED`. The body is then
+///   published to JetStream on `herald.<project>.token.<token>` and the sender answered only once the stream has
+///   stored it, with the ID the instance will give the message (`nats-<stream>-<sequence>`): stored means it reaches
+///   the instance, at least once, even if the instance is down now (within the stream's limits).
+/// - **topic**: published on core NATS (`herald.<project>.topic.<topic>`, where the instances subscribe) and
+///   flushed: the answer means the NATS server has it; every instance subscribed and connected at that moment gets
+///   it (one of a queue group, with shared delivery). At most once; an instance that is disconnected misses it, as
+///   FCM's own topic sends reach only current subscribers. The ID is one the gateway makes; instances give their
+///   own IDs to topic messages.
+/// - **condition**: refused, `400 INVALID_ARGUMENT`: the gateway does not know the instances' subscriptions, so it
+///   cannot evaluate one. Send to each topic instead.
+///
+/// `validate_only` checks the request (and a token's registration) and publishes nothing. NATS unreachable (down,
+/// reconnecting, or no answer within ``NATSReceiver/Options/requestTimeout``): `503 UNAVAILABLE`; the sender retries.
+///
+/// The NATS calls block (cnats's own threads, not the loop): they run on the loop's blocking pool, so that pool's
+/// size bounds the sends in progress at once.
+public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
+    // @unchecked Sendable: `options` is immutable; the publisher and the context sit behind a lock.
+
+    public let options: NATSReceiver.Options
+    private let shared = Locked<(publisher: NATSPublisher?, context: PluginContext?)>((nil, nil))
+
+    public init(options: NATSReceiver.Options) {
+        self.options = options
+    }
+
+    public var descriptor: PluginDescriptor {
+        PluginDescriptor(name: "nats-gateway", summary: "publishes FCM v1 sends to the fleet's instances through NATS")
+    }
+
+    public func start(_ context: PluginContext) async throws {
+        let options = self.options
+        let project = context.projectID
+        let publisher = try await context.loop.offload {
+            let publisher = try NATSPublisher(options: options, timeout: options.requestTimeout, reconnect: true)
+            // Token messages sent before any instance started are kept for it.
+            try publisher.ensureStream(project: project, options: options)
+            return publisher
+        }
+        shared.withLock { $0 = (publisher, context) }
+        context.logger.info("gateway mode: sends go to NATS", metadata: ["servers": "\(options.servers)", "stream": "\(options.stream ?? NATSSubjects.streamName(project: project))"])
+    }
+
+    public func stop() async {
+        // The publisher's connection closes when its last reference (a send in progress, perhaps) goes.
+        shared.withLock { $0 = (nil, nil) }
+    }
+
+    /// Healthy while connected to NATS.
+    public var health: ReceiverHealth? {
+        guard let publisher = shared.withLock({ $0.publisher }) else { return ReceiverHealth(healthy: false, state: "closed") }
+        let state = publisher.connectionState
+        return ReceiverHealth(healthy: state == .connected, state: state.rawValue)
+    }
+
+    public func forward(_ request: FCMSendRequest, body: [UInt8]) async -> Result<String, MessageError> {
+        guard case let (publisher?, context?) = shared.withLock({ $0 }) else { return .failure(MessageError(.shuttingDown)) }
+        let project = context.projectID
+        let localID = request.message.messageID ?? context.decoding.makeMessageID()
+        let token: String
+        switch request.message.target {
+        case .condition(let condition):
+            return .failure(MessageError(.invalidCondition(condition, detail: "a Herald gateway does not evaluate conditions (it does not know the instances' topics); send to each topic instead")))
+        case .topic(let topic):
+            if request.validateOnly { return .success(localID) }
+            guard publisher.isConnected else { return .failure(Self.unavailable("not connected to NATS")) }
+            do {
+                try await context.loop.offload { try publisher.publish(NATSSubjects.topic(project: project, topic: topic), body: body, flush: true) }
+                return .success(localID)
+            } catch {
+                return .failure(Self.unavailable("\(error)"))
+            }
+        case .token(let given):
+            token = given
+        case .installation(let id):
+            token = id
+        }
+        guard publisher.isConnected else { return .failure(Self.unavailable("not connected to NATS")) }
+        let bucket = options.registrationBucket
+        let target = request.message.target
+        let registered: String?
+        do {
+            let key = if case .installation(let id) = target { NATSSubjects.sanitized(id) } else { NATSSubjects.registrationKey(token: token) }
+            registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
+        } catch {
+            return .failure(Self.unavailable("\(error)"))
+        }
+        // A token must be the current one of its installation; an installation ID must have one.
+        guard let registered, target == .installation(token) || registered == token, NATSSubjects.isSubjectToken(registered) else {
+            return .failure(MessageError(.unregistered(target)))
+        }
+        if request.validateOnly { return .success(localID) }
+        do {
+            let subject = NATSSubjects.token(project: project, token: registered)
+            return .success(try await context.loop.offload { try publisher.publishStored(subject, body: body) })
+        } catch {
+            return .failure(Self.unavailable("\(error)"))
+        }
+    }
+
+    private static func unavailable(_ detail: String) -> MessageError {
+        MessageError(.storeUnavailable("NATS: \(detail)"))
+    }
+}

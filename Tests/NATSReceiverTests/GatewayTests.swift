@@ -1,0 +1,138 @@
+import Foundation
+import Herald
+import HeraldTesting
+import NATSReceiver
+import Testing
+
+/// `herald serve --gateway` as a child, on a free port, with the bearer secret `secret`.
+func startGateway(server: NATSServerProcess, directory: String, secret: String, metricsPort: Int? = nil) throws -> DaemonProcess {
+    let secretFile = "\(directory)/secret"
+    try secret.write(toFile: secretFile, atomically: true, encoding: .utf8)
+    var arguments = ["--gateway", "--nats-server", server.url, "--socket", "none", "--auth-token-file", secretFile]
+    if let metricsPort { arguments += ["--metrics", "127.0.0.1:\(metricsPort)"] }
+    let gateway = try DaemonProcess(directory: "\(directory)/gateway", arguments: arguments, echo: false)
+    // Ready once it printed its own token (it is not an instance of the fleet, but it is a Herald).
+    guard let line = gateway.line(), line.hasPrefix("registration token: ") else {
+        throw NATSTestError.client("the gateway did not start: \(gateway.log)")
+    }
+    return gateway
+}
+
+@Suite("Gateway mode: herald serve --gateway passes FCM v1 sends on to the fleet through NATS", .serialized)
+struct GatewayTests {
+    @Test("the Firebase Admin SDK for Python sends through the gateway: tokens reach their instance only, topics the subscribed ones; unknown tokens are UNREGISTERED")
+    func adminSDKThroughGateway() async throws {
+        let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
+        try #require(
+            FileManager.default.isExecutableFile(atPath: python.path),
+            "No Python venv with firebase-admin at \(python.path): run scripts/python-env (scripts/test does) and test again."
+        )
+        let server = try NATSServerProcess()
+        let a = try FleetInstance(server: server)
+        let b = try FleetInstance(server: server)
+        try await withFleet([a, b]) {
+            try await a.subscribe("news")
+            try await a.subscribe("all")
+            try await b.subscribe("all")
+            try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
+                let gateway = try startGateway(server: server, directory: directory, secret: "gateway-secret")
+                let (tokenA, tokenB, fidA) = (try await a.token(), try await b.token(), try await a.herald.installationID())
+                let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/gateway_check.py").path
+                let arguments = [
+                    script, "--url", "http://127.0.0.1:\(gateway.httpPort)", "--secret", "gateway-secret", "--project", "demo",
+                    "--token-a", tokenA, "--token-b", tokenB, "--fid-a", fidA,
+                ]
+                let result = try await Task.detached { try runExecutable(python, arguments) }.value
+                #expect(result.status == 0, "gateway_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
+
+                func claimed(_ prefix: String) throws -> [String] {
+                    let line = result.output.split(separator: "\n").last { $0.hasPrefix(prefix) }
+                    return try line.map { try JSONParser.parse(Array($0.dropFirst(prefix.count).utf8)) }?.arrayValue?.compactMap(\.stringValue) ?? []
+                }
+                let expectedA = try claimed("delivered-a: "), expectedB = try claimed("delivered-b: ")
+                #expect(expectedA == ["each-a", "fid-a", "token-a", "topic-all", "topic-news"])
+                #expect(expectedB == ["each-b", "token-b", "topic-all"])
+                @Sendable func checks(_ instance: FleetInstance) -> [String] {
+                    instance.collector.messages.withLock { $0.compactMap { $0.userInfo["check"]?.stringValue } }.sorted()
+                }
+                #expect(await eventually { checks(a) == expectedA && checks(b) == expectedB })
+                try await a.herald.waitUntilIdle()
+                try await b.herald.waitUntilIdle()
+                // Nothing else arrives (the dry run, the refused ones): exactly what was claimed, once each.
+                #expect(checks(a) == expectedA)
+                #expect(checks(b) == expectedB)
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
+    @Test("gateway answers: ID after JetStream storage, 404 UNREGISTERED, 400 for a condition, 501 for topic management, 503 UNAVAILABLE while NATS is down, /healthz")
+    func answers() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
+                let metricsPort = try freeLoopbackPort()
+                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret", metricsPort: metricsPort)
+                let port = gateway.httpPort
+                let token = try await instance.token()
+                let send = "/v1/projects/demo/messages:send"
+
+                let stored = try httpRequest(port: port, "POST", send, body: body(token: token, n: 1), secret: "s3cret")
+                #expect(stored.status == 200, "\(stored.body)")
+                #expect(stored.body.contains(#""name":"projects/demo/messages/nats-HERALD_DEMO-"#), "\(stored.body)")
+                #expect(await eventually { instance.collector.numbers == ["1"] })
+                let id = try #require(instance.collector.messages.withLock { $0.first?.messageID })
+                #expect(stored.body.contains(id))
+
+                let unknown = try httpRequest(port: port, "POST", send, body: body(token: "nobody:x", n: 2), secret: "s3cret")
+                #expect(unknown.status == 404)
+                #expect(unknown.body.contains(#""status":"NOT_FOUND""#) || unknown.body.contains("UNREGISTERED"), "\(unknown.body)")
+                let condition = try httpRequest(port: port, "POST", send, body: #"{"message": {"condition": "'a' in topics"}}"#, secret: "s3cret")
+                #expect(condition.status == 400)
+                #expect(condition.body.contains("does not evaluate conditions"))
+                let invalid = try httpRequest(port: port, "POST", send, body: #"{"message": {"token": "t", "bogus": 1}}"#, secret: "s3cret")
+                #expect(invalid.status == 400)
+                #expect(try httpRequest(port: port, "POST", send, body: body(token: token, n: 3)).status == 401)
+                let topics = try httpRequest(port: port, "POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=news", secret: "s3cret")
+                #expect(topics.status == 501)
+                #expect(topics.body.contains("UNIMPLEMENTED"))
+                let validateOnly = try httpRequest(port: port, "POST", send, body: #"{"validate_only": true, "message": {"token": "\#(token)", "data": {"n": "4"}}}"#, secret: "s3cret")
+                #expect(validateOnly.status == 200)
+                #expect(try httpRequest(port: metricsPort, "GET", "/healthz").body.contains(#""nats-gateway":{"healthy":true,"state":"connected"}"#))
+
+                // NATS away: 503 UNAVAILABLE at once, /healthz 503; the gateway keeps running and recovers.
+                server.stop()
+                #expect(try await eventually { try httpRequest(port: metricsPort, "GET", "/healthz").status == 503 })
+                let down = try httpRequest(port: port, "POST", send, body: body(token: token, n: 5), secret: "s3cret")
+                #expect(down.status == 503, "\(down.body)")
+                #expect(down.body.contains("UNAVAILABLE"))
+                try server.start()
+                #expect(try await eventually(timeout: .seconds(30)) { try httpRequest(port: metricsPort, "GET", "/healthz").status == 200 })
+                #expect(await eventually(timeout: .seconds(30)) { instance.receiver.state == .connected })
+                let again = try httpRequest(port: port, "POST", send, body: body(token: token, n: 6), secret: "s3cret")
+                #expect(again.status == 200, "\(again.body)")
+                #expect(await eventually { instance.collector.numbers == ["1", "6"] })
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
+    @Test("a gateway started before any instance: UNREGISTERED while the registrations bucket does not exist, then the first instance's token is accepted")
+    func gatewayBeforeFleet() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
+            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let send = "/v1/projects/demo/messages:send"
+            #expect(try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret").status == 404)
+            let instance = try FleetInstance(server: server)
+            try await withFleet([instance]) {
+                let token = try await instance.token()
+                let answer = try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: token, n: 2), secret: "s3cret")
+                #expect(answer.status == 200, "\(answer.body)")
+                #expect(await eventually { instance.collector.numbers == ["2"] })
+            }
+            #expect(gateway.terminate() == 0)
+        }
+    }
+}
