@@ -77,6 +77,25 @@ def point_at_herald(app, url, project):
     messaging._MessagingService.IID_URL = url
 
 
+def checker(failures):
+    """`check(name, function)`: runs one check, prints ok / FAILED with the time it took, and collects failures."""
+    def check(name, function):
+        started = time.monotonic()
+        try:
+            function()
+            print(f"ok      {name} ({(time.monotonic() - started) * 1000:.0f} ms)")
+        except Exception as error:  # noqa: BLE001 -- every failure is reported, then the next check runs
+            failures.append(name)
+            print(f"FAILED  {name}: {type(error).__name__}: {error}")
+            traceback.print_exc(file=sys.stdout)
+    return check
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     for name in ["url", "secret", "token", "fid", "project"]:
@@ -98,19 +117,7 @@ def main():
     failures = []
     delivered = []
 
-    def check(name, function):
-        started = time.monotonic()
-        try:
-            function()
-            print(f"ok      {name} ({(time.monotonic() - started) * 1000:.0f} ms)")
-        except Exception as error:  # noqa: BLE001 -- every failure is reported, then the next check runs
-            failures.append(name)
-            print(f"FAILED  {name}: {type(error).__name__}: {error}")
-            traceback.print_exc(file=sys.stdout)
-
-    def expect(condition, what):
-        if not condition:
-            raise AssertionError(what)
+    check = checker(failures)
 
     def expect_error(function, error_class, also=None):
         try:

@@ -15,12 +15,10 @@ import argparse
 import json
 import os
 import sys
-import time
-import traceback
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from admin_sdk_check import HeraldSecret, point_at_herald  # noqa: E402 -- the credential and URLs, shared
+from admin_sdk_check import HeraldSecret, checker, expect, point_at_herald  # noqa: E402 -- the credential, URLs and checks, shared
 
 import firebase_admin  # noqa: E402
 from firebase_admin import exceptions, messaging  # noqa: E402
@@ -39,19 +37,7 @@ def main():
     failures = []
     delivered = {"a": [], "b": []}
 
-    def check(name, function):
-        started = time.monotonic()
-        try:
-            function()
-            print(f"ok      {name} ({(time.monotonic() - started) * 1000:.0f} ms)")
-        except Exception as error:  # noqa: BLE001 -- every failure is reported, then the next check runs
-            failures.append(name)
-            print(f"FAILED  {name}: {type(error).__name__}: {error}")
-            traceback.print_exc(file=sys.stdout)
-
-    def expect(condition, what):
-        if not condition:
-            raise AssertionError(what)
+    check = checker(failures)
 
     def expect_error(function, error_class):
         try:
