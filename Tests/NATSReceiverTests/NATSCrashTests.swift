@@ -30,13 +30,13 @@ struct NATSCrashTests {
                 second.waitUntilExit()
             }
             #expect(await eventually(timeout: .seconds(60)) { Set(handled(directory).map(\.n)).count == count })
-            // Redeliveries JetStream makes after the restart (acks the kill prevented) are duplicates to the inbox.
-            try await Task.sleep(for: .seconds(2))
+            // Redeliveries JetStream makes after the restart (acks the kill prevented) are duplicates to the inbox; the
+            // work-queue stream is empty once every one of them was acknowledged, so nothing more can arrive.
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
             let all = handled(directory)
             #expect(Set(all.map(\.n)) == Set(0..<count))
             let fresh = all.filter { !$0.replay }
             #expect(fresh.count == Set(fresh.map(\.n)).count, "a message was accepted as new twice")
-            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
         }
     }
 
