@@ -72,7 +72,7 @@ let package = Package(
         ),
         .target(
             name: "HeraldTesting",
-            dependencies: ["Herald"],
+            dependencies: ["Herald", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .systemLibrary(

@@ -444,15 +444,30 @@ public final class MessageBus: @unchecked Sendable {
     private func pauseReceivers() {
         guard !paused else { return }
         paused = true
-        logger.warning("bus full: pausing receivers", metadata: ["in_flight": "\(inFlight)", "limit": "\(configuration.maxInFlight)"])
+        // Under sustained overload the bus fills and drains many times a second: one warning per interval, with how
+        // many times it filled since the last one, instead of a line per cycle.
+        pausesSinceWarning += 1
+        let now = WallClock.nowMilliseconds()
+        if lastPauseWarning.map({ now - $0 >= Self.pauseWarningInterval }) ?? true {
+            logger.warning("bus full: pausing receivers", metadata: [
+                "in_flight": "\(inFlight)", "limit": "\(configuration.maxInFlight)", "times_full": "\(pausesSinceWarning)",
+            ])
+            lastPauseWarning = now
+            pausesSinceWarning = 0
+        }
         for receiver in pluginSet.receivers { receiver.pause() }
     }
 
     private func resumeReceivers() {
         paused = false
-        logger.info("bus has room again: resuming receivers", metadata: ["in_flight": "\(inFlight)"])
+        logger.debug("bus has room again: resuming receivers", metadata: ["in_flight": "\(inFlight)"])
         for receiver in pluginSet.receivers { receiver.resume() }
     }
+
+    /// Milliseconds between two "bus full" warnings.
+    static let pauseWarningInterval: Int64 = 10_000
+    private var lastPauseWarning: Int64?
+    private var pausesSinceWarning = 0
 
     /// After ``Herald/deleteData()``: no topics, an empty de-duplication window. Loop thread only.
     func resetAfterDeletion() {

@@ -155,6 +155,36 @@ struct BusDeliveryTests {
         }
     }
 
+    @Test("a bus that fills and drains many times warns once per interval, with the count, not once per cycle")
+    func pauseWarningsAreRateLimited() async throws {
+        var configuration = Herald.Configuration(senderID: "1")
+        configuration.maxInFlight = 2
+        let logs = LogCollector()
+        let herald = Herald(configuration: configuration, logger: logs.logger())
+        let receiver = InMemoryReceiver()
+        try herald.register(receiver)
+        try await herald.start()
+        let token = try await herald.token()
+        let bus = try herald.bus
+        let message = try FCMSendRequest.decode(Array(fcmBody(token: token, data: ["n": "1"]).utf8), context: herald.decodingContext).message
+        for _ in 0..<20 {
+            // Two messages in one loop turn fill the bus (maxInFlight 2); they finish and it drains.
+            try await herald.loop.submit {
+                var copy = message
+                for _ in 0..<2 {
+                    copy.userInfo[UserInfoKey.messageID] = nil
+                    bus.deliver(copy) { _ in }
+                }
+            }
+            try await herald.waitUntilIdle()
+        }
+        #expect(receiver.backpressure.pauses == 20 && receiver.backpressure.resumes == 20)
+        let warnings = logs.all.filter { $0.message.hasPrefix("bus full") }
+        #expect(warnings.count == 1 && warnings.first?.level == .warning && warnings.first?.metadata["times_full"] == "1")
+        #expect(logs.all.filter { $0.message.hasPrefix("bus has room") }.allSatisfy { $0.level == .debug })
+        await herald.shutdown()
+    }
+
     @Test("a slow handler holds up only its own message")
     func slowHandlerDoesNotStall() async throws {
         let gated = GatedHandler()
