@@ -236,13 +236,32 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             answer(sequence, error.fcmErrorBody)
             return
         }
-        let project = context.projectID
         context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
             switch outcome {
-            case .success(let id): self?.answer(sequence, fcmSendResponse(project: project, messageID: id))
+            case .success(let id): self?.answerSent(sequence, messageID: id)
             case .failure(let error): self?.answer(sequence, error.fcmErrorBody)
             }
         }
+    }
+
+    /// `{"name":"projects/{project}/messages/{id}"}` and a newline, written straight into the connection's
+    /// outgoing bytes when it is next in order (the common case: no answer is built on its own).
+    private func answerSent(_ sequence: Int, messageID: String) {
+        guard !isClosed else { return }
+        let project = context.projectID
+        guard answers.isNextToWrite(sequence) else {
+            var line: [UInt8] = []
+            appendFCMSendResponse(project: project, messageID: messageID, to: &line)
+            line.append(UInt8(ascii: "\n"))
+            answer(sequence, line: line)
+            return
+        }
+        connection.write { output in
+            appendFCMSendResponse(project: project, messageID: messageID, to: &output)
+            output.append(UInt8(ascii: "\n"))
+        }
+        answers.written(sequence) { connection.write($0) }
+        finishIfDone()
     }
 
     /// A line that cannot end within the limit: answer it, stop reading, close once the answers are written.
@@ -265,9 +284,13 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     }
 
     private func answer(_ sequence: Int, _ body: JSONValue) {
-        guard !isClosed else { return }
         var line = body.jsonBytes()
         line.append(UInt8(ascii: "\n"))
+        answer(sequence, line: line)
+    }
+
+    private func answer(_ sequence: Int, line: [UInt8]) {
+        guard !isClosed else { return }
         for ready in answers.fill(sequence, with: line) { connection.write(ready) }
         finishIfDone()
     }

@@ -241,6 +241,83 @@ struct StreamTests {
         }
     }
 
+    @Test("writes of one turn of the loop are gathered: nothing is sent until the turn ends, then all of it in order; each completion runs once", arguments: addresses)
+    func writesOfOneTurnAreGathered(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let accepted = Locked<StreamConnection?>(nil)
+            let collector = ByteCollector()
+            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
+                accepted.withLock { $0 = connection }
+                collector.attach(to: connection)
+            }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            #expect(await eventually { accepted.withLock { $0 } != nil })
+            let completions = Locked<[UVError?]>([])
+            let during: (queued: Int, arrived: Int) = try await loop.submit {
+                for line in 0..<100 {
+                    client.write(Array("line \(line)\n".utf8)) { error in completions.withLock { $0.append(error) } }
+                }
+                // A write built in place, as receivers write their answers.
+                client.write { $0.append(contentsOf: "last\n".utf8) }
+                // Still in the same turn: the bytes wait in the connection, none reached the peer.
+                return (client.writeQueueSize, accepted.withLock { bytesWaiting($0!.fileDescriptor) })
+            }
+            let expected = (0..<100).map { "line \($0)\n" }.joined() + "last\n"
+            #expect(during.queued == expected.utf8.count)
+            #expect(during.arrived == 0)
+            await collector.waitForBytes(expected.utf8.count)
+            #expect(String(decoding: collector.bytes, as: UTF8.self) == expected)
+            #expect(await eventually { completions.withLock { $0.count } == 100 })
+            #expect(completions.withLock { $0.allSatisfy { $0 == nil } })
+            try await loop.submit {
+                client.close()
+                server.close()
+            }
+        }
+    }
+
+    @Test("a write's completion that writes again is flushed at once, and bytes written just before close() or shutdownWriting() still go out", arguments: addresses)
+    func gatheredWritesAroundCompletionsAndClosing(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let collector = ByteCollector()
+            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
+                collector.attach(to: connection)
+            }
+            // The completion's write must reach the peer although nothing else happens on the loop after it.
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            try await loop.submit {
+                client.write(Array("first\n".utf8)) { _ in client.write(Array("second\n".utf8)) }
+            }
+            await collector.waitForBytes(13)
+            #expect(String(decoding: collector.bytes, as: UTF8.self) == "first\nsecond\n")
+            // Written, then half-closed in the same turn: the peer reads the bytes, then end of file.
+            try await loop.submit {
+                client.write(Array("before shutdown\n".utf8))
+                client.shutdownWriting()
+            }
+            await collector.waitForEnd()
+            #expect(String(decoding: collector.bytes, as: UTF8.self) == "first\nsecond\nbefore shutdown\n")
+            try await loop.submit { client.close() }
+
+            // Written, then closed in the same turn: the bytes leave before the close.
+            let second = ByteCollector()
+            let server2 = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
+                second.attach(to: connection)
+            }
+            let client2 = try await StreamConnection.connect(to: server2.localAddress, on: loop)
+            try await loop.submit {
+                client2.write(Array("goodbye\n".utf8))
+                client2.close()
+            }
+            await second.waitForEnd()
+            #expect(String(decoding: second.bytes, as: UTF8.self) == "goodbye\n")
+            try await loop.submit {
+                server.close()
+                server2.close()
+            }
+        }
+    }
+
     @Test("writing to a closed connection completes with ECANCELED")
     func writeAfterClose() async throws {
         try await withRunningLoop { loop in

@@ -174,7 +174,7 @@ struct HTTPClientTests {
         await #expect(throws: CancellationError.self) { _ = try await hanging.value }
         #expect(clock.now - began < .seconds(5))
 
-        #expect(await eventually { loop.statistics.liveHandles == 2 }, "only the loop's own timer and wake-up handles are left")
+        #expect(await eventually { loop.statistics.liveHandles == 3 }, "only the loop's own timer, wake-up and write-flush handles are left")
         await loop.shutdownGracefully()
         #expect(loop.statistics.liveHandles == 0)
         await #expect(throws: EventLoopError.shutDown) { _ = try await send("/busy") }

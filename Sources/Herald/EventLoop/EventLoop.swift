@@ -59,6 +59,12 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     private var uvLoop: UnsafeMutablePointer<uv_loop_t>?
     private var asyncHandle: UnsafeMutablePointer<uv_async_t>?
     private var timerHandle: UnsafeMutablePointer<uv_timer_t>?
+    /// Runs just before the loop polls for I/O (and may block): flushes the writes connections gathered
+    /// during this turn of the loop, so that answers to a burst of pipelined requests leave in one `write`.
+    private var prepareHandle: UnsafeMutablePointer<uv_prepare_t>?
+    private var flushList: [StreamConnection] = []
+    private var spareFlushList: [StreamConnection] = []
+    private var prepareStarted = false
     private var timers = TimerHeap()
     private var armedDeadline: Deadline?
     private var spareBatch: [Work] = []
@@ -155,8 +161,16 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         timer.pointee.data = nil
         timerHandle = timer
 
+        let prepare = UnsafeMutablePointer<uv_prepare_t>.allocate(capacity: 1)
+        precondition(uv_prepare_init(loop, prepare) == 0, "uv_prepare_init failed")
+        prepare.pointee.data = nil
+        // Not counted as keeping the loop alive: it only runs while connections that do keep it alive wait
+        // for a flush.
+        uv_unref(herald_as_handle(prepare))
+        prepareHandle = prepare
+
         readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
-        counters.liveHandles.wrappingAdd(2, ordering: .relaxed)
+        counters.liveHandles.wrappingAdd(3, ordering: .relaxed)
     }
 
     static func from(_ loop: UnsafeMutablePointer<uv_loop_t>) -> EventLoop {
@@ -241,6 +255,35 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
             })
             if !accepted { continuation.resume(throwing: EventLoopError.shutDown) }
         }
+    }
+
+    // MARK: Flushing writes before polling
+
+    /// Asks for `connection.flushGatheredWrites()` to run before the loop next polls for I/O; `false` when the
+    /// loop is closing and the connection must write at once. Loop thread only.
+    func flushBeforePolling(_ connection: StreamConnection) -> Bool {
+        guard !loopIsClosing, let prepareHandle else { return false }
+        flushList.append(connection)
+        guard !prepareStarted else { return true }
+        prepareStarted = true
+        uv_prepare_start(prepareHandle) { handle in
+            EventLoop.from(handle!.pointee.loop).flushGatheredWrites()
+        }
+        return true
+    }
+
+    private func flushGatheredWrites() {
+        // A write's completion may write again (and ask for another flush): go on until none is left, since
+        // the loop may block in its poll right after this.
+        while !flushList.isEmpty {
+            var batch = spareFlushList
+            swap(&batch, &flushList)
+            for connection in batch { connection.flushGatheredWrites() }
+            batch.removeAll(keepingCapacity: true)
+            spareFlushList = batch
+        }
+        prepareStarted = false
+        uv_prepare_stop(prepareHandle)
     }
 
     // MARK: Timers
@@ -407,6 +450,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         uv_close(herald_as_handle(timerHandle), { handle in
             EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
         })
+        // Connections close below and flush what they gathered as they do; none asks for a flush after this.
+        uv_close(herald_as_handle(prepareHandle), { handle in
+            EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
+        })
         // No send can reach the async handle now: enqueue() sends only while the lifecycle is `.running`.
         uv_close(herald_as_handle(asyncHandle), { handle in
             EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
@@ -439,10 +486,14 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         uvLoop?.deallocate()
         asyncHandle?.deallocate()
         timerHandle?.deallocate()
+        prepareHandle?.deallocate()
         readBuffer.deallocate()
         uvLoop = nil
         asyncHandle = nil
         timerHandle = nil
+        prepareHandle = nil
+        flushList = []
+        spareFlushList = []
         readBuffer = UnsafeMutableRawBufferPointer(start: nil, count: 0)
         closePool()
         ownerThread.store(0, ordering: .relaxed)

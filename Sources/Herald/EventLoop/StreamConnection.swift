@@ -56,7 +56,7 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     /// Bytes queued for writing that the kernel has not taken yet: the measure for write backpressure.
     public var writeQueueSize: Int {
         loop.preconditionInEventLoop()
-        return isClosing ? 0 : uv_stream_get_write_queue_size(stream)
+        return isClosing ? 0 : uv_stream_get_write_queue_size(stream) + gathered.count
     }
 
     /// The socket's file descriptor (for tests and diagnostics; do not read or write it behind libuv's back).
@@ -215,18 +215,96 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
 
     /// Writes `bytes` after the bytes already queued, then calls `completion` (on the loop thread) with `nil`
     /// or the error (`EPIPE`, `ECONNRESET`, `ECANCELED` when the connection closed first). A failed write
-    /// closes the connection, and ``onClose`` gets the error. The bytes are copied when the kernel cannot
-    /// take them at once. `completion` may run before `write` returns.
+    /// closes the connection, and ``onClose`` gets the error.
+    ///
+    /// Writes made during one turn of the loop are gathered and handed to the kernel together just before
+    /// the loop next polls for I/O (or when the connection half-closes or closes), so the answers to a burst
+    /// of pipelined requests cost one `write` system call, not one each. The bytes are copied.
     public func write(_ bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)? = nil) {
+        guard startWrite(byteCount: bytes.count, completion: completion) else { return }
+        gathered.append(contentsOf: bytes)
+        noteGathered(completion: completion)
+    }
+
+    /// Writes `bytes`; see ``write(_:completion:)-(UnsafeRawBufferPointer,_)``.
+    public func write(_ bytes: some Collection<UInt8>, completion: ((UVError?) -> Void)? = nil) {
+        guard startWrite(byteCount: bytes.count, completion: completion) else { return }
+        gathered.append(contentsOf: bytes)
+        noteGathered(completion: completion)
+    }
+
+    /// Writes the bytes `body` appends (for answers built in place, with no buffer of their own).
+    public func write(completion: ((UVError?) -> Void)? = nil, appending body: (inout [UInt8]) -> Void) {
         loop.preconditionInEventLoop()
         guard !isClosing else {
             completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
             return
         }
-        guard bytes.count > 0 else {
+        let before = gathered.count
+        body(&gathered)
+        guard gathered.count > before else {
             completion?(nil)
             return
         }
+        noteGathered(completion: completion)
+    }
+
+    /// Checks a write can go ahead; `false` when it is already finished (closed connection, nothing to write).
+    private func startWrite(byteCount: Int, completion: ((UVError?) -> Void)?) -> Bool {
+        loop.preconditionInEventLoop()
+        guard !isClosing else {
+            completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
+            return false
+        }
+        guard byteCount > 0 else {
+            completion?(nil)
+            return false
+        }
+        return true
+    }
+
+    private func noteGathered(completion: ((UVError?) -> Void)?) {
+        if let completion { gatheredCompletions.append(completion) }
+        guard !flushRequested else { return }
+        flushRequested = true
+        // While the loop is closing no flush before polling comes: write at once.
+        if !loop.flushBeforePolling(self) { flushGatheredWrites() }
+    }
+
+    /// Bytes written since the last flush, and the completions waiting for them.
+    private var gathered: [UInt8] = []
+    private var gatheredCompletions: [(UVError?) -> Void] = []
+    private var flushRequested = false
+    /// Capacity kept between flushes; a larger buffer (after a burst of big answers) is given back.
+    private static let keptGatherCapacity = 64 * 1024
+
+    /// Hands the gathered bytes to the kernel (and to libuv's write queue for what the kernel cannot take now).
+    func flushGatheredWrites() {
+        flushRequested = false
+        guard !gathered.isEmpty else { return }
+        var bytes: [UInt8] = []
+        swap(&bytes, &gathered)
+        let completions = gatheredCompletions
+        gatheredCompletions.removeAll(keepingCapacity: true)
+        let completion: ((UVError?) -> Void)?
+        switch completions.count {
+        case 0: completion = nil
+        case 1: completion = completions[0]
+        default: completion = { error in for each in completions { each(error) } }
+        }
+        guard !isClosing else {
+            completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
+            return
+        }
+        bytes.withUnsafeBytes { writeNow($0, completion: completion) }
+        // Keep the buffer for the next turn unless a write came in meanwhile (a completion wrote again).
+        if gathered.isEmpty, bytes.capacity <= Self.keptGatherCapacity {
+            bytes.removeAll(keepingCapacity: true)
+            gathered = bytes
+        }
+    }
+
+    private func writeNow(_ bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)?) {
         var offset = 0
         if uv_stream_get_write_queue_size(stream) == 0 {
             var buffer = uv_buf_t(base: UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)), len: bytes.count)
@@ -244,12 +322,6 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             offset = max(0, Int(written))
         }
         WriteRequest.start(on: self, copying: UnsafeRawBufferPointer(rebasing: bytes[offset...]), completion: completion)
-    }
-
-    /// Writes `bytes`; see ``write(_:completion:)-(UnsafeRawBufferPointer,_)``.
-    public func write(_ bytes: some Sequence<UInt8>, completion: ((UVError?) -> Void)? = nil) {
-        let array = Array(bytes)
-        array.withUnsafeBytes { write($0, completion: completion) }
     }
 
     private final class WriteRequest {
@@ -304,6 +376,11 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             completion?(UVError(code: Int32(UV_ENOTCONN.rawValue), operation: "half-close a closed connection"))
             return
         }
+        flushGatheredWrites()  // uv_shutdown waits for queued writes, not for gathered ones
+        guard !isClosing else {
+            completion?(UVError(code: Int32(UV_ENOTCONN.rawValue), operation: "half-close a closed connection"))
+            return
+        }
         let request = ShutdownRequest(connection: self, completion: completion)
         request.request.pointee.data = Unmanaged.passRetained(request).toOpaque()
         let result = uv_shutdown(request.request, stream) { request, status in
@@ -330,6 +407,13 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     /// Closes the connection: queued writes complete with `ECANCELED`, then ``onClose`` runs with `nil`. Idempotent.
     public func close() {
         loop.preconditionInEventLoop()
+        // What was written before close() goes out if the kernel takes it now, as if written at once.
+        flushGatheredWrites()
+        closeHandle()
+    }
+
+    override func closeForShutdown() {
+        flushGatheredWrites()
         closeHandle()
     }
 
@@ -340,6 +424,14 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     }
 
     override func didClose() {
+        if !gatheredCompletions.isEmpty {
+            // Closed by a failure before the gathered bytes were flushed.
+            let completions = gatheredCompletions
+            gatheredCompletions = []
+            let error = UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection")
+            for completion in completions { completion(error) }
+        }
+        gathered = []
         let callback = onClose
         let error = closeError
         onRead = nil

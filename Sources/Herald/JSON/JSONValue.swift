@@ -276,7 +276,9 @@ public struct JSONObject: Sendable {
 
     private func position(of key: String) -> Int? {
         if let index { return index[key] }
-        return entries.firstIndex { $0.key == key }
+        // Comparing lengths first skips most string comparisons (keys of an object mostly differ in length).
+        let length = key.utf8.count
+        return entries.firstIndex { $0.key.utf8.count == length && $0.key == key }
     }
 
     private mutating func rebuildIndex() {

@@ -83,11 +83,16 @@ enum JSONWriter {
 
     static func writeString(_ value: String, into output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
+        appendEscapedContents(value, to: &output)
+        output.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends `value` escaped as the inside of a JSON string (no quotes).
+    static func appendEscapedContents(_ value: String, to output: inout [UInt8]) {
         var value = value
         value.withUTF8 { utf8 in
             writeEscaped(utf8, into: &output)
         }
-        output.append(UInt8(ascii: "\""))
     }
 
     /// Appends `utf8` with `"`, `\` and control characters escaped, copying the runs between them whole.
@@ -120,7 +125,7 @@ enum JSONWriter {
 
     /// The offset of the first `"`, `\` or control character from `offset`, or `count` when there is none;
     /// eight bytes at a time while eight are left.
-    private static func firstByteToEscape(in base: UnsafeRawPointer, count: Int, from offset: Int) -> Int {
+    static func firstByteToEscape(in base: UnsafeRawPointer, count: Int, from offset: Int) -> Int {
         var offset = offset
         while offset + 8 <= count {
             let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
@@ -176,6 +181,24 @@ extension JSONWriter {
 
     /// The length of `value` written as a JSON string, quotes included.
     static func escapedLength(_ value: String) -> Int {
+        // Most strings need no escaping: find the first byte that does eight at a time, count from there.
+        if let length = value.utf8.withContiguousStorageIfAvailable({ utf8 -> Int in
+            guard let base = utf8.baseAddress else { return 2 }
+            var length = 2
+            var offset = 0
+            while true {
+                let special = firstByteToEscape(in: UnsafeRawPointer(base), count: utf8.count, from: offset)
+                length += special - offset
+                guard special < utf8.count else { return length }
+                switch base[special] {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x09, 0x0A, 0x0C, 0x0D: length += 2
+                default: length += 6
+                }
+                offset = special + 1
+            }
+        }) {
+            return length
+        }
         var length = 2
         for byte in value.utf8 {
             switch byte {

@@ -79,43 +79,59 @@ public struct APS: Sendable, Hashable {
     }
 
     /// Reads the typed view from a `userInfo["aps"]` value; `nil` when it is not an object.
+    ///
+    /// Walks the members once (an `aps` dictionary has a few of the many keys looked for); every message's
+    /// route reads it.
     public init?(_ value: JSONValue?) {
         guard let object = value?.objectValue else { return nil }
         self.init()
-        switch object["alert"] {
-        case .string(let body)?:
-            alert = Alert(body: body)
-        case .object(let fields)?:
-            var decoded = Alert()
-            decoded.title = fields["title"]?.stringValue
-            decoded.subtitle = fields["subtitle"]?.stringValue
-            decoded.body = fields["body"]?.stringValue
-            decoded.titleLocKey = fields["title-loc-key"]?.stringValue
-            decoded.titleLocArgs = fields["title-loc-args"]?.arrayValue?.compactMap(\.stringValue)
-            decoded.subtitleLocKey = fields["subtitle-loc-key"]?.stringValue
-            decoded.subtitleLocArgs = fields["subtitle-loc-args"]?.arrayValue?.compactMap(\.stringValue)
-            decoded.locKey = fields["loc-key"]?.stringValue
-            decoded.locArgs = fields["loc-args"]?.arrayValue?.compactMap(\.stringValue)
-            decoded.launchImage = fields["launch-image"]?.stringValue
-            alert = decoded
-        default:
-            alert = nil
+        for (key, member) in object {
+            switch key {
+            case "alert":
+                switch member {
+                case .string(let body): alert = Alert(body: body)
+                case .object(let fields): alert = Alert(fields)
+                default: break
+                }
+            case "badge": badge = member.intValue.map { Int($0) }
+            case "sound":
+                switch member {
+                case .string(let name): sound = .named(name)
+                case .object(let fields):
+                    sound = .critical(name: fields["name"]?.stringValue ?? "default", volume: fields["volume"]?.doubleValue ?? 1)
+                default: break
+                }
+            case "thread-id": threadID = member.stringValue
+            case "category": category = member.stringValue
+            case "content-available": contentAvailable = member.intValue == 1
+            case "mutable-content": mutableContent = member.intValue == 1
+            case "interruption-level": interruptionLevel = member.stringValue.flatMap(InterruptionLevel.init(rawValue:))
+            case "relevance-score": relevanceScore = member.doubleValue
+            case "target-content-id": targetContentID = member.stringValue
+            default: break
+            }
         }
-        badge = object["badge"]?.intValue.map { Int($0) }
-        switch object["sound"] {
-        case .string(let name)?:
-            sound = .named(name)
-        case .object(let fields)?:
-            sound = .critical(name: fields["name"]?.stringValue ?? "default", volume: fields["volume"]?.doubleValue ?? 1)
-        default:
-            sound = nil
+    }
+}
+
+extension APS.Alert {
+    /// Reads an `alert` dictionary, walking its members once.
+    init(_ fields: JSONObject) {
+        self.init()
+        for (key, member) in fields {
+            switch key {
+            case "title": title = member.stringValue
+            case "subtitle": subtitle = member.stringValue
+            case "body": body = member.stringValue
+            case "title-loc-key": titleLocKey = member.stringValue
+            case "title-loc-args": titleLocArgs = member.arrayValue?.compactMap(\.stringValue)
+            case "subtitle-loc-key": subtitleLocKey = member.stringValue
+            case "subtitle-loc-args": subtitleLocArgs = member.arrayValue?.compactMap(\.stringValue)
+            case "loc-key": locKey = member.stringValue
+            case "loc-args": locArgs = member.arrayValue?.compactMap(\.stringValue)
+            case "launch-image": launchImage = member.stringValue
+            default: break
+            }
         }
-        threadID = object["thread-id"]?.stringValue
-        category = object["category"]?.stringValue
-        contentAvailable = object["content-available"]?.intValue == 1
-        mutableContent = object["mutable-content"]?.intValue == 1
-        interruptionLevel = object["interruption-level"]?.stringValue.flatMap(InterruptionLevel.init(rawValue:))
-        relevanceScore = object["relevance-score"]?.doubleValue
-        targetContentID = object["target-content-id"]?.stringValue
     }
 }

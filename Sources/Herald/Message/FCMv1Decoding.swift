@@ -44,11 +44,14 @@ public struct FCMSendRequest: Sendable, Hashable {
         let message = try StrictObject(value, name: "message", fields: Fields.message)
 
         // Exactly one target.
-        let targetNames = Fields.targets.filter { message.has($0) }
-        guard !targetNames.isEmpty else { throw MessageError(.noTarget) }
-        guard targetNames.count == 1 else { throw MessageError(.multipleTargets(targetNames)) }
+        var targetName: String?
+        for name in Fields.targets where message.has(name) {
+            guard targetName == nil else { throw MessageError(.multipleTargets(Fields.targets.filter { message.has($0) })) }
+            targetName = name
+        }
+        guard let targetName else { throw MessageError(.noTarget) }
         let target: MessageTarget
-        switch targetNames[0] {
+        switch targetName {
         case "token":
             let token = try message.string("token") ?? ""
             guard !token.isEmpty else { throw MessageError(.invalidToken(token)) }

@@ -31,15 +31,23 @@ public enum PayloadLimits {
 struct FieldSet: Sendable {
     let names: [String]
     let camelCaseNames: [String]
+    /// The UTF-8 lengths of `names` and `camelCaseNames`: most keys are told apart by length alone, without
+    /// comparing strings (decoding looks fields up many times per message).
+    private let lengths: [Int]
+    private let camelCaseLengths: [Int]
 
     init(_ names: [String]) {
         self.names = names
         self.camelCaseNames = names.map(FieldSet.camelCase)
+        self.lengths = names.map(\.utf8.count)
+        self.camelCaseLengths = camelCaseNames.map(\.utf8.count)
     }
 
     func index(of key: String) -> Int? {
-        for position in names.indices where names[position] == key || camelCaseNames[position] == key {
-            return position
+        let length = key.utf8.count
+        for position in names.indices {
+            if lengths[position] == length, names[position] == key { return position }
+            if camelCaseLengths[position] == length, camelCaseNames[position] == key { return position }
         }
         return nil
     }

@@ -34,3 +34,13 @@ extension MessageError {
 public func fcmSendResponse(project: String, messageID: String) -> JSONValue {
     ["name": .string("projects/\(project)/messages/\(messageID)")]
 }
+
+/// Appends ``fcmSendResponse(project:messageID:)`` as compact JSON, byte for byte what its `jsonBytes()` gives,
+/// without building the value (receivers answer every message with it).
+public func appendFCMSendResponse(project: String, messageID: String, to output: inout [UInt8]) {
+    output.append(contentsOf: #"{"name":"projects/"#.utf8)
+    JSONWriter.appendEscapedContents(project, to: &output)
+    output.append(contentsOf: "/messages/".utf8)
+    JSONWriter.appendEscapedContents(messageID, to: &output)
+    output.append(contentsOf: #""}"#.utf8)
+}

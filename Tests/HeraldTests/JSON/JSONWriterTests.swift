@@ -91,4 +91,23 @@ struct JSONWriterTests {
         #expect(value.description == text)
         #expect(value.objectValue?.description == text)
     }
+
+    static let awkwardStrings = [
+        "", "a", "0:1700000000000000%abc", "with \"quotes\" and \\ backslash", "tab\tnew\nline\r", "\u{01}\u{1f}\u{7f}",
+        "café ☕️ — 東京", String(repeating: "x", count: 40) + "\"" + String(repeating: "y", count: 17), "ends with \\",
+    ]
+
+    @Test("the counted length of a string equals what writing it produces, escapes included", arguments: awkwardStrings)
+    func escapedLengthMatchesWriting(text: String) {
+        #expect(JSONValue.string(text).jsonByteCount == JSONValue.string(text).jsonBytes().count)
+        // A string not stored contiguously (bridged or a substring's copy) takes the byte-by-byte path.
+        #expect(JSONWriter.escapedLength(String(text[...])) == JSONValue.string(text).jsonBytes().count)
+    }
+
+    @Test("the send answer written in place is byte for byte the answer built as a value", arguments: awkwardStrings)
+    func sendResponseInPlace(messageID: String) {
+        var output = Array("before ".utf8)
+        appendFCMSendResponse(project: "demo-project", messageID: messageID, to: &output)
+        #expect(output == Array("before ".utf8) + fcmSendResponse(project: "demo-project", messageID: messageID).jsonBytes())
+    }
 }
