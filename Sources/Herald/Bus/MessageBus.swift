@@ -197,7 +197,7 @@ public final class MessageBus: @unchecked Sendable {
         if configuration.analyticsWiring == .automatic, analytics.hasSinks {
             analytics.record(.notificationReceive, for: message, messageID: id, kind: kind)
         }
-        Task(executorPreference: loop) { [self] in
+        Task(executorPreference: loop.taskExecutor) { [self] in
             await route(message, kind: kind)
             finished(message)
             handled?.value()
@@ -514,7 +514,7 @@ public final class MessageBus: @unchecked Sendable {
         }
         endManualStage(stage, for: message)
         var actions: [NotificationAction] = []
-        if let categoryID = message.aps.category {
+        if let categoryID = message.apsCategory {
             if let category = categories[categoryID] {
                 actions = category.actions
             } else {

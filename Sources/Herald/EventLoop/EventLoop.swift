@@ -33,7 +33,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
 
     enum Work {
         case closure(@Sendable () -> Void)
+        /// A job enqueued on the loop as a serial executor (an actor's): it runs isolated to the loop.
         case job(UnownedJob)
+        /// A job of a task that prefers the loop as its task executor: it runs on the loop thread, not isolated.
+        case taskJob(UnownedJob)
     }
 
     private struct Shared {
@@ -54,6 +57,9 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     private let pool = Locked<(pool: BlockingPool?, closed: Bool)>((nil, false))
 
     private let counters = Counters()
+    /// The loop's task executor for tasks that should run on the loop thread without being isolated to it; see
+    /// ``LoopTaskExecutor``. Set once in `init`, only read afterwards.
+    public private(set) var taskExecutor: LoopTaskExecutor!
 
     // Loop-thread state.
     private var uvLoop: UnsafeMutablePointer<uv_loop_t>?
@@ -81,6 +87,7 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         self.name = name
         self.blockingThreads = blockingThreads
         self.blockingQueueLimit = blockingQueueLimit
+        self.taskExecutor = LoopTaskExecutor(loop: self)
     }
 
     deinit {
@@ -243,6 +250,8 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
             body()
         case .job(let job):
             job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+        case .taskJob(let job):
+            job.runSynchronously(on: taskExecutor.asUnownedTaskExecutor())
         }
     }
 

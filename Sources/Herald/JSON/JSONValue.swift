@@ -181,6 +181,11 @@ public struct JSONObject: Sendable {
         }
     }
 
+    /// Makes room for `capacity` members, so that building an object of known size allocates once.
+    public mutating func reserveCapacity(_ capacity: Int) {
+        entries.reserveCapacity(capacity)
+    }
+
     /// The number of members.
     public var count: Int { entries.count }
 

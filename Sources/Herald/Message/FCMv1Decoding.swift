@@ -69,6 +69,8 @@ public struct FCMSendRequest: Sendable, Hashable {
         }
 
         var userInfo = JSONObject()
+        // aps, fcm_options, the data keys, the message ID, from and a label: one allocation for all of them.
+        userInfo.reserveCapacity((message.value("data")?.objectValue?.count ?? 0) + 5)
         // notification → aps.alert
         if let notification = try message.object("notification", fields: Fields.notification) {
             var alert = JSONObject()

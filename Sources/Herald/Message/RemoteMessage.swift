@@ -58,6 +58,9 @@ public struct RemoteMessage: Sendable, Hashable {
     /// The typed view of `aps` (an empty one when the message has none).
     public var aps: APS { APS(userInfo[UserInfoKey.aps]) ?? APS() }
 
+    /// `aps.category`, read without decoding the rest of `aps` (the bus looks it up for every notification).
+    var apsCategory: String? { userInfo[UserInfoKey.aps]?.objectValue?["category"]?.stringValue }
+
     /// The analytics label (`fcm_options.analytics_label`, kept in `userInfo` as `google.c.a.m_l`).
     public var analyticsLabel: String? { userInfo[UserInfoKey.analyticsLabel]?.stringValue }
 
