@@ -155,15 +155,19 @@ extension JSONValue {
     /// are checked on every message).
     public var jsonByteCount: Int {
         switch self {
-        case .null: 4
-        case .bool(let value): value ? 4 : 5
-        case .int(let value): JSONWriter.integerLength(value)
-        case .double(let value): value.isFinite ? value.description.utf8.count : 4
-        case .string(let value): JSONWriter.escapedLength(value)
+        case .null: return 4
+        case .bool(let value): return value ? 4 : 5
+        case .int(let value): return JSONWriter.integerLength(value)
+        case .double(let value): return value.isFinite ? value.description.utf8.count : 4
+        case .string(let value): return JSONWriter.escapedLength(value)
         case .array(let elements):
-            elements.reduce(2 + max(0, elements.count - 1)) { $0 + $1.jsonByteCount }
+            var total = 2 + max(0, elements.count - 1)
+            for element in elements { total += element.jsonByteCount }
+            return total
         case .object(let object):
-            object.members.reduce(2 + max(0, object.count - 1)) { $0 + JSONWriter.escapedLength($1.key) + 1 + $1.value.jsonByteCount }
+            var total = 2 + max(0, object.count - 1)
+            for member in object.members { total += JSONWriter.escapedLength(member.key) + 1 + member.value.jsonByteCount }
+            return total
         }
     }
 }

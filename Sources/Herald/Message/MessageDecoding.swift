@@ -28,7 +28,7 @@ public enum PayloadLimits {
 
 /// The fields an object of the wire format may have: proto field names and their lowerCamelCase forms
 /// (Google's JSON mapping accepts both), worked out once per object type.
-struct FieldSet: Sendable {
+final class FieldSet: Sendable {
     let names: [String]
     let camelCaseNames: [String]
     /// The UTF-8 lengths of `names` and `camelCaseNames`: most keys are told apart by length alone, without
@@ -37,6 +37,7 @@ struct FieldSet: Sendable {
     private let camelCaseLengths: [Int]
 
     init(_ names: [String]) {
+        precondition(names.count <= 64, "a field set holds at most 64 fields")
         self.names = names
         self.camelCaseNames = names.map(FieldSet.camelCase)
         self.lengths = names.map(\.utf8.count)
@@ -70,7 +71,11 @@ struct FieldSet: Sendable {
 /// Reads a JSON object field by field, refusing unknown fields and wrong types with the field's path.
 struct StrictObject {
     private let fields: FieldSet
-    private var values: [JSONValue?]
+    /// The object itself: fields are looked up in it (it has a handful of members), so reading one costs no
+    /// array of values to build and free.
+    private let object: JSONObject
+    /// Bit `i` is set when field `i` is present: most lookups are of absent fields, answered without a search.
+    private let present: UInt64
     private let parentPath: String
     private let name: String?
 
@@ -84,17 +89,22 @@ struct StrictObject {
         self.fields = fields
         self.parentPath = parentPath
         self.name = name
-        self.values = Array(repeating: nil, count: fields.names.count)
         guard case .object(let object) = value else {
+            self.object = JSONObject()
+            self.present = 0
             throw MessageError(.wrongType(field: path, expected: "an object"))
         }
-        for (key, fieldValue) in object {
-            guard let position = fields.index(of: key) else {
+        self.object = object
+        var present: UInt64 = 0
+        for member in object.members {
+            guard let position = fields.index(of: member.key) else {
+                self.present = 0
                 let path = self.path
-                throw MessageError(.unknownField(path.isEmpty ? key : "\(path).\(key)"))
+                throw MessageError(.unknownField(path.isEmpty ? member.key : "\(path).\(member.key)"))
             }
-            values[position] = fieldValue
+            present |= 1 << UInt64(position)
         }
+        self.present = present
     }
 
     func fieldPath(_ name: String) -> String {
@@ -102,9 +112,22 @@ struct StrictObject {
         return path.isEmpty ? name : "\(path).\(name)"
     }
 
+    /// The value of field `name` (a proto name of the field set) under either of its spellings; when both are
+    /// given, the later one, as JSON readers that keep the last duplicate do. `nil` when absent or `null`.
     func value(_ name: String) -> JSONValue? {
-        guard let position = fields.index(of: name), let value = values[position], !value.isNull else { return nil }
-        return value
+        guard let position = fields.index(of: name), present & (1 << UInt64(position)) != 0 else { return nil }
+        let camelCaseName = fields.camelCaseNames[position]
+        let length = name.utf8.count
+        let camelCaseLength = camelCaseName.utf8.count
+        var found: JSONValue?
+        for member in object.members {
+            let keyLength = member.key.utf8.count
+            if (keyLength == length && member.key == name) || (keyLength == camelCaseLength && member.key == camelCaseName) {
+                found = member.value
+            }
+        }
+        guard let found, !found.isNull else { return nil }
+        return found
     }
 
     func has(_ name: String) -> Bool { value(name) != nil }

@@ -115,6 +115,10 @@ struct GoldenDecodeTests {
         let request = try decodeFCM(#"{"message": {"token": "t", "fcmOptions": {"analyticsLabel": "l"}, "data": {"a": "b"}}, "validateOnly": true}"#)
         #expect(request.validateOnly)
         #expect(request.message.analyticsLabel == "l")
+        // Both spellings of one field: the later one counts, whichever spelling it has.
+        #expect(try decodeFCM(#"{"message": {"token": "t"}, "validate_only": false, "validateOnly": true}"#).validateOnly)
+        #expect(try !decodeFCM(#"{"message": {"token": "t"}, "validateOnly": true, "validate_only": false}"#).validateOnly)
+        #expect(try decodeFCM(#"{"message": {"token": "t", "fcm_options": {"analytics_label": "a"}, "fcmOptions": {"analyticsLabel": "b"}}}"#).message.analyticsLabel == "b")
     }
 
     @Test("aps keys: critical sound, string alert, loc keys, flags")
