@@ -177,7 +177,8 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     /// rest (and reading no more) until ``resumed()``, so pipelined lines wait instead of being refused.
     private func consume(_ bytes: UnsafeRawBufferPointer) {
         var start = 0
-        for index in 0..<bytes.count where bytes[index] == UInt8(ascii: "\n") {
+        while start < bytes.count, let found = memchr(bytes.baseAddress! + start, Int32(UInt8(ascii: "\n")), bytes.count - start) {
+            let index = bytes.baseAddress!.distance(to: UnsafeRawPointer(found))
             buffer.append(contentsOf: bytes[start..<index])
             handleLine()
             start = index + 1
