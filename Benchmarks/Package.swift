@@ -74,15 +74,16 @@ let package = Package(
             ]
         ),
     
-        // Servers and load clients for the network scenarios, driven by scripts/http-vs-hummingbird and
+        // Servers and load clients for the network scenarios, driven by scripts/peers, scripts/http-vs-hummingbird and
         // scripts/socket-vs-nio. They live under Servers/, not Benchmarks/, so the benchmark plugin does not
         // take them for benchmark targets.
         //
-        // Herald with a no-op handler and an in-memory store, behind its HTTPReceiver and/or SocketReceiver.
+        // Herald with a no-op handler and an in-memory or durable store, behind its HTTPReceiver and/or SocketReceiver.
         .executableTarget(
             name: "HeraldServer",
             dependencies: [
                 .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldSQLite", package: "Herald"),
                 .product(name: "HTTPReceiver", package: "Herald"),
                 .product(name: "SocketReceiver", package: "Herald"),
             ],
@@ -109,6 +110,18 @@ let package = Package(
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
             ],
             path: "Servers/NIOSocketServer",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The second HTTP peer: SwiftNIO's NIOHTTP1 server with the same route, decode, target check and no-op handler.
+        .executableTarget(
+            name: "NIOHTTPServer",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Servers/NIOHTTPServer",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // Bus dispatch with and without analytics sinks, run under callgrind by scripts/profile-bus.
