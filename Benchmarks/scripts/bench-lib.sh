@@ -66,6 +66,31 @@ wait_ready() {
 # than the 10 ms ticks of /proc/PID/stat).
 cpu_us() { cat /proc/"$1"/task/*/schedstat | awk '{ sum += $1 } END { printf "%d\n", sum / 1000 }'; }
 
+# cpu_snapshot PID: the process's CPU time as "TICKS TID=NS TID=NS ...": utime + stime from /proc/PID/stat (in clock
+# ticks; it keeps the time of threads that have exited) and each live thread's schedstat (nanoseconds).
+cpu_snapshot() {
+    local task
+    awk '{ sub(/^.*\) /, ""); printf "%d", $12 + $13 }' "/proc/$1/stat"
+    for task in /proc/"$1"/task/*; do
+        printf ' %s=%s' "${task##*/}" "$(cut -d' ' -f1 "$task/schedstat" 2>/dev/null || echo 0)"
+    done
+    echo
+}
+
+# cpu_used_us BEFORE AFTER: µs of CPU between two cpu_snapshot's. The threads' schedstat is exact but loses a thread
+# that exited in between (Swift concurrency's and NIO's pools let idle threads go); /proc/PID/stat keeps them but
+# counts 10 ms ticks. The first is used unless the second is larger by more than 2 ticks.
+cpu_used_us() {
+    awk -v before="$1" -v after="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        nb = split(before, b, " "); na = split(after, a, " ")
+        for (i = 2; i <= nb; i++) { split(b[i], kv, "="); start[kv[1]] = kv[2] }
+        for (i = 2; i <= na; i++) { split(a[i], kv, "="); exact += kv[2] - ((kv[1] in start) ? start[kv[1]] : 0) }
+        exact /= 1000
+        coarse = (a[1] - b[1]) * 1e6 / hz
+        printf "%d\n", (coarse - exact > 2 * 1e6 / hz) ? coarse : exact
+    }'
+}
+
 # rss_kib PID: resident memory (VmRSS) in KiB.
 rss_kib() { awk '/^VmRSS:/ { print $2 }' /proc/"$1"/status; }
 
