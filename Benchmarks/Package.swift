@@ -78,10 +78,26 @@ let package = Package(
         // scripts/socket-vs-nio. They live under Servers/, not Benchmarks/, so the benchmark plugin does not
         // take them for benchmark targets.
         //
+        // What every server and load client shares (output lines, options, files), with no dependencies.
+        .target(
+            name: "ServerSupport",
+            path: "Servers/ServerSupport",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The per-message work of every peer server: Herald's decode, the target check, a counting no-op handler.
+        .target(
+            name: "PeerSupport",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+            ],
+            path: "Servers/PeerSupport",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // Herald with a no-op handler and an in-memory or durable store, behind its HTTPReceiver and/or SocketReceiver.
         .executableTarget(
             name: "HeraldServer",
             dependencies: [
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
                 .product(name: "HTTPReceiver", package: "Herald"),
@@ -94,6 +110,8 @@ let package = Package(
         .executableTarget(
             name: "HummingbirdServer",
             dependencies: [
+                "PeerSupport",
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
@@ -104,6 +122,8 @@ let package = Package(
         .executableTarget(
             name: "NIOSocketServer",
             dependencies: [
+                "PeerSupport",
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -116,6 +136,8 @@ let package = Package(
         .executableTarget(
             name: "NIOHTTPServer",
             dependencies: [
+                "PeerSupport",
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -139,6 +161,7 @@ let package = Package(
         // A pipelined JSON-lines client: N connections, each writing M lines while reading the answers.
         .executableTarget(
             name: "SocketLoad",
+            dependencies: ["ServerSupport"],
             path: "Servers/SocketLoad",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

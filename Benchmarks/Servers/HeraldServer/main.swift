@@ -27,19 +27,9 @@ import HTTPReceiver
 import Herald
 import HeraldSQLite
 import Logging
+import ServerSupport
 import SocketReceiver
 import Synchronization
-
-/// Writes one line to standard output or error, unbuffered (the scripts read the output while the process runs).
-func say(_ text: String, to fd: Int32 = 1) {
-    var line = Array((text + "\n").utf8)
-    var offset = 0
-    while offset < line.count {
-        let written = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-        if written <= 0 { return }
-        offset += written
-    }
-}
 
 final class NoOpHandler: NotificationHandler, Presenter, MessageHandler, Sendable {
     let handled = Atomic<Int>(0)
@@ -105,17 +95,11 @@ func nanoseconds(_ clock: clockid_t) -> Double {
 
 /// Scenario 2: decode, validate, check the target and write the answer, N times; no instance, no loop.
 func decodeLoop(count: Int, bodyPath: String, token: String) -> Never {
-    guard let file = fopen(bodyPath, "rb") else {
+    guard let bytes = readFile(bodyPath) else {
         say("cannot open \(bodyPath)", to: 2)
         exit(2)
     }
-    var body: [UInt8] = []
-    while true {
-        let byte = fgetc(file)
-        if byte < 0 || byte == 10 { break }
-        body.append(UInt8(byte))
-    }
-    fclose(file)
+    let body = Array(bytes.prefix { $0 != UInt8(ascii: "\n") })
     var next: UInt64 = 1_000_000_000_000_000
     let context = DecodingContext(senderID: "1234567890", makeMessageID: { "0" })
     func once() -> Bool {
@@ -139,12 +123,6 @@ func decodeLoop(count: Int, bodyPath: String, token: String) -> Never {
     let divisor = Double(max(count, 1))
     say("RESULT ops=\(count) ns_per_op=\(((wallEnd - wall) / divisor * 10).rounded() / 10) cpu_ns_per_op=\(((cpuEnd - cpu) / divisor * 10).rounded() / 10)")
     exit(0)
-}
-
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), arguments.indices.contains(index + 1) else { return nil }
-    return arguments[index + 1]
 }
 
 if let count = option("--decode").flatMap(Int.init) {

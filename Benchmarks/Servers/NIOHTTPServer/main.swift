@@ -4,10 +4,10 @@
 //
 // SwiftNIO 2's NIOHTTP1 server pipeline (`configureHTTPServerPipeline`: request decoder, response encoder,
 // pipelining and keep-alive handling) on 127.0.0.1:PORT, and one handler on the channel's event loop that does what
-// HummingbirdServer's route does: for `POST /v1/projects/{project}/messages:send` it collects the body, decodes it
-// with Herald's `FCMSendRequest.decode(_:context:)`, checks the target against `--token` (a message for another
-// token is answered UNREGISTERED, as Herald's bus does; without `--token` every token is accepted), calls a no-op
-// handler that counts the message, and answers `{"name": "projects/{project}/messages/{id}"}` written by Herald's
+// HummingbirdServer's route does (PeerSupport's PeerService): for `POST /v1/projects/{project}/messages:send` it
+// collects the body, decodes it with Herald's `FCMSendRequest.decode(_:context:)`, checks the target against
+// `--token` (a message for another token is answered UNREGISTERED, as Herald's bus does; without `--token` every
+// token is accepted), calls a no-op handler that counts the message, and answers `{"name": "projects/{project}/messages/{id}"}` written by Herald's
 // JSON writer, or Google's error shape (a wrong project is SENDER_ID_MISMATCH, any other path 404). Answers are
 // flushed once per read burst (channelReadComplete), the usual NIO way.
 //
@@ -15,72 +15,19 @@
 // prints `handled=<n>`; SIGINT / SIGTERM print it and exit. The main thread waits with sigwait (no dispatch_main).
 
 import Glibc
-import Herald
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import Synchronization
+import PeerSupport
+import ServerSupport
 
-/// Writes one line to standard output or error, unbuffered (the scripts read the output while the process runs).
-func say(_ text: String, to fd: Int32 = 1) {
-    var line = Array((text + "\n").utf8)
-    var offset = 0
-    while offset < line.count {
-        let written = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-        if written <= 0 { return }
-        offset += written
+/// The route: `/v1/projects/{project}/messages:send`; any other path is 404.
+func route(_ service: PeerService, uri: String, body: [UInt8]) -> (status: Int, body: [UInt8]) {
+    let prefix = "/v1/projects/", suffix = "/messages:send"
+    guard uri.hasPrefix(prefix), uri.hasSuffix(suffix), uri.utf8.count > prefix.utf8.count + suffix.utf8.count else {
+        return (404, Array(#"{"error": {"code": 404, "message": "Not found.", "status": "NOT_FOUND"}}"#.utf8))
     }
-}
-
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), arguments.indices.contains(index + 1) else { return nil }
-    return arguments[index + 1]
-}
-
-/// Message IDs as Herald makes them: a random 19-digit start, one atomic increment per message.
-final class MessageIDs: Sendable {
-    private let next = Atomic<UInt64>(UInt64.random(in: 1_000_000_000_000_000 ... 9_000_000_000_000_000))
-    func make() -> String { String(next.add(1, ordering: .relaxed).newValue) }
-}
-
-/// The no-op handler: counts messages.
-final class NoOpHandler: Sendable {
-    let handled = Atomic<Int>(0)
-    func handle(_ message: RemoteMessage) { handled.add(1, ordering: .relaxed) }
-}
-
-/// What one server answers: its settings and the handler, shared by every connection.
-struct Service: Sendable {
-    let project: String
-    let token: String?
-    let decoding: DecodingContext
-    let handler: NoOpHandler
-
-    /// Decode, target check, dispatch; the status and the JSON body.
-    func answer(uri: String, body: [UInt8]) -> (status: Int, body: [UInt8]) {
-        let prefix = "/v1/projects/", suffix = "/messages:send"
-        guard uri.hasPrefix(prefix), uri.hasSuffix(suffix), uri.utf8.count > prefix.utf8.count + suffix.utf8.count else {
-            return (404, #"{"error": {"code": 404, "message": "Not found.", "status": "NOT_FOUND"}}"#.utf8.map { $0 })
-        }
-        let project = String(uri.dropFirst(prefix.count).dropLast(suffix.count))
-        guard project == self.project else {
-            let error = MessageError(.senderMismatch(expected: self.project, got: project))
-            return (error.status.httpStatus, error.fcmErrorBody.jsonBytes())
-        }
-        do {
-            let request = try FCMSendRequest.decode(body, context: decoding)
-            let message = request.message
-            if let token, case .token(let target) = message.target, target != token {
-                let error = MessageError(.unregistered(.token(target)))
-                return (error.status.httpStatus, error.fcmErrorBody.jsonBytes())
-            }
-            if !request.validateOnly { handler.handle(message) }
-            return (200, fcmSendResponse(project: project, messageID: message.messageID ?? "").jsonBytes())
-        } catch {
-            return (error.status.httpStatus, error.fcmErrorBody.jsonBytes())
-        }
-    }
+    return service.answer(project: String(uri.dropFirst(prefix.count).dropLast(suffix.count)), body: body)
 }
 
 /// One connection's requests: collects each body, answers it on the event loop.
@@ -88,11 +35,11 @@ final class SendHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    let service: Service
+    let service: PeerService
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
 
-    init(service: Service) {
+    init(service: PeerService) {
         self.service = service
     }
 
@@ -108,9 +55,9 @@ final class SendHandler: ChannelInboundHandler {
             self.head = nil
             let result: (status: Int, body: [UInt8])
             if head.method == .POST {
-                result = service.answer(uri: head.uri, body: body)
+                result = route(service, uri: head.uri, body: body)
             } else {
-                result = (405, #"{"error": {"code": 405, "message": "Use POST.", "status": "INVALID_ARGUMENT"}}"#.utf8.map { $0 })
+                result = (405, Array(#"{"error": {"code": 405, "message": "Use POST.", "status": "INVALID_ARGUMENT"}}"#.utf8))
             }
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: "application/json; charset=UTF-8")
@@ -140,13 +87,7 @@ guard let port = option("--http").flatMap(Int.init) else {
     exit(2)
 }
 let threads = option("--threads").flatMap(Int.init) ?? 1
-let ids = MessageIDs()
-let service = Service(
-    project: option("--project") ?? "herald",
-    token: option("--token"),
-    decoding: DecodingContext(senderID: "1234567890", makeMessageID: { ids.make() }),
-    handler: NoOpHandler()
-)
+let service = PeerService(project: option("--project") ?? "herald", token: option("--token"))
 
 // Signals are taken with sigwait on the main thread: block them before any thread starts.
 var signals = sigset_t()
