@@ -91,6 +91,18 @@ cpu_used_us() {
     }'
 }
 
+# settle PID: waits (at most 5 s) until the process uses less than 5 % of a CPU over 100 ms, so that work it still
+# does after a run (a durable inbox's commits, say) does not land in the next server's run on the same CPU.
+settle() {
+    local before after
+    for _ in $(seq 1 50); do
+        before=$(cpu_snapshot "$1")
+        sleep 0.1
+        after=$(cpu_snapshot "$1")
+        (( $(cpu_used_us "$before" "$after") < 5000 )) && return 0
+    done
+}
+
 # rss_kib PID: resident memory (VmRSS) in KiB.
 rss_kib() { awk '/^VmRSS:/ { print $2 }' /proc/"$1"/status; }
 
