@@ -74,15 +74,32 @@ let package = Package(
             ]
         ),
     
-        // Servers and load clients for the network scenarios, driven by scripts/http-vs-hummingbird and
+        // Servers and load clients for the network scenarios, driven by scripts/peers, scripts/http-vs-hummingbird and
         // scripts/socket-vs-nio. They live under Servers/, not Benchmarks/, so the benchmark plugin does not
         // take them for benchmark targets.
         //
-        // Herald with a no-op handler and an in-memory store, behind its HTTPReceiver and/or SocketReceiver.
+        // What every server and load client shares (output lines, options, files), with no dependencies.
+        .target(
+            name: "ServerSupport",
+            path: "Servers/ServerSupport",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The per-message work of every peer server: Herald's decode, the target check, a counting no-op handler.
+        .target(
+            name: "PeerSupport",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+            ],
+            path: "Servers/PeerSupport",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // Herald with a no-op handler and an in-memory or durable store, behind its HTTPReceiver and/or SocketReceiver.
         .executableTarget(
             name: "HeraldServer",
             dependencies: [
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldSQLite", package: "Herald"),
                 .product(name: "HTTPReceiver", package: "Herald"),
                 .product(name: "SocketReceiver", package: "Herald"),
             ],
@@ -93,6 +110,8 @@ let package = Package(
         .executableTarget(
             name: "HummingbirdServer",
             dependencies: [
+                "PeerSupport",
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
@@ -103,12 +122,28 @@ let package = Package(
         .executableTarget(
             name: "NIOSocketServer",
             dependencies: [
+                "PeerSupport",
+                "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
             ],
             path: "Servers/NIOSocketServer",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The second HTTP peer: SwiftNIO's NIOHTTP1 server with the same route, decode, target check and no-op handler.
+        .executableTarget(
+            name: "NIOHTTPServer",
+            dependencies: [
+                "PeerSupport",
+                "ServerSupport",
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Servers/NIOHTTPServer",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // Bus dispatch with and without analytics sinks, run under callgrind by scripts/profile-bus.
@@ -126,6 +161,7 @@ let package = Package(
         // A pipelined JSON-lines client: N connections, each writing M lines while reading the answers.
         .executableTarget(
             name: "SocketLoad",
+            dependencies: ["ServerSupport"],
             path: "Servers/SocketLoad",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

@@ -1,34 +1,35 @@
-// HeraldServer: a Herald instance with a no-op handler and the in-memory store, behind the HTTPReceiver and/or
-// the SocketReceiver plugins, for the network benchmarks (scripts/http-vs-hummingbird, scripts/socket-vs-nio).
+// HeraldServer: a Herald instance with a no-op handler, behind the HTTPReceiver and/or the SocketReceiver plugins,
+// for the network benchmarks (scripts/peers, scripts/http-vs-hummingbird, scripts/socket-vs-nio).
 //
-//     HeraldServer [--http PORT] [--socket PATH] [--project ID]
+//     HeraldServer [--http PORT] [--socket PATH] [--project ID] [--durable DIR] [--fetch-delay-ms MS] [--max-fetches N]
+//     HeraldServer --decode N --body FILE [--token TOKEN]
 //
 // The HTTP receiver listens on 127.0.0.1:PORT with no secret (loopback only). On start it prints
 // `token=<registration token>` and then `ready` on standard output. SIGUSR1 prints `handled=<n>` (handler
 // invocations so far); SIGINT / SIGTERM print it too and shut the instance down.
 // The main thread never enters Swift concurrency's dispatch_main, so valgrind can run it (see below).
 //
-// The handler is a NotificationHandler (answers `[]`), a Presenter (does nothing; without one the bus writes a log
-// line per notification) and a MessageHandler (data-only messages), and counts every invocation.
+// The store is in memory, or with `--durable DIR` the SQLite store in DIR with the durable inbox on (each message
+// committed before its sender is answered). The handler is a NotificationHandler (answers `[]`), a Presenter (does
+// nothing; without one the bus writes a log line per notification) and a MessageHandler (data-only messages), and
+// counts every invocation. With `--fetch-delay-ms MS` a background-fetch worker is registered too: it waits MS
+// milliseconds per silent message (`Task.sleep`) and answers `.noData`; `--max-fetches N` sets the bus's
+// `maxConcurrentFetches` (default 16). SIGUSR1 then first prints `fetched=<n> concurrent_max=<k>
+// first_start_ns=<t> last_end_ns=<t>` (CLOCK_REALTIME of the first fetch's start and the last fetch's end).
+//
+// `--decode N` (scenario 2 of scripts/peers) starts no instance: it decodes and validates the first line of FILE N
+// times with FCMSendRequest.decode, checks the target against TOKEN and writes the `{"name": ...}` answer, as the
+// servers do per message, and prints `RESULT ops=<N> ns_per_op=<wall> cpu_ns_per_op=<thread CPU>`.
 
 import Dispatch
 import Glibc
 import HTTPReceiver
 import Herald
+import HeraldSQLite
 import Logging
+import ServerSupport
 import SocketReceiver
 import Synchronization
-
-/// Writes one line to standard output or error, unbuffered (the scripts read the output while the process runs).
-func say(_ text: String, to fd: Int32 = 1) {
-    var line = Array((text + "\n").utf8)
-    var offset = 0
-    while offset < line.count {
-        let written = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-        if written <= 0 { return }
-        offset += written
-    }
-}
 
 final class NoOpHandler: NotificationHandler, Presenter, MessageHandler, Sendable {
     let handled = Atomic<Int>(0)
@@ -47,16 +48,95 @@ final class NoOpHandler: NotificationHandler, Presenter, MessageHandler, Sendabl
     }
 }
 
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), arguments.indices.contains(index + 1) else { return nil }
-    return arguments[index + 1]
+/// The background-fetch worker of scenario 6: waits `delay` per message, counts, and keeps the largest number of
+/// fetches that ran at once and the first start and last end (CLOCK_REALTIME, ns).
+final class WaitingFetchWorker: BackgroundFetchWorker, Sendable {
+    let delay: Duration
+    let fetched = Atomic<Int>(0)
+    let running = Atomic<Int>(0)
+    let maximumRunning = Atomic<Int>(0)
+    let firstStart = Atomic<Int>(0)
+    let lastEnd = Atomic<Int>(0)
+
+    init(delay: Duration) {
+        self.delay = delay
+    }
+
+    var descriptor: PluginDescriptor { PluginDescriptor(name: "bench-waiting-fetch", summary: "waits, then answers noData") }
+
+    func fetch(_ message: RemoteMessage) async -> BackgroundFetchResult {
+        _ = firstStart.compareExchange(expected: 0, desired: realtimeNanoseconds(), ordering: .relaxed)
+        let now = running.add(1, ordering: .relaxed).newValue
+        _ = maximumRunning.max(now, ordering: .relaxed)
+        try? await Task.sleep(for: delay)
+        running.subtract(1, ordering: .relaxed)
+        fetched.add(1, ordering: .relaxed)
+        _ = lastEnd.max(realtimeNanoseconds(), ordering: .relaxed)
+        return .noData
+    }
+
+    var summary: String {
+        "fetched=\(fetched.load(ordering: .relaxed)) concurrent_max=\(maximumRunning.load(ordering: .relaxed)) "
+            + "first_start_ns=\(firstStart.load(ordering: .relaxed)) last_end_ns=\(lastEnd.load(ordering: .relaxed))"
+    }
+}
+
+func realtimeNanoseconds() -> Int {
+    var time = timespec()
+    clock_gettime(CLOCK_REALTIME, &time)
+    return time.tv_sec * 1_000_000_000 + time.tv_nsec
+}
+
+func nanoseconds(_ clock: clockid_t) -> Double {
+    var time = timespec()
+    clock_gettime(clock, &time)
+    return Double(time.tv_sec) * 1e9 + Double(time.tv_nsec)
+}
+
+/// Scenario 2: decode, validate, check the target and write the answer, N times; no instance, no loop.
+func decodeLoop(count: Int, bodyPath: String, token: String) -> Never {
+    guard let bytes = readFile(bodyPath) else {
+        say("cannot open \(bodyPath)", to: 2)
+        exit(2)
+    }
+    let body = Array(bytes.prefix { $0 != UInt8(ascii: "\n") })
+    var next: UInt64 = 1_000_000_000_000_000
+    let context = DecodingContext(senderID: "1234567890", makeMessageID: { "0" })
+    func once() -> Bool {
+        do {
+            let message = try FCMSendRequest.decode(body, context: context).message
+            guard case .token(let target) = message.target, target == token else { return false }
+            next += 1
+            let answer = fcmSendResponse(project: "herald", messageID: String(next)).jsonBytes()
+            return answer.count > 0
+        } catch {
+            return false
+        }
+    }
+    for _ in 0..<1_000 where !once() {
+        say("the body is refused (or is not for token \(token))", to: 2)
+        exit(1)
+    }
+    let wall = nanoseconds(CLOCK_MONOTONIC), cpu = nanoseconds(CLOCK_THREAD_CPUTIME_ID)
+    for _ in 0..<count { _ = once() }
+    let wallEnd = nanoseconds(CLOCK_MONOTONIC), cpuEnd = nanoseconds(CLOCK_THREAD_CPUTIME_ID)
+    let divisor = Double(max(count, 1))
+    say("RESULT ops=\(count) ns_per_op=\(((wallEnd - wall) / divisor * 10).rounded() / 10) cpu_ns_per_op=\(((cpuEnd - cpu) / divisor * 10).rounded() / 10)")
+    exit(0)
+}
+
+if let count = option("--decode").flatMap(Int.init) {
+    guard let body = option("--body") else {
+        say("usage: HeraldServer --decode N --body FILE [--token TOKEN]", to: 2)
+        exit(2)
+    }
+    decodeLoop(count: count, bodyPath: body, token: option("--token") ?? "bench-token")
 }
 
 let httpPort = option("--http").flatMap(Int.init)
 let socketPath = option("--socket")
 guard httpPort != nil || socketPath != nil else {
-    say("usage: HeraldServer [--http PORT] [--socket PATH] [--project ID]", to: 2)
+    say("usage: HeraldServer [--http PORT] [--socket PATH] [--project ID] [--durable DIR] [--fetch-delay-ms MS] [--max-fetches N]", to: 2)
     exit(2)
 }
 
@@ -92,11 +172,21 @@ func block<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) -> T {
 
 var configuration = Herald.Configuration(senderID: "1234567890")
 configuration.projectID = option("--project") ?? "herald"
+if let fetches = option("--max-fetches").flatMap(Int.init) { configuration.maxConcurrentFetches = fetches }
 var logger = Logger(label: "herald")
 logger.logLevel = .notice
-let herald = Herald(configuration: configuration, store: InMemoryStore(), logger: logger)
+let store: any HeraldStore
+if let directory = option("--durable") {
+    configuration.durableInbox = true
+    store = try SQLiteStore(directory: directory)
+} else {
+    store = InMemoryStore()
+}
+let herald = Herald(configuration: configuration, store: store, logger: logger)
 let handler = NoOpHandler()
 try herald.register(handler)
+let fetchWorker = option("--fetch-delay-ms").flatMap(Int.init).map { WaitingFetchWorker(delay: .milliseconds($0)) }
+if let fetchWorker { try herald.register(fetchWorker) }
 if let httpPort {
     try herald.register(HTTPReceiver(options: .init(address: .tcp(host: "127.0.0.1", port: httpPort))))
 }
@@ -114,6 +204,7 @@ say("ready")
 while true {
     var received: Int32 = 0
     sigwait(&signals, &received)
+    if let fetchWorker { say(fetchWorker.summary) }
     say("handled=\(handler.handled.load(ordering: .relaxed))")
     if received != SIGUSR1 { break }
 }

@@ -18,40 +18,11 @@
 // short answer count or when the server closes early.
 
 import Glibc
-
-/// Writes one line to standard output or error, unbuffered (the scripts read the output while the process runs).
-func say(_ text: String, to fd: Int32 = 1) {
-    var line = Array((text + "\n").utf8)
-    var offset = 0
-    while offset < line.count {
-        let written = line.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-        if written <= 0 { return }
-        offset += written
-    }
-}
-
-func option(_ name: String) -> String? {
-    let arguments = CommandLine.arguments
-    guard let index = arguments.firstIndex(of: name), arguments.indices.contains(index + 1) else { return nil }
-    return arguments[index + 1]
-}
+import ServerSupport
 
 func fail(_ text: String) -> Never {
     say("SocketLoad: \(text)", to: 2)
     exit(1)
-}
-
-func readFile(_ path: String) -> [UInt8] {
-    guard let file = fopen(path, "rb") else { fail("cannot open \(path)") }
-    defer { fclose(file) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let count = fread(&chunk, 1, chunk.count, file)
-        if count <= 0 { break }
-        bytes.append(contentsOf: chunk[0..<count])
-    }
-    return bytes
 }
 
 func now() -> Double {
@@ -118,7 +89,7 @@ let messagesPerConnection = option("--messages").flatMap(Int.init) ?? 100_000
 let window = option("--window").flatMap(Int.init) ?? Int.max
 signal(SIGPIPE, SIG_IGN)
 
-var line = readFile(unitPath)
+guard var line = readFile(unitPath) else { fail("cannot open \(unitPath)") }
 if !http {
     while let last = line.last, last == UInt8(ascii: "\n") || last == UInt8(ascii: "\r") { line.removeLast() }
     guard !line.isEmpty, !line.contains(UInt8(ascii: "\n")) else { fail("the body must be one line") }
