@@ -8,7 +8,8 @@ public typealias DeliveryOutcome = Result<String, MessageError>
 ///
 /// The bus lives on the instance's loop: ``deliver(_:validateOnly:completion:)`` is called on the loop thread
 /// (receivers run there); ``deliver(_:validateOnly:)`` may be awaited from anywhere. Handlers run in a task
-/// per message on the loop's executor, so a slow or throwing handler holds up only its own message.
+/// per message on the loop's executor, started immediately (they run inside the delivery call until one
+/// suspends), so a slow or throwing handler holds up only its own message.
 public final class MessageBus: @unchecked Sendable {
     // @unchecked Sendable: all mutable state is touched on the loop thread only; the entry points check it.
 
@@ -197,7 +198,9 @@ public final class MessageBus: @unchecked Sendable {
         if configuration.analyticsWiring == .automatic, analytics.hasSinks {
             analytics.record(.notificationReceive, for: message, messageID: id, kind: kind)
         }
-        Task(executorPreference: loop.taskExecutor) { [self] in
+        // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
+        // one of them really suspends; from then on the task goes on as the loop's work.
+        Task.immediate(executorPreference: loop.taskExecutor) { [self] in
             await route(message, kind: kind)
             finished(message)
             handled?.value()

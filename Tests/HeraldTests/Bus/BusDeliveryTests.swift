@@ -2,6 +2,11 @@ import HeraldTesting
 import Testing
 @testable import Herald
 
+/// A handler that suspends once (its message stays in flight until the loop runs it again).
+final class YieldingHandler: MessageHandler {
+    func didReceive(_ message: RemoteMessage) async throws { await Task.yield() }
+}
+
 /// A message handler that holds each message until the test opens the gate.
 final class GatedHandler: MessageHandler, @unchecked Sendable {
     // @unchecked Sendable: state behind a lock.
@@ -163,6 +168,8 @@ struct BusDeliveryTests {
         let herald = Herald(configuration: configuration, logger: logs.logger())
         let receiver = InMemoryReceiver()
         try herald.register(receiver)
+        // Handlers start at once when a message is admitted; one that suspends keeps its message in flight.
+        try herald.register(YieldingHandler())
         try await herald.start()
         let token = try await herald.token()
         let bus = try herald.bus
