@@ -31,24 +31,29 @@ public enum PayloadLimits {
 final class FieldSet: Sendable {
     let names: [String]
     let camelCaseNames: [String]
-    /// The UTF-8 lengths of `names` and `camelCaseNames`: most keys are told apart by length alone, without
-    /// comparing strings (decoding looks fields up many times per message).
-    private let lengths: [Int]
-    private let camelCaseLengths: [Int]
+    /// For each UTF-8 length, the fields one of whose names has that length: a key is compared with one or two
+    /// names at most (decoding looks fields up many times per message).
+    private let byLength: [[Int]]
 
     init(_ names: [String]) {
         precondition(names.count <= 64, "a field set holds at most 64 fields")
         self.names = names
         self.camelCaseNames = names.map(FieldSet.camelCase)
-        self.lengths = names.map(\.utf8.count)
-        self.camelCaseLengths = camelCaseNames.map(\.utf8.count)
+        var byLength: [[Int]] = []
+        for (position, name) in names.enumerated() {
+            for length in Set([name.utf8.count, FieldSet.camelCase(name).utf8.count]) {
+                while byLength.count <= length { byLength.append([]) }
+                byLength[length].append(position)
+            }
+        }
+        self.byLength = byLength
     }
 
     func index(of key: String) -> Int? {
         let length = key.utf8.count
-        for position in names.indices {
-            if lengths[position] == length, names[position] == key { return position }
-            if camelCaseLengths[position] == length, camelCaseNames[position] == key { return position }
+        guard length < byLength.count else { return nil }
+        for position in byLength[length] where names[position] == key || camelCaseNames[position] == key {
+            return position
         }
         return nil
     }
