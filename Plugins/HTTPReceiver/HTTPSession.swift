@@ -8,6 +8,11 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     // loop thread, where all of the session's state lives.
     let connection: StreamConnection
     unowned let receiver: HTTPReceiver
+    /// The receiver's options, copied once per connection: reading them through `receiver` copied the whole
+    /// struct at each of the 13 reads per request.
+    private let options: HTTPReceiver.Options
+    /// `/v1/projects/{project}/messages:send` for this instance's project, matched whole before any splitting.
+    private let sendPath: String
     let context: PluginContext
     private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
     private var url: [UInt8] = []
@@ -35,11 +40,13 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     private var lingerStart: ContinuousClock.Instant?
     private var lastLingerRead: ContinuousClock.Instant?
     /// A lingering connection closes after this much silence from the peer...
-    private var lingerSilence: Duration { min(receiver.options.idleTimeout, .seconds(2)) }
+    private var lingerSilence: Duration { min(options.idleTimeout, .seconds(2)) }
     /// ...or this long after it began lingering, whatever the peer does.
-    private var lingerLimit: Duration { min(receiver.options.idleTimeout, .seconds(30)) }
+    private var lingerLimit: Duration { min(options.idleTimeout, .seconds(30)) }
 
     init(connection: StreamConnection, receiver: HTTPReceiver, context: PluginContext) {
+        self.options = receiver.options
+        self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
         self.connection = connection
         self.receiver = receiver
         self.context = context
@@ -64,7 +71,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     private func armIdleTimer() {
         idleTimer?.cancel()
-        idleTimer = context.loop.scheduleTask(in: receiver.options.idleTimeout) { [weak self] in
+        idleTimer = context.loop.scheduleTask(in: options.idleTimeout) { [weak self] in
             guard let self, !self.isClosed else { return }
             self.connection.close()
         }
@@ -92,7 +99,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// A request that does not arrive whole within `requestTimeout` of the read it began in (a client trickling
     /// bytes, each within the idle timeout) is answered 408 and the connection closed.
     private func armRequestTimer() {
-        let timeout = receiver.options.requestTimeout
+        let timeout = options.requestTimeout
         requestTimer = context.loop.scheduleTask(in: timeout) { [weak self] in
             guard let self, !self.isClosed, !self.closing, self.requestInProgress else { return }
             let message = "The request did not arrive within \(timeout) of its first byte."
@@ -130,14 +137,14 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     fileprivate func urlData(_ data: UnsafeRawBufferPointer) -> Int32 {
         headerBytes += data.count
-        guard headerBytes <= receiver.options.maximumHeaderBytes else { return refuseHead() }
+        guard headerBytes <= options.maximumHeaderBytes else { return refuseHead() }
         url.append(contentsOf: data)
         return 0
     }
 
     fileprivate func headerData(_ data: UnsafeRawBufferPointer, field: Bool) -> Int32 {
         headerBytes += data.count
-        guard headerBytes <= receiver.options.maximumHeaderBytes else { return refuseHead() }
+        guard headerBytes <= options.maximumHeaderBytes else { return refuseHead() }
         if field {
             if inHeaderValue { flushHeader() }
             headerField.append(contentsOf: data)
@@ -160,14 +167,14 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         flushHeader()
         // A body announced too large is refused from the head, without waiting for it.
         if parser.pointee.flags & UInt32(F_CHUNKED.rawValue) == 0, parser.pointee.content_length != UInt64.max,
-           parser.pointee.content_length > UInt64(receiver.options.maximumBodyBytes) {
+           parser.pointee.content_length > UInt64(options.maximumBodyBytes) {
             return refuseBody(size: Int(clamping: parser.pointee.content_length))
         }
         return 0
     }
 
     fileprivate func bodyData(_ data: UnsafeRawBufferPointer) -> Int32 {
-        guard body.count + data.count <= receiver.options.maximumBodyBytes else { return refuseBody(size: body.count + data.count) }
+        guard body.count + data.count <= options.maximumBodyBytes else { return refuseBody(size: body.count + data.count) }
         body.append(contentsOf: data)
         return 0
     }
@@ -175,7 +182,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// 431 for a request head over `maximumHeaderBytes`, answered at once; the connection closes.
     @discardableResult
     private func refuseHead() -> Int32 {
-        let limit = receiver.options.maximumHeaderBytes
+        let limit = options.maximumHeaderBytes
         respond(sequence: takeSequence(), status: 431, body: limitError(431, "The request line and headers are over \(limit) bytes; at most \(limit) are allowed."), close: true)
         return 1
     }
@@ -183,7 +190,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// 413 for a body over `maximumBodyBytes` (announced, or counted as it comes), answered at once; the
     /// connection closes.
     private func refuseBody(size: Int) -> Int32 {
-        let error = MessageError(.payloadTooLarge(size: size, limit: receiver.options.maximumBodyBytes))
+        let error = MessageError(.payloadTooLarge(size: size, limit: options.maximumBodyBytes))
         respond(sequence: takeSequence(), status: 413, body: limitError(413, error.message), close: true)
         return 1
     }
@@ -193,7 +200,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         requestTimer?.cancel()
         requestTimer = nil
         let sequence = takeSequence()
-        let keepAlive = http_should_keep_alive(parser) != 0 && sequence + 1 < receiver.options.maximumRequestsPerConnection
+        let keepAlive = http_should_keep_alive(parser) != 0 && sequence + 1 < options.maximumRequestsPerConnection
         // The last request of the connection: what is pipelined after it is neither parsed nor delivered.
         if !keepAlive { closing = true }
         let method = String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method))))
@@ -217,9 +224,14 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
             return
         }
+        if method == "POST", pathOnly == sendPath {
+            // The request nearly every request is: no splitting of the path.
+            send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
+            return
+        }
         let parts = pathOnly.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { Substring($0) }
         let isSend = parts.count == 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "messages:send"
-        if receiver.options.forwarder != nil, !isSend {
+        if options.forwarder != nil, !isSend {
             // A gateway passes sends on; what would act on this instance (topic management, APNs pushes to its
             // token) has no meaning there.
             let message = "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
@@ -246,7 +258,11 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."), close: !keepAlive)
             return
         }
-        let project = String(parts[2])
+        send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
+    }
+
+    /// `POST /v1/projects/{project}/messages:send`: decode, deliver (or forward, as a gateway) and answer.
+    private func send(project: String, sequence: Int, keepAlive: Bool) {
         guard project == context.projectID else {
             let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
             respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
@@ -260,7 +276,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
             return
         }
-        if let forwarder = receiver.options.forwarder {
+        if let forwarder = options.forwarder {
             let body = self.body
             Task(executorPreference: context.loop) { [weak self] in
                 let outcome = await forwarder.forward(request, body: body)
@@ -278,7 +294,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             guard let self else { return }
             switch outcome {
             case .success(let id):
-                self.respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: id), close: !keepAlive)
+                self.respondSent(sequence: sequence, project: project, messageID: id, close: !keepAlive)
             case .failure(let error):
                 self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
             }
@@ -501,6 +517,35 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         for ready in answers.fill(sequence, with: (Array(head.utf8) + bodyBytes, close)) {
             connection.write(ready.bytes)
             if ready.close {
+                answers.discardWaiting()
+                finish()
+                return
+            }
+        }
+        finishIfDone()
+    }
+
+    /// The 200 answer to a send, byte for byte what ``respond(sequence:status:body:extraHeaders:close:)`` writes
+    /// for `fcmSendResponse(project:messageID:)`, built in place in the connection's outgoing bytes when it is next
+    /// in order (every answer of a connection that waits for each, as HTTP/1.1 clients do).
+    private func respondSent(sequence: Int, project: String, messageID: String, close: Bool) {
+        guard !isClosed, !finishing, !close, answers.isNextToWrite(sequence) else {
+            respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: messageID), close: close)
+            return
+        }
+        let bodyLength = fcmSendResponseByteCount(project: project, messageID: messageID)
+        connection.write { output in
+            output.append(contentsOf: "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: ".utf8)
+            output.append(contentsOf: String(bodyLength).utf8)
+            output.append(contentsOf: "\r\n\r\n".utf8)
+            appendFCMSendResponse(project: project, messageID: messageID, to: &output)
+        }
+        // Answers that were waiting for this one (rare: requests pipelined ahead of their answers).
+        var ready: [(bytes: [UInt8], close: Bool)] = []
+        answers.written(sequence) { ready.append($0) }
+        for answer in ready {
+            connection.write(answer.bytes)
+            if answer.close {
                 answers.discardWaiting()
                 finish()
                 return

@@ -105,6 +105,26 @@ struct HTTPReceiverTests {
         }
     }
 
+    @Test("a send's 200 answer, written in place, is byte for byte the answer written the general way (Connection: close)")
+    func sendAnswerBytes() async throws {
+        try await withHTTPHerald { herald, _, address in
+            let token = try await herald.token()
+            let client = try TestSocketClient(address)
+            client.send(request("POST", sendPath, body: sendBody(token, "1")) + request("POST", sendPath, body: sendBody(token, "2"), headers: ["Connection": "close"]))
+            let text = String(decoding: client.read { responses(in: $0).count >= 2 }, as: UTF8.self)
+            let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { "HTTP/1.1 " + $0 }
+            #expect(answers.count == 2)
+            for (answer, close) in zip(answers, [false, true]) {
+                let parts = answer.components(separatedBy: "\r\n\r\n")
+                let body = parts.count == 2 ? parts[1] : ""
+                #expect(body.hasPrefix(#"{"name":"projects/demo/messages/"#) && body.hasSuffix(#""}"#))
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: \(body.utf8.count)\r\n"
+                    + (close ? "Connection: close\r\n" : "")
+                #expect(parts.first.map { $0 + "\r\n" } == head, "answer \(answer)")
+            }
+        }
+    }
+
     @Test("bad input gets clear errors: malformed JSON, wrong project, unknown route, wrong method, oversized body, bad HTTP")
     func badInput() async throws {
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0))

@@ -44,3 +44,10 @@ public func appendFCMSendResponse(project: String, messageID: String, to output:
     JSONWriter.appendEscapedContents(messageID, to: &output)
     output.append(contentsOf: #""}"#.utf8)
 }
+
+/// The number of bytes ``appendFCMSendResponse(project:messageID:to:)`` appends (a `Content-Length`), counted
+/// without writing them.
+public func fcmSendResponseByteCount(project: String, messageID: String) -> Int {
+    // {"name":"projects/ + project + /messages/ + id + "}: 30 bytes and the two strings' escaped contents.
+    30 + JSONWriter.escapedLength(project) - 2 + JSONWriter.escapedLength(messageID) - 2
+}

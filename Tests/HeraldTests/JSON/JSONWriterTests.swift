@@ -109,5 +109,6 @@ struct JSONWriterTests {
         var output = Array("before ".utf8)
         appendFCMSendResponse(project: "demo-project", messageID: messageID, to: &output)
         #expect(output == Array("before ".utf8) + fcmSendResponse(project: "demo-project", messageID: messageID).jsonBytes())
+        #expect(fcmSendResponseByteCount(project: "demo-project", messageID: messageID) == output.count - "before ".utf8.count)
     }
 }
