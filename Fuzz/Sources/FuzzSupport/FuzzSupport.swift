@@ -69,7 +69,8 @@ private final class Box<T: Sendable>: Sendable {
 public final class SocketHarness: Sendable {
     public let herald: Herald
     public let address: SocketAddress
-    /// The instance's registration token, so that seeds can address messages to it.
+    /// The instance's registration token. It is new in every run, so seeds cannot name it: token messages in the
+    /// seeds are answered UNREGISTERED by the bus, and topic and condition messages go all the way to the handler.
     public let token: String
 
     /// Starts `receiver` (made for the socket path) in a new Herald of project `demo`, sender `1234567890`.
