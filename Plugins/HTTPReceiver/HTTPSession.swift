@@ -455,7 +455,9 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         guard let query = path.split(separator: "?", maxSplits: 1).dropFirst().first else { return [:] }
         var items: [String: String] = [:]
         for pair in query.split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1).map { percentDecoded(String($0)) }
+            // Empty sides kept: `=` alone is an empty name, `=v` a value for it (omitting them left no parts for
+            // `=`, and indexing that trapped: a crash of the daemon found by fuzzing).
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map { percentDecoded(String($0)) }
             items[parts[0]] = parts.count > 1 ? parts[1] : ""
         }
         return items

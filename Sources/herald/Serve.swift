@@ -390,22 +390,6 @@ func readSecret(file: String, what: String) throws -> String {
     return secret
 }
 
-/// The whole contents of the file at `path`, or `nil` (with `errno` set) when it cannot be read.
-func readWholeFile(_ path: String) -> [UInt8]? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var contents: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let count = read(fd, &buffer, buffer.count)
-        if count < 0, errno == EINTR { continue }
-        guard count >= 0 else { return nil }
-        if count == 0 { return contents }
-        contents += buffer[0..<count]
-    }
-}
-
 /// `text` without leading and trailing spaces, tabs and line breaks.
 func trimmed(_ text: String) -> String {
     let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }

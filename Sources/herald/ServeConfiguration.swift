@@ -364,6 +364,12 @@ enum ServeConfiguration {
         guard let bytes = readWholeFile(path) else {
             throw ConfigurationError(message: "herald: cannot read the config file \(path): \(String(cString: strerror(errno)))")
         }
+        try readFile(contents: bytes, path: path, into: &settings)
+    }
+
+    /// The config file's `bytes` (read from `path`, which errors name) into `settings`: what the fuzz target
+    /// (Fuzz/Sources/FuzzConfig) drives.
+    static func readFile(contents bytes: [UInt8], path: String, into settings: inout ServeSettings) throws {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw ConfigurationError(message: "herald: config file \(path): not UTF-8 text")
         }
@@ -534,6 +540,22 @@ enum ServeConfiguration {
             previous = current
         }
         return previous[b.count]
+    }
+}
+
+/// The whole contents of the file at `path`, or `nil` (with `errno` set) when it cannot be read.
+func readWholeFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var contents: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = read(fd, &buffer, buffer.count)
+        if count < 0, errno == EINTR { continue }
+        guard count >= 0 else { return nil }
+        if count == 0 { return contents }
+        contents += buffer[0..<count]
     }
 }
 

@@ -1,0 +1,88 @@
+// swift-tools-version: 6.1
+// Fuzz targets for Herald (issue 10), kept out of the main package graph like Benchmarks/: nothing in
+// ../Package.swift refers to this package. Each executable is a libFuzzer target; scripts/fuzz builds them with
+// `-Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library` and runs them on the seeds in Corpus/<target>.
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "HeraldFuzz",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "Herald", path: ".."),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+    ],
+    targets: [
+        // What more than one target needs: the fixed decoding context, splitting an input into chunks, and a
+        // Herald with a receiver on a Unix socket that an input is sent to.
+        .target(
+            name: "FuzzSupport",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldTesting", package: "Herald"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // FCMSendRequest.decode: the FCM v1 send body's decoder and validator.
+        .executableTarget(
+            name: "FuzzFCMv1",
+            dependencies: ["FuzzSupport", .product(name: "Herald", package: "Herald")],
+            swiftSettings: swiftSettings
+        ),
+        // APNsRequest.decode: the apns-* headers and the APNs payload.
+        .executableTarget(
+            name: "FuzzAPNs",
+            dependencies: ["FuzzSupport", .product(name: "Herald", package: "Herald")],
+            swiftSettings: swiftSettings
+        ),
+        // TopicCondition.parse: FCM's condition expressions.
+        .executableTarget(
+            name: "FuzzCondition",
+            dependencies: ["FuzzSupport", .product(name: "Herald", package: "Herald")],
+            swiftSettings: swiftSettings
+        ),
+        // The HTTP receiver's request path (http_parser, routing, limits, the decoders, the bus), driven over its
+        // Unix socket with the input's bytes in the input's chunks.
+        .executableTarget(
+            name: "FuzzHTTP",
+            dependencies: [
+                "FuzzSupport",
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldTesting", package: "Herald"),
+                .product(name: "HTTPReceiver", package: "Herald"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The socket receiver's line framing (and the decoder and bus behind it), with arbitrary chunking.
+        .executableTarget(
+            name: "FuzzSocketFraming",
+            dependencies: [
+                "FuzzSupport",
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldTesting", package: "Herald"),
+                .product(name: "SocketReceiver", package: "Herald"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // herald serve's config file loader. ServeConfiguration.swift lives in the `herald` executable, which no
+        // other package can import: Sources/FuzzConfig/ServeConfiguration.swift is a symbolic link to it, so the
+        // loader is compiled here from the same file, not copied.
+        .executableTarget(
+            name: "FuzzConfig",
+            dependencies: [
+                "FuzzSupport",
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "NATSReceiver", package: "Herald"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

@@ -1,0 +1,28 @@
+import FuzzSupport
+
+// ServeConfiguration.swift here is a symbolic link to ../../../Sources/herald/ServeConfiguration.swift: the
+// loader `herald serve` runs, compiled into this target (an executable's code cannot be imported).
+
+/// herald serve's config file loader on arbitrary bytes: it must read them into settings or refuse them with a
+/// ConfigurationError (the one-line message serve prints, exit 64), never crash or throw anything else. Settings
+/// it accepts must render (`--print-config`) and give NATS options.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
+    let bytes = Array(UnsafeBufferPointer(start: start, count: count))
+    var settings = ServeSettings()
+    do {
+        try ServeConfiguration.readFile(contents: bytes, path: "fuzz.yaml", into: &settings)
+    } catch is ConfigurationError {
+        return 0
+    } catch {
+        fatalError("the config loader threw something other than a ConfigurationError: \(error)")
+    }
+    _ = settings.rendered(environment: [:])
+    _ = settings.natsOptions(authToken: nil)
+    return 0
+}
+
+@_cdecl("FuzzConfig_main")
+public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    fuzzerMain(argc, argv, fuzz)
+}

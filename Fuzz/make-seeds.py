@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora Fuzz/Corpus/<target>/ from the sample payloads (Tests/HeraldTests/Resources/payloads,
+the project's copy of ../shared/testdata/payloads) and the test files' cases: the JSON bodies, APNs payloads,
+conditions and config files written in the tests, bad ones included. Run by scripts/fuzz; deterministic (each
+seed is named by its content's SHA-1), so running it again changes nothing."""
+import hashlib, os, re, shutil, sys
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+corpus = os.path.join(root, "Fuzz", "Corpus")
+payloads = os.path.join(root, "Tests", "HeraldTests", "Resources", "payloads")
+
+def test_sources():
+    for directory, _, files in os.walk(os.path.join(root, "Tests")):
+        for name in sorted(files):
+            if name.endswith(".swift"):
+                yield open(os.path.join(directory, name), encoding="utf-8").read()
+
+def raw_strings():
+    """Every Swift raw string literal #"..."# in the tests, as the bytes it stands for."""
+    for text in test_sources():
+        for match in re.finditer(r'#"(.*?)"#', text):
+            yield match.group(1).replace("\\#(token)", "fuzz-token").replace(r"\#(", "(")
+
+def multiline_strings():
+    for text in test_sources():
+        for match in re.finditer(r'"""\n(.*?)\n\s*"""', text, re.S):
+            lines = match.group(1).split("\n")
+            indent = min((len(l) - len(l.lstrip()) for l in lines if l.strip()), default=0)
+            yield "\n".join(l[indent:] for l in lines) + "\n"
+
+def sample(name):
+    return open(os.path.join(payloads, name), "rb").read()
+
+fcm = [sample(n) for n in sorted(os.listdir(payloads)) if n.startswith("fcm-v1-")]
+fcm += [s.encode() for s in raw_strings() if s.startswith('{"message"')]
+apns_payloads = [sample("apns-provider-alert.json"), sample("seed-alert-apns.json")]
+apns_payloads += [s.encode() for s in raw_strings() if s.startswith('{"aps"')]
+conditions = set()
+for text in test_sources():
+    for match in re.finditer(r'"((?:[^"\\]|\\.)*in topics(?:[^"\\]|\\.)*)"', text):
+        conditions.add(match.group(1).replace('\\"', '"'))
+for body in fcm:
+    for match in re.finditer(rb'"condition"\s*:\s*"((?:[^"\\]|\\.)*)"', body):
+        conditions.add(match.group(1).decode().replace('\\"', '"'))
+configs = [s for s in multiline_strings() if re.match(r"^[a-z-]+:", s)]
+configs += ["", "# comments only\n", "http: none\nsocket: none\n", "nats-servers: [nats://127.0.0.1:4222]\ngateway: true\n",
+            "plugins:\n  - /a.so\n  - /b.so\n", "shutdown-grace: 99999999999999999999\n", "echo: maybe\n", "- a\n- b\n",
+            "anchor: &a x\nproject-id: *a\n", "project-id: a\nproject-id: b\n", "http: [\n"]
+
+def request(method, path, body=b"", headers=(), chunked=False, secret=True):
+    head = [f"{method} {path} HTTP/1.1", "Host: localhost"]
+    if secret:
+        head.append("Authorization: Bearer fuzz-secret")
+    head += list(headers)
+    if chunked:
+        head.append("Transfer-Encoding: chunked")
+        data = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:7], body[7:]) if part) + b"0\r\n\r\n"
+    else:
+        if body or method in ("POST", "PUT"):
+            head.append(f"Content-Length: {len(body)}")
+        data = body
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+send = "/v1/projects/demo/messages:send"
+http = []
+for index, body in enumerate(fcm):
+    http.append(request("POST", send, body, chunked=index % 3 == 1))
+for body in apns_payloads:
+    http.append(request("POST", "/3/device/fuzz-token", body, headers=["apns-push-type: alert", "apns-priority: 10",
+        "apns-id: 123e4567-e89b-12d3-a456-426614174000", "apns-expiration: 0", "apns-collapse-id: c"]))
+topics = "/v1/projects/demo/registrations/fuzz-token/topicSubscriptions"
+http += [
+    request("GET", "/healthz", secret=False),
+    request("POST", topics + "?topic_name=news"),
+    request("DELETE", topics + "/news?allow_missing=true"),
+    request("POST", "/iid/v1:batchAdd", b'{"to": "/topics/news", "registration_tokens": ["fuzz-token", "other"]}'),
+    request("POST", "/iid/v1:batchRemove", b'{"to": "news", "registration_tokens": ["fuzz-token"]}'),
+    request("POST", send, fcm[0], secret=False),
+    request("GET", send),
+    request("POST", "/v1/projects/other/messages:send", fcm[0]),
+    request("POST", send, b"x" * 5000),
+    request("POST", send, headers=["X-Long: " + "a" * 2100]),
+    request("POST", send, fcm[0], headers=["Connection: close"]) + request("GET", "/healthz"),
+    request("POST", send, fcm[0]) + request("POST", send, fcm[-1]) + request("GET", "/healthz", secret=False),
+    b"GET /healthz HTTP/1.0\r\n\r\n",
+    b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    b"NOT HTTP\r\n\r\n",
+]
+# Fuzz findings, kept as seeds so that every run starts from them (each also a test in the normal suite).
+http += [
+    # HTTPFuzzFindingsTests.queryItemWithoutName: a query item of only '=' trapped in HTTPSession.queryItems.
+    b"POST /v1/projects/demo/registrations/fuzz-token/topicSubscriptions?= HTTP/1.1\r\n"
+    b"Authorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n",
+]
+socket = [b"\n".join(fcm[i:i + 3]).replace(b"\n  ", b" ") + b"\n" for i in range(0, len(fcm), 3)]
+socket = [re.sub(rb"\s*\n\s*", b" ", body.strip()) + b"\n" for body in fcm] + socket
+socket += [b"not json\n", b"\r\n\n\n", b'{"message": {"token": "t"}}\r\n' * 3, b"x" * 600 + b"\n", b'{"message": {"token": "t"}}']
+
+def write(target, seeds, prefix=lambda seed: b""):
+    directory = os.path.join(corpus, target)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    for seed in seeds:
+        data = prefix(seed) + seed
+        with open(os.path.join(directory, hashlib.sha1(data).hexdigest()), "wb") as file:
+            file.write(data)
+
+# The socket targets' first byte picks the chunking (FuzzInput.chunked): 0x0F whole, 0x00 byte by byte, and one between.
+chunkings = [b"\x0f", b"\x00", b"\x37"]
+write("fcm-v1", fcm)
+write("apns", apns_payloads + [b"apns-push-type: background\napns-priority: 10\n\n" + p for p in apns_payloads[:1]]
+      + [b"apns-id: 123e4567-e89b-12d3-a456-426614174000\napns-expiration: 1700000000\napns-collapse-id: c\n\n" + p for p in apns_payloads])
+write("condition", sorted(c.encode() for c in conditions))
+write("config", [c.encode() for c in configs])
+write("http", [c + s for s in http for c in chunkings[:1]] + [chunkings[1] + http[0], chunkings[2] + http[-4]])
+write("socket", [c + s for s in socket for c in chunkings[:1]] + [chunkings[1] + socket[0], chunkings[2] + socket[-1]])
+for target in sorted(os.listdir(corpus)):
+    files = os.listdir(os.path.join(corpus, target))
+    size = sum(os.path.getsize(os.path.join(corpus, target, f)) for f in files)
+    print(f"seeds: {target}: {len(files)} inputs, {size} bytes", file=sys.stderr)
