@@ -282,7 +282,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         self.jetStream = jetStream
         shared.withLock { $0.state = .connected }
-        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(options.servers)"])
+        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(NATSConnectionSettings.redacted(options.servers))"])
         applyTopics()
         return UnsafeHandle(jetStream)
     }
@@ -304,7 +304,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private func connectedURL(_ connection: OpaquePointer) -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return "?" }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return NATSConnectionSettings.redacted(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
     }
 
     public func stop() async {
