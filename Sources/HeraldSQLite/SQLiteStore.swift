@@ -36,6 +36,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
         try Self.makeDirectory(directory)
         let path = directory.hasSuffix("/") ? directory + "herald.sqlite" : directory + "/herald.sqlite"
         self.path = path
+        try Self.checkNotOrphanedLog(path)
 
         var configuration = Configuration()
         configuration.label = "HeraldSQLite"
@@ -62,6 +63,18 @@ public final class SQLiteStore: HeraldStore, Sendable {
         } catch {
             throw Self.storeError(error, path: path, during: .open)
         }
+    }
+
+    /// Refuses a missing (or empty) database file beside a write-ahead log with content: the store was deleted while a
+    /// process had it open (or moved without its `-wal` file). SQLite would silently discard that log and start an
+    /// empty store — a new identity, and the messages accepted but not yet handled gone.
+    private static func checkNotOrphanedLog(_ path: String) throws(StoreError) {
+        var database = stat(), log = stat()
+        let missing = stat(path, &database) != 0 ? errno == ENOENT : database.st_size == 0
+        guard missing, stat(path + "-wal", &log) == 0, log.st_size > 0 else { return }
+        throw .corrupt(
+            path: path,
+            detail: "the database file is missing (or empty) but its write-ahead log \(path)-wal (\(log.st_size) bytes) is there: the store was deleted or moved while in use. Put herald.sqlite back beside it, or move the -wal file aside to start a new store (a new registration token; messages not yet handled are lost)")
     }
 
     /// Always `true`: what ``commit(_:window:now:)`` writes is on disk when it returns.
