@@ -15,21 +15,32 @@ public final class DaemonProcess {
     private var pending: [UInt8] = []
 
     /// Starts `herald serve --echo` on a free loopback port with its data directory at `directory`.
-    public convenience init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
+    ///
+    /// `launcher` is a command line that runs `herald` (found on `PATH`), such as `["prlimit", "--nofile=64", "--"]`
+    /// for a daemon with few file descriptors, or `["nsenter", "-t", PID, "-m", "--"]` for one in another mount
+    /// namespace; empty, `herald` runs directly.
+    public convenience init(
+        directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true, launcher: [String] = []
+    ) throws {
         let port = try freeLoopbackPort()
         try self.init(
             directory: directory, httpPort: port,
             arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", directory, "--project-id", "demo"] + (echo ? ["--echo"] : []) + arguments,
-            environment: environment)
+            environment: environment, launcher: launcher)
     }
 
     /// Starts `herald` with exactly `arguments` (for a daemon whose settings come from elsewhere, such as a config
-    /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log.
-    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:]) throws {
+    /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log. `launcher`: as above.
+    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:], launcher: [String] = []) throws {
         self.directory = directory
         self.httpPort = httpPort
-        process.executableURL = heraldExecutable
-        process.arguments = arguments
+        if launcher.isEmpty {
+            process.executableURL = heraldExecutable
+            process.arguments = arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = launcher + [heraldExecutable.path] + arguments
+        }
         var env = ProcessInfo.processInfo.environment
         for name in env.keys where name.hasPrefix("HERALD_") { env[name] = nil }
         for (key, value) in environment { env[key] = value }
