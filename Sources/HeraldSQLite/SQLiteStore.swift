@@ -37,6 +37,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
         let path = directory.hasSuffix("/") ? directory + "herald.sqlite" : directory + "/herald.sqlite"
         self.path = path
         try Self.checkNotOrphanedLog(path)
+        try Self.checkLogHeader(path)
 
         var configuration = Configuration()
         configuration.label = "HeraldSQLite"
@@ -62,6 +63,36 @@ public final class SQLiteStore: HeraldStore, Sendable {
             try Schema.migrator.migrate(database)
         } catch {
             throw Self.storeError(error, path: path, during: .open)
+        }
+    }
+
+    /// Refuses a write-ahead log whose header is not one: SQLite reads every committed page from the log first, and a
+    /// log it cannot read it silently ignores — the store would open with whatever the database file held before the
+    /// last checkpoint (often nothing: a new identity, the unhandled messages gone). A torn tail after a crash is
+    /// normal and recovered by SQLite; only a damaged header is refused.
+    private static func checkLogHeader(_ path: String) throws(StoreError) {
+        let log = path + "-wal"
+        let fd = open(log, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var header = [UInt8](repeating: 0, count: 32)
+        guard Glibc.read(fd, &header, 32) == 32 else { return }
+        let words = (0..<8).map { index in header[index * 4..<index * 4 + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
+        // The magic number says in which byte order the checksums were computed; the header's first 24 bytes are
+        // checksummed as SQLite's WAL format describes (pairs of 32-bit words).
+        guard words[0] & 0xFFFF_FFFE == 0x377F_0682 else {
+            throw .corrupt(path: path, detail: "its write-ahead log \(log) is damaged (not a SQLite WAL header); move both files aside and restore them from a backup")
+        }
+        let bigEndian = words[0] & 1 == 1
+        let native = bigEndian ? Array(words[0..<6]) : words[0..<6].map { $0.byteSwapped }
+        var first: UInt32 = 0, second: UInt32 = 0
+        for pair in stride(from: 0, to: 6, by: 2) {
+            first = first &+ native[pair] &+ second
+            second = second &+ native[pair + 1] &+ first
+        }
+        let stored = (words[6], words[7])
+        guard (first, second) == stored else {
+            throw .corrupt(path: path, detail: "its write-ahead log \(log) is damaged (its header checksum does not match); move both files aside and restore them from a backup")
         }
     }
 
@@ -210,6 +241,17 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 // Returns a status row instead of failing when a reader blocks it; the data is deleted either way.
                 _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
             }
+        } catch {
+            throw Self.storeError(error, path: path, during: .write)
+        }
+    }
+
+    /// Copies every page of the write-ahead log into the database file and empties the log
+    /// (`PRAGMA wal_checkpoint(TRUNCATE)`), so that a stopped store is one self-contained file. `herald serve` calls it at
+    /// a clean stop. Any thread; blocks on disk I/O.
+    public func checkpoint() throws(StoreError) {
+        do {
+            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         } catch {
             throw Self.storeError(error, path: path, during: .write)
         }

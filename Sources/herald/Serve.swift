@@ -312,6 +312,13 @@ final class Daemon: Service, Sendable {
         }
         watchdog?.cancel()
         await loop.shutdownGracefully()
+        // A stopped store is one self-contained file: damage to it is then seen at the next start, not hidden behind
+        // a write-ahead log SQLite would read first.
+        do {
+            try store.checkpoint()
+        } catch {
+            logger.warning("could not checkpoint the store at stop; it stays in its write-ahead log", metadata: ["error": "\(error)"])
+        }
         logger.notice("stopped")
     }
 
@@ -320,7 +327,8 @@ final class Daemon: Service, Sendable {
     /// accepted but had not handled, so the daemon refuses, saying what to do.
     static func missingStore(in directory: String) -> CommandFailure? {
         let store = "\(directory)/herald.sqlite", analytics = "\(directory)/analytics.sqlite"
-        guard access(store, F_OK) != 0, errno == ENOENT, access(analytics, F_OK) == 0 else { return nil }
+        // With the store's write-ahead log still there, SQLiteStore says more (it refuses the orphaned log).
+        guard access(store, F_OK) != 0, access(store + "-wal", F_OK) != 0, access(analytics, F_OK) == 0 else { return nil }
         return CommandFailure(
             message: "herald: the Herald store \(store) is missing, but \(analytics) of an earlier run is there: the store (registration token, topics, messages not yet handled) was deleted or moved. Put it back, or move the data directory aside to start afresh with a new registration token.")
     }
