@@ -38,6 +38,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
         self.path = path
         try Self.checkNotOrphanedLog(path)
         try Self.checkLogHeader(path)
+        // A new store's file is made 0600 before SQLite opens it (SQLite would use 0644 less the umask); its
+        // write-ahead log and shared-memory file take the database file's mode. The registration token is in it.
+        let created = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if created >= 0 { close(created) }
 
         var configuration = Configuration()
         configuration.label = "HeraldSQLite"
