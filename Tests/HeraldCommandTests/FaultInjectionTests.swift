@@ -323,7 +323,7 @@ final class PrivateMount {
     init(_ arguments: [String]) throws {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
         process.arguments = ["-m", "--propagation", "private", "/bin/sh", "-c",
-                             #"mount "$@" && eval "findmnt -n -o SOURCE \"\${$#}\"" && exec sleep 600"#, "sh"] + arguments
+                             #"mount "$@" && eval "findmnt -n -o SOURCE \"\${$#}\"" && exec sleep 3600"#, "sh"] + arguments
         process.standardOutput = output
         process.standardError = output
         try process.run()
