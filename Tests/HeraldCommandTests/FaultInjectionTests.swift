@@ -181,7 +181,9 @@ struct FaultInjectionTests {
             let crash = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "99"}}}"#
             let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: crash)
             #expect(answer.status == 200, "committed before the handler ran: \(answer.body)")
-            daemon.process.waitUntilExit()
+            // Polled rather than waitUntilExit(): a test that fails here should say so, not hang.
+            for _ in 0..<3_000 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(!daemon.process.isRunning, "the daemon did not crash; log: \(daemon.log)")
             // SIGABRT; under Thread Sanitizer its runtime fails a check of its own on the way down and the process
             // dies of that instead. Either way it did not stop cleanly.
             let reason = daemon.process.terminationReason, status = daemon.process.terminationStatus
