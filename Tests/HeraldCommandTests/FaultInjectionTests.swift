@@ -165,7 +165,10 @@ struct FaultInjectionTests {
         }
     }
 
-    @Test("a handler that crashes the process: the message was acknowledged, and the next start replays it to the handlers", .timeLimit(.minutes(1)))
+    @Test(
+        "a handler that crashes the process: the message was acknowledged, and the next start replays it to the handlers",
+        .disabled(if: runningUnderThreadSanitizer, "under Thread Sanitizer the abort ends in the sanitizer's own failed check, and the child's end is at times never reported to Foundation's Process, which then waits for ever; the plain run covers it"),
+        .timeLimit(.minutes(1)))
     func handlerCrash() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             let plugin = buildProductsDirectory.appendingPathComponent("libHeraldTestPlugin.so").path
@@ -184,10 +187,7 @@ struct FaultInjectionTests {
             // Polled rather than waitUntilExit(): a test that fails here should say so, not hang.
             for _ in 0..<3_000 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
             try #require(!daemon.process.isRunning, "the daemon did not crash; log: \(daemon.log)")
-            // SIGABRT; under Thread Sanitizer its runtime fails a check of its own on the way down and the process
-            // dies of that instead. Either way it did not stop cleanly.
-            let reason = daemon.process.terminationReason, status = daemon.process.terminationStatus
-            #expect(reason == .uncaughtSignal || status != 0, "\(reason.rawValue) \(status): \(daemon.log.suffix(2000))")
+            #expect(daemon.process.terminationReason == .uncaughtSignal && daemon.process.terminationStatus == SIGABRT, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: flag))
 
             let restarted = try DaemonProcess(directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
@@ -271,6 +271,9 @@ struct NumberedSender {
         return try httpRequest(port: port, "POST", "/v1/projects/demo/messages:send", body: body)
     }
 }
+
+/// Whether this test process runs under Thread Sanitizer (its runtime is linked in).
+let runningUnderThreadSanitizer = dlsym(nil, "__tsan_init") != nil  // nil: RTLD_DEFAULT on Linux
 
 /// The `data.n` of every `--echo` message line.
 func handledNumbers(_ lines: [String]) -> Set<Int> {
