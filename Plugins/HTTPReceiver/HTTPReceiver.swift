@@ -53,7 +53,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         public var description: String {
             switch self {
             case .secretRequired(let address):
-                "refusing to listen on \(address) without a secret: set one, or listen on 127.0.0.1 / ::1 only"
+                "refusing to listen on \(address) without a secret: set one, or listen on a loopback address (127.0.0.1, ::1) only"
             case .emptySecret:
                 "refusing an empty secret: set a real one, or none (nil) to listen on loopback only"
             }
@@ -87,7 +87,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     public func start(_ context: PluginContext) async throws {
         if options.secret?.isEmpty == true { throw ConfigurationError.emptySecret }
         if options.secret == nil {
-            guard case .tcp(let host, _) = options.address, ["127.0.0.1", "::1", "localhost"].contains(host) else {
+            guard options.address.isLoopback else {
                 throw ConfigurationError.secretRequired(options.address)
             }
             context.logger.warning("no secret configured: the HTTP receiver accepts unauthenticated requests, on loopback only")

@@ -21,6 +21,22 @@ enum NATSConnectionSettings {
         return run(steps)
     }
 
+    /// `url` with any user and password in it (`nats://user:password@host:4222`) replaced by `***`, for logs and
+    /// errors: a server URL may carry credentials, and no secret is ever written to a log.
+    static func redacted(_ url: String) -> String {
+        let bytes = Array(url.utf8)
+        guard let colon = bytes.indices.first(where: { bytes[$0...].starts(with: "://".utf8) }) else { return url }
+        let authority = colon + 3
+        let authorityEnd = bytes[authority...].firstIndex(of: UInt8(ascii: "/")) ?? bytes.endIndex
+        guard let at = bytes[authority..<authorityEnd].lastIndex(of: UInt8(ascii: "@")) else { return url }
+        return String(decoding: bytes[..<authority], as: UTF8.self) + "***" + String(decoding: bytes[at...], as: UTF8.self)
+    }
+
+    /// Every URL of `servers` redacted (``redacted(_:)``), as one string for a log line or an error.
+    static func redacted(_ servers: [String]) -> String {
+        servers.map { redacted($0) }.joined(separator: ", ")
+    }
+
     /// Runs `steps` until one fails; its status, or `NATS_OK`.
     static func run(_ steps: [() -> natsStatus]) -> natsStatus {
         for step in steps {

@@ -48,7 +48,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             return publisher
         }
         shared.withLock { $0 = (publisher, context) }
-        context.logger.info("gateway mode: sends go to NATS", metadata: ["servers": "\(options.servers)", "stream": "\(options.stream ?? NATSSubjects.streamName(project: project))"])
+        context.logger.info("gateway mode: sends go to NATS", metadata: ["servers": "\(NATSConnectionSettings.redacted(options.servers))", "stream": "\(options.stream ?? NATSSubjects.streamName(project: project))"])
     }
 
     public func stop() async {

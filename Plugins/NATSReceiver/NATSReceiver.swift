@@ -282,7 +282,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         self.jetStream = jetStream
         shared.withLock { $0.state = .connected }
-        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(options.servers)"])
+        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(NATSConnectionSettings.redacted(options.servers))"])
         applyTopics()
         return UnsafeHandle(jetStream)
     }
@@ -304,7 +304,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private func connectedURL(_ connection: OpaquePointer) -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return "?" }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return NATSConnectionSettings.redacted(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
     }
 
     public func stop() async {
@@ -563,7 +563,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         } catch {
             shared.withLock { $0.statistics.invalid += 1 }
             context.bus.recordInvalid(error)
-            context.logger.warning("dropped an invalid message from NATS", metadata: [
+            // Debug, not warning: each one is recorded (message_dropped `invalid`, the statistics); a warning per
+            // message would let any publisher flood the log (the soak's malformed messages wrote 3,065 lines).
+            context.logger.debug("dropped an invalid message from NATS", metadata: [
                 "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
             ])
             if let reply { answer(reply, error.fcmErrorBody) }

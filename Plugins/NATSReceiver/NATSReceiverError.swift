@@ -10,7 +10,7 @@ public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertibl
     public var description: String {
         switch self {
         case .connect(let servers, let detail):
-            "cannot connect to NATS at \(servers.joined(separator: ", ")): \(detail); check that nats-server runs there (with -js for JetStream)"
+            "cannot connect to NATS at \(NATSConnectionSettings.redacted(servers)): \(detail); check that nats-server runs there (with -js for JetStream)"
         case .jetStream(let operation, let detail, let code):
             "cannot \(operation) in JetStream: \(detail)\(code != 0 ? " (JetStream error \(code))" : ""); check that the server runs with JetStream enabled"
         case .subscribe(let subject, let detail): "cannot subscribe to \(subject): \(detail)"

@@ -26,6 +26,7 @@ final class MetricsEndpoint {
         var accept: ((StreamConnection) -> Void)?
         server = try StreamServer.listen(on: context.loop, at: options.address) { accept?($0) }
         accept = { [weak self] connection in self?.serve(connection) }
+        server.logAcceptFailures(to: context.logger)
         context.logger.info("serving /metrics", metadata: ["address": "\(server.localAddress)"])
     }
 
@@ -36,6 +37,11 @@ final class MetricsEndpoint {
     }
 
     private func serve(_ connection: StreamConnection) {
+        guard connections.count < options.maximumConnections else {
+            context.logger.warning("too many scrape connections; closing the new one", metadata: ["limit": "\(options.maximumConnections)"])
+            connection.close()
+            return
+        }
         let key = ObjectIdentifier(connection)
         connections[key] = connection
         var head: [UInt8] = []

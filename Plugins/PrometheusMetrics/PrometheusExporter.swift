@@ -37,6 +37,11 @@ public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
         public var maximumRequestBytes: Int = 8 * 1024
         /// How long a scrape connection may stay silent before it is closed.
         public var idleTimeout: Duration = .seconds(10)
+        /// The most scrape connections open at once; more are closed as they are accepted.
+        public var maximumConnections: Int = 64
+        /// `/metrics` and `/healthz` have no authentication, so an address that is not loopback is refused at start
+        /// unless this is `true` (for a scraper on another machine, on a network you trust).
+        public var allowUnauthenticatedNetwork = false
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 9464)) {
             self.address = address
@@ -105,7 +110,22 @@ public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
         return try await context.loop.submit { self.server?.localAddress }
     }
 
+    /// Refused configurations.
+    public enum ConfigurationError: Error, CustomStringConvertible {
+        /// An address beyond loopback without ``Options/allowUnauthenticatedNetwork``.
+        case unauthenticatedNetworkAddress(SocketAddress)
+        public var description: String {
+            switch self {
+            case .unauthenticatedNetworkAddress(let address):
+                "refusing to serve /metrics on \(address): it has no authentication, so it listens on loopback addresses only unless allowed to listen beyond them (allowUnauthenticatedNetwork)"
+            }
+        }
+    }
+
     public func start(_ context: PluginContext) async throws {
+        if !options.allowUnauthenticatedNetwork, !options.address.isLoopback {
+            throw ConfigurationError.unauthenticatedNetworkAddress(options.address)
+        }
         self.context = context
         try await context.loop.submit {
             self.server = try MetricsEndpoint(

@@ -29,9 +29,25 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
         /// The file mode of Unix socket files: 0600 by default, so only the daemon's user may send. Use 0660
         /// (with the daemon's group) to let a group of senders in.
         public var unixSocketMode: UInt32 = 0o600
+        /// The receiver has no authentication of its own (a Unix socket's file mode is its access control), so a TCP
+        /// address that is not loopback is refused at start unless this is `true`: set it only on a network where
+        /// everyone who can connect may send.
+        public var allowUnauthenticatedNetwork = false
 
         public init(addresses: [SocketAddress]) {
             self.addresses = addresses
+        }
+    }
+
+    /// Refused configurations.
+    public enum ConfigurationError: Error, CustomStringConvertible {
+        /// A TCP address beyond loopback without ``Options/allowUnauthenticatedNetwork``.
+        case unauthenticatedNetworkAddress(SocketAddress)
+        public var description: String {
+            switch self {
+            case .unauthenticatedNetworkAddress(let address):
+                "refusing to listen on \(address): the socket receiver has no authentication, so it listens on Unix sockets and loopback addresses only unless allowed to listen beyond them (allowUnauthenticatedNetwork)"
+            }
         }
     }
 
@@ -61,6 +77,9 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
     }
 
     public func start(_ context: PluginContext) async throws {
+        if !options.allowUnauthenticatedNetwork, let address = options.addresses.first(where: { !$0.isLoopback }) {
+            throw ConfigurationError.unauthenticatedNetworkAddress(address)
+        }
         self.context = context
         for case .unix(let path) in options.addresses where Self.removeIfStale(path) {
             context.logger.notice("removed a stale socket file left by a process that ended", metadata: ["path": "\(path)"])

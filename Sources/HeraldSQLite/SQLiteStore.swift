@@ -36,6 +36,12 @@ public final class SQLiteStore: HeraldStore, Sendable {
         try Self.makeDirectory(directory)
         let path = directory.hasSuffix("/") ? directory + "herald.sqlite" : directory + "/herald.sqlite"
         self.path = path
+        try Self.checkNotOrphanedLog(path)
+        try Self.checkLogHeader(path)
+        // A new store's file is made 0600 before SQLite opens it (SQLite would use 0644 less the umask); its
+        // write-ahead log and shared-memory file take the database file's mode. The registration token is in it.
+        let created = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if created >= 0 { close(created) }
 
         var configuration = Configuration()
         configuration.label = "HeraldSQLite"
@@ -62,6 +68,48 @@ public final class SQLiteStore: HeraldStore, Sendable {
         } catch {
             throw Self.storeError(error, path: path, during: .open)
         }
+    }
+
+    /// Refuses a write-ahead log whose header is not one: SQLite reads every committed page from the log first, and a
+    /// log it cannot read it silently ignores — the store would open with whatever the database file held before the
+    /// last checkpoint (often nothing: a new identity, the unhandled messages gone). A torn tail after a crash is
+    /// normal and recovered by SQLite; only a damaged header is refused.
+    private static func checkLogHeader(_ path: String) throws(StoreError) {
+        let log = path + "-wal"
+        let fd = open(log, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var header = [UInt8](repeating: 0, count: 32)
+        guard Glibc.read(fd, &header, 32) == 32 else { return }
+        let words = (0..<8).map { index in header[index * 4..<index * 4 + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
+        // The magic number says in which byte order the checksums were computed; the header's first 24 bytes are
+        // checksummed as SQLite's WAL format describes (pairs of 32-bit words).
+        guard words[0] & 0xFFFF_FFFE == 0x377F_0682 else {
+            throw .corrupt(path: path, detail: "its write-ahead log \(log) is damaged (not a SQLite WAL header); move both files aside and restore them from a backup")
+        }
+        let bigEndian = words[0] & 1 == 1
+        let native = bigEndian ? Array(words[0..<6]) : words[0..<6].map { $0.byteSwapped }
+        var first: UInt32 = 0, second: UInt32 = 0
+        for pair in stride(from: 0, to: 6, by: 2) {
+            first = first &+ native[pair] &+ second
+            second = second &+ native[pair + 1] &+ first
+        }
+        let stored = (words[6], words[7])
+        guard (first, second) == stored else {
+            throw .corrupt(path: path, detail: "its write-ahead log \(log) is damaged (its header checksum does not match); move both files aside and restore them from a backup")
+        }
+    }
+
+    /// Refuses a missing (or empty) database file beside a write-ahead log with content: the store was deleted while a
+    /// process had it open (or moved without its `-wal` file). SQLite would silently discard that log and start an
+    /// empty store — a new identity, and the messages accepted but not yet handled gone.
+    private static func checkNotOrphanedLog(_ path: String) throws(StoreError) {
+        var database = stat(), log = stat()
+        let missing = stat(path, &database) != 0 ? errno == ENOENT : database.st_size == 0
+        guard missing, stat(path + "-wal", &log) == 0, log.st_size > 0 else { return }
+        throw .corrupt(
+            path: path,
+            detail: "the database file is missing (or empty) but its write-ahead log \(path)-wal (\(log.st_size) bytes) is there: the store was deleted or moved while in use. Put herald.sqlite back beside it, or move the -wal file aside to start a new store (a new registration token; messages not yet handled are lost)")
     }
 
     /// Always `true`: what ``commit(_:window:now:)`` writes is on disk when it returns.
@@ -197,6 +245,17 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 // Returns a status row instead of failing when a reader blocks it; the data is deleted either way.
                 _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
             }
+        } catch {
+            throw Self.storeError(error, path: path, during: .write)
+        }
+    }
+
+    /// Copies every page of the write-ahead log into the database file and empties the log
+    /// (`PRAGMA wal_checkpoint(TRUNCATE)`), so that a stopped store is one self-contained file. `herald serve` calls it at
+    /// a clean stop. Any thread; blocks on disk I/O.
+    public func checkpoint() throws(StoreError) {
+        do {
+            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         } catch {
             throw Self.storeError(error, path: path, during: .write)
         }

@@ -15,21 +15,32 @@ public final class DaemonProcess {
     private var pending: [UInt8] = []
 
     /// Starts `herald serve --echo` on a free loopback port with its data directory at `directory`.
-    public convenience init(directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true) throws {
+    ///
+    /// `launcher` is a command line that runs `herald` (found on `PATH`), such as `["prlimit", "--nofile=64", "--"]`
+    /// for a daemon with few file descriptors, or `["nsenter", "-t", PID, "-m", "--"]` for one in another mount
+    /// namespace; empty, `herald` runs directly.
+    public convenience init(
+        directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true, launcher: [String] = []
+    ) throws {
         let port = try freeLoopbackPort()
         try self.init(
             directory: directory, httpPort: port,
             arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", directory, "--project-id", "demo"] + (echo ? ["--echo"] : []) + arguments,
-            environment: environment)
+            environment: environment, launcher: launcher)
     }
 
     /// Starts `herald` with exactly `arguments` (for a daemon whose settings come from elsewhere, such as a config
-    /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log.
-    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:]) throws {
+    /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log. `launcher`: as above.
+    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:], launcher: [String] = []) throws {
         self.directory = directory
         self.httpPort = httpPort
-        process.executableURL = heraldExecutable
-        process.arguments = arguments
+        if launcher.isEmpty {
+            process.executableURL = heraldExecutable
+            process.arguments = arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = launcher + [heraldExecutable.path] + arguments
+        }
         var env = ProcessInfo.processInfo.environment
         for name in env.keys where name.hasPrefix("HERALD_") { env[name] = nil }
         for (key, value) in environment { env[key] = value }
@@ -90,3 +101,23 @@ public final class DaemonProcess {
     }
 }
 
+/// One HTTP/1.1 request on a connection of its own (`Connection: close`); the status code and the body.
+public func httpRequest(port: Int, _ method: String, _ path: String, body: String = "", secret: String? = nil) throws -> (status: Int, body: String) {
+    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: port))
+    let authorization = secret.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+    client.send("\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(authorization)Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)")
+    let text = String(decoding: client.read { _ in false }, as: UTF8.self)
+    let status = text.split(separator: " ", maxSplits: 2).dropFirst().first.flatMap { Int($0) } ?? 0
+    let answer = text.range(of: "\r\n\r\n").map { String(text[$0.upperBound...]) } ?? ""
+    return (status, answer)
+}
+
+/// The first `token` event a daemon run with `--echo` writes: its registration token and installation ID.
+public func echoedToken(_ daemon: DaemonProcess) -> (token: String, installationID: String)? {
+    while let event = daemon.event() {
+        if event["event"] == "token", let token = event["token"]?.stringValue {
+            return (token, event["installationID"]?.stringValue ?? "")
+        }
+    }
+    return nil
+}

@@ -77,6 +77,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: ArgumentHelp(ServeOption.metrics.help, valueName: "host:port"))
     var metrics: String?
 
+    @Flag(name: .customLong("allow-unauthenticated-network"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.allowUnauthenticatedNetwork.help))
+    var allowUnauthenticatedNetwork: Bool?
+
     @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
     var deliveryMetrics: String?
 
@@ -150,6 +153,8 @@ struct Serve: AsyncParsableCommand {
         add(.analyticsRetentionDays, analyticsRetentionDays.map { .integer($0) })
         add(.plugins, plugins.isEmpty ? nil : .list(plugins))
         add(.metrics, metrics.map { .string($0) })
+        add(.allowUnauthenticatedNetwork, allowUnauthenticatedNetwork.map { .boolean($0) },
+            flag: allowUnauthenticatedNetwork == false ? "--no-allow-unauthenticated-network" : "--allow-unauthenticated-network")
         add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
         add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
         add(.natsCredentials, natsCredentials.map { .string($0) })
@@ -262,6 +267,7 @@ final class Daemon: Service, Sendable {
         defer { lock.release() }
         let store: SQLiteStore
         let analyticsStore: SQLiteAnalyticsStore?
+        if let failure = Self.missingStore(in: settings.dataDirectory) { throw failure }
         do {
             store = try SQLiteStore(directory: settings.dataDirectory)
             analyticsStore = settings.analyticsStore
@@ -306,7 +312,25 @@ final class Daemon: Service, Sendable {
         }
         watchdog?.cancel()
         await loop.shutdownGracefully()
+        // A stopped store is one self-contained file: damage to it is then seen at the next start, not hidden behind
+        // a write-ahead log SQLite would read first.
+        do {
+            try store.checkpoint()
+        } catch {
+            logger.warning("could not checkpoint the store at stop; it stays in its write-ahead log", metadata: ["error": "\(error)"])
+        }
         logger.notice("stopped")
+    }
+
+    /// A data directory whose herald.sqlite is gone while the analytics store of an earlier run is still there: the
+    /// store was deleted or moved. Starting would mint a new registration token and lose the messages the earlier run
+    /// accepted but had not handled, so the daemon refuses, saying what to do.
+    static func missingStore(in directory: String) -> CommandFailure? {
+        let store = "\(directory)/herald.sqlite", analytics = "\(directory)/analytics.sqlite"
+        // With the store's write-ahead log still there, SQLiteStore says more (it refuses the orphaned log).
+        guard access(store, F_OK) != 0, access(store + "-wal", F_OK) != 0, access(analytics, F_OK) == 0 else { return nil }
+        return CommandFailure(
+            message: "herald: the Herald store \(store) is missing, but \(analytics) of an earlier run is there: the store (registration token, topics, messages not yet handled) was deleted or moved. Put it back, or move the data directory aside to start afresh with a new registration token.")
     }
 
     private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
@@ -330,11 +354,15 @@ final class Daemon: Service, Sendable {
             try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
-            try herald.register(SocketReceiver(options: .init(addresses: [address])))
+            var options = SocketReceiver.Options(addresses: [address])
+            options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
+            try herald.register(SocketReceiver(options: options))
         }
         if let analyticsStore { try herald.register(analyticsStore) }
         if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics) {
-            try herald.register(PrometheusExporter(options: .init(address: address)))
+            var options = PrometheusExporter.Options(address: address)
+            options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
+            try herald.register(PrometheusExporter(options: options))
         }
         if let deliveryMetrics = settings.deliveryMetrics {
             try herald.register(JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() }))

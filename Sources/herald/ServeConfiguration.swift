@@ -138,6 +138,9 @@ struct ServeOption: Sendable {
         "metrics", .string, default: .string("none"), "none",
         allowed: "HOST:PORT (a numeric address or localhost), [IPv6]:PORT, or none",
         meaning: "Serve Prometheus metrics (GET /metrics) on HOST:PORT; 'none' turns it off.", accepts: isTCPAddressOrNone)
+    static let allowUnauthenticatedNetwork = ServeOption(
+        "allow-unauthenticated-network", .boolean, default: .boolean(false), "false", allowed: "true or false",
+        meaning: "Let the listeners without authentication (a TCP socket address, metrics) listen beyond loopback; the HTTP endpoint needs a secret there regardless.")
     static let deliveryMetrics = ServeOption(
         "delivery-metrics", .string, default: .string("none"), "none", allowed: "a file path, or none",
         meaning: "Write FCM's delivery-metrics export as JSON lines to this file (rotated by size); 'none' turns it off.")
@@ -202,7 +205,7 @@ struct ServeOption: Sendable {
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
         http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, logLevel, shutdownGrace,
-        analyticsStore, analyticsRetentionDays, plugins, metrics, deliveryMetrics,
+        analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
         natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, gateway,
@@ -275,6 +278,7 @@ struct ServeSettings: Sendable {
         return []
     }
     var metrics: String? { string(ServeOption.metrics).flatMap { $0 == "none" ? nil : $0 } }
+    var allowUnauthenticatedNetwork: Bool { boolean(ServeOption.allowUnauthenticatedNetwork) }
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
 
     var natsServers: [String] {

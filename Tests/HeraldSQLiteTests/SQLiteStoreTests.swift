@@ -25,6 +25,18 @@ struct SQLiteStoreTests {
         }
     }
 
+    @Test("a new store's files are 0600, its write-ahead log included: the registration token is in them")
+    func fileModes() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            try store.save(identity: StoredIdentity(installationID: "fid", token: "tok"))
+            for file in ["herald.sqlite", "herald.sqlite-wal", "herald.sqlite-shm"] {
+                let attributes = try FileManager.default.attributesOfItem(atPath: directory + "/" + file)
+                #expect((attributes[.posixPermissions] as? NSNumber)?.uint16Value == 0o600, "\(file)")
+            }
+        }
+    }
+
     @Test("an empty herald.sqlite is migrated like a missing one")
     func migratesEmptyFile() throws {
         try withTemporaryDirectory { directory in

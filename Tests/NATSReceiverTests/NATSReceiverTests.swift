@@ -310,8 +310,10 @@ struct NATSReceiverTests {
         }
     }
 
-    @Test("nats-server restarted under load: the receiver reconnects and every stored message is handled")
-    func serverRestart() async throws {
+    @Test(
+        "nats-server stopped (SIGTERM) or killed (SIGKILL) under load and started again: the receiver reconnects and every stored message is handled",
+        arguments: [false, true])
+    func serverRestart(killed: Bool) async throws {
         let server = try NATSServerProcess()
         let sink = RecordingSink()
         let instance = try FleetInstance(server: server, plugins: [sink])
@@ -323,7 +325,7 @@ struct NATSReceiverTests {
             var stored = Set<Int>()
             for n in 0..<count {
                 if n == count / 2 {
-                    server.stop()
+                    if killed { server.kill() } else { server.stop() }
                     try server.start()
                 }
                 // The sender retries (on a new connection) until JetStream confirms storage; the message ID makes

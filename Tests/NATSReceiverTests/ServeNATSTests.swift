@@ -4,27 +4,6 @@ import HeraldTesting
 import NATSReceiver
 import Testing
 
-/// One HTTP/1.1 request on a connection of its own (`Connection: close`); the status code and the body.
-func httpRequest(port: Int, _ method: String, _ path: String, body: String = "", secret: String? = nil) throws -> (status: Int, body: String) {
-    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: port))
-    let authorization = secret.map { "Authorization: Bearer \($0)\r\n" } ?? ""
-    client.send("\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(authorization)Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)")
-    let text = String(decoding: client.read { _ in false }, as: UTF8.self)
-    let status = text.split(separator: " ", maxSplits: 2).dropFirst().first.flatMap { Int($0) } ?? 0
-    let answer = text.range(of: "\r\n\r\n").map { String(text[$0.upperBound...]) } ?? ""
-    return (status, answer)
-}
-
-/// The first `token` event a daemon run with `--echo` writes: its registration token and installation ID.
-func echoedToken(_ daemon: DaemonProcess) -> (token: String, installationID: String)? {
-    while let event = daemon.event() {
-        if event["event"] == "token", let token = event["token"]?.stringValue {
-            return (token, event["installationID"]?.stringValue ?? "")
-        }
-    }
-    return nil
-}
-
 @Suite("herald serve with NATS: the settings, the receiver, /healthz", .serialized)
 struct ServeNATSTests {
     @Test("herald serve --nats-server takes token messages from JetStream (one sent after a server restart too); /healthz and the health gauge follow the connection")

@@ -136,6 +136,51 @@ struct PrometheusExporterTests {
     }
 }
 
+@Suite("PrometheusExporter: what it lets in", .serialized)
+struct PrometheusExporterLimitTests {
+    @Test("an address beyond loopback is refused at start unless allowUnauthenticatedNetwork")
+    func networkAddressNeedsPermission() async throws {
+        let refused = Herald()
+        try refused.register(PrometheusExporter(options: .init(address: .tcp(host: "0.0.0.0", port: 0))))
+        let error = await #expect(throws: HeraldError.self) { try await refused.start() }
+        #expect("\(String(describing: error))".contains("no authentication"), "\(String(describing: error))")
+        await refused.shutdown()
+
+        var options = PrometheusExporter.Options(address: .tcp(host: "0.0.0.0", port: 0))
+        options.allowUnauthenticatedNetwork = true
+        let herald = Herald()
+        let exporter = PrometheusExporter(options: options)
+        try herald.register(exporter)
+        try await herald.start()
+        let address = try #require(try await exporter.listeningAddress())
+        #expect(try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").head.hasPrefix("HTTP/1.1 200"))
+        await herald.shutdown()
+    }
+
+    @Test("connections past maximumConnections are closed at once; the ones open keep working")
+    func connectionLimit() async throws {
+        var options = PrometheusExporter.Options(address: .tcp(host: "127.0.0.1", port: 0))
+        options.maximumConnections = 2
+        let herald = Herald()
+        let exporter = PrometheusExporter(options: options)
+        try herald.register(exporter)
+        try await herald.start()
+        let address = try #require(try await exporter.listeningAddress())
+        let first = try TestSocketClient(address), second = try TestSocketClient(address)
+        for client in [first, second] {
+            client.send("GET /healthz HTTP/1.1\r\n\r\n")
+            #expect(String(decoding: client.read { $0.count >= 12 }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        }
+        let third = try TestSocketClient(address)
+        third.send("GET /healthz HTTP/1.1\r\n\r\n")
+        #expect(third.readsClosed())
+        first.send("GET /healthz HTTP/1.1\r\n\r\n")
+        #expect(String(decoding: first.read { $0.count >= 12 }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        await herald.shutdown()
+        #expect(herald.loop.statistics.liveHandles == 0)
+    }
+}
+
 /// Sends `request` on a connection of its own and reads the answer: its head, and its body by Content-Length.
 func scrape(_ address: SocketAddress, _ request: String) throws -> (head: String, body: String) {
     let client = try TestSocketClient(address)

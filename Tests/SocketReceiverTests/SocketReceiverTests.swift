@@ -122,6 +122,31 @@ struct SocketReceiverTests {
         await herald.shutdown()
     }
 
+    @Test("a TCP address beyond loopback is refused at start unless allowUnauthenticatedNetwork; loopback and Unix sockets need nothing")
+    func networkAddressNeedsPermission() async throws {
+        for host in ["0.0.0.0", "::", "192.0.2.1"] {
+            let herald = Herald()
+            try herald.register(SocketReceiver(options: .init(addresses: [.unix(path: socketPath()), .tcp(host: host, port: 0)])))
+            let error = await #expect(throws: HeraldError.self) { try await herald.start() }
+            #expect("\(String(describing: error))".contains("no authentication"), "\(String(describing: error))")
+            await herald.shutdown()
+        }
+        #expect(SocketAddress.tcp(host: "127.0.0.2", port: 1).isLoopback && SocketAddress.tcp(host: "::1", port: 1).isLoopback)
+        #expect(SocketAddress.tcp(host: "localhost", port: 1).isLoopback && SocketAddress.unix(path: "/x").isLoopback)
+        #expect(!SocketAddress.tcp(host: "127.0.0.1.5", port: 1).isLoopback && !SocketAddress.tcp(host: "::ffff:10.0.0.1", port: 1).isLoopback)
+        try await withSocketHerald(address: .tcp(host: "localhost", port: 0)) { _, _, _, bound in
+            #expect(bound.port != 0)
+        }
+        let allowed: (SocketAddress) -> SocketReceiver.Options = {
+            var options = SocketReceiver.Options(addresses: [$0])
+            options.allowUnauthenticatedNetwork = true
+            return options
+        }
+        try await withSocketHerald(options: allowed, address: .tcp(host: "0.0.0.0", port: 0)) { _, _, _, bound in
+            #expect(bound.port != 0)
+        }
+    }
+
     @Test("a Unix socket file is 0600 by default and takes the configured mode")
     func socketFileMode() async throws {
         try await withSocketHerald(address: .unix(path: socketPath())) { _, _, _, bound in

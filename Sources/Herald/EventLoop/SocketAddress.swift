@@ -50,6 +50,18 @@ public enum SocketAddress: Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
+    /// Whether only this machine can reach the address: a Unix socket, `localhost`, `::1` or an IPv4 address in
+    /// 127.0.0.0/8. Listeners without authentication refuse anything else unless told otherwise.
+    public var isLoopback: Bool {
+        switch self {
+        case .unix: return true
+        case .tcp(let host, _):
+            if host == "localhost" || host == "::1" { return true }
+            let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+            return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
+        }
+    }
+
     /// The longest Unix socket path the kernel takes (`sun_path` less its terminating zero).
     public static let maximumUnixPathLength = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
 

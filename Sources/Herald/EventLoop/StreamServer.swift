@@ -12,14 +12,25 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
 
     /// The address the server listens on: for TCP the kernel's answer, so port 0 becomes the chosen port.
     public private(set) var localAddress: SocketAddress
-    /// Called when accepting a connection failed (for example `EMFILE`, out of file descriptors). The server keeps listening.
+    /// Called when accepting a connection fails after the last accept succeeded. While the failures go on it is not
+    /// called again, so a log line written here is written once per outage, not once per client knocking. The server
+    /// keeps listening, and each refused client's connection is closed at once (it does not hang).
+    ///
+    /// Out of file descriptors: a connection that takes one of the last ``reservedDescriptors`` below `RLIMIT_NOFILE`
+    /// is closed and counted as a failure (`EMFILE`), so clients can never take the descriptors the daemon's files
+    /// need. When something else used them up, libuv's own `EMFILE` handling closes waiting connections with a spare
+    /// descriptor, without telling the server, and the loop does not spin either way.
     public var onAcceptError: ((UVError) -> Void)?
+    /// Called at the first accept that succeeds after failures, with how many accepts failed meanwhile.
+    public var onAcceptResumed: ((Int) -> Void)?
     /// Called once the server is closed.
     public var onClose: (() -> Void)?
 
     private let onAccept: (StreamConnection) -> Void
     private let kind: StreamConnection.Kind
     private var acceptedCount = 0
+    /// Accepts failed since the last one that succeeded.
+    private var failedAccepts = 0
 
     /// Listens on `address`; each accepted connection goes to `onAccept` (on the loop thread), which should set
     /// its callbacks and call ``StreamConnection/startReading()``. Call on the loop thread.
@@ -137,21 +148,31 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
 
     private func acceptOne(status: Int32) {
         if status < 0 {
-            onAcceptError?(UVError(code: status, operation: "accept on \(localAddress)"))
+            acceptFailed(UVError(code: status, operation: "accept on \(localAddress)"))
             return
         }
         let connection: StreamConnection
         do {
             connection = try StreamConnection(loop: loop, kind: kind)
         } catch {
-            onAcceptError?(error as? UVError ?? UVError(code: Int32(UV_ENOMEM.rawValue), operation: "accept on \(localAddress)"))
+            acceptFailed(error as? UVError ?? UVError(code: Int32(UV_ENOMEM.rawValue), operation: "accept on \(localAddress)"))
             return
         }
         let result = uv_accept(herald_as_stream(raw), connection.stream)
         if result < 0 {
             connection.closeHandle()
-            onAcceptError?(UVError(code: result, operation: "accept on \(localAddress)"))
+            acceptFailed(UVError(code: result, operation: "accept on \(localAddress)"))
             return
+        }
+        if let exhausted = Self.descriptorsExhausted(connection.fileDescriptor) {
+            connection.closeHandle()
+            acceptFailed(UVError(code: Int32(UV_EMFILE.rawValue), operation: "accept on \(localAddress) (\(exhausted))"))
+            return
+        }
+        if failedAccepts > 0 {
+            let failed = failedAccepts
+            failedAccepts = 0
+            onAcceptResumed?(failed)
         }
         if kind == .tcp {
             uv_tcp_nodelay(connection.raw.assumingMemoryBound(to: uv_tcp_t.self), 1)
@@ -161,6 +182,26 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         }
         acceptedCount += 1
         onAccept(connection)
+    }
+
+    /// File descriptors kept free of connections: the store, the analytics files, log rotation, a NATS reconnect and
+    /// libuv's own spare descriptor need them even when clients have taken all the others.
+    public static let reservedDescriptors = 16
+
+    /// Why a connection accepted on descriptor `fd` must be closed again: it took one of the last
+    /// ``reservedDescriptors`` below the process's `RLIMIT_NOFILE`. Descriptors are handed out lowest first, so a
+    /// descriptor that high means (nearly) every one below it is in use. `nil` when there is room.
+    static func descriptorsExhausted(_ fd: Int32) -> String? {
+        var limit = rlimit()
+        guard fd >= 0, getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return nil }
+        let soft = Int(clamping: limit.rlim_cur)
+        guard Int(fd) >= soft - reservedDescriptors else { return nil }
+        return "out of file descriptors: descriptor \(fd) of a limit of \(soft), the last \(reservedDescriptors) kept for files"
+    }
+
+    private func acceptFailed(_ error: UVError) {
+        failedAccepts += 1
+        if failedAccepts == 1 { onAcceptError?(error) }
     }
 
     /// Stops listening; connections already accepted stay open. ``onClose`` runs once closed. Idempotent.
@@ -174,6 +215,7 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         let callback = onClose
         onClose = nil
         onAcceptError = nil
+        onAcceptResumed = nil
         callback?()
     }
 }

@@ -1,3 +1,5 @@
+public import Logging
+
 /// One connection of a receiver plugin, created by ``ReceiverListener`` for each accepted connection.
 public protocol ReceiverSession: AnyObject {
     /// Sets the connection's callbacks and starts reading. Loop thread.
@@ -38,9 +40,7 @@ public final class ReceiverListener<Session: ReceiverSession> {
                 let server = try StreamServer.listen(on: context.loop, at: address, unixMode: unixMode) { [weak self] connection in
                     self?.accept(connection)
                 }
-                server.onAcceptError = { [logger = context.logger] error in
-                    logger.warning("accept failed", metadata: ["error": "\(error)"])
-                }
+                server.logAcceptFailures(to: context.logger)
                 servers.append(server)
                 context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
             }
@@ -147,4 +147,21 @@ public struct OrderedAnswers<Answer> {
 
     /// Forgets answers not yet written (the connection is closing).
     public mutating func discardWaiting() { waiting.removeAll() }
+}
+
+extension StreamServer {
+    /// Logs an outage of accepting once (a warning naming the error, `EMFILE` when the process is out of file
+    /// descriptors) and its end (a notice with how many connections were refused meanwhile), instead of a line per
+    /// refused client.
+    public func logAcceptFailures(to logger: Logger) {
+        let address = "\(localAddress)"
+        onAcceptError = { error in
+            logger.warning(
+                "accept failed; refusing new connections until it works again",
+                metadata: ["address": "\(address)", "error": "\(error)"])
+        }
+        onAcceptResumed = { failed in
+            logger.notice("accepting connections again", metadata: ["address": "\(address)", "refused": "\(failed)"])
+        }
+    }
 }

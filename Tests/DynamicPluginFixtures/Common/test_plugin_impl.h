@@ -9,6 +9,9 @@
 //   "message_status": N      did_receive_message answers N (default HERALD_PLUGIN_OK)
 //   "record_threads": 1      also record "thread\t<name of the calling thread>" after each call's line
 // At deinit_plugin it records "max_concurrent\t<the most calls that ran at once>" and then "deinit".
+//
+// The environment variable TEST_PLUGIN_CRASH_FLAG names a file: while it exists, did_receive_message of a message
+// with a "crash" key removes it and aborts the process (a handler that crashes the daemon, once).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE // pthread_getname_np
 #endif
@@ -132,8 +135,15 @@ static void fixture_did_receive_response(const uint8_t *json, size_t length, voi
     leave(ctx);
 }
 
+static void crash_if_asked(const uint8_t *json, size_t length) {
+    const char *flag = getenv("TEST_PLUGIN_CRASH_FLAG");
+    if (!flag || !memmem(json, length, "\"crash\":", 8)) return;
+    if (unlink(flag) == 0) abort();
+}
+
 static int32_t fixture_did_receive_message(const uint8_t *json, size_t length, void *ctx) {
     enter(ctx, "did_receive_message", (const char *)json, length);
+    crash_if_asked(json, length);
     leave(ctx);
     return ((struct fixture *)ctx)->message_status;
 }
