@@ -143,10 +143,7 @@ guard httpPort != nil || socketPath != nil else {
 // The main thread takes signals with sigwait and waits for async work on a semaphore: it never enters Swift
 // concurrency's dispatch_main, in which valgrind 3.19 crashes (scripts/profile-callgrind). Block the signals before
 // any thread starts, so that every thread inherits the mask.
-var signals = sigset_t()
-sigemptyset(&signals)
-for signal in [SIGINT, SIGTERM, SIGUSR1] { sigaddset(&signals, signal) }
-pthread_sigmask(SIG_BLOCK, &signals, nil)
+let signals = blockServerSignals()
 
 /// A result handed from a task to the blocked main thread (the semaphore orders the accesses).
 final class ResultBox<T>: @unchecked Sendable {
@@ -201,11 +198,8 @@ let token = block { [herald] in
 say("token=\(token)")
 say("ready")
 
-while true {
-    var received: Int32 = 0
-    sigwait(&signals, &received)
+reportSignals(signals) {
     if let fetchWorker { say(fetchWorker.summary) }
     say("handled=\(handler.handled.load(ordering: .relaxed))")
-    if received != SIGUSR1 { break }
 }
 block { [herald] in await herald.shutdown() }

@@ -46,10 +46,7 @@ router.post("/v1/projects/{project}/messages:send") { request, context -> Respon
 
 // The main thread takes signals with sigwait: it never enters Swift concurrency's dispatch_main, in which
 // valgrind 3.19 crashes (scripts/profile-callgrind). Block the signals before any thread starts.
-var signals = sigset_t()
-sigemptyset(&signals)
-for signal in [SIGINT, SIGTERM, SIGUSR1] { sigaddset(&signals, signal) }
-pthread_sigmask(SIG_BLOCK, &signals, nil)
+let signals = blockServerSignals()
 
 var logger = Logger(label: "hummingbird")
 logger.logLevel = .notice
@@ -79,10 +76,7 @@ Task.detached {
         exit(1)
     }
 }
-while true {
-    var received: Int32 = 0
-    sigwait(&signals, &received)
+reportSignals(signals) {
     say("handled=\(service.handler.handled.load(ordering: .relaxed))")
-    if received != SIGUSR1 { break }
 }
 exit(0)

@@ -90,10 +90,7 @@ let threads = option("--threads").flatMap(Int.init) ?? 1
 let service = PeerService(project: option("--project") ?? "herald", token: option("--token"))
 
 // Signals are taken with sigwait on the main thread: block them before any thread starts.
-var signals = sigset_t()
-sigemptyset(&signals)
-for signal in [SIGINT, SIGTERM, SIGUSR1] { sigaddset(&signals, signal) }
-pthread_sigmask(SIG_BLOCK, &signals, nil)
+let signals = blockServerSignals()
 
 let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
 let server = try ServerBootstrap(group: group)
@@ -111,11 +108,8 @@ let server = try ServerBootstrap(group: group)
     .wait()
 say("ready")
 
-while true {
-    var received: Int32 = 0
-    sigwait(&signals, &received)
+reportSignals(signals) {
     say("handled=\(service.handler.handled.load(ordering: .relaxed))")
-    if received != SIGUSR1 { break }
 }
 try server.close().wait()
 try group.syncShutdownGracefully()

@@ -61,10 +61,7 @@ let token = option("--token") ?? "bench-token"
 let service = PeerService(project: option("--project") ?? "herald", token: token)
 
 // Signals are taken with sigwait on the main thread: block them before any thread starts.
-var signals = sigset_t()
-sigemptyset(&signals)
-for signal in [SIGINT, SIGTERM, SIGUSR1] { sigaddset(&signals, signal) }
-pthread_sigmask(SIG_BLOCK, &signals, nil)
+let signals = blockServerSignals()
 
 let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
 let server = try ServerBootstrap(group: group)
@@ -83,11 +80,8 @@ let server = try ServerBootstrap(group: group)
 say("token=\(token)")
 say("ready")
 
-while true {
-    var received: Int32 = 0
-    sigwait(&signals, &received)
+reportSignals(signals) {
     say("handled=\(service.handler.handled.load(ordering: .relaxed))")
-    if received != SIGUSR1 { break }
 }
 try server.close().wait()
 try group.syncShutdownGracefully()

@@ -34,3 +34,25 @@ public func readFile(_ path: String) -> [UInt8]? {
     }
     return bytes
 }
+
+/// Blocks SIGINT, SIGTERM and SIGUSR1 in this thread and every thread started after it, so that
+/// ``reportSignals(_:_:)`` on the main thread takes them. Call before any thread starts.
+public func blockServerSignals() -> sigset_t {
+    var signals = sigset_t()
+    sigemptyset(&signals)
+    for signal in [SIGINT, SIGTERM, SIGUSR1] { sigaddset(&signals, signal) }
+    pthread_sigmask(SIG_BLOCK, &signals, nil)
+    return signals
+}
+
+/// Waits for the signals of ``blockServerSignals()`` on the calling (main) thread: on each, prints what `report`
+/// gives (`handled=<n>`, ...); returns after SIGINT or SIGTERM, keeps waiting after SIGUSR1.
+public func reportSignals(_ signals: sigset_t, _ report: () -> Void) {
+    var signals = signals
+    while true {
+        var received: Int32 = 0
+        sigwait(&signals, &received)
+        report()
+        if received != SIGUSR1 { return }
+    }
+}
