@@ -12,11 +12,12 @@ final class Collector: MessageHandler, Sendable {
 func withSocketHerald(
     options: (SocketAddress) -> SocketReceiver.Options = { SocketReceiver.Options(addresses: [$0]) },
     address: SocketAddress,
+    logs: LogCollector? = nil,
     _ body: (Herald, SocketReceiver, Collector, SocketAddress) async throws -> Void
 ) async throws {
     var configuration = Herald.Configuration(senderID: "1234567890")
     configuration.projectID = "demo"
-    let herald = Herald(configuration: configuration)
+    let herald = logs.map { Herald(configuration: configuration, logger: $0.logger()) } ?? Herald(configuration: configuration)
     let receiver = SocketReceiver(options: options(address))
     let collector = Collector()
     try herald.register(receiver)
@@ -144,6 +145,27 @@ struct SocketReceiverTests {
         }
         try await withSocketHerald(options: allowed, address: .tcp(host: "0.0.0.0", port: 0)) { _, _, _, bound in
             #expect(bound.port != 0)
+        }
+    }
+
+    @Test("connections past the limit are closed at accept with one warning for the whole storm and a notice when below the limit again")
+    func connectionLimitLogsOnce() async throws {
+        let logs = LogCollector()
+        try await withSocketHerald(options: {
+            var options = SocketReceiver.Options(addresses: [$0])
+            options.maximumConnections = 2
+            return options
+        }, address: .unix(path: socketPath()), logs: logs) { herald, receiver, _, address in
+            var kept = try (0..<2).map { _ in try TestSocketClient(address) }
+            #expect(try await eventually { try await herald.loop.submit { receiver.openConnections } == 2 })
+            for _ in 0..<10 {
+                let refused = try TestSocketClient(address)
+                #expect(refused.read { _ in false }.isEmpty, "closed, nothing written")
+            }
+            #expect(logs.all.filter { $0.message.hasPrefix("too many connections") }.count == 1)
+            kept.removeFirst()  // its socket closes
+            #expect(await eventually { logs.all.contains { $0.message == "below the connection limit again" && $0.metadata["refused"] == "10" } })
+            _ = kept
         }
     }
 

@@ -79,9 +79,19 @@ public final class ReceiverListener<Session: ReceiverSession> {
         sessions.removeAll()
     }
 
+    /// Connections closed at accept because the limit was reached, since the warning that said so; `nil` while
+    /// below the limit. One warning per stretch at the limit and one notice at its end, not a line per client (a
+    /// connection storm would flood the log).
+    private var refusedAtLimit: Int?
+
     private func accept(_ connection: StreamConnection) {
         guard sessions.count < maximumConnections else {
-            context.logger.warning("too many connections; closing the new one", metadata: ["limit": "\(maximumConnections)"])
+            if let refused = refusedAtLimit {
+                refusedAtLimit = refused + 1
+            } else {
+                refusedAtLimit = 1
+                context.logger.warning("too many connections; closing new ones until one closes", metadata: ["limit": "\(maximumConnections)"])
+            }
             connection.close()
             return
         }
@@ -90,7 +100,12 @@ public final class ReceiverListener<Session: ReceiverSession> {
         sessions[key] = (connection, session)
         connection.onClose = { [weak self] _ in
             session.closed()
-            self?.sessions[key] = nil
+            guard let self else { return }
+            self.sessions[key] = nil
+            if let refused = self.refusedAtLimit {
+                self.refusedAtLimit = nil
+                self.context.logger.notice("below the connection limit again", metadata: ["limit": "\(self.maximumConnections)", "refused": "\(refused)"])
+            }
         }
         session.start()
         if paused { connection.pauseReading() }
