@@ -329,6 +329,7 @@ public final class MessageBus: @unchecked Sendable {
             if let key = message.collapseKey { newestByCollapseKey[key + "\u{0}" + message.target.description] = index }
         }
         let now = WallClock.nowSeconds()
+        var toDeliver: [(message: RemoteMessage, id: String)] = []
         for (index, message) in messages.enumerated() {
             let id = message.messageID ?? ""
             seenIDs.insert(id)
@@ -339,14 +340,17 @@ public final class MessageBus: @unchecked Sendable {
                 dropped(message, reason: .expired, detail: "expired in the inbox before replay")
                 batch.finished.append(id)
             } else {
-                inFlight += 1
                 replayedIDs.insert(id)
-                admitted(message, id: id)
+                toDeliver.append((message, id))
             }
         }
+        // All of them are in flight before the first one's handlers start (they start at once and may finish at
+        // once): the bus is idle only when the whole replay is handled, never between two of its messages.
+        inFlight += toDeliver.count
+        for entry in toDeliver { admitted(entry.message, id: entry.id) }
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
         if !batch.isEmpty { scheduleCommit() }
-        logger.info("replayed the inbox", metadata: ["entries": "\(records.count)", "delivered": "\(inFlight)"])
+        logger.info("replayed the inbox", metadata: ["entries": "\(records.count)", "delivered": "\(toDeliver.count)"])
     }
 
     /// Offers `message` to the bus from any context and returns the sender's answer (with the durable inbox,
