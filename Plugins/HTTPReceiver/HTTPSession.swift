@@ -516,9 +516,14 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         if close { head += "Connection: close\r\n" }
         head += "\r\n"
         if close { closing = true }
-        for ready in answers.fill(sequence, with: (Array(head.utf8) + bodyBytes, close)) {
-            connection.write(ready.bytes)
-            if ready.close {
+        write(answers.fill(sequence, with: (Array(head.utf8) + bodyBytes, close)))
+    }
+
+    /// Writes answers now ready, in order; after one that closes the connection, the rest are dropped.
+    private func write(_ ready: [(bytes: [UInt8], close: Bool)]) {
+        for answer in ready {
+            connection.write(answer.bytes)
+            if answer.close {
                 answers.discardWaiting()
                 finish()
                 return
@@ -545,15 +550,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         // Answers that were waiting for this one (rare: requests pipelined ahead of their answers).
         var ready: [(bytes: [UInt8], close: Bool)] = []
         answers.written(sequence) { ready.append($0) }
-        for answer in ready {
-            connection.write(answer.bytes)
-            if answer.close {
-                answers.discardWaiting()
-                finish()
-                return
-            }
-        }
-        finishIfDone()
+        write(ready)
     }
 
     private func finishIfDone() {
