@@ -12,7 +12,7 @@ public final class DaemonProcess {
     public let httpPort: Int
     public var socketPath: String { "\(directory)/herald.sock" }
     private let output = Pipe()
-    private var pending: [UInt8] = []
+    private lazy var lines = LineReader(output.fileHandleForReading.fileDescriptor)
 
     /// Starts `herald serve --echo` on a free loopback port with its data directory at `directory`.
     ///
@@ -53,22 +53,7 @@ public final class DaemonProcess {
     }
 
     /// The next line of standard output, or `nil` at end of file or after 10 s without one.
-    public func line() -> String? {
-        let fd = output.fileHandleForReading.fileDescriptor
-        while true {
-            if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: pending[..<newline], as: UTF8.self)
-                pending.removeSubrange(...newline)
-                return line
-            }
-            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&descriptor, 1, 10_000) > 0 else { return nil }
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let count = read(fd, &buffer, buffer.count)
-            guard count > 0 else { return nil }
-            pending += buffer[0..<count]
-        }
-    }
+    public func line() -> String? { lines.line() }
 
     /// The next line parsed as a JSON object.
     public func event() -> JSONValue? {
@@ -78,9 +63,7 @@ public final class DaemonProcess {
     /// Reads every remaining line on a thread of its own until end of file (so a daemon writing many lines
     /// never blocks on a full pipe); the returned box holds them once `done` is signalled.
     public func collectRemainingLines() -> PipeDrain {
-        let collector = PipeDrain(output.fileHandleForReading.fileDescriptor, initial: pending)
-        pending = []
-        return collector
+        PipeDrain(output.fileHandleForReading.fileDescriptor, initial: lines.takeBuffered())
     }
 
     /// Sends SIGTERM and waits for the exit status.

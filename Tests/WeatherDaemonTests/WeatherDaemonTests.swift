@@ -160,26 +160,3 @@ final class WeatherProcess {
     }
 }
 
-/// Lines from a pipe, read with poll and a time limit.
-final class LineReader {
-    private let fd: Int32
-    private var pending: [UInt8] = []
-
-    init(_ fd: Int32) { self.fd = fd }
-
-    func line(timeout milliseconds: Int32 = 10_000) -> String? {
-        while true {
-            if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: pending[..<newline], as: UTF8.self)
-                pending.removeSubrange(...newline)
-                return line
-            }
-            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&descriptor, 1, milliseconds) > 0 else { return nil }
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let count = read(fd, &buffer, buffer.count)
-            guard count > 0 else { return nil }
-            pending += buffer[0..<count]
-        }
-    }
-}
