@@ -1,13 +1,15 @@
 import CNATS
 import Glibc
 
-/// The cnats options the receiver and the publisher share: servers, name, connect timeout, credentials, TLS.
+/// The cnats options the receiver and the publisher share: servers, name, connect timeout, pings, credentials, TLS.
 enum NATSConnectionSettings {
     static func apply(_ options: NATSReceiver.Options, to natsOptions: OpaquePointer) -> natsStatus {
         var steps: [() -> natsStatus] = [
             { withCStrings(options.servers) { natsOptions_SetServers(natsOptions, $0, Int32($1)) } },
             { natsOptions_SetName(natsOptions, options.connectionName) },
             { natsOptions_SetTimeout(natsOptions, options.connectTimeout.milliseconds) },
+            { natsOptions_SetPingInterval(natsOptions, max(1, options.pingInterval.milliseconds)) },
+            { natsOptions_SetMaxPingsOut(natsOptions, Int32(clamping: max(1, options.maxPingsOut))) },
         ]
         if let file = options.credentialsFile { steps.append { natsOptions_SetUserCredentialsFromFiles(natsOptions, file, nil) } }
         if let token = options.authToken { steps.append { natsOptions_SetToken(natsOptions, token) } }

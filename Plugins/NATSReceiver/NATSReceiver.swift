@@ -6,8 +6,8 @@ import Logging
 /// Receives FCM v1 send bodies from NATS (DESIGN §6), so a fleet of Herald daemons shares one clustered,
 /// durable message system instead of a network of its own.
 ///
-/// The connection runs on Herald's loop through cnats's libuv adapter: the loop reads and writes the socket;
-/// cnats hands each message to a delivery thread of its own, from which the receiver hops to the loop before it
+/// The connection runs on Herald's loop through an event-loop adapter of Herald's own (CNATS/adapter.c): the loop
+/// reads and writes the socket; cnats hands each message to a delivery thread of its own, from which the receiver hops to the loop before it
 /// touches the bus. Three ways in, each with its guarantee:
 ///
 /// - **Token messages** (`herald.<project>.token.<token>`) are stored by JetStream in the stream
@@ -102,6 +102,13 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var maxReconnectWait: Duration = .seconds(8)
         /// Reconnect attempts before giving up (the state becomes `closed`); -1 for no limit.
         public var maxReconnectAttempts: Int = -1
+        /// How often the client sends the server a PING. A connection with ``maxPingsOut`` PINGs unanswered is
+        /// stale: the receiver reconnects. This is how a connection whose server vanished without closing it (a
+        /// host that lost power, a dropped network path, a close the client missed) is found: within
+        /// `pingInterval × (maxPingsOut + 1)` at most (1 minute with the defaults; cnats's own default is 6 minutes).
+        public var pingInterval: Duration = .seconds(20)
+        /// PINGs without a PONG before the connection is called stale.
+        public var maxPingsOut: Int = 2
         /// Core NATS (topic) messages held, in order, while the bus is full; past it they are refused
         /// (`QUOTA_EXCEEDED` to a request, else dropped and recorded as `message_dropped`).
         public var maxHeldMessages: Int = 65536
@@ -189,6 +196,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
             .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
             .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
+            .init(name: "ping-interval", defaultValue: "20s", help: "PING the server this often; reconnect after max-pings-out unanswered"),
+            .init(name: "max-pings-out", defaultValue: "2", help: "unanswered PINGs before the connection is stale"),
             .init(name: "max-held-messages", defaultValue: "65536", help: "topic messages held while the bus is full"),
         ])
     }
@@ -243,7 +252,6 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     /// Connects on the loop thread (the adapter's first attach must happen there) and returns the JetStream context.
     private func connect(_ context: PluginContext) throws -> UnsafeHandle {
-        herald_nats_bind_loop_thread(context.loop.uv)
         var optionsPointer: OpaquePointer?
         guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
             throw NATSReceiverError.connect(servers: options.servers, detail: "cannot create cnats options")

@@ -1,15 +1,48 @@
-/* Compiles cnats's libuv adapter (a header of function definitions) exactly once, and wraps its attach
-   callback so Herald can learn the adapter's state for a connection and wait for its handles to close. */
-#include <nats/adapters/libuv.h>
+/* Herald's event-loop adapter for cnats: runs a connection's socket on Herald's libuv loop.
+
+   cnats asks, from whichever thread it is on, for read and write polling to be added or removed, for a socket to be
+   attached (at connect and at every reconnect) and for the connection to be detached. The adapter keeps what
+   cnats wants as state under a lock — the socket (with a generation per attach, since a reconnect's socket may get
+   the old one's number), the events, whether it is detached — and the loop makes its uv_poll handle match that
+   state: at once when cnats calls on the loop thread, else after a wake-up (uv_async).
+
+   Why not cnats's own libuv adapter (nats/adapters/libuv.h): when epoll reports an error on the socket (a peer
+   that reset the connection: a nats-server killed while it still had unread acks), libuv stops the poll handle
+   and calls back once with UV_EBADF. That adapter then lets cnats read once — which returns data still buffered
+   before the error, if any — and never polls the socket again, so the dead connection was not noticed until the
+   pings ran out (minutes). Here the handle is started again after that read while cnats still wants events, and
+   the level-triggered readiness brings cnats back until it has read the error and reconnects. */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include "CNATS.h"
 
 struct herald_nats_loop {
     uv_loop_t *loop;
-    /* Written on the first attach (on the loop thread), read by later attaches on cnats's reconnect thread. */
+    uv_thread_t loopThread;
+    /* The connection's watch once attached; read by herald_nats_open_adapter_handles (loop thread). */
     void *_Atomic adapter;
 };
+
+typedef struct herald_nats_watch {
+    natsConnection *nc;
+    herald_nats_loop *place;
+    uv_async_t wake;
+
+    /* What cnats wants; under `lock`, written from any thread. */
+    uv_mutex_t lock;
+    natsSock socket;
+    unsigned generation;
+    int events;
+    bool detached;
+
+    /* What the loop has made of it; loop thread only. */
+    uv_poll_t *poll;
+    unsigned polledGeneration;
+    int polledEvents;
+    bool closing;
+    int openHandles;
+} herald_nats_watch;
 
 herald_nats_loop *herald_nats_loop_create(uv_loop_t *loop) {
     herald_nats_loop *place = calloc(1, sizeof *place);
@@ -19,21 +52,150 @@ herald_nats_loop *herald_nats_loop_create(uv_loop_t *loop) {
 
 void herald_nats_loop_free(herald_nats_loop *place) { free(place); }
 
-void herald_nats_bind_loop_thread(uv_loop_t *loop) {
-    natsLibuv_Init();
-    natsLibuv_SetThreadLocalLoop(loop);
+static bool on_loop_thread(const herald_nats_watch *watch) {
+    uv_thread_t self = uv_thread_self();
+    return uv_thread_equal(&self, &watch->place->loopThread);
+}
+
+static void handle_closed(uv_handle_t *handle) {
+    herald_nats_watch *watch = handle->data;
+    if (handle != (uv_handle_t *)&watch->wake) free(handle);
+    watch->openHandles -= 1;
+    if (watch->openHandles == 0) {
+        uv_mutex_destroy(&watch->lock);
+        free(watch);
+    }
+}
+
+static void on_poll(uv_poll_t *handle, int status, int events);
+
+/* Makes the poll handle match what cnats wants. Loop thread. */
+static void apply(herald_nats_watch *watch) {
+    if (watch->closing) return;
+    uv_mutex_lock(&watch->lock);
+    bool detached = watch->detached;
+    natsSock socket = watch->socket;
+    unsigned generation = watch->generation;
+    int events = watch->events;
+    uv_mutex_unlock(&watch->lock);
+
+    if (detached) {
+        watch->closing = true;
+        if (watch->poll != NULL) uv_close((uv_handle_t *)watch->poll, handle_closed);
+        watch->poll = NULL;
+        uv_close((uv_handle_t *)&watch->wake, handle_closed);
+        return;
+    }
+    if (generation != watch->polledGeneration) {
+        /* A new socket (a reconnect): the old handle goes first, so libuv forgets the old descriptor before it
+           learns the new one, which may have the same number. */
+        if (watch->poll != NULL) uv_close((uv_handle_t *)watch->poll, handle_closed);
+        watch->poll = NULL;
+        watch->polledGeneration = generation;
+        watch->polledEvents = 0;
+        uv_poll_t *poll = malloc(sizeof *poll);
+        if (poll == NULL || uv_poll_init_socket(watch->place->loop, poll, socket) != 0) {
+            free(poll);
+            natsConnection_Close(watch->nc);
+            return;
+        }
+        poll->data = watch;
+        watch->poll = poll;
+        watch->openHandles += 1;
+    }
+    if (watch->poll != NULL && events != watch->polledEvents) {
+        int result = events != 0 ? uv_poll_start(watch->poll, events, on_poll) : uv_poll_stop(watch->poll);
+        if (result != 0) {
+            natsConnection_Close(watch->nc);
+            return;
+        }
+        watch->polledEvents = events;
+    }
+}
+
+static void on_wake(uv_async_t *handle) { apply(handle->data); }
+
+static void on_poll(uv_poll_t *handle, int status, int events) {
+    herald_nats_watch *watch = handle->data;
+    if (handle != watch->poll) return;
+    if (status < 0) {
+        /* libuv stopped the handle (epoll reported an error). cnats reads what is left and then the error; until
+           it has, it still wants reads, and the handle is started again. */
+        watch->polledEvents = 0;
+        natsConnection_ProcessReadEvent(watch->nc);
+        apply(watch);
+        return;
+    }
+    if (events & UV_READABLE) natsConnection_ProcessReadEvent(watch->nc);
+    if ((events & UV_WRITABLE) && handle == watch->poll && !watch->closing) natsConnection_ProcessWriteEvent(watch->nc);
+}
+
+/* Records a change (under the lock) and gets the loop to apply it. */
+static natsStatus changed(herald_nats_watch *watch) {
+    if (on_loop_thread(watch)) {
+        apply(watch);
+        return NATS_OK;
+    }
+    return uv_async_send(&watch->wake) == 0 ? NATS_OK : NATS_ERR;
 }
 
 static natsStatus herald_attach(void **userData, void *loop, natsConnection *nc, natsSock socket) {
-    herald_nats_loop *place = (herald_nats_loop *)loop;
-    natsStatus status = natsLibuv_Attach(userData, place->loop, nc, socket);
-    if (status == NATS_OK) atomic_store(&place->adapter, *userData);
-    return status;
+    herald_nats_loop *place = loop;
+    herald_nats_watch *watch = *userData;
+    if (watch == NULL) {
+        /* The first attach, from natsConnection_Connect: Herald connects on the loop thread. */
+        uv_thread_t self = uv_thread_self();
+        if (!uv_thread_equal(&self, &place->loopThread)) return NATS_ILLEGAL_STATE;
+        watch = calloc(1, sizeof *watch);
+        if (watch == NULL) return NATS_NO_MEMORY;
+        if (uv_mutex_init(&watch->lock) != 0) {
+            free(watch);
+            return NATS_ERR;
+        }
+        if (uv_async_init(place->loop, &watch->wake, on_wake) != 0) {
+            uv_mutex_destroy(&watch->lock);
+            free(watch);
+            return NATS_ERR;
+        }
+        watch->wake.data = watch;
+        watch->nc = nc;
+        watch->place = place;
+        watch->openHandles = 1;
+        *userData = watch;
+        atomic_store(&place->adapter, watch);
+    }
+    uv_mutex_lock(&watch->lock);
+    watch->socket = socket;
+    watch->generation += 1;
+    watch->events = UV_READABLE;
+    uv_mutex_unlock(&watch->lock);
+    return changed(watch);
+}
+
+static natsStatus herald_poll(void *userData, int event, bool add) {
+    herald_nats_watch *watch = userData;
+    uv_mutex_lock(&watch->lock);
+    if (add) watch->events |= event;
+    else watch->events &= ~event;
+    uv_mutex_unlock(&watch->lock);
+    return changed(watch);
+}
+
+static natsStatus herald_read(void *userData, bool add) { return herald_poll(userData, UV_READABLE, add); }
+
+static natsStatus herald_write(void *userData, bool add) { return herald_poll(userData, UV_WRITABLE, add); }
+
+static natsStatus herald_detach(void *userData) {
+    herald_nats_watch *watch = userData;
+    uv_mutex_lock(&watch->lock);
+    watch->detached = true;
+    uv_mutex_unlock(&watch->lock);
+    return changed(watch);
 }
 
 natsStatus herald_nats_use_loop(natsOptions *opts, herald_nats_loop *place) {
-    natsLibuv_Init();
-    return natsOptions_SetEventLoop(opts, place, herald_attach, natsLibuv_Read, natsLibuv_Write, natsLibuv_Detach);
+    place->loopThread = uv_thread_self();
+    return natsOptions_SetEventLoop(opts, place, herald_attach, herald_read, herald_write, herald_detach);
 }
 
 struct herald_count { void *adapter; int count; };

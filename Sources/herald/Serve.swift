@@ -131,6 +131,12 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("nats-max-held-messages"), help: ArgumentHelp(ServeOption.natsMaxHeldMessages.help, valueName: "count"))
     var natsMaxHeldMessages: Int?
 
+    @Option(name: .customLong("nats-ping-interval"), help: ArgumentHelp(ServeOption.natsPingInterval.help, valueName: "seconds"))
+    var natsPingInterval: Int?
+
+    @Option(name: .customLong("nats-max-pings-out"), help: ArgumentHelp(ServeOption.natsMaxPingsOut.help, valueName: "count"))
+    var natsMaxPingsOut: Int?
+
     @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.gateway.help))
     var gateway: Bool?
 
@@ -172,6 +178,8 @@ struct Serve: AsyncParsableCommand {
         add(.natsStreamMaxMessages, natsStreamMaxMessages.map { .integer($0) })
         add(.natsStreamMaxBytes, natsStreamMaxBytes.map { .integer($0) })
         add(.natsMaxHeldMessages, natsMaxHeldMessages.map { .integer($0) })
+        add(.natsPingInterval, natsPingInterval.map { .integer($0) })
+        add(.natsMaxPingsOut, natsMaxPingsOut.map { .integer($0) })
         add(.gateway, gateway.map { .boolean($0) }, flag: gateway == false ? "--no-gateway" : "--gateway")
         return given
     }

@@ -198,6 +198,12 @@ struct ServeOption: Sendable {
     static let natsMaxHeldMessages = ServeOption(
         "nats-max-held-messages", .integer(0...10_000_000), default: .integer(65536), "65536", allowed: "a whole number from 0 to 10000000",
         meaning: "Topic messages held in order while the bus is full; past it they are dropped (recorded).")
+    static let natsPingInterval = ServeOption(
+        "nats-ping-interval", .integer(1...3_600), default: .integer(20), "20", allowed: "a whole number of seconds from 1 to 3600",
+        meaning: "Seconds between PINGs to the NATS server; after nats-max-pings-out unanswered ones the connection is stale and replaced.")
+    static let natsMaxPingsOut = ServeOption(
+        "nats-max-pings-out", .integer(1...100), default: .integer(2), "2", allowed: "a whole number from 1 to 100",
+        meaning: "PINGs without a PONG before the NATS connection is called stale (and reconnected).")
     static let gateway = ServeOption(
         "gateway", .boolean, default: .boolean(false), "false", allowed: "true or false",
         meaning: "Gateway mode: the HTTP endpoint's sends go to the fleet through NATS (needs nats-servers and http), not to this instance.")
@@ -208,7 +214,7 @@ struct ServeOption: Sendable {
         analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
         natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
-        natsStreamMaxBytes, natsMaxHeldMessages, gateway,
+        natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
     ]
 
     /// Environment variables of Herald's that are not settings: the secret itself, and the config file's path.
@@ -309,6 +315,8 @@ struct ServeSettings: Sendable {
         options.streamMaxMessages = integer(ServeOption.natsStreamMaxMessages)
         options.streamMaxBytes = integer(ServeOption.natsStreamMaxBytes)
         options.maxHeldMessages = integer(ServeOption.natsMaxHeldMessages)
+        options.pingInterval = .seconds(integer(ServeOption.natsPingInterval))
+        options.maxPingsOut = integer(ServeOption.natsMaxPingsOut)
         return options
     }
 

@@ -65,10 +65,23 @@ final class NATSServerProcess: @unchecked Sendable {
     func kill() {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)
+        Glibc.kill(process.processIdentifier, SIGCONT)  // a paused server dies at once
         process.waitUntilExit()
         self.process = nil
         _ = log?.bytes()
         log = nil
+    }
+
+    /// SIGSTOP: the server keeps its sockets open and answers nothing (as a hung host or a dropped network path).
+    func pause() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGSTOP)
+    }
+
+    /// SIGCONT after ``pause()``.
+    func resume() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGCONT)
     }
 
     private func stopAndReadLog() -> String {

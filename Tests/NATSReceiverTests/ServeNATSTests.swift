@@ -52,9 +52,10 @@ struct ServeNATSTests {
             nats-servers: [nats://10.0.0.1:4222, tls://10.0.0.2:4222]
             nats-topic-delivery: shared:workers
             nats-ack-wait: 45
+            nats-ping-interval: 5
             nats-token-file: /run/secrets/nats
             """.write(toFile: file, atomically: true, encoding: .utf8)
-            let printed = try runBuiltExecutable("herald", ["serve", "--config", file, "--print-config", "--nats-max-deliver", "5"],
+            let printed = try runBuiltExecutable("herald", ["serve", "--config", file, "--print-config", "--nats-max-deliver", "5", "--nats-max-pings-out", "3"],
                                                  environment: ["HERALD_NATS_STREAM": "MINE"])
             #expect(printed.status == 0, "\(printed.error)")
             #expect(printed.output.contains("nats-servers: [\"nats://10.0.0.1:4222\", \"tls://10.0.0.2:4222\"]") || printed.output.contains("nats-servers: [nats://10.0.0.1:4222, tls://10.0.0.2:4222]"), "\(printed.output)")
@@ -62,6 +63,8 @@ struct ServeNATSTests {
             #expect(printed.output.contains("nats-ack-wait: 45"))
             #expect(printed.output.contains("nats-stream: MINE  # environment HERALD_NATS_STREAM"))
             #expect(printed.output.contains("nats-max-deliver: 5  # flag --nats-max-deliver"))
+            #expect(printed.output.contains("nats-ping-interval: 5  # config file"), "\(printed.output)")
+            #expect(printed.output.contains("nats-max-pings-out: 3  # flag --nats-max-pings-out"))
             #expect(printed.output.contains("# nats-consumer: not set"))
             let servers = try runBuiltExecutable("herald", ["serve", "--print-config"], environment: ["HERALD_NATS_SERVERS": "nats://a:1,nats://b:2"])
             #expect(servers.output.contains("nats-servers: [nats://a:1, nats://b:2]") || servers.output.contains(#"nats-servers: ["nats://a:1", "nats://b:2"]"#), "\(servers.output)")
@@ -69,6 +72,12 @@ struct ServeNATSTests {
             let badDelivery = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-topic-delivery", "everyone"])
             #expect(badDelivery.status == 64)
             #expect(badDelivery.error.contains("flag --nats-topic-delivery: 'everyone' is not valid; allowed: fan-out"))
+            let badPing = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-ping-interval", "0"])
+            #expect(badPing.status == 64)
+            #expect(badPing.error.contains("--nats-ping-interval") && badPing.error.contains("1 to 3600"), "\(badPing.error)")
+            let badPings = try runBuiltExecutable("herald", ["serve", "--print-config"], environment: ["HERALD_NATS_MAX_PINGS_OUT": "many"])
+            #expect(badPings.status == 64)
+            #expect(badPings.error.contains("HERALD_NATS_MAX_PINGS_OUT"), "\(badPings.error)")
             let badURL = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-server", "http://x:1"])
             #expect(badURL.status == 64)
             #expect(badURL.error.contains("nats://HOST:PORT"))

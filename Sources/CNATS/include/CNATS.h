@@ -2,7 +2,7 @@
 #define HERALD_CNATS_H
 
 /* The NATS C client (cnats, Debian's libnats-dev) and the few helpers Herald needs to run a connection on its
-   libuv loop with cnats's libuv adapter (nats/adapters/libuv.h, compiled once, in adapter.c). */
+   libuv loop: an event-loop adapter of Herald's own (adapter.c, which says why not cnats's) and JetStream set-up. */
 #include <nats/nats.h>
 #include <uv.h>
 #include <stdint.h>
@@ -16,11 +16,8 @@ typedef struct herald_nats_loop herald_nats_loop;
 herald_nats_loop *herald_nats_loop_create(uv_loop_t *loop);
 void herald_nats_loop_free(herald_nats_loop *place);
 
-/* Records that the calling thread runs `loop` (the adapter schedules work from other threads onto it).
-   Call on the loop thread, before connecting. */
-void herald_nats_bind_loop_thread(uv_loop_t *loop);
-
-/* Makes `opts` run the connection on `place->loop` through the libuv adapter. */
+/* Makes `opts` run the connection on `place->loop` through the adapter. Call on the loop thread (the calling
+   thread is recorded as the loop's), and connect there too: the first attach creates the adapter's handles. */
 natsStatus herald_nats_use_loop(natsOptions *opts, herald_nats_loop *place);
 
 /* Handles the adapter still has open on the loop for this connection (0 once it has fully detached, or when it
