@@ -202,6 +202,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         ])
     }
 
+    /// `url` with a user and password in it (`nats://user:password@host:4222`) shown as `***`, as the receiver
+    /// logs server URLs: for anything that prints them (`herald serve --print-config`).
+    public static func redactingCredentials(_ url: String) -> String { NATSConnectionSettings.redacted(url) }
+
     /// Where the connection is. Callable from any thread.
     public var state: ConnectionState { shared.withLock { $0.state } }
 

@@ -585,7 +585,10 @@ extension ServeSettings {
             case .string(let text)?: value = Self.yamlScalar(text)
             case .integer(let number)?: value = "\(number)"
             case .boolean(let flag)?: value = "\(flag)"
-            case .list(let items)?: value = "[" + items.map(Self.yamlScalar).joined(separator: ", ") + "]"
+            case .list(let items)?:
+                // A server URL may carry a password: shown as ***, like the receiver's logs show it.
+                let shown = option.key == ServeOption.natsServers.key ? items.map(NATSReceiver.redactingCredentials) : items
+                value = "[" + shown.map(Self.yamlScalar).joined(separator: ", ") + "]"
             case nil:
                 if option.key == ServeOption.socket.key, let socket {
                     value = Self.yamlScalar(socket)

@@ -68,6 +68,11 @@ struct ServeNATSTests {
             #expect(printed.output.contains("# nats-consumer: not set"))
             let servers = try runBuiltExecutable("herald", ["serve", "--print-config"], environment: ["HERALD_NATS_SERVERS": "nats://a:1,nats://b:2"])
             #expect(servers.output.contains("nats-servers: [nats://a:1, nats://b:2]") || servers.output.contains(#"nats-servers: ["nats://a:1", "nats://b:2"]"#), "\(servers.output)")
+            // A password in a server URL is not printed.
+            let secret = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-server", "nats://fleet:hunter2@10.0.0.1:4222"])
+            #expect(secret.status == 0, "\(secret.error)")
+            #expect(secret.output.contains("nats://***@10.0.0.1:4222"), "\(secret.output)")
+            #expect(!secret.output.contains("hunter2"))
 
             let badDelivery = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-topic-delivery", "everyone"])
             #expect(badDelivery.status == 64)
