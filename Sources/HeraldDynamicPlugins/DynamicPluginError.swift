@@ -3,6 +3,9 @@
 public enum DynamicPluginError: Error, Sendable, Hashable, CustomStringConvertible {
     /// There is no file at `path`.
     case fileNotFound(path: String)
+    /// The file, or the directory it is in, can be changed by someone other than root and the user Herald runs as
+    /// (writable by its group or by others, or owned by another user): that someone could run code inside Herald.
+    case unsafePermissions(path: String, reason: String)
     /// `dlopen` refused the file: not a shared object, built for another architecture, a missing dependency, ...
     case notLoadable(path: String, reason: String)
     /// The library does not export `herald_plugin_entry_v1`: it is not a Herald plugin, or one built for another ABI.
@@ -22,6 +25,8 @@ public enum DynamicPluginError: Error, Sendable, Hashable, CustomStringConvertib
         switch self {
         case .fileNotFound(let path):
             "cannot load plugin \(path): no such file"
+        case .unsafePermissions(let path, let reason):
+            "cannot load plugin \(path): \(reason)"
         case .notLoadable(let path, let reason):
             "cannot load plugin \(path): not a loadable shared object (\(reason))"
         case .missingEntryPoint(let path, let symbol, let reason):

@@ -34,11 +34,36 @@ final class PluginLibrary: @unchecked Sendable {
 
     private let state = Locked(State())
 
+    /// Why `file` (or the directory it is in) is not safe to load code from, or nil when it is: as sshd's StrictModes,
+    /// neither may be writable by its group or by others (a directory with the sticky bit, like /tmp, may be: no
+    /// one can replace a file of someone else there), and each must belong to root or to
+    /// the user Herald runs as.
+    static func unsafePermissions(_ file: String) -> String? {
+        let slash = file.lastIndex(of: "/")!
+        let directory = slash == file.startIndex ? "/" : String(file[..<slash])
+        for (place, what) in [(file, "the file"), (directory, "its directory \(directory)")] {
+            var info = stat()
+            guard stat(place, &info) == 0 else { continue }  // dlopen reports what is wrong with it
+            let mode = info.st_mode
+            let sticky = mode & S_IFMT == S_IFDIR && mode & S_ISVTX != 0
+            let writableByOthers = mode & S_IWOTH != 0
+            if !sticky && (mode & S_IWGRP != 0 || writableByOthers) {
+                let octal = String(mode & 0o7777, radix: 8)
+                return "\(what) is writable by \(writableByOthers ? "others" : "its group") (mode \(octal)): whoever can change it could run code inside Herald; chmod go-w it"
+            }
+            if info.st_uid != 0 && info.st_uid != geteuid() {
+                return "\(what) belongs to uid \(info.st_uid), neither root nor the user Herald runs as (uid \(geteuid()))"
+            }
+        }
+        return nil
+    }
+
     /// Opens `path`, checks its entry point and descriptor, and calls `init_plugin` with `configuration`.
     init(path: String, configuration: String, threads: Int, queueLimit: Int) throws(DynamicPluginError) {
         // dlopen searches the library path for a name without a slash; a plugin path is a file path.
         let file = path.contains("/") ? path : "./" + path
         if access(file, F_OK) != 0, errno == ENOENT { throw .fileNotFound(path: path) }
+        if let reason = Self.unsafePermissions(file) { throw .unsafePermissions(path: path, reason: reason) }
         // RTLD_NODELETE: the Swift runtime keeps pointers into the metadata of every Swift image it has seen and
         // never forgets them, so a library with Swift code must never be unmapped; dlclose only drops the count.
         guard let handle = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {

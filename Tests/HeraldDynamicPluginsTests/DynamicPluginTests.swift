@@ -218,6 +218,35 @@ struct DynamicPluginTests {
         #expect(error?.description == "cannot load plugin /nonexistent/herald/libnothing.so: no such file")
     }
 
+    @Test("a plugin someone else could change is refused before it is opened: writable by its group or others, in a directory others may write, or another user's")
+    func unsafePermissions() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("libcopy.so").path
+        try FileManager.default.copyItem(atPath: try sharedObject("HeraldTestPlugin"), toPath: path)
+        chmod(directory.path, 0o755)
+        func refusal() -> String? {
+            guard case .unsafePermissions(let reported, let reason)? = dynamicPluginError({ _ = try DynamicPlugin.load(path: path) }) else { return nil }
+            #expect(reported == path)
+            return reason
+        }
+        chmod(path, 0o666)
+        #expect(refusal()?.contains("the file is writable by others (mode 666)") == true)
+        chmod(path, 0o775)
+        #expect(refusal()?.contains("the file is writable by its group (mode 775)") == true)
+        chmod(path, 0o755)
+        chmod(directory.path, 0o777)
+        #expect(refusal()?.contains("its directory \(directory.path) is writable by others (mode 777)") == true)
+        #expect(DynamicPluginError.unsafePermissions(path: path, reason: "r").description == "cannot load plugin \(path): r")
+        chmod(directory.path, 0o1777)  // sticky, like /tmp: others cannot replace the file
+        #expect(refusal() == nil)
+        chmod(directory.path, 0o755)
+        chown(path, 4321, 0)
+        #expect(refusal()?.contains("the file belongs to uid 4321, neither root nor the user Herald runs as") == true)
+        chown(path, geteuid(), 0)
+        #expect(refusal() == nil)
+    }
+
     @Test("a path without a slash is a file in the current directory, never looked up in the library path")
     func bareNameIsNotSearched() throws {
         let error = dynamicPluginError { _ = try DynamicPlugin.load(path: "libc.so.6") }
