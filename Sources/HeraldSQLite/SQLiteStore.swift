@@ -123,6 +123,8 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 var state = StoredState()
                 try db.inTransaction(.immediate) {
                     try Self.pruneWindow(db, window: window, now: now, newestPosition: Self.newestPosition(db))
+                    // This start counts for every pending entry (committed with the read, before any is replayed).
+                    try db.execute(sql: "UPDATE inbox SET replays = replays + 1")
                     state = try Self.read(db, window: window, now: now)
                     return .commit
                 }
@@ -222,6 +224,49 @@ public final class SQLiteStore: HeraldStore, Sendable {
                     try delete.execute()
                 }
             }
+            if !batch.quarantined.isEmpty {
+                let move = try RawStatement(
+                    db,
+                    sql: """
+                        INSERT OR REPLACE INTO quarantine
+                            (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at)
+                        SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, ?
+                        FROM inbox WHERE message_id = ?
+                        """)
+                let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
+                for messageID in batch.quarantined {
+                    try move.bind(1, now)
+                    try move.bind(2, messageID)
+                    try move.execute()
+                    try delete.bind(1, messageID)
+                    try delete.execute()
+                }
+            }
+        }
+    }
+
+    /// The quarantined messages (``Herald/Configuration/maxReplays``), oldest first, with how many starts found each
+    /// pending and when it was quarantined (ms since 1970). Any thread.
+    public func quarantine() throws(StoreError) -> [(record: InboxRecord, replays: Int, quarantinedAt: Int64)] {
+        do {
+            return try database.read { db in
+                try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at
+                        FROM quarantine ORDER BY quarantined_at, message_id
+                        """
+                ).map { row in
+                    let userInfo: Data = try row.decode(atIndex: 1)
+                    let record = InboxRecord(
+                        messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
+                        targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
+                        expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7))
+                    return (record, try row.decode(atIndex: 8), try row.decode(atIndex: 9))
+                }
+            }
+        } catch {
+            throw Self.storeError(error, path: path, during: .read)
         }
     }
 
@@ -234,7 +279,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 try db.execute(sql: "PRAGMA secure_delete = ON")
                 do {
                     try db.inTransaction(.immediate) {
-                        try db.execute(sql: "DELETE FROM identity; DELETE FROM topic; DELETE FROM inbox; DELETE FROM seen")
+                        try db.execute(sql: "DELETE FROM identity; DELETE FROM topic; DELETE FROM inbox; DELETE FROM seen; DELETE FROM quarantine")
                         return .commit
                     }
                 } catch {
@@ -334,7 +379,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
         let rows = try Row.fetchCursor(
             db,
             sql: """
-                SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at
+                SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays
                 FROM inbox ORDER BY seq
                 """)
         while let row = try rows.next() {
@@ -345,6 +390,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
                     targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
                     expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7)
                 ))
+            state.replays[try row.decode(atIndex: 0)] = try row.decode(atIndex: 8)
         }
         return state
     }

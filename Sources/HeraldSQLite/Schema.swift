@@ -10,6 +10,7 @@ enum Schema {
     static let migrator: DatabaseMigrator = {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1", migrate: v1)
+        migrator.registerMigration("v2-quarantine", migrate: v2)
         return migrator
     }()
 
@@ -63,6 +64,29 @@ enum Schema {
                     position INTEGER PRIMARY KEY,
                     seen_at INTEGER NOT NULL,
                     message_ids BLOB NOT NULL
+                ) STRICT;
+                """)
+    }
+
+    /// Poison messages. `inbox.replays` counts the starts that found an entry pending (each `load` adds one); an entry
+    /// past `Herald.Configuration.maxReplays` moves to `quarantine` (same columns, plus when) instead of being
+    /// replayed again, so a message whose handling crashes the process cannot crash it at every start. Quarantined
+    /// rows stay until someone deletes them (or `deleteAll`).
+    private static func v2(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                ALTER TABLE inbox ADD COLUMN replays INTEGER NOT NULL DEFAULT 0;
+                CREATE TABLE quarantine (
+                    message_id TEXT NOT NULL PRIMARY KEY,
+                    user_info BLOB NOT NULL,
+                    target_kind TEXT NOT NULL,
+                    target_value TEXT NOT NULL,
+                    collapse_key TEXT,
+                    priority INTEGER NOT NULL,
+                    expiration INTEGER,
+                    received_at INTEGER NOT NULL,
+                    replays INTEGER NOT NULL,
+                    quarantined_at INTEGER NOT NULL
                 ) STRICT;
                 """)
     }

@@ -65,6 +65,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp(ServeOption.shutdownGrace.help, valueName: "seconds"))
     var shutdownGrace: Int?
 
+    @Option(name: .customLong("max-replays"), help: ArgumentHelp(ServeOption.maxReplays.help, valueName: "starts"))
+    var maxReplays: Int?
+
     @Flag(name: .customLong("analytics-store"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.analyticsStore.help))
     var analyticsStore: Bool?
 
@@ -155,6 +158,7 @@ struct Serve: AsyncParsableCommand {
         add(.authTokenFile, authTokenFile.map { .string($0) })
         add(.logLevel, logLevel.map { .string($0) })
         add(.shutdownGrace, shutdownGrace.map { .integer($0) })
+        add(.maxReplays, maxReplays.map { .integer($0) })
         add(.analyticsStore, analyticsStore.map { .boolean($0) }, flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
         add(.analyticsRetentionDays, analyticsRetentionDays.map { .integer($0) })
         add(.plugins, plugins.isEmpty ? nil : .list(plugins))
@@ -262,6 +266,7 @@ final class Daemon: Service, Sendable {
         var configuration = Herald.Configuration(senderID: settings.senderID)
         configuration.projectID = settings.projectID
         configuration.shutdownGracePeriod = .seconds(settings.shutdownGrace)
+        configuration.maxReplays = settings.maxReplays
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
         // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
         let lock: DataDirectoryLock

@@ -122,6 +122,9 @@ struct ServeOption: Sendable {
         "shutdown-grace", .integer(0...86_400), default: .integer(10), "10",
         allowed: "a whole number of seconds from 0 to 86400",
         meaning: "Seconds to finish in-flight messages after SIGTERM / SIGINT.")
+    static let maxReplays = ServeOption(
+        "max-replays", .integer(1...1_000), default: .integer(3), "3", allowed: "a whole number from 1 to 1000",
+        meaning: "Starts that may replay a message still pending; past it the message is quarantined (its handling likely crashes the daemon).")
     static let analyticsStore = ServeOption(
         "analytics-store", .boolean, default: .boolean(true), "true", allowed: "true or false",
         meaning: "Keep analytics events in DATA-DIR/analytics.sqlite (herald report reads them).")
@@ -210,7 +213,7 @@ struct ServeOption: Sendable {
 
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
-        http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, logLevel, shutdownGrace,
+        http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, logLevel, shutdownGrace, maxReplays,
         analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
         natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
@@ -277,6 +280,7 @@ struct ServeSettings: Sendable {
     var authTokenFile: String? { string(ServeOption.authTokenFile) }
     var logLevel: Logger.Level { string(ServeOption.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(ServeOption.shutdownGrace) }
+    var maxReplays: Int { integer(ServeOption.maxReplays) }
     var analyticsStore: Bool { boolean(ServeOption.analyticsStore) }
     var analyticsRetentionDays: Int { integer(ServeOption.analyticsRetentionDays) }
     var plugins: [String] {

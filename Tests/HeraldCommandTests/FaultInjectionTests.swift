@@ -1,5 +1,6 @@
 import Foundation
 import Herald
+import HeraldSQLite
 import HeraldTesting
 import Testing
 
@@ -200,6 +201,52 @@ struct FaultInjectionTests {
             }, "the crashing message was not replayed; log: \(restarted.log)")
             #expect(replay["userInfo"]?["n"] == "99")
             #expect(restarted.terminate() == 0, "\(restarted.log)")
+        }
+    }
+
+    @Test(
+        "a message whose handler crashes the process every time: replayed at the next starts up to max-replays, then quarantined, and the daemon serves again",
+        .disabled(if: runningUnderThreadSanitizer, "as handlerCrash: under Thread Sanitizer a child's abort is at times never reported to Foundation's Process"),
+        .timeLimit(.minutes(2)))
+    func poisonMessageQuarantined() async throws {
+        try await withTemporaryDirectory(prefix: "herald-fault") { directory in
+            let plugin = buildProductsDirectory.appendingPathComponent("libHeraldTestPlugin.so").path
+            let environment = ["TEST_PLUGIN_CRASH_ALWAYS": "1", "SWIFT_BACKTRACE": "enable=no"]
+            let arguments = ["--socket", "none", "--plugin", plugin, "--max-replays", "2"]
+            func start() throws -> DaemonProcess {
+                try DaemonProcess(directory: directory, arguments: arguments, environment: environment, launcher: ["prlimit", "--core=0", "--"])
+            }
+            func crashed(_ daemon: DaemonProcess) async throws -> Bool {
+                for _ in 0..<3_000 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+                return !daemon.process.isRunning && daemon.process.terminationStatus == SIGABRT
+            }
+            let daemon = try start()
+            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let poison = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "66"}}}"#
+            let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: poison)
+            #expect(answer.status == 200, "\(answer.body)")
+            try #require(try await crashed(daemon), "the daemon did not crash; log: \(daemon.log)")
+            // Starts 1 and 2 replay it (and crash again); start 3 quarantines it.
+            for attempt in 1...2 {
+                let again = try start()
+                try #require(try await crashed(again), "start \(attempt) did not replay the poison message; log: \(again.log)")
+            }
+            let survivor = try start()
+            #expect(echoedToken(survivor)?.token == token, "\(survivor.log)")
+            var sender = NumberedSender(port: survivor.httpPort, token: token)
+            #expect(try sender.send() == 200)
+            #expect(survivor.event()?["userInfo"]?["n"] == "1")
+            // The replay ran at start, before the message above.
+            #expect(survivor.log.contains("quarantined, not replayed again") && survivor.log.contains("starts=3"), "\(survivor.log)")
+            #expect(survivor.process.isRunning)
+            #expect(survivor.terminate() == 0, "\(survivor.log)")
+
+            let store = try SQLiteStore(directory: directory)
+            let quarantined = try store.quarantine()
+            let name = try JSONParser.parse(Array(answer.body.utf8))["name"]?.stringValue ?? ""
+            #expect(quarantined.map(\.record.messageID) == [String(name.split(separator: "/").last ?? "")])
+            #expect(quarantined.first?.replays == 3)
+            #expect(try store.load(window: DeduplicationWindow(), now: 0).pending.isEmpty)
         }
     }
 

@@ -385,6 +385,49 @@ struct SQLiteStoreTests {
         }
     }
 
+    @Test("each load counts a start for every pending entry; quarantined entries leave the inbox for the quarantine table, and deleteAll empties it")
+    func replaysAndQuarantine() throws {
+        try withTemporaryDirectory { directory in
+            let window = DeduplicationWindow()
+            let store = try SQLiteStore(directory: directory)
+            try store.commit(StoreBatch(accepted: [record(1), record(2)]), window: window, now: 10)
+            #expect(try store.load(window: window, now: 11).replays == ["m1": 1, "m2": 1])
+            try store.commit(StoreBatch(accepted: [record(3)], finished: ["m2"]), window: window, now: 12)
+            let reopened = try SQLiteStore(directory: directory)
+            #expect(try reopened.load(window: window, now: 13).replays == ["m1": 2, "m3": 1])
+            try reopened.commit(StoreBatch(quarantined: ["m1", "unknown"]), window: window, now: 14)
+            let state = try reopened.load(window: window, now: 15)
+            #expect(state.pending == [record(3)])
+            #expect(state.replays == ["m3": 2])
+            let quarantined = try reopened.quarantine()
+            #expect(quarantined.count == 1)
+            #expect(quarantined.first?.record == record(1))
+            #expect(quarantined.first?.replays == 2 && quarantined.first?.quarantinedAt == 14)
+            try reopened.deleteAll()
+            #expect(try reopened.quarantine().isEmpty)
+        }
+    }
+
+    @Test("a store from before the quarantine (schema v1) is migrated: its pending entries are kept and counted from there")
+    func migratesV1Store() throws {
+        try withTemporaryDirectory { directory in
+            do {
+                let store = try SQLiteStore(directory: directory)
+                try store.commit(StoreBatch(accepted: [record(1)]), window: DeduplicationWindow(), now: 1)
+                try store.execute(sql: """
+                    DROP TABLE quarantine;
+                    ALTER TABLE inbox DROP COLUMN replays;
+                    DELETE FROM grdb_migrations WHERE identifier = 'v2-quarantine';
+                    """)
+            }
+            let store = try SQLiteStore(directory: directory)
+            let state = try store.load(window: DeduplicationWindow(), now: 2)
+            #expect(state.pending == [record(1)])
+            #expect(state.replays == ["m1": 1])
+            #expect(try store.quarantine().isEmpty)
+        }
+    }
+
     @Test("a store written by a newer Herald (an unknown migration) is refused with newerSchema")
     func newerSchema() throws {
         try withTemporaryDirectory { directory in

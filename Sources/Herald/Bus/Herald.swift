@@ -34,6 +34,11 @@ public final class Herald: @unchecked Sendable {
         /// With a durable store: commit each message before acknowledging its sender, replay unfinished ones
         /// at the next start (at-least-once). Off: acknowledge on acceptance (at-most-once).
         public var durableInbox: Bool = true
+        /// A message still pending after this many starts replayed it is quarantined instead of replayed again: a
+        /// message whose handling crashes the process would otherwise crash it at every start. Quarantined messages
+        /// stay in the store (`SQLiteStore`: the `quarantine` table), are logged and recorded as `message_dropped`
+        /// (reason `quarantined`). At least 1.
+        public var maxReplays: Int = 3
         /// How many presented notifications are remembered for ``Herald/respond(to:action:userText:)``.
         public var rememberedNotifications: Int = 1_000
         /// Automatic: the bus records analytics itself. Manual: the host calls ``Herald/appDidReceiveMessage(_:)``.
@@ -223,12 +228,13 @@ public final class Herald: @unchecked Sendable {
         let token = identity.token
         for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
         let pending = stored.pending
+        let replays = stored.replays
         try? await loop.submit { [logger] in
             if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
             for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
             if !pending.isEmpty {
                 logger.info("replaying messages accepted before the last stop but not finished", metadata: ["count": "\(pending.count)"])
-                bus.replay(pending, path: "\(store)")
+                bus.replay(pending, replays: replays, path: "\(store)")
             }
         }
         logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])

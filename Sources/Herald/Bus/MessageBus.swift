@@ -273,6 +273,7 @@ public final class MessageBus: @unchecked Sendable {
                 }
                 // Entries that finished stay in the inbox until a later commit removes them; retry with backoff.
                 batch.finished.append(contentsOf: committing.finished)
+                batch.quarantined.append(contentsOf: committing.quarantined)
                 commitRetryDelay = min(max(commitRetryDelay * 2, .milliseconds(50)), .seconds(5))
                 if inFlight == 0 { notifyIdle() }
                 if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
@@ -313,7 +314,7 @@ public final class MessageBus: @unchecked Sendable {
 
     /// Delivers messages the inbox held at start (accepted, never finished): flagged as replays; expired ones
     /// are dropped; of several with one collapse key only the newest is delivered. Loop thread only.
-    func replay(_ records: [InboxRecord], path: String) {
+    func replay(_ records: [InboxRecord], replays: [String: Int] = [:], path: String) {
         loop.preconditionInEventLoop()
         var messages: [RemoteMessage] = []
         for record in records {
@@ -333,7 +334,13 @@ public final class MessageBus: @unchecked Sendable {
         for (index, message) in messages.enumerated() {
             let id = message.messageID ?? ""
             seenIDs.insert(id)
-            if let key = message.collapseKey, newestByCollapseKey[key + "\u{0}" + message.target.description] != index {
+            if let replays = replays[id], replays > configuration.maxReplays {
+                logger.error("a message was still pending after several starts (its handling may crash the process): quarantined, not replayed again", metadata: [
+                    "message_id": "\(id)", "starts": "\(replays)", "max_replays": "\(configuration.maxReplays)",
+                ])
+                dropped(message, reason: .quarantined, detail: "pending at \(replays) starts")
+                batch.quarantined.append(id)
+            } else if let key = message.collapseKey, newestByCollapseKey[key + "\u{0}" + message.target.description] != index {
                 dropped(message, reason: .collapsed, detail: "replaced by a newer message at replay")
                 batch.finished.append(id)
             } else if message.isExpired(atSeconds: now) {

@@ -26,6 +26,9 @@ public struct AnalyticsEvent: Sendable, Hashable {
         case collapsed
         /// The store could not commit it, so the sender was refused.
         case storeFailure = "store_failure"
+        /// Still pending after ``Herald/Configuration/maxReplays`` starts replayed it (its handling likely crashed
+        /// the process each time): moved to the store's quarantine instead of being replayed again.
+        case quarantined
     }
 
     public var name: Name

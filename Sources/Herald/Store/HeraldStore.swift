@@ -8,7 +8,8 @@ public protocol HeraldStore: AnyObject, Sendable {
     /// Whether what is committed survives the process (a durable inbox makes sense only then).
     var isDurable: Bool { get }
 
-    /// Everything the instance needs at start. Throws ``StoreError`` when the store cannot be read.
+    /// Everything the instance needs at start. Throws ``StoreError`` when the store cannot be read. A durable store
+    /// counts this start for every pending entry (``StoredState/replays``) before it returns them.
     func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState
 
     /// Saves the identity (installation ID, token, device token).
@@ -47,12 +48,20 @@ public struct StoredState: Sendable {
     public var seenMessageIDs: [String]
     /// Inbox entries accepted but not finished, in acceptance order.
     public var pending: [InboxRecord]
+    /// For each pending entry (by message ID), how many starts found it pending, this one included: 1 at its first
+    /// replay. A durable store counts the start in ``HeraldStore/load(window:now:)`` before it returns; an entry past
+    /// ``Herald/Configuration/maxReplays`` is quarantined instead of replayed. Missing: 1.
+    public var replays: [String: Int]
 
-    public init(identity: StoredIdentity? = nil, topics: Set<String> = [], seenMessageIDs: [String] = [], pending: [InboxRecord] = []) {
+    public init(
+        identity: StoredIdentity? = nil, topics: Set<String> = [], seenMessageIDs: [String] = [], pending: [InboxRecord] = [],
+        replays: [String: Int] = [:]
+    ) {
         self.identity = identity
         self.topics = topics
         self.seenMessageIDs = seenMessageIDs
         self.pending = pending
+        self.replays = replays
     }
 }
 
@@ -79,13 +88,17 @@ public struct StoreBatch: Sendable {
     public var accepted: [InboxRecord] = []
     /// IDs of messages whose handlers have finished (or that were dropped at replay).
     public var finished: [String] = []
+    /// IDs of pending messages to move out of the inbox into the store's quarantine, kept for inspection
+    /// (``Herald/Configuration/maxReplays``). A store without a quarantine removes them like finished ones.
+    public var quarantined: [String] = []
 
-    public init(accepted: [InboxRecord] = [], finished: [String] = []) {
+    public init(accepted: [InboxRecord] = [], finished: [String] = [], quarantined: [String] = []) {
         self.accepted = accepted
         self.finished = finished
+        self.quarantined = quarantined
     }
 
-    public var isEmpty: Bool { accepted.isEmpty && finished.isEmpty }
+    public var isEmpty: Bool { accepted.isEmpty && finished.isEmpty && quarantined.isEmpty }
 }
 
 /// A message as the inbox keeps it: `userInfo` as JSON bytes and the delivery metadata in columns.

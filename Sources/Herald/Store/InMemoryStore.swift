@@ -8,6 +8,7 @@ public final class InMemoryStore: HeraldStore, Sendable {
         var topics: Set<String> = []
         var seen: [(id: String, at: Int64)] = []
         var pending: [InboxRecord] = []
+        var replays: [String: Int] = [:]
     }
 
     public init() {}
@@ -16,7 +17,10 @@ public final class InMemoryStore: HeraldStore, Sendable {
 
     public func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
         state.withLock { contents in
-            StoredState(identity: contents.identity, topics: contents.topics, seenMessageIDs: contents.seen.map(\.id), pending: contents.pending)
+            for record in contents.pending { contents.replays[record.messageID, default: 0] += 1 }
+            return StoredState(
+                identity: contents.identity, topics: contents.topics, seenMessageIDs: contents.seen.map(\.id), pending: contents.pending,
+                replays: contents.replays)
         }
     }
 
@@ -34,9 +38,10 @@ public final class InMemoryStore: HeraldStore, Sendable {
         state.withLock { contents in
             contents.pending.append(contentsOf: batch.accepted)
             contents.seen.append(contentsOf: batch.accepted.map { ($0.messageID, now) })
-            if !batch.finished.isEmpty {
-                let finished = Set(batch.finished)
+            if !batch.finished.isEmpty || !batch.quarantined.isEmpty {
+                let finished = Set(batch.finished + batch.quarantined)  // no quarantine here: they just leave
                 contents.pending.removeAll { finished.contains($0.messageID) }
+                for id in finished { contents.replays[id] = nil }
             }
             let oldest = window.oldestKept(now: now)
             contents.seen.removeAll { $0.at < oldest }

@@ -11,7 +11,8 @@
 // At deinit_plugin it records "max_concurrent\t<the most calls that ran at once>" and then "deinit".
 //
 // The environment variable TEST_PLUGIN_CRASH_FLAG names a file: while it exists, did_receive_message of a message
-// with a "crash" key removes it and aborts the process (a handler that crashes the daemon, once).
+// with a "crash" key removes it and aborts the process (a handler that crashes the daemon, once). With
+// TEST_PLUGIN_CRASH_ALWAYS set, such a message aborts the process every time (a poison message).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE // pthread_getname_np
 #endif
@@ -136,6 +137,7 @@ static void fixture_did_receive_response(const uint8_t *json, size_t length, voi
 }
 
 static void crash_if_asked(const uint8_t *json, size_t length) {
+    if (getenv("TEST_PLUGIN_CRASH_ALWAYS") && memmem(json, length, "\"crash\":", 8)) abort();
     const char *flag = getenv("TEST_PLUGIN_CRASH_FLAG");
     if (!flag || !memmem(json, length, "\"crash\":", 8)) return;
     if (unlink(flag) == 0) abort();
