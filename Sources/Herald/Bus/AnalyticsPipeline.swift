@@ -4,7 +4,7 @@ import Logging
 ///
 /// Recording an event costs the loop little and shares nothing with the sinks' threads: its values are written
 /// into one byte buffer per batch (``AnalyticsRecordBuffer``), decoded into ``AnalyticsEvent`` values off the
-/// loop, once per batch for all sinks. Events are flushed every `analyticsFlushInterval` or when a batch is full into
+/// loop, once per batch for all sinks that take events (first-party sinks read the bytes: ``AnalyticsRecordSink``). Events are flushed every `analyticsFlushInterval` or when a batch is full into
 /// one shared, immutable batch that every sink's queue refers to (no copy per sink). Each sink takes its queue
 /// one batch at a time, in order, in a task of its own off the loop, so a slow, blocking or failing sink never
 /// slows the bus or the other sinks. A batch a sink throws on is retried with exponential backoff
@@ -138,9 +138,14 @@ final class AnalyticsPipeline: @unchecked Sendable {
         queue.attempts += 1
         queue.runningCount = slices.reduce(0) { $0 + $1.count }
         let sink = queue.sink
+        let recordSink = queue.recordSink
         Task(executorPreference: globalConcurrentExecutor) { [self] in
             do {
-                try await sink.record(BatchSlice.events(of: slices))
+                if let recordSink {
+                    try await recordSink.record(BatchSlice.records(of: slices))
+                } else {
+                    try await sink.record(BatchSlice.events(of: slices))
+                }
                 loop.execute { [self] in finished(queue, failure: nil, retry: []) }
             } catch {
                 loop.execute { [self] in finished(queue, failure: error, retry: slices) }
@@ -240,10 +245,11 @@ final class AnalyticsPipeline: @unchecked Sendable {
     }
 }
 
-/// One flush's events, shared by every sink's queue. The loop creates it; the first sink task that needs the
-/// events decodes them (off the loop), once, and every other sink reuses them.
+/// One flush's events, shared by every sink's queue. The loop creates it; sinks that read records
+/// (``AnalyticsRecordSink``) read its bytes; the first sink task that needs events decodes them (off the loop),
+/// once, and every other such sink reuses them.
 private final class AnalyticsBatch: Sendable {
-    private let records: AnalyticsRecordBuffer
+    let records: AnalyticsRecordBuffer
     private let built = Locked<[AnalyticsEvent]?>(nil)
 
     init(_ records: AnalyticsRecordBuffer) { self.records = records }
@@ -273,6 +279,11 @@ private struct BatchSlice: Sendable {
         for slice in slices { events.append(contentsOf: slice.batch.events.prefix(slice.count)) }
         return events
     }
+
+    /// The records of consecutive slices, for a sink that reads them without events being built.
+    static func records(of slices: [BatchSlice]) -> AnalyticsRecords {
+        AnalyticsRecords(parts: slices.map { AnalyticsRecords.Part(buffer: $0.batch.records, count: $0.count) })
+    }
 }
 
 /// One sink's queue of batch slices and its counters.
@@ -280,6 +291,8 @@ private final class SinkQueue: @unchecked Sendable {
     // @unchecked Sendable: it crosses into the sink's task only to come back to the loop; every field is
     // read and written on the loop thread.
     let sink: any AnalyticsSink
+    /// The sink, when it reads recorded bytes (then no events are built for it).
+    let recordSink: (any AnalyticsRecordSink)?
     /// Slots before `head` are taken (nil): a slice leaves the queue's storage as it is handed to the sink, so the
     /// last reference to a batch is dropped by a sink task, off the loop, never by this array.
     private var queued: [BatchSlice?] = []
@@ -296,7 +309,10 @@ private final class SinkQueue: @unchecked Sendable {
     var failures = 0
     var lost = 0
 
-    init(sink: any AnalyticsSink) { self.sink = sink }
+    init(sink: any AnalyticsSink) {
+        self.sink = sink
+        recordSink = sink as? any AnalyticsRecordSink
+    }
 
     func enqueue(_ slice: BatchSlice) {
         queued.append(slice)
