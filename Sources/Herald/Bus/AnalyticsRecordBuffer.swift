@@ -20,7 +20,7 @@ struct AnalyticsRecordBuffer: Sendable {
     /// Appends an event about `message` with what ``AnalyticsEvent/init(_:for:parameters:)`` gives it; `messageID`
     /// and `kind` are the message's.
     mutating func append(
-        _ name: AnalyticsEvent.Name, for message: RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String],
+        _ name: AnalyticsEvent.Name, for message: RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String]?,
         messageID: String?, kind: MessageKind
     ) {
         let ttl = message.expiration.map { max(0, $0 - message.receivedAt / 1000) }
@@ -44,12 +44,14 @@ struct AnalyticsRecordBuffer: Sendable {
 
     private mutating func write(
         _ name: AnalyticsEvent.Name, id: UInt64, timestamp: Int64, receivedAt: Int64?, ttl: Int64?, priority: MessagePriority?,
-        messageType: UInt8, strings: (String?, String?, String?, String?), customType: String?, parameters: [String: String]
+        messageType: UInt8, strings: (String?, String?, String?, String?), customType: String?, parameters: [String: String]?
     ) {
         var size = 4 + 16 + (receivedAt == nil ? 0 : 8) + (ttl == nil ? 0 : 8) + 4
         size += Self.size(strings.0) + Self.size(strings.1) + Self.size(strings.2) + Self.size(strings.3)
         if messageType == 3 { size += Self.size(customType) }
-        for (key, value) in parameters { size += Self.size(key) + Self.size(value) }
+        if let parameters, !parameters.isEmpty {
+            for (key, value) in parameters { size += Self.size(key) + Self.size(value) }
+        }
         if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
         var writer = Writer(base: storage.reserve(size))
         writer.byte(name.code)
@@ -65,10 +67,14 @@ struct AnalyticsRecordBuffer: Sendable {
         writer.string(strings.2)
         writer.string(strings.3)
         if messageType == 3 { writer.string(customType) }
-        writer.length(parameters.count)
-        for (key, value) in parameters {
-            writer.string(key)
-            writer.string(value)
+        if let parameters, !parameters.isEmpty {
+            writer.length(parameters.count)
+            for (key, value) in parameters {
+                writer.string(key)
+                writer.string(value)
+            }
+        } else {
+            writer.length(0)
         }
         count += 1
     }
