@@ -55,14 +55,16 @@ final class AnalyticsPipeline: @unchecked Sendable {
 
     /// Buffers an event about `message`, as ``AnalyticsEvent/init(_:for:parameters:)`` would build it (the time is
     /// now). Loop thread only.
-    /// `messageID` and `kind`, when the caller has them, spare looking them up again.
+    /// `messageID`, `kind` and `timestamp` (the time now, in milliseconds since 1970), when the caller has them,
+    /// spare looking them up again.
     func record(
-        _ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String]? = nil, messageID: String? = nil, kind: MessageKind? = nil
+        _ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String]? = nil, messageID: String? = nil, kind: MessageKind? = nil,
+        timestamp: Int64? = nil
     ) {
         loop.assertInEventLoop()
         guard !queues.isEmpty else { return }
         var records = takeBuffer()
-        records.append(name, for: message, id: nextID(), timestamp: WallClock.nowMilliseconds(), parameters: parameters,
+        records.append(name, for: message, id: nextID(), timestamp: timestamp ?? WallClock.nowMilliseconds(), parameters: parameters,
                        messageID: messageID ?? message.messageID, kind: kind ?? message.kind)
         let count = records.count
         buffer = consume records
