@@ -3,8 +3,9 @@ import Logging
 /// Collects analytics events on the loop and hands them to the sinks in batches, off the hot path.
 ///
 /// Recording an event costs the loop little and shares nothing with the sinks' threads: its values are written
-/// into one byte buffer per batch (``AnalyticsRecordBuffer``), decoded into ``AnalyticsEvent`` values off the
-/// loop, once per batch for all sinks that take events (first-party sinks read the bytes: ``AnalyticsRecordSink``). Events are flushed every `analyticsFlushInterval` or when a batch is full into
+/// into one byte buffer per batch (``AnalyticsRecordBuffer``), which first-party sinks read as it is
+/// (``AnalyticsRecordSink``) and which is decoded into ``AnalyticsEvent`` values off the loop, once per batch, for
+/// the sinks that take events. Events are flushed every `analyticsFlushInterval` or when a batch is full into
 /// one shared, immutable batch that every sink's queue refers to (no copy per sink). Each sink takes its queue
 /// one batch at a time, in order, in a task of its own off the loop, so a slow, blocking or failing sink never
 /// slows the bus or the other sinks. A batch a sink throws on is retried with exponential backoff
