@@ -67,7 +67,7 @@ public import Herald
 /// failed batch are already in a file, so a retried batch is written without duplicates. At ``start(_:)`` the
 /// file's directory is created if missing and the file opened: a path that cannot be used stops the start. A
 /// directory removed later is not created again: writes fail (and are retried) until it is back.
-public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
+public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler, Sendable {
     /// Which events become lines.
     public enum EventSelection: Sendable, Hashable {
         /// FCM's events, and Herald's other events about a message under Herald's names (the default).
@@ -121,7 +121,14 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         var stopped = false
         /// Batches that failed after some of their lines reached a file: how many did. A retry of the same
         /// batch starts after them. At most ``maximumPartialBatches``, oldest forgotten first.
-        var partial: [(events: [AnalyticsEvent], linesWritten: Int)] = []
+        var partial: [(batch: BatchKey, linesWritten: Int)] = []
+    }
+
+    /// Which batch a retry is: the events handed over, or (read from records) the IDs of the first and last event
+    /// and the count, since the pipeline gives every event of a run its own ID.
+    private enum BatchKey: Equatable {
+        case events([AnalyticsEvent])
+        case records(first: UInt64, last: UInt64, count: Int)
     }
 
     private struct Identity {
@@ -218,19 +225,47 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
 
     public func record(_ events: [AnalyticsEvent]) async throws {
         let identity = identity.withLock { $0 }
-        var lines: [[UInt8]] = []
-        lines.reserveCapacity(events.count)
+        let lines = LineBatch(capacity: events.count * 400)
         var timestamps = TimestampCache()
         for event in events {
             guard let name = Self.exportedEventName(for: event, selection: options.events) else { continue }
-            lines.append(line(for: event, eventName: name, identity: identity, timestamps: &timestamps))
+            lines.appendLine(line(for: event, eventName: name, identity: identity, timestamps: &timestamps))
         }
+        try write(lines) { .events(events) }
+    }
+
+    /// The pipeline's path: lines written straight from the recorded bytes into one buffer, byte for byte what
+    /// ``record(_:)-([AnalyticsEvent])`` writes for the same events, without building an event, a string or a
+    /// dictionary per event.
+    package func record(_ records: AnalyticsRecords) async throws {
+        let identity = identity.withLock { $0 }
+        let columns = IdentityColumns(identity: identity, options: options)
+        let lines = LineBatch(capacity: records.count * (300 + columns.count))
+        var timestamps = TimestampCache()
+        let selection = options.events
+        records.forEach { record in
+            guard let name = Self.exportedEventName(for: record, selection: selection) else { return }
+            Self.writeLine(for: record, eventName: name, columns: columns, timestamps: &timestamps, into: lines)
+        }
+        try write(lines) {
+            let ids = records.idRange
+            return .records(first: ids.first, last: ids.last, count: records.count)
+        }
+    }
+
+    /// Appends `lines` to the file, after the lines of them a failed attempt of the same batch already wrote.
+    private func write(_ lines: LineBatch, batch: () -> BatchKey) throws {
         guard !lines.isEmpty else { return }
         try writer.withLock { (state: inout WriterState) throws(JSONLExportError) in
             var progress = 0
-            if let index = state.partial.firstIndex(where: { $0.events == events }) {
-                progress = state.partial[index].linesWritten
-                state.partial.remove(at: index)
+            var key: BatchKey?
+            if !state.partial.isEmpty {
+                let current = batch()
+                key = current
+                if let index = state.partial.firstIndex(where: { $0.batch == current }) {
+                    progress = state.partial[index].linesWritten
+                    state.partial.remove(at: index)
+                }
             }
             do throws(JSONLExportError) {
                 try state.file.append(lines, progress: &progress)
@@ -238,7 +273,7 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
                 if state.stopped { state.file.close() }
             } catch {
                 if progress > 0 {
-                    state.partial.append((events, progress))
+                    state.partial.append((key ?? batch(), progress))
                     if state.partial.count > Self.maximumPartialBatches { state.partial.removeFirst() }
                 }
                 throw error
@@ -330,6 +365,115 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
         return bytes
     }
 
+    /// The columns that are the same on every line of a batch, with the keys around them, rendered once per batch.
+    private struct IdentityColumns {
+        /// `","project_number":…,"message_id":`
+        var project: [UInt8] = []
+        /// `,"instance_id":…,"message_type":`
+        var instance: [UInt8] = []
+        /// `,"sdk_platform":…,"app_name":…,"collapse_key":`
+        var platform: [UInt8] = []
+
+        init(identity: Identity, options: Options) {
+            JSONLExport.appendStatic(#"","project_number":"#, to: &project)
+            if let number = identity.projectNumber { JSONLExport.appendDecimal(number, to: &project) } else { JSONLExport.appendNull(&project) }
+            JSONLExport.appendStatic(#","message_id":"#, to: &project)
+            JSONLExport.appendStatic(#","instance_id":"#, to: &instance)
+            if let id = identity.instanceID { JSONValue.string(id).write(into: &instance) } else { JSONLExport.appendNull(&instance) }
+            JSONLExport.appendStatic(#","message_type":"#, to: &instance)
+            JSONLExport.appendStatic(#","sdk_platform":"#, to: &platform)
+            JSONValue.string(options.sdkPlatform).write(into: &platform)
+            JSONLExport.appendStatic(#","app_name":"#, to: &platform)
+            if let name = options.appName { JSONValue.string(name).write(into: &platform) } else { JSONLExport.appendNull(&platform) }
+            JSONLExport.appendStatic(#","collapse_key":"#, to: &platform)
+        }
+
+        var count: Int { project.count + instance.count + platform.count }
+    }
+
+    /// The `event` column of a record: a fixed name, or Herald's name and a qualifier (`message_dropped:{reason}`).
+    private struct RecordEventName {
+        var name: StaticString
+        var qualifier: UnsafeRawBufferPointer?
+    }
+
+    /// ``exportedEventName(for:selection:)`` of the event `record` holds.
+    private static func exportedEventName(for record: AnalyticsRecord, selection: EventSelection) -> RecordEventName? {
+        switch record.name {
+        case .notificationReceive:
+            return RecordEventName(name: "MESSAGE_DELIVERED")
+        case .notificationOpen:
+            return RecordEventName(name: "MESSAGE_OPEN")
+        case .messageDropped:
+            let reason = record.parameter("reason")
+            if let reason {
+                if equal(reason, "invalid") { return RecordEventName(name: "INVALID_PARAMETERS") }
+                if equal(reason, "rejected_backpressure") { return RecordEventName(name: "QUOTA_EXCEEDED") }
+                if equal(reason, "store_failure") { return RecordEventName(name: "MESSAGE_RECEIVED_INTERNAL_ERROR") }
+            }
+            return selection == .messageEvents ? RecordEventName(name: "message_dropped", qualifier: reason) : nil
+        case .notificationForeground:
+            return selection == .messageEvents ? RecordEventName(name: "notification_foreground") : nil
+        case .notificationDismiss:
+            return selection == .messageEvents ? RecordEventName(name: "notification_dismiss") : nil
+        case .backgroundFetch:
+            return selection == .messageEvents ? RecordEventName(name: "background_fetch", qualifier: record.parameter("result")) : nil
+        case .tokenRefresh, .topicSubscribe, .topicUnsubscribe, .diagnostic:
+            return nil
+        }
+    }
+
+    private static func equal(_ bytes: UnsafeRawBufferPointer, _ text: StaticString) -> Bool {
+        bytes.count == text.utf8CodeUnitCount && (bytes.isEmpty || memcmp(bytes.baseAddress!, text.utf8Start, bytes.count) == 0)
+    }
+
+    /// One line for `record`, as ``line(for:eventName:identity:timestamps:)`` writes it for its event.
+    private static func writeLine(
+        for record: AnalyticsRecord, eventName: RecordEventName, columns: IdentityColumns, timestamps: inout TimestampCache, into lines: LineBatch
+    ) {
+        func length(_ bytes: UnsafeRawBufferPointer?) -> Int { bytes?.count ?? 0 }
+        // Keys, numbers and the timestamp take under 400 bytes; a string grows at most sixfold when escaped.
+        let strings = length(record.messageID) + length(record.messageType) + length(record.collapseKey) + length(record.topic)
+            + length(eventName.qualifier) + length(record.analyticsLabel)
+        lines.reserve(400 + columns.count + 6 * strings)
+        func string(_ value: UnsafeRawBufferPointer?) {
+            if let value { lines.appendJSONString(value) } else { lines.append("null") }
+        }
+        func integer(_ value: Int64?) {
+            if let value { lines.appendDecimal(value) } else { lines.append("null") }
+        }
+        lines.append(#"{"event_timestamp":""#)
+        timestamps.append(milliseconds: record.timestamp, to: lines)
+        columns.project.withUnsafeBufferPointer { lines.append($0) }
+        string(record.messageID)
+        columns.instance.withUnsafeBufferPointer { lines.append($0) }
+        string(record.messageType)
+        columns.platform.withUnsafeBufferPointer { lines.append($0) }
+        string(record.collapseKey)
+        lines.append(#","priority":"#)
+        integer(record.priority.map { Int64($0.rawValue) })
+        lines.append(#","ttl":"#)
+        integer(record.ttl)
+        lines.append(#","topic":"#)
+        if let topic = record.topic {
+            lines.append(#""/topics/"#)
+            lines.appendEscaped(topic)
+            lines.append(UInt8(ascii: "\""))
+        } else {
+            lines.append("null")
+        }
+        lines.append(#","bulk_id":null,"event":""#)
+        lines.append(eventName.name)
+        if let qualifier = eventName.qualifier {
+            lines.append(UInt8(ascii: ":"))
+            lines.appendEscaped(qualifier)
+        }
+        lines.append(#"","analytics_label":"#)
+        string(record.analyticsLabel)
+        lines.append("}\n")
+        lines.endLine()
+    }
+
     private static func appendNull(_ bytes: inout [UInt8]) {
         appendStatic("null", to: &bytes)
     }
@@ -375,6 +519,20 @@ public final class JSONLExport: AnalyticsSink, TokenHandler, Sendable {
             bytes.append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
             bytes.append(UInt8(ascii: "0") + UInt8(millis % 10))
             JSONLExport.appendStatic(" UTC", to: &bytes)
+        }
+
+        mutating func append(milliseconds: Int64, to lines: LineBatch) {
+            let second = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+            if second != self.second {
+                var bytes: [UInt8] = []
+                append(milliseconds: milliseconds, to: &bytes)  // caches the second's prefix
+            }
+            prefix.withUnsafeBufferPointer { lines.append($0) }
+            let millis = Int(milliseconds - second * 1000)
+            lines.append(UInt8(ascii: "0") + UInt8(millis / 100))
+            lines.append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
+            lines.append(UInt8(ascii: "0") + UInt8(millis % 10))
+            lines.append(" UTC")
         }
     }
 

@@ -84,27 +84,24 @@ final class RotatingLineFile {
         return isRegular ? try repairTornTail() : 0
     }
 
-    /// Appends `lines[progress...]` (each ending with a newline), advancing `progress` past every line that is
-    /// in a file. On a failure, `progress` says how many lines made it; the bytes of the lines after it were
-    /// taken back.
-    func append(_ lines: [[UInt8]], progress: inout Int) throws(JSONLExportError) {
-        while progress < lines.count {
+    /// Appends the lines of `lines` from `progress` on (each ending with a newline), advancing `progress` past
+    /// every line that is in a file. On a failure, `progress` says how many lines made it; the bytes of the lines
+    /// after it were taken back.
+    func append(_ lines: LineBatch, progress: inout Int) throws(JSONLExportError) {
+        while progress < lines.lineCount {
             try openIfNeeded()
-            if isRegular, size > 0, size + lines[progress].count > maximumBytes {
+            if isRegular, size > 0, size + lines.length(ofLine: progress) > maximumBytes {
                 try rotate()
                 try openIfNeeded()
             }
             // As many lines as fit in this file, at least one.
             var end = progress
             var bytes = 0
-            while end < lines.count, end == progress || !isRegular || size + bytes + lines[end].count <= maximumBytes {
-                bytes += lines[end].count
+            while end < lines.lineCount, end == progress || !isRegular || size + bytes + lines.length(ofLine: end) <= maximumBytes {
+                bytes += lines.length(ofLine: end)
                 end += 1
             }
-            var buffer: [UInt8] = []
-            buffer.reserveCapacity(bytes)
-            for line in lines[progress..<end] { buffer.append(contentsOf: line) }
-            let (written, code) = writeAll(buffer)
+            let (written, code) = writeAll(lines.bytes(ofLines: progress..<end))
             guard code == 0 else {
                 if written > 0, isRegular {
                     if ftruncate(descriptor, off_t(size)) != 0 {
@@ -153,31 +150,29 @@ final class RotatingLineFile {
         if rename(path, "\(path).1") != 0, errno != ENOENT { throw JSONLExportError(.rotate, path: path, code: errno) }
     }
 
-    /// Writes all of `buffer`, retrying short writes and EINTR. Returns the bytes written and 0, or the bytes
+    /// Writes all of `bytes`, retrying short writes and EINTR. Returns the bytes written and 0, or the bytes
     /// written before the failure and its errno.
-    private func writeAll(_ buffer: [UInt8]) -> (written: Int, code: Int32) {
+    private func writeAll(_ bytes: UnsafeRawBufferPointer) -> (written: Int, code: Int32) {
         var offset = 0
-        return buffer.withUnsafeBytes { bytes -> (Int, Int32) in
-            while offset < bytes.count {
-                var requested = bytes.count - offset
-                if let fault {
-                    guard fault.remainingBytes > 0 else {
-                        if fault.once { self.fault = nil }
-                        return (offset, fault.code)
-                    }
-                    requested = min(requested, fault.remainingBytes)
-                    self.fault = (fault.remainingBytes - requested, fault.code, fault.once)
+        while offset < bytes.count {
+            var requested = bytes.count - offset
+            if let fault {
+                guard fault.remainingBytes > 0 else {
+                    if fault.once { self.fault = nil }
+                    return (offset, fault.code)
                 }
-                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, requested)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    return (offset, errno)
-                }
-                if written == 0 { return (offset, EIO) }
-                offset += written
+                requested = min(requested, fault.remainingBytes)
+                self.fault = (fault.remainingBytes - requested, fault.code, fault.once)
             }
-            return (offset, 0)
+            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, requested)
+            if written < 0 {
+                if errno == EINTR { continue }
+                return (offset, errno)
+            }
+            if written == 0 { return (offset, EIO) }
+            offset += written
         }
+        return (offset, 0)
     }
 
     /// Cuts off the bytes after the last newline (a line torn by a crash or a failed write).

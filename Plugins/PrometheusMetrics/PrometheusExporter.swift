@@ -25,7 +25,7 @@ public import Prometheus
 /// | `herald_receiver_healthy` | gauge (1 or 0) | `receiver` (receivers that report health: NATS) |
 /// | `herald_analytics_events_queued` | gauge | `sink` |
 /// | `herald_analytics_events_lost_total`, `herald_analytics_sink_failures_total` | counter | `sink` |
-public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
+public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unchecked Sendable {
     // @unchecked Sendable: `options`, `registry`, `factory` and the metric handles are immutable and
     // thread-safe; `server` and `context` are set in start() and used on the loop thread; the sampled
     // counters' last values are touched on the loop thread only.
@@ -160,6 +160,64 @@ public final class PrometheusExporter: AnalyticsSink, @unchecked Sendable {
             case .diagnostic: break
             }
         }
+    }
+
+    /// The pipeline's path: the batch counted per counter from the recorded bytes (no event built), then one
+    /// `increment(by:)` per counter that moved; `/metrics` shows what ``record(_:)-([AnalyticsEvent])`` would.
+    package func record(_ records: AnalyticsRecords) async throws {
+        var counts = BatchCounts()
+        records.forEach { record in
+            switch record.name {
+            case .notificationReceive:
+                switch record.messageTypeKind {
+                case .display: counts.receivedDisplay += 1
+                case .data, .none: counts.receivedData += 1
+                case .other: break  // received[type] has no counter for another type
+                }
+            case .notificationForeground: counts.presented += 1
+            case .notificationOpen: counts.opened += 1
+            case .notificationDismiss: counts.dismissed += 1
+            case .backgroundFetch:
+                // Rare (a worker ran): the event is built.
+                let event = record.event()
+                fetches[event.parameters["result"] ?? "failed"]?.increment()
+                if let milliseconds = event.parameters["duration_ms"].flatMap(Int64.init) {
+                    fetchDuration.recordMilliseconds(milliseconds)
+                }
+            case .tokenRefresh: counts.tokenRefreshes += 1
+            case .topicSubscribe: counts.subscribes += 1
+            case .topicUnsubscribe: counts.unsubscribes += 1
+            case .messageDropped:
+                let reason = record.parameter("reason").map { String(decoding: $0, as: UTF8.self) } ?? "invalid"
+                counts.drops[reason, default: 0] += 1
+            case .diagnostic: break
+            }
+        }
+        func add(_ count: Int, to counter: CoreMetrics.Counter?) {
+            if count > 0 { counter?.increment(by: count) }
+        }
+        add(counts.receivedDisplay, to: received["DISPLAY_NOTIFICATION"])
+        add(counts.receivedData, to: received["DATA_MESSAGE"])
+        add(counts.presented, to: presented)
+        add(counts.opened, to: opened)
+        add(counts.dismissed, to: dismissed)
+        add(counts.tokenRefreshes, to: tokenRefreshes)
+        add(counts.subscribes, to: topicChanges["subscribe"])
+        add(counts.unsubscribes, to: topicChanges["unsubscribe"])
+        for (reason, count) in counts.drops { add(count, to: drops[reason]) }
+    }
+
+    /// One batch's events per counter.
+    private struct BatchCounts {
+        var receivedDisplay = 0
+        var receivedData = 0
+        var presented = 0
+        var opened = 0
+        var dismissed = 0
+        var tokenRefreshes = 0
+        var subscribes = 0
+        var unsubscribes = 0
+        var drops: [String: Int] = [:]
     }
 
     /// Samples the bus and renders the registry. Loop thread (the endpoint calls it from its read callback).

@@ -441,6 +441,67 @@ struct JSONLExportTests {
         }
     }
 
+    @Test("the pipeline's path (lines from the recorded bytes) writes byte for byte the lines of the events' path")
+    func recordsPathMatchesEventsPath() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { removeDirectory(directory) }
+        let events = awkwardEvents()
+        let identities: [(JSONLExport.Options, String?)] = [
+            (.init(appName: "com.example.weatherd", projectNumber: 1_234_567_890), "fid-1:tail"),
+            (.init(appName: "a \"quoted\" \\ app\u{1}", sdkPlatform: "LINUX/ärm\t", events: .fcmEventsOnly), nil),
+            (.init(projectNumber: -5), "f\"i\\d\n✓:x"),
+        ]
+        for (index, (options, token)) in identities.enumerated() {
+            var fromEvents = options
+            fromEvents.path = "\(directory)/events-\(index).jsonl"
+            var fromRecords = options
+            fromRecords.path = "\(directory)/records-\(index).jsonl"
+            let eventsExport = JSONLExport(options: fromEvents)
+            let recordsExport = JSONLExport(options: fromRecords)
+            for export in [eventsExport, recordsExport] { await export.didReceiveRegistrationToken(token) }
+            // Whole, then in two batches (the second spanning a new second), as the pipeline may hand them over.
+            try await eventsExport.record(events)
+            try await recordsExport.record(AnalyticsRecords(events))
+            try await eventsExport.record(Array(events.prefix(7)))
+            try await eventsExport.record(Array(events.dropFirst(7)))
+            try await recordsExport.record(AnalyticsRecords(Array(events.prefix(7))))
+            try await recordsExport.record(AnalyticsRecords(Array(events.dropFirst(7))))
+            await eventsExport.stop()
+            await recordsExport.stop()
+            let expected = try Data(contentsOf: URL(fileURLWithPath: fromEvents.path))
+            let written = try Data(contentsOf: URL(fileURLWithPath: fromRecords.path))
+            #expect(expected.count > 2_000, "lines were written")
+            #expect(written == expected, "\(String(decoding: written, as: UTF8.self))\nis not\n\(String(decoding: expected, as: UTF8.self))")
+            // Every line parses, with exactly the columns and their types (the escaping is valid JSON).
+            #expect(!exportedRows(fromRecords.path, kept: 0).isEmpty)
+        }
+    }
+
+    @Test("a batch read from records that fails half-way is written once when retried, as the events' path does")
+    func recordsPathRetriesPartialBatch() async throws {
+        let directory = try makeTemporaryDirectory()
+        defer { removeDirectory(directory) }
+        let path = "\(directory)/metrics.jsonl"
+        let limit = 2_000
+        let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: 50))
+        let batch = (0..<20).map { index in
+            var event = receiveEvent("retry-\(index)")
+            event.id = 1_000 + UInt64(index)
+            return event
+        }
+        export.injectWriteFault(afterBytes: 1_800 + 500, code: EIO)
+        await #expect(throws: JSONLExportError.self) { try await export.record(AnalyticsRecords(batch)) }
+        export.removeWriteFault()
+        var other = receiveEvent("between")
+        other.id = 5_000
+        try await export.record(AnalyticsRecords([other]))
+        try await export.record(AnalyticsRecords(batch))
+        await export.stop()
+        let ids = exportedRows(path, kept: 50, limit: limit).compactMap { $0.string("message_id") }
+        #expect(ids.filter { $0.hasPrefix("retry-") } == (0..<20).map { "retry-\($0)" })
+        #expect(ids.count == 21)
+    }
+
     @Test("a torn last line left by a crash is cut off when the file is opened; whole lines are kept")
     func tornTailRepaired() async throws {
         let directory = try makeTemporaryDirectory()

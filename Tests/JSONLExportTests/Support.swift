@@ -105,6 +105,50 @@ func receiveEvent(_ id: String, label: String? = nil) -> AnalyticsEvent {
     AnalyticsEvent(name: .notificationReceive, messageID: id, analyticsLabel: label, priority: .high, messageType: "DATA_MESSAGE")
 }
 
+/// Events of every kind with awkward values: every field missing or present, strings that need escaping (quotes,
+/// backslashes, control characters, at the start, the end and past eight bytes), non-ASCII text, custom message
+/// types, parameters beyond the ones the export reads, extreme numbers, timestamps across seconds and before 1970.
+func awkwardEvents() -> [AnalyticsEvent] {
+    let awkward = ["", "plain", "\"", "\\", "a\"b\\c/d", "\u{0}\u{1}\u{1F}\u{7F}", "line\nbreak\rtab\tbs\u{8}ff\u{C}",
+                   "éàü ✓ 🎉 日本", "a long value of more than eight bytes with a \" late and a \\ later\n", "/topics/already"]
+    var events: [AnalyticsEvent] = []
+    var time: Int64 = 1_740_830_400_998
+    func add(_ event: AnalyticsEvent) {
+        var event = event
+        event.id = 7_000 + UInt64(events.count)
+        event.timestamp = time
+        time += 1
+        events.append(event)
+    }
+    for (index, text) in awkward.enumerated() {
+        add(AnalyticsEvent(
+            name: .notificationReceive, messageID: text, analyticsLabel: awkward[(index + 1) % awkward.count], topic: awkward[(index + 2) % awkward.count],
+            collapseKey: awkward[(index + 3) % awkward.count], priority: index % 2 == 0 ? .high : .normal,
+            messageType: index % 3 == 0 ? "DISPLAY_NOTIFICATION" : "DATA_MESSAGE", ttl: Int64(index * 1_000), receivedAt: Int64(index),
+            parameters: ["detail": text, text: "key"]
+        ))
+        add(AnalyticsEvent(name: .messageDropped, messageID: text, parameters: ["reason": text]))
+        add(AnalyticsEvent(name: .backgroundFetch, messageID: "m\(index)", messageType: "CUSTOM \(text)", parameters: ["result": text, "duration_ms": "12"]))
+    }
+    add(AnalyticsEvent(name: .notificationReceive))  // nothing but the name
+    add(AnalyticsEvent(name: .notificationReceive, messageType: "SOMETHING_ELSE", ttl: .max, receivedAt: .min))
+    add(AnalyticsEvent(name: .notificationReceive, messageID: "x", priority: .high, ttl: .min))
+    for reason in AnalyticsEvent.DropReason.allCases {
+        add(AnalyticsEvent(name: .messageDropped, messageID: "d-\(reason)", topic: "t", parameters: ["reason": reason.rawValue, "plugin": "p"]))
+    }
+    add(AnalyticsEvent(name: .messageDropped, messageID: "no reason"))
+    add(AnalyticsEvent(name: .backgroundFetch, messageID: "no result"))
+    for name in AnalyticsEvent.Name.allCases {
+        add(AnalyticsEvent(name: name, messageID: "every-\(name.rawValue)", analyticsLabel: "l", topic: "weather", collapseKey: "c",
+                           priority: .normal, messageType: "DATA_MESSAGE", ttl: 0, parameters: ["result": "newData", "reason": "expired"]))
+    }
+    time = -1_001
+    add(AnalyticsEvent(name: .notificationOpen, messageID: "1969"))
+    time = 253_402_300_799_999
+    add(AnalyticsEvent(name: .notificationDismiss, messageID: "9999"))
+    return events
+}
+
 /// Answers every display notification with `[.list, .banner]`, so the bus records `notification_foreground`.
 final class Presenting: NotificationHandler, MessageHandler, Sendable {
     let received = Locked<[String]>([])

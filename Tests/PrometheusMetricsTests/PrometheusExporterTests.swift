@@ -111,6 +111,40 @@ struct PrometheusExporterTests {
         await herald.shutdown()
     }
 
+    @Test("the pipeline's path (counts per batch from the recorded bytes) leaves the registry as the events' path does")
+    func recordsPathMatchesEventsPath() async throws {
+        var events: [AnalyticsEvent] = []
+        for index in 0..<300 {
+            let type = ["DISPLAY_NOTIFICATION", "DATA_MESSAGE", nil, "SOMETHING_ELSE"][index % 4]
+            events.append(AnalyticsEvent(name: .notificationReceive, messageID: "m\(index)", priority: .high, messageType: type))
+        }
+        for name in AnalyticsEvent.Name.allCases {
+            events.append(AnalyticsEvent(name: name, messageID: "every", parameters: ["result": "noData", "duration_ms": "250", "reason": "expired"]))
+            events.append(AnalyticsEvent(name: name, messageID: "bare"))
+        }
+        for reason in AnalyticsEvent.DropReason.allCases.map(\.rawValue) + ["not a reason", ""] {
+            events.append(AnalyticsEvent(name: .messageDropped, parameters: ["reason": reason]))
+        }
+        for result in ["newData", "failed", "other"] {
+            events.append(AnalyticsEvent(name: .backgroundFetch, parameters: ["result": result, "duration_ms": "3"]))
+        }
+        events.append(AnalyticsEvent(name: .backgroundFetch, parameters: ["duration_ms": "not a number"]))
+        for (index, _) in events.enumerated() { events[index].id = UInt64(index + 1) }
+        let fromEvents = PrometheusExporter()
+        let fromRecords = PrometheusExporter()
+        try await fromEvents.record(events)
+        try await fromEvents.record(Array(events.prefix(10)))
+        try await fromRecords.record(AnalyticsRecords(events))
+        try await fromRecords.record(AnalyticsRecords(Array(events.prefix(10))))
+        // The registry's own order of metric families may differ between two instances: compare the lines.
+        func lines(_ exporter: PrometheusExporter) -> [String] {
+            String(decoding: exporter.registry.emitToBuffer(), as: UTF8.self).split(separator: "\n").map(String.init).sorted()
+        }
+        let expected = lines(fromEvents)
+        #expect(expected.contains(#"herald_messages_received_total{type="DATA_MESSAGE"} 157"#), "\(expected)")
+        #expect(lines(fromRecords) == expected)
+    }
+
     @Test("the endpoint: 404 elsewhere, 405 for other methods, 431 for a huge head, keep-alive and Connection: close")
     func endpoint() async throws {
         let herald = Herald()

@@ -20,7 +20,7 @@ struct AnalyticsRecordBuffer: Sendable {
     /// Appends an event about `message` with what ``AnalyticsEvent/init(_:for:parameters:)`` gives it; `messageID`
     /// and `kind` are the message's.
     mutating func append(
-        _ name: AnalyticsEvent.Name, for message: RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String],
+        _ name: AnalyticsEvent.Name, for message: RemoteMessage, id: UInt64, timestamp: Int64, parameters: [String: String]?,
         messageID: String?, kind: MessageKind
     ) {
         let ttl = message.expiration.map { max(0, $0 - message.receivedAt / 1000) }
@@ -44,12 +44,14 @@ struct AnalyticsRecordBuffer: Sendable {
 
     private mutating func write(
         _ name: AnalyticsEvent.Name, id: UInt64, timestamp: Int64, receivedAt: Int64?, ttl: Int64?, priority: MessagePriority?,
-        messageType: UInt8, strings: (String?, String?, String?, String?), customType: String?, parameters: [String: String]
+        messageType: UInt8, strings: (String?, String?, String?, String?), customType: String?, parameters: [String: String]?
     ) {
         var size = 4 + 16 + (receivedAt == nil ? 0 : 8) + (ttl == nil ? 0 : 8) + 4
         size += Self.size(strings.0) + Self.size(strings.1) + Self.size(strings.2) + Self.size(strings.3)
         if messageType == 3 { size += Self.size(customType) }
-        for (key, value) in parameters { size += Self.size(key) + Self.size(value) }
+        if let parameters, !parameters.isEmpty {
+            for (key, value) in parameters { size += Self.size(key) + Self.size(value) }
+        }
         if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
         var writer = Writer(base: storage.reserve(size))
         writer.byte(name.code)
@@ -65,10 +67,14 @@ struct AnalyticsRecordBuffer: Sendable {
         writer.string(strings.2)
         writer.string(strings.3)
         if messageType == 3 { writer.string(customType) }
-        writer.length(parameters.count)
-        for (key, value) in parameters {
-            writer.string(key)
-            writer.string(value)
+        if let parameters, !parameters.isEmpty {
+            writer.length(parameters.count)
+            for (key, value) in parameters {
+                writer.string(key)
+                writer.string(value)
+            }
+        } else {
+            writer.length(0)
         }
         count += 1
     }
@@ -160,74 +166,227 @@ struct AnalyticsRecordBuffer: Sendable {
     func events() -> [AnalyticsEvent] {
         var events: [AnalyticsEvent] = []
         events.reserveCapacity(count)
-        var reader = Reader(raw: UnsafeRawBufferPointer(start: storage.base, count: storage.used))
-        for _ in 0..<count { events.append(reader.event()) }
-        withExtendedLifetime(storage) {}
+        forEach(upTo: count) { events.append($0.event()) }
         return events
     }
 
-    private struct Reader {
-        let raw: UnsafeRawBufferPointer
+    /// Calls `body` with each of the first `limit` records, in order, as views of the bytes (valid during the call).
+    func forEach<E: Error>(upTo limit: Int, _ body: (AnalyticsRecord) throws(E) -> Void) throws(E) {
         var offset = 0
-
-        mutating func event() -> AnalyticsEvent {
-            let name = AnalyticsEvent.Name(code: byte())
-            let present = byte()
-            let priority = MessagePriority(rawValue: Int(byte()))
-            let type = byte()
-            let id = integer()
-            let timestamp = Int64(bitPattern: integer())
-            let receivedAt = present & 1 != 0 ? Int64(bitPattern: integer()) : nil
-            let ttl = present & 2 != 0 ? Int64(bitPattern: integer()) : nil
-            let messageID = string()
-            let label = string()
-            let topic = string()
-            let collapseKey = string()
-            let messageType: String? = switch type {
-            case 1: "DISPLAY_NOTIFICATION"
-            case 2: "DATA_MESSAGE"
-            case 3: string()
-            default: nil
-            }
-            var parameters: [String: String] = [:]
-            let parameterCount = length()
-            if parameterCount > 0 {
-                parameters.reserveCapacity(parameterCount)
-                for _ in 0..<parameterCount {
-                    let key = string() ?? ""
-                    parameters[key] = string() ?? ""
-                }
-            }
-            var event = AnalyticsEvent(
-                name: name, timestamp: timestamp, messageID: messageID, analyticsLabel: label, topic: topic, collapseKey: collapseKey,
-                priority: priority, messageType: messageType, ttl: ttl, receivedAt: receivedAt, parameters: parameters
-            )
-            event.id = id
-            return event
+        let base = UnsafeRawPointer(storage.base)
+        for _ in 0..<Swift.min(limit, count) {
+            let record = AnalyticsRecord(base, at: &offset)
+            try body(record)
         }
+        withExtendedLifetime(storage) {}
+    }
+}
 
-        private mutating func byte() -> UInt8 {
-            defer { offset += 1 }
-            return raw[offset]
+/// One recorded event as a view of its bytes in a batch (``AnalyticsRecords``): what ``AnalyticsEvent`` holds,
+/// with its strings as the UTF-8 bytes they were recorded as, so a sink that reads them builds no values per event.
+/// ``event()`` builds the event. Valid only inside the `forEach` call that passed it: its pointers are into the
+/// batch's buffer, which the record does not keep alive.
+package struct AnalyticsRecord {
+    /// How the message type was recorded.
+    package enum MessageType: Equatable {
+        case none
+        case display
+        case data
+        /// Another value: ``AnalyticsRecord/messageType`` has its bytes.
+        case other
+    }
+
+    package let name: AnalyticsEvent.Name
+    package let id: UInt64
+    package let timestamp: Int64
+    package let receivedAt: Int64?
+    package let ttl: Int64?
+    package let priority: MessagePriority?
+    package let messageTypeKind: MessageType
+    package let messageID: UnsafeRawBufferPointer?
+    package let analyticsLabel: UnsafeRawBufferPointer?
+    package let topic: UnsafeRawBufferPointer?
+    package let collapseKey: UnsafeRawBufferPointer?
+    /// `DISPLAY_NOTIFICATION`, `DATA_MESSAGE`, another type's bytes, or `nil`.
+    package let messageType: UnsafeRawBufferPointer?
+    private let parameterBytes: UnsafeRawPointer
+    package let parameterCount: Int
+
+    /// Reads the record at `offset` of `base` and moves `offset` past it.
+    fileprivate init(_ base: UnsafeRawPointer, at offset: inout Int) {
+        var reader = Reader(base: base + offset)
+        name = AnalyticsEvent.Name(code: reader.byte())
+        let present = reader.byte()
+        priority = MessagePriority(rawValue: Int(reader.byte()))
+        let type = reader.byte()
+        id = reader.integer()
+        timestamp = Int64(bitPattern: reader.integer())
+        receivedAt = present & 1 != 0 ? Int64(bitPattern: reader.integer()) : nil
+        ttl = present & 2 != 0 ? Int64(bitPattern: reader.integer()) : nil
+        messageID = reader.string()
+        analyticsLabel = reader.string()
+        topic = reader.string()
+        collapseKey = reader.string()
+        switch type {
+        case 1:
+            messageTypeKind = .display
+            messageType = Self.bytes(of: "DISPLAY_NOTIFICATION")
+        case 2:
+            messageTypeKind = .data
+            messageType = Self.bytes(of: "DATA_MESSAGE")
+        case 3:
+            messageTypeKind = .other
+            messageType = reader.string()
+        default:
+            messageTypeKind = .none
+            messageType = nil
         }
-
-        private mutating func integer() -> UInt64 {
-            defer { offset += 8 }
-            return UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        parameterCount = reader.length()
+        parameterBytes = reader.base
+        for _ in 0..<parameterCount {
+            _ = reader.string()
+            _ = reader.string()
         }
+        offset = reader.base - base
+    }
 
-        private mutating func length() -> Int {
-            defer { offset += 4 }
-            return Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+    private static func bytes(of text: StaticString) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+    }
+
+    /// The value of parameter `key`, or `nil`.
+    package func parameter(_ key: StaticString) -> UnsafeRawBufferPointer? {
+        var reader = Reader(base: parameterBytes)
+        let wanted = Self.bytes(of: key)
+        for _ in 0..<parameterCount {
+            let name = reader.string()
+            let value = reader.string()
+            if let name, name.elementsEqual(wanted) { return value }
         }
+        return nil
+    }
 
-        private mutating func string() -> String? {
-            let count = length()
-            guard count != Int(UInt32.max) else { return nil }
-            defer { offset += count }
-            return String(decoding: UnsafeRawBufferPointer(rebasing: raw[offset..<offset + count]), as: UTF8.self)
+    /// Calls `body` with each parameter's key and value.
+    package func forEachParameter(_ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Void) {
+        var reader = Reader(base: parameterBytes)
+        for _ in 0..<parameterCount {
+            let key = reader.string() ?? UnsafeRawBufferPointer(start: nil, count: 0)
+            let value = reader.string() ?? UnsafeRawBufferPointer(start: nil, count: 0)
+            body(key, value)
         }
     }
+
+    /// The event this record holds.
+    package func event() -> AnalyticsEvent {
+        func string(_ bytes: UnsafeRawBufferPointer?) -> String? {
+            bytes.map { String(decoding: $0, as: UTF8.self) }
+        }
+        var parameters: [String: String] = [:]
+        if parameterCount > 0 {
+            parameters.reserveCapacity(parameterCount)
+            forEachParameter { key, value in
+                parameters[String(decoding: key, as: UTF8.self)] = String(decoding: value, as: UTF8.self)
+            }
+        }
+        let type: String? = switch messageTypeKind {
+        case .display: "DISPLAY_NOTIFICATION"
+        case .data: "DATA_MESSAGE"
+        case .other: string(messageType)
+        case .none: nil
+        }
+        var event = AnalyticsEvent(
+            name: name, timestamp: timestamp, messageID: string(messageID), analyticsLabel: string(analyticsLabel), topic: string(topic),
+            collapseKey: string(collapseKey), priority: priority, messageType: type, ttl: ttl, receivedAt: receivedAt, parameters: parameters
+        )
+        event.id = id
+        return event
+    }
+
+    private struct Reader {
+        var base: UnsafeRawPointer
+
+        mutating func byte() -> UInt8 {
+            defer { base += 1 }
+            return base.load(as: UInt8.self)
+        }
+
+        mutating func integer() -> UInt64 {
+            defer { base += 8 }
+            return UInt64(littleEndian: base.loadUnaligned(as: UInt64.self))
+        }
+
+        mutating func length() -> Int {
+            defer { base += 4 }
+            return Int(UInt32(littleEndian: base.loadUnaligned(as: UInt32.self)))
+        }
+
+        mutating func string() -> UnsafeRawBufferPointer? {
+            let count = length()
+            guard count != Int(UInt32.max) else { return nil }
+            defer { base += count }
+            return UnsafeRawBufferPointer(start: base, count: count)
+        }
+    }
+}
+
+/// The events of one batch a sink takes, as recorded (one or more record buffers, each cut to the events the sink's
+/// queue had room for): what a first-party sink that adopts ``AnalyticsRecordSink`` reads instead of
+/// ``AnalyticsEvent`` values, so that it builds nothing per event.
+package struct AnalyticsRecords: Sendable {
+    struct Part: Sendable {
+        let buffer: AnalyticsRecordBuffer
+        let count: Int
+    }
+
+    private let parts: [Part]
+    /// How many events.
+    package let count: Int
+
+    init(parts: [Part]) {
+        self.parts = parts
+        count = parts.reduce(0) { $0 + $1.count }
+    }
+
+    /// `events` recorded as the bus records them (their IDs kept): for tests and for sinks that are handed events.
+    package init(_ events: [AnalyticsEvent]) {
+        var buffer = AnalyticsRecordBuffer(reservingEvents: events.count)
+        for event in events { buffer.append(event) }
+        self.init(parts: [Part(buffer: buffer, count: buffer.count)])
+    }
+
+    /// Calls `body` with each record, in order.
+    package func forEach<E: Error>(_ body: (AnalyticsRecord) throws(E) -> Void) throws(E) {
+        for part in parts { try part.buffer.forEach(upTo: part.count, body) }
+    }
+
+    /// The events, built from the records.
+    package func events() -> [AnalyticsEvent] {
+        var events: [AnalyticsEvent] = []
+        events.reserveCapacity(count)
+        forEach { events.append($0.event()) }
+        return events
+    }
+
+    /// The IDs of the first and the last event (0 when there are none): with ``count``, which batch this is, so
+    /// a sink can recognize a batch handed to it again after it threw (IDs are unique within a run).
+    package var idRange: (first: UInt64, last: UInt64) {
+        var first: UInt64?
+        var last: UInt64 = 0
+        forEach { record in
+            if first == nil { first = record.id }
+            last = record.id
+        }
+        return (first ?? 0, last)
+    }
+}
+
+/// An ``AnalyticsSink`` that reads the recorded bytes of a batch (``AnalyticsRecords``) instead of being handed
+/// ``AnalyticsEvent`` values: the pipeline calls ``record(_:)-(AnalyticsRecords)`` on it, and builds events only
+/// for the sinks that need them. For first-party sinks (JSON lines, Prometheus), whose cost per event matters on a
+/// busy instance.
+package protocol AnalyticsRecordSink: AnalyticsSink {
+    /// Records a batch. A thrown error is counted and the batch retried later, as with `record(_ events:)`.
+    func record(_ records: AnalyticsRecords) async throws
 }
 
 extension AnalyticsEvent.Name {

@@ -137,7 +137,9 @@ public final class MessageBus: @unchecked Sendable {
             dropped(message, reason: .notTargeted, detail: "not subscribed")
             return
         }
-        if message.isExpired(atSeconds: WallClock.nowSeconds()) {
+        // One clock reading per message: the expiry check and, when it goes straight on, its receipt's timestamp.
+        let now = WallClock.nowMilliseconds()
+        if message.isExpired(atSeconds: now / 1000) {
             completion(.success(messageID))
             dropped(message, reason: .expired, detail: "expired before delivery")
             return
@@ -163,10 +165,10 @@ public final class MessageBus: @unchecked Sendable {
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
         guard durable else {
             if answerWhenHandled {
-                admitted(message, id: messageID, then: LoopBound({ completion(.success(messageID)) }, loop: loop))
+                admitted(message, id: messageID, at: now, then: LoopBound({ completion(.success(messageID)) }, loop: loop))
             } else {
                 completion(.success(messageID))
-                admitted(message, id: messageID)
+                admitted(message, id: messageID, at: now)
             }
             return
         }
@@ -190,13 +192,14 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
-    private func admitted(_ message: RemoteMessage, id: String, then handled: LoopBound<() -> Void>? = nil) {
+    /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp.
+    private func admitted(_ message: RemoteMessage, id: String, at now: Int64? = nil, then handled: LoopBound<() -> Void>? = nil) {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
         // eviction per message.
         let kind = message.kind
         if configuration.analyticsWiring == .automatic, analytics.hasSinks {
-            analytics.record(.notificationReceive, for: message, messageID: id, kind: kind)
+            analytics.record(.notificationReceive, for: message, messageID: id, kind: kind, timestamp: now)
         }
         // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
         // one of them really suspends; from then on the task goes on as the loop's work.

@@ -54,7 +54,7 @@ extension JSONValue {
 }
 
 /// The scalar encoders behind ``JSONValue/write(into:)``.
-enum JSONWriter {
+package enum JSONWriter {
     static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
         if value < 0 { output.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
@@ -125,7 +125,7 @@ enum JSONWriter {
 
     /// The offset of the first `"`, `\` or control character from `offset`, or `count` when there is none;
     /// eight bytes at a time while eight are left.
-    static func firstByteToEscape(in base: UnsafeRawPointer, count: Int, from offset: Int) -> Int {
+    package static func firstByteToEscape(in base: UnsafeRawPointer, count: Int, from offset: Int) -> Int {
         var offset = offset
         while offset + 8 <= count {
             let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
