@@ -245,29 +245,62 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 
-    /// The quarantined messages (``Herald/Configuration/maxReplays``), oldest first, with how many starts found each
-    /// pending and when it was quarantined (ms since 1970). Any thread.
-    public func quarantine() throws(StoreError) -> [(record: InboxRecord, replays: Int, quarantinedAt: Int64)] {
+    /// The quarantined messages (``Herald/Configuration/maxReplays``), oldest first. Any thread.
+    public func quarantine() throws(StoreError) -> [QuarantinedMessage] {
         do {
-            return try database.read { db in
-                try Row.fetchAll(
-                    db,
-                    sql: """
-                        SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at
-                        FROM quarantine ORDER BY quarantined_at, message_id
-                        """
-                ).map { row in
-                    let userInfo: Data = try row.decode(atIndex: 1)
-                    let record = InboxRecord(
-                        messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
-                        targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
-                        expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7))
-                    return (record, try row.decode(atIndex: 8), try row.decode(atIndex: 9))
-                }
-            }
+            return try database.read { db in try Self.readQuarantine(db) }
         } catch {
             throw Self.storeError(error, path: path, during: .read)
         }
+    }
+
+    static func readQuarantine(_ db: Database) throws -> [QuarantinedMessage] {
+        try Row.fetchAll(
+            db,
+            sql: """
+                SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at
+                FROM quarantine ORDER BY quarantined_at, message_id
+                """
+        ).map { row in
+            let userInfo: Data = try row.decode(atIndex: 1)
+            let record = InboxRecord(
+                messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
+                targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
+                expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7))
+            return QuarantinedMessage(record: record, replays: try row.decode(atIndex: 8), quarantinedAt: try row.decode(atIndex: 9))
+        }
+    }
+
+    /// Moves the quarantined messages `messageIDs` back into the inbox, their start count reset: the next start replays
+    /// them (after the cause is fixed). All or none: when one of them is not in the quarantine nothing changes, and
+    /// the IDs not found are returned. Call it while no daemon runs on the store (one running would replay them only
+    /// at its next start anyway). Any thread, one call at a time.
+    public func release(_ messageIDs: [String]) throws(StoreError) -> [String] {
+        var missing: [String] = []
+        try write { db in
+            let find = try RawStatement(db, sql: "SELECT count(*) FROM quarantine WHERE message_id = ?")
+            for messageID in messageIDs {
+                try find.bind(1, messageID)
+                if try find.int64() ?? 0 == 0 { missing.append(messageID) }
+            }
+            guard missing.isEmpty else { return }
+            let move = try RawStatement(
+                db,
+                sql: """
+                    INSERT OR REPLACE INTO inbox
+                        (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays)
+                    SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, 0
+                    FROM quarantine WHERE message_id = ?
+                    """)
+            let delete = try RawStatement(db, sql: "DELETE FROM quarantine WHERE message_id = ?")
+            for messageID in messageIDs {
+                try move.bind(1, messageID)
+                try move.execute()
+                try delete.bind(1, messageID)
+                try delete.execute()
+            }
+        }
+        return missing
     }
 
     /// Deletes every identity, topic, inbox entry and window entry in one transaction. The freed pages are

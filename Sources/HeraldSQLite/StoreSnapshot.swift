@@ -11,6 +11,16 @@ public struct StoreSnapshot: Sendable, Hashable {
     public var topics: [String]
 }
 
+/// A message the store quarantined (``SQLiteStore/quarantine()``): still pending after too many starts.
+public struct QuarantinedMessage: Sendable, Hashable {
+    /// The message as the inbox kept it.
+    public var record: InboxRecord
+    /// How many starts found it pending.
+    public var replays: Int
+    /// When it was quarantined, ms since 1970.
+    public var quarantinedAt: Int64
+}
+
 extension SQLiteStore {
     /// The path of the database file in `directory`: `<directory>/herald.sqlite`.
     public static func path(inDirectory directory: String) -> String {
@@ -25,6 +35,28 @@ extension SQLiteStore {
     ///   ``StoreError/corrupt(path:detail:)`` when the file is not a Herald store; ``StoreError/newerSchema(path:found:)``
     ///   when a newer Herald wrote it.
     public static func snapshot(directory: String) throws(StoreError) -> StoreSnapshot {
+        try readOnly(directory: directory) { db in
+            var snapshot = StoreSnapshot(identity: nil, topics: try String.fetchAll(db, sql: "SELECT name FROM topic ORDER BY name"))
+            if let row = try Row.fetchOne(db, sql: "SELECT installation_id, token, device_token FROM identity WHERE id = 1") {
+                snapshot.identity = StoredIdentity(
+                    installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1), deviceToken: try row.decode(atIndex: 2))
+            }
+            return snapshot
+        }
+    }
+
+    /// The quarantined messages of the store in `directory` (as ``quarantine()``), read through a read-only connection:
+    /// the daemon may be running. A store from before the quarantine has none. Throws as ``snapshot(directory:)``.
+    public static func quarantineSnapshot(directory: String) throws(StoreError) -> [QuarantinedMessage] {
+        try readOnly(directory: directory) { db in
+            guard try db.tableExists("quarantine") else { return [] }
+            return try readQuarantine(db)
+        }
+    }
+
+    /// Runs `body` on a read-only connection to the Herald store in `directory`, after checking that it is one this
+    /// Herald can read.
+    private static func readOnly<T>(directory: String, _ body: (Database) throws -> T) throws(StoreError) -> T {
         let path = path(inDirectory: directory)
         var info = stat()
         if stat(path, &info) != 0 {
@@ -47,12 +79,7 @@ extension SQLiteStore {
                 guard applicationID == Schema.applicationID, applied.contains("v1") else {
                     throw StoreError.corrupt(path: path, detail: "the file is not a Herald store")
                 }
-                var snapshot = StoreSnapshot(identity: nil, topics: try String.fetchAll(db, sql: "SELECT name FROM topic ORDER BY name"))
-                if let row = try Row.fetchOne(db, sql: "SELECT installation_id, token, device_token FROM identity WHERE id = 1") {
-                    snapshot.identity = StoredIdentity(
-                        installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1), deviceToken: try row.decode(atIndex: 2))
-                }
-                return snapshot
+                return try body(db)
             }
         } catch {
             throw storeError(error, path: path, during: .read)

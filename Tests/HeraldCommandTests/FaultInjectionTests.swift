@@ -197,7 +197,8 @@ struct FaultInjectionTests {
             #expect(echoedToken(restarted)?.token == token)
             let replay = try #require(try await eventuallyValue { () -> JSONValue? in
                 guard let event = restarted.event() else { return nil }
-                return event["userInfo"]?["crash"] == "yes" ? event : nil
+                if event["userInfo"]?["crash"] == "yes" { return event }
+                return nil
             }, "the crashing message was not replayed; log: \(restarted.log)")
             #expect(replay["userInfo"]?["n"] == "99")
             #expect(restarted.terminate() == 0, "\(restarted.log)")
@@ -239,14 +240,40 @@ struct FaultInjectionTests {
             // The replay ran at start, before the message above.
             #expect(survivor.log.contains("quarantined, not replayed again") && survivor.log.contains("starts=3"), "\(survivor.log)")
             #expect(survivor.process.isRunning)
+            let name = try JSONParser.parse(Array(answer.body.utf8))["name"]?.stringValue ?? ""
+            let id = String(name.split(separator: "/").last ?? "")
+
+            // herald quarantine list (the daemon may run), and release (it must not).
+            let listed = try runHerald(["quarantine", "list", "--data-dir", directory])
+            #expect(listed.status == 0, "\(listed.error)")
+            let line = try JSONParser.parse(Array(listed.output.utf8))
+            #expect(line["messageID"]?.stringValue == id && line["starts"] == .int(3) && line["userInfo"]?["n"] == "66", "\(listed.output)")
+            #expect(line["target"]?["token"]?.stringValue == token)
+            let whileRunning = try runHerald(["quarantine", "release", "--data-dir", directory, id])
+            #expect(whileRunning.status == 1 && whileRunning.error.contains("a daemon is running in \(directory): stop it first"), "\(whileRunning.error)")
             #expect(survivor.terminate() == 0, "\(survivor.log)")
 
-            let store = try SQLiteStore(directory: directory)
-            let quarantined = try store.quarantine()
-            let name = try JSONParser.parse(Array(answer.body.utf8))["name"]?.stringValue ?? ""
-            #expect(quarantined.map(\.record.messageID) == [String(name.split(separator: "/").last ?? "")])
-            #expect(quarantined.first?.replays == 3)
-            #expect(try store.load(window: DeduplicationWindow(), now: 0).pending.isEmpty)
+            let unknown = try runHerald(["quarantine", "release", "--data-dir", directory, id, "no-such-id"])
+            #expect(unknown.status == 1 && unknown.error.contains("not quarantined in \(directory): no-such-id; nothing was released"), "\(unknown.error)")
+            do {
+                let store = try SQLiteStore(directory: directory)
+                #expect(try store.quarantine().map(\.record.messageID) == [id])
+                #expect(try store.quarantine().first?.replays == 3)
+            }
+            let released = try runHerald(["quarantine", "release", "--data-dir", directory, id])
+            #expect(released.status == 0 && released.output.contains("released \(id)"), "\(released.error)")
+            #expect(try runHerald(["quarantine", "list", "--data-dir", directory]).output.isEmpty)
+
+            // With the handler fixed (no crash), the next start replays it.
+            let fixed = try DaemonProcess(directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
+            let replayed = try #require(try await eventuallyValue { () -> JSONValue? in
+                guard let event = fixed.event() else { return nil }
+                // (Not `cond ? event : nil`: JSONValue takes the nil literal, as .null, which would end the wait.)
+                if event["userInfo"]?["n"] == "66" { return event }
+                return nil
+            }, "the released message was not replayed; log: \(fixed.log)")
+            #expect(replayed["messageID"]?.stringValue == id, "\(replayed)")
+            #expect(fixed.terminate() == 0, "\(fixed.log)")
         }
     }
 

@@ -403,6 +403,16 @@ struct SQLiteStoreTests {
             #expect(quarantined.count == 1)
             #expect(quarantined.first?.record == record(1))
             #expect(quarantined.first?.replays == 2 && quarantined.first?.quarantinedAt == 14)
+            #expect(try SQLiteStore.quarantineSnapshot(directory: directory) == quarantined)
+            // Release: all or none; a released entry is pending again with its count reset.
+            #expect(try reopened.release(["m1", "m9"]) == ["m9"])
+            #expect(try reopened.quarantine().count == 1)
+            #expect(try reopened.release(["m1"]).isEmpty)
+            #expect(try reopened.quarantine().isEmpty)
+            let released = try reopened.load(window: window, now: 16)
+            #expect(released.pending.map(\.messageID) == ["m3", "m1"])
+            #expect(released.replays == ["m3": 3, "m1": 1])
+            try reopened.commit(StoreBatch(quarantined: ["m3"]), window: window, now: 17)
             try reopened.deleteAll()
             #expect(try reopened.quarantine().isEmpty)
         }
