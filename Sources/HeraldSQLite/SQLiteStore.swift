@@ -262,13 +262,18 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 FROM quarantine ORDER BY quarantined_at, message_id
                 """
         ).map { row in
-            let userInfo: Data = try row.decode(atIndex: 1)
-            let record = InboxRecord(
-                messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
-                targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
-                expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7))
-            return QuarantinedMessage(record: record, replays: try row.decode(atIndex: 8), quarantinedAt: try row.decode(atIndex: 9))
+            QuarantinedMessage(record: try inboxRecord(row), replays: try row.decode(atIndex: 8), quarantinedAt: try row.decode(atIndex: 9))
         }
+    }
+
+    /// The record in the first eight columns of `row`, as `inbox` and `quarantine` order them (message_id, user_info,
+    /// target_kind, target_value, collapse_key, priority, expiration, received_at).
+    private static func inboxRecord(_ row: Row) throws -> InboxRecord {
+        let userInfo: Data = try row.decode(atIndex: 1)
+        return InboxRecord(
+            messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
+            targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
+            expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7))
     }
 
     /// Moves the quarantined messages `messageIDs` back into the inbox, their start count reset: the next start replays
@@ -416,14 +421,9 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 FROM inbox ORDER BY seq
                 """)
         while let row = try rows.next() {
-            let userInfo: Data = try row.decode(atIndex: 1)
-            state.pending.append(
-                InboxRecord(
-                    messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
-                    targetValue: try row.decode(atIndex: 3), collapseKey: try row.decode(atIndex: 4), priority: try row.decode(atIndex: 5),
-                    expiration: try row.decode(atIndex: 6), receivedAt: try row.decode(atIndex: 7)
-                ))
-            state.replays[try row.decode(atIndex: 0)] = try row.decode(atIndex: 8)
+            let record = try inboxRecord(row)
+            state.pending.append(record)
+            state.replays[record.messageID] = try row.decode(atIndex: 8)
         }
         return state
     }
