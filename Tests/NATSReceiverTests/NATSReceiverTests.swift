@@ -175,8 +175,10 @@ struct NATSReceiverTests {
         try await instance.start()
         server.stop()
         #expect(await eventually { instance.receiver.state == .reconnecting })
-        // Let a few reconnect attempts happen first.
-        try await Task.sleep(for: .milliseconds(300))
+        // A few reconnect attempts first: a listener on the server's port counts them (and ends each at once).
+        let port = server.port
+        let attempts = try await Task.detached { try acceptAndClose(port: port, count: 3, within: .seconds(10)) }.value
+        #expect(attempts == 3)
         await instance.herald.shutdown()
         #expect(instance.receiver.state == .closed)
         #expect(instance.herald.loop.statistics.liveHandles == 0)
@@ -340,19 +342,17 @@ struct NATSReceiverTests {
                     if killed { server.kill() } else { server.stop() }
                     try server.start()
                 }
-                // The sender retries (on a new connection) until JetStream confirms storage; the message ID makes
-                // retries one message.
-                for attempt in 0..<200 {
-                    do {
-                        try client.publishStored(subject, body(token: token, n: n), messageID: "m\(n)")
-                        stored.insert(n)
-                        break
-                    } catch {
-                        if attempt == 199 { throw error }
-                        try await Task.sleep(for: .milliseconds(20))
-                        if let fresh = try? NATSPublisher(url: server.url) { client = fresh }
-                    }
+                // The sender retries (on a new connection) until JetStream confirms storage, for up to 10 s; the
+                // message ID makes retries one message.
+                let sender = Locked(client)
+                let confirmed = await eventually {
+                    if (try? sender.withLock { $0 }.publishStored(subject, body(token: token, n: n), messageID: "m\(n)")) != nil { return true }
+                    if let fresh = try? NATSPublisher(url: server.url) { sender.withLock { $0 = fresh } }
+                    return false
                 }
+                try #require(confirmed, "JetStream did not confirm message \(n)")
+                stored.insert(n)
+                client = sender.withLock { $0 }
             }
             #expect(stored.count == count)
             #expect(await eventually(timeout: .seconds(30)) { Set(instance.collector.numbers).count == count })
@@ -403,6 +403,24 @@ struct NATSReceiverTests {
             #expect(await eventually(timeout: .seconds(30)) { Set(instance.collector.numbers) == ["1", "2"] })
         }
     }
+}
+
+/// Listens on loopback `port`, accepts up to `count` connections and closes each at once (a server that is not
+/// there yet, for a client's reconnect attempts), waiting at most `within`; returns how many it accepted.
+func acceptAndClose(port: Int, count: Int, within limit: Duration) throws -> Int {
+    let listener = try listenOnLoopback(port: port).fd
+    defer { close(listener) }
+    let deadline = ContinuousClock.now + limit
+    var accepted = 0
+    while accepted < count, ContinuousClock.now < deadline {
+        guard readable(listener, within: millisecondsLeft(until: deadline)) else { continue }
+        let connection = accept(listener, nil, nil)
+        if connection >= 0 {
+            close(connection)
+            accepted += 1
+        }
+    }
+    return accepted
 }
 
 /// The repository's root, for scripts and the Python venv.

@@ -41,13 +41,17 @@ final class NATSServerProcess: @unchecked Sendable {
         process.standardError = output
         try process.run()
         self.process = process
-        log = PipeDrain(output.fileHandleForReading.fileDescriptor)
-        let deadline = Date().addingTimeInterval(10)
-        while !Self.accepts(port: port) {
-            guard process.isRunning, Date() < deadline else {
-                throw NATSTestError.serverDidNotStart(port: port, log: stopAndReadLog())
-            }
-            usleep(5_000)
+        // nats-server says "Server is ready" once it listens (JetStream restored): wait for that line, with a bound.
+        let reader = LineReader(output.fileHandleForReading.fileDescriptor)
+        var seen: [String] = []
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, let line = reader.line(timeout: millisecondsLeft(until: deadline)) {
+            seen.append(line)
+            if line.hasSuffix("Server is ready") { break }
+        }
+        log = PipeDrain(output.fileHandleForReading.fileDescriptor, initial: reader.takeBuffered())
+        guard seen.last?.hasSuffix("Server is ready") == true else {
+            throw NATSTestError.serverDidNotStart(port: port, log: seen.joined(separator: "\n") + "\n" + stopAndReadLog())
         }
     }
 
@@ -96,18 +100,6 @@ final class NATSServerProcess: @unchecked Sendable {
     static var executable: String {
         ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
             ?? "/usr/sbin/nats-server"
-    }
-
-    static func accepts(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
     }
 }
 

@@ -17,23 +17,7 @@ final class ResettingNATSServer: Sendable {
     private let state = Mutex(State())
 
     init() throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.listener = listener
-        var yes: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(listener, 8) == 0 else { throw NATSTestError.client("cannot listen: errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        (listener, port) = try listenOnLoopback()
         let thread = Thread { [self] in serve() }
         thread.start()
     }
@@ -53,7 +37,7 @@ final class ResettingNATSServer: Sendable {
 
     private func serve() {
         while !state.withLock({ $0.stopped }) {
-            guard wait(for: listener) else { continue }
+            guard readable(listener, within: 50) else { continue }
             let connection = accept(listener, nil, nil)
             guard connection >= 0 else { continue }
             state.withLock {
@@ -62,12 +46,6 @@ final class ResettingNATSServer: Sendable {
             }
             talk(connection)
         }
-    }
-
-    /// Waits up to 50 ms for `fd` to become readable.
-    private func wait(for fd: Int32) -> Bool {
-        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        return poll(&entry, 1, 50) > 0
     }
 
     private func talk(_ connection: Int32) {
@@ -87,7 +65,7 @@ final class ResettingNATSServer: Sendable {
                 close(connection)
                 return
             }
-            guard wait(for: connection) else { continue }
+            guard readable(connection, within: 50) else { continue }
             let count = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
             if count <= 0 {
                 close(connection)
@@ -110,4 +88,38 @@ final class ResettingNATSServer: Sendable {
             bytes = bytes.dropFirst(written)
         }
     }
+}
+
+/// A TCP socket listening on 127.0.0.1 at `port` (0: one the kernel picks), and the port.
+func listenOnLoopback(port: Int = 0) throws -> (fd: Int32, port: Int) {
+    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var yes: Int32 = 1
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let listening = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(listener, $0, length) == 0 && listen(listener, 8) == 0 && getsockname(listener, $0, &length) == 0
+        }
+    }
+    guard listening else {
+        let code = errno
+        close(listener)
+        throw NATSTestError.client("cannot listen on 127.0.0.1:\(port): errno \(code)")
+    }
+    return (listener, Int(UInt16(bigEndian: address.sin_port)))
+}
+
+/// Whether `fd` becomes readable within `milliseconds`.
+func readable(_ fd: Int32, within milliseconds: Int32) -> Bool {
+    var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    return poll(&entry, 1, milliseconds) > 0
+}
+
+/// The milliseconds left until `deadline`, at least 1 (a poll timeout).
+func millisecondsLeft(until deadline: ContinuousClock.Instant) -> Int32 {
+    Int32(max(1, (deadline - .now) / .milliseconds(1)))
 }
