@@ -4,14 +4,15 @@ public import Foundation
 /// plugin shared objects).
 public let buildProductsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
 
-/// Runs the built executable `name` with `arguments` to completion and returns its exit status, standard output
+/// Runs the built executable `name` (for `herald`, ``heraldExecutable``) with `arguments` to completion and returns its exit status, standard output
 /// and standard error. Every `HERALD_` variable is removed from the inherited environment (tests set them on purpose);
 /// `environment` adds or replaces variables; `input` is written to standard input, which is then closed. Both
 /// output pipes are drained at once, so a chatty child never blocks.
 public func runBuiltExecutable(
     _ name: String, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
 ) throws -> (status: Int32, output: String, error: String) {
-    try runExecutable(buildProductsDirectory.appendingPathComponent(name), arguments, environment: environment, input: input)
+    let url = name == "herald" ? heraldExecutable : buildProductsDirectory.appendingPathComponent(name)
+    return try runExecutable(url, arguments, environment: environment, input: input)
 }
 
 /// As ``runBuiltExecutable(_:_:environment:input:)``, for the executable at `url` (a script's interpreter, say).

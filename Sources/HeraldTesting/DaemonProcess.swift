@@ -1,8 +1,14 @@
 public import Foundation
 public import Herald
 
-/// The `herald` executable built beside the test bundle.
-public let heraldExecutable = buildProductsDirectory.appendingPathComponent("herald")
+/// The `herald` executable the tests run: the one built beside the test bundle, or the one `TEST_HERALD_BINARY`
+/// names (scripts/test runs the command tests again against the release build of scripts/build-release).
+public let heraldExecutable: URL = {
+    if let path = ProcessInfo.processInfo.environment["TEST_HERALD_BINARY"], !path.isEmpty {
+        return URL(fileURLWithPath: path)
+    }
+    return buildProductsDirectory.appendingPathComponent("herald")
+}()
 
 /// `herald serve` as a child process: standard output read line by line (with a 10 s limit per line),
 /// standard error kept in a file of the data directory for failure messages.
