@@ -93,6 +93,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
     public let endpoint: HTTPEndpoint
     private let installationID: @Sendable () async -> String?
     private let deviceToken: @Sendable () async -> String?
+    /// What the waits between attempts are measured on.
+    private let clock: any Clock<Duration>
     private let state = Locked(State())
 
     private struct State {
@@ -106,12 +108,14 @@ public final class TokenWebhook: TokenHandler, Sendable {
     }
 
     /// A webhook with `options`. `installationID` and `deviceToken` supply the body's `installationID` and
-    /// `deviceToken` (`nil` is sent as `null`). Throws ``TokenWebhookError`` for an option Herald cannot use
-    /// (an `https://` URL or a host name, a timeout or backoff that is not positive, ...).
+    /// `deviceToken` (`nil` is sent as `null`). The waits between attempts are slept on `clock` (a test gives a
+    /// `HeraldTesting.ManualClock`; the timeout of each attempt runs on the loop). Throws ``TokenWebhookError`` for an
+    /// option Herald cannot use (an `https://` URL or a host name, a timeout or backoff that is not positive, ...).
     public init(
         options: Options,
         installationID: @escaping @Sendable () async -> String? = { nil },
-        deviceToken: @escaping @Sendable () async -> String? = { nil }
+        deviceToken: @escaping @Sendable () async -> String? = { nil },
+        clock: any Clock<Duration> = ContinuousClock()
     ) throws {
         do {
             endpoint = try HTTPEndpoint(parsing: options.url)
@@ -138,14 +142,17 @@ public final class TokenWebhook: TokenHandler, Sendable {
         self.options = options
         self.installationID = installationID
         self.deviceToken = deviceToken
+        self.clock = clock
     }
 
-    /// A webhook whose `installationID` and `deviceToken` are `herald`'s (held weakly: no reference cycle).
-    public convenience init(options: Options, herald: Herald) throws {
+    /// A webhook whose `installationID` and `deviceToken` are `herald`'s (held weakly: no reference cycle); the
+    /// waits between attempts slept on `clock`.
+    public convenience init(options: Options, herald: Herald, clock: any Clock<Duration> = ContinuousClock()) throws {
         try self.init(
             options: options,
             installationID: { [weak herald] in try? await herald?.installationID() },
-            deviceToken: { [weak herald] in (try? await herald?.deviceToken()) ?? nil }
+            deviceToken: { [weak herald] in (try? await herald?.deviceToken()) ?? nil },
+            clock: clock
         )
     }
 
@@ -162,6 +169,9 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     /// What the webhook has done so far. Callable from any thread.
     public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Whether a token is being sent (a request or a wait to retry under way).
+    var isSending: Bool { state.withLock { $0.current != nil } }
 
     public func start(_ context: PluginContext) async throws {
         state.withLock { state in
@@ -250,7 +260,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
                 "url": "\(endpoint)", "attempt": "\(attempt)", "delay": "\(delay)",
             ])
             do {
-                try await Task.sleep(for: delay)
+                try await clock.sleep(for: delay)
             } catch {
                 return  // cancelled: stopped, or superseded by a newer token
             }

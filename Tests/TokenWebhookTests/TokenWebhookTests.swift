@@ -8,13 +8,20 @@ struct TokenWebhookTests {
     /// A started instance with a webhook to `url`.
     private func startHerald(
         _ options: TokenWebhook.Options,
-        configuration: Herald.Configuration = .init(senderID: "1234567890")
+        configuration: Herald.Configuration = .init(senderID: "1234567890"),
+        clock: any Clock<Duration> = ContinuousClock()
     ) async throws -> (Herald, TokenWebhook) {
         let herald = Herald(configuration: configuration)
-        let webhook = try TokenWebhook(options: options, herald: herald)
+        let webhook = try TokenWebhook(options: options, herald: herald, clock: clock)
         try herald.register(webhook)
         try await herald.start()
         return (herald, webhook)
+    }
+
+    /// Waits until the webhook sleeps before a retry (one sleeper on `clock`), then moves `clock` on by `duration`.
+    private func retry(after duration: Duration, on clock: ManualClock, sourceLocation: SourceLocation = #_sourceLocation) async {
+        #expect(await eventually { clock.sleepers == 1 }, "the webhook waits to retry", sourceLocation: sourceLocation)
+        clock.advance(by: duration)
     }
 
     /// Shuts the instance down and checks that nothing of the webhook is left on its loop.
@@ -98,41 +105,51 @@ struct TokenWebhookTests {
     @Test("503 twice then 200: three attempts, each delay longer than the one before")
     func retriesWithBackoff() async throws {
         let server = try await TestHTTPServer.start { _, index in index < 2 ? .status(503, body: "busy") : .status(200) }
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2)))
+        let clock = ManualClock()
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2)),
+                                                      clock: clock)
+        await retry(after: .milliseconds(100), on: clock)
+        #expect(await eventually { server.requests.count == 2 })
+        await retry(after: .milliseconds(200), on: clock)
         #expect(await eventually { webhook.statistics.delivered == 1 })
         await finish(herald, server)
 
         let requests = server.requests
         try #require(requests.count == 3)
         #expect(Set(requests.map(\.token)).count == 1, "every attempt carries the same token")
-        let firstGap = requests[0].arrival.duration(to: requests[1].arrival)
-        let secondGap = requests[1].arrival.duration(to: requests[2].arrival)
         // The first delay is 50...100 ms (100 ms with jitter), the second 100...200 ms.
-        #expect(firstGap >= .milliseconds(50), "\(firstGap)")
-        #expect(secondGap >= .milliseconds(100), "\(secondGap)")
-        #expect(firstGap < .seconds(3) && secondGap < .seconds(3), "\(firstGap) \(secondGap)")
+        let delays = clock.requestedSleeps
+        try #require(delays.count == 2)
+        #expect(delays[0] >= .milliseconds(50) && delays[0] <= .milliseconds(100), "\(delays)")
+        #expect(delays[1] >= .milliseconds(100) && delays[1] <= .milliseconds(200), "\(delays)")
         #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, delivered: 1, lastStatus: 200))
     }
 
     @Test("429 with Retry-After: 1 waits a second although the backoff is 10 ms")
     func honoursRetryAfter() async throws {
         let server = try await TestHTTPServer.start { _, index in index == 0 ? .status(429, headers: ["Retry-After: 1"]) : .status(200) }
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
+        let clock = ManualClock()
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)),
+                                                      clock: clock)
+        await retry(after: .milliseconds(999), on: clock)
+        #expect(clock.sleepers == 1, "999 ms into a 1 s Retry-After it still waits")
+        clock.advance(by: .milliseconds(1))
         #expect(await eventually { webhook.statistics.delivered == 1 })
         await finish(herald, server)
 
-        let requests = server.requests
-        try #require(requests.count == 2)
-        let gap = requests[0].arrival.duration(to: requests[1].arrival)
-        #expect(gap >= .milliseconds(990), "\(gap)")
+        #expect(server.requests.count == 2)
+        #expect(clock.requestedSleeps == [.seconds(1)])
     }
 
     @Test("400 is not retried: one request, counted as rejected")
     func clientErrorNotRetried() async throws {
         let server = try await TestHTTPServer.start { _, _ in .status(400, body: #"{"error": "unknown app"}"#) }
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(40)))
-        #expect(await eventually { webhook.statistics.rejected == 1 })
-        try await Task.sleep(for: .milliseconds(300))  // many backoff periods
+        let clock = ManualClock()
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(40)),
+                                                      clock: clock)
+        #expect(await eventually { webhook.statistics.rejected == 1 && !webhook.isSending })
+        // The send is over without a wait to retry: nothing more can be sent.
+        #expect(clock.requestedSleeps.isEmpty && clock.sleepers == 0)
         await finish(herald, server)
 
         #expect(server.requests.count == 1)
@@ -179,13 +196,17 @@ struct TokenWebhookTests {
             }
             return request.token == first ? .status(503) : .status(200)
         }
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(40), maximumBackoff: .milliseconds(80)))
+        let clock = ManualClock()
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(40), maximumBackoff: .milliseconds(80)),
+                                                      clock: clock)
         let old = try await herald.token()
-        #expect(await eventually { server.requests.count >= 2 })
+        await retry(after: .milliseconds(40), on: clock)
+        #expect(await eventually { server.requests.count == 2 && clock.sleepers == 1 }, "the old token waits to retry again")
         try await herald.deleteToken()
         let new = try await herald.token()
-        #expect(await eventually { webhook.statistics.delivered == 1 })
-        try await Task.sleep(for: .milliseconds(400))  // several of the old token's retry periods
+        #expect(await eventually { webhook.statistics.delivered == 1 && !webhook.isSending })
+        // The old token's retry wait was cancelled: nothing waits, so nothing more will be sent.
+        #expect(clock.sleepers == 0)
         await finish(herald, server)
 
         let tokens = server.requests.map(\.token)
@@ -196,17 +217,16 @@ struct TokenWebhookTests {
         #expect(webhook.statistics.delivered == 1)
     }
 
-    @Test("stop during a backoff wait returns promptly and nothing more is sent")
+    /// On a manual clock the wait would never end by itself: shutdown returns only because it cancels it.
+    @Test("stop during a backoff wait cancels the wait and nothing more is sent", .timeLimit(.minutes(1)))
     func stopDuringBackoff() async throws {
         let server = try await TestHTTPServer.start { _, _ in .status(503) }
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .seconds(30), maximumBackoff: .seconds(60)))
-        #expect(await eventually { webhook.statistics.lastStatus == 503 })
-        try await Task.sleep(for: .milliseconds(50))
-        let clock = ContinuousClock()
-        let began = clock.now
+        let clock = ManualClock()
+        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .seconds(30), maximumBackoff: .seconds(60)),
+                                                      clock: clock)
+        #expect(await eventually { webhook.statistics.lastStatus == 503 && clock.sleepers == 1 })
         await herald.shutdown()
-        let took = clock.now - began
-        #expect(took < .seconds(2), "shutdown took \(took)")
+        #expect(clock.sleepers == 0 && !webhook.isSending)
         #expect(herald.loop.statistics.liveHandles == 0)
         await server.close()
         #expect(server.requests.count == 1)
@@ -230,10 +250,15 @@ struct TokenWebhookTests {
     @Test("gives up after maximumAttempts, with the token counted as abandoned")
     func givesUp() async throws {
         let server = try await TestHTTPServer.start { _, _ in .closeDelimited(500, body: "down") }
+        let clock = ManualClock()
         let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", maximumAttempts: 3,
-                                                             initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
-        #expect(await eventually { webhook.statistics.abandoned == 1 })
-        try await Task.sleep(for: .milliseconds(100))
+                                                             initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)),
+                                                      clock: clock)
+        await retry(after: .milliseconds(10), on: clock)
+        #expect(await eventually { server.requests.count == 2 })
+        await retry(after: .milliseconds(20), on: clock)
+        #expect(await eventually { webhook.statistics.abandoned == 1 && !webhook.isSending })
+        #expect(clock.sleepers == 0 && clock.requestedSleeps.count == 2, "no wait after the last attempt")
         await finish(herald, server)
         #expect(server.requests.count == 3)
         #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, abandoned: 1, lastStatus: 500))
