@@ -127,12 +127,12 @@ let package = Package(
             path: "Plugins/ExecFetchWorker",
             swiftSettings: swiftSettings
         ),
-        // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for NATSReceiver.
+        // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for NATSReceiver. Not linked:
+        // loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
         .target(
             name: "CNATS",
             dependencies: ["CLibUV"],
-            path: "Sources/CNATS",
-            linkerSettings: [.linkedLibrary("nats")]
+            path: "Sources/CNATS"
         ),
         .target(
             name: "NATSReceiver",

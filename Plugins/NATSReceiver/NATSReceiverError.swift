@@ -1,5 +1,7 @@
 /// What went wrong connecting or setting up NATS.
 public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The NATS C client could not be loaded (it is loaded when NATS is first used): `detail` says why.
+    case library(detail: String)
     case connect(servers: [String], detail: String)
     case jetStream(operation: String, detail: String, code: Int)
     case subscribe(subject: String, detail: String)
@@ -9,6 +11,8 @@ public enum NATSReceiverError: Error, Sendable, Hashable, CustomStringConvertibl
 
     public var description: String {
         switch self {
+        case .library(let detail):
+            "\(detail); install it (apt-get install libnats3.4) or leave NATS off"
         case .connect(let servers, let detail):
             "cannot connect to NATS at \(NATSConnectionSettings.redacted(servers)): \(detail); check that nats-server runs there (with -js for JetStream)"
         case .jetStream(let operation, let detail, let code):

@@ -163,6 +163,8 @@ natsStatus herald_nats_get_registration(jsCtx *js, const char *bucket, const cha
 }
 
 const char *herald_nats_last_error(natsStatus status) {
+    const char *failure = herald_nats_load_failure();
+    if (failure != NULL) return failure;
     natsStatus last = NATS_OK;
     const char *text = nats_GetLastError(&last);
     if (text != NULL && text[0] != '\0') return text;

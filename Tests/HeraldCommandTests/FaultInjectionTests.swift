@@ -323,6 +323,35 @@ struct FaultInjectionTests {
             #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
+
+    @Test(
+        "without libnats (hidden in a private mount namespace) herald serve runs with NATS off, and with NATS configured it stops at start naming the missing library",
+        .enabled(if: PrivateMount.available, "needs mount namespaces (root with CAP_SYS_ADMIN)"),
+        .timeLimit(.minutes(1)))
+    func withoutLibNATS() async throws {
+        try await withTemporaryDirectory(prefix: "herald-fault") { directory in
+            // libnats is loaded with dlopen when NATS is first used: an empty file in its place makes that fail.
+            let library = URL(fileURLWithPath: "/usr/lib/x86_64-linux-gnu/libnats.so.3.4").resolvingSymlinksInPath().path
+            try #require(FileManager.default.fileExists(atPath: library), "libnats-dev is installed by scripts/bootstrap")
+            let mount = try PrivateMount(["--bind", "/dev/null", library])
+            let data = directory + "/data"
+            let daemon = try mount.daemon(logs: directory, data: data)
+            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            var sender = NumberedSender(port: daemon.httpPort, token: token)
+            #expect(try sender.send() == 200)
+            #expect(daemon.event()?["userInfo"]?["n"] == "1")
+            let maps = (try? String(contentsOfFile: "/proc/\(daemon.process.processIdentifier)/maps", encoding: .utf8)) ?? ""
+            #expect(!maps.contains("libnats") && !maps.contains("libssl"), "NATS off maps neither libnats nor OpenSSL")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+
+            let refused = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/nsenter"),
+                ["-t", "\(mount.processIdentifier)", "-m", "--", heraldExecutable.path, "serve", "--data-dir", data,
+                 "--http", "127.0.0.1:0", "--socket", "none", "--nats-server", "nats://127.0.0.1:1"])
+            #expect(refused.status != 0)
+            #expect(refused.error.contains("NATS needs the NATS C client") && refused.error.contains("libnats.so.3.4") && refused.error.contains("leave NATS off"), "\(refused.error)")
+        }
+    }
 }
 
 // MARK: - Helpers
@@ -417,6 +446,9 @@ final class PrivateMount {
         }
         source = reply
     }
+
+    /// The holder process, whose mount namespace this is.
+    var processIdentifier: Int32 { process.processIdentifier }
 
     /// The command line that runs a program inside the namespace.
     var launcher: [String] { ["nsenter", "-t", "\(process.processIdentifier)", "-m", "--"] }
