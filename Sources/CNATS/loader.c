@@ -2,7 +2,8 @@
 /* The cnats functions Herald calls, each forwarding to libnats, which is loaded with dlopen the first time
    one of them is called: herald is not linked against libnats, so a daemon with NATS off never maps it nor
    the OpenSSL it brings. When libnats cannot be loaded, functions answering a natsStatus answer NATS_ERR,
-   the others do nothing and answer 0 or NULL, and herald_nats_last_error gives dlopen's reason. */
+   texts "(libnats not loaded)", the others do nothing and answer 0 or NULL; herald_nats_last_error gives
+   dlopen's reason. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -138,7 +139,7 @@ natsStatus js_Publish(jsPubAck **pubAck, jsCtx *js, const char *subj, const void
 natsStatus js_Subscribe(natsSubscription **sub, jsCtx *js, const char *subject, natsMsgHandler cb, void* cbClosure, jsOptions *opts, jsSubOptions *subOpts, jsErrCode *errCode) { return herald_nats_load() ? loaded_js_Subscribe(sub, js, subject, cb, cbClosure, opts, subOpts, errCode) : NATS_ERR; }
 natsStatus kvConfig_Init(kvConfig *cfg) { return herald_nats_load() ? loaded_kvConfig_Init(cfg) : NATS_ERR; }
 void kvEntry_Destroy(kvEntry *e) { if (herald_nats_load()) loaded_kvEntry_Destroy(e); }
-const char* kvEntry_ValueString(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_ValueString(e) : (const char*)0; }
+const char* kvEntry_ValueString(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_ValueString(e) : "(libnats not loaded)"; }
 natsStatus kvStore_Delete(kvStore *kv, const char *key) { return herald_nats_load() ? loaded_kvStore_Delete(kv, key) : NATS_ERR; }
 void kvStore_Destroy(kvStore *kv) { if (herald_nats_load()) loaded_kvStore_Destroy(kv); }
 natsStatus kvStore_Get(kvEntry **new_entry, kvStore *kv, const char *key) { return herald_nats_load() ? loaded_kvStore_Get(new_entry, kv, key) : NATS_ERR; }
@@ -158,11 +159,11 @@ natsConnStatus natsConnection_Status(natsConnection *nc) { return herald_nats_lo
 natsStatus natsConnection_Subscribe(natsSubscription **sub, natsConnection *nc, const char *subject, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_Subscribe(sub, nc, subject, cb, cbClosure) : NATS_ERR; }
 natsStatus natsMsg_Ack(natsMsg *msg, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_Ack(msg, opts) : NATS_ERR; }
 void natsMsg_Destroy(natsMsg *msg) { if (herald_nats_load()) loaded_natsMsg_Destroy(msg); }
-const char* natsMsg_GetData(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetData(msg) : (const char*)0; }
+const char* natsMsg_GetData(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetData(msg) : "(libnats not loaded)"; }
 int natsMsg_GetDataLength(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetDataLength(msg) : (int)0; }
 natsStatus natsMsg_GetMetaData(jsMsgMetaData **new_meta, natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetMetaData(new_meta, msg) : NATS_ERR; }
-const char* natsMsg_GetReply(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetReply(msg) : (const char*)0; }
-const char* natsMsg_GetSubject(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetSubject(msg) : (const char*)0; }
+const char* natsMsg_GetReply(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetReply(msg) : "(libnats not loaded)"; }
+const char* natsMsg_GetSubject(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetSubject(msg) : "(libnats not loaded)"; }
 natsStatus natsMsg_NakWithDelay(natsMsg *msg, int64_t delay, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_NakWithDelay(msg, delay, opts) : NATS_ERR; }
 natsStatus natsMsg_Term(natsMsg *msg, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_Term(msg, opts) : NATS_ERR; }
 natsStatus natsOptions_Create(natsOptions **newOpts) { return herald_nats_load() ? loaded_natsOptions_Create(newOpts) : NATS_ERR; }
@@ -186,9 +187,9 @@ natsStatus natsOptions_SetServers(natsOptions *opts, const char** servers, int s
 natsStatus natsOptions_SetTimeout(natsOptions *opts, int64_t timeout) { return herald_nats_load() ? loaded_natsOptions_SetTimeout(opts, timeout) : NATS_ERR; }
 natsStatus natsOptions_SetToken(natsOptions *opts, const char *token) { return herald_nats_load() ? loaded_natsOptions_SetToken(opts, token) : NATS_ERR; }
 natsStatus natsOptions_SetUserCredentialsFromFiles(natsOptions *opts, const char *userOrChainedFile, const char *seedFile) { return herald_nats_load() ? loaded_natsOptions_SetUserCredentialsFromFiles(opts, userOrChainedFile, seedFile) : NATS_ERR; }
-const char* natsStatus_GetText(natsStatus s) { return herald_nats_load() ? loaded_natsStatus_GetText(s) : (const char*)0; }
+const char* natsStatus_GetText(natsStatus s) { return herald_nats_load() ? loaded_natsStatus_GetText(s) : "(libnats not loaded)"; }
 void natsSubscription_Destroy(natsSubscription *sub) { if (herald_nats_load()) loaded_natsSubscription_Destroy(sub); }
 natsStatus natsSubscription_SetOnCompleteCB(natsSubscription *sub, natsOnCompleteCB cb, void *closure) { return herald_nats_load() ? loaded_natsSubscription_SetOnCompleteCB(sub, cb, closure) : NATS_ERR; }
 natsStatus natsSubscription_SetPendingLimits(natsSubscription *sub, int msgLimit, int bytesLimit) { return herald_nats_load() ? loaded_natsSubscription_SetPendingLimits(sub, msgLimit, bytesLimit) : NATS_ERR; }
 natsStatus natsSubscription_Unsubscribe(natsSubscription *sub) { return herald_nats_load() ? loaded_natsSubscription_Unsubscribe(sub) : NATS_ERR; }
-const char* nats_GetLastError(natsStatus *status) { return herald_nats_load() ? loaded_nats_GetLastError(status) : (const char*)0; }
+const char* nats_GetLastError(natsStatus *status) { return herald_nats_load() ? loaded_nats_GetLastError(status) : "(libnats not loaded)"; }

@@ -331,7 +331,9 @@ struct FaultInjectionTests {
     func withoutLibNATS() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             // libnats is loaded with dlopen when NATS is first used: an empty file in its place makes that fail.
-            let library = URL(fileURLWithPath: "/usr/lib/x86_64-linux-gnu/libnats.so.3.4").resolvingSymlinksInPath().path
+            let libdir = try runExecutable(URL(fileURLWithPath: "/usr/bin/pkg-config"), ["--variable=libdir", "libnats"])
+            let library = URL(fileURLWithPath: libdir.output.trimmingCharacters(in: .whitespacesAndNewlines) + "/libnats.so")
+                .resolvingSymlinksInPath().path
             try #require(FileManager.default.fileExists(atPath: library), "libnats-dev is installed by scripts/bootstrap")
             let mount = try PrivateMount(["--bind", "/dev/null", library])
             let data = directory + "/data"
