@@ -16,10 +16,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     let context: PluginContext
     private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
     private var url: [UInt8] = []
-    private var headerField: [UInt8] = []
-    private var headerValue: [UInt8] = []
-    private var inHeaderValue = false
-    private var headers: [String: String] = [:]
+    private var headers = RawHeaders()
     private var headerBytes = 0
     private var body: [UInt8] = []
     private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
@@ -125,10 +122,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     fileprivate func beginMessage() -> Int32 {
         if closing { return 1 }
         url.removeAll(keepingCapacity: true)
-        headers.removeAll(keepingCapacity: true)
-        headerField.removeAll(keepingCapacity: true)
-        headerValue.removeAll(keepingCapacity: true)
-        inHeaderValue = false
+        headers.removeAll()
         headerBytes = 0
         body.removeAll(keepingCapacity: true)
         requestInProgress = true
@@ -146,25 +140,15 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         headerBytes += data.count
         guard headerBytes <= options.maximumHeaderBytes else { return refuseHead() }
         if field {
-            if inHeaderValue { flushHeader() }
-            headerField.append(contentsOf: data)
+            headers.appendName(data)
         } else {
-            headerValue.append(contentsOf: data)
+            headers.appendValue(data)
         }
-        inHeaderValue = !field
         return 0
     }
 
-    private func flushHeader() {
-        inHeaderValue = false
-        guard !headerField.isEmpty else { return }
-        headers[String(decoding: headerField, as: UTF8.self).lowercased()] = String(decoding: headerValue, as: UTF8.self)
-        headerField.removeAll(keepingCapacity: true)
-        headerValue.removeAll(keepingCapacity: true)
-    }
-
     fileprivate func headersComplete() -> Int32 {
-        flushHeader()
+        headers.close()
         // A body announced too large is refused from the head, without waiting for it.
         if parser.pointee.flags & UInt32(F_CHUNKED.rawValue) == 0, parser.pointee.content_length != UInt64.max,
            parser.pointee.content_length > UInt64(options.maximumBodyBytes) {
@@ -219,7 +203,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             respond(sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
             return
         }
-        guard receiver.authorized(headers["authorization"]) else {
+        guard receiver.authorized(headers.value(of: "authorization")) else {
             let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
             respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
             return
@@ -310,7 +294,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         }
         let message: RemoteMessage
         do {
-            message = try APNsRequest.decode(payload: body, headers: headers, deviceToken: deviceToken, context: context.decoding)
+            message = try APNsRequest.decode(payload: body, headers: headers.dictionary(), deviceToken: deviceToken, context: context.decoding)
         } catch {
             context.bus.recordInvalid(error)
             respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
