@@ -13,6 +13,8 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     private let options: HTTPReceiver.Options
     /// `/v1/projects/{project}/messages:send` for this instance's project, matched whole before any splitting.
     private let sendPath: String
+    /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
+    private let sendPathBytes: [UInt8]
     let context: PluginContext
     private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
     private var url: [UInt8] = []
@@ -44,6 +46,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     init(connection: StreamConnection, receiver: HTTPReceiver, context: PluginContext) {
         self.options = receiver.options
         self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
+        self.sendPathBytes = Array(sendPath.utf8)
         self.connection = connection
         self.receiver = receiver
         self.context = context
@@ -187,13 +190,34 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         let keepAlive = http_should_keep_alive(parser) != 0 && sequence + 1 < options.maximumRequestsPerConnection
         // The last request of the connection: what is pipelined after it is neither parsed nor delivered.
         if !keepAlive { closing = true }
-        let method = String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method))))
-        let path = String(decoding: url, as: UTF8.self)
-        route(method: method, path: path, sequence: sequence, keepAlive: keepAlive)
+        if UInt32(parser.pointee.method) == HTTP_POST.rawValue, url == sendPathBytes {
+            // The request nearly every request is, recognised from the bytes: no method or path String.
+            routeSend(sequence: sequence, keepAlive: keepAlive)
+        } else {
+            let method = String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method))))
+            let path = String(decoding: url, as: UTF8.self)
+            route(method: method, path: path, sequence: sequence, keepAlive: keepAlive)
+        }
         return keepAlive ? 0 : 1
     }
 
     // MARK: Routing
+
+    /// `POST` to this instance's `sendPath` exactly (no query).
+    private func routeSend(sequence: Int, keepAlive: Bool) {
+        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
+        send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
+    }
+
+    /// Whether the request carries the bearer secret; when not, answers 401.
+    private func authorize(sequence: Int, keepAlive: Bool) -> Bool {
+        guard receiver.authorized(headers.value(of: "authorization")) else {
+            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
+            respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
+            return false
+        }
+        return true
+    }
 
     private func route(method: String, path: String, sequence: Int, keepAlive: Bool) {
         // Split on UTF-8 bytes, not Characters: grapheme breaking made path splitting a fifth of a request's work.
@@ -203,11 +227,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             respond(sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
             return
         }
-        guard receiver.authorized(headers.value(of: "authorization")) else {
-            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
-            respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
-            return
-        }
+        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
         if method == "POST", pathOnly == sendPath {
             // The request nearly every request is: no splitting of the path.
             send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
