@@ -19,8 +19,8 @@ final class Recorder: MessageHandler, NotificationHandler, Sendable {
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 /// A child process run to its end without blocking a thread: its exit status and what it printed (stdout and
-/// stderr together, through a file, so a chatty child never fills a pipe). A watchdog terminates it after
-/// `limit`, so a hung child fails the test instead of hanging it.
+/// stderr together, through a file, so a chatty child never fills a pipe). It runs under timeout(1), which
+/// terminates it after `limit` (exit status 124), so a hung child fails the test instead of hanging it.
 func runChild(_ executable: URL, _ arguments: [String], limit: Duration = .seconds(180)) async throws -> (status: Int32, output: String) {
     let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("herald-child-\(UUID().uuidString).log")
     _ = FileManager.default.createFile(atPath: outputFile.path, contents: nil)
@@ -29,8 +29,8 @@ func runChild(_ executable: URL, _ arguments: [String], limit: Duration = .secon
     defer { try? output.close() }
 
     let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
+    process.arguments = ["--signal=TERM", "--kill-after=10s", "\(limit.components.seconds)s", executable.path] + arguments
     process.standardOutput = output
     process.standardError = output
     process.standardInput = FileHandle.nullDevice
@@ -38,11 +38,6 @@ func runChild(_ executable: URL, _ arguments: [String], limit: Duration = .secon
     environment["PYTHONDONTWRITEBYTECODE"] = "1"
     environment["PYTHONUNBUFFERED"] = "1"
     process.environment = environment
-    let watchdog = Task { [process] in
-        try await Task.sleep(for: limit)
-        process.terminate()
-    }
-    defer { watchdog.cancel() }
     let status: Int32 = try await withCheckedThrowingContinuation { continuation in
         process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
         do {

@@ -43,10 +43,7 @@ struct ServiceLifecycleTests {
 
     /// Waits until the instance has started and returns its token.
     func eventuallyToken(_ herald: Herald) async throws -> String {
-        for _ in 0..<5_000 {
-            if let token = try? await herald.token() { return token }
-            try await Task.sleep(for: .milliseconds(2))
-        }
+        #expect(await eventually { (try? await herald.token()) != nil }, "the instance started")
         return try await herald.token()
     }
 }

@@ -34,15 +34,19 @@ final class BlockedSink: AnalyticsSink, Sendable {
     func release() { gate.open() }
 }
 
-/// Takes 20 ms per batch.
+/// A sink that falls behind: it holds its first batch until ``catchUp()``, then takes every batch at once.
 final class SlowSink: AnalyticsSink, Sendable {
+    private let gate = Gate()
     private let events = Locked<[AnalyticsEvent]>([])
     var descriptor: PluginDescriptor { PluginDescriptor(name: "slow") }
     func record(_ batch: [AnalyticsEvent]) async throws {
-        try await Task.sleep(for: .milliseconds(20))
+        await gate.wait()
         events.withLock { $0.append(contentsOf: batch) }
     }
+    /// Batches that have reached `record` (the one held included).
+    var batchesArrived: Int { gate.arrived }
     var count: Int { events.withLock { $0.count } }
+    func catchUp() { gate.open() }
 }
 
 @Suite("Analytics sinks: batched, ordered, retried with backoff, never slowing the bus, every loss counted")
@@ -114,8 +118,11 @@ struct AnalyticsSinkDeliveryTests {
                 }
             }
             try await herald.waitUntilIdle()
-            #expect(handled.withLock { $0 } == total, "every message handled while a sink is blocked")
+            #expect(handled.withLock { $0 } == total, "every message handled while a sink is blocked and another lags")
             #expect(await eventually { recording.events(named: .notificationReceive).count == total })
+            #expect(await eventually { slow.batchesArrived == 1 }, "the slow sink is on its first batch")
+            #expect(slow.batchesArrived == 1 && slow.count == 0, "one batch at a time: the rest wait for it")
+            slow.catchUp()
             #expect(try await eventually { try await herald.analyticsStatistics().sinks["slow"]?.queued == 0 })
             let statistics = try await herald.analyticsStatistics()
             #expect(slow.count == statistics.recorded, "the slow sink gets every event")
