@@ -3,6 +3,19 @@ import Glibc
 
 /// The cnats options the receiver and the publisher share: servers, name, connect timeout, pings, credentials, TLS.
 enum NATSConnectionSettings {
+    /// New cnats options (the caller destroys them), loading libnats first: ``NATSReceiverError/library(detail:)``
+    /// when it cannot be loaded.
+    static func createOptions(servers: [String]) throws -> OpaquePointer {
+        if let failure = herald_nats_load_failure() {
+            throw NATSReceiverError.library(detail: String(cString: failure))
+        }
+        var optionsPointer: OpaquePointer?
+        guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
+            throw NATSReceiverError.connect(servers: servers, detail: "cannot create cnats options")
+        }
+        return natsOptions
+    }
+
     static func apply(_ options: NATSReceiver.Options, to natsOptions: OpaquePointer) -> natsStatus {
         var steps: [() -> natsStatus] = [
             { withCStrings(options.servers) { natsOptions_SetServers(natsOptions, $0, Int32($1)) } },

@@ -22,13 +22,7 @@ public final class NATSPublisher: @unchecked Sendable {
     /// receiver does (``NATSReceiver/Options/reconnectWait`` and its limits); ``isConnected`` says when it is up.
     public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false) throws {
         self.timeout = timeout
-        if let failure = herald_nats_load_failure() {
-            throw NATSReceiverError.library(detail: String(cString: failure))
-        }
-        var optionsPointer: OpaquePointer?
-        guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
-            throw NATSReceiverError.connect(servers: options.servers, detail: "cannot create cnats options")
-        }
+        let natsOptions = try NATSConnectionSettings.createOptions(servers: options.servers)
         defer { natsOptions_Destroy(natsOptions) }
         var status = NATSConnectionSettings.apply(options, to: natsOptions)
         if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, reconnect) }

@@ -256,13 +256,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     /// Connects on the loop thread (the adapter's first attach must happen there) and returns the JetStream context.
     private func connect(_ context: PluginContext) throws -> UnsafeHandle {
-        if let failure = herald_nats_load_failure() {
-            throw NATSReceiverError.library(detail: String(cString: failure))
-        }
-        var optionsPointer: OpaquePointer?
-        guard natsOptions_Create(&optionsPointer) == NATS_OK, let natsOptions = optionsPointer else {
-            throw NATSReceiverError.connect(servers: options.servers, detail: "cannot create cnats options")
-        }
+        let natsOptions = try NATSConnectionSettings.createOptions(servers: options.servers)
         defer { natsOptions_Destroy(natsOptions) }
         guard let place = herald_nats_loop_create(context.loop.uv) else {
             throw NATSReceiverError.connect(servers: options.servers, detail: "out of memory")
