@@ -57,9 +57,19 @@ let package = Package(
             providers: [.apt(["libsystemd-dev"])]
         ),
         .target(
+            name: "HeraldEventLoop",
+            dependencies: ["CLibUV"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldJSON",
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "Herald",
             dependencies: [
-                "CLibUV",
+                "HeraldEventLoop",
+                "HeraldJSON",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -202,6 +212,16 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "HeraldEventLoopTests",
+            dependencies: ["HeraldEventLoop", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldJSONTests",
+            dependencies: ["HeraldJSON", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "HeraldTests",
             dependencies: [
                 "Herald", "HeraldTesting", .product(name: "PropertyBased", package: "swift-property-based"),
@@ -278,7 +298,7 @@ let package = Package(
         ),
         .target(
             name: "HeraldPluginKit",
-            dependencies: ["CHeraldPluginABI"],
+            dependencies: ["HeraldJSON", "CHeraldPluginABI"],
             swiftSettings: swiftSettings
         ),
         .target(

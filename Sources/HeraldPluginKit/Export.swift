@@ -98,7 +98,7 @@ private func report(_ plugin: String, _ text: String) {
 
 private func envelope(_ json: UnsafePointer<UInt8>?, _ length: Int) -> JSONValue? {
     guard let json else { return nil }
-    return JSONValue.parse(UnsafeBufferPointer(start: json, count: length))
+    return try? JSONParser.parse(UnsafeRawBufferPointer(start: json, count: length))
 }
 
 // The C entry points. They capture nothing (C function pointers cannot): the handler type comes from `exported`,
@@ -107,7 +107,7 @@ private func envelope(_ json: UnsafePointer<UInt8>?, _ length: Int) -> JSONValue
 private let initPlugin: @convention(c) (UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 = { config, context in
     guard let type = exported.type, let context else { return 1 }
     let text = config.map { String(cString: $0) } ?? "{}"
-    guard let configuration = JSONValue.parse(text)?.objectValue else {
+    guard let configuration = (try? JSONParser.parse(text))?.objectValue else {
         report(type.name, "the configuration is not a JSON object: \(text)")
         return 2
     }

@@ -152,9 +152,9 @@ public struct JSONObject: Sendable {
     /// One stored member. A struct rather than the `Element` tuple: the compiler generates its copy and
     /// destroy code, where a tuple goes through the runtime's generic tuple witnesses (measurably slower
     /// when a parsed message is freed).
-    struct Member {
-        var key: String
-        var value: JSONValue
+    package struct Member {
+        package var key: String
+        package var value: JSONValue
     }
 
     /// Members in stored order.
@@ -266,8 +266,8 @@ public struct JSONObject: Sendable {
         self.index = index
     }
 
-    /// The members in stored order, for code in this module that iterates without building tuples.
-    var members: [Member] { entries }
+    /// The members in stored order, for code that iterates without building tuples.
+    package var members: [Member] { entries }
 
     /// Appends a member whose key the caller knows is not present yet.
     private mutating func appendNew(key: String, value: JSONValue) {

@@ -31,7 +31,7 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         case closed
     }
 
-    enum Work {
+    package enum Work {
         case closure(@Sendable () -> Void)
         /// A job enqueued on the loop as a serial executor (an actor's): it runs isolated to the loop.
         case job(UnownedJob)
@@ -205,7 +205,7 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
 
     /// Queues work; `false` when the loop has closed and the work was dropped.
     @discardableResult
-    func enqueue(_ work: Work) -> Bool {
+    package func enqueue(_ work: Work) -> Bool {
         shared.withLock { shared in
             switch shared.lifecycle {
             case .closed:

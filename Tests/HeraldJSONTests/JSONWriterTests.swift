@@ -1,5 +1,5 @@
 import Testing
-@testable import Herald
+@testable import HeraldJSON
 
 @Suite("JSONWriter")
 struct JSONWriterTests {
@@ -102,13 +102,5 @@ struct JSONWriterTests {
         #expect(JSONValue.string(text).jsonByteCount == JSONValue.string(text).jsonBytes().count)
         // A string not stored contiguously (bridged or a substring's copy) takes the byte-by-byte path.
         #expect(JSONWriter.escapedLength(String(text[...])) == JSONValue.string(text).jsonBytes().count)
-    }
-
-    @Test("the send answer written in place is byte for byte the answer built as a value", arguments: awkwardStrings)
-    func sendResponseInPlace(messageID: String) {
-        var output = Array("before ".utf8)
-        appendFCMSendResponse(project: "demo-project", messageID: messageID, to: &output)
-        #expect(output == Array("before ".utf8) + fcmSendResponse(project: "demo-project", messageID: messageID).jsonBytes())
-        #expect(fcmSendResponseByteCount(project: "demo-project", messageID: messageID) == output.count - "before ".utf8.count)
     }
 }

@@ -1,6 +1,6 @@
 import HeraldTesting
 import Testing
-@testable import Herald
+@testable import HeraldEventLoop
 
 @Suite("EventLoop timers on a real loop")
 struct TimerTests {

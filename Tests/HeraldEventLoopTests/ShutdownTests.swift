@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Herald
+@testable import HeraldEventLoop
 
 @Suite("Shutdown leaves no handle and no file descriptor behind", .serialized)
 struct ShutdownTests {

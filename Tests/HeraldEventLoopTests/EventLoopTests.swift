@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Herald
+@testable import HeraldEventLoop
 
 /// Records on the loop thread only; the loop's thread check makes it safe to share.
 final class LoopRecorder<Element>: @unchecked Sendable {

@@ -1,7 +1,7 @@
 import Foundation
 import HeraldTesting
 import Testing
-@testable import Herald
+@testable import HeraldEventLoop
 
 /// An echo server: every byte read is written back; end of file from the peer closes after flushing.
 func startEchoServer(on loop: EventLoop, at address: SocketAddress) async throws -> StreamServer {

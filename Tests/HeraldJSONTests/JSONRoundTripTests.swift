@@ -1,7 +1,7 @@
 import Foundation
 import HeraldTesting
 import Testing
-@testable import Herald
+@testable import HeraldJSON
 
 /// Random JSON values: every kind, nesting, strings with escapes, control characters and every UTF-8 length.
 struct JSONValueGenerator {
@@ -75,13 +75,13 @@ struct JSONValueGenerator {
     }
 }
 
-/// The folder of sample payloads kept next to the tests, found from this file's path so that no
-/// resource declaration is needed.
+/// The folder of sample payloads kept with the message tests (Tests/HeraldTests/Resources/payloads), found from
+/// this file's path so that no resource declaration is needed.
 func payloadsDirectory(filePath: String = #filePath) -> URL {
     URL(fileURLWithPath: filePath)
-        .deletingLastPathComponent() // JSON
-        .deletingLastPathComponent() // HeraldTests
-        .appendingPathComponent("Resources/payloads", isDirectory: true)
+        .deletingLastPathComponent() // HeraldJSONTests
+        .deletingLastPathComponent() // Tests
+        .appendingPathComponent("HeraldTests/Resources/payloads", isDirectory: true)
 }
 
 @Suite("JSON round trip")

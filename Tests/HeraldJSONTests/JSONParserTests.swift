@@ -1,6 +1,6 @@
 import HeraldTesting
 import Testing
-@testable import Herald
+@testable import HeraldJSON
 
 /// One input the parser must refuse, with the error it must give.
 struct JSONErrorCase: Sendable, CustomTestStringConvertible {

@@ -88,7 +88,7 @@ package enum JSONWriter {
     }
 
     /// Appends `value` escaped as the inside of a JSON string (no quotes).
-    static func appendEscapedContents(_ value: String, to output: inout [UInt8]) {
+    package static func appendEscapedContents(_ value: String, to output: inout [UInt8]) {
         var value = value
         value.withUTF8 { utf8 in
             writeEscaped(utf8, into: &output)
@@ -184,7 +184,7 @@ extension JSONWriter {
     }
 
     /// The length of `value` written as a JSON string, quotes included.
-    static func escapedLength(_ value: String) -> Int {
+    package static func escapedLength(_ value: String) -> Int {
         // Most strings need no escaping: find the first byte that does eight at a time, count from there.
         if let length = value.utf8.withContiguousStorageIfAvailable({ utf8 -> Int in
             guard let base = utf8.baseAddress else { return 2 }

@@ -1,6 +1,6 @@
 import Glibc
 import Testing
-@testable import Herald
+@testable import HeraldEventLoop
 
 @Suite("Signal watching")
 struct SignalWatcherTests {

@@ -1,0 +1,19 @@
+import Herald
+import Testing
+
+@Suite("The FCM send answer")
+struct SendResponseTests {
+    /// Message IDs that exercise the escaping of the answer's strings.
+    static let awkwardStrings = [
+        "", "a", "0:1700000000000000%abc", "with \"quotes\" and \\ backslash", "tab\tnew\nline\r", "\u{01}\u{1f}\u{7f}",
+        "café ☕️ — 東京", String(repeating: "x", count: 40) + "\"" + String(repeating: "y", count: 17), "ends with \\",
+    ]
+
+    @Test("the send answer written in place is byte for byte the answer built as a value", arguments: awkwardStrings)
+    func sendResponseInPlace(messageID: String) {
+        var output = Array("before ".utf8)
+        appendFCMSendResponse(project: "demo-project", messageID: messageID, to: &output)
+        #expect(output == Array("before ".utf8) + fcmSendResponse(project: "demo-project", messageID: messageID).jsonBytes())
+        #expect(fcmSendResponseByteCount(project: "demo-project", messageID: messageID) == output.count - "before ".utf8.count)
+    }
+}
