@@ -24,6 +24,7 @@ let package = Package(
         .library(name: "NATSReceiver", targets: ["NATSReceiver"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
+        .library(name: "HeraldReport", targets: ["HeraldReport"]),
         // Dynamic plugins: the loader a host links, and the kit a plugin (a shared object) is written with.
         .library(name: "HeraldDynamicPlugins", targets: ["HeraldDynamicPlugins"]),
         .library(name: "HeraldPluginKit", targets: ["HeraldPluginKit"]),
@@ -78,6 +79,11 @@ let package = Package(
         .target(
             name: "HeraldSQLite",
             dependencies: ["Herald", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldReport",
+            dependencies: ["Herald", "HeraldSQLite", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -155,6 +161,7 @@ let package = Package(
             dependencies: [
                 "Herald",
                 "HeraldSQLite",
+                "HeraldReport",
                 "HTTPReceiver",
                 "SocketReceiver",
                 "EchoHandler",
@@ -232,7 +239,12 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldSQLiteTests",
-            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "CrashProbe", "herald"],
+            dependencies: ["Herald", "HeraldSQLite", "HeraldReport", "HeraldTesting", "CrashProbe", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldReportTests",
+            dependencies: ["Herald", "HeraldSQLite", "HeraldReport", "HeraldTesting", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,5 +1,5 @@
 import Foundation
-import GRDB
+package import GRDB
 public import Herald
 
 /// The embedded default ``AnalyticsSink``: every analytics event in one SQLite file of its own,
@@ -39,7 +39,7 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
     public let path: String
     public let options: Options
 
-    private let database: DatabaseQueue
+    package let database: DatabaseQueue
     private let clock: @Sendable () -> Int64
     /// When the next prune is due, in milliseconds since 1970.
     private let nextPrune: Locked<Int64>
@@ -151,16 +151,6 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
         return deleted
     }
 
-    /// The report of the last `days` days up to `now` (UTC days), for `label` only when given; see
-    /// ``AnalyticsReport/read(directory:days:label:now:)``.
-    public func report(days: Int = 7, label: String? = nil, now: Int64 = WallClock.nowMilliseconds()) throws(StoreError) -> AnalyticsReport {
-        do {
-            return try database.read { db in try AnalyticsReport.query(db, path: path, days: days, label: label, now: now) }
-        } catch {
-            throw SQLiteStore.storeError(error, path: path, during: .read)
-        }
-    }
-
     // MARK: - Test hooks
 
     /// Runs `sql` (one or more statements) on the store's connection.
@@ -177,7 +167,7 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
 
     private func cutoff(now: Int64) -> Int64? {
         guard let days = options.retentionDays, days > 0 else { return nil }
-        return now - Int64(days) * AnalyticsReport.millisecondsPerDay
+        return now - Int64(days) * 24 * 60 * 60 * 1000
     }
 
     private func scheduleNextPrune(after now: Int64) {
@@ -235,7 +225,7 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
 
     /// Refuses a file a newer Herald wrote, another application's database, and (unless `allowEmpty`) a database
     /// without the analytics schema.
-    static func checkIsAnalyticsStore(_ db: Database, path: String, allowEmpty: Bool) throws {
+    package static func checkIsAnalyticsStore(_ db: Database, path: String, allowEmpty: Bool) throws {
         // The application ID first: the inbox store's file has migrations too, which are not a newer analytics schema.
         let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
         if applicationID == Schema.applicationID {

@@ -562,10 +562,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
     }
 
     /// What a failing call was doing, which decides how an ambiguous SQLite failure is reported.
-    enum Operation { case open, read, write }
+    package enum Operation { case open, read, write }
 
     /// Maps a GRDB or SQLite failure to the ``StoreError`` that tells a person what to do.
-    static func storeError(_ error: any Error, path: String, during operation: Operation) -> StoreError {
+    package static func storeError(_ error: any Error, path: String, during operation: Operation) -> StoreError {
         if let error = error as? StoreError { return error }
         if error is RowDecodingError {
             return .corrupt(path: path, detail: "a stored value has an unexpected type: \(error)")

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldReport
 import HeraldSQLite
 
 /// `herald report`: the delivery report of an instance, read from its analytics store (`DATA-DIR/analytics.sqlite`):

@@ -1,5 +1,6 @@
 import Glibc
 import Herald
+import HeraldReport
 import HeraldSQLite
 
 /// A fixed, made-up data set for `herald report --demo` (hidden; used by scripts/report-screenshot): 14 days of two

@@ -4,6 +4,7 @@ import HeraldTesting
 import Testing
 
 @testable import HeraldSQLite
+import HeraldReport
 
 /// Milliseconds since 1970 of `day` days after 2026-03-01 00:00 UTC, plus `hours`.
 private func at(day: Int64, hours: Int64 = 12) -> Int64 {

@@ -1,6 +1,7 @@
 import Glibc
 import GRDB
 public import Herald
+import HeraldSQLite
 
 /// What `herald report` shows: per analytics label and per UTC day, the messages received, the impressions, the opens,
 /// the open rate, the background fetch results and the drops by reason, read from a ``SQLiteAnalyticsStore`` file.

@@ -4,6 +4,7 @@ import HeraldTesting
 import Testing
 
 @testable import HeraldSQLite
+import HeraldReport
 
 /// Presents every notification `[.list, .banner]`, tells waiters when one was presented (its response may then be
 /// given), answers background fetches with the message's `fetch` data value, and takes data messages.
