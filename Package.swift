@@ -1,6 +1,11 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
+// The targets are listed bottom-up, each depending only on targets above it:
+//
+//   C shims ─ HeraldEventLoop ─ HeraldJSON ─ Herald ─ adapters (SQLite, report, dynamic plugins, testing)
+//     ─ plugins (Plugins/<Name>) ─ the `herald` command ─ examples ─ test fixtures and tests.
+
 /// One set of settings for every target: Swift 6 language mode with complete strict concurrency.
 let swiftSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
@@ -8,26 +13,40 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+/// Under --sanitize=thread a binary links the TSan runtime statically and exports only the symbols of clang's list,
+/// which lacks some that Swift code built with TSan calls: a TSan-built Swift plugin then fails to dlopen (undefined
+/// symbol: __tsan_external_write). A binary that loads plugins exports those too (by name: gold takes no globs).
+/// Without TSan the symbols do not exist and this does nothing.
+let exportTSanEntryPoints: [LinkerSetting] = [.unsafeFlags([
+    "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
+].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))]
+
 let package = Package(
     name: "Herald",
     platforms: [.macOS(.v15)],
     products: [
+        // The SDK: `import Herald` brings the event loop and the JSON library with it.
         .library(name: "Herald", targets: ["Herald"]),
-        .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
-        .library(name: "SocketReceiver", targets: ["SocketReceiver"]),
-        .library(name: "HTTPReceiver", targets: ["HTTPReceiver"]),
-        .library(name: "EchoHandler", targets: ["EchoHandler"]),
-        .library(name: "PrometheusMetrics", targets: ["PrometheusMetrics"]),
-        .library(name: "JSONLExport", targets: ["JSONLExport"]),
-        .library(name: "TokenWebhook", targets: ["TokenWebhook"]),
-        .library(name: "ExecFetchWorker", targets: ["ExecFetchWorker"]),
-        .library(name: "NATSReceiver", targets: ["NATSReceiver"]),
-        .executable(name: "herald", targets: ["herald"]),
+        .library(name: "HeraldEventLoop", targets: ["HeraldEventLoop"]),
+        .library(name: "HeraldJSON", targets: ["HeraldJSON"]),
+        // Adapters.
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         .library(name: "HeraldReport", targets: ["HeraldReport"]),
+        .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
         // Dynamic plugins: the loader a host links, and the kit a plugin (a shared object) is written with.
         .library(name: "HeraldDynamicPlugins", targets: ["HeraldDynamicPlugins"]),
         .library(name: "HeraldPluginKit", targets: ["HeraldPluginKit"]),
+        // First-party plugins.
+        .library(name: "HeraldHTTPReceiver", targets: ["HeraldHTTPReceiver"]),
+        .library(name: "HeraldSocketReceiver", targets: ["HeraldSocketReceiver"]),
+        .library(name: "HeraldNATSReceiver", targets: ["HeraldNATSReceiver"]),
+        .library(name: "HeraldEchoHandler", targets: ["HeraldEchoHandler"]),
+        .library(name: "HeraldPrometheusMetrics", targets: ["HeraldPrometheusMetrics"]),
+        .library(name: "HeraldJSONLExport", targets: ["HeraldJSONLExport"]),
+        .library(name: "HeraldTokenWebhook", targets: ["HeraldTokenWebhook"]),
+        .library(name: "HeraldExecFetchWorker", targets: ["HeraldExecFetchWorker"]),
+        // The daemon.
+        .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
         // Shared objects the dynamic-plugin tests load (a product is the only way SwiftPM builds a .so).
         .library(name: "HeraldTestPlugin", type: .dynamic, targets: ["HeraldTestPlugin"]),
@@ -45,27 +64,57 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
     targets: [
+        // MARK: C shims: system libraries and the plugin ABI.
+
+        // libuv, the event loop's only dependency.
         .systemLibrary(
             name: "CLibUV",
             path: "Sources/CLibUV",
             pkgConfig: "libuv",
             providers: [.apt(["libuv1-dev"])]
         ),
+        // sd_notify, for `herald serve` under systemd.
         .systemLibrary(
             name: "CSystemd",
             path: "Sources/CSystemd",
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
+        // The HTTP/1.1 parser of the HTTP receiver.
+        .systemLibrary(
+            name: "CHTTPParser",
+            path: "Sources/CHTTPParser",
+            providers: [.apt(["libhttp-parser-dev"])]
+        ),
+        // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for the NATS receiver. Not
+        // linked: loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
+        .target(
+            name: "CNATS",
+            dependencies: ["CLibUV"],
+            path: "Sources/CNATS"
+        ),
+        // The C ABI between Herald and a dynamic plugin (a header).
+        .target(
+            name: "CHeraldPluginABI",
+            path: "Sources/CHeraldPluginABI"
+        ),
+
+        // MARK: The runtime and the JSON library: nothing of Herald's above them.
+
+        // The libuv runtime: the loop and its executors, streams, timers, signals, the blocking pool, locks.
         .target(
             name: "HeraldEventLoop",
             dependencies: ["CLibUV"],
             swiftSettings: swiftSettings
         ),
+        // The strict JSON parser and writer (JSONValue, JSONObject): the one JSON implementation.
         .target(
             name: "HeraldJSON",
             swiftSettings: swiftSettings
         ),
+
+        // MARK: Herald: the message model, the roles plugins take, the bus, the store protocol.
+
         .target(
             name: "Herald",
             dependencies: [
@@ -76,41 +125,71 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+
+        // MARK: Adapters.
+
+        // The durable store on SQLite: identity, topics, the inbox, the de-duplication window; the analytics sink.
         .target(
             name: "HeraldSQLite",
             dependencies: ["Herald", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
+        // The analytics report read from the sink's file, as text and as a self-contained HTML page (`herald report`).
         .target(
             name: "HeraldReport",
             dependencies: ["Herald", "HeraldSQLite", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
+        // Loads handler plugins built as shared objects (dlopen) and registers them with a Herald.
+        .target(
+            name: "HeraldDynamicPlugins",
+            dependencies: ["Herald", "CHeraldPluginABI", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        // What a dynamic plugin is written with. It does not depend on Herald: a plugin links its own copy of what
+        // it imports, and the JSON library is all it needs.
+        .target(
+            name: "HeraldPluginKit",
+            dependencies: ["HeraldJSON", "CHeraldPluginABI"],
+            swiftSettings: swiftSettings
+        ),
+        // For tests of an app built on Herald: an in-memory receiver, manual time, child processes, waiting on events.
         .target(
             name: "HeraldTesting",
             dependencies: ["Herald", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
-        .systemLibrary(
-            name: "CHTTPParser",
-            path: "Sources/CHTTPParser",
-            providers: [.apt(["libhttp-parser-dev"])]
-        ),
-        // First-party plugins: one target each, under Plugins/<Name>.
+
+        // MARK: First-party plugins: one module each, under Plugins/<Name>.
+
+        // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
-            name: "HTTPReceiver",
+            name: "HeraldHTTPReceiver",
             dependencies: ["Herald", "CHTTPParser"],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "SocketReceiver",
+            name: "HeraldSocketReceiver",
             dependencies: ["Herald"],
             path: "Plugins/SocketReceiver",
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "PrometheusMetrics",
+            name: "HeraldNATSReceiver",
+            dependencies: ["Herald", "CNATS", "CLibUV", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/NATSReceiver",
+            swiftSettings: swiftSettings
+        ),
+        // Handlers, sinks and workers.
+        .target(
+            name: "HeraldEchoHandler",
+            dependencies: ["Herald"],
+            path: "Plugins/EchoHandler",
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "HeraldPrometheusMetrics",
             dependencies: [
                 "Herald",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -120,67 +199,52 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "EchoHandler",
-            dependencies: ["Herald"],
-            path: "Plugins/EchoHandler",
-            swiftSettings: swiftSettings
-        ),
-        .target(
-            name: "JSONLExport",
+            name: "HeraldJSONLExport",
             dependencies: ["Herald"],
             path: "Plugins/JSONLExport",
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "TokenWebhook",
+            name: "HeraldTokenWebhook",
             dependencies: ["Herald"],
             path: "Plugins/TokenWebhook",
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "ExecFetchWorker",
+            name: "HeraldExecFetchWorker",
             dependencies: ["Herald", "CLibUV", .product(name: "Logging", package: "swift-log")],
             path: "Plugins/ExecFetchWorker",
             swiftSettings: swiftSettings
         ),
-        // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for NATSReceiver. Not linked:
-        // loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
-        .target(
-            name: "CNATS",
-            dependencies: ["CLibUV"],
-            path: "Sources/CNATS"
-        ),
-        .target(
-            name: "NATSReceiver",
-            dependencies: ["Herald", "CNATS", "CLibUV", .product(name: "Logging", package: "swift-log")],
-            path: "Plugins/NATSReceiver",
-            swiftSettings: swiftSettings
-        ),
+
+        // MARK: The command: `herald serve`, `send`, `token`, `topics`, `report`, `quarantine`.
+
         .executableTarget(
             name: "herald",
             dependencies: [
                 "Herald",
                 "HeraldSQLite",
                 "HeraldReport",
-                "HTTPReceiver",
-                "SocketReceiver",
-                "EchoHandler",
-                "JSONLExport",
-                "PrometheusMetrics",
-                "CSystemd",
                 "HeraldDynamicPlugins",
-                "NATSReceiver",
+                "HeraldHTTPReceiver",
+                "HeraldSocketReceiver",
+                "HeraldNATSReceiver",
+                "HeraldEchoHandler",
+                "HeraldJSONLExport",
+                "HeraldPrometheusMetrics",
+                "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings,
-            // As for HeraldDynamicPluginsTests: under TSan, export the TSan entry points a TSan-built Swift plugin
-            // calls, so `herald serve --plugin` can dlopen it in the sanitizer run. Does nothing without TSan.
-            linkerSettings: [.unsafeFlags([
-                "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
-            ].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))]
+            // As for HeraldDynamicPluginsTests: `herald serve --plugin` can dlopen a TSan-built plugin in the
+            // sanitizer run.
+            linkerSettings: exportTSanEntryPoints
         ),
+
+        // MARK: Examples.
+
         .executableTarget(
             name: "LoopEcho",
             dependencies: ["Herald"],
@@ -189,14 +253,14 @@ let package = Package(
         ),
         .executableTarget(
             name: "EchoReceiver",
-            dependencies: ["Herald", "SocketReceiver"],
+            dependencies: ["Herald", "HeraldSocketReceiver"],
             path: "Examples/EchoReceiver",
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "WeatherDaemon",
             dependencies: [
-                "Herald", "HeraldSQLite", "SocketReceiver", "HTTPReceiver",
+                "Herald", "HeraldSQLite", "HeraldSocketReceiver", "HeraldHTTPReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -204,6 +268,16 @@ let package = Package(
             path: "Examples/WeatherDaemon",
             swiftSettings: swiftSettings
         ),
+        // A handler plugin built as a shared object with HeraldPluginKit.
+        .target(
+            name: "HeraldExamplePlugin",
+            dependencies: ["HeraldPluginKit"],
+            path: "Examples/DynamicPlugin",
+            swiftSettings: swiftSettings
+        ),
+
+        // MARK: Test fixtures: child processes and plugins the tests run.
+
         // The child process of the crash-safety test: accepts messages, is killed, recovers.
         .executableTarget(
             name: "CrashProbe",
@@ -214,10 +288,36 @@ let package = Package(
         // The child process of the NATS crash test: a daemon of the fleet, killed mid-stream and restarted.
         .executableTarget(
             name: "NATSProbe",
-            dependencies: ["Herald", "HeraldSQLite", "NATSReceiver"],
+            dependencies: ["Herald", "HeraldSQLite", "HeraldNATSReceiver"],
             path: "Tests/NATSProbe",
             swiftSettings: swiftSettings
         ),
+        // C plugins for the tests: one that allows concurrent calls, the same one serial, one of ABI version 999.
+        // They are products, not linked in: `swift build --build-tests` builds them beside the test bundle, where
+        // the tests dlopen them.
+        .target(
+            name: "HeraldTestPlugin",
+            dependencies: ["CHeraldPluginABI"],
+            path: "Tests/DynamicPluginFixtures/Concurrent",
+            publicHeadersPath: ".",
+            cSettings: [.headerSearchPath("../Common")]
+        ),
+        .target(
+            name: "HeraldTestPluginSerial",
+            dependencies: ["CHeraldPluginABI"],
+            path: "Tests/DynamicPluginFixtures/Serial",
+            publicHeadersPath: ".",
+            cSettings: [.headerSearchPath("../Common")]
+        ),
+        .target(
+            name: "HeraldTestPluginBadABI",
+            dependencies: ["CHeraldPluginABI"],
+            path: "Tests/DynamicPluginFixtures/BadABI",
+            publicHeadersPath: "."
+        ),
+
+        // MARK: Tests: one target per module (Tests/<Module>Tests), and the command's.
+
         .testTarget(
             name: "HeraldEventLoopTests",
             dependencies: ["HeraldEventLoop", "HeraldTesting"],
@@ -248,111 +348,61 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "SocketReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "SocketReceiver"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "HTTPReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HTTPReceiver"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "PrometheusMetricsTests",
-            dependencies: ["Herald", "HeraldTesting", "PrometheusMetrics", "SocketReceiver"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "HeraldCommandTests",
-            dependencies: ["Herald", "HeraldTesting", "EchoHandler", "herald"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "WeatherDaemonTests",
-            dependencies: ["Herald", "HeraldTesting", "WeatherDaemon", "herald"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "JSONLExportTests",
-            dependencies: ["Herald", "HeraldTesting", "JSONLExport"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "ExecFetchWorkerTests",
-            dependencies: ["Herald", "HeraldTesting", "ExecFetchWorker", .product(name: "Logging", package: "swift-log")],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "NATSReceiverTests",
-            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "NATSReceiver", "NATSProbe", "herald"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "TokenWebhookTests",
-            dependencies: ["Herald", "HeraldTesting", "TokenWebhook"],
-            swiftSettings: swiftSettings
+            name: "HeraldDynamicPluginsTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldDynamicPlugins"],
+            swiftSettings: swiftSettings,
+            // The tests load a TSan-built Swift plugin in the sanitizer run (see exportTSanEntryPoints).
+            linkerSettings: exportTSanEntryPoints
         ),
         .testTarget(
             name: "HeraldTestingTests",
             dependencies: ["Herald", "HeraldTesting"],
             swiftSettings: swiftSettings
         ),
-        // Dynamic plugins: the C ABI (a header), the host's loader, the plugin author's kit, the example plugin.
-        // The kit does not depend on Herald: a plugin links its own copy of what it imports.
-        .target(
-            name: "CHeraldPluginABI",
-            path: "Sources/CHeraldPluginABI"
-        ),
-        .target(
-            name: "HeraldDynamicPlugins",
-            dependencies: ["Herald", "CHeraldPluginABI", .product(name: "Logging", package: "swift-log")],
-            swiftSettings: swiftSettings
-        ),
-        .target(
-            name: "HeraldPluginKit",
-            dependencies: ["HeraldJSON", "CHeraldPluginABI"],
-            swiftSettings: swiftSettings
-        ),
-        .target(
-            name: "HeraldExamplePlugin",
-            dependencies: ["HeraldPluginKit"],
-            path: "Examples/DynamicPlugin",
-            swiftSettings: swiftSettings
-        ),
-        // C plugins for the tests: one that allows concurrent calls, the same one serial, one of ABI version 999.
-        .target(
-            name: "HeraldTestPlugin",
-            dependencies: ["CHeraldPluginABI"],
-            path: "Tests/DynamicPluginFixtures/Concurrent",
-            publicHeadersPath: ".",
-            cSettings: [.headerSearchPath("../Common")]
-        ),
-        .target(
-            name: "HeraldTestPluginSerial",
-            dependencies: ["CHeraldPluginABI"],
-            path: "Tests/DynamicPluginFixtures/Serial",
-            publicHeadersPath: ".",
-            cSettings: [.headerSearchPath("../Common")]
-        ),
-        .target(
-            name: "HeraldTestPluginBadABI",
-            dependencies: ["CHeraldPluginABI"],
-            path: "Tests/DynamicPluginFixtures/BadABI",
-            publicHeadersPath: "."
-        ),
-        // The shared objects above are products, not linked in: `swift build --build-tests` builds them beside
-        // the test bundle, where the tests dlopen them.
         .testTarget(
-            name: "HeraldDynamicPluginsTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldDynamicPlugins"],
-            swiftSettings: swiftSettings,
-            // Under --sanitize=thread the test bundle links the TSan runtime statically and exports only the symbols
-            // of clang's list, which lacks some that Swift code built with TSan calls: a TSan-built Swift plugin then
-            // fails to dlopen (undefined symbol: __tsan_external_write). Export those too (by name: gold takes no
-            // globs). Without TSan the symbols do not exist and this does nothing.
-            linkerSettings: [.unsafeFlags([
-                "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
-            ].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))]
+            name: "HeraldHTTPReceiverTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldSocketReceiverTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldSocketReceiver"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldNATSReceiverTests",
+            dependencies: ["Herald", "HeraldSQLite", "HeraldTesting", "HeraldNATSReceiver", "NATSProbe", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldPrometheusMetricsTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldPrometheusMetrics", "HeraldSocketReceiver"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldJSONLExportTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldJSONLExport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldTokenWebhookTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldTokenWebhook"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldExecFetchWorkerTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldExecFetchWorker", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldCommandTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldEchoHandler", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "WeatherDaemonTests",
+            dependencies: ["Herald", "HeraldTesting", "WeatherDaemon", "herald"],
+            swiftSettings: swiftSettings
         ),
     ]
 )

@@ -16,7 +16,7 @@
 
 import Glibc
 import Herald
-import SocketReceiver
+import HeraldSocketReceiver
 
 @main
 struct EchoReceiver {

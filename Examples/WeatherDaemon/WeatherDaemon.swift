@@ -13,12 +13,12 @@
 
 import ArgumentParser
 import Foundation
-import HTTPReceiver
+import HeraldHTTPReceiver
 import Herald
 import HeraldSQLite
 import Logging
 import ServiceLifecycle
-import SocketReceiver
+import HeraldSocketReceiver
 
 @main
 struct WeatherDaemon: AsyncParsableCommand {

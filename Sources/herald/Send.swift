@@ -1,7 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
-import NATSReceiver
+import HeraldNATSReceiver
 
 /// `herald send`: posts one FCM v1 send body to a Herald daemon over HTTP or its socket and prints the answer.
 struct Send: AsyncParsableCommand {

@@ -1,17 +1,17 @@
 import ArgumentParser
-import EchoHandler
+import HeraldEchoHandler
 import Glibc
-import HTTPReceiver
+import HeraldHTTPReceiver
 import Herald
 import HeraldDynamicPlugins
 import HeraldSQLite
-import JSONLExport
+import HeraldJSONLExport
 import Logging
 import CSystemd
-import NATSReceiver
+import HeraldNATSReceiver
 import ServiceLifecycle
-import PrometheusMetrics
-import SocketReceiver
+import HeraldPrometheusMetrics
+import HeraldSocketReceiver
 
 /// `herald serve`: a daemon with the HTTP and socket receivers, the SQLite store and its durable inbox,
 /// and (with `--echo`) one JSON line per handled event on standard output. SIGTERM or SIGINT stops it:

@@ -1,7 +1,7 @@
 import Glibc
 import Herald
 import Logging
-import NATSReceiver
+import HeraldNATSReceiver
 import Yams
 
 /// The value of one setting of `herald serve`, once read from wherever it came from.

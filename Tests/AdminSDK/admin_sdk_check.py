@@ -1,6 +1,6 @@
 """Drives a running Herald HTTP receiver with the real Firebase Admin SDK for Python (PyPI firebase-admin).
 
-Run by HTTPReceiverTests' AdminSDKTests with the venv scripts/python-env makes:
+Run by HeraldHTTPReceiverTests' AdminSDKTests with the venv scripts/python-env makes:
 
     .build-python/bin/python Tests/AdminSDK/admin_sdk_check.py --url http://127.0.0.1:PORT \
         --secret S --token T --fid F --project P

@@ -1,7 +1,7 @@
 """Drives a Herald gateway (`herald serve --gateway`) with the real Firebase Admin SDK for Python: the app server's
 one endpoint, which passes each send on to the fleet's instances through NATS.
 
-Run by NATSReceiverTests' GatewayTests with the venv scripts/python-env makes:
+Run by HeraldNATSReceiverTests' GatewayTests with the venv scripts/python-env makes:
 
     .build-python/bin/python Tests/AdminSDK/gateway_check.py --url http://127.0.0.1:PORT --secret S \
         --project P --token-a A --token-b B --fid-a F

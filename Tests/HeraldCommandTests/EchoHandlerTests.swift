@@ -1,4 +1,4 @@
-import EchoHandler
+import HeraldEchoHandler
 import Foundation
 import Herald
 import HeraldTesting

@@ -1,4 +1,4 @@
-// NATSProbe: the child process of the NATS crash test (Tests/NATSReceiverTests/NATSCrashTests.swift).
+// NATSProbe: the child process of the NATS crash test (Tests/HeraldNATSReceiverTests/NATSCrashTests.swift).
 //
 //   NATSProbe URL DIR   starts Herald on the SQLite store in DIR (durable inbox) with a NATSReceiver connected to
 //                       the nats-server at URL, writes its registration token to DIR/token, and appends one line
@@ -10,7 +10,7 @@
 import Foundation
 import Herald
 import HeraldSQLite
-import NATSReceiver
+import HeraldNATSReceiver
 
 final class HandledLog: MessageHandler, @unchecked Sendable {
     // @unchecked Sendable: the file descriptor is written with single write(2) calls (O_APPEND).

@@ -1,4 +1,4 @@
-"""An independent NATS client (nats-py) as a sender to Herald's NATS receiver (Tests/NATSReceiverTests).
+"""An independent NATS client (nats-py) as a sender to Herald's NATS receiver (Tests/HeraldNATSReceiverTests).
 
 Publishes a token message through JetStream (and checks the stream stored it), makes a core NATS request with a
 topic message (and checks the FCM answer), a request with a malformed body (and checks the FCM error), and a

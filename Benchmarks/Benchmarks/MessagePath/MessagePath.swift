@@ -11,8 +11,8 @@ import Dispatch
 import Foundation
 import Herald
 import HeraldSQLite
-import JSONLExport
-import PrometheusMetrics
+import HeraldJSONLExport
+import HeraldPrometheusMetrics
 import BenchmarkSupport
 
 let benchmarks: @Sendable () -> Void = {

@@ -7,8 +7,8 @@
 import Dispatch
 import Foundation
 import Herald
-import JSONLExport
-import PrometheusMetrics
+import HeraldJSONLExport
+import HeraldPrometheusMetrics
 import BenchmarkSupport
 
 final class Box: @unchecked Sendable {

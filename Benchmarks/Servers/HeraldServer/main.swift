@@ -23,12 +23,12 @@
 
 import Dispatch
 import Glibc
-import HTTPReceiver
+import HeraldHTTPReceiver
 import Herald
 import HeraldSQLite
 import Logging
 import ServerSupport
-import SocketReceiver
+import HeraldSocketReceiver
 import Synchronization
 
 final class NoOpHandler: NotificationHandler, Presenter, MessageHandler, Sendable {

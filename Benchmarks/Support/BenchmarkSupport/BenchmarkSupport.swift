@@ -5,8 +5,8 @@ import Dispatch
 import Foundation
 import Herald
 import HeraldSQLite
-import JSONLExport
-import PrometheusMetrics
+import HeraldJSONLExport
+import HeraldPrometheusMetrics
 
 /// The FCM v1 sample body addressed by token (fcm-v1-notification-token.json), 374 bytes.
 public let fcmBody: [UInt8] = Array(#"""

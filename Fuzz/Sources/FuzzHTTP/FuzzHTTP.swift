@@ -1,6 +1,6 @@
 import FuzzSupport
 import Herald
-import HTTPReceiver
+import HeraldHTTPReceiver
 
 /// The HTTP receiver's whole request path: bytes as a client's socket delivers them (the input after its first
 /// byte, in the chunks the first byte picks) go through http_parser, the limits, routing, the decoders and the

@@ -1,6 +1,6 @@
 import FuzzSupport
 import Herald
-import SocketReceiver
+import HeraldSocketReceiver
 
 /// The socket receiver's line framing: the input after its first byte, in the chunks the first byte picks, is
 /// what a client writes; lines go through the decoder and the bus. The receiver must answer and end the

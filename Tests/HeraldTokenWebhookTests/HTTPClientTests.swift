@@ -1,7 +1,7 @@
 import Herald
 import HeraldTesting
 import Testing
-@testable import TokenWebhook
+@testable import HeraldTokenWebhook
 
 @Suite("HTTPClient: a small HTTP/1.1 client on Herald's loop", .serialized)
 struct HTTPClientTests {

@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-@testable import JSONLExport
+@testable import HeraldJSONLExport
 import Testing
 
 @Suite("JSONLExport: FCM's delivery-metrics export as JSON lines", .serialized)

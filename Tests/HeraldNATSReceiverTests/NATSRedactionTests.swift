@@ -1,4 +1,4 @@
-@testable import NATSReceiver
+@testable import HeraldNATSReceiver
 import Testing
 
 @Suite("NATS server URLs in logs and errors")

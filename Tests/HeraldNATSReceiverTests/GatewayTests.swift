@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import NATSReceiver
+import HeraldNATSReceiver
 import Testing
 
 /// `herald serve --gateway` as a child, on a free port, with the bearer secret `secret`.

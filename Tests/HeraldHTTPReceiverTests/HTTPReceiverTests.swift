@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import HTTPReceiver
+import HeraldHTTPReceiver
 import Testing
 
 final class Collected: MessageHandler, Sendable {

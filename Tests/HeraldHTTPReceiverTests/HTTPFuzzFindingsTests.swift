@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import HTTPReceiver
+import HeraldHTTPReceiver
 import Testing
 
 /// What fuzzing the request path (Fuzz/Sources/FuzzHTTP) found, each input kept as it crashed the daemon: the

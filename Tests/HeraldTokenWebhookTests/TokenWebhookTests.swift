@@ -1,7 +1,7 @@
 import Herald
 import HeraldTesting
 import Testing
-@testable import TokenWebhook
+@testable import HeraldTokenWebhook
 
 @Suite("TokenWebhook: the registration token POSTed to the app server", .serialized)
 struct TokenWebhookTests {

@@ -1,6 +1,6 @@
 import Foundation
 import HeraldTesting
-import NATSReceiver
+import HeraldNATSReceiver
 
 /// A real `nats-server` with JetStream, on a loopback port of its own and a store directory of its own, started
 /// and stopped by the test (and restarted on the same port and store, for the reconnect test).

@@ -1,4 +1,4 @@
-@testable import HTTPReceiver
+@testable import HeraldHTTPReceiver
 import Testing
 
 @Suite("RawHeaders: header lines kept as bytes")

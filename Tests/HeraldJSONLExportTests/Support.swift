@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-@testable import JSONLExport
+@testable import HeraldJSONLExport
 import Testing
 
 /// A fresh directory under /tmp, removed by the caller with `removeDirectory`.

@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import HTTPReceiver
+import HeraldHTTPReceiver
 import Testing
 
 /// Records every message handlers are given: data-only ones (`MessageHandler`) and display ones
@@ -15,7 +15,7 @@ final class Recorder: MessageHandler, NotificationHandler, Sendable {
     }
 }
 
-/// The repository's root, found from this file's path (Tests/HTTPReceiverTests/AdminSDKTests.swift).
+/// The repository's root, found from this file's path (Tests/HeraldHTTPReceiverTests/AdminSDKTests.swift).
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 /// A child process run to its end without blocking a thread: its exit status and what it printed (stdout and

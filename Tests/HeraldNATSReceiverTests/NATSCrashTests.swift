@@ -1,6 +1,6 @@
 import Foundation
 import HeraldTesting
-import NATSReceiver
+import HeraldNATSReceiver
 import Testing
 
 @Suite("NATS crash safety: a daemon killed mid-stream loses nothing JetStream stored", .serialized)

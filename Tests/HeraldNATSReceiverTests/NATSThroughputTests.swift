@@ -2,7 +2,7 @@ import Foundation
 import Herald
 import HeraldSQLite
 import HeraldTesting
-import NATSReceiver
+import HeraldNATSReceiver
 import Testing
 
 /// Figures for the README, not assertions: run with HERALD_NATS_BENCHMARK=1 (and a release build for real numbers).

@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import NATSReceiver
+import HeraldNATSReceiver
 import Testing
 
 @Suite("herald serve with NATS: the settings, the receiver, /healthz", .serialized)

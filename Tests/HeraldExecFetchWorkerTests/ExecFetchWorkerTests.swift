@@ -1,4 +1,4 @@
-import ExecFetchWorker
+import HeraldExecFetchWorker
 import Foundation
 import Herald
 import HeraldTesting

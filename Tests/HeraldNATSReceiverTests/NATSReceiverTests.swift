@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import NATSReceiver
+import HeraldNATSReceiver
 import Testing
 
 /// Records the data messages an instance handled.

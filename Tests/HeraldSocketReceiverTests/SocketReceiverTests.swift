@@ -1,7 +1,7 @@
 import Foundation
 import Herald
 import HeraldTesting
-import SocketReceiver
+import HeraldSocketReceiver
 import Testing
 
 final class Collector: MessageHandler, Sendable {

@@ -1,8 +1,8 @@
 import Foundation
 import Herald
 import HeraldTesting
-import PrometheusMetrics
-import SocketReceiver
+import HeraldPrometheusMetrics
+import HeraldSocketReceiver
 import Testing
 
 private let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
