@@ -35,8 +35,8 @@ let package = Package(
             dependencies: [
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
-                .product(name: "JSONLExport", package: "Herald"),
-                .product(name: "PrometheusMetrics", package: "Herald"),
+                .product(name: "HeraldJSONLExport", package: "Herald"),
+                .product(name: "HeraldPrometheusMetrics", package: "Herald"),
             ],
             path: "Support/BenchmarkSupport",
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -63,8 +63,8 @@ let package = Package(
                 "BenchmarkSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
-                .product(name: "JSONLExport", package: "Herald"),
-                .product(name: "PrometheusMetrics", package: "Herald"),
+                .product(name: "HeraldJSONLExport", package: "Herald"),
+                .product(name: "HeraldPrometheusMetrics", package: "Herald"),
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/MessagePath",
@@ -100,8 +100,8 @@ let package = Package(
                 "ServerSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
-                .product(name: "HTTPReceiver", package: "Herald"),
-                .product(name: "SocketReceiver", package: "Herald"),
+                .product(name: "HeraldHTTPReceiver", package: "Herald"),
+                .product(name: "HeraldSocketReceiver", package: "Herald"),
             ],
             path: "Servers/HeraldServer",
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -152,8 +152,8 @@ let package = Package(
             dependencies: [
                 "BenchmarkSupport",
                 .product(name: "Herald", package: "Herald"),
-                .product(name: "JSONLExport", package: "Herald"),
-                .product(name: "PrometheusMetrics", package: "Herald"),
+                .product(name: "HeraldJSONLExport", package: "Herald"),
+                .product(name: "HeraldPrometheusMetrics", package: "Herald"),
             ],
             path: "Servers/BusProfile",
             swiftSettings: [.swiftLanguageMode(.v6)]

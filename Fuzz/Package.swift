@@ -55,7 +55,7 @@ let package = Package(
                 "FuzzSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldTesting", package: "Herald"),
-                .product(name: "HTTPReceiver", package: "Herald"),
+                .product(name: "HeraldHTTPReceiver", package: "Herald"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -66,7 +66,7 @@ let package = Package(
                 "FuzzSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldTesting", package: "Herald"),
-                .product(name: "SocketReceiver", package: "Herald"),
+                .product(name: "HeraldSocketReceiver", package: "Herald"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -78,7 +78,7 @@ let package = Package(
             dependencies: [
                 "FuzzSupport",
                 .product(name: "Herald", package: "Herald"),
-                .product(name: "NATSReceiver", package: "Herald"),
+                .product(name: "HeraldNATSReceiver", package: "Herald"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),
             ],
