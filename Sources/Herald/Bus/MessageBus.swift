@@ -3,7 +3,7 @@ import Logging
 /// The answer to a sender: the message was accepted (with its ID), or refused with a ``MessageError``.
 public typealias DeliveryOutcome = Result<String, MessageError>
 
-/// The path of a message through one Herald instance (DESIGN §2): target, de-duplicate, drop expired,
+/// The path of a message through one Herald instance, as FCM delivers to an app: target, de-duplicate, drop expired,
 /// admit within bounds, acknowledge, then route by class to the handler plugins and record analytics.
 ///
 /// The bus lives on the instance's loop: ``deliver(_:validateOnly:completion:)`` is called on the loop thread
