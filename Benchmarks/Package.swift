@@ -41,7 +41,7 @@ let package = Package(
             path: "Support/BenchmarkSupport",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The allocation ratchet (issue 9): allocations per message of the hot paths, checked in CI against the
+        // The allocation ratchet: allocations per message of the hot paths, checked in CI against the
         // committed thresholds in Thresholds/ (scripts/allocation-ratchet).
         .executableTarget(
             name: "Allocations",

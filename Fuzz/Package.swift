@@ -1,5 +1,5 @@
 // swift-tools-version: 6.1
-// Fuzz targets for Herald (issue 10), kept out of the main package graph like Benchmarks/: nothing in
+// Fuzz targets for Herald, kept out of the main package graph like Benchmarks/: nothing in
 // ../Package.swift refers to this package. Each executable is a libFuzzer target; scripts/fuzz builds them with
 // `-Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library` and runs them on the seeds in Corpus/<target>.
 import PackageDescription

@@ -3,7 +3,7 @@ import CNATS
 public import Herald
 import Logging
 
-/// Receives FCM v1 send bodies from NATS (DESIGN §6), so a fleet of Herald daemons shares one clustered,
+/// Receives FCM v1 send bodies from NATS (the body the HTTP and socket receivers take), so a fleet of Herald daemons shares one clustered,
 /// durable message system instead of a network of its own.
 ///
 /// The connection runs on Herald's loop through an event-loop adapter of Herald's own (CNATS/adapter.c): the loop

@@ -1,4 +1,4 @@
-/// The NATS names Herald uses (DESIGN §6): subjects, the JetStream stream and the durable consumers.
+/// The NATS names Herald uses (one subject per token and per topic, the FCM v1 send body on each): subjects, the JetStream stream and the durable consumers.
 ///
 /// - `herald.<project>.token.<token>`: a message for one instance, stored by JetStream (stream
 ///   ``streamName(project:)``, work-queue retention) until that instance acknowledges it.

@@ -2,7 +2,7 @@ import CLibUV
 import Glibc
 
 /// A listening TCP or Unix domain socket on an ``EventLoop``; each accepted connection is handed to the
-/// `onAccept` closure given to ``listen(on:at:backlog:onAccept:)``.
+/// `onAccept` closure given to ``listen(on:at:backlog:unixMode:onAccept:)``.
 ///
 /// Every method must be used on the loop thread (checked). The server stays open until ``close()`` or loop
 /// shutdown; a Unix socket path the server created is removed when it closes.
@@ -58,7 +58,7 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         }
     }
 
-    /// Listens on `address` from any context; see ``listen(on:at:backlog:onAccept:)``. `onAccept` runs on the loop thread.
+    /// Listens on `address` from any context; see ``listen(on:at:backlog:unixMode:onAccept:)``. `onAccept` runs on the loop thread.
     public static func listen(
         on loop: EventLoop,
         at address: SocketAddress,

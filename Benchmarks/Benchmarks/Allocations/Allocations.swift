@@ -1,4 +1,4 @@
-// The allocation ratchet (issue 9), as SwiftNIO keeps one: allocations of the hot paths, counted by the
+// The allocation ratchet, as SwiftNIO keeps one: allocations of the hot paths, counted by the
 // MallocInterposer, checked in CI against the thresholds committed in Thresholds/ by scripts/allocation-ratchet.
 // The check fails when a scenario allocates more than its threshold allows, and also when it allocates clearly
 // less (then the thresholds are updated and committed, so the ratchet only turns one way).

@@ -3,10 +3,10 @@ import Logging
 /// The answer to a sender: the message was accepted (with its ID), or refused with a ``MessageError``.
 public typealias DeliveryOutcome = Result<String, MessageError>
 
-/// The path of a message through one Herald instance (DESIGN §2): target, de-duplicate, drop expired,
+/// The path of a message through one Herald instance, as FCM delivers to an app: target, de-duplicate, drop expired,
 /// admit within bounds, acknowledge, then route by class to the handler plugins and record analytics.
 ///
-/// The bus lives on the instance's loop: ``deliver(_:validateOnly:completion:)`` is called on the loop thread
+/// The bus lives on the instance's loop: ``deliver(_:validateOnly:answerWhenHandled:completion:)`` is called on the loop thread
 /// (receivers run there); ``deliver(_:validateOnly:)`` may be awaited from anywhere. Handlers run in a task
 /// per message on the loop's executor, started immediately (they run inside the delivery call until one
 /// suspends), so a slow or throwing handler holds up only its own message.

@@ -18,7 +18,7 @@ public struct DecodingContext: Sendable {
     }
 }
 
-/// The size limits of DESIGN §2, as FCM applies them.
+/// The payload size limits FCM applies, so that a message Herald accepts is one FCM would accept too.
 public enum PayloadLimits {
     /// The most bytes of payload a message may carry.
     public static let message = 4096
