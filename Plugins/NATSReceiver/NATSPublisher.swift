@@ -70,9 +70,10 @@ public final class NATSPublisher: @unchecked Sendable {
     }
 
     /// Publishes `body` to `subject` through JetStream and returns the message's ID as the receiver will give it
-    /// (`nats-<stream>-<sequence>`) once the stream has stored it. `messageID` (the `Nats-Msg-Id` header) makes
-    /// retries within the stream's duplicate window one message.
+    /// (`nats-<stream>-<sequence>-<message ID>`) once the stream has stored it. `messageID` (the `Nats-Msg-Id`
+    /// header; a random one when `nil`) makes retries within the stream's duplicate window one message.
     public func publishStored(_ subject: String, body: [UInt8], messageID: String? = nil) throws -> String {
+        let messageID = messageID ?? String(UInt64.random(in: 1...UInt64.max), radix: 16)
         var sequence: UInt64 = 0
         var code = jsErrCode(rawValue: 0)
         var stream = [CChar](repeating: 0, count: 256)
@@ -83,7 +84,7 @@ public final class NATSPublisher: @unchecked Sendable {
             throw NATSReceiverError.jetStream(operation: "store a message on \(subject)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
         }
         let name = String(decoding: stream.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return "nats-\(name)-\(sequence)"
+        return "nats-\(name)-\(sequence)-\(messageID)"
     }
 
     /// A core NATS request: the answer of the instance that took it, or `nil` when no instance listens.

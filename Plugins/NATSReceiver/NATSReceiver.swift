@@ -15,7 +15,7 @@ import Logging
 ///   ``Options/consumer``. A message is acknowledged only once it is safe: with the durable inbox, once it is
 ///   committed; without it, once its handlers have finished. A crash, a lost connection or a missed ack
 ///   (``Options/ackWait``) makes JetStream deliver it again; with the inbox's de-duplication (the message ID is the
-///   stream sequence) it is handled once.
+///   stream sequence and the publisher's `Nats-Msg-Id`, or the time the message was stored) it is handled once.
 /// - **Topic fan-out** (`herald.<project>.topic.<topic>`, ``TopicDelivery/fanOut``): a core NATS subscription
 ///   per subscribed topic; every subscribed instance connected at the time gets each message once. At most once:
 ///   a message published while an instance is disconnected does not reach it.
@@ -633,13 +633,19 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         if status == NATS_OK { shared.withLock { $0.statistics.replies += 1 } }
     }
 
-    /// `nats-<stream>-<stream sequence>`: stable for one stored message, whichever delivery this is.
+    /// `nats-<stream>-<stream sequence>-<Nats-Msg-Id>` (`<time stored, ns>` in place of a missing `Nats-Msg-Id`):
+    /// stable for one stored message, whichever delivery this is, and what ``NATSPublisher/publishStored(_:body:messageID:)``
+    /// answers. The sequence alone is not enough: a nats-server killed (SIGKILL) after its stream emptied can come
+    /// back with the stream's last sequence set back, and then gives new messages the sequences of messages already
+    /// handled; the publisher's ID (or the time they were stored) tells them apart, so de-duplication does not drop
+    /// them.
     private static func storedMessageID(_ message: OpaquePointer) -> String? {
         var metadata: UnsafeMutablePointer<jsMsgMetaData>?
         guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
         defer { jsMsgMetaData_Destroy(metadata) }
         let stream = metadata.pointee.Stream.map { String(cString: $0) } ?? ""
-        return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)"
+        let unique = herald_nats_stored_message_id(message).map { String(cString: $0) } ?? "\(metadata.pointee.Timestamp)"
+        return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)-\(unique)"
     }
 
     // MARK: Connection events (from cnats's callback thread)

@@ -107,6 +107,12 @@ natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void
     return status;
 }
 
+const char *herald_nats_stored_message_id(natsMsg *message) {
+    const char *value = NULL;
+    if (natsMsgHeader_Get(message, "Nats-Msg-Id", &value) != NATS_OK) return NULL;
+    return value;
+}
+
 natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode) {
     jsStreamInfo *info = NULL;
     *errorCode = 0;

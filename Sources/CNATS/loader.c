@@ -49,6 +49,7 @@
     X(natsConnection_Request) \
     X(natsConnection_Status) \
     X(natsConnection_Subscribe) \
+    X(natsMsgHeader_Get) \
     X(natsMsg_Ack) \
     X(natsMsg_Destroy) \
     X(natsMsg_GetData) \
@@ -157,6 +158,7 @@ natsStatus natsConnection_QueueSubscribe(natsSubscription **sub, natsConnection 
 natsStatus natsConnection_Request(natsMsg **replyMsg, natsConnection *nc, const char *subj, const void *data, int dataLen, int64_t timeout) { return herald_nats_load() ? loaded_natsConnection_Request(replyMsg, nc, subj, data, dataLen, timeout) : NATS_ERR; }
 natsConnStatus natsConnection_Status(natsConnection *nc) { return herald_nats_load() ? loaded_natsConnection_Status(nc) : (natsConnStatus)0; }
 natsStatus natsConnection_Subscribe(natsSubscription **sub, natsConnection *nc, const char *subject, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_Subscribe(sub, nc, subject, cb, cbClosure) : NATS_ERR; }
+natsStatus natsMsgHeader_Get(natsMsg *msg, const char *key, const char **value) { return herald_nats_load() ? loaded_natsMsgHeader_Get(msg, key, value) : NATS_ERR; }
 natsStatus natsMsg_Ack(natsMsg *msg, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_Ack(msg, opts) : NATS_ERR; }
 void natsMsg_Destroy(natsMsg *msg) { if (herald_nats_load()) loaded_natsMsg_Destroy(msg); }
 const char* natsMsg_GetData(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetData(msg) : "(libnats not loaded)"; }

@@ -74,6 +74,8 @@ natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void
 
 /* Messages `stream` holds now, in `*count`. */
 natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode);
+/* The message's Nats-Msg-Id header, or NULL; valid while the message is. */
+const char *herald_nats_stored_message_id(natsMsg *message);
 
 /* Writes `token` as the value of `key` in the key-value bucket `bucket` (created when missing, file storage, one
    revision kept), or deletes `key` when `token` is NULL. */
