@@ -23,6 +23,8 @@ public final class MessageBus: @unchecked Sendable {
 
     let store: any HeraldStore
     let messageIDs: MessageIDGenerator
+    /// What ``submit(_:_:completion:)`` decodes bodies with: the sender ID and this instance's message IDs.
+    let decoding: DecodingContext
     /// Whether accepted messages are committed to the store before the sender is acknowledged.
     let durable: Bool
 
@@ -30,14 +32,14 @@ public final class MessageBus: @unchecked Sendable {
     var identity: StoredIdentity
     var topics: Set<String> = []
     private var batch = StoreBatch()
-    private var batchAcks: [(message: RemoteMessage, id: String, completion: (DeliveryOutcome) -> Void)] = []
+    private var batchAcks: [(message: RemoteMessage, id: String, completion: Answer)] = []
     private var commitScheduled = false
     private var commitRunning = false
-    private var committingAcks: [(message: RemoteMessage, id: String, completion: (DeliveryOutcome) -> Void)] = []
+    private var committingAcks: [(message: RemoteMessage, id: String, completion: Answer)] = []
     private var commitWaiters: [CommitWaiter] = []
     /// Senders waiting on another message's commit: retries of a message not yet committed, and messages
     /// replaced (collapse key) by a newer one; each is answered with that commit's outcome.
-    private var followers: [String: [(id: String, completion: (DeliveryOutcome) -> Void)]] = [:]
+    private var followers: [String: [(id: String, completion: Answer)]] = [:]
     /// IDs of messages whose commit has not finished (in `batchAcks` or `committingAcks`).
     private var uncommitted: Set<String> = []
     /// Replayed IDs, removed from the inbox when finished even when the inbox is not durable now.
@@ -61,6 +63,7 @@ public final class MessageBus: @unchecked Sendable {
         pendingMessageIDs: [String] = []
     ) {
         self.messageIDs = messageIDs
+        self.decoding = DecodingContext(senderID: configuration.senderID, makeMessageID: { [messageIDs] in messageIDs.make() })
         self.loop = loop
         self.timeSource = timeSource
         self.configuration = configuration
@@ -93,6 +96,11 @@ public final class MessageBus: @unchecked Sendable {
         _ message: RemoteMessage, validateOnly: Bool = false, answerWhenHandled: Bool = false,
         completion: @escaping (DeliveryOutcome) -> Void
     ) {
+        deliver(message, validateOnly: validateOnly, answerWhenHandled: answerWhenHandled, answer: .delivery(completion))
+    }
+
+    /// ``deliver(_:validateOnly:answerWhenHandled:completion:)`` for either kind of caller.
+    func deliver(_ message: RemoteMessage, validateOnly: Bool, answerWhenHandled: Bool, answer completion: Answer) {
         loop.preconditionInEventLoop()
         guard !draining else {
             completion(.failure(MessageError(.shuttingDown)))
@@ -729,6 +737,26 @@ struct PluginSet: Sendable {
         if let handler = plugin as? any TokenHandler { tokenHandlers.append(handler) }
         if let sink = plugin as? any AnalyticsSink { analyticsSinks.append(sink) }
         if let presenter = plugin as? any Presenter { presenters.append(presenter) }
+    }
+}
+
+/// Whoever waits for a message's answer: a caller of ``MessageBus/deliver(_:validateOnly:answerWhenHandled:completion:)``
+/// (a ``DeliveryOutcome``) or a receiver that submitted a body (a ``SendOutcome``). An enum rather than a closure
+/// wrapping the other: the answer to a receiver costs no allocation of its own.
+enum Answer {
+    case delivery((DeliveryOutcome) -> Void)
+    case submission((SendOutcome) -> Void)
+
+    func callAsFunction(_ outcome: DeliveryOutcome) {
+        switch self {
+        case .delivery(let completion):
+            completion(outcome)
+        case .submission(let completion):
+            switch outcome {
+            case .success(let id): completion(.accepted(messageID: id))
+            case .failure(let error): completion(.refused(error))
+            }
+        }
     }
 }
 
