@@ -265,41 +265,19 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
     }
 
-    /// `POST /v1/projects/{project}/messages:send`: decode, deliver (or forward, as a gateway) and answer.
+    /// `POST /v1/projects/{project}/messages:send`: submitted to the bus (forwarded, as a gateway) and answered.
     private func send(project: String, sequence: Int, keepAlive: Bool) {
         guard project == context.projectID else {
             let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
             respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
             return
         }
-        let request: FCMSendRequest
-        do {
-            request = try FCMSendRequest.decode(body, context: context.decoding)
-        } catch {
-            context.bus.recordInvalid(error)
-            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-            return
-        }
-        if let forwarder = options.forwarder {
-            let body = self.body
-            Task(executorPreference: context.loop) { [weak self] in
-                let outcome = await forwarder.forward(request, body: body)
-                guard let self else { return }
-                switch outcome {
-                case .success(let id):
-                    self.respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: id), close: !keepAlive)
-                case .failure(let error):
-                    self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-                }
-            }
-            return
-        }
-        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
+        context.bus.submit(body, SendContext(forwarder: options.forwarder)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
-            case .success(let id):
+            case .accepted(let id):
                 self.respondSent(sequence: sequence, project: project, messageID: id, close: !keepAlive)
-            case .failure(let error):
+            case .invalid(let error), .refused(let error):
                 self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
             }
         }
@@ -312,20 +290,13 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             respond(sequence: sequence, status: 405, body: ["reason": "MethodNotAllowed"], close: !keepAlive)
             return
         }
-        let message: RemoteMessage
-        do {
-            message = try APNsRequest.decode(payload: body, headers: headers.dictionary(), deviceToken: deviceToken, context: context.decoding)
-        } catch {
-            context.bus.recordInvalid(error)
-            respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
-            return
-        }
-        context.bus.deliver(message) { [weak self] outcome in
+        let format = SendContext.Format.apns(headers: headers.dictionary(), deviceToken: deviceToken)
+        context.bus.submit(body, SendContext(format: format)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
-            case .success(let id):
+            case .accepted(let id):
                 self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
-            case .failure(let error):
+            case .invalid(let error), .refused(let error):
                 self.respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
             }
         }
