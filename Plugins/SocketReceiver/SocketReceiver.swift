@@ -248,18 +248,10 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             refuse(sequence, MessageError(.payloadTooLarge(size: buffer.count, limit: options.maximumLineBytes)))
             return
         }
-        let request: FCMSendRequest
-        do {
-            request = try FCMSendRequest.decode(buffer, context: context.decoding)
-        } catch {
-            context.bus.recordInvalid(error)
-            answer(sequence, error.fcmErrorBody)
-            return
-        }
-        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
+        context.bus.submit(buffer, SendContext()) { [weak self] outcome in
             switch outcome {
-            case .success(let id): self?.answerSent(sequence, messageID: id)
-            case .failure(let error): self?.answer(sequence, error.fcmErrorBody)
+            case .accepted(let id): self?.answerSent(sequence, messageID: id)
+            case .invalid(let error), .refused(let error): self?.answer(sequence, error.fcmErrorBody)
             }
         }
     }
