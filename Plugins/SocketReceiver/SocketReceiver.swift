@@ -129,7 +129,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
     public func resume() { listener?.resume() }
 }
 
-/// One connection: splits lines, decodes and delivers each, and writes the answers in order.
+/// One connection: splits lines, submits each to the bus, and writes the answers in order.
 final class LineSession: ReceiverSession, @unchecked Sendable {
     // @unchecked Sendable: only its idle timer's closure crosses into a @Sendable context, and that timer
     // fires on the loop thread, where all of the session's state lives.
