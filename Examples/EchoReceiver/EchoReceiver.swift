@@ -1,9 +1,9 @@
 // EchoReceiver: the reference AppDelegate on Linux.
 //
 // With no arguments it starts a Herald instance, prints the registration token, subscribes to the topic
-// "weather", feeds the bundled sample messages through the bus (FCM v1 bodies and APNs payloads, decoded
-// exactly as the network receivers decode them), opens the first notification as a person would, prints
-// everything the handlers see, and exits 0.
+// "weather", feeds the bundled sample messages through the bus's way in for receivers (FCM v1 bodies and APNs
+// payloads, handed over as the network receivers hand them), opens the first notification as a person would,
+// prints everything the handlers see, and exits 0.
 //
 //     swift run EchoReceiver
 //
@@ -73,21 +73,17 @@ struct EchoReceiver {
         await herald.shutdown()
     }
 
-    /// Decodes a sample as its receiver would and offers it to the bus.
+    /// Submits a sample to the bus as its receiver would.
     static func feed(_ sample: Samples.Sample, to herald: Herald, token: String) async -> DeliveryOutcome {
         let body = sample.body.split(separator: "REPLACE_WITH_TOKEN", omittingEmptySubsequences: false).joined(separator: token)
-        let bytes = Array(body.utf8)
-        do {
-            switch sample.wire {
-            case .fcm:
-                let request = try FCMSendRequest.decode(bytes, context: herald.decodingContext)
-                return await herald.deliver(request.message, validateOnly: request.validateOnly)
-            case .apns:
-                let message = try APNsRequest.decode(payload: bytes, headers: [:], deviceToken: token, context: herald.decodingContext)
-                return await herald.deliver(message)
-            }
-        } catch {
-            return .failure(error)
+        let context = switch sample.wire {
+        case .fcm: SendContext()
+        case .apns: SendContext(format: .apns(headers: [:], deviceToken: token))
+        }
+        guard let bus = try? herald.bus else { return .failure(MessageError(.shuttingDown)) }
+        switch await bus.submit(Array(body.utf8), context) {
+        case .accepted(let id): return .success(id)
+        case .invalid(let error), .refused(let error): return .failure(error)
         }
     }
 }

@@ -2,7 +2,8 @@ import CHTTPParser
 import Herald
 
 /// One HTTP connection: feeds bytes to http_parser, answers each request, writes the answers in request order
-/// (pipelining), keeps the connection alive as HTTP/1.1 says.
+/// (pipelining), keeps the connection alive as HTTP/1.1 says. This file is the HTTP framing; what each request
+/// is answered with is in HTTPRoutes.swift and HTTPTopicRoutes.swift.
 final class HTTPSession: ReceiverSession, @unchecked Sendable {
     // @unchecked Sendable: only the idle timer's closure crosses into a @Sendable context, and it fires on the
     // loop thread, where all of the session's state lives.
@@ -10,17 +11,17 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     unowned let receiver: HTTPReceiver
     /// The receiver's options, copied once per connection: reading them through `receiver` copied the whole
     /// struct at each of the 13 reads per request.
-    private let options: HTTPReceiver.Options
+    let options: HTTPReceiver.Options
     /// `/v1/projects/{project}/messages:send` for this instance's project, matched whole before any splitting.
-    private let sendPath: String
+    let sendPath: String
     /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
     private let sendPathBytes: [UInt8]
     let context: PluginContext
     private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
     private var url: [UInt8] = []
-    private var headers = RawHeaders()
+    private(set) var headers = RawHeaders()
     private var headerBytes = 0
-    private var body: [UInt8] = []
+    private(set) var body: [UInt8] = []
     private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
     private var isClosed = false
     /// No further request is parsed: the last one ended the connection, a limit was passed, or the peer ended.
@@ -201,300 +202,8 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         return keepAlive ? 0 : 1
     }
 
-    // MARK: Routing
-
-    /// `POST` to this instance's `sendPath` exactly (no query).
-    private func routeSend(sequence: Int, keepAlive: Bool) {
-        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
-        send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
-    }
-
-    /// Whether the request carries the bearer secret; when not, answers 401.
-    private func authorize(sequence: Int, keepAlive: Bool) -> Bool {
-        guard receiver.authorized(headers.value(of: "authorization")) else {
-            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
-            respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
-            return false
-        }
-        return true
-    }
-
-    private func route(method: String, path: String, sequence: Int, keepAlive: Bool) {
-        // Split on UTF-8 bytes, not Characters: grapheme breaking made path splitting a fifth of a request's work.
-        let pathOnly: Substring = path.utf8.firstIndex(of: UInt8(ascii: "?")).map { path[..<$0] } ?? path[...]
-        if pathOnly == "/healthz", method == "GET" {
-            let ready = !context.bus.isDraining
-            respond(sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
-            return
-        }
-        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
-        if method == "POST", pathOnly == sendPath {
-            // The request nearly every request is: no splitting of the path.
-            send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
-            return
-        }
-        let parts = pathOnly.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { Substring($0) }
-        let isSend = parts.count == 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "messages:send"
-        if options.forwarder != nil, !isSend {
-            // A gateway passes sends on; what would act on this instance (topic management, APNs pushes to its
-            // token) has no meaning there.
-            let message = "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
-            respond(sequence: sequence, status: 501, body: googleError(501, "UNIMPLEMENTED", message), close: !keepAlive)
-            return
-        }
-        if parts.count == 3, parts[0] == "3", parts[1] == "device" {
-            routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
-            return
-        }
-        if parts.count == 2, parts[0] == "iid", parts[1] == "v1:batchAdd" || parts[1] == "v1:batchRemove" {
-            routeInstanceID(method: method, add: parts[1] == "v1:batchAdd", sequence: sequence, keepAlive: keepAlive)
-            return
-        }
-        if parts.count >= 6, parts[0] == "v1", parts[1] == "projects", parts[3] == "registrations", parts[5] == "topicSubscriptions" {
-            routeTopics(method: method, path: path, parts: parts.map(String.init), sequence: sequence, keepAlive: keepAlive)
-            return
-        }
-        guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
-            respond(sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."), close: !keepAlive)
-            return
-        }
-        guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."), close: !keepAlive)
-            return
-        }
-        send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
-    }
-
-    /// `POST /v1/projects/{project}/messages:send`: decode, deliver (or forward, as a gateway) and answer.
-    private func send(project: String, sequence: Int, keepAlive: Bool) {
-        guard project == context.projectID else {
-            let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
-            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-            return
-        }
-        let request: FCMSendRequest
-        do {
-            request = try FCMSendRequest.decode(body, context: context.decoding)
-        } catch {
-            context.bus.recordInvalid(error)
-            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-            return
-        }
-        if let forwarder = options.forwarder {
-            let body = self.body
-            Task(executorPreference: context.loop) { [weak self] in
-                let outcome = await forwarder.forward(request, body: body)
-                guard let self else { return }
-                switch outcome {
-                case .success(let id):
-                    self.respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: id), close: !keepAlive)
-                case .failure(let error):
-                    self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-                }
-            }
-            return
-        }
-        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
-            guard let self else { return }
-            switch outcome {
-            case .success(let id):
-                self.respondSent(sequence: sequence, project: project, messageID: id, close: !keepAlive)
-            case .failure(let error):
-                self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-            }
-        }
-    }
-
-    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id`,
-    /// or APNs' status and `{"reason": ...}`.
-    private func routeAPNs(method: String, deviceToken: String, sequence: Int, keepAlive: Bool) {
-        guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: ["reason": "MethodNotAllowed"], close: !keepAlive)
-            return
-        }
-        let message: RemoteMessage
-        do {
-            message = try APNsRequest.decode(payload: body, headers: headers.dictionary(), deviceToken: deviceToken, context: context.decoding)
-        } catch {
-            context.bus.recordInvalid(error)
-            respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
-            return
-        }
-        context.bus.deliver(message) { [weak self] outcome in
-            guard let self else { return }
-            switch outcome {
-            case .success(let id):
-                self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
-            case .failure(let error):
-                self.respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
-            }
-        }
-    }
-
-    /// FCM topic management: `POST .../registrations/{token}/topicSubscriptions?topic_name=T` subscribes,
-    /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes.
-    private func routeTopics(method: String, path: String, parts: [String], sequence: Int, keepAlive: Bool) {
-        let project = parts[2]
-        guard project == context.projectID else {
-            let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
-            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
-            return
-        }
-        let token = HTTPSession.percentDecoded(parts[4])
-        let query = HTTPSession.queryItems(path)
-        let topic: String?
-        switch (method, parts.count) {
-        case ("POST", 6): topic = query["topic_name"]
-        case ("DELETE", 7): topic = HTTPSession.percentDecoded(parts[6])
-        default:
-            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."), close: !keepAlive)
-            return
-        }
-        guard let topic else {
-            respond(sequence: sequence, status: 400, body: MessageError(.missingField("topic_name")).fcmErrorBody, close: !keepAlive)
-            return
-        }
-        let control = context.topics
-        let allowMissing = query["allow_missing"] == "true"
-        let resource = "projects/\(project)/registrations/\(token)/topicSubscriptions/\(topic)"
-        Task(executorPreference: context.loop) { [weak self] in
-            let answer: (Int, JSONValue)
-            do {
-                guard try await control.token() == token else {
-                    let error = MessageError(.unregistered(.token(token)))
-                    throw error
-                }
-                if method == "POST" {
-                    try await control.subscribe(topic)
-                    answer = (200, ["name": .string(resource)])
-                } else if try await control.unsubscribe(topic) || allowMissing {
-                    answer = (200, [:])
-                } else {
-                    answer = (404, ["error": ["code": 404, "message": .string("Not subscribed to \(topic)."), "status": "NOT_FOUND"]])
-                }
-            } catch let error as MessageError {
-                answer = (error.status.httpStatus, error.fcmErrorBody)
-            } catch {
-                answer = (500, MessageError(.handlerFailed("\(error)")).fcmErrorBody)
-            }
-            self?.respond(sequence: sequence, status: answer.0, body: answer.1, close: !keepAlive)
-        }
-    }
-
-    /// Topic management as the Instance ID API does it, which the Admin SDKs' older `subscribeToTopic` calls
-    /// (and firebase-admin Python's `*_legacy` ones) use: `POST /iid/v1:batchAdd` or `:batchRemove` with
-    /// `{"to": "/topics/T", "registration_tokens": [...]}`. Answers one result per token, in order: `{}` for this
-    /// instance's token, `{"error": "NOT_FOUND"}` for any other; a bad request gets 400 and `{"error": "INVALID_ARGUMENT",
-    /// "message": ...}` (IID's `{"error": code}` shape, with the reason beside it).
-    private func routeInstanceID(method: String, add: Bool, sequence: Int, keepAlive: Bool) {
-        guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use POST."], close: !keepAlive)
-            return
-        }
-        let topic: String
-        let tokens: [String]
-        do {
-            (topic, tokens) = try HTTPSession.decodeInstanceIDRequest(body)
-        } catch {
-            respond(sequence: sequence, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)], close: !keepAlive)
-            return
-        }
-        let control = context.topics
-        Task(executorPreference: context.loop) { [weak self] in
-            var results: [JSONValue] = []
-            do {
-                let mine = try await control.token()
-                var applied = false
-                for token in tokens {
-                    guard token == mine else {
-                        results.append(["error": "NOT_FOUND"])
-                        continue
-                    }
-                    if !applied {
-                        if add { try await control.subscribe(topic) } else { _ = try await control.unsubscribe(topic) }
-                        applied = true
-                    }
-                    results.append([:])
-                }
-            } catch {
-                let status = (error as? MessageError)?.status ?? .internal
-                self?.respond(sequence: sequence, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")], close: !keepAlive)
-                return
-            }
-            self?.respond(sequence: sequence, status: 200, body: ["results": .array(results)], close: !keepAlive)
-        }
-    }
-
-    /// The topic (without `/topics/`) and the tokens of an Instance ID batch request; at most 1000 tokens, as IID.
-    static func decodeInstanceIDRequest(_ body: [UInt8]) throws(MessageError) -> (topic: String, tokens: [String]) {
-        guard !body.isEmpty else { throw MessageError(.emptyPayload) }
-        let root: JSONValue
-        do {
-            root = try JSONParser.parse(body)
-        } catch {
-            throw MessageError(.malformedJSON(error))
-        }
-        guard let object = root.objectValue else { throw MessageError(.wrongType(field: "(root)", expected: "an object")) }
-        for key in object.keys where key != "to" && key != "registration_tokens" {
-            throw MessageError(.unknownField(key))
-        }
-        guard let to = object["to"] else { throw MessageError(.missingField("to")) }
-        guard let toString = to.stringValue else { throw MessageError(.wrongType(field: "to", expected: "a string")) }
-        let topic = try TopicName.validate(toString)
-        guard let list = object["registration_tokens"] else { throw MessageError(.missingField("registration_tokens")) }
-        guard let values = list.arrayValue, !values.isEmpty, values.count <= 1000 else {
-            throw MessageError(.wrongType(field: "registration_tokens", expected: "an array of 1 to 1000 tokens"))
-        }
-        var tokens: [String] = []
-        for value in values {
-            guard let token = value.stringValue, !token.isEmpty else {
-                throw MessageError(.wrongType(field: "registration_tokens", expected: "non-empty strings"))
-            }
-            tokens.append(token)
-        }
-        return (topic, tokens)
-    }
-
-    static func queryItems(_ path: String) -> [String: String] {
-        guard let query = path.split(separator: "?", maxSplits: 1).dropFirst().first else { return [:] }
-        var items: [String: String] = [:]
-        for pair in query.split(separator: "&") {
-            // Empty sides kept: `=` alone is an empty name, `=v` a value for it (omitting them left no parts for
-            // `=`, and indexing that trapped: a crash of the daemon found by fuzzing).
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map { percentDecoded(String($0)) }
-            items[parts[0]] = parts.count > 1 ? parts[1] : ""
-        }
-        return items
-    }
-
-    /// `%XX` and `+` decoded; malformed escapes are kept as written.
-    static func percentDecoded(_ text: String) -> String {
-        var bytes: [UInt8] = []
-        var iterator = Array(text.utf8)[...]
-        while let byte = iterator.popFirst() {
-            if byte == UInt8(ascii: "%"), iterator.count >= 2,
-               let value = UInt8(String(decoding: iterator.prefix(2), as: UTF8.self), radix: 16) {
-                bytes.append(value)
-                iterator = iterator.dropFirst(2)
-            } else {
-                bytes.append(byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// The HTTP status APNs answers a reason with.
-    static func apnsStatus(_ error: MessageError) -> Int {
-        switch error.reason {
-        case .payloadTooLarge: 413
-        case .busy: 429
-        case .shuttingDown, .storeUnavailable: 503
-        case .handlerFailed: 500
-        default: 400
-        }
-    }
-
-    private func googleError(_ code: Int, _ status: String, _ message: String) -> JSONValue {
+    /// Google's error shape without FCM's details: `{"error": {"code": ..., "message": ..., "status": ...}}`.
+    func googleError(_ code: Int, _ status: String, _ message: String) -> JSONValue {
         ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
     }
 
@@ -510,7 +219,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     // MARK: Answers
 
-    private func respond(sequence: Int, status: Int, body: JSONValue?, extraHeaders: [String] = [], close: Bool) {
+    func respond(sequence: Int, status: Int, body: JSONValue?, extraHeaders: [String] = [], close: Bool) {
         guard !isClosed, !finishing else { return }
         let bodyBytes = body?.jsonBytes() ?? []
         var head = "HTTP/1.1 \(status) \(HTTPSession.reason(status))\r\n"
@@ -539,7 +248,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// The 200 answer to a send, byte for byte what ``respond(sequence:status:body:extraHeaders:close:)`` writes
     /// for `fcmSendResponse(project:messageID:)`, built in place in the connection's outgoing bytes when it is next
     /// in order (every answer of a connection that waits for each, as HTTP/1.1 clients do).
-    private func respondSent(sequence: Int, project: String, messageID: String, close: Bool) {
+    func respondSent(sequence: Int, project: String, messageID: String, close: Bool) {
         guard !isClosed, !finishing, !close, answers.isNextToWrite(sequence) else {
             respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: messageID), close: close)
             return

@@ -559,34 +559,24 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
-    /// Decodes `message` and hands it to the bus; acknowledges, refuses or answers it with the bus's answer.
+    /// Submits `message` to the bus; acknowledges, refuses or answers it with the bus's answer.
     private func offer(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext) {
-        var decoding = context.decoding
-        if kind == .jetStream, let id = Self.storedMessageID(message) {
-            // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
-            decoding.makeMessageID = { id }
-        }
-        let request: FCMSendRequest
-        do {
-            request = try FCMSendRequest.decode(body, context: decoding)
-        } catch {
-            shared.withLock { $0.statistics.invalid += 1 }
-            context.bus.recordInvalid(error)
-            // Debug, not warning: each one is recorded (message_dropped `invalid`, the statistics); a warning per
-            // message would let any publisher flood the log (the soak's malformed messages wrote 3,065 lines).
-            context.logger.debug("dropped an invalid message from NATS", metadata: [
-                "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
-            ])
-            if let reply { answer(reply, error.fcmErrorBody) }
-            settle(message, kind == .jetStream ? .terminate : .done)
-            return
-        }
+        // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
+        let messageID = kind == .jetStream ? Self.storedMessageID(message) : nil
         let project = context.projectID
-        context.bus.deliver(request.message, validateOnly: request.validateOnly, answerWhenHandled: kind == .jetStream) { [self] outcome in
+        context.bus.submit(body, SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream)) { [self] outcome in
+            if case .invalid(let error) = outcome {
+                shared.withLock { $0.statistics.invalid += 1 }
+                // Debug, not warning: each one is recorded (message_dropped `invalid`, the statistics); a warning per
+                // message would let any publisher flood the log (the soak's malformed messages wrote 3,065 lines).
+                context.logger.debug("dropped an invalid message from NATS", metadata: [
+                    "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
+                ])
+            }
             if let reply {
                 switch outcome {
-                case .success(let id): answer(reply, fcmSendResponse(project: project, messageID: id))
-                case .failure(let error): answer(reply, error.fcmErrorBody)
+                case .accepted(let id): answer(reply, fcmSendResponse(project: project, messageID: id))
+                case .invalid(let error), .refused(let error): answer(reply, error.fcmErrorBody)
                 }
             }
             guard kind == .jetStream else {
@@ -594,8 +584,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 return
             }
             switch outcome {
-            case .success: settle(message, .acknowledge)
-            case .failure(let error):
+            case .accepted: settle(message, .acknowledge)
+            case .invalid: settle(message, .terminate)
+            case .refused(let error):
                 switch error.reason {
                 case .busy, .shuttingDown, .storeUnavailable, .handlerFailed: settle(message, .redeliverLater)
                 default:

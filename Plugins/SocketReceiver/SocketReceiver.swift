@@ -129,7 +129,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
     public func resume() { listener?.resume() }
 }
 
-/// One connection: splits lines, decodes and delivers each, and writes the answers in order.
+/// One connection: splits lines, submits each to the bus, and writes the answers in order.
 final class LineSession: ReceiverSession, @unchecked Sendable {
     // @unchecked Sendable: only its idle timer's closure crosses into a @Sendable context, and that timer
     // fires on the loop thread, where all of the session's state lives.
@@ -248,18 +248,10 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             refuse(sequence, MessageError(.payloadTooLarge(size: buffer.count, limit: options.maximumLineBytes)))
             return
         }
-        let request: FCMSendRequest
-        do {
-            request = try FCMSendRequest.decode(buffer, context: context.decoding)
-        } catch {
-            context.bus.recordInvalid(error)
-            answer(sequence, error.fcmErrorBody)
-            return
-        }
-        context.bus.deliver(request.message, validateOnly: request.validateOnly) { [weak self] outcome in
+        context.bus.submit(buffer, SendContext()) { [weak self] outcome in
             switch outcome {
-            case .success(let id): self?.answerSent(sequence, messageID: id)
-            case .failure(let error): self?.answer(sequence, error.fcmErrorBody)
+            case .accepted(let id): self?.answerSent(sequence, messageID: id)
+            case .invalid(let error), .refused(let error): self?.answer(sequence, error.fcmErrorBody)
             }
         }
     }

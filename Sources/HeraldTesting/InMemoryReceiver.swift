@@ -1,7 +1,7 @@
 public import Herald
 
-/// A receiver that takes messages from the test (or host) in memory: decode an FCM v1 body or an APNs payload
-/// with the instance's context and offer it to the bus, as a network receiver would.
+/// A receiver that takes messages from the test (or host) in memory: an FCM v1 body or an APNs payload goes
+/// through the bus's ``MessageBus/submit(_:_:completion:)``, as a network receiver's does.
 ///
 /// It records `pause()` / `resume()` calls so that backpressure can be observed.
 public final class InMemoryReceiver: Receiver, @unchecked Sendable {
@@ -34,30 +34,23 @@ public final class InMemoryReceiver: Receiver, @unchecked Sendable {
         try await bus().deliver(message, validateOnly: validateOnly)
     }
 
-    /// Decodes an FCM v1 send body with `herald`'s context and offers it; a decoding error is the outcome.
+    /// Submits an FCM v1 send body to the bus, as a network receiver does; a decoding error is the outcome.
+    /// `herald` is the instance this receiver is registered with.
     public func sendFCM(_ body: String, to herald: Herald) async throws -> DeliveryOutcome {
-        let request: FCMSendRequest
-        do {
-            request = try FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext)
-        } catch {
-            let bus = try bus()
-            try await herald.loop.submit { bus.recordInvalid(error) }
-            return .failure(error)
-        }
-        return try await send(request.message, validateOnly: request.validateOnly)
+        try await submit(Array(body.utf8), SendContext())
     }
 
-    /// Decodes an APNs provider payload (with headers) for `deviceToken` and offers it.
+    /// Submits an APNs provider payload (with headers) for `deviceToken` to the bus; a decoding error is the
+    /// outcome. `herald` is the instance this receiver is registered with.
     public func sendAPNs(_ payload: String, headers: [String: String] = [:], deviceToken: String, to herald: Herald) async throws -> DeliveryOutcome {
-        let message: RemoteMessage
-        do {
-            message = try APNsRequest.decode(payload: Array(payload.utf8), headers: headers, deviceToken: deviceToken, context: herald.decodingContext)
-        } catch {
-            let bus = try bus()
-            try await herald.loop.submit { bus.recordInvalid(error) }
-            return .failure(error)
+        try await submit(Array(payload.utf8), SendContext(format: .apns(headers: headers, deviceToken: deviceToken)))
+    }
+
+    private func submit(_ body: [UInt8], _ context: SendContext) async throws -> DeliveryOutcome {
+        switch try await bus().submit(body, context) {
+        case .accepted(let id): .success(id)
+        case .invalid(let error), .refused(let error): .failure(error)
         }
-        return try await send(message)
     }
 }
 

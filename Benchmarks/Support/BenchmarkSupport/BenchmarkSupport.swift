@@ -36,7 +36,8 @@ public final class CountingHandler: MessageHandler, @unchecked Sendable {
 }
 
 /// One Herald instance with a no-op handler; messages are decoded once, before the iterations, and carry no
-/// message ID, so the bus gives each delivery a new one (and de-duplicates by it, as for any message).
+/// message ID, so the bus gives each delivery a new one (and de-duplicates by it, as for any message). Submitted
+/// bodies (a receiver's way in) are decoded at each submission, and named anew by it.
 public final class BusFixture: @unchecked Sendable {
     // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread.
     public static let inMemory = BusFixture(durable: false)
@@ -46,6 +47,7 @@ public final class BusFixture: @unchecked Sendable {
     let analytics: Bool
     var herald: Herald?
     var message: RemoteMessage?
+    var body: [UInt8] = []
     var directory: String?
     let handler = CountingHandler()
 
@@ -89,11 +91,13 @@ public final class BusFixture: @unchecked Sendable {
             var message = try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
             message.userInfo[UserInfoKey.messageID] = nil
             box.message = message
+            box.body = Array(body.utf8)
             ready.signal()
         }
         ready.wait()
         self.herald = herald
         self.message = box.message
+        self.body = box.body
     }
 
     public func dispatch(count: Int) {
@@ -101,6 +105,17 @@ public final class BusFixture: @unchecked Sendable {
         herald.loop.execute { [handler] in
             handler.remaining = count
             for _ in 0..<count { bus.deliver(message) { _ in } }
+        }
+        handler.done.wait()
+    }
+
+    /// Submits the body `count` times, as a receiver does for each request it reads.
+    public func submit(count: Int) {
+        guard let herald, let bus = try? herald.bus else { return }
+        let body = self.body
+        herald.loop.execute { [handler] in
+            handler.remaining = count
+            for _ in 0..<count { bus.submit(body, SendContext()) { _ in } }
         }
         handler.done.wait()
     }
@@ -126,6 +141,7 @@ public final class BusFixture: @unchecked Sendable {
 final class ResultBox: @unchecked Sendable {
     // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
     var message: RemoteMessage?
+    var body: [UInt8] = []
 }
 
 /// An analytics sink that takes every batch and does nothing with it.

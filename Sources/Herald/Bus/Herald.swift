@@ -194,29 +194,8 @@ public final class Herald: @unchecked Sendable {
         }
         var started: [any HeraldPlugin] = []
         for plugin in plugins.all {
-            var pluginLogger = logger
-            pluginLogger[metadataKey: "plugin"] = "\(plugin.descriptor.name)"
-            let context = PluginContext(
-                loop: loop, bus: bus, logger: pluginLogger, descriptor: plugin.descriptor,
-                decoding: decodingContext, projectID: configuration.projectID,
-                topics: TopicControl(
-                    subscribe: { [weak self] topic in try await self?.subscribe(toTopic: topic) },
-                    unsubscribe: { [weak self] topic in
-                        guard let self else { return false }
-                        let name = try TopicName.validate(topic)
-                        let was = try await self.subscribedTopics().contains(name)
-                        try await self.unsubscribe(fromTopic: name)
-                        return was
-                    },
-                    token: { [weak self] in
-                        guard let self else { return nil }
-                        let bus = try self.runningBus()
-                        return try await self.loop.submit { bus.identity.token }
-                    }
-                )
-            )
             do {
-                try await plugin.start(context)
+                try await plugin.start(pluginContext(for: plugin, bus: bus))
                 started.append(plugin)
             } catch {
                 for plugin in started.reversed() { await plugin.stop() }
@@ -238,6 +217,31 @@ public final class Herald: @unchecked Sendable {
             }
         }
         logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
+    }
+
+    /// What `plugin` is started with: the loop, the bus, a logger tagged with its name, and topic control.
+    private func pluginContext(for plugin: any HeraldPlugin, bus: MessageBus) -> PluginContext {
+        var pluginLogger = logger
+        pluginLogger[metadataKey: "plugin"] = "\(plugin.descriptor.name)"
+        return PluginContext(
+            loop: loop, bus: bus, logger: pluginLogger, descriptor: plugin.descriptor,
+            decoding: decodingContext, projectID: configuration.projectID,
+            topics: TopicControl(
+                subscribe: { [weak self] topic in try await self?.subscribe(toTopic: topic) },
+                unsubscribe: { [weak self] topic in
+                    guard let self else { return false }
+                    let name = try TopicName.validate(topic)
+                    let was = try await self.subscribedTopics().contains(name)
+                    try await self.unsubscribe(fromTopic: name)
+                    return was
+                },
+                token: { [weak self] in
+                    guard let self else { return nil }
+                    let bus = try self.runningBus()
+                    return try await self.loop.submit { bus.identity.token }
+                }
+            )
+        )
     }
 
     /// Starts the instance and suspends until it has shut down: ``shutdown()`` called from elsewhere, the

@@ -10,7 +10,8 @@ public struct PluginContext: Sendable {
     public let logger: Logger
     /// The descriptor of the plugin being started.
     public let descriptor: PluginDescriptor
-    /// What receivers decode messages with: the sender ID and the message IDs of this instance.
+    /// What the instance decodes messages with (``MessageBus/submit(_:_:completion:)`` does it for receivers):
+    /// the sender ID and the message IDs of this instance.
     public let decoding: DecodingContext
     /// The project ID for FCM resource names in answers (`projects/{project}/messages/{id}`).
     public let projectID: String

@@ -79,7 +79,9 @@ public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertibl
     }
 }
 
-/// Brings messages to the bus: from a socket, HTTP, NATS, a file, or memory. Runs on the loop thread.
+/// Brings messages to the bus: from a socket, HTTP, NATS, a file, or memory. Runs on the loop thread. A receiver
+/// keeps its transport and hands each send body to ``MessageBus/submit(_:_:completion:)``, which decodes it,
+/// records it when invalid and delivers it, and answers with what to tell the sender.
 public protocol Receiver: HeraldPlugin {
     /// Stop taking messages in (stop reading sockets): the bus is full. Called on the loop thread.
     func pause()
@@ -118,7 +120,7 @@ public struct ReceiverHealth: Sendable, Hashable {
     }
 }
 
-/// Where a receiver hands a decoded FCM v1 send request instead of the local bus: a gateway, which passes sends on
+/// Where a receiver's valid FCM v1 send request goes instead of the local bus (``SendContext/forwarder``): a gateway, which passes sends on
 /// to the fleet (see HTTPReceiver's `forwarder` and NATSReceiver's `NATSGateway`). The receiver keeps its parsing,
 /// authentication, limits and error shapes; the forwarder decides where the message goes and answers with the
 /// message ID the sender gets, or the ``MessageError`` it gets instead.

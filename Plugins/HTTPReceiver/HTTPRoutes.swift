@@ -1,0 +1,117 @@
+import Herald
+
+// The API routes of an HTTP connection: the route table, `/healthz`, authorization, FCM v1 sends and APNs
+// provider pushes. Topic management (FCM v1 and Instance ID) is in HTTPTopicRoutes.swift; the HTTP framing
+// (parsing, limits, keep-alive, writing answers) in HTTPSession.swift.
+
+extension HTTPSession {
+    /// `POST` to this instance's `sendPath` exactly (no query).
+    func routeSend(sequence: Int, keepAlive: Bool) {
+        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
+        send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
+    }
+
+    /// Whether the request carries the bearer secret; when not, answers 401.
+    private func authorize(sequence: Int, keepAlive: Bool) -> Bool {
+        guard receiver.authorized(headers.value(of: "authorization")) else {
+            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
+            respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
+            return false
+        }
+        return true
+    }
+
+    func route(method: String, path: String, sequence: Int, keepAlive: Bool) {
+        // Split on UTF-8 bytes, not Characters: grapheme breaking made path splitting a fifth of a request's work.
+        let pathOnly: Substring = path.utf8.firstIndex(of: UInt8(ascii: "?")).map { path[..<$0] } ?? path[...]
+        if pathOnly == "/healthz", method == "GET" {
+            let ready = !context.bus.isDraining
+            respond(sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
+            return
+        }
+        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
+        if method == "POST", pathOnly == sendPath {
+            // The request nearly every request is: no splitting of the path.
+            send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
+            return
+        }
+        let parts = pathOnly.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { Substring($0) }
+        let isSend = parts.count == 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "messages:send"
+        if options.forwarder != nil, !isSend {
+            // A gateway passes sends on; what would act on this instance (topic management, APNs pushes to its
+            // token) has no meaning there.
+            let message = "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
+            respond(sequence: sequence, status: 501, body: googleError(501, "UNIMPLEMENTED", message), close: !keepAlive)
+            return
+        }
+        if parts.count == 3, parts[0] == "3", parts[1] == "device" {
+            routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
+            return
+        }
+        if parts.count == 2, parts[0] == "iid", parts[1] == "v1:batchAdd" || parts[1] == "v1:batchRemove" {
+            routeInstanceID(method: method, add: parts[1] == "v1:batchAdd", sequence: sequence, keepAlive: keepAlive)
+            return
+        }
+        if parts.count >= 6, parts[0] == "v1", parts[1] == "projects", parts[3] == "registrations", parts[5] == "topicSubscriptions" {
+            routeTopics(method: method, path: path, parts: parts.map(String.init), sequence: sequence, keepAlive: keepAlive)
+            return
+        }
+        guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
+            respond(sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."), close: !keepAlive)
+            return
+        }
+        guard method == "POST" else {
+            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."), close: !keepAlive)
+            return
+        }
+        send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
+    }
+
+    /// `POST /v1/projects/{project}/messages:send`: submitted to the bus (forwarded, as a gateway) and answered.
+    private func send(project: String, sequence: Int, keepAlive: Bool) {
+        guard project == context.projectID else {
+            let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
+            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            return
+        }
+        context.bus.submit(body, SendContext(forwarder: options.forwarder)) { [weak self] outcome in
+            guard let self else { return }
+            switch outcome {
+            case .accepted(let id):
+                self.respondSent(sequence: sequence, project: project, messageID: id, close: !keepAlive)
+            case .invalid(let error), .refused(let error):
+                self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            }
+        }
+    }
+
+    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id`,
+    /// or APNs' status and `{"reason": ...}`.
+    private func routeAPNs(method: String, deviceToken: String, sequence: Int, keepAlive: Bool) {
+        guard method == "POST" else {
+            respond(sequence: sequence, status: 405, body: ["reason": "MethodNotAllowed"], close: !keepAlive)
+            return
+        }
+        let format = SendContext.Format.apns(headers: headers.dictionary(), deviceToken: deviceToken)
+        context.bus.submit(body, SendContext(format: format)) { [weak self] outcome in
+            guard let self else { return }
+            switch outcome {
+            case .accepted(let id):
+                self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
+            case .invalid(let error), .refused(let error):
+                self.respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
+            }
+        }
+    }
+
+    /// The HTTP status APNs answers a reason with.
+    static func apnsStatus(_ error: MessageError) -> Int {
+        switch error.reason {
+        case .payloadTooLarge: 413
+        case .busy: 429
+        case .shuttingDown, .storeUnavailable: 503
+        case .handlerFailed: 500
+        default: 400
+        }
+    }
+}

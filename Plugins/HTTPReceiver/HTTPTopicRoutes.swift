@@ -1,0 +1,158 @@
+import Herald
+
+// Topic management on a sender's behalf: FCM v1's `registrations/{token}/topicSubscriptions` and the Instance ID
+// API's batch calls, with the query and percent-decoding they need.
+
+extension HTTPSession {
+    /// FCM topic management: `POST .../registrations/{token}/topicSubscriptions?topic_name=T` subscribes,
+    /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes.
+    func routeTopics(method: String, path: String, parts: [String], sequence: Int, keepAlive: Bool) {
+        let project = parts[2]
+        guard project == context.projectID else {
+            let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
+            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            return
+        }
+        let token = HTTPSession.percentDecoded(parts[4])
+        let query = HTTPSession.queryItems(path)
+        let topic: String?
+        switch (method, parts.count) {
+        case ("POST", 6): topic = query["topic_name"]
+        case ("DELETE", 7): topic = HTTPSession.percentDecoded(parts[6])
+        default:
+            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."), close: !keepAlive)
+            return
+        }
+        guard let topic else {
+            respond(sequence: sequence, status: 400, body: MessageError(.missingField("topic_name")).fcmErrorBody, close: !keepAlive)
+            return
+        }
+        let control = context.topics
+        let allowMissing = query["allow_missing"] == "true"
+        let resource = "projects/\(project)/registrations/\(token)/topicSubscriptions/\(topic)"
+        Task(executorPreference: context.loop) { [weak self] in
+            let answer: (Int, JSONValue)
+            do {
+                guard try await control.token() == token else {
+                    let error = MessageError(.unregistered(.token(token)))
+                    throw error
+                }
+                if method == "POST" {
+                    try await control.subscribe(topic)
+                    answer = (200, ["name": .string(resource)])
+                } else if try await control.unsubscribe(topic) || allowMissing {
+                    answer = (200, [:])
+                } else {
+                    answer = (404, ["error": ["code": 404, "message": .string("Not subscribed to \(topic)."), "status": "NOT_FOUND"]])
+                }
+            } catch let error as MessageError {
+                answer = (error.status.httpStatus, error.fcmErrorBody)
+            } catch {
+                answer = (500, MessageError(.handlerFailed("\(error)")).fcmErrorBody)
+            }
+            self?.respond(sequence: sequence, status: answer.0, body: answer.1, close: !keepAlive)
+        }
+    }
+
+    /// Topic management as the Instance ID API does it, which the Admin SDKs' older `subscribeToTopic` calls
+    /// (and firebase-admin Python's `*_legacy` ones) use: `POST /iid/v1:batchAdd` or `:batchRemove` with
+    /// `{"to": "/topics/T", "registration_tokens": [...]}`. Answers one result per token, in order: `{}` for this
+    /// instance's token, `{"error": "NOT_FOUND"}` for any other; a bad request gets 400 and `{"error": "INVALID_ARGUMENT",
+    /// "message": ...}` (IID's `{"error": code}` shape, with the reason beside it).
+    func routeInstanceID(method: String, add: Bool, sequence: Int, keepAlive: Bool) {
+        guard method == "POST" else {
+            respond(sequence: sequence, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use POST."], close: !keepAlive)
+            return
+        }
+        let topic: String
+        let tokens: [String]
+        do {
+            (topic, tokens) = try HTTPSession.decodeInstanceIDRequest(body)
+        } catch {
+            respond(sequence: sequence, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)], close: !keepAlive)
+            return
+        }
+        let control = context.topics
+        Task(executorPreference: context.loop) { [weak self] in
+            var results: [JSONValue] = []
+            do {
+                let mine = try await control.token()
+                var applied = false
+                for token in tokens {
+                    guard token == mine else {
+                        results.append(["error": "NOT_FOUND"])
+                        continue
+                    }
+                    if !applied {
+                        if add { try await control.subscribe(topic) } else { _ = try await control.unsubscribe(topic) }
+                        applied = true
+                    }
+                    results.append([:])
+                }
+            } catch {
+                let status = (error as? MessageError)?.status ?? .internal
+                self?.respond(sequence: sequence, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")], close: !keepAlive)
+                return
+            }
+            self?.respond(sequence: sequence, status: 200, body: ["results": .array(results)], close: !keepAlive)
+        }
+    }
+
+    /// The topic (without `/topics/`) and the tokens of an Instance ID batch request; at most 1000 tokens, as IID.
+    static func decodeInstanceIDRequest(_ body: [UInt8]) throws(MessageError) -> (topic: String, tokens: [String]) {
+        guard !body.isEmpty else { throw MessageError(.emptyPayload) }
+        let root: JSONValue
+        do {
+            root = try JSONParser.parse(body)
+        } catch {
+            throw MessageError(.malformedJSON(error))
+        }
+        guard let object = root.objectValue else { throw MessageError(.wrongType(field: "(root)", expected: "an object")) }
+        for key in object.keys where key != "to" && key != "registration_tokens" {
+            throw MessageError(.unknownField(key))
+        }
+        guard let to = object["to"] else { throw MessageError(.missingField("to")) }
+        guard let toString = to.stringValue else { throw MessageError(.wrongType(field: "to", expected: "a string")) }
+        let topic = try TopicName.validate(toString)
+        guard let list = object["registration_tokens"] else { throw MessageError(.missingField("registration_tokens")) }
+        guard let values = list.arrayValue, !values.isEmpty, values.count <= 1000 else {
+            throw MessageError(.wrongType(field: "registration_tokens", expected: "an array of 1 to 1000 tokens"))
+        }
+        var tokens: [String] = []
+        for value in values {
+            guard let token = value.stringValue, !token.isEmpty else {
+                throw MessageError(.wrongType(field: "registration_tokens", expected: "non-empty strings"))
+            }
+            tokens.append(token)
+        }
+        return (topic, tokens)
+    }
+
+    static func queryItems(_ path: String) -> [String: String] {
+        guard let query = path.split(separator: "?", maxSplits: 1).dropFirst().first else { return [:] }
+        var items: [String: String] = [:]
+        for pair in query.split(separator: "&") {
+            // Empty sides kept: `=` alone is an empty name, `=v` a value for it (omitting them left no parts for
+            // `=`, and indexing that trapped: a crash of the daemon found by fuzzing).
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map { percentDecoded(String($0)) }
+            items[parts[0]] = parts.count > 1 ? parts[1] : ""
+        }
+        return items
+    }
+
+    /// `%XX` and `+` decoded; malformed escapes are kept as written.
+    static func percentDecoded(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var iterator = Array(text.utf8)[...]
+        while let byte = iterator.popFirst() {
+            if byte == UInt8(ascii: "%"), iterator.count >= 2,
+               let value = UInt8(String(decoding: iterator.prefix(2), as: UTF8.self), radix: 16) {
+                bytes.append(value)
+                iterator = iterator.dropFirst(2)
+            } else {
+                bytes.append(byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

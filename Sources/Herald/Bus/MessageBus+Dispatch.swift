@@ -1,0 +1,208 @@
+// Dispatch: an accepted message goes to its handlers by class (display, silent, data), within the background
+// fetch slots; a person's response goes to the notification handlers; manual analytics wiring follows along.
+
+extension MessageBus {
+    /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
+    /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp.
+    func admitted(_ message: RemoteMessage, id: String, at now: Int64? = nil, then handled: LoopBound<() -> Void>? = nil) {
+        // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
+        // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
+        // eviction per message.
+        let kind = message.kind
+        if configuration.analyticsWiring == .automatic, analytics.hasSinks {
+            analytics.record(.notificationReceive, for: message, messageID: id, kind: kind, timestamp: now)
+        }
+        // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
+        // one of them really suspends; from then on the task goes on as the loop's work.
+        Task.immediate(executorPreference: loop.taskExecutor) { [self] in
+            await route(message, kind: kind)
+            finished(message)
+            handled?.value()
+        }
+    }
+
+    private func finished(_ message: RemoteMessage) {
+        if let id = message.messageID, durable || replayedIDs.remove(id) != nil {
+            batch.finished.append(id)
+            scheduleCommit()
+        }
+        inFlight -= 1
+        if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
+        if inFlight == 0 { notifyIdle() }
+    }
+
+    // MARK: Routing
+
+    private func route(_ message: RemoteMessage, kind: MessageKind) async {
+        if kind.contains(.display) { await present(message) }
+        if kind.contains(.silent) { await backgroundFetch(message) }
+        if kind.isDataOnly {
+            for handler in pluginSet.messageHandlers {
+                do {
+                    try await handler.didReceive(message)
+                } catch {
+                    handlerFailed(message, plugin: handler, error: error)
+                }
+            }
+        }
+    }
+
+    private func present(_ message: RemoteMessage) async {
+        var options: PresentationOptions = []
+        let stage = beginManualStage(.presenting, for: message)
+        for handler in pluginSet.notificationHandlers {
+            options.formUnion(await handler.willPresent(message))
+        }
+        endManualStage(stage, for: message)
+        var actions: [NotificationAction] = []
+        if let categoryID = message.apsCategory {
+            if let category = categories[categoryID] {
+                actions = category.actions
+            } else {
+                logger.warning("message names an unregistered category; presenting it without actions",
+                               metadata: ["category": "\(categoryID)", "message_id": "\(message.messageID ?? "")"])
+                analytics.record(.diagnostic, for: message, parameters: ["detail": "unknown_category", "category": categoryID])
+            }
+        }
+        if let messageID = message.messageID { presented[messageID] = message }
+        if pluginSet.presenters.isEmpty {
+            logger.info("notification", metadata: [
+                "message_id": "\(message.messageID ?? "")", "title": "\(message.aps.alert?.title ?? "")",
+                "body": "\(message.aps.alert?.body ?? "")", "options": "\(options)",
+            ])
+        }
+        for presenter in pluginSet.presenters {
+            await presenter.present(message, options: options, actions: actions)
+        }
+        if configuration.analyticsWiring == .automatic, !options.isEmpty {
+            analytics.record(.notificationForeground, for: message, parameters: ["options": "\(options)"])
+        }
+    }
+
+    private func backgroundFetch(_ message: RemoteMessage) async {
+        let workers = pluginSet.fetchWorkers
+        let start = timeSource.now
+        var results: [BackgroundFetchResult] = []
+        for worker in workers {
+            results.append(await runFetch(worker, message))
+        }
+        let result = BackgroundFetchResult.combined(results)
+        let duration = timeSource.now - start
+        analytics.record(.backgroundFetch, for: message, parameters: [
+            "result": result.rawValue, "duration_ms": "\(duration.nanosecondsClamped / 1_000_000)", "workers": "\(workers.count)",
+        ])
+    }
+
+    /// Runs one worker off the loop, within the fetch concurrency limit, with the deadline enforced.
+    private func runFetch(_ worker: any BackgroundFetchWorker, _ message: RemoteMessage) async -> BackgroundFetchResult {
+        await acquireFetchSlot()
+        let resolved = Locked(false)
+        return await withCheckedContinuation { (continuation: CheckedContinuation<BackgroundFetchResult, Never>) in
+            let task = Locked<Task<Void, Never>?>(nil)
+            let timer = timeSource.scheduleTask(in: configuration.backgroundFetchDeadline) { [logger, analytics, loop] in
+                // Claim the outcome before cancelling: a worker that stops at once on cancellation must not
+                // answer first and hide that the deadline passed.
+                guard resolved.withLock({ let first = !$0; $0 = true; return first }) else { return }
+                task.withLock { $0 }?.cancel()
+                logger.warning("background fetch ran past its deadline; cancelled and counted as failed",
+                               metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
+                loop.execute {
+                    analytics.record(.diagnostic, for: message, parameters: ["detail": "fetch_deadline", "plugin": worker.descriptor.name])
+                }
+                continuation.resume(returning: .failed)
+            }
+            let started = Task(executorPreference: globalConcurrentExecutor) { [self] in
+                let result = await worker.fetch(message)
+                timer.cancel()
+                // The slot is free only when the worker has really stopped, not when its deadline passed.
+                loop.execute { [self] in releaseFetchSlot() }
+                guard resolved.withLock({ let first = !$0; $0 = true; return first }) else { return }
+                continuation.resume(returning: Task.isCancelled ? .failed : result)
+            }
+            task.withLock { $0 = started }
+            if resolved.withLock({ $0 }) { started.cancel() }
+        }
+    }
+
+    private func acquireFetchSlot() async {
+        if fetchesRunning < configuration.maxConcurrentFetches {
+            fetchesRunning += 1
+            return
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            fetchQueue.append { continuation.resume() }
+        }
+    }
+
+    private func releaseFetchSlot() {
+        if fetchQueue.isEmpty {
+            fetchesRunning -= 1
+        } else {
+            fetchQueue.removeFirst()()
+        }
+    }
+
+    // MARK: Responses
+
+    /// A person acted on presented notification `messageID`; see ``Herald/respond(to:action:userText:)``.
+    func respond(to messageID: String, action: String, userText: String?) async throws(HeraldError) {
+        loop.preconditionInEventLoop()
+        guard let message = presented[messageID] else { throw .unknownMessage(messageID) }
+        if action != NotificationResponse.defaultActionIdentifier, action != NotificationResponse.dismissActionIdentifier {
+            let category = message.aps.category
+            guard let category, categories[category]?.actions.contains(where: { $0.identifier == action }) == true else {
+                throw .unknownAction(action, category: category)
+            }
+        }
+        let response = NotificationResponse(message: message, actionIdentifier: action, userText: userText)
+        if configuration.analyticsWiring == .automatic {
+            analytics.record(response.isDismissal ? .notificationDismiss : .notificationOpen, for: message, parameters: ["action": action])
+        }
+        responseSerial += 1
+        let stage = beginManualStage(.responding(response, serial: responseSerial), for: message)
+        for handler in pluginSet.notificationHandlers {
+            await handler.didReceive(response)
+        }
+        endManualStage(stage, for: message)
+    }
+
+    // MARK: Manual analytics wiring
+
+    /// Where a message is while its handlers run, so that manual wiring's ``Herald/appDidReceiveMessage(_:)``,
+    /// called from inside a handler as the reference SDK asks, records what the bus would have recorded itself.
+    enum ManualStage {
+        case presenting
+        case responding(NotificationResponse, serial: Int)
+    }
+
+    private func beginManualStage(_ stage: ManualStage, for message: RemoteMessage) -> ManualStage? {
+        guard configuration.analyticsWiring == .manual, let id = message.messageID else { return nil }
+        let previous = manualStages[id]
+        manualStages[id] = stage
+        return previous
+    }
+
+    private func endManualStage(_ previous: ManualStage?, for message: RemoteMessage) {
+        guard configuration.analyticsWiring == .manual, let id = message.messageID else { return }
+        manualStages[id] = previous
+    }
+
+    /// Manual wiring: `notification_receive` the first time a message is named; called from `willPresent`, also
+    /// `notification_foreground` (once per message); called from `didReceive(response)`, also `notification_open`
+    /// or `notification_dismiss` (once per response). Returns whether anything was recorded. Loop thread only.
+    func recordManually(_ message: RemoteMessage) -> Bool {
+        var recorded = analytics.recordReceiptOnce(message)
+        guard let id = message.messageID else { return recorded }
+        switch manualStages[id] {
+        case .presenting:
+            recorded = analytics.recordOnce(key: "foreground|\(id)", AnalyticsEvent(.notificationForeground, for: message)) || recorded
+        case .responding(let response, let serial):
+            let name: AnalyticsEvent.Name = response.isDismissal ? .notificationDismiss : .notificationOpen
+            let event = AnalyticsEvent(name, for: message, parameters: ["action": response.actionIdentifier])
+            recorded = analytics.recordOnce(key: "response|\(id)|\(serial)", event) || recorded
+        case nil:
+            break
+        }
+        return recorded
+    }
+}

@@ -1,0 +1,173 @@
+// The durable inbox: accepted messages are committed in groups (one transaction, one fsync, for every message of
+// a loop turn) off the loop, their senders answered after; what the inbox held at start is replayed.
+
+extension MessageBus {
+    /// Commits the current batch at the end of this loop turn, so that every message accepted in the turn (and
+    /// while a commit is running) shares one transaction: one fsync for many messages (group commit).
+    func scheduleCommit() {
+        guard !commitScheduled, !commitRunning else { return }
+        commitScheduled = true
+        loop.execute { [self] in
+            commitScheduled = false
+            runCommit()
+        }
+    }
+
+    private func runCommit() {
+        guard !commitRunning else { return }
+        guard !batch.isEmpty else {
+            resumeCommitWaiters()
+            return
+        }
+        commitRunning = true
+        let committing = batch
+        committingAcks = batchAcks
+        batch = StoreBatch()
+        batchAcks = []
+        let store = self.store
+        let window = configuration.deduplication
+        loop.offload({ () throws -> Void in
+            try store.commit(committing, window: window, now: WallClock.nowMilliseconds())
+        }, then: { [self] result in
+            commitRunning = false
+            let acks = committingAcks
+            committingAcks = []
+            for ack in acks { uncommitted.remove(ack.id) }
+            switch result {
+            case .success: committed(acks)
+            case .failure(let error): commitFailed(acks, batch: committing, error: error)
+            }
+            // Whoever waits for a flush is answered after every attempt, so a failing store cannot hang shutdown.
+            resumeCommitWaiters()
+            if !batch.isEmpty {
+                if commitRetryDelay > .zero {
+                    loop.scheduleTask(in: commitRetryDelay) { [self] in scheduleCommit() }
+                } else {
+                    scheduleCommit()
+                }
+            }
+        })
+    }
+
+    /// The commit of `acks` succeeded: their senders (and those following them) are answered, and the messages
+    /// go on to their handlers.
+    private func committed(_ acks: [PendingAck]) {
+        commitRetryDelay = .zero
+        for ack in acks {
+            ack.completion(.success(ack.id))
+            for follower in followers.removeValue(forKey: ack.id) ?? [] { follower.completion(.success(follower.id)) }
+            if draining {
+                // Committed after shutdown began: the inbox replays it at the next start.
+                inFlight -= 1
+            } else {
+                admitted(ack.message, id: ack.id)
+            }
+        }
+        if inFlight == 0 { notifyIdle() }
+    }
+
+    /// The commit of `acks` failed: their senders are refused, and the finished entries of `committing` wait for
+    /// a later commit, tried with backoff.
+    private func commitFailed(_ acks: [PendingAck], batch committing: StoreBatch, error: any Error) {
+        logger.error("could not commit to the store; the senders of this batch are refused", metadata: [
+            "error": "\(error)", "messages": "\(acks.count)",
+        ])
+        let refusal = MessageError(.storeUnavailable("\(error)"))
+        for ack in acks {
+            seenIDs.remove(ack.id)
+            inFlight -= 1
+            ack.completion(.failure(refusal))
+            for follower in followers.removeValue(forKey: ack.id) ?? [] {
+                seenIDs.remove(follower.id)
+                follower.completion(.failure(refusal))
+            }
+            dropped(ack.message, reason: .storeFailure, detail: "\(error)")
+        }
+        // Entries that finished stay in the inbox until a later commit removes them; retry with backoff.
+        batch.finished.append(contentsOf: committing.finished)
+        batch.quarantined.append(contentsOf: committing.quarantined)
+        commitRetryDelay = min(max(commitRetryDelay * 2, .milliseconds(50)), .seconds(5))
+        if inFlight == 0 { notifyIdle() }
+        if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
+    }
+
+    private func resumeCommitWaiters() {
+        let waiters = commitWaiters
+        commitWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Commits what is waiting (finished entries included): returns once the store has it, or after three
+    /// attempts failed (what could not be written is replayed at the next start).
+    func flushStore() async {
+        guard store.isDurable else { return }
+        for _ in 0..<3 {
+            let pending: Bool = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let queued = loop.enqueue(.closure { [self] in
+                    guard commitRunning || !batch.isEmpty else {
+                        continuation.resume(returning: false)
+                        return
+                    }
+                    commitWaiters.append(CommitWaiter(continuation: continuation))
+                    if !commitRunning { runCommit() }
+                })
+                if !queued { continuation.resume(returning: false) }
+            }
+            if !pending { return }
+        }
+    }
+
+    /// Delivers messages the inbox held at start (accepted, never finished): flagged as replays; expired ones
+    /// are dropped; of several with one collapse key only the newest is delivered. Loop thread only.
+    func replay(_ records: [InboxRecord], replays: [String: Int] = [:], path: String) {
+        loop.preconditionInEventLoop()
+        var messages: [RemoteMessage] = []
+        for record in records {
+            do {
+                messages.append(try record.message(path: path))
+            } catch {
+                logger.error("an inbox entry could not be read; it is dropped", metadata: ["error": "\(error)"])
+                batch.finished.append(record.messageID)
+            }
+        }
+        var newestByCollapseKey: [String: Int] = [:]
+        for (index, message) in messages.enumerated() {
+            if let key = message.collapseKey { newestByCollapseKey[key + "\u{0}" + message.target.description] = index }
+        }
+        let now = WallClock.nowSeconds()
+        var toDeliver: [(message: RemoteMessage, id: String)] = []
+        for (index, message) in messages.enumerated() {
+            let id = message.messageID ?? ""
+            seenIDs.insert(id)
+            if let replays = replays[id], replays > configuration.maxReplays {
+                logger.error("a message was still pending after several starts (its handling may crash the process): quarantined, not replayed again", metadata: [
+                    "message_id": "\(id)", "starts": "\(replays)", "max_replays": "\(configuration.maxReplays)",
+                ])
+                dropped(message, reason: .quarantined, detail: "pending at \(replays) starts")
+                batch.quarantined.append(id)
+            } else if let key = message.collapseKey, newestByCollapseKey[key + "\u{0}" + message.target.description] != index {
+                dropped(message, reason: .collapsed, detail: "replaced by a newer message at replay")
+                batch.finished.append(id)
+            } else if message.isExpired(atSeconds: now) {
+                dropped(message, reason: .expired, detail: "expired in the inbox before replay")
+                batch.finished.append(id)
+            } else {
+                replayedIDs.insert(id)
+                toDeliver.append((message, id))
+            }
+        }
+        // All of them are in flight before the first one's handlers start (they start at once and may finish at
+        // once): the bus is idle only when the whole replay is handled, never between two of its messages.
+        inFlight += toDeliver.count
+        for entry in toDeliver { admitted(entry.message, id: entry.id) }
+        if inFlight >= configuration.maxInFlight { pauseReceivers() }
+        if !batch.isEmpty { scheduleCommit() }
+        logger.info("replayed the inbox", metadata: ["entries": "\(records.count)", "delivered": "\(toDeliver.count)"])
+    }
+}
+
+/// A flush waiting for a commit attempt; resumed with whether anything was left to commit.
+struct CommitWaiter {
+    let continuation: CheckedContinuation<Bool, Never>
+    func resume() { continuation.resume(returning: true) }
+}

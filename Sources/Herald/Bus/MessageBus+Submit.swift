@@ -1,0 +1,107 @@
+/// How a receiver's send body is to be read and where it goes: its wire format, an ID the transport keeps for
+/// the message, whether the answer waits for the handlers, and (in a gateway) where valid sends are forwarded.
+public struct SendContext: Sendable {
+    /// The wire format of a send body.
+    public enum Format: Sendable {
+        /// An FCM HTTP v1 send body: `{"message": {...}, "validate_only": false}`.
+        case fcm
+        /// An APNs provider payload with its `apns-*` headers (matched case-insensitively), for `deviceToken`.
+        case apns(headers: [String: String], deviceToken: String)
+    }
+
+    /// How the body is written.
+    public var format: Format
+    /// The message's ID when the transport has one that stays the same across redeliveries (a JetStream
+    /// stream sequence), so the de-duplication window and the inbox know a redelivery for what it is. `nil`: a
+    /// new ID (for APNs, `apns-id` when the sender gives one).
+    public var messageID: String?
+    /// Answer only once the message's handlers have finished; see
+    /// ``MessageBus/deliver(_:validateOnly:answerWhenHandled:completion:)``.
+    public var answerWhenHandled: Bool
+    /// Gateway mode: a valid send goes to this forwarder instead of this instance's bus, and the forwarder's
+    /// answer is the outcome.
+    public var forwarder: (any SendForwarder)?
+
+    public init(
+        format: Format = .fcm, messageID: String? = nil, answerWhenHandled: Bool = false, forwarder: (any SendForwarder)? = nil
+    ) {
+        self.format = format
+        self.messageID = messageID
+        self.answerWhenHandled = answerWhenHandled
+        self.forwarder = forwarder
+    }
+}
+
+/// What a receiver answers its sender with, from ``MessageBus/submit(_:_:completion:)``.
+public enum SendOutcome: Sendable, Equatable {
+    /// The message was accepted (with `validate_only`: it is valid), under this ID.
+    case accepted(messageID: String)
+    /// The body is not a valid send request; it was recorded as a `message_dropped` event (reason `invalid`).
+    case invalid(MessageError)
+    /// The body was valid, and the message was refused: not registered here, the bus is full or shutting down,
+    /// the store failed (or the forwarder refused it).
+    case refused(MessageError)
+
+    /// The error to answer with, when the message was not accepted.
+    public var error: MessageError? {
+        switch self {
+        case .accepted: nil
+        case .invalid(let error), .refused(let error): error
+        }
+    }
+}
+
+extension MessageBus {
+    /// The way in for receivers: decodes `body` as `context` says, records it when it is not a valid send
+    /// request, and delivers the message (or forwards it, in a gateway). `completion` gets the outcome to answer
+    /// the sender with: at once for an invalid body, otherwise as
+    /// ``deliver(_:validateOnly:answerWhenHandled:completion:)`` answers. Loop thread only; `completion` runs on
+    /// the loop thread. The receiver keeps only its transport: framing, and writing the answer in its wire shape.
+    public func submit(_ body: [UInt8], _ context: SendContext, completion: @escaping (SendOutcome) -> Void) {
+        loop.preconditionInEventLoop()
+        let request: FCMSendRequest
+        do {
+            request = try decode(body, context)
+        } catch {
+            recordInvalid(error)
+            completion(.invalid(error))
+            return
+        }
+        if let forwarder = context.forwarder {
+            let answer = LoopBound(completion, loop: loop)
+            Task(executorPreference: loop) {
+                switch await forwarder.forward(request, body: body) {
+                case .success(let id): answer.value(.accepted(messageID: id))
+                case .failure(let error): answer.value(.refused(error))
+                }
+            }
+            return
+        }
+        deliver(
+            request.message, validateOnly: request.validateOnly, answerWhenHandled: context.answerWhenHandled,
+            answer: .submission(completion)
+        )
+    }
+
+    /// ``submit(_:_:completion:)`` from any context: returns the outcome to answer the sender with.
+    public func submit(_ body: [UInt8], _ context: SendContext) async -> SendOutcome {
+        await withCheckedContinuation { (continuation: CheckedContinuation<SendOutcome, Never>) in
+            let queued = loop.enqueue(.closure { [self] in
+                submit(body, context) { continuation.resume(returning: $0) }
+            })
+            if !queued { continuation.resume(returning: .refused(MessageError(.shuttingDown))) }
+        }
+    }
+
+    private func decode(_ body: [UInt8], _ context: SendContext) throws(MessageError) -> FCMSendRequest {
+        var decoding = self.decoding
+        if let id = context.messageID { decoding.makeMessageID = { id } }
+        switch context.format {
+        case .fcm:
+            return try FCMSendRequest.decode(body, context: decoding)
+        case .apns(let headers, let deviceToken):
+            let message = try APNsRequest.decode(payload: body, headers: headers, deviceToken: deviceToken, context: decoding)
+            return FCMSendRequest(message: message, validateOnly: false)
+        }
+    }
+}
