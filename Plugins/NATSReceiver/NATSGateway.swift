@@ -2,14 +2,14 @@ public import Herald
 
 /// Gateway mode: passes FCM v1 sends on to the fleet's instances through NATS, so an app server that uses a
 /// Firebase Admin SDK talks to one gateway and reaches every instance. It is HTTPReceiver's forwarder (its
-/// `forwarder` option) and a ``Receiver`` of its own only for its lifecycle and its health (it takes in nothing).
+/// `forwarder` option) and a `Receiver` of its own only for its lifecycle and its health (it takes in nothing).
 ///
 /// Per target, matching what ``NATSReceiver`` reads:
 ///
 /// - **token** (or **fid**, an installation ID): the registrations bucket (which each instance writes at start and
 ///   at every rotation) must hold the token under its installation ID, else `404 UNREGISTERED`. The body is then
 ///   published to JetStream on `herald.<project>.token.<token>` and the sender answered only once the stream has
-///   stored it, with the ID the instance will give the message (`nats-<stream>-<sequence>`): stored means it reaches
+///   stored it, with the ID the instance will give the message (`nats-<stream>-<sequence>-<Nats-Msg-Id>`): stored means it reaches
 ///   the instance, at least once, even if the instance is down now (within the stream's limits).
 /// - **topic**: published on core NATS (`herald.<project>.topic.<topic>`, where the instances subscribe) and
 ///   flushed: the answer means the NATS server has it; every instance subscribed and connected at that moment gets

@@ -4,7 +4,7 @@ public import Prometheus
 
 /// Herald's metrics in the Prometheus text format, served as `GET /metrics` on an address of its own.
 ///
-/// It is an ``AnalyticsSink``: every analytics event becomes a swift-metrics counter or timer, backed by a
+/// It is an `AnalyticsSink`: every analytics event becomes a swift-metrics counter or timer, backed by a
 /// swift-prometheus registry of its own (no process-wide bootstrap, so two instances in one process stay
 /// apart). At each scrape it also samples the bus: messages in flight, connections per receiver, and per
 /// analytics sink what is queued, lost and failed. A host that wants its own swift-metrics metrics on the same

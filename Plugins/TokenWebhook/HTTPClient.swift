@@ -27,7 +27,7 @@ public struct HTTPClient: Sendable {
     ///
     /// Throws ``HTTPClientError`` (`connectFailed`, `timedOut`, `connectionClosed`, `malformedResponse`),
     /// `CancellationError` when the calling task is cancelled (the connection is closed at once), and
-    /// ``EventLoopError/shutDown`` when the loop is shutting down.
+    /// `EventLoopError/shutDown` when the loop is shutting down.
     public func send(_ request: HTTPRequest, timeout: Duration) async throws -> HTTPResponse {
         try Task.checkCancellation()
         let exchange = HTTPExchange(loop: loop, endpoint: request.endpoint, request: try request.serialized(),

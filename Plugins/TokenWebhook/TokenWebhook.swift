@@ -11,9 +11,9 @@ public import Herald
 ///     {"token":"…","installationID":"…","deviceToken":null,"reason":"start"}
 ///
 /// `reason` is `start` (the first token after the instance started; `token` may be `null` when auto-init is off),
-/// `refresh` (a new token: ``Herald/deleteToken()``, ``Herald/deleteData()``, or ``Herald/token()`` minting one),
+/// `refresh` (a new token: `Herald/deleteToken()`, `Herald/deleteData()`, or `Herald/token()` minting one),
 /// or `deleted` (the token was deleted and none replaces it: `token` is `null`). `installationID` and
-/// `deviceToken` come from closures given at init (``init(options:herald:)`` reads them from the instance) and are
+/// `deviceToken` come from closures given at init (`init(options:herald:)` reads them from the instance) and are
 /// read before each attempt; a device token set on its own, with no token change, is not sent by itself.
 ///
 /// **Retries.** A 2xx answer is success. Connection errors, timeouts (``Options/timeout`` for the whole exchange),

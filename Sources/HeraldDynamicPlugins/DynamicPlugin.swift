@@ -10,9 +10,9 @@ import Logging
 /// ```
 ///
 /// **Roles.** The plugin plays exactly the roles whose functions its descriptor sets: `will_present` or
-/// `did_receive_response` make it a ``NotificationHandler``, `did_receive_message` a ``MessageHandler``, `fetch`
-/// a ``BackgroundFetchWorker``, `did_receive_token` a ``TokenHandler``. (`load` returns an instance of a subclass
-/// that conforms to those protocols and no others, so ``PluginRoles/of(_:)`` and the bus see the same roles.)
+/// `did_receive_response` make it a `NotificationHandler`, `did_receive_message` a `MessageHandler`, `fetch`
+/// a `BackgroundFetchWorker`, `did_receive_token` a `TokenHandler`. (`load` returns an instance of a subclass
+/// that conforms to those protocols and no others, so `PluginRoles/of(_:)` and the bus see the same roles.)
 ///
 /// **Calls.** Every call runs on threads of the plugin's own (``Specification/threads``, one for a plugin that
 /// sets `HERALD_PLUGIN_SERIAL`, so its calls never overlap), never on the event loop, so a plugin may block. The
@@ -94,7 +94,7 @@ public class DynamicPlugin: HeraldPlugin, @unchecked Sendable {
 
     /// Loads every plugin in `paths`, in order, with an empty configuration: all of them or none. When one is
     /// refused, the ones already loaded are unloaded (their `deinit_plugin` runs) and its error is thrown, so a
-    /// daemon never starts with only some of its plugins. Register the result on a ``Herald`` before `start()`.
+    /// daemon never starts with only some of its plugins. Register the result on a `Herald` before `start()`.
     ///
     /// ```swift
     /// do {

@@ -2,7 +2,7 @@ import CLibUV
 import Glibc
 
 /// A listening TCP or Unix domain socket on an ``EventLoop``; each accepted connection is handed to the
-/// `onAccept` closure given to ``listen(on:at:backlog:unixMode:onAccept:)``.
+/// `onAccept` closure given to `listen(on:at:backlog:unixMode:onAccept:)`.
 ///
 /// Every method must be used on the loop thread (checked). The server stays open until ``close()`` or loop
 /// shutdown; a Unix socket path the server created is removed when it closes.

@@ -4,7 +4,7 @@ public import Herald
 import HeraldSQLite
 
 /// What `herald report` shows: per analytics label and per UTC day, the messages received, the impressions, the opens,
-/// the open rate, the background fetch results and the drops by reason, read from a ``SQLiteAnalyticsStore`` file.
+/// the open rate, the background fetch results and the drops by reason, read from a `SQLiteAnalyticsStore` file.
 ///
 /// Definitions:
 /// - A message counts on the UTC day it was **received** (its events' `receivedAt`), whatever day it was then presented
@@ -141,9 +141,9 @@ public struct AnalyticsReport: Sendable, Equatable {
     /// daemon): the `days` UTC days up to and including the day of `now` (milliseconds since 1970), and the days after
     /// it that have events (a clock ahead), for `label` only when given.
     ///
-    /// - Throws: ``StoreError/cannotOpen(path:detail:)`` when there is no such file or it cannot be read;
-    ///   ``StoreError/corrupt(path:detail:)`` when it is not a Herald analytics store;
-    ///   ``StoreError/newerSchema(path:found:)`` when a newer Herald wrote it.
+    /// - Throws: `StoreError/cannotOpen(path:detail:)` when there is no such file or it cannot be read;
+    ///   `StoreError/corrupt(path:detail:)` when it is not a Herald analytics store;
+    ///   `StoreError/newerSchema(path:found:)` when a newer Herald wrote it.
     public static func read(directory: String, days: Int = 7, label: String? = nil, now: Int64 = WallClock.nowMilliseconds()) throws(StoreError) -> AnalyticsReport {
         let path = SQLiteAnalyticsStore.path(inDirectory: directory)
         var info = stat()

@@ -2,15 +2,15 @@ import Foundation
 package import GRDB
 public import Herald
 
-/// The embedded default ``AnalyticsSink``: every analytics event in one SQLite file of its own,
-/// `<directory>/analytics.sqlite`, which `herald report` reads (see ``AnalyticsReport``).
+/// The embedded default `AnalyticsSink`: every analytics event in one SQLite file of its own,
+/// `<directory>/analytics.sqlite`, which `herald report` reads (see `AnalyticsReport`).
 ///
 /// The file is separate from the inbox store's `herald.sqlite`, so analytics writes never wait for an inbox commit nor
 /// hold one up. It runs in WAL mode with `synchronous = NORMAL`: a batch that was written survives a crash of the
 /// process; a power loss may take the last batches (analytics do not need an fsync per batch, the inbox does).
 ///
 /// Each batch is one transaction, and recording is idempotent per batch: each event is keyed by its
-/// ``AnalyticsEvent/id``, which the bus assigns when it records the event (`event_key`, see ``AnalyticsSchema``), and
+/// `AnalyticsEvent/id`, which the bus assigns when it records the event (`event_key`, see `AnalyticsSchema`), and
 /// written with `INSERT OR IGNORE`, so a batch the bus retries after a failure is stored once.
 ///
 /// Retention: events of messages received more than ``Options/retentionDays`` days ago are deleted when the store
@@ -47,9 +47,9 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
     /// Opens the store in `directory` (creating the directory, mode 0700, and the file when missing), brings the
     /// schema up to date and deletes the events past retention.
     ///
-    /// - Throws: ``StoreError/cannotOpen(path:detail:)`` when the directory or file cannot be created or opened;
-    ///   ``StoreError/corrupt(path:detail:)`` when the file is not a database or not a Herald analytics store;
-    ///   ``StoreError/newerSchema(path:found:)`` when a newer Herald wrote it; ``StoreError/writeFailed(path:detail:)``
+    /// - Throws: `StoreError/cannotOpen(path:detail:)` when the directory or file cannot be created or opened;
+    ///   `StoreError/corrupt(path:detail:)` when the file is not a database or not a Herald analytics store;
+    ///   `StoreError/newerSchema(path:found:)` when a newer Herald wrote it; `StoreError/writeFailed(path:detail:)`
     ///   when the schema or the pruning cannot be written.
     public convenience init(directory: String = "herald-data", options: Options = Options()) throws(StoreError) {
         try self.init(directory: directory, options: options, clock: { WallClock.nowMilliseconds() })

@@ -4,7 +4,7 @@ import GRDBSQLite
 import Glibc
 public import Herald
 
-/// The embedded default ``HeraldStore``: one SQLite file, `<directory>/herald.sqlite`, opened with GRDB.
+/// The embedded default `HeraldStore`: one SQLite file, `<directory>/herald.sqlite`, opened with GRDB.
 ///
 /// Durability: the database runs in WAL mode with `synchronous = FULL`, so a ``commit(_:window:now:)`` that returns
 /// has been fsynced and survives a power loss; only then does Herald acknowledge the sender. Herald group-commits
@@ -15,7 +15,7 @@ public import Herald
 /// never from the loop thread). Calls that do overlap are serialised by the connection's queue. Each call blocks on
 /// disk I/O.
 ///
-/// Errors: every SQLite failure is reported as a ``StoreError`` naming the file and what to do; the store never falls
+/// Errors: every SQLite failure is reported as a `StoreError` naming the file and what to do; the store never falls
 /// back to memory.
 public final class SQLiteStore: HeraldStore, Sendable {
     /// The path of the database file, `<directory>/herald.sqlite`.
@@ -28,10 +28,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
     ///
     /// May be called from any thread; it blocks on disk I/O.
     ///
-    /// - Throws: ``StoreError/cannotOpen(path:detail:)`` when the directory or the file cannot be created or opened
-    ///   (for example, the directory path names a regular file); ``StoreError/corrupt(path:detail:)`` when the file is
-    ///   not a database or not a Herald store; ``StoreError/newerSchema(path:found:)`` when a newer Herald wrote it;
-    ///   ``StoreError/writeFailed(path:detail:)`` when the schema cannot be written (disk full).
+    /// - Throws: `StoreError/cannotOpen(path:detail:)` when the directory or the file cannot be created or opened
+    ///   (for example, the directory path names a regular file); `StoreError/corrupt(path:detail:)` when the file is
+    ///   not a database or not a Herald store; `StoreError/newerSchema(path:found:)` when a newer Herald wrote it;
+    ///   `StoreError/writeFailed(path:detail:)` when the schema cannot be written (disk full).
     public init(directory: String = "herald-data") throws(StoreError) {
         try Self.makeDirectory(directory)
         let path = directory.hasSuffix("/") ? directory + "herald.sqlite" : directory + "/herald.sqlite"
@@ -163,7 +163,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// `load` rewrites the window without the repeat; until then the window may drop its oldest IDs that much early,
     /// never hold more than `maximumCount`. (Herald's bus never does that: it refuses an ID that is in its window.)
     ///
-    /// - Throws: ``StoreError/writeFailed(path:detail:)`` when the disk is full, the file system is read-only or an
+    /// - Throws: `StoreError/writeFailed(path:detail:)` when the disk is full, the file system is read-only or an
     ///   I/O error occurs; nothing of the batch is then stored.
     public func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
         try write { db in
@@ -245,7 +245,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 
-    /// The quarantined messages (``Herald/Configuration/maxReplays``), oldest first. Any thread.
+    /// The quarantined messages (`Herald/Configuration/maxReplays`), oldest first. Any thread.
     public func quarantine() throws(StoreError) -> [QuarantinedMessage] {
         do {
             return try database.read { db in try Self.readQuarantine(db) }

@@ -31,8 +31,8 @@ extension SQLiteStore {
     /// (unlike `load`, which prunes the de-duplication window). A running daemon writes a topic change to the
     /// store before it applies it, so what this reads is what the daemon has.
     ///
-    /// - Throws: ``StoreError/cannotOpen(path:detail:)`` when there is no store in `directory` or it cannot be read;
-    ///   ``StoreError/corrupt(path:detail:)`` when the file is not a Herald store; ``StoreError/newerSchema(path:found:)``
+    /// - Throws: `StoreError/cannotOpen(path:detail:)` when there is no store in `directory` or it cannot be read;
+    ///   `StoreError/corrupt(path:detail:)` when the file is not a Herald store; `StoreError/newerSchema(path:found:)`
     ///   when a newer Herald wrote it.
     public static func snapshot(directory: String) throws(StoreError) -> StoreSnapshot {
         try readOnly(directory: directory) { db in

@@ -1,7 +1,7 @@
 public import Herald
 
 /// A receiver that takes messages from the test (or host) in memory: an FCM v1 body or an APNs payload goes
-/// through the bus's ``MessageBus/submit(_:_:completion:)``, as a network receiver's does.
+/// through the bus's `MessageBus/submit(_:_:completion:)`, as a network receiver's does.
 ///
 /// It records `pause()` / `resume()` calls so that backpressure can be observed.
 public final class InMemoryReceiver: Receiver, @unchecked Sendable {

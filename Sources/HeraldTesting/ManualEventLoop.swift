@@ -1,6 +1,6 @@
 public import Herald
 
-/// A loop for deterministic tests: the same scheduling API as ``Herald/EventLoop`` (it is an
+/// A loop for deterministic tests: the same scheduling API as `Herald/EventLoop` (it is an
 /// `EventLoopScheduler`), with time that moves only when the test calls ``advanceTime(by:)`` or
 /// ``advanceTime(to:)``, and queued work that runs only in ``run()`` or while time advances.
 ///

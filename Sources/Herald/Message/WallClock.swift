@@ -1,7 +1,7 @@
 import Glibc
 
 /// The real-time clock (`CLOCK_REALTIME`), for timestamps that leave the process (analytics, expirations).
-/// Deadlines inside the process use the monotonic ``HeraldEventLoop/Deadline`` instead.
+/// Deadlines inside the process use the monotonic `HeraldEventLoop/Deadline` instead.
 public enum WallClock {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     public static func nowMilliseconds() -> Int64 {
