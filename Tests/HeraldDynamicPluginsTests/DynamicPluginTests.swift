@@ -177,13 +177,14 @@ struct DynamicPluginTests {
         let record = directory.appendingPathComponent("calls")
         let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin"), configuration: ["record": .string(record.path), "sleep_ms": 300])
         let message = RemoteMessage(userInfo: ["aps": ["content-available": 1], "gcm.message_id": "m1"], target: .token("t"))
-        let running = Task { await plugin.fetch(message) }
-        // The plugin records a call when it begins, then sleeps 300 ms in it.
-        #expect(await eventually { () async in recordedCalls(record).map(\.call) == ["init", "fetch"] })
+        // The plugin records a call when it begins, then sleeps 300 ms in it: a call that began after `started`
+        // ends 300 ms after it at the earliest, and unload must not return before the call ends.
         let clock = ContinuousClock()
         let started = clock.now
+        let running = Task { await plugin.fetch(message) }
+        #expect(await eventually { () async in recordedCalls(record).map(\.call) == ["init", "fetch"] })
         await plugin.unload()
-        #expect(clock.now - started > .milliseconds(150), "unload returned while the fetch was still running")
+        #expect(clock.now - started >= .milliseconds(300), "unload returned while the fetch was still running")
         #expect(await running.value == .newData)
         #expect(recordedCalls(record).map(\.call) == ["init", "fetch", "max_concurrent", "deinit"])
 
