@@ -20,6 +20,7 @@ public struct OwnProcessTrait: TestTrait, TestScoping {
     /// What the child prints once the test's body has returned, before the test's ID.
     static let ranMarker = "own process ran: "
 
+    /// In the child that runs this test, runs the test; anywhere else, starts that child and waits for it.
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
