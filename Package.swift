@@ -406,5 +406,11 @@ let package = Package(
             dependencies: ["Herald", "HeraldTesting", "WeatherDaemon", "herald"],
             swiftSettings: swiftSettings
         ),
+        // Runs EchoReceiver and LoopEcho as child processes (WeatherDaemonTests runs WeatherDaemon).
+        .testTarget(
+            name: "ExamplesTests",
+            dependencies: ["Herald", "HeraldTesting", "EchoReceiver", "LoopEcho"],
+            swiftSettings: swiftSettings
+        ),
     ]
 )

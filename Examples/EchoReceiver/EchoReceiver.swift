@@ -67,6 +67,9 @@ struct EchoReceiver {
                 for signal in [SIGINT, SIGTERM] {
                     _ = try? SignalWatcher.watch(signal, on: loop) { _ in continuation.resume() }
                 }
+                // Flushed at once, also into a pipe: whoever started the program knows a signal now stops it cleanly.
+                print("listening; SIGINT or SIGTERM stops")
+                fflush(nil)
             }
         }
         print("shutting down")

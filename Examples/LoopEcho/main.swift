@@ -5,6 +5,8 @@
 // file removed). Try it with `nc 127.0.0.1 7070` or `nc -U herald-data/loop-echo.sock`.
 //
 //     swift run LoopEcho [port] [socket-path]
+//
+// Port 0 takes any free port; the `listening on` lines name the addresses it got.
 
 import Foundation
 import Herald
@@ -16,12 +18,19 @@ try? FileManager.default.createDirectory(atPath: (socketPath as NSString).deleti
 
 let loop = EventLoop(name: "loop-echo")
 
+/// Prints `line` and flushes it at once, also into a pipe: whoever started the program reads the addresses as
+/// they are printed.
+func say(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
 /// Echoes one connection: what it reads it writes back; when the peer is done, it closes.
 func echo(_ connection: StreamConnection) {
-    print("connection from \(connection.label)")
+    say("connection from \(connection.label)")
     connection.onRead = { bytes in connection.write(bytes) }
     connection.onEnd = { connection.shutdownWriting { _ in connection.close() } }
-    connection.onClose = { error in print("closed \(connection.label)\(error.map { " (\($0))" } ?? "")") }
+    connection.onClose = { error in say("closed \(connection.label)\(error.map { " (\($0))" } ?? "")") }
     connection.startReading()
 }
 
@@ -29,16 +38,16 @@ loop.execute {
     do {
         for address in [SocketAddress.tcp(host: "127.0.0.1", port: port), .unix(path: socketPath)] {
             let server = try StreamServer.listen(on: loop, at: address, onAccept: echo)
-            print("listening on \(server.localAddress)")
+            say("listening on \(server.localAddress)")
         }
         for signal in [SIGINT, SIGTERM] {
             _ = try SignalWatcher.watch(signal, on: loop) { signal in
-                print("signal \(signal): shutting down")
+                say("signal \(signal): shutting down")
                 loop.shutdown()
             }
         }
     } catch {
-        print("loop-echo: \(error)")
+        say("loop-echo: \(error)")
         loop.shutdown()
     }
 }

@@ -91,10 +91,26 @@ public func freeLoopbackPort() throws -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-/// A fresh directory under /tmp, removed after `body`.
-public func withTemporaryDirectory<T>(prefix: String = "herald-test", _ body: (String) async throws -> T) async throws -> T {
-    let path = "/tmp/\(prefix)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    return try await body(path)
+/// Starts `process` as a shell or systemd would: with no signal blocked. A child inherits the signal mask of the
+/// thread that spawns it, and the test threads (Dispatch's) block SIGINT and SIGTERM among others, so a child
+/// started from one would never see a signal its libuv loop watches; this spawns from a thread of its own with an
+/// empty mask.
+public func runWithNoSignalsBlocked(_ process: Process) throws {
+    let spawn = Spawn()
+    Thread {
+        var none = sigset_t()
+        sigemptyset(&none)
+        pthread_sigmask(SIG_SETMASK, &none, nil)
+        do { try process.run() } catch { spawn.error = error }
+        spawn.done.signal()
+    }.start()
+    spawn.done.wait()
+    if let error = spawn.error { throw error }
+}
+
+/// The outcome of one spawn on the thread of ``runWithNoSignalsBlocked(_:)``.
+private final class Spawn: @unchecked Sendable {
+    // @unchecked Sendable: `error` is written by the thread before `done` is signalled and read after the wait.
+    var error: (any Error)?
+    let done = DispatchSemaphore(value: 0)
 }

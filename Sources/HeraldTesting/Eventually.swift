@@ -1,7 +1,10 @@
 /// Polls `condition` until it holds or `timeout` passes, so that a test of asynchronous behaviour fails
 /// instead of hanging. Returns whether the condition held.
+///
+/// The default bound is generous on purpose: `swift test` runs the whole suite in parallel, hundreds of tests on
+/// a few threads, and a condition that holds within milliseconds alone can take many seconds to be seen there.
 public func eventually(
-    timeout: Duration = .seconds(10),
+    timeout: Duration = .seconds(60),
     _ condition: @Sendable () async throws -> Bool
 ) async rethrows -> Bool {
     let clock = ContinuousClock()

@@ -53,7 +53,7 @@ struct DynamicPluginTests {
 
     @Test("a C plugin gets the documented JSON for every call, and its integer answers become Herald's")
     func cPluginSeesTheDocumentedJSON() async throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let record = directory.appendingPathComponent("calls")
         // Answers: present [.badge, .list] (9), fetch NO_DATA (1), data messages fail with status 7.
@@ -118,7 +118,7 @@ struct DynamicPluginTests {
 
     @Test("a response with no typed text has \"userText\": null")
     func responseWithoutText() async throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let record = directory.appendingPathComponent("calls")
         let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin"), configuration: ["record": .string(record.path)])
@@ -139,7 +139,7 @@ struct DynamicPluginTests {
 
     @Test("calls overlap for a plugin that allows it, and never for one that sets HERALD_PLUGIN_SERIAL")
     func serialFlag() async throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         for (product, serial) in [("HeraldTestPlugin", false), ("HeraldTestPluginSerial", true)] {
             let record = directory.appendingPathComponent(product)
@@ -172,18 +172,19 @@ struct DynamicPluginTests {
 
     @Test("unloading waits for running calls, deinitialises once, and later calls get the neutral answer")
     func unloadWaitsAndRefuses() async throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let record = directory.appendingPathComponent("calls")
         let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin"), configuration: ["record": .string(record.path), "sleep_ms": 300])
         let message = RemoteMessage(userInfo: ["aps": ["content-available": 1], "gcm.message_id": "m1"], target: .token("t"))
-        let running = Task { await plugin.fetch(message) }
-        // The plugin records a call when it begins, then sleeps 300 ms in it.
-        #expect(await eventually { () async in recordedCalls(record).map(\.call) == ["init", "fetch"] })
+        // The plugin records a call when it begins, then sleeps 300 ms in it: a call that began after `started`
+        // ends 300 ms after it at the earliest, and unload must not return before the call ends.
         let clock = ContinuousClock()
         let started = clock.now
+        let running = Task { await plugin.fetch(message) }
+        #expect(await eventually { () async in recordedCalls(record).map(\.call) == ["init", "fetch"] })
         await plugin.unload()
-        #expect(clock.now - started > .milliseconds(150), "unload returned while the fetch was still running")
+        #expect(clock.now - started >= .milliseconds(300), "unload returned while the fetch was still running")
         #expect(await running.value == .newData)
         #expect(recordedCalls(record).map(\.call) == ["init", "fetch", "max_concurrent", "deinit"])
 
@@ -198,7 +199,7 @@ struct DynamicPluginTests {
 
     @Test("a plugin dropped without being unloaded is deinitialised when its last reference goes")
     func droppedPluginIsDeinitialised() throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let record = directory.appendingPathComponent("calls")
         do {
@@ -220,7 +221,7 @@ struct DynamicPluginTests {
 
     @Test("a plugin someone else could change is refused before it is opened: writable by its group or others, in a directory others may write, or another user's")
     func unsafePermissions() throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("libcopy.so").path
         try FileManager.default.copyItem(atPath: try sharedObject("HeraldTestPlugin"), toPath: path)
@@ -255,7 +256,7 @@ struct DynamicPluginTests {
 
     @Test("a file that is not a shared object is refused with the dynamic linker's reason")
     func notASharedObject() throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("libgarbage.so").path
         try Data((0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }).write(to: URL(fileURLWithPath: path))
@@ -309,7 +310,7 @@ struct DynamicPluginTests {
 
     @Test("loadAll with one bad path loads nothing: the plugins loaded before it are deinitialised")
     func loadAllIsAllOrNothing() throws {
-        let directory = try temporaryDirectory()
+        let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let first = directory.appendingPathComponent("first"), second = directory.appendingPathComponent("second")
         let badABI = try sharedObject("HeraldTestPluginBadABI")

@@ -16,13 +16,6 @@ func sharedObject(_ name: String) throws -> String {
     return path
 }
 
-/// A fresh directory for one test's files.
-func temporaryDirectory() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("herald-dynamic-plugin-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
-}
-
 /// The path of the C library's shared object (mapped in every process; it exports no plugin entry point), from
 /// this process's memory map.
 func cLibraryPath() throws -> String {
@@ -50,40 +43,6 @@ func recordedCalls(_ file: URL) -> [RecordedCall] {
         let parts = line.split(separator: "\t", maxSplits: 1, omittingEmptySubsequences: false)
         return RecordedCall(call: String(parts[0]), argument: parts.count > 1 ? String(parts[1]) : "")
     }
-}
-
-/// A Herald with an in-memory receiver, a recording sink and `plugins`, started for `body` and shut down after it.
-func withHerald(
-    plugins: [any HeraldPlugin],
-    categories: [NotificationCategory] = [],
-    _ body: (Herald, InMemoryReceiver, RecordingSink) async throws -> Void
-) async throws {
-    let herald = Herald(configuration: .init(senderID: "1234567890"))
-    let receiver = InMemoryReceiver()
-    let sink = RecordingSink()
-    try herald.register(receiver)
-    try herald.register(sink)
-    for plugin in plugins { try herald.register(plugin) }
-    for category in categories { try herald.register(category: category) }
-    try await herald.start()
-    do {
-        try await body(herald, receiver, sink)
-    } catch {
-        await herald.shutdown()
-        throw error
-    }
-    await herald.shutdown()
-}
-
-/// An FCM v1 send body addressed to `token`.
-func fcmBody(token: String, notification: (String, String)? = nil, data: [String: String] = [:], apns: String? = nil) -> String {
-    var message: [String] = ["\"token\": \"\(token)\""]
-    if let notification { message.append("\"notification\": {\"title\": \"\(notification.0)\", \"body\": \"\(notification.1)\"}") }
-    if !data.isEmpty {
-        message.append("\"data\": {" + data.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \"\($0.value)\"" }.joined(separator: ", ") + "}")
-    }
-    if let apns { message.append("\"apns\": \(apns)") }
-    return "{\"message\": {" + message.joined(separator: ", ") + "}}"
 }
 
 /// The `apns` member of a silent (background) message.

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTesting
 import Testing
 @testable import HeraldEventLoop
 
@@ -12,7 +13,7 @@ struct ShutdownTests {
         await loop.shutdownGracefully()
     }
 
-    @Test("shutdown with open connections, pending timers and queued work")
+    @Test("shutdown with open connections, pending timers and queued work", .ownProcess)
     func shutdownWithEverythingOpen() async throws {
         try await Self.warmUpLibuv()
         let before = openFileDescriptorCount()
@@ -56,7 +57,7 @@ struct ShutdownTests {
         #expect(openFileDescriptorCount() == before)
     }
 
-    @Test("many loops started and shut down leak no descriptors or threads' handles")
+    @Test("many loops started and shut down leak no descriptors or threads' handles", .ownProcess)
     func repeatedLoops() async throws {
         try await Self.warmUpLibuv()
         let before = openFileDescriptorCount()

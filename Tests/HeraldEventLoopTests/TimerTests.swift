@@ -1,3 +1,4 @@
+import Dispatch
 import HeraldTesting
 import Testing
 @testable import HeraldEventLoop
@@ -38,11 +39,16 @@ struct TimerTests {
     func cancellation() async throws {
         try await withRunningLoop { loop in
             let fired = Locked<Set<Int>>([])
+            // The loop is held while the test schedules and cancels from this thread, so no timer is due before
+            // the test has cancelled half of them, however slowly this thread runs.
+            let hold = DispatchSemaphore(value: 0)
+            loop.execute { hold.wait() }
             let tasks = (0..<200).map { id in
                 loop.scheduleTask(in: .milliseconds(5 + id % 10)) { _ = fired.withLock { $0.insert(id) } }
             }
             var cancelled: Set<Int> = []
             for id in stride(from: 0, to: 200, by: 2) where tasks[id].cancel() { cancelled.insert(id) }
+            hold.signal()
             let onLoopCancelled: Bool = try await loop.submit {
                 let task = loop.scheduleTask(in: .milliseconds(1)) { _ = fired.withLock { $0.insert(-1) } }
                 return task.cancel()

@@ -17,8 +17,8 @@ struct ExecFetchWorkerTests {
 
     @Test("exit 0 is newData, 3 noData, any other status failed, a signal failed")
     func exitStatuses() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript(Self.statusScript, named: "status.sh", in: directory)
         let worker = ExecFetchWorker(options: .init(command: script))
         try await withWorker(worker) { herald, sink in
@@ -37,8 +37,8 @@ struct ExecFetchWorkerTests {
 
     @Test("the status mapping is configurable")
     func customMapping() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript(Self.statusScript, named: "status.sh", in: directory)
         let worker = ExecFetchWorker(options: .init(command: script, newDataStatuses: [0, 10], noDataStatuses: [1, 75]))
         try await withWorker(worker) { herald, sink in
@@ -56,8 +56,8 @@ struct ExecFetchWorkerTests {
 
     @Test("standard input carries the message's userInfo as JSON; arguments, environment and working directory are set")
     func inputArgumentsEnvironment() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let work = "\(directory)/work"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         let script = try writeScript("""
@@ -86,8 +86,8 @@ struct ExecFetchWorkerTests {
 
     @Test("standard output and error reach the log line by line, with plugin and message_id metadata")
     func outputIsLogged() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript("""
             cat > /dev/null
             echo "first line"
@@ -113,8 +113,8 @@ struct ExecFetchWorkerTests {
 
     @Test("captured output is capped per run; the command is not blocked by what is not logged")
     func outputCap() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         // 2,000 lines of 100 bytes: 200 kB, more than a pipe holds, so the worker must keep reading.
         let script = try writeScript("""
             cat > /dev/null
@@ -140,8 +140,8 @@ struct ExecFetchWorkerTests {
 
     @Test("a process the command leaves running does not hold the fetch: its output is read for a while, then let go")
     func leftoverProcess() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         // The background sleep inherits standard output and error, so they stay open after the script exits.
         let script = try writeScript("""
             cat > /dev/null
@@ -168,8 +168,8 @@ struct ExecFetchWorkerTests {
 
     @Test("a command past Herald's deadline is killed with its process group, reaped, and counted failed")
     func heraldDeadlineKills() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         // The script's own pid, and that of the `sleep` it waits for (in its process group).
         let script = try writeScript("""
             echo $$ > "$0.pid"
@@ -199,8 +199,8 @@ struct ExecFetchWorkerTests {
 
     @Test("a command past the worker's timeout that ignores SIGTERM gets SIGKILL after the grace period")
     func timeoutEscalatesToKill() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript("""
             trap '' TERM
             echo $$ > "$0.pid"
@@ -226,8 +226,8 @@ struct ExecFetchWorkerTests {
 
     @Test("at most max-concurrent commands run at once; the others wait their turn")
     func concurrencyLimit() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         // Counts running copies under flock and keeps the highest count seen.
         let script = try writeScript("""
             cat > /dev/null
@@ -254,8 +254,8 @@ struct ExecFetchWorkerTests {
 
     @Test("a fetch cancelled while waiting for its turn never starts its command and counts failed")
     func cancelledWhileWaiting() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         // It ignores SIGTERM, so the first run holds its place for the kill grace period after its deadline: the
         // second message's deadline passes while it waits.
         let script = try writeScript("""
@@ -279,8 +279,8 @@ struct ExecFetchWorkerTests {
 
     @Test("stopping Herald while a command runs ends it; shutdown leaves no process and no handle")
     func shutdownEndsCommands() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript("""
             echo $$ > "$0.pid.$HERALD_MESSAGE_ID"
             exec sleep 60
@@ -302,8 +302,8 @@ struct ExecFetchWorkerTests {
 
     @Test("the event loop shutting down under a running command kills it, reaps it and closes every handle")
     func loopShutdownEndsCommands() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript("""
             trap '' TERM
             echo $$ > "$0.pid"
@@ -342,8 +342,8 @@ struct ExecFetchWorkerTests {
 
     @Test("a command that is not executable, a directory, a name not in PATH, or bad options fail start")
     func unusableCommands() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let plain = try writeScript("exit 0", named: "plain.sh", in: directory, mode: 0o644)
         let cases: [(ExecFetchWorker.Options, String)] = [
             (.init(command: plain), "the command \(plain) is not executable by this user"),
@@ -379,8 +379,8 @@ struct ExecFetchWorkerTests {
 
     @Test("a command removed after start fails its fetch with an error naming it")
     func commandRemovedAfterStart() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-exec")
+        defer { removeTemporaryDirectory(directory) }
         let script = try writeScript("exit 0", named: "vanishing.sh", in: directory)
         let logs = LogCollector()
         let worker = ExecFetchWorker(options: .init(command: script))

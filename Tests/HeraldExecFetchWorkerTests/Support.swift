@@ -5,19 +5,6 @@ import HeraldTesting
 import Logging
 import Testing
 
-/// A fresh directory under /tmp, removed by the caller with `removeDirectory`.
-func makeTemporaryDirectory() throws -> String {
-    var template = Array("/tmp/herald-exec-XXXXXX".utf8CString)
-    guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-        throw POSIXError(.init(rawValue: errno) ?? .EIO)
-    }
-    return String(cString: made)
-}
-
-func removeDirectory(_ path: String) {
-    try? FileManager.default.removeItem(atPath: path)
-}
-
 /// Writes a `/bin/sh` script to `directory/name` with mode `mode` and returns its path.
 @discardableResult
 func writeScript(_ body: String, named name: String, in directory: String, mode: Int = 0o755) throws -> String {

@@ -15,9 +15,6 @@ final class Recorder: MessageHandler, NotificationHandler, Sendable {
     }
 }
 
-/// The repository's root, found from this file's path (Tests/HeraldHTTPReceiverTests/AdminSDKTests.swift).
-let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
 /// A child process run to its end without blocking a thread: its exit status and what it printed (stdout and
 /// stderr together, through a file, so a chatty child never fills a pipe). It runs under timeout(1), which
 /// terminates it after `limit` (exit status 124), so a hung child fails the test instead of hanging it.
@@ -54,12 +51,8 @@ func runChild(_ executable: URL, _ arguments: [String], limit: Duration = .secon
 struct AdminSDKTests {
     @Test("firebase-admin: send (token, fid), send_each, multicast, topics (FCM v1 and IID), error classes")
     func firebaseAdminPython() async throws {
-        let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
+        let python = try pythonEnvironment(with: "firebase-admin")
         let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/admin_sdk_check.py")
-        try #require(
-            FileManager.default.isExecutableFile(atPath: python.path),
-            "No Python venv with firebase-admin at \(python.path): run scripts/python-env (scripts/test does) and test again."
-        )
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "admin-sdk-secret")
         options.idleTimeout = .seconds(30)
         let recorder = Recorder()

@@ -40,7 +40,7 @@ let sendPath = "/v1/projects/demo/messages:send"
 
 /// A send body for `token` whose data carries `n`, so that tests can tell which messages were delivered.
 func sendBody(_ token: String, _ n: String) -> String {
-    #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#
+    fcmBody(token: token, data: ["n": n])
 }
 
 /// The `n` data values handlers received, sorted.

@@ -8,8 +8,8 @@ import Testing
 struct JSONLExportTests {
     @Test("lines have exactly FCM's columns, in order, with their types, and the values of the messages sent")
     func columnsTypesAndValues() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics/delivery-metrics.jsonl"  // the directory is created at start
         let herald = Herald(configuration: .init(senderID: "1234567890"))
         let export = JSONLExport(options: .init(path: path, appName: "com.example.weatherd"))
@@ -103,8 +103,8 @@ struct JSONLExportTests {
 
     @Test("instance_id from the installationID closure; project_number null when the sender ID is not a number")
     func identityColumns() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let herald = Herald(configuration: .init(senderID: "my-project"))
         let export = JSONLExport(options: .init(path: path, events: .fcmEventsOnly), installationID: { "fid-from-closure" })
@@ -172,8 +172,8 @@ struct JSONLExportTests {
 
     @Test("one batch spanning seconds, days and 1970: each line's event_timestamp is its own (the per-second cache)")
     func timestampsInABatch() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let export = JSONLExport(options: .init(path: path))
         let times: [Int64] = [1_740_830_400_123, 1_740_830_400_999, 1_740_830_401_000, 1_740_830_400_001, 1_740_873_599_999, 1_740_873_600_000, 0, -1, -1_000, 5, 253_402_300_799_999]
@@ -190,8 +190,8 @@ struct JSONLExportTests {
 
     @Test("rotation under load through a real instance: 20,000 messages, nothing lost, nothing split, no file over the limit")
     func rotationUnderLoadThroughHerald() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let limit = 64 << 10
         let kept = 400
@@ -246,8 +246,8 @@ struct JSONLExportTests {
 
     @Test("rotation under concurrent batches: 16 writers, 20,000 events, nothing lost, nothing split, no file over the limit")
     func rotationUnderConcurrentBatches() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let limit = 32 << 10
         let kept = 300
@@ -287,8 +287,8 @@ struct JSONLExportTests {
 
     @Test("rotation keeps keptFiles files, removes the oldest, and keeps the newest lines in order")
     func keptFiles() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let export = JSONLExport(options: .init(path: path, maximumFileBytes: 1_000, keptFiles: 2))
         for index in 0..<40 { try await export.record([receiveEvent("message-\(index)")]) }
@@ -302,8 +302,8 @@ struct JSONLExportTests {
 
     @Test("a write that fails half-way is taken back; the retried batch is written once, even across a rotation")
     func partialWriteAndRetry() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let limit = 2_000
         let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: 50))
@@ -334,8 +334,8 @@ struct JSONLExportTests {
 
     @Test("through the analytics pipeline: a batch that fails half-way across a rotation is retried and written once")
     func pipelineRetriesPartialBatch() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let limit = 4_000
         var configuration = Herald.Configuration(senderID: "1234567890")
@@ -401,8 +401,8 @@ struct JSONLExportTests {
 
     @Test("a removed directory: writes throw naming the file until it is back; the retried batch is written once")
     func removedDirectory() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/out/metrics.jsonl"
         let herald = Herald(configuration: .init(senderID: "1234567890"))
         let export = JSONLExport(options: .init(path: path))
@@ -410,7 +410,7 @@ struct JSONLExportTests {
         try await herald.start()
         try await export.record([receiveEvent("before")])
         #expect(exportedRows(path, kept: 5).count == 1)
-        removeDirectory("\(directory)/out")
+        removeTemporaryDirectory("\(directory)/out")
         let batch = [receiveEvent("during-1"), receiveEvent("during-2")]
         let failure = await #expect(throws: JSONLExportError.self) { try await export.record(batch) }
         #expect(failure == JSONLExportError(.open, path: path, code: ENOENT))
@@ -424,8 +424,8 @@ struct JSONLExportTests {
 
     @Test("a path that cannot be used stops the start with an error naming it")
     func unusablePathAtStart() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let blocker = "\(directory)/not-a-directory"
         #expect(FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8)))
         let path = "\(blocker)/metrics.jsonl"
@@ -443,8 +443,8 @@ struct JSONLExportTests {
 
     @Test("the pipeline's path (lines from the recorded bytes) writes byte for byte the lines of the events' path")
     func recordsPathMatchesEventsPath() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let events = awkwardEvents()
         let identities: [(JSONLExport.Options, String?)] = [
             (.init(appName: "com.example.weatherd", projectNumber: 1_234_567_890), "fid-1:tail"),
@@ -479,8 +479,8 @@ struct JSONLExportTests {
 
     @Test("a batch read from records that fails half-way is written once when retried, as the events' path does")
     func recordsPathRetriesPartialBatch() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let limit = 2_000
         let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: 50))
@@ -504,8 +504,8 @@ struct JSONLExportTests {
 
     @Test("a torn last line left by a crash is cut off when the file is opened; whole lines are kept")
     func tornTailRepaired() async throws {
-        let directory = try makeTemporaryDirectory()
-        defer { removeDirectory(directory) }
+        let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
+        defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let earlier = JSONLExport(options: .init(path: path))
         try await earlier.record([receiveEvent("old-1"), receiveEvent("old-2")])

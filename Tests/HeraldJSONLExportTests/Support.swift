@@ -4,19 +4,6 @@ import HeraldTesting
 @testable import HeraldJSONLExport
 import Testing
 
-/// A fresh directory under /tmp, removed by the caller with `removeDirectory`.
-func makeTemporaryDirectory() throws -> String {
-    var template = Array("/tmp/herald-jsonl-XXXXXX".utf8CString)
-    guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-        throw POSIXError(.init(rawValue: errno) ?? .EIO)
-    }
-    return String(cString: made)
-}
-
-func removeDirectory(_ path: String) {
-    try? FileManager.default.removeItem(atPath: path)
-}
-
 func fileExists(_ path: String) -> Bool {
     FileManager.default.fileExists(atPath: path)
 }

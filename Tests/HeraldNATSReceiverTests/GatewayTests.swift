@@ -22,11 +22,7 @@ func startGateway(server: NATSServerProcess, directory: String, secret: String, 
 struct GatewayTests {
     @Test("the Firebase Admin SDK for Python sends through the gateway: tokens reach their instance only, topics the subscribed ones; unknown tokens are UNREGISTERED")
     func adminSDKThroughGateway() async throws {
-        let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
-        try #require(
-            FileManager.default.isExecutableFile(atPath: python.path),
-            "No Python venv with firebase-admin at \(python.path): run scripts/python-env (scripts/test does) and test again."
-        )
+        let python = try pythonEnvironment(with: "firebase-admin")
         let server = try NATSServerProcess()
         let a = try FleetInstance(server: server)
         let b = try FleetInstance(server: server)

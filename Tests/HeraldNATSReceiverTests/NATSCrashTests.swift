@@ -14,13 +14,20 @@ struct NATSCrashTests {
             let token = try await readToken(directory)
             let client = try NATSPublisher(url: server.url)
             let subject = NATSSubjects.token(project: "demo", token: token)
-            for n in 0..<count {
-                try client.publishStored(subject, #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#)
+            func publish(_ range: Range<Int>) throws {
+                for n in range {
+                    try client.publishStored(subject, #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#)
+                }
             }
+            // The first half while the daemon runs, killed once a quarter of the stream is handled (on a busy machine
+            // it may have handled the whole half by then); the second half while it is down, so that the restarted
+            // daemon always has messages the first never saw.
+            try publish(0..<count / 2)
             #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
             kill(first.processIdentifier, SIGKILL)
             first.waitUntilExit()
             #expect(first.terminationReason == .uncaughtSignal)
+            try publish(count / 2..<count)
             let beforeRestart = handled(directory)
             #expect(beforeRestart.count < count, "the kill came after the stream had been handled; it tests nothing")
 

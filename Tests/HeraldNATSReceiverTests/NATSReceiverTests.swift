@@ -428,18 +428,11 @@ func acceptAndClose(port: Int, count: Int, within limit: Duration) throws -> Int
     return accepted
 }
 
-/// The repository's root, for scripts and the Python venv.
-let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
 @Suite("NATSReceiver: an independent NATS client (nats-py) as the sender", .serialized)
 struct NATSPyTests {
     @Test("nats-py publishes through JetStream, requests and publishes on core NATS: handled like any sender")
     func natsPy() async throws {
-        let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
-        try #require(
-            FileManager.default.isExecutableFile(atPath: python.path),
-            "No Python venv with nats-py at \(python.path): run scripts/python-env (scripts/test does) and test again."
-        )
+        let python = try pythonEnvironment(with: "nats-py")
         let server = try NATSServerProcess()
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {

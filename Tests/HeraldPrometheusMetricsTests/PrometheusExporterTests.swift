@@ -5,8 +5,6 @@ import HeraldPrometheusMetrics
 import HeraldSocketReceiver
 import Testing
 
-private let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
 /// Presents every notification as a banner and answers silent messages with new data.
 final class BannerApp: NotificationHandler, BackgroundFetchWorker, Sendable {
     func willPresent(_ message: RemoteMessage) async -> PresentationOptions { [.banner] }
@@ -22,11 +20,7 @@ struct Sample: Equatable {
 
 /// Parses `page` with prometheus-client's text-format parser (the venv scripts/python-env makes).
 func parseWithPrometheusClient(_ page: String) throws -> [Sample] {
-    let python = repositoryRoot.appendingPathComponent(".build-python/bin/python")
-    guard FileManager.default.isExecutableFile(atPath: python.path) else {
-        Issue.record("No Python venv with prometheus-client at \(python.path): run scripts/python-env (scripts/test does) and test again.")
-        return []
-    }
+    let python = try pythonEnvironment(with: "prometheus-client")
     let process = Process()
     process.executableURL = python
     process.arguments = [repositoryRoot.appendingPathComponent("Tests/PrometheusParse/parse_metrics.py").path]

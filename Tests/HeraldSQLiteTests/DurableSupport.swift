@@ -6,9 +6,7 @@ import Testing
 
 /// A fresh temporary data directory, removed when the test is done with it.
 func withDataDirectory(_ body: (String) async throws -> Void) async throws {
-    let directory = NSTemporaryDirectory() + "herald-durable-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    try await body(directory)
+    try await withTemporaryDirectory(prefix: "herald-durable", body)
 }
 
 /// Records every message, response and token it is given; optionally holds messages until opened.

@@ -43,9 +43,7 @@ private func dropped(_ reason: String, label: String?, day: Int64, id: String? =
 }
 
 private func withAnalyticsDirectory(_ body: (String) async throws -> Void) async throws {
-    let directory = NSTemporaryDirectory() + "herald-analytics-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    try await body(directory)
+    try await withTemporaryDirectory(prefix: "herald-analytics", body)
 }
 
 /// A clock the test moves.

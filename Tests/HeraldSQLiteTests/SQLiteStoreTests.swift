@@ -513,14 +513,6 @@ private func record(_ index: Int, size: Int = 300) -> InboxRecord {
         receivedAt: 1_700_000_000_000 + Int64(index))
 }
 
-/// Runs `body` with a fresh temporary directory, removed afterwards.
-private func withTemporaryDirectory(_ body: (String) throws -> Void) throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sqlite-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    try body(directory)
-}
-
 private func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
     guard !needle.isEmpty, haystack.count >= needle.count else { return false }
     return (0...(haystack.count - needle.count)).contains { start in haystack[start..<(start + needle.count)].elementsEqual(needle) }

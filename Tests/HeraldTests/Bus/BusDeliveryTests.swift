@@ -174,6 +174,8 @@ struct BusDeliveryTests {
         let token = try await herald.token()
         let bus = try herald.bus
         let message = try FCMSendRequest.decode(Array(fcmBody(token: token, data: ["n": "1"]).utf8), context: herald.decodingContext).message
+        let clock = ContinuousClock()
+        let started = clock.now
         for _ in 0..<20 {
             // Two messages in one loop turn fill the bus (maxInFlight 2); they finish and it drains.
             try await herald.loop.submit {
@@ -185,9 +187,13 @@ struct BusDeliveryTests {
             }
             try await herald.waitUntilIdle()
         }
+        let elapsed = clock.now - started
         #expect(receiver.backpressure.pauses == 20 && receiver.backpressure.resumes == 20)
         let warnings = logs.all.filter { $0.message.hasPrefix("bus full") }
-        #expect(warnings.count == 1 && warnings.first?.level == .warning && warnings.first?.metadata["times_full"] == "1")
+        // One warning per 10 s at the most: one, or a few more when the cycles took longer than that (a busy machine).
+        #expect(warnings.count >= 1 && warnings.count <= 1 + Int(elapsed / .seconds(10)), "\(warnings.count) warnings in \(elapsed)")
+        #expect(warnings.allSatisfy { $0.level == .warning })
+        #expect(warnings.first?.metadata["times_full"] == "1")
         #expect(logs.all.filter { $0.message.hasPrefix("bus has room") }.allSatisfy { $0.level == .debug })
         await herald.shutdown()
     }

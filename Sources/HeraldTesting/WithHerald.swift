@@ -1,0 +1,44 @@
+public import Herald
+public import Testing
+
+/// Starts a Herald instance with an in-memory receiver, a recording sink, `plugins` and `categories`, runs `body`
+/// with the three, then shuts the instance down (also when `body` throws) and checks that no libuv handle is left.
+///
+/// `timeSource` lets the test drive deadlines with a ``ManualEventLoop``; by default the instance's own loop.
+public func withHerald(
+    configuration: Herald.Configuration = .init(senderID: "1234567890"),
+    timeSource: (any EventLoopScheduler)? = nil,
+    plugins: [any HeraldPlugin] = [],
+    categories: [NotificationCategory] = [],
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: (Herald, InMemoryReceiver, RecordingSink) async throws -> Void
+) async throws {
+    let herald = Herald(configuration: configuration, timeSource: timeSource)
+    let receiver = InMemoryReceiver()
+    let sink = RecordingSink()
+    try herald.register(receiver)
+    try herald.register(sink)
+    for plugin in plugins { try herald.register(plugin) }
+    for category in categories { try herald.register(category: category) }
+    try await herald.start()
+    do {
+        try await body(herald, receiver, sink)
+    } catch {
+        await herald.shutdown()
+        throw error
+    }
+    await herald.shutdown()
+    #expect(herald.loop.statistics.liveHandles == 0, "libuv handles left open", sourceLocation: sourceLocation)
+}
+
+/// An FCM v1 send body (`{"message": {...}}`) addressed to `token`, with an optional notification (title, body),
+/// `data` (in key order) and `apns` member (its JSON text, as written).
+public func fcmBody(token: String, notification: (String, String)? = nil, data: [String: String] = [:], apns: String? = nil) -> String {
+    var message: [String] = ["\"token\": \"\(token)\""]
+    if let notification { message.append("\"notification\": {\"title\": \"\(notification.0)\", \"body\": \"\(notification.1)\"}") }
+    if !data.isEmpty {
+        message.append("\"data\": {" + data.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \"\($0.value)\"" }.joined(separator: ", ") + "}")
+    }
+    if let apns { message.append("\"apns\": \(apns)") }
+    return "{\"message\": {" + message.joined(separator: ", ") + "}}"
+}
