@@ -17,9 +17,12 @@ let swiftSettings: [SwiftSetting] = [
 /// which lacks some that Swift code built with TSan calls: a TSan-built Swift plugin then fails to dlopen (undefined
 /// symbol: __tsan_external_write). A binary that loads plugins exports those too (by name: gold takes no globs).
 /// Without TSan the symbols do not exist and this does nothing.
-let exportTSanEntryPoints: [LinkerSetting] = [.unsafeFlags([
-    "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
-].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))]
+let exportTSanEntryPoints: [LinkerSetting] = [
+    .unsafeFlags(
+        [
+            "__tsan_external_read", "__tsan_external_write", "__tsan_ignore_thread_begin", "__tsan_ignore_thread_end",
+        ].flatMap { ["-Xlinker", "--export-dynamic-symbol=\($0)"] }, .when(platforms: [.linux]))
+]
 
 let package = Package(
     name: "Herald",

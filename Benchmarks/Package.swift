@@ -26,7 +26,7 @@ let package = Package(
             path: "Benchmarks/LoopComparison",
             swiftSettings: [.swiftLanguageMode(.v6)],
             plugins: [
-                .plugin(name: "BenchmarkPlugin", package: "benchmark"),
+                .plugin(name: "BenchmarkPlugin", package: "benchmark")
             ]
         ),
         // Fixtures shared by the benchmark targets: the sample body, the bus fixture, a no-op handler and sink.
@@ -53,7 +53,7 @@ let package = Package(
             path: "Benchmarks/Allocations",
             swiftSettings: [.swiftLanguageMode(.v6)],
             plugins: [
-                .plugin(name: "BenchmarkPlugin", package: "benchmark"),
+                .plugin(name: "BenchmarkPlugin", package: "benchmark")
             ]
         ),
         // The message path: bus dispatch to a no-op handler and FCM v1 decoding.
@@ -70,10 +70,10 @@ let package = Package(
             path: "Benchmarks/MessagePath",
             swiftSettings: [.swiftLanguageMode(.v6)],
             plugins: [
-                .plugin(name: "BenchmarkPlugin", package: "benchmark"),
+                .plugin(name: "BenchmarkPlugin", package: "benchmark")
             ]
         ),
-    
+
         // Servers and load clients for the network scenarios, driven by scripts/peers, scripts/http-vs-hummingbird and
         // scripts/socket-vs-nio. They live under Servers/, not Benchmarks/, so the benchmark plugin does not
         // take them for benchmark targets.
@@ -88,7 +88,7 @@ let package = Package(
         .target(
             name: "PeerSupport",
             dependencies: [
-                .product(name: "Herald", package: "Herald"),
+                .product(name: "Herald", package: "Herald")
             ],
             path: "Servers/PeerSupport",
             swiftSettings: [.swiftLanguageMode(.v6)]

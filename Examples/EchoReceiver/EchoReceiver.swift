@@ -28,9 +28,12 @@ struct EchoReceiver {
         if let listenPath {
             try herald.register(SocketReceiver(options: .init(addresses: [.unix(path: listenPath)])))
         }
-        try herald.register(category: NotificationCategory(identifier: "MATCH_UPDATE", actions: [
-            NotificationAction(identifier: "FOLLOW", title: "Follow the match", options: .foreground),
-        ]))
+        try herald.register(
+            category: NotificationCategory(
+                identifier: "MATCH_UPDATE",
+                actions: [
+                    NotificationAction(identifier: "FOLLOW", title: "Follow the match", options: .foreground)
+                ]))
         try await herald.start()
         let token = try await herald.token()
         try await herald.subscribe(toTopic: "weather")
@@ -79,10 +82,11 @@ struct EchoReceiver {
     /// Submits a sample to the bus as its receiver would.
     static func feed(_ sample: Samples.Sample, to herald: Herald, token: String) async -> DeliveryOutcome {
         let body = sample.body.split(separator: "REPLACE_WITH_TOKEN", omittingEmptySubsequences: false).joined(separator: token)
-        let context = switch sample.wire {
-        case .fcm: SendContext()
-        case .apns: SendContext(format: .apns(headers: [:], deviceToken: token))
-        }
+        let context =
+            switch sample.wire {
+            case .fcm: SendContext()
+            case .apns: SendContext(format: .apns(headers: [:], deviceToken: token))
+            }
         guard let bus = try? herald.bus else { return .failure(MessageError(.shuttingDown)) }
         switch await bus.submit(Array(body.utf8), context) {
         case .accepted(let id): return .success(id)

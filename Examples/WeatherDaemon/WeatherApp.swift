@@ -7,14 +7,18 @@ final class WeatherApp: NotificationHandler, BackgroundFetchWorker, TokenHandler
     /// The topic every instance subscribes to at start.
     static let topic = "weather"
     /// Severe-weather warnings: a banner with a sound.
-    static let severeWeather = NotificationCategory(identifier: "SEVERE_WEATHER", actions: [
-        NotificationAction(identifier: "SEE_FORECAST", title: "See the forecast", options: .foreground),
-        NotificationAction(identifier: "SHARE_WARNING", title: "Share the warning"),
-    ])
+    static let severeWeather = NotificationCategory(
+        identifier: "SEVERE_WEATHER",
+        actions: [
+            NotificationAction(identifier: "SEE_FORECAST", title: "See the forecast", options: .foreground),
+            NotificationAction(identifier: "SHARE_WARNING", title: "Share the warning"),
+        ])
     /// Everyday forecast notifications: quietly into the list.
-    static let forecast = NotificationCategory(identifier: "FORECAST", actions: [
-        NotificationAction(identifier: "SEE_FORECAST", title: "See the forecast", options: .foreground),
-    ])
+    static let forecast = NotificationCategory(
+        identifier: "FORECAST",
+        actions: [
+            NotificationAction(identifier: "SEE_FORECAST", title: "See the forecast", options: .foreground)
+        ])
 
     let cache: ForecastCache
     let logger: Logger
@@ -27,9 +31,11 @@ final class WeatherApp: NotificationHandler, BackgroundFetchWorker, TokenHandler
     }
 
     var descriptor: PluginDescriptor {
-        PluginDescriptor(name: "weather", summary: "keeps the forecast cache fresh and presents weather notifications", options: [
-            PluginDescriptor.Option(name: "cache", defaultValue: "weather-data/forecast.json", help: "the forecast cache file"),
-        ])
+        PluginDescriptor(
+            name: "weather", summary: "keeps the forecast cache fresh and presents weather notifications",
+            options: [
+                PluginDescriptor.Option(name: "cache", defaultValue: "weather-data/forecast.json", help: "the forecast cache file")
+            ])
     }
 
     /// Subscribes to ``topic`` as the instance starts (before any message flows, so no message to the topic is
@@ -58,14 +64,16 @@ final class WeatherApp: NotificationHandler, BackgroundFetchWorker, TokenHandler
 
     func present(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) async {
         let alert = message.aps.alert
-        logger.notice("presenting", metadata: [
-            "message_id": "\(message.messageID ?? "-")",
-            "title": "\(alert?.title ?? "")",
-            "body": "\(alert?.body ?? "")",
-            "category": "\(message.aps.category ?? "-")",
-            "options": "\(options)",
-            "actions": "\(actions.map(\.identifier).joined(separator: ","))",
-        ])
+        logger.notice(
+            "presenting",
+            metadata: [
+                "message_id": "\(message.messageID ?? "-")",
+                "title": "\(alert?.title ?? "")",
+                "body": "\(alert?.body ?? "")",
+                "category": "\(message.aps.category ?? "-")",
+                "options": "\(options)",
+                "actions": "\(actions.map(\.identifier).joined(separator: ","))",
+            ])
     }
 
     // MARK: BackgroundFetchWorker

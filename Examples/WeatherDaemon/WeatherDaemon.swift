@@ -13,12 +13,12 @@
 
 import ArgumentParser
 import Foundation
-import HeraldHTTPReceiver
 import Herald
+import HeraldHTTPReceiver
 import HeraldSQLite
+import HeraldSocketReceiver
 import Logging
 import ServiceLifecycle
-import HeraldSocketReceiver
 
 @main
 struct WeatherDaemon: AsyncParsableCommand {
@@ -30,10 +30,16 @@ struct WeatherDaemon: AsyncParsableCommand {
     @Option(name: .customLong("data-dir"), help: "The data directory: Herald's store, the lock, the default socket and the forecast cache.")
     var dataDirectory: String = "weather-data"
 
-    @Option(help: ArgumentHelp("The socket receiver's Unix path (default: herald.sock in the data directory) or HOST:PORT; 'none' turns it off.", valueName: "path"))
+    @Option(
+        help: ArgumentHelp(
+            "The socket receiver's Unix path (default: herald.sock in the data directory) or HOST:PORT; 'none' turns it off.",
+            valueName: "path"))
     var socket: String?
 
-    @Option(help: ArgumentHelp("Also receive FCM v1 over HTTP on HOST:PORT (loopback only: no bearer secret); 'none' (the default) turns it off.", valueName: "host:port"))
+    @Option(
+        help: ArgumentHelp(
+            "Also receive FCM v1 over HTTP on HOST:PORT (loopback only: no bearer secret); 'none' (the default) turns it off.",
+            valueName: "host:port"))
     var http: String = "none"
 
     @Option(help: ArgumentHelp("The forecast cache file (default: forecast.json in the data directory).", valueName: "file"))
@@ -52,7 +58,8 @@ struct WeatherDaemon: AsyncParsableCommand {
 
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
-            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
+            throw ValidationError(
+                "--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(logLevel)'")
         }
         if http != "none", SocketAddress(parsing: http)?.port == nil {
             throw ValidationError("--http must be HOST:PORT or 'none', not '\(http)'")
@@ -81,9 +88,12 @@ struct WeatherDaemon: AsyncParsableCommand {
         let lock: DataDirectoryLock
         let store: SQLiteStore
         do {
-            try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            lock = try DataDirectoryLock.acquire(directory: dataDirectory, owner: .init(
-                http: http == "none" ? nil : http, projectID: projectID, socket: socketSetting == "none" ? nil : socketSetting))
+            try FileManager.default.createDirectory(
+                atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            lock = try DataDirectoryLock.acquire(
+                directory: dataDirectory,
+                owner: .init(
+                    http: http == "none" ? nil : http, projectID: projectID, socket: socketSetting == "none" ? nil : socketSetting))
             store = try SQLiteStore(directory: dataDirectory)
         } catch {
             logger.critical("cannot use the data directory", metadata: ["directory": "\(dataDirectory)", "error": "\(error)"])

@@ -39,15 +39,19 @@ public final class EchoHandler: NotificationHandler, MessageHandler, BackgroundF
     }
 
     public var descriptor: PluginDescriptor {
-        PluginDescriptor(name: "echo", summary: "one JSON line per handled event on standard output", options: [
-            .init(name: "presentation", defaultValue: "list,banner,sound", help: "what willPresent answers"),
-            .init(name: "fetch-result", defaultValue: "noData", help: "what background fetches answer"),
-        ])
+        PluginDescriptor(
+            name: "echo", summary: "one JSON line per handled event on standard output",
+            options: [
+                .init(name: "presentation", defaultValue: "list,banner,sound", help: "what willPresent answers"),
+                .init(name: "fetch-result", defaultValue: "noData", help: "what background fetches answer"),
+            ])
     }
 
     public func willPresent(_ message: RemoteMessage) async -> PresentationOptions {
-        let names: [JSONValue] = [(PresentationOptions.list, "list"), (.banner, "banner"), (.sound, "sound"), (.badge, "badge"), (.alert, "alert")]
-            .filter { options.presentation.contains($0.0) }.map { .string($0.1) }
+        let names: [JSONValue] = [
+            (PresentationOptions.list, "list"), (.banner, "banner"), (.sound, "sound"), (.badge, "badge"), (.alert, "alert"),
+        ]
+        .filter { options.presentation.contains($0.0) }.map { .string($0.1) }
         emit("willPresent", message, ["options": .array(names)])
         return options.presentation
     }

@@ -164,10 +164,12 @@ final class ChildRun: @unchecked Sendable {
                     try ExternalHandle(
                         loop: loop, byteCount: herald_uv_process_size(), operation: "run \(spec.path)", initializedOnFailure: true
                     ) { loop, raw in
-                        herald_uv_spawn_piped(loop, raw.assumingMemoryBound(to: uv_process_t.self), { process, status, signal in
-                            let owner = ExternalHandle.owner(of: UnsafeMutableRawPointer(process!))
-                            (owner.context as! ChildRun).didExit(status: status, signal: signal)
-                        }, argv[0], argv, environment, directory, UInt32(UV_PROCESS_DETACHED.rawValue), stdin, stdout, stderr)
+                        herald_uv_spawn_piped(
+                            loop, raw.assumingMemoryBound(to: uv_process_t.self),
+                            { process, status, signal in
+                                let owner = ExternalHandle.owner(of: UnsafeMutableRawPointer(process!))
+                                (owner.context as! ChildRun).didExit(status: status, signal: signal)
+                            }, argv[0], argv, environment, directory, UInt32(UV_PROCESS_DETACHED.rawValue), stdin, stdout, stderr)
                     }
                 }
             }
@@ -223,9 +225,11 @@ final class ChildRun: @unchecked Sendable {
     private func inputWritten(status: Int32) {
         // EPIPE: the command exited (or closed its input) without reading it all; ECANCELED: the pipe closed first.
         if status < 0, status != Int32(UV_EPIPE.rawValue), status != Int32(UV_ECANCELED.rawValue) {
-            logger.warning("cannot write the message to the command's standard input", metadata: [
-                "error": "\(UVError(code: status, operation: "write to the command's standard input"))",
-            ])
+            logger.warning(
+                "cannot write the message to the command's standard input",
+                metadata: [
+                    "error": "\(UVError(code: status, operation: "write to the command's standard input"))"
+                ])
         }
         input?.close()
     }
@@ -233,13 +237,16 @@ final class ChildRun: @unchecked Sendable {
     // MARK: Output
 
     private func startReading(_ pipe: ExternalHandle) {
-        let result = uv_read_start(herald_as_stream(pipe.pointer), { handle, _, buffer in
-            let run = ExternalHandle.owner(of: UnsafeMutableRawPointer(handle!)).context as! ChildRun
-            buffer!.pointee = uv_buf_t(base: run.readBuffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: run.readBuffer.count)
-        }, { stream, count, buffer in
-            let owner = ExternalHandle.owner(of: UnsafeMutableRawPointer(stream!))
-            (owner.context as! ChildRun).didRead(from: owner, count: count, buffer: buffer!)
-        })
+        let result = uv_read_start(
+            herald_as_stream(pipe.pointer),
+            { handle, _, buffer in
+                let run = ExternalHandle.owner(of: UnsafeMutableRawPointer(handle!)).context as! ChildRun
+                buffer!.pointee = uv_buf_t(base: run.readBuffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: run.readBuffer.count)
+            },
+            { stream, count, buffer in
+                let owner = ExternalHandle.owner(of: UnsafeMutableRawPointer(stream!))
+                (owner.context as! ChildRun).didRead(from: owner, count: count, buffer: buffer!)
+            })
         if result < 0 {
             logger.warning("cannot read the command's output", metadata: ["error": "\(UVError(code: result, operation: "read"))"])
             pipe.close()
@@ -254,7 +261,8 @@ final class ChildRun: @unchecked Sendable {
             capture(UnsafeRawBufferPointer(start: buffer.pointee.base, count: count), stream: stream)
         } else if count < 0 {
             if count != Int(UV_EOF.rawValue) {
-                logger.debug("reading the command's output failed", metadata: ["error": "\(UVError(code: Int32(count), operation: "read"))"])
+                logger.debug(
+                    "reading the command's output failed", metadata: ["error": "\(UVError(code: Int32(count), operation: "read"))"])
             }
             flushPendingLine(stream)
             pipe.close()
@@ -280,9 +288,11 @@ final class ChildRun: @unchecked Sendable {
             if discardedBytes == 0 {
                 flushPendingLine(0)
                 flushPendingLine(1)
-                logger.notice("the command's output passed max-captured-bytes; the rest of it is not logged", metadata: [
-                    "max_captured_bytes": "\(spec.maxCapturedOutputBytes)",
-                ])
+                logger.notice(
+                    "the command's output passed max-captured-bytes; the rest of it is not logged",
+                    metadata: [
+                        "max_captured_bytes": "\(spec.maxCapturedOutputBytes)"
+                    ])
             }
             discardedBytes += bytes.count - kept
         }
@@ -336,9 +346,11 @@ final class ChildRun: @unchecked Sendable {
         guard !finished, pid != 0, exit == nil, termination == nil else { return }
         termination = reason
         timeoutTask?.cancel()
-        logger.warning("ending the command with SIGTERM: \(reason.text)", metadata: [
-            "kill_grace_period": "\(ExecFetchWorker.format(spec.killGracePeriod))",
-        ])
+        logger.warning(
+            "ending the command with SIGTERM: \(reason.text)",
+            metadata: [
+                "kill_grace_period": "\(ExecFetchWorker.format(spec.killGracePeriod))"
+            ])
         signalGroup(SIGTERM)
         killTask = loop.scheduleTask(in: spec.killGracePeriod) { [self] in
             guard exit == nil else { return }

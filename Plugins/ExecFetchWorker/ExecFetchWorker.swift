@@ -127,19 +127,29 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
     }
 
     public var descriptor: PluginDescriptor {
-        PluginDescriptor(name: options.name, summary: "runs a command for each silent message: the message as JSON on its standard input, its exit status as the fetch result", options: [
-            .init(name: "command", defaultValue: "", help: "the program (no shell): an absolute path, or a name looked up in PATH at start"),
-            .init(name: "arguments", defaultValue: "", help: "its arguments"),
-            .init(name: "environment", defaultValue: "", help: "variables added to its environment (HERALD_MESSAGE_ID is always set)"),
-            .init(name: "inherit-environment", defaultValue: "true", help: "whether it inherits the daemon's environment"),
-            .init(name: "working-directory", defaultValue: "", help: "where it runs (default: the daemon's working directory)"),
-            .init(name: "timeout", defaultValue: "25s", help: "how long a run may take before it is ended and counted failed"),
-            .init(name: "kill-grace-period", defaultValue: "2s", help: "the time between SIGTERM and SIGKILL"),
-            .init(name: "max-concurrent", defaultValue: "4", help: "how many commands run at once; further fetches wait their turn"),
-            .init(name: "new-data-status", defaultValue: "0", help: "exit statuses that mean new data"),
-            .init(name: "no-data-status", defaultValue: "3", help: "exit statuses that mean no new data; any other status or a signal is failed"),
-            .init(name: "max-captured-bytes", defaultValue: "65536", help: "bytes of each run's standard output and error logged; the rest is dropped"),
-        ])
+        PluginDescriptor(
+            name: options.name,
+            summary:
+                "runs a command for each silent message: the message as JSON on its standard input, its exit status as the fetch result",
+            options: [
+                .init(
+                    name: "command", defaultValue: "",
+                    help: "the program (no shell): an absolute path, or a name looked up in PATH at start"),
+                .init(name: "arguments", defaultValue: "", help: "its arguments"),
+                .init(name: "environment", defaultValue: "", help: "variables added to its environment (HERALD_MESSAGE_ID is always set)"),
+                .init(name: "inherit-environment", defaultValue: "true", help: "whether it inherits the daemon's environment"),
+                .init(name: "working-directory", defaultValue: "", help: "where it runs (default: the daemon's working directory)"),
+                .init(name: "timeout", defaultValue: "25s", help: "how long a run may take before it is ended and counted failed"),
+                .init(name: "kill-grace-period", defaultValue: "2s", help: "the time between SIGTERM and SIGKILL"),
+                .init(name: "max-concurrent", defaultValue: "4", help: "how many commands run at once; further fetches wait their turn"),
+                .init(name: "new-data-status", defaultValue: "0", help: "exit statuses that mean new data"),
+                .init(
+                    name: "no-data-status", defaultValue: "3",
+                    help: "exit statuses that mean no new data; any other status or a signal is failed"),
+                .init(
+                    name: "max-captured-bytes", defaultValue: "65536",
+                    help: "bytes of each run's standard output and error logged; the rest is dropped"),
+            ])
     }
 
     // MARK: Plugin
@@ -160,9 +170,11 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
             state.stopping = false
         }
         limit.reopen()
-        context.logger.info("ready", metadata: [
-            "command": "\(path)", "max_concurrent": "\(options.maxConcurrent)", "timeout": "\(Self.format(options.timeout))",
-        ])
+        context.logger.info(
+            "ready",
+            metadata: [
+                "command": "\(path)", "max_concurrent": "\(options.maxConcurrent)", "timeout": "\(Self.format(options.timeout))",
+            ])
     }
 
     /// Ends every running command (`SIGTERM`, then `SIGKILL` after the grace period), fails the fetches waiting for a
@@ -193,7 +205,9 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
         var logger = started.logger
         logger[metadataKey: "message_id"] = "\(message.messageID ?? "")"
         guard await limit.acquire() else {
-            logger.warning("the fetch was cancelled (or the worker stopped) while it waited for its turn (max-concurrent \(options.maxConcurrent)); counted as failed")
+            logger.warning(
+                "the fetch was cancelled (or the worker stopped) while it waited for its turn (max-concurrent \(options.maxConcurrent)); counted as failed"
+            )
             return .failed
         }
         defer { limit.release() }
@@ -255,7 +269,8 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
             throw .invalidOption(name: "timeout", value: Self.format(options.timeout), allowed: "a positive duration")
         }
         if options.killGracePeriod < .zero {
-            throw .invalidOption(name: "kill-grace-period", value: Self.format(options.killGracePeriod), allowed: "zero or a positive duration")
+            throw .invalidOption(
+                name: "kill-grace-period", value: Self.format(options.killGracePeriod), allowed: "zero or a positive duration")
         }
         if options.maxCapturedOutputBytes < 0 {
             throw .invalidOption(name: "max-captured-bytes", value: "\(options.maxCapturedOutputBytes)", allowed: "zero or more")

@@ -26,7 +26,8 @@ extension HTTPSession {
         let pathOnly: Substring = path.utf8.firstIndex(of: UInt8(ascii: "?")).map { path[..<$0] } ?? path[...]
         if pathOnly == "/healthz", method == "GET" {
             let ready = !context.bus.isDraining
-            respond(sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
+            respond(
+                sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
             return
         }
         guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
@@ -40,7 +41,8 @@ extension HTTPSession {
         if options.forwarder != nil, !isSend {
             // A gateway passes sends on; what would act on this instance (topic management, APNs pushes to its
             // token) has no meaning there.
-            let message = "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
+            let message =
+                "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
             respond(sequence: sequence, status: 501, body: googleError(501, "UNIMPLEMENTED", message), close: !keepAlive)
             return
         }
@@ -57,11 +59,15 @@ extension HTTPSession {
             return
         }
         guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
-            respond(sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."), close: !keepAlive)
+            respond(
+                sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."),
+                close: !keepAlive)
             return
         }
         guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."), close: !keepAlive)
+            respond(
+                sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."),
+                close: !keepAlive)
             return
         }
         send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
@@ -99,7 +105,9 @@ extension HTTPSession {
             case .accepted(let id):
                 self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
             case .invalid(let error), .refused(let error):
-                self.respond(sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)], close: !keepAlive)
+                self.respond(
+                    sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)],
+                    close: !keepAlive)
             }
         }
     }

@@ -91,7 +91,9 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             refuseHead()
         } else if parser.pointee.upgrade == 1 || errno != HPE_OK || parsed != bytes.count {
             let name = String(cString: http_errno_name(errno))
-            respond(sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request (\(name))."), close: true)
+            respond(
+                sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request (\(name))."),
+                close: true)
         } else if requestInProgress, requestTimer == nil {
             armRequestTimer()
         }
@@ -155,7 +157,8 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         headers.close()
         // A body announced too large is refused from the head, without waiting for it.
         if parser.pointee.flags & UInt32(F_CHUNKED.rawValue) == 0, parser.pointee.content_length != UInt64.max,
-           parser.pointee.content_length > UInt64(options.maximumBodyBytes) {
+            parser.pointee.content_length > UInt64(options.maximumBodyBytes)
+        {
             return refuseBody(size: Int(clamping: parser.pointee.content_length))
         }
         return 0
@@ -171,7 +174,9 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     @discardableResult
     private func refuseHead() -> Int32 {
         let limit = options.maximumHeaderBytes
-        respond(sequence: takeSequence(), status: 431, body: limitError(431, "The request line and headers are over \(limit) bytes; at most \(limit) are allowed."), close: true)
+        respond(
+            sequence: takeSequence(), status: 431,
+            body: limitError(431, "The request line and headers are over \(limit) bytes; at most \(limit) are allowed."), close: true)
         return 1
     }
 
@@ -213,7 +218,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             "error": [
                 "code": .int(Int64(code)), "message": .string(message), "status": "INVALID_ARGUMENT",
                 "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"]],
-            ],
+            ]
         ]
     }
 

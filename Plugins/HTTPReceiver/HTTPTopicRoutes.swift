@@ -20,7 +20,9 @@ extension HTTPSession {
         case ("POST", 6): topic = query["topic_name"]
         case ("DELETE", 7): topic = HTTPSession.percentDecoded(parts[6])
         default:
-            respond(sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."), close: !keepAlive)
+            respond(
+                sequence: sequence, status: 405,
+                body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."), close: !keepAlive)
             return
         }
         guard let topic else {
@@ -69,7 +71,8 @@ extension HTTPSession {
         do {
             (topic, tokens) = try HTTPSession.decodeInstanceIDRequest(body)
         } catch {
-            respond(sequence: sequence, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)], close: !keepAlive)
+            respond(
+                sequence: sequence, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)], close: !keepAlive)
             return
         }
         let control = context.topics
@@ -91,7 +94,9 @@ extension HTTPSession {
                 }
             } catch {
                 let status = (error as? MessageError)?.status ?? .internal
-                self?.respond(sequence: sequence, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")], close: !keepAlive)
+                self?.respond(
+                    sequence: sequence, status: status.httpStatus,
+                    body: ["error": .string(status.rawValue), "message": .string("\(error)")], close: !keepAlive)
                 return
             }
             self?.respond(sequence: sequence, status: 200, body: ["results": .array(results)], close: !keepAlive)
@@ -146,7 +151,8 @@ extension HTTPSession {
         var iterator = Array(text.utf8)[...]
         while let byte = iterator.popFirst() {
             if byte == UInt8(ascii: "%"), iterator.count >= 2,
-               let value = UInt8(String(decoding: iterator.prefix(2), as: UTF8.self), radix: 16) {
+                let value = UInt8(String(decoding: iterator.prefix(2), as: UTF8.self), radix: 16)
+            {
                 bytes.append(value)
                 iterator = iterator.dropFirst(2)
             } else {

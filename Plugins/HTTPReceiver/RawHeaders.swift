@@ -58,7 +58,8 @@ struct RawHeaders {
         var result: [String: String] = [:]
         result.reserveCapacity(lines.count)
         for line in lines {
-            let name = String(decoding: bytes[line.nameStart..<line.nameEnd].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+            let name = String(
+                decoding: bytes[line.nameStart..<line.nameEnd].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
             result[name] = String(decoding: bytes[line.nameEnd..<line.valueEnd], as: UTF8.self)
         }
         return result

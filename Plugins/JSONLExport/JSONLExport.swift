@@ -153,21 +153,25 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
         precondition(options.keptFiles >= 0, "keptFiles must not be negative")
         self.options = options
         self.installationID = installationID
-        self.writer = Locked(WriterState(file: RotatingLineFile(path: options.path, maximumBytes: options.maximumFileBytes, keptFiles: options.keptFiles)))
+        self.writer = Locked(
+            WriterState(file: RotatingLineFile(path: options.path, maximumBytes: options.maximumFileBytes, keptFiles: options.keptFiles)))
         identity.withLock { $0.projectNumber = options.projectNumber }
     }
 
     public var descriptor: PluginDescriptor {
-        PluginDescriptor(name: "jsonl-export", summary: "FCM's delivery-metrics export (BigQuery columns) as JSON lines, rotated by size", options: [
-            .init(name: "path", defaultValue: "herald-data/delivery-metrics.jsonl", help: "the file; rotated files are path.1 ... path.N"),
-            .init(name: "maximum-file-bytes", defaultValue: "67108864", help: "the size at which the file is rotated"),
-            .init(name: "kept-files", defaultValue: "5", help: "how many rotated files are kept"),
-            .init(name: "app-name", defaultValue: "", help: "the app_name column"),
-            .init(name: "sdk-platform", defaultValue: "LINUX", help: "the sdk_platform column"),
-            .init(name: "project-number", defaultValue: "", help: "the project_number column (default: the sender ID when numeric)"),
-            .init(name: "events", defaultValue: "message-events", help: "message-events, or fcm-events-only"),
-            .init(name: "sync-every-batch", defaultValue: "false", help: "fsync after every batch, not only at rotation and stop"),
-        ])
+        PluginDescriptor(
+            name: "jsonl-export", summary: "FCM's delivery-metrics export (BigQuery columns) as JSON lines, rotated by size",
+            options: [
+                .init(
+                    name: "path", defaultValue: "herald-data/delivery-metrics.jsonl", help: "the file; rotated files are path.1 ... path.N"),
+                .init(name: "maximum-file-bytes", defaultValue: "67108864", help: "the size at which the file is rotated"),
+                .init(name: "kept-files", defaultValue: "5", help: "how many rotated files are kept"),
+                .init(name: "app-name", defaultValue: "", help: "the app_name column"),
+                .init(name: "sdk-platform", defaultValue: "LINUX", help: "the sdk_platform column"),
+                .init(name: "project-number", defaultValue: "", help: "the project_number column (default: the sender ID when numeric)"),
+                .init(name: "events", defaultValue: "message-events", help: "message-events, or fcm-events-only"),
+                .init(name: "sync-every-batch", defaultValue: "false", help: "fsync after every batch, not only at rotation and stop"),
+            ])
     }
 
     // MARK: Plugin
@@ -376,7 +380,11 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
 
         init(identity: Identity, options: Options) {
             JSONLExport.appendStatic(#"","project_number":"#, to: &project)
-            if let number = identity.projectNumber { JSONLExport.appendDecimal(number, to: &project) } else { JSONLExport.appendNull(&project) }
+            if let number = identity.projectNumber {
+                JSONLExport.appendDecimal(number, to: &project)
+            } else {
+                JSONLExport.appendNull(&project)
+            }
             JSONLExport.appendStatic(#","message_id":"#, to: &project)
             JSONLExport.appendStatic(#","instance_id":"#, to: &instance)
             if let id = identity.instanceID { JSONValue.string(id).write(into: &instance) } else { JSONLExport.appendNull(&instance) }
@@ -429,11 +437,13 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
 
     /// One line for `record`, as ``line(for:eventName:identity:timestamps:)`` writes it for its event.
     private static func writeLine(
-        for record: AnalyticsRecord, eventName: RecordEventName, columns: IdentityColumns, timestamps: inout TimestampCache, into lines: LineBatch
+        for record: AnalyticsRecord, eventName: RecordEventName, columns: IdentityColumns, timestamps: inout TimestampCache,
+        into lines: LineBatch
     ) {
         func length(_ bytes: UnsafeRawBufferPointer?) -> Int { bytes?.count ?? 0 }
         // Keys, numbers and the timestamp take under 400 bytes; a string grows at most sixfold when escaped.
-        let strings = length(record.messageID) + length(record.messageType) + length(record.collapseKey) + length(record.topic)
+        let strings =
+            length(record.messageID) + length(record.messageType) + length(record.collapseKey) + length(record.topic)
             + length(eventName.qualifier) + length(record.analyticsLabel)
         lines.reserve(400 + columns.count + 6 * strings)
         func string(_ value: UnsafeRawBufferPointer?) {

@@ -48,7 +48,12 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             return publisher
         }
         shared.withLock { $0 = (publisher, context) }
-        context.logger.info("gateway mode: sends go to NATS", metadata: ["servers": "\(NATSConnectionSettings.redacted(options.servers))", "stream": "\(options.stream ?? NATSSubjects.streamName(project: project))"])
+        context.logger.info(
+            "gateway mode: sends go to NATS",
+            metadata: [
+                "servers": "\(NATSConnectionSettings.redacted(options.servers))",
+                "stream": "\(options.stream ?? NATSSubjects.streamName(project: project))",
+            ])
     }
 
     public func stop() async {
@@ -64,18 +69,26 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     }
 
     public func forward(_ request: FCMSendRequest, body: [UInt8]) async -> Result<String, MessageError> {
-        guard case let (publisher?, context?) = shared.withLock({ $0 }) else { return .failure(MessageError(.shuttingDown)) }
+        guard case (let publisher?, let context?) = shared.withLock({ $0 }) else { return .failure(MessageError(.shuttingDown)) }
         let project = context.projectID
         let localID = request.message.messageID ?? context.decoding.makeMessageID()
         let token: String
         switch request.message.target {
         case .condition(let condition):
-            return .failure(MessageError(.invalidCondition(condition, detail: "a Herald gateway does not evaluate conditions (it does not know the instances' topics); send to each topic instead")))
+            return .failure(
+                MessageError(
+                    .invalidCondition(
+                        condition,
+                        detail:
+                            "a Herald gateway does not evaluate conditions (it does not know the instances' topics); send to each topic instead"
+                    )))
         case .topic(let topic):
             if request.validateOnly { return .success(localID) }
             guard publisher.isConnected else { return .failure(Self.unavailable("not connected to NATS")) }
             do {
-                try await context.loop.offload { try publisher.publish(NATSSubjects.topic(project: project, topic: topic), body: body, flush: true) }
+                try await context.loop.offload {
+                    try publisher.publish(NATSSubjects.topic(project: project, topic: topic), body: body, flush: true)
+                }
                 return .success(localID)
             } catch {
                 return .failure(Self.unavailable("\(error)"))
@@ -90,7 +103,8 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         let target = request.message.target
         let registered: String?
         do {
-            let key = if case .installation(let id) = target { NATSSubjects.sanitized(id) } else { NATSSubjects.registrationKey(token: token) }
+            let key =
+                if case .installation(let id) = target { NATSSubjects.sanitized(id) } else { NATSSubjects.registrationKey(token: token) }
             registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
         } catch {
             return .failure(Self.unavailable("\(error)"))

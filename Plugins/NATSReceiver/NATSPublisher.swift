@@ -43,7 +43,8 @@ public final class NATSPublisher: @unchecked Sendable {
         var jsPointer: OpaquePointer?
         guard natsConnection_JetStream(&jsPointer, connection, &jsOptions) == NATS_OK, let jetStream = jsPointer else {
             natsConnection_Destroy(connection)
-            throw NATSReceiverError.jetStream(operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
+            throw NATSReceiverError.jetStream(
+                operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
         }
         self.connection = connection
         self.jetStream = jetStream
@@ -65,7 +66,8 @@ public final class NATSPublisher: @unchecked Sendable {
             Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
         )
         guard status == NATS_OK else {
-            throw NATSReceiverError.jetStream(operation: "create the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+            throw NATSReceiverError.jetStream(
+                operation: "create the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
         }
     }
 
@@ -78,10 +80,14 @@ public final class NATSPublisher: @unchecked Sendable {
         var code = jsErrCode(rawValue: 0)
         var stream = [CChar](repeating: 0, count: 256)
         let status = body.withUnsafeBytes {
-            herald_nats_publish_stored(jetStream, subject, $0.baseAddress, Int32($0.count), messageID, timeout.milliseconds, &sequence, &stream, stream.count, &code)
+            herald_nats_publish_stored(
+                jetStream, subject, $0.baseAddress, Int32($0.count), messageID, timeout.milliseconds, &sequence, &stream, stream.count,
+                &code)
         }
         guard status == NATS_OK else {
-            throw NATSReceiverError.jetStream(operation: "store a message on \(subject)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+            throw NATSReceiverError.jetStream(
+                operation: "store a message on \(subject)", detail: String(cString: herald_nats_last_error(status)),
+                code: Int(code.rawValue))
         }
         let name = String(decoding: stream.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         return "nats-\(name)-\(sequence)-\(messageID)"
@@ -129,7 +135,8 @@ public final class NATSPublisher: @unchecked Sendable {
     public func registeredToken(key: String, project: String, bucket: String? = nil) throws -> String? {
         let bucket = bucket ?? NATSSubjects.registrationBucket(project: project)
         let failure = { (status: natsStatus) in
-            NATSReceiverError.jetStream(operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+            NATSReceiverError.jetStream(
+                operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
         }
         var store = buckets.withLock { $0[bucket] }
         if store == nil {
@@ -167,7 +174,8 @@ public final class NATSPublisher: @unchecked Sendable {
         var code = jsErrCode(rawValue: 0)
         let status = herald_nats_stream_messages(jetStream, stream, &count, &code)
         guard status == NATS_OK else {
-            throw NATSReceiverError.jetStream(operation: "read the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+            throw NATSReceiverError.jetStream(
+                operation: "read the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
         }
         return count
     }

@@ -173,33 +173,39 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     }
 
     public var descriptor: PluginDescriptor {
-        PluginDescriptor(name: "nats", summary: "FCM v1 send bodies from NATS subjects, token messages through JetStream", options: [
-            .init(name: "server", defaultValue: "nats://127.0.0.1:4222", help: "a NATS server URL; repeatable"),
-            .init(name: "credentials", defaultValue: "", help: "a NATS credentials file (JWT and seed)"),
-            .init(name: "auth-token", defaultValue: "", help: "a NATS authentication token"),
-            .init(name: "tls-ca", defaultValue: "", help: "the CA file to trust"),
-            .init(name: "tls-cert", defaultValue: "", help: "a client certificate file"),
-            .init(name: "tls-key", defaultValue: "", help: "the client certificate's key file"),
-            .init(name: "stream", defaultValue: "HERALD_<PROJECT>", help: "the JetStream stream of token messages"),
-            .init(name: "consumer", defaultValue: "herald-<installation id>", help: "this instance's durable consumer"),
-            .init(name: "registration-bucket", defaultValue: "HERALD_<PROJECT>_REGISTRATIONS", help: "the key-value bucket the instance writes its token to"),
-            .init(name: "topic-delivery", defaultValue: "fan-out", help: "fan-out, or shared:<group> (a queue group)"),
-            .init(name: "ack-wait", defaultValue: "30s", help: "redeliver a message not acknowledged within this"),
-            .init(name: "max-ack-pending", defaultValue: "1024", help: "messages delivered and not yet acknowledged"),
-            .init(name: "max-deliver", defaultValue: "-1", help: "deliveries of a message at most (-1: no limit)"),
-            .init(name: "redelivery-delay", defaultValue: "1s", help: "wait before redelivering a message the bus refused"),
-            .init(name: "stream-max-age", defaultValue: "28d", help: "the stream keeps messages this long"),
-            .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
-            .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
-            .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
-            .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
-            .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
-            .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
-            .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
-            .init(name: "ping-interval", defaultValue: "20s", help: "PING the server this often; reconnect after max-pings-out unanswered"),
-            .init(name: "max-pings-out", defaultValue: "2", help: "unanswered PINGs before the connection is stale"),
-            .init(name: "max-held-messages", defaultValue: "65536", help: "topic messages held while the bus is full"),
-        ])
+        PluginDescriptor(
+            name: "nats", summary: "FCM v1 send bodies from NATS subjects, token messages through JetStream",
+            options: [
+                .init(name: "server", defaultValue: "nats://127.0.0.1:4222", help: "a NATS server URL; repeatable"),
+                .init(name: "credentials", defaultValue: "", help: "a NATS credentials file (JWT and seed)"),
+                .init(name: "auth-token", defaultValue: "", help: "a NATS authentication token"),
+                .init(name: "tls-ca", defaultValue: "", help: "the CA file to trust"),
+                .init(name: "tls-cert", defaultValue: "", help: "a client certificate file"),
+                .init(name: "tls-key", defaultValue: "", help: "the client certificate's key file"),
+                .init(name: "stream", defaultValue: "HERALD_<PROJECT>", help: "the JetStream stream of token messages"),
+                .init(name: "consumer", defaultValue: "herald-<installation id>", help: "this instance's durable consumer"),
+                .init(
+                    name: "registration-bucket", defaultValue: "HERALD_<PROJECT>_REGISTRATIONS",
+                    help: "the key-value bucket the instance writes its token to"),
+                .init(name: "topic-delivery", defaultValue: "fan-out", help: "fan-out, or shared:<group> (a queue group)"),
+                .init(name: "ack-wait", defaultValue: "30s", help: "redeliver a message not acknowledged within this"),
+                .init(name: "max-ack-pending", defaultValue: "1024", help: "messages delivered and not yet acknowledged"),
+                .init(name: "max-deliver", defaultValue: "-1", help: "deliveries of a message at most (-1: no limit)"),
+                .init(name: "redelivery-delay", defaultValue: "1s", help: "wait before redelivering a message the bus refused"),
+                .init(name: "stream-max-age", defaultValue: "28d", help: "the stream keeps messages this long"),
+                .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
+                .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
+                .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
+                .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
+                .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
+                .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
+                .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
+                .init(
+                    name: "ping-interval", defaultValue: "20s", help: "PING the server this often; reconnect after max-pings-out unanswered"
+                ),
+                .init(name: "max-pings-out", defaultValue: "2", help: "unanswered PINGs before the connection is stale"),
+                .init(name: "max-held-messages", defaultValue: "65536", help: "topic messages held while the bus is full"),
+            ])
     }
 
     /// `url` with a user and password in it (`nats://user:password@host:4222`) shown as `***`, as the receiver
@@ -287,25 +293,35 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         jsOptions.Wait = options.requestTimeout.milliseconds
         var jsPointer: OpaquePointer?
         guard natsConnection_JetStream(&jsPointer, connection, &jsOptions) == NATS_OK, let jetStream = jsPointer else {
-            throw NATSReceiverError.jetStream(operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
+            throw NATSReceiverError.jetStream(
+                operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
         }
         self.jetStream = jetStream
         shared.withLock { $0.state = .connected }
-        context.logger.info("connected to NATS", metadata: ["url": "\(connectedURL(connection))", "servers": "\(NATSConnectionSettings.redacted(options.servers))"])
+        context.logger.info(
+            "connected to NATS",
+            metadata: ["url": "\(connectedURL(connection))", "servers": "\(NATSConnectionSettings.redacted(options.servers))"])
         applyTopics()
         return UnsafeHandle(jetStream)
     }
 
-    private func configure(_ natsOptions: OpaquePointer, limits: UnsafeMutablePointer<Int64>, relay: UnsafeMutableRawPointer) -> natsStatus {
+    private func configure(_ natsOptions: OpaquePointer, limits: UnsafeMutablePointer<Int64>, relay: UnsafeMutableRawPointer) -> natsStatus
+    {
         let steps: [() -> natsStatus] = [
             { NATSConnectionSettings.apply(self.options, to: natsOptions) },
             { natsOptions_SetAllowReconnect(natsOptions, true) },
             { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: self.options.maxReconnectAttempts)) },
             { natsOptions_SetCustomReconnectDelay(natsOptions, herald_nats_reconnect_delay, limits) },
             { natsOptions_SetDisconnectedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).disconnected() }, relay) },
-            { natsOptions_SetReconnectedCB(natsOptions, { connection, closure in ConnectionRelay.from(closure).reconnected(connection) }, relay) },
+            {
+                natsOptions_SetReconnectedCB(
+                    natsOptions, { connection, closure in ConnectionRelay.from(closure).reconnected(connection) }, relay)
+            },
             { natsOptions_SetClosedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).closed() }, relay) },
-            { natsOptions_SetErrorHandler(natsOptions, { _, _, status, closure in ConnectionRelay.from(closure).asyncError(status) }, relay) },
+            {
+                natsOptions_SetErrorHandler(
+                    natsOptions, { _, _, status, closure in ConnectionRelay.from(closure).asyncError(status) }, relay)
+            },
         ]
         return NATSConnectionSettings.run(steps)
     }
@@ -427,16 +443,24 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                     Int64(options.maxAckPending), Int64(options.maxDeliver), &code
                 )
                 guard status == NATS_OK else {
-                    return .failure(.jetStream(operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue)))
+                    return .failure(
+                        .jetStream(
+                            operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
+                            code: Int(code.rawValue)))
                 }
                 var subscription: OpaquePointer?
                 let closure = Unmanaged.passRetained(relay).toOpaque()
-                status = herald_nats_subscribe_durable(&subscription, jetStream.pointer, stream, durable, filter, { _, _, message, closure in
-                    SubscriptionRelay.from(closure).received(message)
-                }, closure, &code)
+                status = herald_nats_subscribe_durable(
+                    &subscription, jetStream.pointer, stream, durable, filter,
+                    { _, _, message, closure in
+                        SubscriptionRelay.from(closure).received(message)
+                    }, closure, &code)
                 guard status == NATS_OK, let subscription else {
                     Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
-                    return .failure(.jetStream(operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue)))
+                    return .failure(
+                        .jetStream(
+                            operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
+                            code: Int(code.rawValue)))
                 }
                 Self.prepare(subscription, closure: closure, options: options)
                 return .success(UnsafeHandle(subscription))
@@ -450,7 +474,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                     self.subscribedToken = token
                 }
             }
-            context.logger.info("receiving token messages from JetStream", metadata: ["stream": "\(stream)", "consumer": "\(durable)", "subject": "\(filter)"])
+            context.logger.info(
+                "receiving token messages from JetStream",
+                metadata: ["stream": "\(stream)", "consumer": "\(durable)", "subject": "\(filter)"])
             try await self.register(token, key: NATSSubjects.registrationKey(token: token), jetStream: jetStream, context: context)
         }
     }
@@ -470,11 +496,14 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     /// Limits and the completion callback (which releases the relay once no callback can come any more).
     private static func prepare(_ subscription: OpaquePointer, closure: UnsafeMutableRawPointer, options: Options) {
-        natsSubscription_SetPendingLimits(subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
-        natsSubscription_SetOnCompleteCB(subscription, { closure in
-            guard let closure else { return }
-            Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
-        }, closure)
+        natsSubscription_SetPendingLimits(
+            subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
+        natsSubscription_SetOnCompleteCB(
+            subscription,
+            { closure in
+                guard let closure else { return }
+                Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+            }, closure)
     }
 
     public func topicsDidChange(_ topics: Set<String>) {
@@ -495,13 +524,16 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let closure = Unmanaged.passRetained(relay).toOpaque()
             var subscription: OpaquePointer?
             let handler: natsMsgHandler = { _, _, message, closure in SubscriptionRelay.from(closure).received(message) }
-            let status: natsStatus = switch options.topicDelivery {
-            case .fanOut: natsConnection_Subscribe(&subscription, connection, subject, handler, closure)
-            case .shared(let group): natsConnection_QueueSubscribe(&subscription, connection, subject, group, handler, closure)
-            }
+            let status: natsStatus =
+                switch options.topicDelivery {
+                case .fanOut: natsConnection_Subscribe(&subscription, connection, subject, handler, closure)
+                case .shared(let group): natsConnection_QueueSubscribe(&subscription, connection, subject, group, handler, closure)
+                }
             guard status == NATS_OK, let subscription else {
                 Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
-                context.logger.error("cannot subscribe to a topic subject", metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
+                context.logger.error(
+                    "cannot subscribe to a topic subject",
+                    metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
                 continue
             }
             Self.prepare(subscription, closure: closure, options: options)
@@ -569,9 +601,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 shared.withLock { $0.statistics.invalid += 1 }
                 // Debug, not warning: each one is recorded (message_dropped `invalid`, the statistics); a warning per
                 // message would let any publisher flood the log (the soak's malformed messages wrote 3,065 lines).
-                context.logger.debug("dropped an invalid message from NATS", metadata: [
-                    "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
-                ])
+                context.logger.debug(
+                    "dropped an invalid message from NATS",
+                    metadata: [
+                        "subject": "\(String(cString: natsMsg_GetSubject(message)))", "error": "\(error.message)",
+                    ])
             }
             if let reply {
                 switch outcome {

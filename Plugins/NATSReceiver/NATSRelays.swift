@@ -67,7 +67,8 @@ final class ConnectionRelay: @unchecked Sendable {
         if let connection {
             var buffer = [CChar](repeating: 0, count: 256)
             if natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK {
-                url = NATSConnectionSettings.redacted(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+                url = NATSConnectionSettings.redacted(
+                    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
             }
         }
         receiver?.connectionChanged(.connected, url: url, logger: logger, bus: bus, loop: loop)

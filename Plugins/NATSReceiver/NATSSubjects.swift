@@ -39,15 +39,18 @@ public enum NATSSubjects {
 
     /// Whether `token` can stand in a subject as one token: no `.`, `*`, `>` or whitespace.
     public static func isSubjectToken(_ token: String) -> Bool {
-        !token.isEmpty && !token.utf8.contains { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") || $0 <= 0x20 }
+        !token.isEmpty
+            && !token.utf8.contains { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") || $0 <= 0x20 }
     }
 
     static func sanitized(_ name: String) -> String {
-        String(String.UnicodeScalarView(name.unicodeScalars.map { scalar in
-            switch scalar {
-            case "a"..."z", "A"..."Z", "0"..."9", "-", "_": scalar
-            default: "_"
-            }
-        }))
+        String(
+            String.UnicodeScalarView(
+                name.unicodeScalars.map { scalar in
+                    switch scalar {
+                    case "a"..."z", "A"..."Z", "0"..."9", "-", "_": scalar
+                    default: "_"
+                    }
+                }))
     }
 }

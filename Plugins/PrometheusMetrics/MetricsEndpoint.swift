@@ -72,7 +72,9 @@ final class MetricsEndpoint {
                 }
             }
             if head.count > self.options.maximumRequestBytes {
-                self.write(connection, status: "431 Request Header Fields Too Large", type: "text/plain", body: Array("request head too large\n".utf8), close: true)
+                self.write(
+                    connection, status: "431 Request Header Fields Too Large", type: "text/plain",
+                    body: Array("request head too large\n".utf8), close: true)
                 connection.pauseReading()
                 connection.shutdownWriting { _ in connection.close() }
             }
@@ -85,7 +87,8 @@ final class MetricsEndpoint {
     private func answer(_ head: String, on connection: StreamConnection) -> Bool {
         let lines = head.split(separator: "\r\n", omittingEmptySubsequences: false)
         let parts = (lines.first ?? "").split(separator: " ")
-        let close = lines.dropFirst().contains { $0.lowercased().hasPrefix("connection:") && $0.lowercased().contains("close") }
+        let close =
+            lines.dropFirst().contains { $0.lowercased().hasPrefix("connection:") && $0.lowercased().contains("close") }
             || parts.last == "HTTP/1.0"
         guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else {
             write(connection, status: "400 Bad Request", type: "text/plain", body: Array("bad request\n".utf8), close: true)
@@ -99,7 +102,8 @@ final class MetricsEndpoint {
             let (healthy, body) = health()
             write(connection, status: healthy ? "200 OK" : "503 Service Unavailable", type: "application/json", body: body, close: close)
         case (_, "/metrics"), (_, "/healthz"):
-            write(connection, status: "405 Method Not Allowed", type: "text/plain", body: Array("use GET\n".utf8), close: close, allow: true)
+            write(
+                connection, status: "405 Method Not Allowed", type: "text/plain", body: Array("use GET\n".utf8), close: close, allow: true)
         default:
             write(connection, status: "404 Not Found", type: "text/plain", body: Array("not found; try /metrics\n".utf8), close: close)
         }
@@ -116,7 +120,8 @@ final class MetricsEndpoint {
     /// The index of the `\r\n\r\n` ending the first request head in `bytes`, if it is complete.
     private static func endOfHead(_ bytes: [UInt8]) -> Int? {
         guard bytes.count >= 4 else { return nil }
-        for index in 0...(bytes.count - 4) where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
+        for index in 0...(bytes.count - 4)
+        where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
             return index
         }
         return nil

@@ -78,30 +78,39 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         ]
         self.registry = registry
         self.factory = factory
-        received = Dictionary(uniqueKeysWithValues: ["DISPLAY_NOTIFICATION", "DATA_MESSAGE"].map {
-            ($0, CoreMetrics.Counter(label: "herald_messages_received_total", dimensions: [("type", $0)], factory: factory))
-        })
+        received = Dictionary(
+            uniqueKeysWithValues: ["DISPLAY_NOTIFICATION", "DATA_MESSAGE"].map {
+                ($0, CoreMetrics.Counter(label: "herald_messages_received_total", dimensions: [("type", $0)], factory: factory))
+            })
         presented = CoreMetrics.Counter(label: "herald_notifications_presented_total", factory: factory)
         opened = CoreMetrics.Counter(label: "herald_notifications_opened_total", factory: factory)
         dismissed = CoreMetrics.Counter(label: "herald_notifications_dismissed_total", factory: factory)
-        fetches = Dictionary(uniqueKeysWithValues: ["newData", "noData", "failed"].map {
-            ($0, CoreMetrics.Counter(label: "herald_background_fetch_total", dimensions: [("result", $0)], factory: factory))
-        })
+        fetches = Dictionary(
+            uniqueKeysWithValues: ["newData", "noData", "failed"].map {
+                ($0, CoreMetrics.Counter(label: "herald_background_fetch_total", dimensions: [("result", $0)], factory: factory))
+            })
         fetchDuration = CoreMetrics.Timer(label: "herald_background_fetch_duration_seconds", factory: factory)
         tokenRefreshes = CoreMetrics.Counter(label: "herald_token_refreshes_total", factory: factory)
-        topicChanges = Dictionary(uniqueKeysWithValues: ["subscribe", "unsubscribe"].map {
-            ($0, CoreMetrics.Counter(label: "herald_topic_changes_total", dimensions: [("change", $0)], factory: factory))
-        })
-        drops = Dictionary(uniqueKeysWithValues: AnalyticsEvent.DropReason.allCases.map {
-            ($0.rawValue, CoreMetrics.Counter(label: "herald_messages_dropped_total", dimensions: [("reason", $0.rawValue)], factory: factory))
-        })
+        topicChanges = Dictionary(
+            uniqueKeysWithValues: ["subscribe", "unsubscribe"].map {
+                ($0, CoreMetrics.Counter(label: "herald_topic_changes_total", dimensions: [("change", $0)], factory: factory))
+            })
+        drops = Dictionary(
+            uniqueKeysWithValues: AnalyticsEvent.DropReason.allCases.map {
+                (
+                    $0.rawValue,
+                    CoreMetrics.Counter(label: "herald_messages_dropped_total", dimensions: [("reason", $0.rawValue)], factory: factory)
+                )
+            })
         inFlight = CoreMetrics.Gauge(label: "herald_bus_messages_in_flight", factory: factory)
     }
 
     public var descriptor: PluginDescriptor {
-        PluginDescriptor(name: "prometheus", summary: "GET /metrics in the Prometheus text format", options: [
-            .init(name: "listen", defaultValue: "127.0.0.1:9464", help: "where /metrics is served"),
-        ])
+        PluginDescriptor(
+            name: "prometheus", summary: "GET /metrics in the Prometheus text format",
+            options: [
+                .init(name: "listen", defaultValue: "127.0.0.1:9464", help: "where /metrics is served")
+            ])
     }
 
     /// The address `/metrics` is served on (port 0 replaced by the chosen port), once started.
@@ -129,7 +138,8 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         self.context = context
         try await context.loop.submit {
             self.server = try MetricsEndpoint(
-                context: context, options: self.options, render: { [unowned self] in self.render() }, health: { [unowned self] in self.health() })
+                context: context, options: self.options, render: { [unowned self] in self.render() },
+                health: { [unowned self] in self.health() })
         }
     }
 
@@ -225,14 +235,17 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         if let bus = context?.bus {
             inFlight.record(bus.messagesInFlight)
             for (receiver, count) in bus.receiverConnections {
-                CoreMetrics.Gauge(label: "herald_receiver_connections", dimensions: [("receiver", receiver)], factory: factory).record(count)
+                CoreMetrics.Gauge(label: "herald_receiver_connections", dimensions: [("receiver", receiver)], factory: factory).record(
+                    count)
             }
             for (receiver, report) in bus.receiverHealth {
-                CoreMetrics.Gauge(label: "herald_receiver_healthy", dimensions: [("receiver", receiver)], factory: factory).record(report.healthy ? 1 : 0)
+                CoreMetrics.Gauge(label: "herald_receiver_healthy", dimensions: [("receiver", receiver)], factory: factory).record(
+                    report.healthy ? 1 : 0)
             }
             let statistics = bus.analyticsStatistics
             for (sink, figures) in statistics.sinks {
-                CoreMetrics.Gauge(label: "herald_analytics_events_queued", dimensions: [("sink", sink)], factory: factory).record(figures.queued)
+                CoreMetrics.Gauge(label: "herald_analytics_events_queued", dimensions: [("sink", sink)], factory: factory).record(
+                    figures.queued)
                 advance("herald_analytics_events_lost_total", sink: sink, to: figures.lost)
                 advance("herald_analytics_sink_failures_total", sink: sink, to: figures.failures)
             }
@@ -245,9 +258,10 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
     func health() -> (healthy: Bool, body: [UInt8]) {
         let reports = context?.bus.receiverHealth ?? [:]
         let healthy = reports.values.allSatisfy(\.healthy)
-        let receivers = JSONObject(uniqueKeysWithValues: reports.sorted { $0.key < $1.key }.map { name, report -> (String, JSONValue) in
-            (name, ["healthy": .bool(report.healthy), "state": .string(report.state)])
-        })
+        let receivers = JSONObject(
+            uniqueKeysWithValues: reports.sorted { $0.key < $1.key }.map { name, report -> (String, JSONValue) in
+                (name, ["healthy": .bool(report.healthy), "state": .string(report.state)])
+            })
         let body: JSONValue = ["status": .string(healthy ? "ok" : "unhealthy"), "receivers": .object(receivers)]
         return (healthy, body.jsonBytes() + [UInt8(ascii: "\n")])
     }

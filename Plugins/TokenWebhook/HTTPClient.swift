@@ -30,8 +30,9 @@ public struct HTTPClient: Sendable {
     /// `EventLoopError/shutDown` when the loop is shutting down.
     public func send(_ request: HTTPRequest, timeout: Duration) async throws -> HTTPResponse {
         try Task.checkCancellation()
-        let exchange = HTTPExchange(loop: loop, endpoint: request.endpoint, request: try request.serialized(),
-                                    timeout: timeout, maximumBodyBytes: maximumBodyBytes)
+        let exchange = HTTPExchange(
+            loop: loop, endpoint: request.endpoint, request: try request.serialized(),
+            timeout: timeout, maximumBodyBytes: maximumBodyBytes)
         return try await withTaskCancellationHandler {
             try await loop.submit { exchange.start() }
             return try await exchange.response()
@@ -60,10 +61,11 @@ public struct HTTPRequest: Sendable {
     /// break the framing (a line end in a value, a name that is not a token).
     func serialized() throws -> [UInt8] {
         func isToken(_ text: String) -> Bool {
-            !text.isEmpty && text.utf8.allSatisfy { byte in
-                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                    || "!#$%&'*+-.^_`|~".utf8.contains(byte)
-            }
+            !text.isEmpty
+                && text.utf8.allSatisfy { byte in
+                    (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                        || "!#$%&'*+-.^_`|~".utf8.contains(byte)
+                }
         }
         guard isToken(method) else { throw HTTPClientError.invalidRequest("the method '\(method)' is not an HTTP token") }
         var head = "\(method) \(endpoint.target) HTTP/1.1\r\nHost: \(endpoint.hostHeader)\r\n"

@@ -22,7 +22,9 @@ public struct HTTPEndpoint: Sendable, Hashable, CustomStringConvertible {
         func refuse(_ reason: String) -> HTTPClientError { .unsupportedURL(url, reason: reason) }
         let lowered = url.lowercased()
         if lowered.hasPrefix("https://") {
-            throw refuse("https is not supported: Herald's HTTP client speaks plain HTTP only. Reach the app server over loopback, or run a TLS-terminating proxy on this machine (nginx, HAProxy, stunnel) and give its http://127.0.0.1:PORT/ URL")
+            throw refuse(
+                "https is not supported: Herald's HTTP client speaks plain HTTP only. Reach the app server over loopback, or run a TLS-terminating proxy on this machine (nginx, HAProxy, stunnel) and give its http://127.0.0.1:PORT/ URL"
+            )
         }
         guard lowered.hasPrefix("http://") else {
             throw refuse("only http:// URLs are supported (http://HOST:PORT/PATH with a numeric HOST or localhost)")
@@ -61,7 +63,8 @@ public struct HTTPEndpoint: Sendable, Hashable, CustomStringConvertible {
         var port = 80
         if let portPart {
             guard !portPart.isEmpty, portPart.allSatisfy(\.isASCII), portPart.allSatisfy(\.isNumber),
-                  let value = Int(portPart), (1...65535).contains(value) else {
+                let value = Int(portPart), (1...65535).contains(value)
+            else {
                 throw refuse("the port must be a number in 1...65535")
             }
             port = value
@@ -70,7 +73,8 @@ public struct HTTPEndpoint: Sendable, Hashable, CustomStringConvertible {
             guard Self.isNumeric(host, family: AF_INET6) else { throw refuse("'\(host)' is not a numeric IPv6 address") }
         } else if host.lowercased() != "localhost" {
             guard Self.isNumeric(host, family: AF_INET) else {
-                throw refuse("the host must be a numeric address or localhost ('\(host)' would need DNS, which Herald's client does not do)")
+                throw refuse(
+                    "the host must be a numeric address or localhost ('\(host)' would need DNS, which Herald's client does not do)")
             }
         }
         guard target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {

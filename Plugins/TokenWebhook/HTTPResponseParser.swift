@@ -75,7 +75,8 @@ struct HTTPResponseParser {
                 guard let line = try nextLine(at: &position) else { return nil }
                 let sizeText = line.prefix { $0 != UInt8(ascii: ";") }.filter { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
                 guard !sizeText.isEmpty, sizeText.count <= 15,
-                      let size = Int(String(decoding: sizeText, as: UTF8.self), radix: 16), size >= 0 else {
+                    let size = Int(String(decoding: sizeText, as: UTF8.self), radix: 16), size >= 0
+                else {
                     throw HTTPClientError.malformedResponse("bad chunk size line '\(String(decoding: line.prefix(40), as: UTF8.self))'")
                 }
                 phase = size == 0 ? .trailers : .chunkData(remaining: size)
@@ -110,9 +111,13 @@ struct HTTPResponseParser {
             phase = .done
             return response
         case .head:
-            throw HTTPClientError.connectionClosed(buffer.isEmpty ? "the server closed the connection without answering" : "the server closed the connection in the middle of the response head")
+            throw HTTPClientError.connectionClosed(
+                buffer.isEmpty
+                    ? "the server closed the connection without answering"
+                    : "the server closed the connection in the middle of the response head")
         default:
-            throw HTTPClientError.connectionClosed("the server closed the connection before the end of the response body (status \(response.status))")
+            throw HTTPClientError.connectionClosed(
+                "the server closed the connection before the end of the response body (status \(response.status))")
         }
     }
 
@@ -123,7 +128,8 @@ struct HTTPResponseParser {
         let text = String(decoding: statusLine, as: UTF8.self)
         let parts = text.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), parts[1].count == 3, parts[1].allSatisfy({ $0.isASCII && $0.isNumber }),
-              let status = Int(parts[1]), status >= 100 else {
+            let status = Int(parts[1]), status >= 100
+        else {
             throw HTTPClientError.malformedResponse("not an HTTP/1.x status line: '\(text.prefix(80))'")
         }
         var headers: [(name: String, value: String)] = []
@@ -135,16 +141,23 @@ struct HTTPResponseParser {
                 continue
             }
             guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex else {
-                throw HTTPClientError.malformedResponse("a header line without a name and ':': '\(String(decoding: line.prefix(80), as: UTF8.self))'")
+                throw HTTPClientError.malformedResponse(
+                    "a header line without a name and ':': '\(String(decoding: line.prefix(80), as: UTF8.self))'")
             }
-            headers.append((name: Self.trimmed(String(decoding: line[..<colon], as: UTF8.self)),
-                            value: Self.trimmed(String(decoding: line[(colon + 1)...], as: UTF8.self))))
+            headers.append(
+                (
+                    name: Self.trimmed(String(decoding: line[..<colon], as: UTF8.self)),
+                    value: Self.trimmed(String(decoding: line[(colon + 1)...], as: UTF8.self))
+                ))
         }
         if status < 200 {
-            guard status != 101 else { throw HTTPClientError.malformedResponse("the server switched protocols (101), which was not asked for") }
+            guard status != 101 else {
+                throw HTTPClientError.malformedResponse("the server switched protocols (101), which was not asked for")
+            }
             return  // an interim response (100 Continue, 103 Early Hints): the final one follows
         }
-        response = HTTPResponse(status: status, reason: parts.count > 2 ? String(parts[2]) : "", headers: headers, body: [], bodyTruncated: false)
+        response = HTTPResponse(
+            status: status, reason: parts.count > 2 ? String(parts[2]) : "", headers: headers, body: [], bodyTruncated: false)
         phase = try Self.framing(status: status, headers: headers)
     }
 
@@ -155,10 +168,12 @@ struct HTTPResponseParser {
         if !transferCodings.isEmpty {
             return transferCodings.last == "chunked" ? .chunkSize : .untilClose
         }
-        let lengths = Set(headers.filter { $0.name.lowercased() == "content-length" }
-            .flatMap { $0.value.split(separator: ",").map { trimmed(String($0)) } })
+        let lengths = Set(
+            headers.filter { $0.name.lowercased() == "content-length" }
+                .flatMap { $0.value.split(separator: ",").map { trimmed(String($0)) } })
         guard let text = lengths.first else { return .untilClose }
-        guard lengths.count == 1, !text.isEmpty, text.count <= 18, text.allSatisfy({ $0.isASCII && $0.isNumber }), let length = Int(text) else {
+        guard lengths.count == 1, !text.isEmpty, text.count <= 18, text.allSatisfy({ $0.isASCII && $0.isNumber }), let length = Int(text)
+        else {
             throw HTTPClientError.malformedResponse("bad Content-Length '\(lengths.sorted().joined(separator: ", "))'")
         }
         return length == 0 ? .done : .fixed(remaining: length)

@@ -124,7 +124,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
         }
         if let secret = options.secret {
             guard !secret.isEmpty, secret.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                throw TokenWebhookError.invalidOption("secret", value: "(hidden)", reason: "the bearer secret must be non-empty visible ASCII, with no spaces or line ends")
+                throw TokenWebhookError.invalidOption(
+                    "secret", value: "(hidden)", reason: "the bearer secret must be non-empty visible ASCII, with no spaces or line ends")
             }
         }
         guard options.timeout > .zero else {
@@ -137,7 +138,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
             throw TokenWebhookError.invalidOption("initialBackoff", value: "\(options.initialBackoff)", reason: "must be more than zero")
         }
         guard options.maximumBackoff >= options.initialBackoff else {
-            throw TokenWebhookError.invalidOption("maximumBackoff", value: "\(options.maximumBackoff)", reason: "must be at least initialBackoff (\(options.initialBackoff))")
+            throw TokenWebhookError.invalidOption(
+                "maximumBackoff", value: "\(options.maximumBackoff)", reason: "must be at least initialBackoff (\(options.initialBackoff))")
         }
         self.options = options
         self.installationID = installationID
@@ -157,14 +159,20 @@ public final class TokenWebhook: TokenHandler, Sendable {
     }
 
     public var descriptor: PluginDescriptor {
-        PluginDescriptor(name: "token-webhook", summary: "POSTs the registration token to the app server at every start and change", options: [
-            .init(name: "url", defaultValue: "", help: "http://HOST[:PORT]/PATH of the app server (numeric HOST or localhost; no https)"),
-            .init(name: "secret", defaultValue: "", help: "sent as Authorization: Bearer <secret> when set"),
-            .init(name: "timeout", defaultValue: "10s", help: "the longest one attempt may take"),
-            .init(name: "maximum-attempts", defaultValue: "unlimited", help: "attempts per token before it is given up"),
-            .init(name: "initial-backoff", defaultValue: "1s", help: "the delay before the first retry; doubles per attempt, with jitter"),
-            .init(name: "maximum-backoff", defaultValue: "60s", help: "the longest delay between attempts (Retry-After may ask for more, up to 1 h)"),
-        ])
+        PluginDescriptor(
+            name: "token-webhook", summary: "POSTs the registration token to the app server at every start and change",
+            options: [
+                .init(
+                    name: "url", defaultValue: "", help: "http://HOST[:PORT]/PATH of the app server (numeric HOST or localhost; no https)"),
+                .init(name: "secret", defaultValue: "", help: "sent as Authorization: Bearer <secret> when set"),
+                .init(name: "timeout", defaultValue: "10s", help: "the longest one attempt may take"),
+                .init(name: "maximum-attempts", defaultValue: "unlimited", help: "attempts per token before it is given up"),
+                .init(
+                    name: "initial-backoff", defaultValue: "1s", help: "the delay before the first retry; doubles per attempt, with jitter"),
+                .init(
+                    name: "maximum-backoff", defaultValue: "60s",
+                    help: "the longest delay between attempts (Retry-After may ask for more, up to 1 h)"),
+            ])
     }
 
     /// What the webhook has done so far. Callable from any thread.
@@ -249,16 +257,21 @@ public final class TokenWebhook: TokenHandler, Sendable {
             if let maximum = options.maximumAttempts, attempt >= maximum {
                 guard !Task.isCancelled else { return }
                 state.withLock { $0.statistics.abandoned += 1 }
-                context.logger.error("gave up sending the registration token to the app server", metadata: [
-                    "url": "\(endpoint)", "attempts": "\(attempt)", "reason": "\(reason)",
-                ])
+                context.logger.error(
+                    "gave up sending the registration token to the app server",
+                    metadata: [
+                        "url": "\(endpoint)", "attempts": "\(attempt)", "reason": "\(reason)",
+                    ])
                 return
             }
-            let delay = Self.retryDelay(afterAttempt: attempt, initial: options.initialBackoff, maximum: options.maximumBackoff,
-                                        retryAfter: retryAfter, fraction: Double.random(in: 0...1))
-            context.logger.warning("will retry sending the registration token", metadata: [
-                "url": "\(endpoint)", "attempt": "\(attempt)", "delay": "\(delay)",
-            ])
+            let delay = Self.retryDelay(
+                afterAttempt: attempt, initial: options.initialBackoff, maximum: options.maximumBackoff,
+                retryAfter: retryAfter, fraction: Double.random(in: 0...1))
+            context.logger.warning(
+                "will retry sending the registration token",
+                metadata: [
+                    "url": "\(endpoint)", "attempt": "\(attempt)", "delay": "\(delay)",
+                ])
             do {
                 try await clock.sleep(for: delay)
             } catch {
@@ -267,7 +280,9 @@ public final class TokenWebhook: TokenHandler, Sendable {
         }
     }
 
-    private func attemptOnce(_ request: HTTPRequest, attempt: Int, reason: String, client: HTTPClient, context: PluginContext) async -> Outcome {
+    private func attemptOnce(_ request: HTTPRequest, attempt: Int, reason: String, client: HTTPClient, context: PluginContext) async
+        -> Outcome
+    {
         let response: HTTPResponse
         do {
             response = try await client.send(request, timeout: options.timeout)
@@ -280,9 +295,11 @@ public final class TokenWebhook: TokenHandler, Sendable {
             return .stop
         } catch {
             guard !Task.isCancelled else { return .stop }
-            context.logger.warning("sending the registration token failed", metadata: [
-                "url": "\(endpoint)", "attempt": "\(attempt)", "error": "\(error)",
-            ])
+            context.logger.warning(
+                "sending the registration token failed",
+                metadata: [
+                    "url": "\(endpoint)", "attempt": "\(attempt)", "error": "\(error)",
+                ])
             return .retry(after: nil)
         }
         let status = response.status
@@ -290,22 +307,28 @@ public final class TokenWebhook: TokenHandler, Sendable {
         switch status {
         case 200..<300:
             state.withLock { $0.statistics.delivered += 1 }
-            context.logger.info("registration token sent to the app server", metadata: [
-                "url": "\(endpoint)", "status": "\(status)", "attempts": "\(attempt)", "reason": "\(reason)",
-            ])
+            context.logger.info(
+                "registration token sent to the app server",
+                metadata: [
+                    "url": "\(endpoint)", "status": "\(status)", "attempts": "\(attempt)", "reason": "\(reason)",
+                ])
             return .delivered
         case 429, 500..<600:
             guard !Task.isCancelled else { return .stop }
-            context.logger.warning("the app server could not take the registration token now", metadata: [
-                "url": "\(endpoint)", "status": "\(status)", "attempt": "\(attempt)",
-            ])
+            context.logger.warning(
+                "the app server could not take the registration token now",
+                metadata: [
+                    "url": "\(endpoint)", "status": "\(status)", "attempt": "\(attempt)",
+                ])
             return .retry(after: response.value(of: "Retry-After").flatMap { Self.parseRetryAfter($0) })
         default:
             state.withLock { $0.statistics.rejected += 1 }
             let excerpt = String(decoding: response.body.prefix(200), as: UTF8.self)
-            context.logger.error("the app server refused the registration token; not retried", metadata: [
-                "url": "\(endpoint)", "status": "\(status) \(response.reason)", "body": "\(excerpt)",
-            ])
+            context.logger.error(
+                "the app server refused the registration token; not retried",
+                metadata: [
+                    "url": "\(endpoint)", "status": "\(status) \(response.reason)", "body": "\(excerpt)",
+                ])
             return .refused
         }
     }
@@ -315,7 +338,9 @@ public final class TokenWebhook: TokenHandler, Sendable {
     /// The wait after failed attempt number `attempt` (1 for the first): `initial` doubled `attempt - 1` times,
     /// at most `maximum`, times a factor between ½ and 1 drawn from `fraction` (in `0...1`); a longer
     /// `retryAfter` wins, up to ``maximumRetryAfter``.
-    static func retryDelay(afterAttempt attempt: Int, initial: Duration, maximum: Duration, retryAfter: Duration?, fraction: Double) -> Duration {
+    static func retryDelay(afterAttempt attempt: Int, initial: Duration, maximum: Duration, retryAfter: Duration?, fraction: Double)
+        -> Duration
+    {
         var base = initial
         var doublings = max(0, attempt - 1)
         while doublings > 0, base < maximum {
@@ -341,12 +366,14 @@ public final class TokenWebhook: TokenHandler, Sendable {
         let fields = text.split(separator: " ")
         let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
         guard fields.count == 6, fields[0].hasSuffix(","), fields[5] == "GMT",
-              let day = Int(fields[1]), (1...31).contains(day),
-              let month = months.firstIndex(of: String(fields[2])),
-              let year = Int(fields[3]), (1970...9999).contains(year) else { return nil }
+            let day = Int(fields[1]), (1...31).contains(day),
+            let month = months.firstIndex(of: String(fields[2])),
+            let year = Int(fields[3]), (1970...9999).contains(year)
+        else { return nil }
         let clock = fields[4].split(separator: ":", omittingEmptySubsequences: false).map { Int($0) }
         guard clock.count == 3, let hour = clock[0], let minute = clock[1], let second = clock[2],
-              (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
+            (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second)
+        else { return nil }
         var parts = tm()
         parts.tm_year = Int32(year - 1900)
         parts.tm_mon = Int32(month)

@@ -128,24 +128,25 @@ public class DynamicPlugin: HeraldPlugin, @unchecked Sendable {
         let message = descriptor.did_receive_message != nil
         let fetch = descriptor.fetch != nil
         let token = descriptor.did_receive_token != nil
-        let type: DynamicPlugin.Type = switch (notification, message, fetch, token) {
-        case (true, false, false, false): DynamicPluginN.self
-        case (false, true, false, false): DynamicPluginM.self
-        case (false, false, true, false): DynamicPluginF.self
-        case (false, false, false, true): DynamicPluginT.self
-        case (true, true, false, false): DynamicPluginNM.self
-        case (true, false, true, false): DynamicPluginNF.self
-        case (true, false, false, true): DynamicPluginNT.self
-        case (false, true, true, false): DynamicPluginMF.self
-        case (false, true, false, true): DynamicPluginMT.self
-        case (false, false, true, true): DynamicPluginFT.self
-        case (true, true, true, false): DynamicPluginNMF.self
-        case (true, true, false, true): DynamicPluginNMT.self
-        case (true, false, true, true): DynamicPluginNFT.self
-        case (false, true, true, true): DynamicPluginMFT.self
-        case (true, true, true, true): DynamicPluginNMFT.self
-        case (false, false, false, false): DynamicPlugin.self // refused by PluginLibrary; kept total
-        }
+        let type: DynamicPlugin.Type =
+            switch (notification, message, fetch, token) {
+            case (true, false, false, false): DynamicPluginN.self
+            case (false, true, false, false): DynamicPluginM.self
+            case (false, false, true, false): DynamicPluginF.self
+            case (false, false, false, true): DynamicPluginT.self
+            case (true, true, false, false): DynamicPluginNM.self
+            case (true, false, true, false): DynamicPluginNF.self
+            case (true, false, false, true): DynamicPluginNT.self
+            case (false, true, true, false): DynamicPluginMF.self
+            case (false, true, false, true): DynamicPluginMT.self
+            case (false, false, true, true): DynamicPluginFT.self
+            case (true, true, true, false): DynamicPluginNMF.self
+            case (true, true, false, true): DynamicPluginNMT.self
+            case (true, false, true, true): DynamicPluginNFT.self
+            case (false, true, true, true): DynamicPluginMFT.self
+            case (true, true, true, true): DynamicPluginNMFT.self
+            case (false, false, false, false): DynamicPlugin.self  // refused by PluginLibrary; kept total
+            }
         return type.init(library: library)
     }
 
@@ -167,8 +168,9 @@ public class DynamicPlugin: HeraldPlugin, @unchecked Sendable {
     /// them at most ``stopTimeout``. Idempotent. A plugin that is unloaded cannot be called again.
     public func unload() async {
         if await !library.close(waitingAtMost: Self.stopTimeout) {
-            logger.withLock { $0 }.warning("calls into the plugin still running after the stop timeout; it is deinitialised when they return",
-                                           metadata: ["timeout": "\(Self.stopTimeout)"])
+            logger.withLock { $0 }.warning(
+                "calls into the plugin still running after the stop timeout; it is deinitialised when they return",
+                metadata: ["timeout": "\(Self.stopTimeout)"])
         }
     }
 
@@ -203,7 +205,9 @@ public class DynamicPlugin: HeraldPlugin, @unchecked Sendable {
         }
         switch result {
         case .success(let status):
-            if status != HERALD_PLUGIN_OK { throw DynamicPluginError.handlerFailed(plugin: name, call: "did_receive_message", status: status) }
+            if status != HERALD_PLUGIN_OK {
+                throw DynamicPluginError.handlerFailed(plugin: name, call: "did_receive_message", status: status)
+            }
         case .failure(let error):
             throw error
         }
@@ -242,9 +246,11 @@ public class DynamicPlugin: HeraldPlugin, @unchecked Sendable {
     }
 
     private func callFailed(_ call: String, _ message: RemoteMessage, _ error: DynamicPluginError) {
-        logger.withLock { $0 }.error("the plugin could not be called", metadata: [
-            "call": "\(call)", "message_id": "\(message.messageID ?? "")", "error": "\(error)",
-        ])
+        logger.withLock { $0 }.error(
+            "the plugin could not be called",
+            metadata: [
+                "call": "\(call)", "message_id": "\(message.messageID ?? "")", "error": "\(error)",
+            ])
     }
 }
 
@@ -265,4 +271,5 @@ final class DynamicPluginNMF: DynamicPlugin, NotificationHandler, MessageHandler
 final class DynamicPluginNMT: DynamicPlugin, NotificationHandler, MessageHandler, TokenHandler, @unchecked Sendable {}
 final class DynamicPluginNFT: DynamicPlugin, NotificationHandler, BackgroundFetchWorker, TokenHandler, @unchecked Sendable {}
 final class DynamicPluginMFT: DynamicPlugin, MessageHandler, BackgroundFetchWorker, TokenHandler, @unchecked Sendable {}
-final class DynamicPluginNMFT: DynamicPlugin, NotificationHandler, MessageHandler, BackgroundFetchWorker, TokenHandler, @unchecked Sendable {}
+final class DynamicPluginNMFT: DynamicPlugin, NotificationHandler, MessageHandler, BackgroundFetchWorker, TokenHandler, @unchecked Sendable
+{}

@@ -49,7 +49,8 @@ final class PluginLibrary: @unchecked Sendable {
             let writableByOthers = mode & S_IWOTH != 0
             if !sticky && (mode & S_IWGRP != 0 || writableByOthers) {
                 let octal = String(mode & 0o7777, radix: 8)
-                return "\(what) is writable by \(writableByOthers ? "others" : "its group") (mode \(octal)): whoever can change it could run code inside Herald; chmod go-w it"
+                return
+                    "\(what) is writable by \(writableByOthers ? "others" : "its group") (mode \(octal)): whoever can change it could run code inside Herald; chmod go-w it"
             }
             if info.st_uid != 0 && info.st_uid != geteuid() {
                 return "\(what) belongs to uid \(info.st_uid), neither root nor the user Herald runs as (uid \(geteuid()))"
@@ -90,10 +91,15 @@ final class PluginLibrary: @unchecked Sendable {
         }
         let name = String(decoding: UnsafeRawBufferPointer(start: namePointer, count: strlen(namePointer)), as: UTF8.self)
         guard !name.isEmpty else { throw .invalidDescriptor(path: path, reason: "its descriptor's name is empty") }
-        guard descriptor.will_present != nil || descriptor.did_receive_response != nil || descriptor.did_receive_message != nil
-            || descriptor.fetch != nil || descriptor.did_receive_token != nil
+        guard
+            descriptor.will_present != nil || descriptor.did_receive_response != nil || descriptor.did_receive_message != nil
+                || descriptor.fetch != nil || descriptor.did_receive_token != nil
         else {
-            throw .invalidDescriptor(path: path, reason: "\(name) sets none of will_present, did_receive_response, did_receive_message, fetch, did_receive_token: it would never be called")
+            throw .invalidDescriptor(
+                path: path,
+                reason:
+                    "\(name) sets none of will_present, did_receive_response, did_receive_message, fetch, did_receive_token: it would never be called"
+            )
         }
         var context: UnsafeMutableRawPointer?
         if let initPlugin = descriptor.init_plugin {
@@ -131,7 +137,9 @@ final class PluginLibrary: @unchecked Sendable {
 
     /// Runs `body` with the descriptor and context on one of the plugin's threads and returns its result, or
     /// ``DynamicPluginError/unavailable(plugin:reason:)`` when the plugin is unloaded or its queue is full.
-    func call<T: Sendable>(_ body: @escaping @Sendable (herald_plugin_v1, UnsafeMutableRawPointer?) -> T) async -> Result<T, DynamicPluginError> {
+    func call<T: Sendable>(_ body: @escaping @Sendable (herald_plugin_v1, UnsafeMutableRawPointer?) -> T) async -> Result<
+        T, DynamicPluginError
+    > {
         let admitted: Result<BlockingPool, DynamicPluginError> = state.withLock { state in
             guard !state.closed else { return .failure(.unavailable(plugin: name, reason: "it has been unloaded")) }
             if state.pool == nil {
@@ -151,14 +159,16 @@ final class PluginLibrary: @unchecked Sendable {
         }
         return await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, DynamicPluginError>, Never>) in
             do {
-                try pool.submit({ [self] in
-                    let result = body(descriptor, context)
-                    callEnded()
-                    continuation.resume(returning: .success(result))
-                }, onCancel: { [self] in
-                    callEnded()
-                    continuation.resume(returning: .failure(.unavailable(plugin: name, reason: "it has been unloaded")))
-                })
+                try pool.submit(
+                    { [self] in
+                        let result = body(descriptor, context)
+                        callEnded()
+                        continuation.resume(returning: .success(result))
+                    },
+                    onCancel: { [self] in
+                        callEnded()
+                        continuation.resume(returning: .failure(.unavailable(plugin: name, reason: "it has been unloaded")))
+                    })
             } catch {
                 callEnded()
                 continuation.resume(returning: .failure(.unavailable(plugin: name, reason: "\(error)")))
@@ -193,7 +203,11 @@ final class PluginLibrary: @unchecked Sendable {
     /// that happened within `timeout`; otherwise `deinit_plugin` runs when the last running call returns.
     @discardableResult
     func close(waitingAtMost timeout: Duration) async -> Bool {
-        enum Next { case done, finalizeNow(BlockingPool?), wait }
+        enum Next {
+            case done
+            case finalizeNow(BlockingPool?)
+            case wait
+        }
         let next: Next = state.withLock { state in
             state.closed = true
             if state.finalized { return .done }

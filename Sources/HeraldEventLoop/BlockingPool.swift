@@ -40,16 +40,18 @@ public final class BlockingPool: Sendable {
 
     private static func work(_ state: ConditionLock<State>) {
         while true {
-            let job: Job? = state.wait(until: { !$0.running || $0.queued > 0 }) { state in
-                guard state.queued > 0 else { return nil }
-                let job = state.jobs[state.head]
-                state.head += 1
-                if state.head == state.jobs.count {
-                    state.jobs.removeAll(keepingCapacity: true)
-                    state.head = 0
-                }
-                return job
-            }
+            let job: Job? = state.wait(
+                until: { !$0.running || $0.queued > 0 },
+                then: { state in
+                    guard state.queued > 0 else { return nil }
+                    let job = state.jobs[state.head]
+                    state.head += 1
+                    if state.head == state.jobs.count {
+                        state.jobs.removeAll(keepingCapacity: true)
+                        state.head = 0
+                    }
+                    return job
+                })
             guard let job else { return }
             job.run()
         }

@@ -157,9 +157,12 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         uvLoop = loop
 
         let async = UnsafeMutablePointer<uv_async_t>.allocate(capacity: 1)
-        precondition(uv_async_init(loop, async, { handle in
-            EventLoop.from(handle!.pointee.loop).drainQueue()
-        }) == 0, "uv_async_init failed")
+        precondition(
+            uv_async_init(
+                loop, async,
+                { handle in
+                    EventLoop.from(handle!.pointee.loop).drainQueue()
+                }) == 0, "uv_async_init failed")
         async.pointee.data = nil
         asyncHandle = async
 
@@ -259,9 +262,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     /// Callable from any thread, including the loop's (then `body` runs after the work already queued).
     public func submit<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            let accepted = enqueue(.closure {
-                continuation.resume(with: Result { try body() })
-            })
+            let accepted = enqueue(
+                .closure {
+                    continuation.resume(with: Result { try body() })
+                })
             if !accepted { continuation.resume(throwing: EventLoopError.shutDown) }
         }
     }
@@ -331,9 +335,11 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         let delayNanoseconds = deadline > now ? deadline.uptimeNanoseconds - now.uptimeNanoseconds : 0
         // libuv counts milliseconds; round up so that the callback never finds the task not yet due.
         let delayMilliseconds = (delayNanoseconds + 999_999) / 1_000_000
-        uv_timer_start(timerHandle, { handle in
-            EventLoop.from(handle!.pointee.loop).fireTimers()
-        }, delayMilliseconds, 0)
+        uv_timer_start(
+            timerHandle,
+            { handle in
+                EventLoop.from(handle!.pointee.loop).fireTimers()
+            }, delayMilliseconds, 0)
     }
 
     private func fireTimers() {
@@ -366,8 +372,9 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         let pool = try blockingPool()
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             do {
-                try pool.submit({ continuation.resume(with: Result { try work() }) },
-                                onCancel: { continuation.resume(throwing: EventLoopError.shutDown) })
+                try pool.submit(
+                    { continuation.resume(with: Result { try work() }) },
+                    onCancel: { continuation.resume(throwing: EventLoopError.shutDown) })
             } catch {
                 continuation.resume(throwing: error)
             }
@@ -382,12 +389,14 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         then completion: @escaping @Sendable (Result<T, any Error>) -> Void
     ) {
         do {
-            try blockingPool().submit({ [self] in
-                let result = Result { try work() }
-                execute { completion(result) }
-            }, onCancel: { [self] in
-                execute { completion(.failure(EventLoopError.shutDown)) }
-            })
+            try blockingPool().submit(
+                { [self] in
+                    let result = Result { try work() }
+                    execute { completion(result) }
+                },
+                onCancel: { [self] in
+                    execute { completion(.failure(EventLoopError.shutDown)) }
+                })
         } catch {
             execute { completion(.failure(error)) }
         }
@@ -456,21 +465,29 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         uv_timer_stop(timerHandle)
         armedDeadline = nil
         // Close our own handles, then every handle created on the loop (each owner frees itself in its close callback).
-        uv_close(herald_as_handle(timerHandle), { handle in
-            EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
-        })
+        uv_close(
+            herald_as_handle(timerHandle),
+            { handle in
+                EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
+            })
         // Connections close below and flush what they gathered as they do; none asks for a flush after this.
-        uv_close(herald_as_handle(prepareHandle), { handle in
-            EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
-        })
+        uv_close(
+            herald_as_handle(prepareHandle),
+            { handle in
+                EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
+            })
         // No send can reach the async handle now: enqueue() sends only while the lifecycle is `.running`.
-        uv_close(herald_as_handle(asyncHandle), { handle in
-            EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
-        })
-        uv_walk(uvLoop, { handle, _ in
-            guard let handle, uv_is_closing(handle) == 0, let owner = handle.pointee.data else { return }
-            Unmanaged<LoopHandle>.fromOpaque(owner).takeUnretainedValue().closeForShutdown()
-        }, nil)
+        uv_close(
+            herald_as_handle(asyncHandle),
+            { handle in
+                EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
+            })
+        uv_walk(
+            uvLoop,
+            { handle, _ in
+                guard let handle, uv_is_closing(handle) == 0, let owner = handle.pointee.data else { return }
+                Unmanaged<LoopHandle>.fromOpaque(owner).takeUnretainedValue().closeForShutdown()
+            }, nil)
     }
 
     private func finishClosing() {

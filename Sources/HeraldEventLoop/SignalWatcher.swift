@@ -26,10 +26,12 @@ public final class SignalWatcher: LoopHandle, @unchecked Sendable {
             throw UVError(code: result, operation: "watch signal \(signal)")
         }
         adopt()
-        let started = uv_signal_start(raw.assumingMemoryBound(to: uv_signal_t.self), { handle, signal in
-            let owner = Unmanaged<LoopHandle>.fromOpaque(handle!.pointee.data).takeUnretainedValue() as! SignalWatcher
-            owner.handler(signal)
-        }, signal)
+        let started = uv_signal_start(
+            raw.assumingMemoryBound(to: uv_signal_t.self),
+            { handle, signal in
+                let owner = Unmanaged<LoopHandle>.fromOpaque(handle!.pointee.data).takeUnretainedValue() as! SignalWatcher
+                owner.handler(signal)
+            }, signal)
         if started < 0 {
             closeHandle()
             throw UVError(code: started, operation: "watch signal \(signal)")

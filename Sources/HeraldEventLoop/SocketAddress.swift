@@ -28,7 +28,8 @@ public enum SocketAddress: Sendable, Hashable, CustomStringConvertible {
         }
         if text.hasPrefix("[") {
             guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":"),
-                  let port = Int(text[text.index(close, offsetBy: 2)...]), (0...65535).contains(port) else { return nil }
+                let port = Int(text[text.index(close, offsetBy: 2)...]), (0...65535).contains(port)
+            else { return nil }
             self = .tcp(host: String(text[text.index(after: text.startIndex)..<close]), port: port)
             return
         }
@@ -76,11 +77,13 @@ public enum SocketAddress: Sendable, Hashable, CustomStringConvertible {
         return try withUnsafeMutableBytes(of: &storage) { bytes in
             let address = bytes.baseAddress!
             if host.contains(":") {
-                try UVError.check(uv_ip6_addr(host, Int32(port), address.assumingMemoryBound(to: sockaddr_in6.self)),
-                                  "parse IPv6 address \(host) (a numeric address is needed)")
+                try UVError.check(
+                    uv_ip6_addr(host, Int32(port), address.assumingMemoryBound(to: sockaddr_in6.self)),
+                    "parse IPv6 address \(host) (a numeric address is needed)")
             } else {
-                try UVError.check(uv_ip4_addr(host, Int32(port), address.assumingMemoryBound(to: sockaddr_in.self)),
-                                  "parse IPv4 address \(host) (a numeric address is needed)")
+                try UVError.check(
+                    uv_ip4_addr(host, Int32(port), address.assumingMemoryBound(to: sockaddr_in.self)),
+                    "parse IPv4 address \(host) (a numeric address is needed)")
             }
             return try body(address.assumingMemoryBound(to: sockaddr.self))
         }
@@ -95,13 +98,15 @@ public enum SocketAddress: Sendable, Hashable, CustomStringConvertible {
             case AF_INET:
                 let inet = address.assumingMemoryBound(to: sockaddr_in.self)
                 uv_ip4_name(inet, &name, name.count)
-                return .tcp(host: String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
-                            port: Int(UInt16(bigEndian: inet.pointee.sin_port)))
+                return .tcp(
+                    host: String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
+                    port: Int(UInt16(bigEndian: inet.pointee.sin_port)))
             case AF_INET6:
                 let inet6 = address.assumingMemoryBound(to: sockaddr_in6.self)
                 uv_ip6_name(inet6, &name, name.count)
-                return .tcp(host: String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
-                            port: Int(UInt16(bigEndian: inet6.pointee.sin6_port)))
+                return .tcp(
+                    host: String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self),
+                    port: Int(UInt16(bigEndian: inet6.pointee.sin6_port)))
             default:
                 return nil
             }
@@ -111,8 +116,9 @@ public enum SocketAddress: Sendable, Hashable, CustomStringConvertible {
     /// Throws `ENAMETOOLONG` for a Unix path the kernel would cut short.
     static func checkUnixPath(_ path: String, operation: String) throws {
         if path.utf8.count > maximumUnixPathLength {
-            throw UVError(code: Int32(UV_ENAMETOOLONG.rawValue),
-                          operation: "\(operation): path is \(path.utf8.count) bytes, at most \(maximumUnixPathLength) fit")
+            throw UVError(
+                code: Int32(UV_ENAMETOOLONG.rawValue),
+                operation: "\(operation): path is \(path.utf8.count) bytes, at most \(maximumUnixPathLength) fit")
         }
     }
 }

@@ -126,9 +126,10 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     /// Connects to `address` on `loop`. Callable from any context.
     public static func connect(to address: SocketAddress, on loop: EventLoop) async throws -> StreamConnection {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<StreamConnection, any Error>) in
-            let accepted = loop.enqueue(.closure {
-                connect(to: address, on: loop) { continuation.resume(with: $0) }
-            })
+            let accepted = loop.enqueue(
+                .closure {
+                    connect(to: address, on: loop) { continuation.resume(with: $0) }
+                })
             if !accepted { continuation.resume(throwing: EventLoopError.shutDown) }
         }
     }
@@ -171,13 +172,17 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
         loop.preconditionInEventLoop()
         guard !isClosing, !reading else { return }
         reading = true
-        let result = uv_read_start(stream, { handle, _, buffer in
-            let loop = EventLoop.from(handle!.pointee.loop)
-            buffer!.pointee = uv_buf_t(base: loop.readBuffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: loop.readBuffer.count)
-        }, { stream, count, buffer in
-            let connection = Unmanaged<LoopHandle>.fromOpaque(stream!.pointee.data).takeUnretainedValue() as! StreamConnection
-            connection.didRead(count: count, buffer: buffer!)
-        })
+        let result = uv_read_start(
+            stream,
+            { handle, _, buffer in
+                let loop = EventLoop.from(handle!.pointee.loop)
+                buffer!.pointee = uv_buf_t(
+                    base: loop.readBuffer.baseAddress!.assumingMemoryBound(to: CChar.self), len: loop.readBuffer.count)
+            },
+            { stream, count, buffer in
+                let connection = Unmanaged<LoopHandle>.fromOpaque(stream!.pointee.data).takeUnretainedValue() as! StreamConnection
+                connection.didRead(count: count, buffer: buffer!)
+            })
         if result < 0 { fail(UVError(code: result, operation: "start reading")) }
     }
 
@@ -209,7 +214,6 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             fail(UVError(code: Int32(count), operation: "read from \(label)"))
         }
     }
-
 
     // MARK: Writing
 
@@ -307,7 +311,8 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     private func writeNow(_ bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)?) {
         var offset = 0
         if uv_stream_get_write_queue_size(stream) == 0 {
-            var buffer = uv_buf_t(base: UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)), len: bytes.count)
+            var buffer = uv_buf_t(
+                base: UnsafeMutablePointer(mutating: bytes.baseAddress!.assumingMemoryBound(to: CChar.self)), len: bytes.count)
             let written = uv_try_write(stream, &buffer, 1)
             if written == Int32(bytes.count) {
                 completion?(nil)

@@ -122,15 +122,17 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
                 throw UVError(code: -errno, operation: "set mode \(String(unixMode, radix: 8)) on \(address)")
             }
         }
-        try UVError.check(uv_listen(herald_as_stream(raw), backlog) { server, status in
-            let owner = Unmanaged<LoopHandle>.fromOpaque(server!.pointee.data).takeUnretainedValue() as! StreamServer
-            owner.acceptOne(status: status)
-        }, operation)
+        try UVError.check(
+            uv_listen(herald_as_stream(raw), backlog) { server, status in
+                let owner = Unmanaged<LoopHandle>.fromOpaque(server!.pointee.data).takeUnretainedValue() as! StreamServer
+                owner.acceptOne(status: status)
+            }, operation)
         if case .tcp = address {
             var storage = sockaddr_storage()
             var length = Int32(MemoryLayout<sockaddr_storage>.size)
             let result = withUnsafeMutableBytes(of: &storage) {
-                uv_tcp_getsockname(raw.assumingMemoryBound(to: uv_tcp_t.self), $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), &length)
+                uv_tcp_getsockname(
+                    raw.assumingMemoryBound(to: uv_tcp_t.self), $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), &length)
             }
             try UVError.check(result, "read the address of \(address)")
             localAddress = SocketAddress.fromStorage(&storage) ?? address

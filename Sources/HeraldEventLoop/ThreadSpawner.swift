@@ -19,12 +19,14 @@ struct SpawnedThread: @unchecked Sendable {
     static func spawn(name: String, _ body: @escaping @Sendable () -> Void) throws(EventLoopError) -> SpawnedThread {
         let box = Unmanaged.passRetained(Box(name: name, body: body)).toOpaque()
         var id = pthread_t()
-        let result = pthread_create(&id, nil, { argument in
-            let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
-            _ = herald_set_thread_name(box.name)
-            box.body()
-            return nil
-        }, box)
+        let result = pthread_create(
+            &id, nil,
+            { argument in
+                let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
+                _ = herald_set_thread_name(box.name)
+                box.body()
+                return nil
+            }, box)
         guard result == 0 else {
             Unmanaged<Box>.fromOpaque(box).release()
             throw .threadCreationFailed(errno: result)

@@ -394,16 +394,16 @@ private struct JSONReader: ~Copyable {
         var scalar = UInt32(unit)
         var next = offset + 6
         switch unit {
-        case 0xD800 ... 0xDBFF:
+        case 0xD800...0xDBFF:
             // A high surrogate must be followed at once by an escaped low surrogate.
             guard next + 1 < count, byte(at: next) == .backslash, byte(at: next + 1) == .u else {
                 throw JSONParseError(.loneSurrogate, at: offset)
             }
             let low = try hexQuad(at: next)
-            guard (0xDC00 ... 0xDFFF).contains(low) else { throw JSONParseError(.loneSurrogate, at: offset) }
+            guard (0xDC00...0xDFFF).contains(low) else { throw JSONParseError(.loneSurrogate, at: offset) }
             scalar = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
             next += 6
-        case 0xDC00 ... 0xDFFF:
+        case 0xDC00...0xDFFF:
             throw JSONParseError(.loneSurrogate, at: offset)
         default:
             break
@@ -431,13 +431,13 @@ private struct JSONReader: ~Copyable {
     private func hexQuad(at offset: Int) throws(JSONParseError) -> UInt16 {
         guard offset + 6 <= count else {
             // Report a bad digit before the end if there is one, the end otherwise.
-            for digit in offset + 2 ..< count where Self.hexValue(byte(at: digit)) == nil {
+            for digit in offset + 2..<count where Self.hexValue(byte(at: digit)) == nil {
                 throw JSONParseError(.invalidUnicodeEscape, at: offset)
             }
             throw JSONParseError(.unexpectedEnd, at: count)
         }
         var value: UInt16 = 0
-        for digit in offset + 2 ..< offset + 6 {
+        for digit in offset + 2..<offset + 6 {
             guard let nibble = Self.hexValue(byte(at: digit)) else {
                 throw JSONParseError(.invalidUnicodeEscape, at: offset)
             }
@@ -450,8 +450,8 @@ private struct JSONReader: ~Copyable {
     private static func hexValue(_ byte: UInt8) -> UInt8? {
         switch byte {
         case .zero ... .nine: return byte - .zero
-        case UInt8(ascii: "a") ... UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A") ... UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
         default: return nil
         }
     }
@@ -464,12 +464,12 @@ private struct JSONReader: ~Copyable {
         var secondLow: UInt8 = 0x80
         var secondHigh: UInt8 = 0xBF
         switch lead {
-        case 0xC2 ... 0xDF:
+        case 0xC2...0xDF:
             length = 2
         case 0xE0:
             length = 3
             secondLow = 0xA0
-        case 0xE1 ... 0xEC, 0xEE ... 0xEF:
+        case 0xE1...0xEC, 0xEE...0xEF:
             length = 3
         case 0xED:
             length = 3
@@ -477,7 +477,7 @@ private struct JSONReader: ~Copyable {
         case 0xF0:
             length = 4
             secondLow = 0x90
-        case 0xF1 ... 0xF3:
+        case 0xF1...0xF3:
             length = 4
         case 0xF4:
             length = 4
@@ -487,7 +487,7 @@ private struct JSONReader: ~Copyable {
         }
         guard offset + length <= count else {
             // A truncated sequence at the very end: invalid if what is there is already wrong.
-            for continuation in offset + 1 ..< count {
+            for continuation in offset + 1..<count {
                 let byte = byte(at: continuation)
                 let low = continuation == offset + 1 ? secondLow : 0x80
                 let high = continuation == offset + 1 ? secondHigh : 0xBF
@@ -497,7 +497,7 @@ private struct JSONReader: ~Copyable {
         }
         let second = byte(at: offset + 1)
         guard second >= secondLow && second <= secondHigh else { throw JSONParseError(.invalidUTF8, at: offset) }
-        for continuation in offset + 2 ..< offset + length where byte(at: continuation) & 0xC0 != 0x80 {
+        for continuation in offset + 2..<offset + length where byte(at: continuation) & 0xC0 != 0x80 {
             throw JSONParseError(.invalidUTF8, at: offset)
         }
         return offset + length
@@ -598,7 +598,7 @@ private struct JSONReader: ~Copyable {
             }
             // -0 keeps its sign as a double; larger integers are doubles.
         }
-        if !droppedDigits && significand <= 1 << 53 && (-22 ... 22).contains(exponent) {
+        if !droppedDigits && significand <= 1 << 53 && (-22...22).contains(exponent) {
             var value = Double(significand)
             if exponent < 0 {
                 value /= Self.powersOfTen[-exponent]
@@ -666,7 +666,7 @@ private struct ParseStack<Element>: ~Copyable {
         // allocation specialized; the unspecialized path looks up the storage class's metadata every time.
         var array: [Element] = []
         array.reserveCapacity(moved)
-        for offset in 0 ..< moved {
+        for offset in 0..<moved {
             array.append((source + offset).move())
         }
         return array
@@ -688,7 +688,7 @@ extension ParseStack where Element == JSONObject.Member {
     /// Whether a member from `start` to the top has `key`.
     func containsKey(_ key: String, from start: Int) -> Bool {
         guard let storage else { return false }
-        for position in start ..< count where storage[position].key == key {
+        for position in start..<count where storage[position].key == key {
             return true
         }
         return false
@@ -697,7 +697,7 @@ extension ParseStack where Element == JSONObject.Member {
     /// Key → position from `start`, for the members from `start` to the top.
     func keyIndex(from start: Int) -> [String: Int] {
         var index = [String: Int](minimumCapacity: 2 * (count - start))
-        for position in start ..< count {
+        for position in start..<count {
             index[storage.unsafelyUnwrapped[position].key] = position - start
         }
         return index

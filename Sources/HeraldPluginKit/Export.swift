@@ -37,7 +37,9 @@ private final class Exported: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         if let descriptor {
-            precondition(handlerType == type, "HeraldPluginKit.export: this shared object already exports \(handlerType!); one handler type per plugin")
+            precondition(
+                handlerType == type,
+                "HeraldPluginKit.export: this shared object already exports \(handlerType!); one handler type per plugin")
             return descriptor
         }
         // Lives as long as the library, which Herald never unloads.
@@ -104,7 +106,8 @@ private func envelope(_ json: UnsafePointer<UInt8>?, _ length: Int) -> JSONValue
 // The C entry points. They capture nothing (C function pointers cannot): the handler type comes from `exported`,
 // the instance from the context pointer.
 
-private let initPlugin: @convention(c) (UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 = { config, context in
+private let initPlugin: @convention(c) (UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 = {
+    config, context in
     guard let type = exported.type, let context else { return 1 }
     let text = config.map { String(cString: $0) } ?? "{}"
     guard let configuration = (try? JSONParser.parse(text))?.objectValue else {

@@ -10,7 +10,9 @@ extension AnalyticsReport {
         var page = HTMLPage()
         page.raw("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
         page.raw("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-        page.raw("<title>Herald delivery report, \(Self.rangeText(firstDay, lastDay))</title>\n<style>\n\(Self.css)</style>\n</head>\n<body>\n<main>\n")
+        page.raw(
+            "<title>Herald delivery report, \(Self.rangeText(firstDay, lastDay))</title>\n<style>\n\(Self.css)</style>\n</head>\n<body>\n<main>\n"
+        )
 
         page.raw("<header>\n<h1>Herald delivery report</h1>\n<p class=\"meta\">")
         page.text(Self.rangeText(firstDay, lastDay))
@@ -44,7 +46,8 @@ extension AnalyticsReport {
         labelTable(&page)
         page.raw("</section>\n")
 
-        page.raw("""
+        page.raw(
+            """
             <footer>
             <p><strong>received</strong>: messages accepted for delivery (<code>notification_receive</code>);
             <strong>impressions</strong>: notifications presented (<code>notification_foreground</code>);
@@ -70,7 +73,10 @@ extension AnalyticsReport {
             ("impressions", Self.grouped(total.impressions), "presented", Self.Palette.impressions),
             ("opens", Self.grouped(total.opens), "\(Self.grouped(total.dismissals)) dismissed", Self.Palette.opens),
             ("open rate", Self.percent(total.openRate), "opens / impressions", Self.Palette.opens),
-            ("background fetch", Self.grouped(total.fetches), total.averageFetchMilliseconds.map { "mean \(Self.milliseconds($0))" } ?? "no fetches", Self.Palette.newData),
+            (
+                "background fetch", Self.grouped(total.fetches),
+                total.averageFetchMilliseconds.map { "mean \(Self.milliseconds($0))" } ?? "no fetches", Self.Palette.newData
+            ),
             ("dropped", Self.grouped(total.dropped), "messages or requests", Self.Palette.dropped),
         ]
         page.raw("<section class=\"summary\">\n")
@@ -90,7 +96,11 @@ extension AnalyticsReport {
     private func funnelChart(_ page: inout HTMLPage) {
         let steps: [(String, Int, String?, String)] = [
             ("Received", total.received, nil, Self.Palette.received),
-            ("Impressions", total.impressions, total.received > 0 ? "\(Self.percent(Double(total.impressions) / Double(total.received))) of received" : nil, Self.Palette.impressions),
+            (
+                "Impressions", total.impressions,
+                total.received > 0 ? "\(Self.percent(Double(total.impressions) / Double(total.received))) of received" : nil,
+                Self.Palette.impressions
+            ),
             ("Opens", total.opens, total.impressions > 0 ? "\(Self.percent(total.openRate)) of impressions" : nil, Self.Palette.opens),
         ]
         let width = 640.0
@@ -136,7 +146,9 @@ extension AnalyticsReport {
             }
         }
         svg.text(Self.grouped(sum), x: labelWidth + barArea + 12, y: 18, className: "figure")
-        if let mean = total.averageFetchMilliseconds { svg.text("mean \(Self.milliseconds(mean))", x: labelWidth + barArea + 12, y: 36, className: "note") }
+        if let mean = total.averageFetchMilliseconds {
+            svg.text("mean \(Self.milliseconds(mean))", x: labelWidth + barArea + 12, y: 36, className: "note")
+        }
         for (index, part) in parts.enumerated() {
             let x = labelWidth + Double(index) * 130
             svg.rect(x: x, y: 52, width: 12, height: 12, fill: part.2, radius: 3)
@@ -163,7 +175,9 @@ extension AnalyticsReport {
         for (index, drop) in drops.enumerated() {
             let y = Double(index) * rowHeight
             svg.text(drop.reason.replacingUnderscores, x: 0, y: y + 16, className: "note")
-            svg.rect(x: labelWidth, y: y + 4, width: max(3, (width - labelWidth - 50) * Double(drop.count) / scale), height: 16, fill: Self.Palette.dropped, radius: 4)
+            svg.rect(
+                x: labelWidth, y: y + 4, width: max(3, (width - labelWidth - 50) * Double(drop.count) / scale), height: 16,
+                fill: Self.Palette.dropped, radius: 4)
             svg.text(Self.grouped(drop.count), x: width - 40, y: y + 17, className: "figure-small")
         }
         page.raw(svg.markup)
@@ -217,7 +231,9 @@ extension AnalyticsReport {
                 svg.dot(cx: x, cy: y, r: 3, fill: Self.Palette.opens, title: "\(day.date): \(Self.percent(rate))")
             }
             if index % labelEvery == 0 {
-                svg.text(String(day.date.dropFirst(5)), x: left + slot * (Double(index) + 0.5), y: height - 6, className: "axis", anchor: "middle")
+                svg.text(
+                    String(day.date.dropFirst(5)), x: left + slot * (Double(index) + 0.5), y: height - 6, className: "axis",
+                    anchor: "middle")
             }
         }
         page.raw(svg.markup)
@@ -258,8 +274,10 @@ extension AnalyticsReport {
                 let value = day.figures[keyPath: entry.0]
                 guard value > 0 else { continue }
                 let h = plotHeight * Double(value) / Double(ceiling)
-                svg.rect(x: groupStart + barWidth * Double(s), y: top + plotHeight - h, width: barWidth - 1, height: max(h, 1), fill: entry.1, radius: 2,
-                         title: "\(day.date): \(value) \(entry.2)")
+                svg.rect(
+                    x: groupStart + barWidth * Double(s), y: top + plotHeight - h, width: barWidth - 1, height: max(h, 1), fill: entry.1,
+                    radius: 2,
+                    title: "\(day.date): \(value) \(entry.2)")
             }
             if index % labelEvery == 0 {
                 svg.text(String(day.date.dropFirst(5)), x: centre, y: height - bottom + 18, className: "axis", anchor: "middle")
@@ -267,7 +285,8 @@ extension AnalyticsReport {
         }
         // Legend.
         let legend: [(String, String)] = [
-            ("received", Self.Palette.received), ("impressions", Self.Palette.impressions), ("opens", Self.Palette.opens), ("dropped", Self.Palette.dropped),
+            ("received", Self.Palette.received), ("impressions", Self.Palette.impressions), ("opens", Self.Palette.opens),
+            ("dropped", Self.Palette.dropped),
         ]
         for (index, entry) in legend.enumerated() {
             let x = left + Double(index) * 120
@@ -285,7 +304,8 @@ extension AnalyticsReport {
             page.raw("</p>\n")
             return
         }
-        page.raw("""
+        page.raw(
+            """
             <div class="table-wrap"><table>
             <colgroup><col><col span="4"><col span="3" class="shade"><col span="2"></colgroup>
             <thead><tr class="groups"><th></th><th colspan="4" class="group">delivery</th><th colspan="3" class="group">background fetch</th><th colspan="2" class="group">drops</th></tr>

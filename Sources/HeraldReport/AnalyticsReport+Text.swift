@@ -14,10 +14,14 @@ extension AnalyticsReport {
             return lines.joined(separator: "\n") + "\n"
         }
         var blocks: [(title: String, rows: [[String]])] = labels.map { section in
-            (Self.printable(section.displayName), section.days.map { Self.cells($0.date, $0.figures) } + [Self.cells("total", section.total)])
+            (
+                Self.printable(section.displayName),
+                section.days.map { Self.cells($0.date, $0.figures) } + [Self.cells("total", section.total)]
+            )
         }
         if labels.count > 1 {
-            blocks.append(("all labels", daily.filter { !$0.figures.isEmpty }.map { Self.cells($0.date, $0.figures) } + [Self.cells("total", total)]))
+            blocks.append(
+                ("all labels", daily.filter { !$0.figures.isEmpty }.map { Self.cells($0.date, $0.figures) } + [Self.cells("total", total)]))
         }
         // One set of column widths for every block, so the blocks line up.
         var widths = Self.columns.map(\.count)
@@ -48,9 +52,11 @@ extension AnalyticsReport {
     /// A row's cells: the first column, then the figures.
     static func cells(_ first: String, _ figures: Figures) -> [String] {
         [
-            first, "\(figures.received)", "\(figures.impressions)", "\(figures.opens)", percent(figures.openRate), "\(figures.fetchNewData)",
+            first, "\(figures.received)", "\(figures.impressions)", "\(figures.opens)", percent(figures.openRate),
+            "\(figures.fetchNewData)",
             "\(figures.fetchNoData)", "\(figures.fetchFailed)", "\(figures.dropped)",
-            figures.dropsByReason.isEmpty ? "-" : figures.dropsByReason.map { "\(printable($0.reason)) \($0.count)" }.joined(separator: ", "),
+            figures.dropsByReason.isEmpty
+                ? "-" : figures.dropsByReason.map { "\(printable($0.reason)) \($0.count)" }.joined(separator: ", "),
         ]
     }
 

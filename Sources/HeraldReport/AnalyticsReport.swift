@@ -1,5 +1,5 @@
-import Glibc
 import GRDB
+import Glibc
 public import Herald
 import HeraldSQLite
 
@@ -144,7 +144,9 @@ public struct AnalyticsReport: Sendable, Equatable {
     /// - Throws: `StoreError/cannotOpen(path:detail:)` when there is no such file or it cannot be read;
     ///   `StoreError/corrupt(path:detail:)` when it is not a Herald analytics store;
     ///   `StoreError/newerSchema(path:found:)` when a newer Herald wrote it.
-    public static func read(directory: String, days: Int = 7, label: String? = nil, now: Int64 = WallClock.nowMilliseconds()) throws(StoreError) -> AnalyticsReport {
+    public static func read(directory: String, days: Int = 7, label: String? = nil, now: Int64 = WallClock.nowMilliseconds())
+        throws(StoreError) -> AnalyticsReport
+    {
         let path = SQLiteAnalyticsStore.path(inDirectory: directory)
         var info = stat()
         if stat(path, &info) != 0 {

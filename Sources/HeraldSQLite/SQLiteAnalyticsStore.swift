@@ -69,7 +69,8 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
         configuration.prepareDatabase { db in
             let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
             guard mode == "wal" else {
-                throw StoreError.cannotOpen(path: path, detail: "the file system does not support SQLite's WAL mode (journal mode stays '\(mode ?? "?")')")
+                throw StoreError.cannotOpen(
+                    path: path, detail: "the file system does not support SQLite's WAL mode (journal mode stays '\(mode ?? "?")')")
             }
             try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = 67108864")
         }
@@ -99,7 +100,9 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
             name: "sqlite-analytics",
             summary: "keeps analytics events in \(path) for herald report",
             options: [
-                .init(name: "retention-days", defaultValue: "90", help: "days of events kept (by when the message arrived); 0 keeps everything"),
+                .init(
+                    name: "retention-days", defaultValue: "90",
+                    help: "days of events kept (by when the message arrived); 0 keeps everything"),
                 .init(name: "prune-interval", defaultValue: "3600s", help: "how often events past retention are deleted"),
             ]
         )
@@ -206,7 +209,8 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
         for row in rows {
             let event = row.event
             let arguments: [(any DatabaseValueConvertible)?] = [
-                Data(row.key), event.name.rawValue, event.timestamp, event.receivedAt ?? event.timestamp, event.messageID, event.analyticsLabel,
+                Data(row.key), event.name.rawValue, event.timestamp, event.receivedAt ?? event.timestamp, event.messageID,
+                event.analyticsLabel,
                 event.topic, event.collapseKey, event.priority.map { Int64($0.rawValue) }, event.messageType, event.ttl, event.receivedAt,
                 event.name == .messageDropped ? event.parameters["reason"] : nil,
                 event.name == .backgroundFetch ? event.parameters["result"] : nil,
@@ -240,10 +244,14 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
             throw StoreError.newerSchema(path: path, found: unknown.sorted().joined(separator: ", "))
         }
         if applied.isEmpty {
-            let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            let tables = try String.fetchAll(
+                db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
             if !tables.isEmpty {
                 throw StoreError.corrupt(
-                    path: path, detail: "the database holds tables of another application (\(tables.prefix(5).joined(separator: ", "))) and no Herald analytics schema")
+                    path: path,
+                    detail:
+                        "the database holds tables of another application (\(tables.prefix(5).joined(separator: ", "))) and no Herald analytics schema"
+                )
             }
             if !allowEmpty {
                 throw StoreError.corrupt(path: path, detail: "the file holds no Herald analytics schema")

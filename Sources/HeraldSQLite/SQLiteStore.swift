@@ -52,7 +52,8 @@ public final class SQLiteStore: HeraldStore, Sendable {
         configuration.prepareDatabase { db in
             let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
             guard mode == "wal" else {
-                throw StoreError.cannotOpen(path: path, detail: "the file system does not support SQLite's WAL mode (journal mode stays '\(mode ?? "?")')")
+                throw StoreError.cannotOpen(
+                    path: path, detail: "the file system does not support SQLite's WAL mode (journal mode stays '\(mode ?? "?")')")
             }
             try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA journal_size_limit = 67108864")
         }
@@ -85,18 +86,26 @@ public final class SQLiteStore: HeraldStore, Sendable {
         // The magic number says in which byte order the checksums were computed; the header's first 24 bytes are
         // checksummed as SQLite's WAL format describes (pairs of 32-bit words).
         guard words[0] & 0xFFFF_FFFE == 0x377F_0682 else {
-            throw .corrupt(path: path, detail: "its write-ahead log \(log) is damaged (not a SQLite WAL header); move both files aside and restore them from a backup")
+            throw .corrupt(
+                path: path,
+                detail:
+                    "its write-ahead log \(log) is damaged (not a SQLite WAL header); move both files aside and restore them from a backup")
         }
         let bigEndian = words[0] & 1 == 1
         let native = bigEndian ? Array(words[0..<6]) : words[0..<6].map { $0.byteSwapped }
-        var first: UInt32 = 0, second: UInt32 = 0
+        var first: UInt32 = 0
+        var second: UInt32 = 0
         for pair in stride(from: 0, to: 6, by: 2) {
             first = first &+ native[pair] &+ second
             second = second &+ native[pair + 1] &+ first
         }
         let stored = (words[6], words[7])
         guard (first, second) == stored else {
-            throw .corrupt(path: path, detail: "its write-ahead log \(log) is damaged (its header checksum does not match); move both files aside and restore them from a backup")
+            throw .corrupt(
+                path: path,
+                detail:
+                    "its write-ahead log \(log) is damaged (its header checksum does not match); move both files aside and restore them from a backup"
+            )
         }
     }
 
@@ -104,12 +113,15 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// process had it open (or moved without its `-wal` file). SQLite would silently discard that log and start an
     /// empty store — a new identity, and the messages accepted but not yet handled gone.
     private static func checkNotOrphanedLog(_ path: String) throws(StoreError) {
-        var database = stat(), log = stat()
+        var database = stat()
+        var log = stat()
         let missing = stat(path, &database) != 0 ? errno == ENOENT : database.st_size == 0
         guard missing, stat(path + "-wal", &log) == 0, log.st_size > 0 else { return }
         throw .corrupt(
             path: path,
-            detail: "the database file is missing (or empty) but its write-ahead log \(path)-wal (\(log.st_size) bytes) is there: the store was deleted or moved while in use. Put herald.sqlite back beside it, or move the -wal file aside to start a new store (a new registration token; messages not yet handled are lost)")
+            detail:
+                "the database file is missing (or empty) but its write-ahead log \(path)-wal (\(log.st_size) bytes) is there: the store was deleted or moved while in use. Put herald.sqlite back beside it, or move the -wal file aside to start a new store (a new registration token; messages not yet handled are lost)"
+        )
     }
 
     /// Always `true`: what ``commit(_:window:now:)`` writes is on disk when it returns.
@@ -317,7 +329,8 @@ public final class SQLiteStore: HeraldStore, Sendable {
                 try db.execute(sql: "PRAGMA secure_delete = ON")
                 do {
                     try db.inTransaction(.immediate) {
-                        try db.execute(sql: "DELETE FROM identity; DELETE FROM topic; DELETE FROM inbox; DELETE FROM seen; DELETE FROM quarantine")
+                        try db.execute(
+                            sql: "DELETE FROM identity; DELETE FROM topic; DELETE FROM inbox; DELETE FROM seen; DELETE FROM quarantine")
                         return .commit
                     }
                 } catch {
@@ -499,7 +512,9 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// The IDs in `seen.message_ids`; trailing bytes without their NUL are read as a last ID.
     private static func decodeWindowIDs(_ bytes: [UInt8]) -> [String] {
         guard !bytes.isEmpty else { return [] }
-        return bytes.split(separator: 0, omittingEmptySubsequences: false).dropLast(bytes.last == 0 ? 1 : 0).map { String(decoding: $0, as: UTF8.self) }
+        return bytes.split(separator: 0, omittingEmptySubsequences: false).dropLast(bytes.last == 0 ? 1 : 0).map {
+            String(decoding: $0, as: UTF8.self)
+        }
     }
 
     /// Refuses a file a newer Herald wrote, and a database that belongs to another application.
@@ -514,10 +529,14 @@ public final class SQLiteStore: HeraldStore, Sendable {
             throw StoreError.corrupt(path: path, detail: "the database belongs to another application (application_id \(applicationID))")
         }
         if applied.isEmpty {
-            let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            let tables = try String.fetchAll(
+                db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
             if !tables.isEmpty {
                 throw StoreError.corrupt(
-                    path: path, detail: "the database holds tables of another application (\(tables.prefix(5).joined(separator: ", "))) and no Herald schema")
+                    path: path,
+                    detail:
+                        "the database holds tables of another application (\(tables.prefix(5).joined(separator: ", "))) and no Herald schema"
+                )
             }
         }
     }
@@ -680,7 +699,8 @@ private struct RawStatement {
     private func lastError(_ code: Int32? = nil) -> DatabaseError {
         let extended = code ?? sqlite3_extended_errcode(connection)
         let message = sqlite3_errmsg(connection).map { String(cString: $0) }
-        return DatabaseError(resultCode: ResultCode(rawValue: extended), message: message, sql: sqlite3_sql(handle).map { String(cString: $0) })
+        return DatabaseError(
+            resultCode: ResultCode(rawValue: extended), message: message, sql: sqlite3_sql(handle).map { String(cString: $0) })
     }
 }
 

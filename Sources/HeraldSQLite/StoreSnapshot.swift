@@ -63,7 +63,8 @@ extension SQLiteStore {
             let code = errno
             throw .cannotOpen(
                 path: path,
-                detail: code == ENOENT ? "there is no Herald store here (herald serve creates one in its data directory)" : String(cString: strerror(code)))
+                detail: code == ENOENT
+                    ? "there is no Herald store here (herald serve creates one in its data directory)" : String(cString: strerror(code)))
         }
         var configuration = Configuration()
         configuration.label = "HeraldSQLite.snapshot"

@@ -31,13 +31,15 @@ public final class DaemonProcess {
         let port = try freeLoopbackPort()
         try self.init(
             directory: directory, httpPort: port,
-            arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", directory, "--project-id", "demo"] + (echo ? ["--echo"] : []) + arguments,
+            arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", directory, "--project-id", "demo"] + (echo ? ["--echo"] : [])
+                + arguments,
             environment: environment, launcher: launcher)
     }
 
     /// Starts `herald` with exactly `arguments` (for a daemon whose settings come from elsewhere, such as a config
     /// file), expecting HTTP on `httpPort`; `directory` holds the standard error log. `launcher`: as above.
-    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:], launcher: [String] = []) throws {
+    public init(directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:], launcher: [String] = []) throws
+    {
         self.directory = directory
         self.httpPort = httpPort
         if launcher.isEmpty {
@@ -91,10 +93,14 @@ public final class DaemonProcess {
 }
 
 /// One HTTP/1.1 request on a connection of its own (`Connection: close`); the status code and the body.
-public func httpRequest(port: Int, _ method: String, _ path: String, body: String = "", secret: String? = nil) throws -> (status: Int, body: String) {
+public func httpRequest(port: Int, _ method: String, _ path: String, body: String = "", secret: String? = nil) throws -> (
+    status: Int, body: String
+) {
     let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: port))
     let authorization = secret.map { "Authorization: Bearer \($0)\r\n" } ?? ""
-    client.send("\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(authorization)Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)")
+    client.send(
+        "\(method) \(path) HTTP/1.1\r\nHost: x\r\n\(authorization)Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+    )
     let text = String(decoding: client.read { _ in false }, as: UTF8.self)
     let status = text.split(separator: " ", maxSplits: 2).dropFirst().first.flatMap { Int($0) } ?? 0
     let answer = text.range(of: "\r\n\r\n").map { String(text[$0.upperBound...]) } ?? ""

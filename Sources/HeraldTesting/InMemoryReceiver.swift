@@ -16,8 +16,18 @@ public final class InMemoryReceiver: Receiver, @unchecked Sendable {
         state.withLock { $0.context = context }
     }
 
-    public func pause() { state.withLock { $0.pauses += 1; $0.paused = true } }
-    public func resume() { state.withLock { $0.resumes += 1; $0.paused = false } }
+    public func pause() {
+        state.withLock {
+            $0.pauses += 1
+            $0.paused = true
+        }
+    }
+    public func resume() {
+        state.withLock {
+            $0.resumes += 1
+            $0.paused = false
+        }
+    }
 
     /// How often the bus paused and resumed this receiver, and whether it is paused now.
     public var backpressure: (pauses: Int, resumes: Int, paused: Bool) {
@@ -42,7 +52,9 @@ public final class InMemoryReceiver: Receiver, @unchecked Sendable {
 
     /// Submits an APNs provider payload (with headers) for `deviceToken` to the bus; a decoding error is the
     /// outcome. `herald` is the instance this receiver is registered with.
-    public func sendAPNs(_ payload: String, headers: [String: String] = [:], deviceToken: String, to herald: Herald) async throws -> DeliveryOutcome {
+    public func sendAPNs(_ payload: String, headers: [String: String] = [:], deviceToken: String, to herald: Herald) async throws
+        -> DeliveryOutcome
+    {
         try await submit(Array(payload.utf8), SendContext(format: .apns(headers: headers, deviceToken: deviceToken)))
     }
 

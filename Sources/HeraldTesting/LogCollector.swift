@@ -46,4 +46,3 @@ struct CollectingLogHandler: LogHandler {
         collector.entries.withLock { $0.append(entry) }
     }
 }
-

@@ -3,7 +3,8 @@ public import Testing
 
 /// The repository's root (three levels up from this file, `Sources/HeraldTesting/`), for the scripts, test
 /// resources and the Python virtual environment that tests use.
-public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
 
 /// The Python of the virtual environment `scripts/python-env` makes (`.build-python/bin/python`), with the
 /// independent clients some tests drive (firebase-admin, prometheus-client, nats-py). When it is missing, the test

@@ -87,4 +87,3 @@ public final class TestSocketClient {
         return recv(fd, &byte, 1, 0) == 0
     }
 }
-

@@ -37,7 +37,8 @@ public func fcmBody(token: String, notification: (String, String)? = nil, data: 
     var message: [String] = ["\"token\": \"\(token)\""]
     if let notification { message.append("\"notification\": {\"title\": \"\(notification.0)\", \"body\": \"\(notification.1)\"}") }
     if !data.isEmpty {
-        message.append("\"data\": {" + data.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \"\($0.value)\"" }.joined(separator: ", ") + "}")
+        message.append(
+            "\"data\": {" + data.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \"\($0.value)\"" }.joined(separator: ", ") + "}")
     }
     if let apns { message.append("\"apns\": \(apns)") }
     return "{\"message\": {" + message.joined(separator: ", ") + "}}"

@@ -9,17 +9,19 @@ struct Quarantine: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the quarantined messages of the instance whose data directory is given, or release them to be replayed.",
         discussion: """
-        A message still pending after max-replays starts (its handling most likely crashes the daemon) is moved from \
-        the inbox to the store's quarantine instead of being replayed again. `list` prints them (the daemon may be \
-        running); `release` moves them back into the inbox, to be replayed at the next start, once the handler is fixed.
-        """,
+            A message still pending after max-replays starts (its handling most likely crashes the daemon) is moved from \
+            the inbox to the store's quarantine instead of being replayed again. `list` prints them (the daemon may be \
+            running); `release` moves them back into the inbox, to be replayed at the next start, once the handler is fixed.
+            """,
         subcommands: [List.self, Release.self]
     )
 
     /// One JSON object per line, oldest first.
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print the quarantined messages, one JSON object per line: messageID, starts, quarantinedAt (ms since 1970), target, collapseKey, priority, userInfo.")
+            abstract:
+                "Print the quarantined messages, one JSON object per line: messageID, starts, quarantinedAt (ms since 1970), target, collapseKey, priority, userInfo."
+        )
 
         @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
         var dataDirectory: String = "herald-data"
@@ -61,7 +63,8 @@ struct Quarantine: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let running = "herald: a daemon is running in \(dataDirectory): stop it first (a released message is replayed at the next start)"
+            let running =
+                "herald: a daemon is running in \(dataDirectory): stop it first (a released message is replayed at the next start)"
             do {
                 if case .held = DataDirectoryLock.inspect(directory: dataDirectory) { throw CommandFailure(message: running) }
                 if SQLiteStore.isOpenInAnotherProcess(directory: dataDirectory) { throw CommandFailure(message: running) }
@@ -71,7 +74,8 @@ struct Quarantine: AsyncParsableCommand {
                 _ = try SQLiteStore.quarantineSnapshot(directory: dataDirectory)  // a Herald store that exists, or its error
                 let missing = try SQLiteStore(directory: dataDirectory).release(messageIDs)
                 guard missing.isEmpty else {
-                    throw CommandFailure(message: "herald: not quarantined in \(dataDirectory): \(missing.joined(separator: ", ")); nothing was released")
+                    throw CommandFailure(
+                        message: "herald: not quarantined in \(dataDirectory): \(missing.joined(separator: ", ")); nothing was released")
                 }
                 writeLine("released \(messageIDs.joined(separator: ", ")): replayed at the next start of the daemon in \(dataDirectory)")
             } catch let failure as CommandFailure {

@@ -9,13 +9,14 @@ import HeraldSQLite
 /// self-contained page with charts.
 struct Report: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print the delivery report: per analytics label and per day, received, impressions, opens, open rate, background fetch results and drops.",
+        abstract:
+            "Print the delivery report: per analytics label and per day, received, impressions, opens, open rate, background fetch results and drops.",
         discussion: """
-        Reads DATA-DIR/analytics.sqlite, which herald serve writes (it may be running). Days are UTC days; a message \
-        counts on the day it arrived. Open rate = opens / impressions: only a presented notification can be opened. \
-        With --html FILE the report is also written as one HTML page with a delivery funnel and a per-day chart, \
-        which needs no network to view.
-        """
+            Reads DATA-DIR/analytics.sqlite, which herald serve writes (it may be running). Days are UTC days; a message \
+            counts on the day it arrived. Open rate = opens / impressions: only a presented notification can be opened. \
+            With --html FILE the report is also written as one HTML page with a delivery funnel and a per-day chart, \
+            which needs no network to view.
+            """
     )
 
     @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
@@ -30,7 +31,10 @@ struct Report: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Also write the report as one self-contained HTML page to this file.", valueName: "file"))
     var html: String?
 
-    @Flag(help: ArgumentHelp("Fill a new analytics store in the data directory with a fixed demo data set first (scripts/report-screenshot).", visibility: .hidden))
+    @Flag(
+        help: ArgumentHelp(
+            "Fill a new analytics store in the data directory with a fixed demo data set first (scripts/report-screenshot).",
+            visibility: .hidden))
     var demo = false
 
     func validate() throws {

@@ -32,10 +32,13 @@ enum ReportDemo {
                 serial += 1
                 let receivedAt = dayStart + Int64(random.below(Int(dayLength)))
                 return AnalyticsEvent(
-                    name: .notificationReceive, timestamp: receivedAt, messageID: "demo-\(day)-\(serial)", analyticsLabel: label, topic: topic,
+                    name: .notificationReceive, timestamp: receivedAt, messageID: "demo-\(day)-\(serial)", analyticsLabel: label,
+                    topic: topic,
                     priority: type == "DISPLAY_NOTIFICATION" ? .high : .normal, messageType: type, receivedAt: receivedAt)
             }
-            func then(_ event: AnalyticsEvent, _ name: AnalyticsEvent.Name, after milliseconds: Int, _ parameters: [String: String] = [:]) -> AnalyticsEvent {
+            func then(_ event: AnalyticsEvent, _ name: AnalyticsEvent.Name, after milliseconds: Int, _ parameters: [String: String] = [:])
+                -> AnalyticsEvent
+            {
                 var next = event
                 next.name = name
                 next.timestamp = event.timestamp + Int64(milliseconds)
@@ -45,19 +48,27 @@ enum ReportDemo {
             // Display campaigns: the weekly digest every day, the spring sale from the sixth day on.
             let campaigns: [(label: String, count: Int, presented: Double, opened: Double)] = [
                 ("weekly_digest", 38 + random.below(20) + (offset % 7 == 1 ? 30 : 0), 0.9, 0.18 + Double(random.below(8)) / 100),
-                ("spring_sale", offset >= 5 ? 70 + random.below(60) + (offset == 6 ? 90 : 0) : 0, 0.93, 0.3 + Double(random.below(10)) / 100),
+                (
+                    "spring_sale", offset >= 5 ? 70 + random.below(60) + (offset == 6 ? 90 : 0) : 0, 0.93,
+                    0.3 + Double(random.below(10)) / 100
+                ),
             ]
             for campaign in campaigns {
                 for _ in 0..<campaign.count {
-                    let received = message(campaign.label, type: "DISPLAY_NOTIFICATION", topic: campaign.label == "spring_sale" ? "offers" : nil)
+                    let received = message(
+                        campaign.label, type: "DISPLAY_NOTIFICATION", topic: campaign.label == "spring_sale" ? "offers" : nil)
                     events.append(received)
                     guard random.chance(campaign.presented) else { continue }
                     let shown = then(received, .notificationForeground, after: 40, ["options": "[.list, .banner, .sound]"])
                     events.append(shown)
                     if random.chance(campaign.opened) {
-                        events.append(then(shown, .notificationOpen, after: 60_000 + random.below(3_600_000), ["action": "com.apple.UNNotificationDefaultActionIdentifier"]))
+                        events.append(
+                            then(
+                                shown, .notificationOpen, after: 60_000 + random.below(3_600_000),
+                                ["action": "com.apple.UNNotificationDefaultActionIdentifier"]))
                     } else if random.chance(0.2) {
-                        events.append(then(shown, .notificationDismiss, after: 30_000, ["action": "com.apple.UNNotificationDismissActionIdentifier"]))
+                        events.append(
+                            then(shown, .notificationDismiss, after: 30_000, ["action": "com.apple.UNNotificationDismissActionIdentifier"]))
                     }
                 }
             }
@@ -68,7 +79,8 @@ enum ReportDemo {
                 let draw = random.below(100)
                 let result = draw < 58 ? "newData" : draw < 90 ? "noData" : "failed"
                 let duration = result == "failed" ? 5_000 + random.below(25_000) : 80 + random.below(900)
-                events.append(then(received, .backgroundFetch, after: duration, ["result": result, "duration_ms": "\(duration)", "workers": "1"]))
+                events.append(
+                    then(received, .backgroundFetch, after: duration, ["result": result, "duration_ms": "\(duration)", "workers": "1"]))
             }
             for _ in 0..<(10 + random.below(12)) {
                 events.append(message(nil, type: "DATA_MESSAGE"))
@@ -85,9 +97,11 @@ enum ReportDemo {
             for (reason, label) in drops {
                 let at = dayStart + Int64(random.below(Int(dayLength)))
                 serial += 1
-                events.append(AnalyticsEvent(
-                    name: .messageDropped, timestamp: at, messageID: reason == "invalid" ? nil : "demo-\(day)-\(serial)", analyticsLabel: label,
-                    receivedAt: reason == "invalid" ? nil : at, parameters: ["reason": reason, "detail": "demo"]))
+                events.append(
+                    AnalyticsEvent(
+                        name: .messageDropped, timestamp: at, messageID: reason == "invalid" ? nil : "demo-\(day)-\(serial)",
+                        analyticsLabel: label,
+                        receivedAt: reason == "invalid" ? nil : at, parameters: ["reason": reason, "detail": "demo"]))
             }
         }
         return events

@@ -8,11 +8,11 @@ struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send a message to a Herald daemon over HTTP, its socket or NATS, and print the answer.",
         discussion: """
-        The message comes from --file (an FCM v1 send body {"message": {...}}, or just the message object) or is
-        built from the flags. Exits 0 when the daemon accepted it ({"name": ...}), 1 when it answered with an error.
-        With --nats, a token message is stored by JetStream (the answer comes once it is stored, and the daemon of
-        the token takes it when it runs) and a topic message is a NATS request that a subscribed daemon answers.
-        """
+            The message comes from --file (an FCM v1 send body {"message": {...}}, or just the message object) or is
+            built from the flags. Exits 0 when the daemon accepted it ({"name": ...}), 1 when it answered with an error.
+            With --nats, a token message is stored by JetStream (the answer comes once it is stored, and the daemon of
+            the token takes it when it runs) and a topic message is a NATS request that a subscribed daemon answers.
+            """
     )
 
     @Option(help: ArgumentHelp("The daemon's HTTP receiver, HOST:PORT.", valueName: "host:port"))
@@ -27,7 +27,9 @@ struct Send: AsyncParsableCommand {
     @Option(name: .customLong("project-id"), help: "The project of the send URL.")
     var projectID: String = "herald"
 
-    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp("A file holding the bearer secret (else HERALD_AUTH_TOKEN).", valueName: "file"))
+    @Option(
+        name: .customLong("auth-token-file"),
+        help: ArgumentHelp("A file holding the bearer secret (else HERALD_AUTH_TOKEN).", valueName: "file"))
     var authTokenFile: String?
 
     @Option(help: ArgumentHelp("A JSON file with the send body or the message ('-' reads standard input).", valueName: "file"))
@@ -39,14 +41,17 @@ struct Send: AsyncParsableCommand {
     @Option(help: "Notification title.") var title: String?
     @Option(help: "Notification body.") var body: String?
     @Option(help: ArgumentHelp("A data entry; repeatable.", valueName: "key=value")) var data: [String] = []
-    @Flag(name: .customLong("content-available"), help: "A silent message that wakes background-fetch workers.") var contentAvailable = false
+    @Flag(name: .customLong("content-available"), help: "A silent message that wakes background-fetch workers.") var contentAvailable =
+        false
     @Flag(name: .customLong("validate-only"), help: "Ask the daemon to validate without delivering.") var validateOnly = false
 
     func validate() throws {
         let targets = [token, topic, condition].compactMap { $0 }
         if file != nil {
             guard targets.isEmpty, title == nil, body == nil, data.isEmpty, !contentAvailable else {
-                throw ValidationError("--file takes the whole message; leave out --token, --topic, --condition, --title, --body, --data and --content-available")
+                throw ValidationError(
+                    "--file takes the whole message; leave out --token, --topic, --condition, --title, --body, --data and --content-available"
+                )
             }
         } else if targets.count != 1 {
             throw ValidationError("name exactly one target: --token, --topic or --condition (or give --file)")
@@ -142,7 +147,9 @@ struct Send: AsyncParsableCommand {
             message["data"] = .object(entries)
         }
         if contentAvailable {
-            message["apns"] = ["headers": ["apns-priority": "5", "apns-push-type": "background"], "payload": ["aps": ["content-available": 1]]]
+            message["apns"] = [
+                "headers": ["apns-priority": "5", "apns-push-type": "background"], "payload": ["aps": ["content-available": 1]],
+            ]
         }
         var request: JSONObject = ["message": .object(message)]
         if validateOnly { request["validate_only"] = true }
@@ -159,7 +166,8 @@ struct Send: AsyncParsableCommand {
         do {
             if let token = message?["token"]?.stringValue {
                 guard NATSSubjects.isSubjectToken(token) else {
-                    throw CommandFailure(message: "herald: the token '\(token)' cannot stand in a NATS subject (it holds '.', '*', '>' or a space)")
+                    throw CommandFailure(
+                        message: "herald: the token '\(token)' cannot stand in a NATS subject (it holds '.', '*', '>' or a space)")
                 }
                 let publisher = try NATSPublisher(options: options)
                 try publisher.ensureStream(project: project, options: options)

@@ -1,17 +1,17 @@
 import ArgumentParser
-import HeraldEchoHandler
+import CSystemd
 import Glibc
-import HeraldHTTPReceiver
 import Herald
 import HeraldDynamicPlugins
-import HeraldSQLite
+import HeraldEchoHandler
+import HeraldHTTPReceiver
 import HeraldJSONLExport
-import Logging
-import CSystemd
 import HeraldNATSReceiver
-import ServiceLifecycle
 import HeraldPrometheusMetrics
+import HeraldSQLite
 import HeraldSocketReceiver
+import Logging
+import ServiceLifecycle
 
 /// `herald serve`: a daemon with the HTTP and socket receivers, the SQLite store and its durable inbox,
 /// and (with `--echo`) one JSON line per handled event on standard output. SIGTERM or SIGINT stops it:
@@ -24,18 +24,20 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a Herald daemon: FCM v1 over HTTP, JSON lines over a Unix socket, the SQLite store in the data directory.",
         discussion: """
-        Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
-        HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
-        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
-        value stops the start with exit status 64, naming the file and line, the variable or the flag. \
-        --print-config shows the effective settings and where each came from.
-        """
+            Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
+            HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
+            file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
+            value stops the start with exit status 64, naming the file and line, the variable or the flag. \
+            --print-config shows the effective settings and where each came from.
+            """
     )
 
     @Option(help: ArgumentHelp("A YAML config file (default: HERALD_CONFIG, else none).", valueName: "file"))
     var config: String?
 
-    @Flag(name: .customLong("print-config"), help: "Print the effective configuration (a valid config file, each value's source in a comment) and exit.")
+    @Flag(
+        name: .customLong("print-config"),
+        help: "Print the effective configuration (a valid config file, each value's source in a comment) and exit.")
     var printConfig = false
 
     @Option(help: ArgumentHelp(ServeOption.http.help, valueName: "host:port"))
@@ -80,7 +82,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: ArgumentHelp(ServeOption.metrics.help, valueName: "host:port"))
     var metrics: String?
 
-    @Flag(name: .customLong("allow-unauthenticated-network"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.allowUnauthenticatedNetwork.help))
+    @Flag(
+        name: .customLong("allow-unauthenticated-network"), inversion: .prefixedNo,
+        help: ArgumentHelp(ServeOption.allowUnauthenticatedNetwork.help))
     var allowUnauthenticatedNetwork: Bool?
 
     @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
@@ -159,11 +163,14 @@ struct Serve: AsyncParsableCommand {
         add(.logLevel, logLevel.map { .string($0) })
         add(.shutdownGrace, shutdownGrace.map { .integer($0) })
         add(.maxReplays, maxReplays.map { .integer($0) })
-        add(.analyticsStore, analyticsStore.map { .boolean($0) }, flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
+        add(
+            .analyticsStore, analyticsStore.map { .boolean($0) },
+            flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
         add(.analyticsRetentionDays, analyticsRetentionDays.map { .integer($0) })
         add(.plugins, plugins.isEmpty ? nil : .list(plugins))
         add(.metrics, metrics.map { .string($0) })
-        add(.allowUnauthenticatedNetwork, allowUnauthenticatedNetwork.map { .boolean($0) },
+        add(
+            .allowUnauthenticatedNetwork, allowUnauthenticatedNetwork.map { .boolean($0) },
             flag: allowUnauthenticatedNetwork == false ? "--no-allow-unauthenticated-network" : "--allow-unauthenticated-network")
         add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
         add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
@@ -200,7 +207,9 @@ struct Serve: AsyncParsableCommand {
             throw ExitCode(64)
         }
         if settings.gateway, settings.natsServers.isEmpty || settings.http == nil {
-            writeLine("herald: gateway mode needs NATS servers (nats-servers / --nats-server) and the HTTP endpoint (http not none)", to: STDERR_FILENO)
+            writeLine(
+                "herald: gateway mode needs NATS servers (nats-servers / --nats-server) and the HTTP endpoint (http not none)",
+                to: STDERR_FILENO)
             throw ExitCode(64)
         }
         if printConfig {
@@ -217,7 +226,8 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "herald")
         for warning in warnings { logger.warning("\(warning)") }
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
-        let daemon = Daemon(settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken, logger: logger)
+        let daemon = Daemon(
+            settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -272,8 +282,10 @@ final class Daemon: Service, Sendable {
         let lock: DataDirectoryLock
         do {
             try makeDirectories(settings.dataDirectory)
-            lock = try DataDirectoryLock.acquire(directory: settings.dataDirectory, owner: .init(
-                http: settings.http, projectID: settings.projectID, socket: settings.socket))
+            lock = try DataDirectoryLock.acquire(
+                directory: settings.dataDirectory,
+                owner: .init(
+                    http: settings.http, projectID: settings.projectID, socket: settings.socket))
         } catch {
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
@@ -283,7 +295,8 @@ final class Daemon: Service, Sendable {
         if let failure = Self.missingStore(in: settings.dataDirectory) { throw failure }
         do {
             store = try SQLiteStore(directory: settings.dataDirectory)
-            analyticsStore = settings.analyticsStore
+            analyticsStore =
+                settings.analyticsStore
                 ? try SQLiteAnalyticsStore(
                     directory: settings.dataDirectory,
                     options: .init(retentionDays: settings.analyticsRetentionDays > 0 ? settings.analyticsRetentionDays : nil))
@@ -339,11 +352,14 @@ final class Daemon: Service, Sendable {
     /// store was deleted or moved. Starting would mint a new registration token and lose the messages the earlier run
     /// accepted but had not handled, so the daemon refuses, saying what to do.
     static func missingStore(in directory: String) -> CommandFailure? {
-        let store = "\(directory)/herald.sqlite", analytics = "\(directory)/analytics.sqlite"
+        let store = "\(directory)/herald.sqlite"
+        let analytics = "\(directory)/analytics.sqlite"
         // With the store's write-ahead log still there, SQLiteStore says more (it refuses the orphaned log).
         guard access(store, F_OK) != 0, access(store + "-wal", F_OK) != 0, access(analytics, F_OK) == 0 else { return nil }
         return CommandFailure(
-            message: "herald: the Herald store \(store) is missing, but \(analytics) of an earlier run is there: the store (registration token, topics, messages not yet handled) was deleted or moved. Put it back, or move the data directory aside to start afresh with a new registration token.")
+            message:
+                "herald: the Herald store \(store) is missing, but \(analytics) of an earlier run is there: the store (registration token, topics, messages not yet handled) was deleted or moved. Put it back, or move the data directory aside to start afresh with a new registration token."
+        )
     }
 
     private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
@@ -378,7 +394,9 @@ final class Daemon: Service, Sendable {
             try herald.register(PrometheusExporter(options: options))
         }
         if let deliveryMetrics = settings.deliveryMetrics {
-            try herald.register(JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() }))
+            try herald.register(
+                JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() })
+            )
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {

@@ -1,7 +1,7 @@
 import Glibc
 import Herald
-import Logging
 import HeraldNATSReceiver
+import Logging
 import Yams
 
 /// The value of one setting of `herald serve`, once read from wherever it came from.
@@ -124,7 +124,8 @@ struct ServeOption: Sendable {
         meaning: "Seconds to finish in-flight messages after SIGTERM / SIGINT.")
     static let maxReplays = ServeOption(
         "max-replays", .integer(1...1_000), default: .integer(3), "3", allowed: "a whole number from 1 to 1000",
-        meaning: "Starts that may replay a message still pending; past it the message is quarantined (its handling likely crashes the daemon).")
+        meaning:
+            "Starts that may replay a message still pending; past it the message is quarantined (its handling likely crashes the daemon).")
     static let analyticsStore = ServeOption(
         "analytics-store", .boolean, default: .boolean(true), "true", allowed: "true or false",
         meaning: "Keep analytics events in DATA-DIR/analytics.sqlite (herald report reads them).")
@@ -143,7 +144,9 @@ struct ServeOption: Sendable {
         meaning: "Serve Prometheus metrics (GET /metrics) on HOST:PORT; 'none' turns it off.", accepts: isTCPAddressOrNone)
     static let allowUnauthenticatedNetwork = ServeOption(
         "allow-unauthenticated-network", .boolean, default: .boolean(false), "false", allowed: "true or false",
-        meaning: "Let the listeners without authentication (a TCP socket address, metrics) listen beyond loopback; the HTTP endpoint needs a secret there regardless.")
+        meaning:
+            "Let the listeners without authentication (a TCP socket address, metrics) listen beyond loopback; the HTTP endpoint needs a secret there regardless."
+    )
     static let deliveryMetrics = ServeOption(
         "delivery-metrics", .string, default: .string("none"), "none", allowed: "a file path, or none",
         meaning: "Write FCM's delivery-metrics export as JSON lines to this file (rotated by size); 'none' turns it off.")
@@ -152,7 +155,8 @@ struct ServeOption: Sendable {
     static let natsServers = ServeOption(
         "nats-servers", .list, default: .list([]), "none (NATS off)",
         allowed: "a list of nats://HOST:PORT or tls://HOST:PORT URLs (environment: separated by ',')",
-        meaning: "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable. Set, the instance takes messages from NATS.",
+        meaning:
+            "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable. Set, the instance takes messages from NATS.",
         flag: "--nats-server", environmentSeparator: ",",
         accepts: { $0.hasPrefix("nats://") || $0.hasPrefix("tls://") })
     static let natsCredentials = ServeOption(
@@ -187,7 +191,8 @@ struct ServeOption: Sendable {
         "nats-max-ack-pending", .integer(1...1_000_000), default: .integer(1024), "1024", allowed: "a whole number from 1 to 1000000",
         meaning: "Token messages JetStream sends this instance without an ack yet.")
     static let natsMaxDeliver = ServeOption(
-        "nats-max-deliver", .integer(-1...1_000_000), default: .integer(-1), "-1", allowed: "-1 (no limit) or a whole number from 1 to 1000000",
+        "nats-max-deliver", .integer(-1...1_000_000), default: .integer(-1), "-1",
+        allowed: "-1 (no limit) or a whole number from 1 to 1000000",
         meaning: "Deliveries of one token message at most.")
     static let natsStreamMaxAgeDays = ServeOption(
         "nats-stream-max-age-days", .integer(1...3_650), default: .integer(28), "28", allowed: "a whole number of days from 1 to 3650",
@@ -209,7 +214,8 @@ struct ServeOption: Sendable {
         meaning: "PINGs without a PONG before the NATS connection is called stale (and reconnected).")
     static let gateway = ServeOption(
         "gateway", .boolean, default: .boolean(false), "false", allowed: "true or false",
-        meaning: "Gateway mode: the HTTP endpoint's sends go to the fleet through NATS (needs nats-servers and http), not to this instance.")
+        meaning: "Gateway mode: the HTTP endpoint's sends go to the fleet through NATS (needs nats-servers and http), not to this instance."
+    )
 
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
@@ -305,7 +311,9 @@ struct ServeSettings: Sendable {
         var options = NATSReceiver.Options(servers: natsServers)
         options.credentialsFile = string(ServeOption.natsCredentials)
         options.authToken = authToken
-        let ca = string(ServeOption.natsTLSCA), certificate = string(ServeOption.natsTLSCertificate), key = string(ServeOption.natsTLSKey)
+        let ca = string(ServeOption.natsTLSCA)
+        let certificate = string(ServeOption.natsTLSCertificate)
+        let key = string(ServeOption.natsTLSKey)
         if ca != nil || certificate != nil || key != nil {
             options.tls = .init(caFile: ca, certificateFile: certificate, keyFile: key)
         }
@@ -398,7 +406,8 @@ enum ServeConfiguration {
         // An empty file (or one of comments only) sets nothing.
         guard let root else { return }
         guard let mapping = root.mapping else {
-            throw ConfigurationError(message: "herald: config file \(path): the top level must be a mapping of keys to values (key: value lines)")
+            throw ConfigurationError(
+                message: "herald: config file \(path): the top level must be a mapping of keys to values (key: value lines)")
         }
         for (keyNode, valueNode) in mapping {
             let line = keyNode.mark?.line ?? 0
@@ -407,10 +416,11 @@ enum ServeConfiguration {
             }
             guard let option = ServeOption.all.first(where: { $0.key == key }) else {
                 let suggestion = nearest(to: key, among: ServeOption.all.map(\.key)).map { " (did you mean '\($0)'?)" } ?? ""
-                throw ConfigurationError(message: """
-                    herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
-                    \(ServeOption.all.map(\.key).joined(separator: ", "))
-                    """)
+                throw ConfigurationError(
+                    message: """
+                        herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
+                        \(ServeOption.all.map(\.key).joined(separator: ", "))
+                        """)
             }
             let source = SettingSource.file(path: path, line: line)
             guard let value = decode(valueNode, as: option.kind), isAllowed(value, for: option) else {
@@ -546,7 +556,8 @@ enum ServeConfiguration {
 
     /// Levenshtein distance between `a` and `b`.
     static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a), b = Array(b)
+        let a = Array(a)
+        let b = Array(b)
         var previous = Array(0...b.count)
         for (i, x) in a.enumerated() {
             var current = [i + 1] + Array(repeating: 0, count: b.count)
@@ -601,7 +612,8 @@ extension ServeSettings {
                         lines.append("# \(option.key): not set; \(option.defaultText)")
                         continue
                     }
-                    let secret = environment["HERALD_AUTH_TOKEN"].map { $0.isEmpty ? "" : "; the bearer secret comes from HERALD_AUTH_TOKEN" } ?? ""
+                    let secret =
+                        environment["HERALD_AUTH_TOKEN"].map { $0.isEmpty ? "" : "; the bearer secret comes from HERALD_AUTH_TOKEN" } ?? ""
                     lines.append("# \(option.key): not set\(secret.isEmpty ? "; no bearer secret" : secret)")
                     continue
                 }
@@ -613,7 +625,8 @@ extension ServeSettings {
 
     /// `text` as a YAML scalar: plain when that reads back as the same string, else double-quoted.
     static func yamlScalar(_ text: String) -> String {
-        let plain = !text.isEmpty && text.allSatisfy { $0.isLetter || $0.isNumber || "._/-:@+".contains($0) }
+        let plain =
+            !text.isEmpty && text.allSatisfy { $0.isLetter || $0.isNumber || "._/-:@+".contains($0) }
             && !text.hasSuffix(":") && !text.hasPrefix("-")
         if plain { return text }
         var escaped = ""

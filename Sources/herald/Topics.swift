@@ -16,18 +16,19 @@ struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List, subscribe to or unsubscribe from topics of the instance whose data directory is given, running or stopped.",
         discussion: """
-        A running daemon is changed through its HTTP receiver (FCM's topic management routes), so the change takes \
-        effect at once; a stopped one's store is written, and the daemon has the topics at its next start. A daemon is \
-        running when it holds DATA-DIR/herald.lock or has DATA-DIR/herald.sqlite open. A running daemon without an \
-        HTTP receiver cannot be changed: stop it first. Topic names follow FCM's rule [a-zA-Z0-9-_.~%]{1,900}; a \
-        /topics/ prefix is accepted. A name that starts with '-' goes after '--'.
-        """,
+            A running daemon is changed through its HTTP receiver (FCM's topic management routes), so the change takes \
+            effect at once; a stopped one's store is written, and the daemon has the topics at its next start. A daemon is \
+            running when it holds DATA-DIR/herald.lock or has DATA-DIR/herald.sqlite open. A running daemon without an \
+            HTTP receiver cannot be changed: stop it first. Topic names follow FCM's rule [a-zA-Z0-9-_.~%]{1,900}; a \
+            /topics/ prefix is accepted. A name that starts with '-' goes after '--'.
+            """,
         subcommands: [List.self, Subscribe.self, Unsubscribe.self]
     )
 
     /// `herald topics list`: one topic per line, sorted.
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the subscribed topics, one per line, sorted (the daemon may be running).")
+        static let configuration = CommandConfiguration(
+            abstract: "Print the subscribed topics, one per line, sorted (the daemon may be running).")
 
         @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
         var dataDirectory: String = "herald-data"
@@ -53,7 +54,8 @@ struct Topics: AsyncParsableCommand {
     }
 
     struct Unsubscribe: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Unsubscribe the instance from a topic (not being subscribed is not an error).")
+        static let configuration = CommandConfiguration(
+            abstract: "Unsubscribe the instance from a topic (not being subscribed is not an error).")
         @OptionGroup var options: TopicChangeOptions
         @Argument(help: "The topic name.") var name: String
 
@@ -67,14 +69,18 @@ struct TopicChangeOptions: ParsableArguments {
     @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
     var dataDirectory: String = "herald-data"
 
-    @Option(help: ArgumentHelp(
-        "A running daemon's HTTP receiver, HOST:PORT (default: what its herald.lock says, else 127.0.0.1:8080).", valueName: "host:port"))
+    @Option(
+        help: ArgumentHelp(
+            "A running daemon's HTTP receiver, HOST:PORT (default: what its herald.lock says, else 127.0.0.1:8080).", valueName: "host:port"
+        ))
     var http: String?
 
     @Option(name: .customLong("project-id"), help: "The running daemon's project ID (default: what its herald.lock says, else herald).")
     var projectID: String?
 
-    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp("A file holding the running daemon's bearer secret (else HERALD_AUTH_TOKEN).", valueName: "file"))
+    @Option(
+        name: .customLong("auth-token-file"),
+        help: ArgumentHelp("A file holding the running daemon's bearer secret (else HERALD_AUTH_TOKEN).", valueName: "file"))
     var authTokenFile: String?
 
     func validate(topic: String) throws {
@@ -82,7 +88,8 @@ struct TopicChangeOptions: ParsableArguments {
             _ = try TopicName.validate(topic)
         } catch {
             throw ValidationError(
-                "'\(topic)' is not a topic name: FCM topic names are 1 to \(TopicName.maximumLength) characters of a-z, A-Z, 0-9 and - _ . ~ % (a /topics/ prefix is accepted)")
+                "'\(topic)' is not a topic name: FCM topic names are 1 to \(TopicName.maximumLength) characters of a-z, A-Z, 0-9 and - _ . ~ % (a /topics/ prefix is accepted)"
+            )
         }
         if let http, SocketAddress(parsing: http)?.port == nil {
             throw ValidationError("--http must be HOST:PORT, not '\(http)'")
@@ -128,7 +135,8 @@ struct TopicChangeOptions: ParsableArguments {
         try prepareDataDirectory(creating: subscribe)
         guard let hold = try DataDirectoryLock.shared(directory: dataDirectory) else {
             // A daemon took the lock since we looked: it runs now.
-            return try await changeThroughDaemon(topic, subscribe: subscribe, owner: DataDirectoryLock.inspect(directory: dataDirectory).owner)
+            return try await changeThroughDaemon(
+                topic, subscribe: subscribe, owner: DataDirectoryLock.inspect(directory: dataDirectory).owner)
         }
         defer { hold.release() }
         let wasSubscribed = try subscribe ? false : SQLiteStore.snapshot(directory: dataDirectory).topics.contains(topic)
@@ -147,16 +155,19 @@ struct TopicChangeOptions: ParsableArguments {
 
     /// Sends FCM's topic management request for this instance's token to the running daemon's HTTP receiver.
     private func changeThroughDaemon(_ topic: String, subscribe: Bool, owner: DataDirectoryLock.Owner?) async throws {
-        let who = owner.map { "the daemon running in \(dataDirectory) (pid \($0.pid))" } ?? "a running daemon (another process has \(SQLiteStore.path(inDirectory: dataDirectory)) open)"
+        let who =
+            owner.map { "the daemon running in \(dataDirectory) (pid \($0.pid))" }
+            ?? "a running daemon (another process has \(SQLiteStore.path(inDirectory: dataDirectory)) open)"
         let endpoint: String
         if let http {
             endpoint = http
         } else if let owner {
             guard let ownerHTTP = owner.http else {
-                throw CommandFailure(message: """
-                    herald: \(who) has no HTTP receiver, and a running daemon's topics change only through it (writing its \
-                    store would not reach it): stop the daemon, run this again and start it, or run it with --http
-                    """)
+                throw CommandFailure(
+                    message: """
+                        herald: \(who) has no HTTP receiver, and a running daemon's topics change only through it (writing its \
+                        store would not reach it): stop the daemon, run this again and start it, or run it with --http
+                        """)
             }
             endpoint = ownerHTTP
         } else {
@@ -168,13 +179,17 @@ struct TopicChangeOptions: ParsableArguments {
         let project = projectID ?? owner?.projectID ?? "herald"
         let snapshot = try SQLiteStore.snapshot(directory: dataDirectory)
         guard let token = snapshot.identity?.token else {
-            throw CommandFailure(message: "herald: \(SQLiteStore.path(inDirectory: dataDirectory)) holds no registration token yet; try again once the daemon has started")
+            throw CommandFailure(
+                message:
+                    "herald: \(SQLiteStore.path(inDirectory: dataDirectory)) holds no registration token yet; try again once the daemon has started"
+            )
         }
         let wasSubscribed = snapshot.topics.contains(topic)
         let secret = try BearerSecret.load(file: authTokenFile)
 
         let resource = "/v1/projects/\(percentEncoded(project))/registrations/\(percentEncoded(token))/topicSubscriptions"
-        let target = subscribe ? "\(resource)?topic_name=\(percentEncoded(topic))" : "\(resource)/\(percentEncoded(topic))?allow_missing=true"
+        let target =
+            subscribe ? "\(resource)?topic_name=\(percentEncoded(topic))" : "\(resource)/\(percentEncoded(topic))?allow_missing=true"
         var head = "\(subscribe ? "POST" : "DELETE") \(target) HTTP/1.1\r\nHost: \(endpoint)\r\nContent-Length: 0\r\nConnection: close\r\n"
         if let secret { head += "Authorization: Bearer \(secret)\r\n" }
 
@@ -185,18 +200,24 @@ struct TopicChangeOptions: ParsableArguments {
         do {
             reply = try await Exchange.run(Array((head + "\r\n").utf8), with: address, on: loop) { _ in false }
         } catch let error as UVError where error == .connectionRefused {
-            let hint = http == nil && owner == nil ? "give --http HOST:PORT (and --project-id) of that daemon, or stop it first" : "is the address right? Or stop the daemon first"
-            throw CommandFailure(message: """
-                herald: \(who) keeps its topics in memory, so the change must go through its HTTP receiver, but nothing \
-                answers at \(endpoint) (connection refused): \(hint)
-                """)
+            let hint =
+                http == nil && owner == nil
+                ? "give --http HOST:PORT (and --project-id) of that daemon, or stop it first"
+                : "is the address right? Or stop the daemon first"
+            throw CommandFailure(
+                message: """
+                    herald: \(who) keeps its topics in memory, so the change must go through its HTTP receiver, but nothing \
+                    answers at \(endpoint) (connection refused): \(hint)
+                    """)
         }
         let status = Self.httpStatus(reply)
         let body = try Send.httpBody(reply)
         guard status == 200 else {
             let detail = (try? JSONParser.parse(body))?["error"]?["message"]?.stringValue ?? String(decoding: body, as: UTF8.self)
             let hint = status == 401 ? " (give the daemon's bearer secret with --auth-token-file or HERALD_AUTH_TOKEN)" : ""
-            throw CommandFailure(message: "herald: the daemon at \(endpoint) refused the change with HTTP \(status.map(String.init) ?? "?"): \(detail)\(hint)")
+            throw CommandFailure(
+                message:
+                    "herald: the daemon at \(endpoint) refused the change with HTTP \(status.map(String.init) ?? "?"): \(detail)\(hint)")
         }
         let outcome = subscribe ? "subscribed to \(topic)" : wasSubscribed ? "unsubscribed from \(topic)" : "was not subscribed to \(topic)"
         writeLine("\(outcome) (through the running daemon at \(endpoint))")
@@ -226,7 +247,8 @@ extension TopicChangeOptions {
         if stat(SQLiteStore.path(inDirectory: dataDirectory), &info) == 0 { return }
         guard creating else {
             let error = StoreError.cannotOpen(
-                path: SQLiteStore.path(inDirectory: dataDirectory), detail: "there is no Herald store here (herald serve creates one in its data directory)")
+                path: SQLiteStore.path(inDirectory: dataDirectory),
+                detail: "there is no Herald store here (herald serve creates one in its data directory)")
             throw CommandFailure(message: "herald: \(error)")
         }
         var path = dataDirectory.hasPrefix("/") ? "/" : ""
@@ -246,7 +268,7 @@ func percentEncoded(_ text: String) -> String {
     for byte in text.utf8 {
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
+            UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
             encoded.append(Character(UnicodeScalar(byte)))
         default:
             let digits = Array("0123456789ABCDEF")

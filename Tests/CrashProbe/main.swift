@@ -109,7 +109,9 @@ case "recover":
     try await herald.waitUntilIdle()
     let afterResend = probe.snapshot
     await herald.shutdown()
-    print(#"{"handled": \#(afterReplay.ids.count), "distinct": \#(Set(afterReplay.ids).count), "replayed": \#(afterReplay.replayed), "resentHandled": \#(afterResend.ids.count - afterReplay.ids.count)}"#)
+    print(
+        #"{"handled": \#(afterReplay.ids.count), "distinct": \#(Set(afterReplay.ids).count), "replayed": \#(afterReplay.replayed), "resentHandled": \#(afterResend.ids.count - afterReplay.ids.count)}"#
+    )
 default:
     exit(2)
 }

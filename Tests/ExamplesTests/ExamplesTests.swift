@@ -45,13 +45,16 @@ struct ExamplesTests {
         }
     }
 
-    @Test("LoopEcho echoes over TCP and its Unix socket on the port and path it is given; SIGTERM stops it cleanly", arguments: [SIGTERM, SIGINT])
+    @Test(
+        "LoopEcho echoes over TCP and its Unix socket on the port and path it is given; SIGTERM stops it cleanly",
+        arguments: [SIGTERM, SIGINT])
     func loopEcho(signal: Int32) async throws {
         try await withTemporaryDirectory(prefix: "herald-loop-echo") { directory in
             let socket = "\(directory)/loop-echo.sock"
             let child = try ExampleProcess("LoopEcho", ["0", socket])
             let tcpLine = try #require(child.line(), "no output")
-            let port = try #require(tcpLine.hasPrefix("listening on 127.0.0.1:") ? Int(tcpLine.split(separator: ":").last ?? "") : nil, "\(tcpLine)")
+            let port = try #require(
+                tcpLine.hasPrefix("listening on 127.0.0.1:") ? Int(tcpLine.split(separator: ":").last ?? "") : nil, "\(tcpLine)")
             #expect(port != 0)
             #expect(child.line() == "listening on unix:\(socket)")
 

@@ -1,6 +1,6 @@
-import HeraldEchoHandler
 import Foundation
 import Herald
+import HeraldEchoHandler
 import HeraldTesting
 import Testing
 
@@ -13,15 +13,23 @@ struct EchoHandlerTests {
         defer { close(fds[0]) }
         let herald = Herald(configuration: .init(senderID: "1234567890"))
         try herald.register(EchoHandler(output: fds[1], installationID: { "fid-1" }))
-        try herald.register(category: NotificationCategory(identifier: "CHAT", actions: [
-            NotificationAction(identifier: "REPLY", title: "Reply", textInputPlaceholder: "Say something"),
-        ]))
+        try herald.register(
+            category: NotificationCategory(
+                identifier: "CHAT",
+                actions: [
+                    NotificationAction(identifier: "REPLY", title: "Reply", textInputPlaceholder: "Say something")
+                ]))
         try await herald.start()
         let token = try await herald.token()
-        let request = try FCMSendRequest.decode(Array(#"""
-            {"message": {"token": "\#(token)", "notification": {"title": "T"}, "apns": {"payload": {"aps": {"category": "CHAT"}}}}}
-            """#.utf8), context: herald.decodingContext)
-        guard case .success(let id) = await herald.deliver(request.message) else { Issue.record("not accepted"); return }
+        let request = try FCMSendRequest.decode(
+            Array(
+                #"""
+                {"message": {"token": "\#(token)", "notification": {"title": "T"}, "apns": {"payload": {"aps": {"category": "CHAT"}}}}}
+                """#.utf8), context: herald.decodingContext)
+        guard case .success(let id) = await herald.deliver(request.message) else {
+            Issue.record("not accepted")
+            return
+        }
         try await herald.waitUntilIdle()
         try await herald.respond(to: id, action: "REPLY", userText: "on my way")
         try await herald.waitUntilIdle()

@@ -11,7 +11,9 @@ import Testing
 struct FaultInjectionTests {
     @Test(
         "disk full during inbox commits: senders are refused with 503 UNAVAILABLE, the daemon keeps running, every accepted message is handled, accepting resumes once there is room",
-        .enabled(if: PrivateMount.available, "needs mount namespaces (root with CAP_SYS_ADMIN); SQLiteStoreTests' diskFull covers SQLITE_FULL everywhere"),
+        .enabled(
+            if: PrivateMount.available,
+            "needs mount namespaces (root with CAP_SYS_ADMIN); SQLiteStoreTests' diskFull covers SQLITE_FULL everywhere"),
         .timeLimit(.minutes(2)))
     func diskFull() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
@@ -57,11 +59,14 @@ struct FaultInjectionTests {
 
     @Test(
         "the file system turns read-only under the daemon (an ext4 error, as errors=remount-ro does): senders are refused, the daemon keeps running, nothing accepted is lost",
-        .enabled(if: PrivateMount.available && PrivateMount.loopDevicesAvailable, "needs mount namespaces and loop devices (root with CAP_SYS_ADMIN)"),
+        .enabled(
+            if: PrivateMount.available && PrivateMount.loopDevicesAvailable,
+            "needs mount namespaces and loop devices (root with CAP_SYS_ADMIN)"),
         .timeLimit(.minutes(2)))
     func readOnlyFileSystem() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
-            let image = directory + "/data.ext4", data = directory + "/data"
+            let image = directory + "/data.ext4"
+            let data = directory + "/data"
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
             #expect(FileManager.default.createFile(atPath: image, contents: nil))
             #expect(truncate(image, 32 << 20) == 0)
@@ -123,8 +128,10 @@ struct FaultInjectionTests {
                 daemon.process.waitUntilExit()
             } else {
                 #expect(daemon.terminate() == 0)
-                #expect(!FileManager.default.fileExists(atPath: directory + "/herald.sqlite-wal") || FileManager.default.contents(atPath: directory + "/herald.sqlite-wal")?.isEmpty == true,
-                        "a clean stop leaves one self-contained file")
+                #expect(
+                    !FileManager.default.fileExists(atPath: directory + "/herald.sqlite-wal")
+                        || FileManager.default.contents(atPath: directory + "/herald.sqlite-wal")?.isEmpty == true,
+                    "a clean stop leaves one self-contained file")
             }
             // Every byte of the file replaced (a bad disk block, a stray write).
             let path = directory + (killed ? "/herald.sqlite-wal" : "/herald.sqlite")
@@ -153,7 +160,9 @@ struct FaultInjectionTests {
             try FileManager.default.removeItem(atPath: directory + "/herald.sqlite")
             let orphaned = try runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
             #expect(orphaned.status == 1)
-            #expect(orphaned.error.contains(directory + "/herald.sqlite-wal") && orphaned.error.contains("deleted or moved"), "\(orphaned.error)")
+            #expect(
+                orphaned.error.contains(directory + "/herald.sqlite-wal") && orphaned.error.contains("deleted or moved"),
+                "\(orphaned.error)")
             #expect(!orphaned.output.contains("registration token"), "no new identity was minted")
 
             // Stopped cleanly (no log left), then deleted: the analytics store of that run gives it away.
@@ -161,14 +170,19 @@ struct FaultInjectionTests {
             try? FileManager.default.removeItem(atPath: directory + "/herald.sqlite-shm")
             let missing = try runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
             #expect(missing.status == 1)
-            #expect(missing.error.contains(directory + "/herald.sqlite is missing") && missing.error.contains("analytics.sqlite"), "\(missing.error)")
+            #expect(
+                missing.error.contains(directory + "/herald.sqlite is missing") && missing.error.contains("analytics.sqlite"),
+                "\(missing.error)")
             #expect(!FileManager.default.fileExists(atPath: directory + "/herald.sqlite"), "no new store was created")
         }
     }
 
     @Test(
         "a handler that crashes the process: the message was acknowledged, and the next start replays it to the handlers",
-        .disabled(if: runningUnderThreadSanitizer, "under Thread Sanitizer the abort ends in the sanitizer's own failed check, and the child's end is at times never reported to Foundation's Process, which then waits for ever; the plain run covers it"),
+        .disabled(
+            if: runningUnderThreadSanitizer,
+            "under Thread Sanitizer the abort ends in the sanitizer's own failed check, and the child's end is at times never reported to Foundation's Process, which then waits for ever; the plain run covers it"
+        ),
         .timeLimit(.minutes(1)))
     func handlerCrash() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
@@ -180,7 +194,8 @@ struct FaultInjectionTests {
             let environment = ["TEST_PLUGIN_CRASH_FLAG": flag, "SWIFT_BACKTRACE": "enable=no"]
             // No core file: the abort is the test.
             let noCore = ["prlimit", "--core=0", "--"]
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
+            let daemon = try DaemonProcess(
+                directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
             let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
@@ -193,13 +208,15 @@ struct FaultInjectionTests {
             #expect(daemon.process.terminationReason == .uncaughtSignal && daemon.process.terminationStatus == SIGABRT, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: flag))
 
-            let restarted = try DaemonProcess(directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
+            let restarted = try DaemonProcess(
+                directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
             #expect(echoedToken(restarted)?.token == token)
-            let replay = try #require(try await eventuallyValue { () -> JSONValue? in
-                guard let event = restarted.event() else { return nil }
-                if event["userInfo"]?["crash"] == "yes" { return event }
-                return nil
-            }, "the crashing message was not replayed; log: \(restarted.log)")
+            let replay = try #require(
+                try await eventuallyValue { () -> JSONValue? in
+                    guard let event = restarted.event() else { return nil }
+                    if event["userInfo"]?["crash"] == "yes" { return event }
+                    return nil
+                }, "the crashing message was not replayed; log: \(restarted.log)")
             #expect(replay["userInfo"]?["n"] == "99")
             #expect(restarted.terminate() == 0, "\(restarted.log)")
         }
@@ -207,7 +224,9 @@ struct FaultInjectionTests {
 
     @Test(
         "a message whose handler crashes the process every time: replayed at the next starts up to max-replays, then quarantined, and the daemon serves again",
-        .disabled(if: runningUnderThreadSanitizer, "as handlerCrash: under Thread Sanitizer a child's abort is at times never reported to Foundation's Process"),
+        .disabled(
+            if: runningUnderThreadSanitizer,
+            "as handlerCrash: under Thread Sanitizer a child's abort is at times never reported to Foundation's Process"),
         .timeLimit(.minutes(2)))
     func poisonMessageQuarantined() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
@@ -215,7 +234,8 @@ struct FaultInjectionTests {
             let environment = ["TEST_PLUGIN_CRASH_ALWAYS": "1", "SWIFT_BACKTRACE": "enable=no"]
             let arguments = ["--socket", "none", "--plugin", plugin, "--max-replays", "2"]
             func start() throws -> DaemonProcess {
-                try DaemonProcess(directory: directory, arguments: arguments, environment: environment, launcher: ["prlimit", "--core=0", "--"])
+                try DaemonProcess(
+                    directory: directory, arguments: arguments, environment: environment, launcher: ["prlimit", "--core=0", "--"])
             }
             func crashed(_ daemon: DaemonProcess) async throws -> Bool {
                 for _ in 0..<3_000 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
@@ -250,11 +270,15 @@ struct FaultInjectionTests {
             #expect(line["messageID"]?.stringValue == id && line["starts"] == .int(3) && line["userInfo"]?["n"] == "66", "\(listed.output)")
             #expect(line["target"]?["token"]?.stringValue == token)
             let whileRunning = try runHerald(["quarantine", "release", "--data-dir", directory, id])
-            #expect(whileRunning.status == 1 && whileRunning.error.contains("a daemon is running in \(directory): stop it first"), "\(whileRunning.error)")
+            #expect(
+                whileRunning.status == 1 && whileRunning.error.contains("a daemon is running in \(directory): stop it first"),
+                "\(whileRunning.error)")
             #expect(survivor.terminate() == 0, "\(survivor.log)")
 
             let unknown = try runHerald(["quarantine", "release", "--data-dir", directory, id, "no-such-id"])
-            #expect(unknown.status == 1 && unknown.error.contains("not quarantined in \(directory): no-such-id; nothing was released"), "\(unknown.error)")
+            #expect(
+                unknown.status == 1 && unknown.error.contains("not quarantined in \(directory): no-such-id; nothing was released"),
+                "\(unknown.error)")
             do {
                 let store = try SQLiteStore(directory: directory)
                 #expect(try store.quarantine().map(\.record.messageID) == [id])
@@ -265,19 +289,23 @@ struct FaultInjectionTests {
             #expect(try runHerald(["quarantine", "list", "--data-dir", directory]).output.isEmpty)
 
             // With the handler fixed (no crash), the next start replays it.
-            let fixed = try DaemonProcess(directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
-            let replayed = try #require(try await eventuallyValue { () -> JSONValue? in
-                guard let event = fixed.event() else { return nil }
-                // (Not `cond ? event : nil`: JSONValue takes the nil literal, as .null, which would end the wait.)
-                if event["userInfo"]?["n"] == "66" { return event }
-                return nil
-            }, "the released message was not replayed; log: \(fixed.log)")
+            let fixed = try DaemonProcess(
+                directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
+            let replayed = try #require(
+                try await eventuallyValue { () -> JSONValue? in
+                    guard let event = fixed.event() else { return nil }
+                    // (Not `cond ? event : nil`: JSONValue takes the nil literal, as .null, which would end the wait.)
+                    if event["userInfo"]?["n"] == "66" { return event }
+                    return nil
+                }, "the released message was not replayed; log: \(fixed.log)")
             #expect(replayed["messageID"]?.stringValue == id, "\(replayed)")
             #expect(fixed.terminate() == 0, "\(fixed.log)")
         }
     }
 
-    @Test("out of file descriptors: connections past the limit are closed at once, one warning is logged, the loop does not spin, and accepting resumes when descriptors free up", .timeLimit(.minutes(1)))
+    @Test(
+        "out of file descriptors: connections past the limit are closed at once, one warning is logged, the loop does not spin, and accepting resumes when descriptors free up",
+        .timeLimit(.minutes(1)))
     func fileDescriptorExhaustion() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
@@ -292,7 +320,8 @@ struct FaultInjectionTests {
             var clients: [TestSocketClient] = []
             for _ in 0..<40 { clients.append(try TestSocketClient(.tcp(host: "127.0.0.1", port: daemon.httpPort))) }
             let health = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-            var answered = 0, closed = 0
+            var answered = 0
+            var closed = 0
             for client in clients {
                 client.send(health)
                 let reply = client.read { $0.count >= 12 }
@@ -348,10 +377,14 @@ struct FaultInjectionTests {
 
             let refused = try runExecutable(
                 URL(fileURLWithPath: "/usr/bin/nsenter"),
-                ["-t", "\(mount.processIdentifier)", "-m", "--", heraldExecutable.path, "serve", "--data-dir", data,
-                 "--http", "127.0.0.1:0", "--socket", "none", "--nats-server", "nats://127.0.0.1:1"])
+                [
+                    "-t", "\(mount.processIdentifier)", "-m", "--", heraldExecutable.path, "serve", "--data-dir", data,
+                    "--http", "127.0.0.1:0", "--socket", "none", "--nats-server", "nats://127.0.0.1:1",
+                ])
             #expect(refused.status != 0)
-            #expect(refused.error.contains("NATS needs the NATS C client") && refused.error.contains("libnats.so.3.4") && refused.error.contains("leave NATS off"), "\(refused.error)")
+            #expect(
+                refused.error.contains("NATS needs the NATS C client") && refused.error.contains("libnats.so.3.4")
+                    && refused.error.contains("leave NATS off"), "\(refused.error)")
         }
     }
 }
@@ -384,9 +417,10 @@ let runningUnderThreadSanitizer = dlsym(nil, "__tsan_init") != nil  // nil: RTLD
 
 /// The `data.n` of every `--echo` message line.
 func handledNumbers(_ lines: [String]) -> Set<Int> {
-    Set(lines.compactMap { line in
-        (try? JSONParser.parse(Array(line.utf8)))?["userInfo"]?["n"]?.stringValue.flatMap { Int($0) }
-    })
+    Set(
+        lines.compactMap { line in
+            (try? JSONParser.parse(Array(line.utf8)))?["userInfo"]?["n"]?.stringValue.flatMap { Int($0) }
+        })
 }
 
 /// Writes zeros to `path` until a write fails; that write's errno.
@@ -408,7 +442,8 @@ func fillUp(_ path: String) -> Int32 {
 /// User plus system CPU time of process `pid`, in clock ticks (1/100 s).
 func cpuTicks(_ pid: Int32) -> Int {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-          let end = stat.lastIndex(of: ")") else { return 0 }
+        let end = stat.lastIndex(of: ")")
+    else { return 0 }
     let fields = stat[stat.index(after: end)...].split(separator: " ")
     return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
 }
@@ -431,14 +466,18 @@ final class PrivateMount {
     }()
 
     /// Whether loop devices can be set up (a loop-mounted ext4 image).
-    static let loopDevicesAvailable: Bool = FileManager.default.fileExists(atPath: "/dev/loop-control")
+    static let loopDevicesAvailable: Bool =
+        FileManager.default.fileExists(atPath: "/dev/loop-control")
         && FileManager.default.isExecutableFile(atPath: "/sbin/mkfs.ext4")
 
     /// Runs `mount arguments...` in a new private mount namespace; the last argument is the mount point.
     init(_ arguments: [String]) throws {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
-        process.arguments = ["-m", "--propagation", "private", "/bin/sh", "-c",
-                             #"mount "$@" && eval "findmnt -n -o SOURCE \"\${$#}\"" && exec sleep 3600"#, "sh"] + arguments
+        process.arguments =
+            [
+                "-m", "--propagation", "private", "/bin/sh", "-c",
+                #"mount "$@" && eval "findmnt -n -o SOURCE \"\${$#}\"" && exec sleep 3600"#, "sh",
+            ] + arguments
         process.standardOutput = output
         process.standardError = output
         try process.run()

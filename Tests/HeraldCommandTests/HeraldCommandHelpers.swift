@@ -6,7 +6,9 @@ import HeraldTesting
 let examplePlugin = buildProductsDirectory.appendingPathComponent("libHeraldExamplePlugin.so").path
 
 /// Runs `herald` with `arguments` to completion: exit status, standard output, standard error.
-func runHerald(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) throws -> (status: Int32, output: String, error: String) {
+func runHerald(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) throws -> (
+    status: Int32, output: String, error: String
+) {
     try runBuiltExecutable("herald", arguments, environment: environment, input: input)
 }
 

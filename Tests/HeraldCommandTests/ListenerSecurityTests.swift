@@ -6,7 +6,9 @@ import Testing
 /// The listeners' security review (README, "Security review of the listeners") as tests of `herald serve`.
 @Suite("herald serve: listeners beyond loopback, and secrets kept out of logs", .serialized)
 struct ListenerSecurityTests {
-    @Test("beyond loopback: HTTP without a secret, the socket over TCP and /metrics are refused at start; allow-unauthenticated-network lets the last two in")
+    @Test(
+        "beyond loopback: HTTP without a secret, the socket over TCP and /metrics are refused at start; allow-unauthenticated-network lets the last two in"
+    )
     func nonLoopbackBinds() async throws {
         try await withTemporaryDirectory(prefix: "herald-security") { directory in
             let cases: [(arguments: [String], says: String)] = [
@@ -23,14 +25,18 @@ struct ListenerSecurityTests {
             let port = try freeLoopbackPort()
             let daemon = try DaemonProcess(
                 directory: directory + "/allowed", httpPort: port,
-                arguments: ["serve", "--data-dir", directory + "/allowed", "--echo", "--http", "127.0.0.1:\(port)", "--socket", "0.0.0.0:0",
-                            "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network"])
+                arguments: [
+                    "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "127.0.0.1:\(port)", "--socket", "0.0.0.0:0",
+                    "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network",
+                ])
             #expect(echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
-    @Test("the bearer secret, the NATS token and a password in a NATS URL appear in no log line, error or printed configuration, even at trace level")
+    @Test(
+        "the bearer secret, the NATS token and a password in a NATS URL appear in no log line, error or printed configuration, even at trace level"
+    )
     func secretsStayOutOfLogs() async throws {
         try await withTemporaryDirectory(prefix: "herald-security") { directory in
             let secret = "bearer-secret-4f1c9a"
@@ -50,13 +56,16 @@ struct ListenerSecurityTests {
 
             // NATS: a token file and a URL with a user and password, and no server there: the start fails, naming the
             // server without its password.
-            let natsToken = "nats-token-77e2b1", password = "url-password-a93d0c"
+            let natsToken = "nats-token-77e2b1"
+            let password = "url-password-a93d0c"
             let tokenFile = directory + "/nats.token"
             try natsToken.write(toFile: tokenFile, atomically: true, encoding: .utf8)
             let natsPort = try freeLoopbackPort()
             let failed = try runHerald(
-                ["serve", "--data-dir", directory + "/nats", "--http", "none", "--socket", "none", "--log-level", "trace",
-                 "--nats-server", "nats://alice:\(password)@127.0.0.1:\(natsPort)", "--nats-token-file", tokenFile])
+                [
+                    "serve", "--data-dir", directory + "/nats", "--http", "none", "--socket", "none", "--log-level", "trace",
+                    "--nats-server", "nats://alice:\(password)@127.0.0.1:\(natsPort)", "--nats-token-file", tokenFile,
+                ])
             #expect(failed.status == 1)
             #expect(failed.error.contains("nats://***@127.0.0.1:\(natsPort)"), "\(failed.error)")
             for text in [failed.output, failed.error] {

@@ -8,7 +8,8 @@ private let payloads = URL(fileURLWithPath: #filePath).deletingLastPathComponent
     .appendingPathComponent("HeraldTests/Resources/payloads")
 
 private func sample(_ name: String, token: String) throws -> String {
-    try String(contentsOf: payloads.appendingPathComponent(name), encoding: .utf8).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
+    try String(contentsOf: payloads.appendingPathComponent(name), encoding: .utf8).replacingOccurrences(
+        of: "REPLACE_WITH_TOKEN", with: token)
 }
 
 /// One line: the sample JSON without its line breaks (the socket takes one object per line).
@@ -38,7 +39,9 @@ struct SamplePayloadTests {
                 let body = try sample(file, token: token)
                 // HTTP: 200 and exactly {"name": "projects/demo/messages/<id>"}.
                 let http = try TestSocketClient(.tcp(host: "127.0.0.1", port: daemon.httpPort))
-                http.send("POST /v1/projects/demo/messages:send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body)
+                http.send(
+                    "POST /v1/projects/demo/messages:send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+                        + body)
                 let response = String(decoding: http.read { _ in false }, as: UTF8.self)
                 #expect(response.hasPrefix("HTTP/1.1 200"), "\(file): \(response)")
                 let answer = try JSONParser.parse(Array((response.components(separatedBy: "\r\n\r\n").last ?? "").utf8))
@@ -62,7 +65,9 @@ struct SamplePayloadTests {
             for file in ["apns-provider-alert.json", "seed-alert-apns.json"] {
                 let body = try sample(file, token: token)
                 let apns = try TestSocketClient(.tcp(host: "127.0.0.1", port: daemon.httpPort))
-                apns.send("POST /3/device/\(token) HTTP/1.1\r\nHost: x\r\napns-push-type: alert\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body)
+                apns.send(
+                    "POST /3/device/\(token) HTTP/1.1\r\nHost: x\r\napns-push-type: alert\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
+                        + body)
                 let response = String(decoding: apns.read { _ in false }, as: UTF8.self)
                 #expect(response.hasPrefix("HTTP/1.1 200"), "\(file): \(response)")
                 let apnsID = response.split(separator: "\r\n").first { $0.lowercased().hasPrefix("apns-id:") }

@@ -12,7 +12,8 @@ struct ServeAnalyticsTests {
             let token = try #require(daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
             let http = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo"]
 
-            let labelled = #"{"message": {"token": "\#(token)", "notification": {"title": "Sale"}, "fcm_options": {"analytics_label": "spring_sale"}}}"#
+            let labelled =
+                #"{"message": {"token": "\#(token)", "notification": {"title": "Sale"}, "fcm_options": {"analytics_label": "spring_sale"}}}"#
             let sent = try runHerald(["send"] + http + ["--file", "-"], input: labelled)
             #expect(sent.status == 0, "\(sent.error)")
             #expect(daemon.event()?["event"] == "willPresent")

@@ -15,22 +15,24 @@ struct ServeConfigFileTests {
             try FileManager.default.createDirectory(atPath: "\(directory)/run", withIntermediateDirectories: true)
             let file = "\(directory)/herald.yaml"
             try """
-                # herald serve, configured by file only
-                http: 127.0.0.1:\(httpPort)
-                socket: \(directory)/run/custom.sock
-                data-dir: \(directory)/state
-                project-id: from-file
-                echo: true
-                log-level: debug
-                analytics-store: false
-                plugins:
-                  - \(examplePlugin)
-                metrics: 127.0.0.1:\(metricsPort)
-                """.write(toFile: file, atomically: true, encoding: .utf8)
+            # herald serve, configured by file only
+            http: 127.0.0.1:\(httpPort)
+            socket: \(directory)/run/custom.sock
+            data-dir: \(directory)/state
+            project-id: from-file
+            echo: true
+            log-level: debug
+            analytics-store: false
+            plugins:
+              - \(examplePlugin)
+            metrics: 127.0.0.1:\(metricsPort)
+            """.write(toFile: file, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: "\(directory)/log", httpPort: httpPort, arguments: ["serve", "--config", file])
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
 
-            let overHTTP = try runHerald(["send", "--http", "127.0.0.1:\(httpPort)", "--project-id", "from-file", "--token", token, "--data", "via=http"])
+            let overHTTP = try runHerald([
+                "send", "--http", "127.0.0.1:\(httpPort)", "--project-id", "from-file", "--token", token, "--data", "via=http",
+            ])
             #expect(overHTTP.status == 0, "\(overHTTP.output) \(overHTTP.error)")
             #expect(overHTTP.output.contains("projects/from-file/messages/"))
             #expect(daemon.event()?["userInfo"]?["via"] == "http")
@@ -85,7 +87,8 @@ struct ServeConfigFileTests {
     func printConfig() async throws {
         try await withTemporaryDirectory { directory in
             let file = "\(directory)/herald.yaml"
-            try "project-id: from-file\nshutdown-grace: 3\ndata-dir: \(directory)/state\n".write(toFile: file, atomically: true, encoding: .utf8)
+            try "project-id: from-file\nshutdown-grace: 3\ndata-dir: \(directory)/state\n".write(
+                toFile: file, atomically: true, encoding: .utf8)
             let printed = try runHerald(
                 ["serve", "--config", file, "--shutdown-grace", "5", "--print-config"],
                 environment: ["HERALD_SENDER_ID": "4242", "HERALD_SHUTDOWN_GRACE": "4", "HERALD_SHUTDOWN_GRACEE": "1"])
@@ -94,7 +97,9 @@ struct ServeConfigFileTests {
             #expect(printed.output.contains("sender-id: 4242  # environment HERALD_SENDER_ID"))
             #expect(printed.output.contains("shutdown-grace: 5  # flag --shutdown-grace"))
             #expect(printed.output.contains("http: 127.0.0.1:8080  # default"))
-            #expect(printed.error.contains("HERALD_SHUTDOWN_GRACEE is not a setting of herald serve and is ignored (did you mean HERALD_SHUTDOWN_GRACE?)"))
+            #expect(
+                printed.error.contains(
+                    "HERALD_SHUTDOWN_GRACEE is not a setting of herald serve and is ignored (did you mean HERALD_SHUTDOWN_GRACE?)"))
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state"), "nothing started")
             // HERALD_CONFIG names the file when --config does not.
             let fromEnvironment = try runHerald(["serve", "--print-config"], environment: ["HERALD_CONFIG": file])
@@ -109,7 +114,10 @@ struct ServeConfigFileTests {
             let state = "\(directory)/state"
             let cases: [(yaml: String?, environment: [String: String], flags: [String], expected: String)] = [
                 ("htp: 127.0.0.1:1\n", [:], [], "herald: config file \(file), line 1: unknown key 'htp' (did you mean 'http'?)"),
-                ("echo: true\nshutdown-grace: ten\n", [:], [], "herald: config file \(file), line 2, key shutdown-grace: 'ten' is not valid; allowed: a whole number"),
+                (
+                    "echo: true\nshutdown-grace: ten\n", [:], [],
+                    "herald: config file \(file), line 2, key shutdown-grace: 'ten' is not valid; allowed: a whole number"
+                ),
                 ("analytics-retention-days: -1\n", [:], [], "line 1, key analytics-retention-days: '-1' is not valid"),
                 ("http: localhost\n", [:], [], "line 1, key http: 'localhost' is not valid; allowed: HOST:PORT"),
                 ("plugins: \(examplePlugin)\n", [:], [], "key plugins: '\(examplePlugin)' is not valid; allowed: a list of paths"),

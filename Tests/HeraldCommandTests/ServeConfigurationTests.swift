@@ -28,11 +28,15 @@ struct ServeConfigurationTests {
     }
 
     /// The message of the error resolving throws (`nil` when it does not), with `FILE` for the config file's path.
-    func failure(_ yaml: String?, environment: [String: String] = [:], flags: [(key: String, value: SettingValue, flag: String)] = []) -> String? {
+    func failure(_ yaml: String?, environment: [String: String] = [:], flags: [(key: String, value: SettingValue, flag: String)] = [])
+        -> String?
+    {
         failure(bytes: yaml.map { Data($0.utf8) }, environment: environment, flags: flags)
     }
 
-    func failure(bytes: Data?, environment: [String: String] = [:], flags: [(key: String, value: SettingValue, flag: String)] = []) -> String? {
+    func failure(bytes: Data?, environment: [String: String] = [:], flags: [(key: String, value: SettingValue, flag: String)] = [])
+        -> String?
+    {
         withConfigFile(bytes) { file in
             do {
                 _ = try ServeConfiguration.resolve(file: file, environment: environment, flags: flags)
@@ -102,14 +106,16 @@ struct ServeConfigurationTests {
 
     @Test("YAML scalars as people write them: a number where a string is expected, yes/no booleans, quoted values")
     func scalars() throws {
-        let settings = try resolve("""
+        let settings = try resolve(
+            """
             sender-id: 1234567890
             project-id: "0042"
             analytics-store: no
             log-level: 'debug'
             delivery-metrics: /var/log/herald/delivery.jsonl
             socket: unix:/run/herald.sock
-            """).settings
+            """
+        ).settings
         #expect(settings.senderID == "1234567890")
         #expect(settings.projectID == "0042")
         #expect(settings.analyticsStore == false)
@@ -126,11 +132,17 @@ struct ServeConfigurationTests {
     /// A config file and what its error must say (`FILE` is the file's path).
     static let badFiles: [(yaml: String, expected: [String])] = [
         // Unknown keys, with the nearest known key suggested.
-        ("http: 127.0.0.1:1\nhtp: 127.0.0.1:2\n", ["herald: config file FILE, line 2: unknown key 'htp' (did you mean 'http'?)", "the keys are http, socket"]),
+        (
+            "http: 127.0.0.1:1\nhtp: 127.0.0.1:2\n",
+            ["herald: config file FILE, line 2: unknown key 'htp' (did you mean 'http'?)", "the keys are http, socket"]
+        ),
         ("plugin: [/a.so]\n", ["line 1: unknown key 'plugin' (did you mean 'plugins'?)"]),
         ("colour: blue\n", ["line 1: unknown key 'colour';"]),
         // Wrong types.
-        ("shutdown-grace: ten\n", ["herald: config file FILE, line 1, key shutdown-grace: 'ten' is not valid; allowed: a whole number of seconds from 0 to 86400"]),
+        (
+            "shutdown-grace: ten\n",
+            ["herald: config file FILE, line 1, key shutdown-grace: 'ten' is not valid; allowed: a whole number of seconds from 0 to 86400"]
+        ),
         ("shutdown-grace: 2.5\n", ["key shutdown-grace: '2.5' is not valid"]),
         ("echo: maybe\n", ["key echo: 'maybe' is not valid; allowed: true or false"]),
         ("plugins: /a.so\n", ["key plugins: '/a.so' is not valid; allowed: a list of paths"]),
@@ -141,7 +153,10 @@ struct ServeConfigurationTests {
         ("project-id:\n", ["line 1, key project-id: an empty value is not valid; allowed: a non-empty project ID"]),
         ("project-id: ''\n", ["key project-id: '' is not valid"]),
         // Out of range.
-        ("analytics-retention-days: -1\n", ["key analytics-retention-days: '-1' is not valid; allowed: a whole number of days from 0 (keep everything) to 36500"]),
+        (
+            "analytics-retention-days: -1\n",
+            ["key analytics-retention-days: '-1' is not valid; allowed: a whole number of days from 0 (keep everything) to 36500"]
+        ),
         ("shutdown-grace: 100000\n", ["key shutdown-grace: '100000' is not valid"]),
         ("shutdown-grace: 99999999999999999999\n", ["key shutdown-grace: '99999999999999999999' is not valid"]),
         // Bad addresses and names.
@@ -187,33 +202,47 @@ struct ServeConfigurationTests {
 
     @Test("a bad environment variable names the variable, the value and what is allowed")
     func badEnvironment() throws {
-        #expect(failure(nil, environment: ["HERALD_SHUTDOWN_GRACE": "ten"])
-            == "herald: environment HERALD_SHUTDOWN_GRACE: 'ten' is not valid; allowed: a whole number of seconds from 0 to 86400")
-        #expect(failure(nil, environment: ["HERALD_ECHO": "maybe"]) == "herald: environment HERALD_ECHO: 'maybe' is not valid; allowed: true or false")
-        #expect(failure(nil, environment: ["HERALD_HTTP": "nonsense"])?.hasPrefix("herald: environment HERALD_HTTP: 'nonsense' is not valid; allowed: HOST:PORT") == true)
-        #expect(failure(nil, environment: ["HERALD_ANALYTICS_RETENTION_DAYS": "-3"])?.hasPrefix("herald: environment HERALD_ANALYTICS_RETENTION_DAYS: '-3'") == true)
+        #expect(
+            failure(nil, environment: ["HERALD_SHUTDOWN_GRACE": "ten"])
+                == "herald: environment HERALD_SHUTDOWN_GRACE: 'ten' is not valid; allowed: a whole number of seconds from 0 to 86400")
+        #expect(
+            failure(nil, environment: ["HERALD_ECHO": "maybe"])
+                == "herald: environment HERALD_ECHO: 'maybe' is not valid; allowed: true or false")
+        #expect(
+            failure(nil, environment: ["HERALD_HTTP": "nonsense"])?.hasPrefix(
+                "herald: environment HERALD_HTTP: 'nonsense' is not valid; allowed: HOST:PORT") == true)
+        #expect(
+            failure(nil, environment: ["HERALD_ANALYTICS_RETENTION_DAYS": "-3"])?.hasPrefix(
+                "herald: environment HERALD_ANALYTICS_RETENTION_DAYS: '-3'") == true)
         // The environment is checked even when a flag overrides it: a bad value is a mistake either way.
         #expect(failure(nil, environment: ["HERALD_LOG_LEVEL": "loud"], flags: [("log-level", .string("debug"), "--log-level")]) != nil)
     }
 
     @Test("a bad flag value names the flag, the value and what is allowed")
     func badFlag() throws {
-        #expect(failure(nil, flags: [("http", .string("nonsense"), "--http")])?.hasPrefix("herald: flag --http: 'nonsense' is not valid; allowed: HOST:PORT") == true)
-        #expect(failure(nil, flags: [("shutdown-grace", .integer(-1), "--shutdown-grace")])
-            == "herald: flag --shutdown-grace: '-1' is not valid; allowed: a whole number of seconds from 0 to 86400")
-        #expect(failure(nil, flags: [("plugins", .list(["/a.so", ""]), "--plugin")]) == "herald: flag --plugin: '' is not valid; allowed: \(ServeOption.plugins.allowed)")
+        #expect(
+            failure(nil, flags: [("http", .string("nonsense"), "--http")])?.hasPrefix(
+                "herald: flag --http: 'nonsense' is not valid; allowed: HOST:PORT") == true)
+        #expect(
+            failure(nil, flags: [("shutdown-grace", .integer(-1), "--shutdown-grace")])
+                == "herald: flag --shutdown-grace: '-1' is not valid; allowed: a whole number of seconds from 0 to 86400")
+        #expect(
+            failure(nil, flags: [("plugins", .list(["/a.so", ""]), "--plugin")])
+                == "herald: flag --plugin: '' is not valid; allowed: \(ServeOption.plugins.allowed)")
         #expect(failure(nil, flags: [("log-level", .string("loud"), "--log-level")])?.hasPrefix("herald: flag --log-level: 'loud'") == true)
     }
 
     @Test("an unknown HERALD_ variable is a warning with the nearest name, not an error; the secret and HERALD_CONFIG are known")
     func unknownEnvironment() throws {
-        let warnings = try resolve(environment: ["HERALD_HTTPS": "x", "HERALD_AUTH_TOKEN": "s", "HERALD_CONFIG": "/x", "PATH": "/bin"]).warnings
+        let warnings = try resolve(environment: ["HERALD_HTTPS": "x", "HERALD_AUTH_TOKEN": "s", "HERALD_CONFIG": "/x", "PATH": "/bin"])
+            .warnings
         #expect(warnings == ["environment HERALD_HTTPS is not a setting of herald serve and is ignored (did you mean HERALD_HTTP?)"])
     }
 
     @Test("--print-config's output is a config file that reads back to the same settings")
     func renderedReadsBack() throws {
-        let (settings, _, _) = try resolve("""
+        let (settings, _, _) = try resolve(
+            """
             http: none
             project-id: "has space: and colon"
             plugins: [/a.so, "/b c.so"]

@@ -17,8 +17,10 @@ struct ServeTests {
             #expect(tokenEvent.objectValue?.keys == ["event", "token", "installationID"])
 
             // A display notification with `herald send` over HTTP.
-            let sent = try runHerald(["send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo",
-                                      "--token", token, "--title", "Hi", "--body", "there", "--data", "k=v"])
+            let sent = try runHerald([
+                "send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo",
+                "--token", token, "--title", "Hi", "--body", "there", "--data", "k=v",
+            ])
             #expect(sent.status == 0, "\(sent.error)")
             let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
             let id = String(name.split(separator: "/").last!)
@@ -26,7 +28,9 @@ struct ServeTests {
             let presented = try #require(daemon.event())
             let expected: JSONValue = [
                 "event": "willPresent", "messageID": .string(id), "options": ["list", "banner", "sound"],
-                "userInfo": ["aps": ["alert": ["title": "Hi", "body": "there"]], "k": "v", "gcm.message_id": .string(id), "from": "herald"],
+                "userInfo": [
+                    "aps": ["alert": ["title": "Hi", "body": "there"]], "k": "v", "gcm.message_id": .string(id), "from": "herald",
+                ],
             ]
             #expect(presented == expected)
             #expect(presented.objectValue?.keys == ["event", "messageID", "options", "userInfo"])
@@ -49,7 +53,9 @@ struct ServeTests {
             #expect(data["userInfo"]?["n"] == "7")
 
             // Someone else's token: refused to the sender, a `dropped` line for the daemon's reader.
-            let stranger = try runHerald(["send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", "not-ours", "--data", "a=b"])
+            let stranger = try runHerald([
+                "send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", "not-ours", "--data", "a=b",
+            ])
             #expect(stranger.status == 1)
             #expect(stranger.output.contains("UNREGISTERED"))
             let dropped = try #require(daemon.event())
@@ -68,8 +74,12 @@ struct ServeTests {
             let first = try DaemonProcess(directory: directory)
             let token = try #require(first.event()?["token"]?.stringValue)
             let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: first.httpPort))
-            client.send("POST /v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-            #expect(String(decoding: client.read { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+            client.send(
+                "POST /v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+            )
+            #expect(
+                String(decoding: client.read { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self).hasPrefix(
+                    "HTTP/1.1 200"))
             #expect(first.terminate() == 0)
 
             let second = try DaemonProcess(directory: directory)
@@ -143,7 +153,10 @@ struct ServeTests {
             #expect(answers.count >= 100)
             kill(daemon.process.processIdentifier, SIGTERM)
             answers += client.readLines(total - answers.count)
-            let accepted = Set(answers.compactMap { try? JSONParser.parse(Array($0.utf8))["name"]?.stringValue }.map { String($0.split(separator: "/").last!) })
+            let accepted = Set(
+                answers.compactMap { try? JSONParser.parse(Array($0.utf8))["name"]?.stringValue }.map {
+                    String($0.split(separator: "/").last!)
+                })
             #expect(accepted.count >= 100)
             for answer in answers where !answer.contains("\"name\"") {
                 #expect(answer.contains("UNAVAILABLE"), "\(answer)")
@@ -175,9 +188,11 @@ struct ServeTests {
         try await withTemporaryDirectory { directory in
             let metricsPort = try freeLoopbackPort()
             let export = "\(directory)/export/delivery.jsonl"
-            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: [
-                "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
-            ])
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data",
+                arguments: [
+                    "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
+                ])
             let token = try #require(daemon.event()?["token"]?.stringValue)
             let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi", "--data", "k=v"])
             #expect(sent.status == 0)
@@ -267,7 +282,9 @@ struct ServePluginTests {
             #expect(daemon.terminate() == 0, "\(daemon.log)")
             #expect(daemon.log.contains("example"), "the plugin is listed among the started plugins")
 
-            let missing = try runHerald(["serve", "--data-dir", "\(directory)/other", "--plugin", examplePlugin, "--plugin", "/nonexistent/libnothing.so"])
+            let missing = try runHerald([
+                "serve", "--data-dir", "\(directory)/other", "--plugin", examplePlugin, "--plugin", "/nonexistent/libnothing.so",
+            ])
             #expect(missing.status == 1)
             #expect(missing.error.contains("/nonexistent/libnothing.so"), "\(missing.error)")
         }

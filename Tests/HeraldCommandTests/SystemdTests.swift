@@ -49,9 +49,11 @@ struct SystemdTests {
     func notifications() async throws {
         try await withTemporaryDirectory { directory in
             let notify = try NotifySocket(directory: directory)
-            let daemon = try DaemonProcess(directory: "\(directory)/data", environment: [
-                "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
-            ])
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data",
+                environment: [
+                    "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
+                ])
             #expect(daemon.event()?["event"] == "token")
             let beforeReady = notify.until("READY=1")
             #expect(beforeReady.last?.contains("READY=1") == true, "\(beforeReady)")

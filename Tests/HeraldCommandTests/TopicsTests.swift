@@ -11,7 +11,9 @@ struct TopicsTests {
             let directory = "\(root)/data"
             let first = try runHerald(["topics", "subscribe", "--data-dir", directory, "weather"])
             #expect(first.status == 0, "\(first.error)")
-            #expect(first.output == "subscribed to weather (in the store of the stopped daemon in \(directory); it applies at the next start)\n")
+            #expect(
+                first.output == "subscribed to weather (in the store of the stopped daemon in \(directory); it applies at the next start)\n"
+            )
             #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "/topics/news"]).status == 0)
             #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "alerts"]).status == 0)
             #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "alerts"]).status == 0)
@@ -68,11 +70,15 @@ struct TopicsTests {
             // Every character FCM allows survives the trip through the URL.
             #expect(try runHerald(["topics", "subscribe", "--data-dir", directory] + http + ["--", "-a%2Fb.c~d_e"]).status == 0)
             #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "-a%2Fb.c~d_e\n")
-            #expect(try runHerald(["topics", "unsubscribe", "--data-dir", directory] + http + ["--", "/topics/-a%2Fb.c~d_e"]).output.hasPrefix("unsubscribed from -a%2Fb.c~d_e"))
+            #expect(
+                try runHerald(["topics", "unsubscribe", "--data-dir", directory] + http + ["--", "/topics/-a%2Fb.c~d_e"]).output.hasPrefix(
+                    "unsubscribed from -a%2Fb.c~d_e"))
             #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "")
 
             // Another project, or a wrong secret: the daemon's refusal, exit status 1, nothing changed.
-            let mismatch = try runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "other", "x"])
+            let mismatch = try runHerald([
+                "topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "other", "x",
+            ])
             #expect(mismatch.status == 1)
             #expect(mismatch.error.contains("refused the change with HTTP"), "\(mismatch.error)")
             #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "")
@@ -100,8 +106,12 @@ struct TopicsTests {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
             #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
-            #expect(DataDirectoryLock.inspect(directory: directory) == .held(owner: .init(
-                pid: daemon.process.processIdentifier, http: "127.0.0.1:\(daemon.httpPort)", projectID: "demo", socket: daemon.socketPath)))
+            #expect(
+                DataDirectoryLock.inspect(directory: directory)
+                    == .held(
+                        owner: .init(
+                            pid: daemon.process.processIdentifier, http: "127.0.0.1:\(daemon.httpPort)", projectID: "demo",
+                            socket: daemon.socketPath)))
 
             let subscribed = try runHerald(["topics", "subscribe", "--data-dir", directory, "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
@@ -131,7 +141,10 @@ struct TopicsTests {
                 try DataDirectoryLock.acquire(directory: directory, owner: owner, wait: .milliseconds(100))
             }
             let started = ContinuousClock.now
-            Thread { usleep(300_000); hold.release() }.start()
+            Thread {
+                usleep(300_000)
+                hold.release()
+            }.start()
             let lock = try DataDirectoryLock.acquire(directory: directory, owner: owner)
             #expect(ContinuousClock.now - started >= .milliseconds(250))
             #expect(DataDirectoryLock.inspect(directory: directory) == .held(owner: owner))
@@ -152,15 +165,22 @@ struct TopicsTests {
             for name in ["bad name", "", "weather!", "/topics/", String(repeating: "a", count: 901)] {
                 let result = try runHerald(["topics", "subscribe", "--data-dir", directory, "--", name])
                 #expect(result.status == 64, "\(name): \(result.error)")
-                #expect(result.error.contains("is not a topic name: FCM topic names are 1 to 900 characters of a-z, A-Z, 0-9 and - _ . ~ %"), "\(result.error)")
+                #expect(
+                    result.error.contains("is not a topic name: FCM topic names are 1 to 900 characters of a-z, A-Z, 0-9 and - _ . ~ %"),
+                    "\(result.error)")
             }
             #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "--", "-dash_ok.~%20"]).status == 0)
             #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, String(repeating: "a", count: 900)]).status == 0)
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "-dash_ok.~%20\n\(String(repeating: "a", count: 900))\n")
+            #expect(
+                try runHerald(["topics", "list", "--data-dir", directory]).output
+                    == "-dash_ok.~%20\n\(String(repeating: "a", count: 900))\n")
 
             let missing = try runHerald(["topics", "list", "--data-dir", "\(directory)/nothing"])
             #expect(missing.status == 1)
-            #expect(missing.error.contains("herald: cannot open the Herald store at \(directory)/nothing/herald.sqlite: there is no Herald store here"), "\(missing.error)")
+            #expect(
+                missing.error.contains(
+                    "herald: cannot open the Herald store at \(directory)/nothing/herald.sqlite: there is no Herald store here"),
+                "\(missing.error)")
             let unsubscribe = try runHerald(["topics", "unsubscribe", "--data-dir", "\(directory)/nothing", "weather"])
             #expect(unsubscribe.status == 1)
             #expect(unsubscribe.error.contains("there is no Herald store here"), "\(unsubscribe.error)")

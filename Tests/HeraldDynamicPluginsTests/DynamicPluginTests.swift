@@ -14,7 +14,12 @@ struct DynamicPluginTests {
         #expect(plugin.name == "example")
         #expect(!plugin.isSerial)
         #expect(PluginRoles.of(plugin) == [.notificationHandler, .messageHandler, .backgroundFetchWorker])
-        var display = "", data = "", failing = "", newData = "", noData = "", failed = ""
+        var display = ""
+        var data = ""
+        var failing = ""
+        var newData = ""
+        var noData = ""
+        var failed = ""
         try await withHerald(plugins: [plugin]) { herald, receiver, _ in
             #expect(herald.registeredPlugins.last?.descriptor.name == "example")
             #expect(herald.registeredPlugins.last?.roles == [.notificationHandler, .messageHandler, .backgroundFetchWorker])
@@ -31,7 +36,8 @@ struct DynamicPluginTests {
             let foreground = sink.events(named: .notificationForeground)
             #expect(foreground.map(\.messageID) == [display])
             #expect(foreground.first?.parameters["options"] == "[.banner, .sound]")
-            let fetches = Dictionary(uniqueKeysWithValues: sink.events(named: .backgroundFetch).map { ($0.messageID ?? "", $0.parameters["result"] ?? "") })
+            let fetches = Dictionary(
+                uniqueKeysWithValues: sink.events(named: .backgroundFetch).map { ($0.messageID ?? "", $0.parameters["result"] ?? "") })
             #expect(fetches == [newData: "newData", noData: "noData", failed: "failed"])
             let failures = sink.events(named: .diagnostic).filter { $0.parameters["detail"] == "handler_failed" }
             #expect(failures.map(\.messageID) == [failing])
@@ -57,17 +63,25 @@ struct DynamicPluginTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let record = directory.appendingPathComponent("calls")
         // Answers: present [.badge, .list] (9), fetch NO_DATA (1), data messages fail with status 7.
-        let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin"), configuration: [
-            "record": .string(record.path), "present": 9, "fetch": 1, "message_status": 7,
-        ])
+        let plugin = try DynamicPlugin.load(
+            path: try sharedObject("HeraldTestPlugin"),
+            configuration: [
+                "record": .string(record.path), "present": 9, "fetch": 1, "message_status": 7,
+            ])
         #expect(plugin.name == "test-plugin")
         #expect(PluginRoles.of(plugin) == [.notificationHandler, .messageHandler, .backgroundFetchWorker, .tokenHandler])
-        let category = NotificationCategory(identifier: "REPLY", actions: [NotificationAction(identifier: "ANSWER", title: "Answer", textInputPlaceholder: "...")])
-        var token = "", display = "", data = "", silent = ""
+        let category = NotificationCategory(
+            identifier: "REPLY", actions: [NotificationAction(identifier: "ANSWER", title: "Answer", textInputPlaceholder: "...")])
+        var token = ""
+        var display = ""
+        var data = ""
+        var silent = ""
         try await withHerald(plugins: [plugin], categories: [category]) { herald, receiver, _ in
             token = try await herald.token()
             let apns = #"{"headers": {"apns-collapse-id": "c1"}, "payload": {"aps": {"category": "REPLY"}}}"#
-            display = try await receiver.sendFCM(fcmBody(token: token, notification: ("Tea", "is \\\"ready\\\"\\n"), data: ["pot": "2"], apns: apns), to: herald).get()
+            display = try await receiver.sendFCM(
+                fcmBody(token: token, notification: ("Tea", "is \\\"ready\\\"\\n"), data: ["pot": "2"], apns: apns), to: herald
+            ).get()
             try await herald.waitUntilIdle()
             try await herald.respond(to: display, action: "ANSWER", userText: "coming ✓")
             data = try await receiver.sendFCM(fcmBody(token: token, data: ["kind": "digest"]), to: herald).get()
@@ -82,9 +96,11 @@ struct DynamicPluginTests {
         }
 
         let calls = recordedCalls(record)
-        #expect(calls.map(\.call) == [
-            "init", "did_receive_token", "will_present", "did_receive_response", "did_receive_message", "fetch", "max_concurrent", "deinit",
-        ])
+        #expect(
+            calls.map(\.call) == [
+                "init", "did_receive_token", "will_present", "did_receive_response", "did_receive_message", "fetch", "max_concurrent",
+                "deinit",
+            ])
         #expect(calls.first?.json == ["record": .string(record.path), "present": 9, "fetch": 1, "message_status": 7])
         #expect(calls.first { $0.call == "did_receive_token" }?.argument == token)
 
@@ -143,9 +159,11 @@ struct DynamicPluginTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         for (product, serial) in [("HeraldTestPlugin", false), ("HeraldTestPluginSerial", true)] {
             let record = directory.appendingPathComponent(product)
-            let plugin = try DynamicPlugin.load(path: try sharedObject(product), configuration: [
-                "record": .string(record.path), "sleep_ms": 40, "record_threads": 1,
-            ], threads: 4)
+            let plugin = try DynamicPlugin.load(
+                path: try sharedObject(product),
+                configuration: [
+                    "record": .string(record.path), "sleep_ms": 40, "record_threads": 1,
+                ], threads: 4)
             #expect(plugin.isSerial == serial)
             let message = RemoteMessage(userInfo: ["aps": ["content-available": 1]], target: .token("t"))
             let results = await withTaskGroup(of: BackgroundFetchResult.self) { group in
@@ -175,7 +193,8 @@ struct DynamicPluginTests {
         let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
         let record = directory.appendingPathComponent("calls")
-        let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin"), configuration: ["record": .string(record.path), "sleep_ms": 300])
+        let plugin = try DynamicPlugin.load(
+            path: try sharedObject("HeraldTestPlugin"), configuration: ["record": .string(record.path), "sleep_ms": 300])
         let message = RemoteMessage(userInfo: ["aps": ["content-available": 1], "gcm.message_id": "m1"], target: .token("t"))
         // The plugin records a call when it begins, then sleeps 300 ms in it: a call that began after `started`
         // ends 300 ms after it at the earliest, and unload must not return before the call ends.
@@ -219,7 +238,9 @@ struct DynamicPluginTests {
         #expect(error?.description == "cannot load plugin /nonexistent/herald/libnothing.so: no such file")
     }
 
-    @Test("a plugin someone else could change is refused before it is opened: writable by its group or others, in a directory others may write, or another user's")
+    @Test(
+        "a plugin someone else could change is refused before it is opened: writable by its group or others, in a directory others may write, or another user's"
+    )
     func unsafePermissions() throws {
         let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -227,7 +248,9 @@ struct DynamicPluginTests {
         try FileManager.default.copyItem(atPath: try sharedObject("HeraldTestPlugin"), toPath: path)
         chmod(directory.path, 0o755)
         func refusal() -> String? {
-            guard case .unsafePermissions(let reported, let reason)? = dynamicPluginError({ _ = try DynamicPlugin.load(path: path) }) else { return nil }
+            guard case .unsafePermissions(let reported, let reason)? = dynamicPluginError({ _ = try DynamicPlugin.load(path: path) }) else {
+                return nil
+            }
             #expect(reported == path)
             return reason
         }
@@ -289,7 +312,10 @@ struct DynamicPluginTests {
         let path = try sharedObject("HeraldTestPluginBadABI")
         let error = dynamicPluginError { _ = try DynamicPlugin.load(path: path) }
         #expect(error == .unsupportedABIVersion(path: path, found: 999, supported: 1))
-        #expect(error?.description == "cannot load plugin \(path): it was built for plugin ABI version 999; this Herald supports version 1 (rebuild it against this Herald's herald_plugin.h)")
+        #expect(
+            error?.description
+                == "cannot load plugin \(path): it was built for plugin ABI version 999; this Herald supports version 1 (rebuild it against this Herald's herald_plugin.h)"
+        )
     }
 
     @Test("a plugin whose init_plugin fails is refused with its status")
@@ -303,7 +329,9 @@ struct DynamicPluginTests {
 
     @Test("loadAll loads every plugin, in order")
     func loadAllLoadsEverything() async throws {
-        let plugins = try DynamicPlugin.loadAll(paths: [try sharedObject("HeraldExamplePlugin"), try sharedObject("HeraldTestPluginSerial")])
+        let plugins = try DynamicPlugin.loadAll(paths: [
+            try sharedObject("HeraldExamplePlugin"), try sharedObject("HeraldTestPluginSerial"),
+        ])
         #expect(plugins.map(\.name) == ["example", "test-plugin-serial"])
         for plugin in plugins { await plugin.unload() }
     }
@@ -312,9 +340,11 @@ struct DynamicPluginTests {
     func loadAllIsAllOrNothing() throws {
         let directory = URL(fileURLWithPath: try makeTemporaryDirectory(prefix: "herald-dynamic-plugin"))
         defer { try? FileManager.default.removeItem(at: directory) }
-        let first = directory.appendingPathComponent("first"), second = directory.appendingPathComponent("second")
+        let first = directory.appendingPathComponent("first")
+        let second = directory.appendingPathComponent("second")
         let badABI = try sharedObject("HeraldTestPluginBadABI")
-        let concurrent = try sharedObject("HeraldTestPlugin"), serial = try sharedObject("HeraldTestPluginSerial")
+        let concurrent = try sharedObject("HeraldTestPlugin")
+        let serial = try sharedObject("HeraldTestPluginSerial")
         let example = try sharedObject("HeraldExamplePlugin")
         var loaded: [DynamicPlugin] = []
         let error = dynamicPluginError {

@@ -12,7 +12,9 @@ let productsDirectory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinks
 /// The path of the shared object of product `name` (`lib<name>.so`), which must have been built.
 func sharedObject(_ name: String) throws -> String {
     let path = productsDirectory.appendingPathComponent("lib\(name).so").path
-    try #require(FileManager.default.fileExists(atPath: path), "\(path) is missing: build with `swift build --build-tests`, which builds every product")
+    try #require(
+        FileManager.default.fileExists(atPath: path),
+        "\(path) is missing: build with `swift build --build-tests`, which builds every product")
     return path
 }
 

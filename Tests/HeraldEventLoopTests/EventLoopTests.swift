@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import HeraldEventLoop
 
 /// Records on the loop thread only; the loop's thread check makes it safe to share.

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldTesting
 import Testing
+
 @testable import HeraldEventLoop
 
 @Suite("Shutdown leaves no handle and no file descriptor behind", .serialized)

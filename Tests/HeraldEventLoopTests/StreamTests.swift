@@ -1,6 +1,7 @@
 import Foundation
 import HeraldTesting
 import Testing
+
 @testable import HeraldEventLoop
 
 /// An echo server: every byte read is written back; end of file from the peer closes after flushing.
@@ -241,7 +242,9 @@ struct StreamTests {
         }
     }
 
-    @Test("writes of one turn of the loop are gathered: nothing is sent until the turn ends, then all of it in order; each completion runs once", arguments: addresses)
+    @Test(
+        "writes of one turn of the loop are gathered: nothing is sent until the turn ends, then all of it in order; each completion runs once",
+        arguments: addresses)
     func writesOfOneTurnAreGathered(kind: String) async throws {
         try await withRunningLoop { loop in
             let accepted = Locked<StreamConnection?>(nil)
@@ -276,7 +279,9 @@ struct StreamTests {
         }
     }
 
-    @Test("a write's completion that writes again is flushed at once, and bytes written just before close() or shutdownWriting() still go out", arguments: addresses)
+    @Test(
+        "a write's completion that writes again is flushed at once, and bytes written just before close() or shutdownWriting() still go out",
+        arguments: addresses)
     func gatheredWritesAroundCompletionsAndClosing(kind: String) async throws {
         try await withRunningLoop { loop in
             let collector = ByteCollector()

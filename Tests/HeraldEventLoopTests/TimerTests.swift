@@ -1,6 +1,7 @@
 import Dispatch
 import HeraldTesting
 import Testing
+
 @testable import HeraldEventLoop
 
 @Suite("EventLoop timers on a real loop")
@@ -83,7 +84,10 @@ struct TimerTests {
             let runs = Locked(0)
             let finished = await withCheckedContinuation { (continuation: CheckedContinuation<Int, Never>) in
                 loop.scheduleRepeatedTask(initialDelay: .milliseconds(1), delay: .milliseconds(1)) { task in
-                    let count = runs.withLock { $0 += 1; return $0 }
+                    let count = runs.withLock {
+                        $0 += 1
+                        return $0
+                    }
                     if count == 5 {
                         task.cancel()
                         continuation.resume(returning: count)

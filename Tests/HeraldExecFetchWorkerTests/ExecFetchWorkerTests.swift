@@ -1,6 +1,6 @@
-import HeraldExecFetchWorker
 import Foundation
 import Herald
+import HeraldExecFetchWorker
 import HeraldTesting
 import Logging
 import Testing
@@ -60,14 +60,16 @@ struct ExecFetchWorkerTests {
         defer { removeTemporaryDirectory(directory) }
         let work = "\(directory)/work"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             cat > "$OUT/input-$HERALD_MESSAGE_ID.json"
             printf '%s\\n' "$@" > "$OUT/arguments"
             printf '%s\\n' "$HERALD_MESSAGE_ID|$EXTRA|$(pwd)" > "$OUT/environment"
             """, named: "capture.sh", in: directory)
-        let worker = ExecFetchWorker(options: .init(
-            command: script, arguments: ["one", "two words", "*"], environment: ["OUT": directory, "EXTRA": "extra value"],
-            workingDirectory: work))
+        let worker = ExecFetchWorker(
+            options: .init(
+                command: script, arguments: ["one", "two words", "*"], environment: ["OUT": directory, "EXTRA": "extra value"],
+                workingDirectory: work))
         try await withWorker(worker) { herald, sink in
             let message = try await deliverSilent(["city": "Lyon", "quote": "a \\\"quoted\\\" word"], to: herald)
             try await herald.waitUntilIdle()
@@ -88,7 +90,8 @@ struct ExecFetchWorkerTests {
     func outputIsLogged() async throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             cat > /dev/null
             echo "first line"
             echo "a warning" >&2
@@ -105,7 +108,10 @@ struct ExecFetchWorkerTests {
             let stderr = logs.entries(with: ["plugin": "exec-fetch", "message_id": id, "stream": "stderr"]).map(\.message)
             #expect(stdout == ["first line", "second line", "no newline at the end"])
             #expect(stderr == ["a warning"])
-            #expect(logs.entries(with: ["plugin": "exec-fetch", "message_id": id, "stream": "stdout"]).allSatisfy { $0.level == .info && $0.metadata["pid"] != nil })
+            #expect(
+                logs.entries(with: ["plugin": "exec-fetch", "message_id": id, "stream": "stdout"]).allSatisfy {
+                    $0.level == .info && $0.metadata["pid"] != nil
+                })
             let summary = logs.entries(with: ["plugin": "exec-fetch", "message_id": id, "result": "newData"])
             #expect(summary.count == 1 && summary.first?.metadata["exit_status"] == "0")
         }
@@ -116,7 +122,8 @@ struct ExecFetchWorkerTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
         // 2,000 lines of 100 bytes: 200 kB, more than a pipe holds, so the worker must keep reading.
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             cat > /dev/null
             line=$(printf '%099d' 0)
             i=0
@@ -143,7 +150,8 @@ struct ExecFetchWorkerTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
         // The background sleep inherits standard output and error, so they stay open after the script exits.
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             cat > /dev/null
             sleep 20 &
             echo $! > "$0.child"
@@ -171,7 +179,8 @@ struct ExecFetchWorkerTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
         // The script's own pid, and that of the `sleep` it waits for (in its process group).
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             echo $$ > "$0.pid"
             sleep 30 &
             echo $! > "$0.child"
@@ -193,7 +202,10 @@ struct ExecFetchWorkerTests {
             #expect(await eventually { processHasEnded(child) }, "what the command started is ended too")
             #expect(clock.now - start < .seconds(10))
             let id = try #require(message.messageID)
-            #expect(logs.entries(with: ["message_id": id]).contains { $0.message.contains("ending the command with SIGTERM: the fetch was cancelled") })
+            #expect(
+                logs.entries(with: ["message_id": id]).contains {
+                    $0.message.contains("ending the command with SIGTERM: the fetch was cancelled")
+                })
         }
     }
 
@@ -201,7 +213,8 @@ struct ExecFetchWorkerTests {
     func timeoutEscalatesToKill() async throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             trap '' TERM
             echo $$ > "$0.pid"
             while :; do sleep 0.05; done
@@ -229,7 +242,8 @@ struct ExecFetchWorkerTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
         // Counts running copies under flock and keeps the highest count seen.
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             cat > /dev/null
             cd "$(dirname "$0")"
             ( flock 9; n=$(( $(cat running 2>/dev/null || echo 0) + 1 )); echo $n > running
@@ -258,7 +272,8 @@ struct ExecFetchWorkerTests {
         defer { removeTemporaryDirectory(directory) }
         // It ignores SIGTERM, so the first run holds its place for the kill grace period after its deadline: the
         // second message's deadline passes while it waits.
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             trap '' TERM
             echo $HERALD_MESSAGE_ID >> "$0.started"
             cat > /dev/null
@@ -281,7 +296,8 @@ struct ExecFetchWorkerTests {
     func shutdownEndsCommands() async throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             echo $$ > "$0.pid.$HERALD_MESSAGE_ID"
             exec sleep 60
             """, named: "long.sh", in: directory)
@@ -304,7 +320,8 @@ struct ExecFetchWorkerTests {
     func loopShutdownEndsCommands() async throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-exec")
         defer { removeTemporaryDirectory(directory) }
-        let script = try writeScript("""
+        let script = try writeScript(
+            """
             trap '' TERM
             echo $$ > "$0.pid"
             exec sleep 60
@@ -334,7 +351,10 @@ struct ExecFetchWorkerTests {
     func missingCommand() async throws {
         let herald = Herald()
         try herald.register(ExecFetchWorker(options: .init(command: "/nonexistent/herald-fetch")))
-        await #expect(throws: HeraldError.pluginFailedToStart(plugin: "exec-fetch", error: "exec-fetch: the command /nonexistent/herald-fetch does not exist")) {
+        await #expect(
+            throws: HeraldError.pluginFailedToStart(
+                plugin: "exec-fetch", error: "exec-fetch: the command /nonexistent/herald-fetch does not exist")
+        ) {
             try await herald.start()
         }
         #expect(herald.loop.statistics.liveHandles == 0)
@@ -349,7 +369,10 @@ struct ExecFetchWorkerTests {
             (.init(command: plain), "the command \(plain) is not executable by this user"),
             (.init(command: directory), "the command \(directory) is not a program"),
             (.init(command: "herald-no-such-command-anywhere"), "the command herald-no-such-command-anywhere was not found in PATH"),
-            (.init(command: "/bin/true", workingDirectory: "\(directory)/missing"), "the working directory \(directory)/missing cannot be used"),
+            (
+                .init(command: "/bin/true", workingDirectory: "\(directory)/missing"),
+                "the working directory \(directory)/missing cannot be used"
+            ),
             (.init(command: "/bin/true", maxConcurrent: 0), "option max-concurrent = 0 is not allowed"),
             (.init(command: "/bin/true", newDataStatuses: [0, 3]), "a status cannot mean both new data and no data"),
             (.init(command: "/bin/true", noDataStatuses: [256]), "option no-data-status = 256 is not allowed"),
@@ -391,7 +414,9 @@ struct ExecFetchWorkerTests {
             #expect(await fetchResult(of: message, in: sink) == "failed")
             let id = try #require(message.messageID)
             let errors = logs.entries(with: ["message_id": id]).filter { $0.level == .error }
-            #expect(errors.contains { $0.message.contains("cannot run \(script)") && $0.message.contains("ENOENT") }, "\(errors.map(\.message))")
+            #expect(
+                errors.contains { $0.message.contains("cannot run \(script)") && $0.message.contains("ENOENT") }, "\(errors.map(\.message))"
+            )
         }
     }
 }

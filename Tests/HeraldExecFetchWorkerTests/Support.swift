@@ -1,6 +1,6 @@
-import HeraldExecFetchWorker
 import Foundation
 import Herald
+import HeraldExecFetchWorker
 import HeraldTesting
 import Logging
 import Testing

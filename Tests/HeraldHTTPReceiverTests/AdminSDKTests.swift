@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldHTTPReceiver
+import HeraldTesting
 import Testing
 
 /// Records every message handlers are given: data-only ones (`MessageHandler`) and display ones
@@ -60,10 +60,12 @@ struct AdminSDKTests {
             guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
             let token = try await herald.token()
             let fid = try await herald.installationID()
-            let child = try await runChild(python, [
-                script.path, "--url", "http://127.0.0.1:\(port)", "--secret", "admin-sdk-secret",
-                "--token", token, "--fid", fid, "--project", "demo",
-            ])
+            let child = try await runChild(
+                python,
+                [
+                    script.path, "--url", "http://127.0.0.1:\(port)", "--secret", "admin-sdk-secret",
+                    "--token", token, "--fid", fid, "--project", "demo",
+                ])
             #expect(child.status == 0, "admin_sdk_check.py failed (exit \(child.status)):\n\(child.output)")
 
             // What the script says it delivered, and what this test expects, and what the handlers got: the same.

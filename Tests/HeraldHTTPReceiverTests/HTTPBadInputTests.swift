@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldHTTPReceiver
+import HeraldTesting
 import Testing
 
 extension TestSocketClient {
@@ -82,7 +82,8 @@ struct HTTPBadInputTests {
                 ("", "empty"),
             ]
             let client = try TestSocketClient(address)
-            client.send(bad.map { request("POST", sendPath, body: $0.body) }.joined() + request("POST", sendPath, body: sendBody(token, "good")))
+            client.send(
+                bad.map { request("POST", sendPath, body: $0.body) }.joined() + request("POST", sendPath, body: sendBody(token, "good")))
             let answers = responses(in: client.read { responses(in: $0).count >= bad.count + 1 })
             #expect(answers.map(\.status) == Array(repeating: 400, count: bad.count) + [200])
             for (answer, input) in zip(answers, bad) {
@@ -149,8 +150,9 @@ struct HTTPBadInputTests {
 
             // Content-Length says 10 MB and the client sends it all before reading.
             let whole = try TestSocketClient(address)
-            whole.send(bytes: Array("POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nContent-Length: \(tenMegabytes)\r\n\r\n".utf8)
-                + [UInt8](repeating: UInt8(ascii: "x"), count: tenMegabytes))
+            whole.send(
+                bytes: Array("POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nContent-Length: \(tenMegabytes)\r\n\r\n".utf8)
+                    + [UInt8](repeating: UInt8(ascii: "x"), count: tenMegabytes))
             let wholeAnswer = responses(in: whole.read { responses(in: $0).count >= 1 }).first
             #expect(wholeAnswer?.status == 413)
             #expect(wholeAnswer?.headers["connection"] == "close")
@@ -167,7 +169,9 @@ struct HTTPBadInputTests {
             // Chunked, 1 MB chunks: refused as soon as the limit is passed.
             let chunked = try TestSocketClient(address)
             let chunk = String(1024 * 1024, radix: 16) + "\r\n" + String(repeating: "x", count: 1024 * 1024) + "\r\n"
-            chunked.send("POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" + String(repeating: chunk, count: 10) + "0\r\n\r\n")
+            chunked.send(
+                "POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" + String(repeating: chunk, count: 10)
+                    + "0\r\n\r\n")
             #expect(responses(in: chunked.read { responses(in: $0).count >= 1 }).first?.status == 413)
             #expect(chunked.readsEndOfFile())
 
@@ -266,7 +270,9 @@ struct HTTPBadInputTests {
         try await withHTTPHerald { herald, collected, address in
             let token = try await herald.token()
             let bystander = try TestSocketClient(address)
-            let partial = "POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nContent-Length: 200\r\n\r\n" + String(sendBody(token, "partial").prefix(40))
+            let partial =
+                "POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nContent-Length: 200\r\n\r\n"
+                + String(sendBody(token, "partial").prefix(40))
 
             let ending = try TestSocketClient(address)
             ending.send(partial)
@@ -313,9 +319,10 @@ struct HTTPBadInputTests {
             )
             let answers = responses(in: client.read { responses(in: $0).count >= 10 })
             #expect(answers.map(\.status) == [200, 400, 200, 403, 200, 404, 404, 400, 200, 200])
-            #expect(answers.map { $0.body?["error"]?["details"]?.arrayValue?.first?["errorCode"]?.stringValue } == [
-                nil, "INVALID_ARGUMENT", nil, "SENDER_ID_MISMATCH", nil, "UNREGISTERED", nil, "INVALID_ARGUMENT", nil, nil,
-            ])
+            #expect(
+                answers.map { $0.body?["error"]?["details"]?.arrayValue?.first?["errorCode"]?.stringValue } == [
+                    nil, "INVALID_ARGUMENT", nil, "SENDER_ID_MISMATCH", nil, "UNREGISTERED", nil, "INVALID_ARGUMENT", nil, nil,
+                ])
             let names = answers.compactMap { $0.body?["name"]?.stringValue }
             #expect(names.count == 5 && Set(names).count == 5, "each success has its own message name")
 
@@ -337,7 +344,9 @@ struct HTTPBadInputTests {
         }
     }
 
-    @Test("after a request that ends the connection (Connection: close, HTTP/1.0, the request limit), pipelined requests are neither answered nor delivered")
+    @Test(
+        "after a request that ends the connection (Connection: close, HTTP/1.0, the request limit), pipelined requests are neither answered nor delivered"
+    )
     func nothingAfterTheLastRequest() async throws {
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0))
         options.maximumRequestsPerConnection = 2
@@ -352,7 +361,9 @@ struct HTTPBadInputTests {
 
             let old = try TestSocketClient(address)
             let body = sendBody(token, "http10")
-            old.send("POST \(sendPath) HTTP/1.0\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)" + request("POST", sendPath, body: sendBody(token, "after-http10")))
+            old.send(
+                "POST \(sendPath) HTTP/1.0\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+                    + request("POST", sendPath, body: sendBody(token, "after-http10")))
             #expect(responses(in: old.read { _ in false }).map(\.status) == [200])
 
             let limited = try TestSocketClient(address)
@@ -376,7 +387,9 @@ struct HTTPHeaderParsingTests {
             let token = try await herald.token()
             let body = sendBody(token, "empty-value")
             let client = try TestSocketClient(address)
-            client.send("POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nX-Empty:\r\nAuthorization: Bearer s3cret\r\nX-Also-Empty: \r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+            client.send(
+                "POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nX-Empty:\r\nAuthorization: Bearer s3cret\r\nX-Also-Empty: \r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+            )
             #expect(responses(in: client.read { responses(in: $0).count >= 1 }).first?.status == 200)
             try await herald.waitUntilIdle()
             #expect(delivered(collected) == ["empty-value"])

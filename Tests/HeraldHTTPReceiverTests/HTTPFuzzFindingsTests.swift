@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldHTTPReceiver
+import HeraldTesting
 import Testing
 
 /// What fuzzing the request path (Fuzz/Sources/FuzzHTTP) found, each input kept as it crashed the daemon: the
@@ -14,7 +14,9 @@ struct HTTPFuzzFindingsTests {
             let token = try await herald.token()
             let client = try TestSocketClient(address)
             // The fuzz input, from Fuzz/Corpus/http (the first byte, which picks the chunking, dropped).
-            client.send("POST /v1/projects/demo/registrations/fuzz-token/topicSubscriptions?= HTTP/1.1\r\nAuthorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n")
+            client.send(
+                "POST /v1/projects/demo/registrations/fuzz-token/topicSubscriptions?= HTTP/1.1\r\nAuthorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n"
+            )
             client.send(request("POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?=weather"))
             client.send(request("POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?a=1&=&topic_name=news"))
             let answers = responses(in: client.read { responses(in: $0).count >= 3 })

@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldHTTPReceiver
+import HeraldTesting
 import Testing
 
 final class Collected: MessageHandler, Sendable {
@@ -110,7 +110,9 @@ struct HTTPReceiverTests {
         try await withHTTPHerald { herald, _, address in
             let token = try await herald.token()
             let client = try TestSocketClient(address)
-            client.send(request("POST", sendPath, body: sendBody(token, "1")) + request("POST", sendPath, body: sendBody(token, "2"), headers: ["Connection": "close"]))
+            client.send(
+                request("POST", sendPath, body: sendBody(token, "1"))
+                    + request("POST", sendPath, body: sendBody(token, "2"), headers: ["Connection": "close"]))
             let text = String(decoding: client.read { responses(in: $0).count >= 2 }, as: UTF8.self)
             let answers = text.components(separatedBy: "HTTP/1.1 ").dropFirst().map { "HTTP/1.1 " + $0 }
             #expect(answers.count == 2)
@@ -118,7 +120,8 @@ struct HTTPReceiverTests {
                 let parts = answer.components(separatedBy: "\r\n\r\n")
                 let body = parts.count == 2 ? parts[1] : ""
                 #expect(body.hasPrefix(#"{"name":"projects/demo/messages/"#) && body.hasSuffix(#""}"#))
-                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: \(body.utf8.count)\r\n"
+                let head =
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: \(body.utf8.count)\r\n"
                     + (close ? "Connection: close\r\n" : "")
                 #expect(parts.first.map { $0 + "\r\n" } == head, "answer \(answer)")
             }
@@ -203,14 +206,19 @@ struct HTTPReceiverTests {
             )
             #expect(responses(in: client.read { responses(in: $0).count >= 5 }).map(\.status) == [401, 401, 401, 401, 401])
             try await herald.waitUntilIdle()
-            #expect(collected.messages.withLock { $0.compactMap { $0.data["n"] ?? $0.userInfo["n"]?.stringValue } }.sorted() == ["right", "scheme"])
+            #expect(
+                collected.messages.withLock { $0.compactMap { $0.data["n"] ?? $0.userInfo["n"]?.stringValue } }.sorted() == [
+                    "right", "scheme",
+                ])
             #expect(try await herald.subscribedTopics().isEmpty)
         }
     }
 
     @Test("without a secret only loopback addresses are allowed; an empty secret is refused")
     func loopbackOnlyWithoutSecret() async throws {
-        for options in [HTTPReceiver.Options(address: .tcp(host: "0.0.0.0", port: 0)), .init(address: .tcp(host: "127.0.0.1", port: 0), secret: "")] {
+        for options in [
+            HTTPReceiver.Options(address: .tcp(host: "0.0.0.0", port: 0)), .init(address: .tcp(host: "127.0.0.1", port: 0), secret: ""),
+        ] {
             let herald = Herald()
             try herald.register(HTTPReceiver(options: options))
             await #expect(throws: HeraldError.self) { try await herald.start() }
@@ -236,7 +244,9 @@ struct HTTPReceiverTests {
             let client = try TestSocketClient(address)
             let alert = #"{"aps": {"alert": {"title": "Build finished", "body": "All green"}}, "build": "8121"}"#
             client.send(
-                request("POST", "/3/device/\(token)", body: #"{"build": "8121"}"#, headers: ["apns-id": "123E4567-E89B-12D3-A456-426614174000", "apns-priority": "10"])
+                request(
+                    "POST", "/3/device/\(token)", body: #"{"build": "8121"}"#,
+                    headers: ["apns-id": "123E4567-E89B-12D3-A456-426614174000", "apns-priority": "10"])
                     + request("POST", "/3/device/someone-else", body: alert)
                     + request("POST", "/3/device/\(token)", body: alert, headers: ["apns-priority": "10", "apns-push-type": "background"])
                     + request("POST", "/3/device/\(token)", body: "")
@@ -245,7 +255,10 @@ struct HTTPReceiverTests {
             let answers = responses(in: client.read { responses(in: $0).count >= 5 })
             #expect(answers.map(\.status) == [200, 400, 400, 400, 400])
             #expect(answers[0].headers["apns-id"] == "123e4567-e89b-12d3-a456-426614174000")
-            #expect(answers.dropFirst().map { $0.body?["reason"]?.stringValue } == ["BadDeviceToken", "BadPriority", "PayloadEmpty", "BadCollapseId"])
+            #expect(
+                answers.dropFirst().map { $0.body?["reason"]?.stringValue } == [
+                    "BadDeviceToken", "BadPriority", "PayloadEmpty", "BadCollapseId",
+                ])
             try await herald.waitUntilIdle()
             #expect(collected.messages.withLock { $0.map { $0.userInfo["build"] } } == ["8121"])
             #expect(collected.messages.withLock { $0.first?.messageID } == "123e4567-e89b-12d3-a456-426614174000")

@@ -1,5 +1,6 @@
-@testable import HeraldHTTPReceiver
 import Testing
+
+@testable import HeraldHTTPReceiver
 
 @Suite("RawHeaders: header lines kept as bytes")
 struct RawHeadersTests {
@@ -25,15 +26,21 @@ struct RawHeadersTests {
 
     @Test("names match without regard to case, split in any pieces; the last of a repeated name wins", arguments: [1, 2, 3, 100])
     func lookup(piece: Int) {
-        let parsed = headers([("Host", "127.0.0.1:8080"), ("AUTHORIZATION", "Bearer first"), ("Content-Type", "application/json"),
-                              ("authorization", "Bearer s3cret"), ("X-Empty", "")], piece: piece)
+        let parsed = headers(
+            [
+                ("Host", "127.0.0.1:8080"), ("AUTHORIZATION", "Bearer first"), ("Content-Type", "application/json"),
+                ("authorization", "Bearer s3cret"), ("X-Empty", ""),
+            ], piece: piece)
         #expect(parsed.value(of: "authorization") == "Bearer s3cret")
         #expect(parsed.value(of: "content-type") == "application/json")
         #expect(parsed.value(of: "host") == "127.0.0.1:8080")
         #expect(parsed.value(of: "x-empty") == "")
         #expect(parsed.value(of: "authorizatio") == nil)
         #expect(parsed.value(of: "apns-topic") == nil)
-        #expect(parsed.dictionary() == ["host": "127.0.0.1:8080", "authorization": "Bearer s3cret", "content-type": "application/json", "x-empty": ""])
+        #expect(
+            parsed.dictionary() == [
+                "host": "127.0.0.1:8080", "authorization": "Bearer s3cret", "content-type": "application/json", "x-empty": "",
+            ])
     }
 
     @Test("cleared for the next request, capacity kept; a name with no value yet is closed with an empty one")

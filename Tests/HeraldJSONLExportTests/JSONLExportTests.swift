@@ -1,8 +1,9 @@
 import Foundation
 import Herald
 import HeraldTesting
-@testable import HeraldJSONLExport
 import Testing
+
+@testable import HeraldJSONLExport
 
 @Suite("JSONLExport: FCM's delivery-metrics export as JSON lines", .serialized)
 struct JSONLExportTests {
@@ -25,17 +26,20 @@ struct JSONLExportTests {
         try await herald.subscribe(toTopic: "weather")
 
         let expiration = WallClock.nowSeconds() + 3600
-        let display = try await deliverFCM("""
+        let display = try await deliverFCM(
+            """
             {"message": {"token": "\(token)", "notification": {"title": "Rain", "body": "at noon"},
              "fcm_options": {"analytics_label": "spring-sale"},
              "apns": {"headers": {"apns-priority": "10", "apns-collapse-id": "forecast", "apns-expiration": "\(expiration)"}}}}
             """, to: herald)
-        let topic = try await deliverFCM("""
+        let topic = try await deliverFCM(
+            """
             {"message": {"topic": "weather", "data": {"city": "Lyon"}, "fcm_options": {"analytics_label": "data-label"},
              "apns": {"headers": {"apns-priority": "5"}}}}
             """, to: herald)
         let duplicate = await herald.deliver(topic.message)
-        let silent = try await deliverFCM("""
+        let silent = try await deliverFCM(
+            """
             {"message": {"token": "\(token)", "apns": {"headers": {"apns-priority": "5", "apns-push-type": "background"},
              "payload": {"aps": {"content-available": 1}}}}}
             """, to: herald)
@@ -63,12 +67,13 @@ struct JSONLExportTests {
             #expect(byKey[key] == nil, "two lines for \(key)")
             byKey[key] = row
         }
-        #expect(Set(byKey.keys) == [
-            "\(displayID) MESSAGE_DELIVERED", "\(displayID) notification_foreground", "\(displayID) MESSAGE_OPEN",
-            "\(topicID) MESSAGE_DELIVERED", "\(topicID) message_dropped:duplicate",
-            "\(silentID) MESSAGE_DELIVERED", "\(silentID) background_fetch:noData",
-            "\(strangerID) message_dropped:not_targeted", "- INVALID_PARAMETERS",
-        ], "token_refresh and topic_subscribe are not message events and are not written")
+        #expect(
+            Set(byKey.keys) == [
+                "\(displayID) MESSAGE_DELIVERED", "\(displayID) notification_foreground", "\(displayID) MESSAGE_OPEN",
+                "\(topicID) MESSAGE_DELIVERED", "\(topicID) message_dropped:duplicate",
+                "\(silentID) MESSAGE_DELIVERED", "\(silentID) background_fetch:noData",
+                "\(strangerID) message_dropped:not_targeted", "- INVALID_PARAMETERS",
+            ], "token_refresh and topic_subscribe are not message events and are not written")
 
         for row in rows {
             #expect(row.integer("project_number") == 1_234_567_890)
@@ -77,7 +82,9 @@ struct JSONLExportTests {
             #expect(row.string("app_name") == "com.example.weatherd")
             #expect(row.isNull("bulk_id"))
             let timestamp = try #require(row.string("event_timestamp"))
-            #expect(timestamp >= JSONLExport.bigQueryTimestamp(milliseconds: before) && timestamp <= JSONLExport.bigQueryTimestamp(milliseconds: after))
+            #expect(
+                timestamp >= JSONLExport.bigQueryTimestamp(milliseconds: before)
+                    && timestamp <= JSONLExport.bigQueryTimestamp(milliseconds: after))
         }
         let delivered = try #require(byKey["\(displayID) MESSAGE_DELIVERED"])
         #expect(delivered.string("message_type") == "DISPLAY_NOTIFICATION")
@@ -135,7 +142,8 @@ struct JSONLExportTests {
         #expect(name(AnalyticsEvent(name: .notificationOpen, messageID: "m")) == "MESSAGE_OPEN")
         #expect(name(AnalyticsEvent(name: .notificationForeground, messageID: "m")) == "notification_foreground")
         #expect(name(AnalyticsEvent(name: .notificationDismiss, messageID: "m")) == "notification_dismiss")
-        #expect(name(AnalyticsEvent(name: .backgroundFetch, messageID: "m", parameters: ["result": "newData"])) == "background_fetch:newData")
+        #expect(
+            name(AnalyticsEvent(name: .backgroundFetch, messageID: "m", parameters: ["result": "newData"])) == "background_fetch:newData")
         #expect(name(dropped(.invalid)) == "INVALID_PARAMETERS")
         #expect(name(dropped(.rejectedBackpressure)) == "QUOTA_EXCEEDED")
         #expect(name(dropped(.storeFailure)) == "MESSAGE_RECEIVED_INTERNAL_ERROR")
@@ -176,16 +184,22 @@ struct JSONLExportTests {
         defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
         let export = JSONLExport(options: .init(path: path))
-        let times: [Int64] = [1_740_830_400_123, 1_740_830_400_999, 1_740_830_401_000, 1_740_830_400_001, 1_740_873_599_999, 1_740_873_600_000, 0, -1, -1_000, 5, 253_402_300_799_999]
-        try await export.record(times.enumerated().map { index, time in
-            var event = receiveEvent("m\(index)")
-            event.timestamp = time
-            return event
-        })
+        let times: [Int64] = [
+            1_740_830_400_123, 1_740_830_400_999, 1_740_830_401_000, 1_740_830_400_001, 1_740_873_599_999, 1_740_873_600_000, 0, -1, -1_000,
+            5, 253_402_300_799_999,
+        ]
+        try await export.record(
+            times.enumerated().map { index, time in
+                var event = receiveEvent("m\(index)")
+                event.timestamp = time
+                return event
+            })
         await export.stop()
         let written = exportedRows(path, kept: 0).compactMap { $0.string("event_timestamp") }
         #expect(written == times.map { JSONLExport.bigQueryTimestamp(milliseconds: $0) })
-        #expect(written[4] == "2025-03-01 23:59:59.999 UTC" && written[5] == "2025-03-02 00:00:00.000 UTC" && written[7] == "1969-12-31 23:59:59.999 UTC")
+        #expect(
+            written[4] == "2025-03-01 23:59:59.999 UTC" && written[5] == "2025-03-02 00:00:00.000 UTC"
+                && written[7] == "1969-12-31 23:59:59.999 UTC")
     }
 
     @Test("rotation under load through a real instance: 20,000 messages, nothing lost, nothing split, no file over the limit")
@@ -239,7 +253,9 @@ struct JSONLExportTests {
         #expect(Set(written).count == written.count, "no line written twice")
         let missing = Set(expected).subtracting(written)
         let unexpected = Set(written).subtracting(expected)
-        #expect(missing.isEmpty && unexpected.isEmpty, "\(missing.count) missing (\(missing.prefix(3))), \(unexpected.count) unexpected (\(unexpected.prefix(3)))")
+        #expect(
+            missing.isEmpty && unexpected.isEmpty,
+            "\(missing.count) missing (\(missing.prefix(3))), \(unexpected.count) unexpected (\(unexpected.prefix(3)))")
         #expect(exportFiles(path, kept: kept).count > 10, "the load rotated the file many times")
         #expect(!fileExists("\(path).\(kept + 1)"))
     }
@@ -393,8 +409,9 @@ struct JSONLExportTests {
         #expect((try? after.get()) != nil)
         try await herald.waitUntilIdle()
         #expect(handler.received.withLock { $0.count } == 6, "messages keep flowing while the export fails")
-        #expect(await eventually { ((try? await herald.analyticsStatistics().sinks["jsonl-export"]?.failures) ?? 0) >= 2 },
-                "the pipeline counts the failures")
+        #expect(
+            await eventually { ((try? await herald.analyticsStatistics().sinks["jsonl-export"]?.failures) ?? 0) >= 2 },
+            "the pipeline counts the failures")
         await herald.shutdown()
         #expect(!fileExists("/dev/full.1"), "a device is never rotated")
     }
@@ -471,7 +488,8 @@ struct JSONLExportTests {
             let expected = try Data(contentsOf: URL(fileURLWithPath: fromEvents.path))
             let written = try Data(contentsOf: URL(fileURLWithPath: fromRecords.path))
             #expect(expected.count > 2_000, "lines were written")
-            #expect(written == expected, "\(String(decoding: written, as: UTF8.self))\nis not\n\(String(decoding: expected, as: UTF8.self))")
+            #expect(
+                written == expected, "\(String(decoding: written, as: UTF8.self))\nis not\n\(String(decoding: expected, as: UTF8.self))")
             // Every line parses, with exactly the columns and their types (the escaping is valid JSON).
             #expect(!exportedRows(fromRecords.path, kept: 0).isEmpty)
         }

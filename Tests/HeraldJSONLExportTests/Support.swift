@@ -1,8 +1,9 @@
 import Foundation
 import Herald
 import HeraldTesting
-@testable import HeraldJSONLExport
 import Testing
+
+@testable import HeraldJSONLExport
 
 func fileExists(_ path: String) -> Bool {
     FileManager.default.fileExists(atPath: path)
@@ -21,7 +22,9 @@ func exportFiles(_ path: String, kept: Int) -> [String] {
 func rawLines(_ path: String) -> (lines: [String], endsWithNewline: Bool) {
     guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else { return ([], true) }
     let bytes = [UInt8](data)
-    let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).dropLast().map { String(decoding: $0, as: UTF8.self) }
+    let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).dropLast().map {
+        String(decoding: $0, as: UTF8.self)
+    }
     return (Array(lines), bytes.last == UInt8(ascii: "\n"))
 }
 
@@ -56,7 +59,9 @@ func parseRow(_ line: String, sourceLocation: SourceLocation = #_sourceLocation)
     #expect(row.keys == JSONLExport.columns, "columns: \(row.keys)", sourceLocation: sourceLocation)
     for key in JSONLExport.columns {
         guard let value = row[key] else { continue }
-        #expect(allowedTypes[key]?.contains(columnType(value)) == true, "\(key) is \(columnType(value)) in \(line)", sourceLocation: sourceLocation)
+        #expect(
+            allowedTypes[key]?.contains(columnType(value)) == true, "\(key) is \(columnType(value)) in \(line)",
+            sourceLocation: sourceLocation)
     }
     if let timestamp = row["event_timestamp"]?.stringValue {
         #expect(isBigQueryTimestamp(timestamp), "event_timestamp \(timestamp)", sourceLocation: sourceLocation)
@@ -81,7 +86,9 @@ func exportedRows(_ path: String, kept: Int, limit: Int? = nil, sourceLocation: 
     for file in exportFiles(path, kept: kept) {
         let (lines, whole) = rawLines(file)
         #expect(whole, "\(file) ends in the middle of a line", sourceLocation: sourceLocation)
-        if let limit { #expect(fileSize(file) <= limit, "\(file) has \(fileSize(file)) bytes, over \(limit)", sourceLocation: sourceLocation) }
+        if let limit {
+            #expect(fileSize(file) <= limit, "\(file) has \(fileSize(file)) bytes, over \(limit)", sourceLocation: sourceLocation)
+        }
         rows += lines.compactMap { parseRow($0, sourceLocation: sourceLocation) }
     }
     return rows
@@ -96,8 +103,10 @@ func receiveEvent(_ id: String, label: String? = nil) -> AnalyticsEvent {
 /// backslashes, control characters, at the start, the end and past eight bytes), non-ASCII text, custom message
 /// types, parameters beyond the ones the export reads, extreme numbers, timestamps across seconds and before 1970.
 func awkwardEvents() -> [AnalyticsEvent] {
-    let awkward = ["", "plain", "\"", "\\", "a\"b\\c/d", "\u{0}\u{1}\u{1F}\u{7F}", "line\nbreak\rtab\tbs\u{8}ff\u{C}",
-                   "éàü ✓ 🎉 日本", "a long value of more than eight bytes with a \" late and a \\ later\n", "/topics/already"]
+    let awkward = [
+        "", "plain", "\"", "\\", "a\"b\\c/d", "\u{0}\u{1}\u{1F}\u{7F}", "line\nbreak\rtab\tbs\u{8}ff\u{C}",
+        "éàü ✓ 🎉 日本", "a long value of more than eight bytes with a \" late and a \\ later\n", "/topics/already",
+    ]
     var events: [AnalyticsEvent] = []
     var time: Int64 = 1_740_830_400_998
     func add(_ event: AnalyticsEvent) {
@@ -108,26 +117,35 @@ func awkwardEvents() -> [AnalyticsEvent] {
         events.append(event)
     }
     for (index, text) in awkward.enumerated() {
-        add(AnalyticsEvent(
-            name: .notificationReceive, messageID: text, analyticsLabel: awkward[(index + 1) % awkward.count], topic: awkward[(index + 2) % awkward.count],
-            collapseKey: awkward[(index + 3) % awkward.count], priority: index % 2 == 0 ? .high : .normal,
-            messageType: index % 3 == 0 ? "DISPLAY_NOTIFICATION" : "DATA_MESSAGE", ttl: Int64(index * 1_000), receivedAt: Int64(index),
-            parameters: ["detail": text, text: "key"]
-        ))
+        add(
+            AnalyticsEvent(
+                name: .notificationReceive, messageID: text, analyticsLabel: awkward[(index + 1) % awkward.count],
+                topic: awkward[(index + 2) % awkward.count],
+                collapseKey: awkward[(index + 3) % awkward.count], priority: index % 2 == 0 ? .high : .normal,
+                messageType: index % 3 == 0 ? "DISPLAY_NOTIFICATION" : "DATA_MESSAGE", ttl: Int64(index * 1_000), receivedAt: Int64(index),
+                parameters: ["detail": text, text: "key"]
+            ))
         add(AnalyticsEvent(name: .messageDropped, messageID: text, parameters: ["reason": text]))
-        add(AnalyticsEvent(name: .backgroundFetch, messageID: "m\(index)", messageType: "CUSTOM \(text)", parameters: ["result": text, "duration_ms": "12"]))
+        add(
+            AnalyticsEvent(
+                name: .backgroundFetch, messageID: "m\(index)", messageType: "CUSTOM \(text)",
+                parameters: ["result": text, "duration_ms": "12"]))
     }
     add(AnalyticsEvent(name: .notificationReceive))  // nothing but the name
     add(AnalyticsEvent(name: .notificationReceive, messageType: "SOMETHING_ELSE", ttl: .max, receivedAt: .min))
     add(AnalyticsEvent(name: .notificationReceive, messageID: "x", priority: .high, ttl: .min))
     for reason in AnalyticsEvent.DropReason.allCases {
-        add(AnalyticsEvent(name: .messageDropped, messageID: "d-\(reason)", topic: "t", parameters: ["reason": reason.rawValue, "plugin": "p"]))
+        add(
+            AnalyticsEvent(
+                name: .messageDropped, messageID: "d-\(reason)", topic: "t", parameters: ["reason": reason.rawValue, "plugin": "p"]))
     }
     add(AnalyticsEvent(name: .messageDropped, messageID: "no reason"))
     add(AnalyticsEvent(name: .backgroundFetch, messageID: "no result"))
     for name in AnalyticsEvent.Name.allCases {
-        add(AnalyticsEvent(name: name, messageID: "every-\(name.rawValue)", analyticsLabel: "l", topic: "weather", collapseKey: "c",
-                           priority: .normal, messageType: "DATA_MESSAGE", ttl: 0, parameters: ["result": "newData", "reason": "expired"]))
+        add(
+            AnalyticsEvent(
+                name: name, messageID: "every-\(name.rawValue)", analyticsLabel: "l", topic: "weather", collapseKey: "c",
+                priority: .normal, messageType: "DATA_MESSAGE", ttl: 0, parameters: ["result": "newData", "reason": "expired"]))
     }
     time = -1_001
     add(AnalyticsEvent(name: .notificationOpen, messageID: "1969"))

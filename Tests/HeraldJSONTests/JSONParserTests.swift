@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import HeraldJSON
 
 /// One input the parser must refuse, with the error it must give.
@@ -117,17 +118,19 @@ struct JSONParserTests {
     @Test("random decimal texts convert exactly as Swift's own Double(String)")
     func numbersMatchStandardLibrary() throws {
         var random = SplitMix64(seed: 0x5EED_0001)
-        for _ in 0 ..< 5_000 {
+        for _ in 0..<5_000 {
             var text = random.next(below: 2) == 0 ? "-" : ""
             let integerDigits = 1 + Int(random.next(below: 22))
-            for position in 0 ..< integerDigits {
-                let digit = position == 0 ? (integerDigits == 1 ? random.next(below: 10) : 1 + random.next(below: 9))
+            for position in 0..<integerDigits {
+                let digit =
+                    position == 0
+                    ? (integerDigits == 1 ? random.next(below: 10) : 1 + random.next(below: 9))
                     : random.next(below: 10)
                 text += String(digit)
             }
             if random.next(below: 2) == 0 {
                 text += "."
-                for _ in 0 ..< 1 + Int(random.next(below: 20)) { text += String(random.next(below: 10)) }
+                for _ in 0..<1 + Int(random.next(below: 20)) { text += String(random.next(below: 10)) }
             }
             if random.next(below: 2) == 0 {
                 text += ["e", "E", "e+", "e-", "E-"][Int(random.next(below: 5))]
@@ -173,8 +176,8 @@ struct JSONParserTests {
 
     @Test("every position of an escape, a multi-byte character or a control byte around the 8-byte scan")
     func stringPositions() throws {
-        for length in 1 ..< 26 {
-            for position in 0 ..< length {
+        for length in 1..<26 {
+            for position in 0..<length {
                 let before = String(repeating: "a", count: position)
                 let after = String(repeating: "b", count: length - position - 1)
                 #expect(try parseJSON("\"\(before)\\n\(after)\"") == .string(before + "\n" + after))
@@ -206,13 +209,13 @@ struct JSONParserTests {
 
     @Test("an object with many members: lookups and the duplicate check use the index")
     func largeObject() throws {
-        let members = (0 ..< 1_000).map { "\"key\($0)\":\($0)" }
+        let members = (0..<1_000).map { "\"key\($0)\":\($0)" }
         let value = try parseJSON("{" + members.joined(separator: ",") + "}")
         let object = try #require(value.objectValue)
         #expect(object.count == 1_000)
         #expect(object["key0"] == 0)
         #expect(object["key999"] == 999)
-        #expect(object.keys == (0 ..< 1_000).map { "key\($0)" })
+        #expect(object.keys == (0..<1_000).map { "key\($0)" })
         let duplicated = "{" + members.joined(separator: ",") + ",\"key500\":1}"
         let offset = duplicated.utf8.count - "\"key500\":1}".utf8.count
         #expect(parseError(duplicated) == JSONParseError(.duplicateKey("key500"), at: offset))
@@ -427,8 +430,9 @@ struct JSONParserTests {
         let longKey = String(repeating: "k", count: 100)
         let description = parseError("{\"\(longKey)\":1,\"\(longKey)\":2}")?.description ?? ""
         #expect(description.hasSuffix(#"duplicate key ""# + String(repeating: "k", count: 64) + #"…""#))
-        #expect(JSONParseError(.tooDeep(limit: 64), at: 64).description
-            == "invalid JSON at byte 64: arrays and objects nested deeper than 64 levels")
+        #expect(
+            JSONParseError(.tooDeep(limit: 64), at: 64).description
+                == "invalid JSON at byte 64: arrays and objects nested deeper than 64 levels")
     }
 }
 
@@ -448,7 +452,7 @@ struct JSONValueTests {
         #expect(try parseJSON(#"{"a":1}"#) != parseJSON(#"{"a":1,"b":1}"#))
         #expect(try parseJSON(#"{"a":1}"#) != parseJSON(#"{"b":1}"#))
         // Large objects (with an index) compare the same way.
-        let keys = (0 ..< 100).map { "k\($0)" }
+        let keys = (0..<100).map { "k\($0)" }
         let forward = JSONObject(uniqueKeysWithValues: keys.map { ($0, JSONValue.string($0)) })
         let backward = JSONObject(uniqueKeysWithValues: keys.reversed().map { ($0, JSONValue.string($0)) })
         #expect(forward == backward)
@@ -489,10 +493,13 @@ struct JSONValueTests {
     @Test("literals build the matching cases")
     func literals() {
         let value: JSONValue = ["n": nil, "b": false, "i": -3, "d": 0.25, "s": "t", "a": [1, "x"], "o": ["k": [:]]]
-        #expect(value == .object(JSONObject(uniqueKeysWithValues: [
-            ("n", .null), ("b", .bool(false)), ("i", .int(-3)), ("d", .double(0.25)), ("s", .string("t")),
-            ("a", .array([.int(1), .string("x")])), ("o", .object(["k": .object(JSONObject())])),
-        ])))
+        #expect(
+            value
+                == .object(
+                    JSONObject(uniqueKeysWithValues: [
+                        ("n", .null), ("b", .bool(false)), ("i", .int(-3)), ("d", .double(0.25)), ("s", .string("t")),
+                        ("a", .array([.int(1), .string("x")])), ("o", .object(["k": .object(JSONObject())])),
+                    ])))
         #expect(value.objectValue?.keys == ["n", "b", "i", "d", "s", "a", "o"])
     }
 
@@ -516,11 +523,11 @@ struct JSONValueTests {
 
         // Across the index threshold, both ways.
         var large = JSONObject()
-        for number in 0 ..< 40 { large["k\(number)"] = .int(Int64(number)) }
+        for number in 0..<40 { large["k\(number)"] = .int(Int64(number)) }
         for number in stride(from: 0, to: 40, by: 2) { large["k\(number)"] = nil }
         #expect(large.count == 20)
         #expect(large.keys == stride(from: 1, to: 40, by: 2).map { "k\($0)" })
-        for number in 0 ..< 40 { #expect(large["k\(number)"] == (number % 2 == 1 ? .int(Int64(number)) : nil)) }
+        for number in 0..<40 { #expect(large["k\(number)"] == (number % 2 == 1 ? .int(Int64(number)) : nil)) }
         for number in stride(from: 1, to: 35, by: 2) { large.removeValue(forKey: "k\(number)") }
         #expect(large.keys == ["k35", "k37", "k39"])
         large["k37"] = "x"
@@ -529,25 +536,32 @@ struct JSONValueTests {
 
     @Test("merge: the other object wins, nested objects merge, new keys are appended")
     func merge() throws {
-        var userInfo = try #require(parseJSON(#"""
-            {"aps":{"alert":{"title":"T","body":"B"},"badge":1},"customKey":"customValue","list":[1,2]}
-            """#).objectValue)
-        let payload = try #require(parseJSON(#"""
-            {"aps":{"alert":{"body":"B2","subtitle":"S"},"sound":"default"},"list":[3],"extra":{"x":1}}
-            """#).objectValue)
+        var userInfo = try #require(
+            parseJSON(
+                #"""
+                {"aps":{"alert":{"title":"T","body":"B"},"badge":1},"customKey":"customValue","list":[1,2]}
+                """#
+            ).objectValue)
+        let payload = try #require(
+            parseJSON(
+                #"""
+                {"aps":{"alert":{"body":"B2","subtitle":"S"},"sound":"default"},"list":[3],"extra":{"x":1}}
+                """#
+            ).objectValue)
         let merged = userInfo.merging(payload)
         userInfo.merge(payload)
         #expect(userInfo == merged)
-        #expect(JSONValue.object(userInfo) == [
-            "aps": [
-                "alert": ["title": "T", "body": "B2", "subtitle": "S"],
-                "badge": 1,
-                "sound": "default",
-            ],
-            "customKey": "customValue",
-            "list": [3],
-            "extra": ["x": 1],
-        ])
+        #expect(
+            JSONValue.object(userInfo) == [
+                "aps": [
+                    "alert": ["title": "T", "body": "B2", "subtitle": "S"],
+                    "badge": 1,
+                    "sound": "default",
+                ],
+                "customKey": "customValue",
+                "list": [3],
+                "extra": ["x": 1],
+            ])
         #expect(userInfo.keys == ["aps", "customKey", "list", "extra"])
         #expect(userInfo["aps"]?.objectValue?.keys == ["alert", "badge", "sound"])
         #expect(userInfo["aps"]?["alert"]?.objectValue?.keys == ["title", "body", "subtitle"])

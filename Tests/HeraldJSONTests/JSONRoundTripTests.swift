@@ -1,6 +1,7 @@
 import Foundation
 import HeraldTesting
 import Testing
+
 @testable import HeraldJSON
 
 /// Random JSON values: every kind, nesting, strings with escapes, control characters and every UTF-8 length.
@@ -16,12 +17,12 @@ struct JSONValueGenerator {
         case 3: return .double(double())
         case 4: return .string(string())
         case 5:
-            return .array((0 ..< random.next(below: 6)).map { _ in value(depth: depth + 1) })
+            return .array((0..<random.next(below: 6)).map { _ in value(depth: depth + 1) })
         default:
             var object = JSONObject()
             // Occasionally large enough to use the object's index.
             let count = random.next(below: 10) == 0 ? 10 + random.next(below: 30) : random.next(below: 6)
-            for _ in 0 ..< count {
+            for _ in 0..<count {
                 object[string()] = value(depth: depth + 1)
             }
             return .object(object)
@@ -42,8 +43,10 @@ struct JSONValueGenerator {
             // Integral doubles must stay doubles.
             return Double(Int64(random.next(below: 2_000_001)) - 1_000_000)
         case 1:
-            return [0.0, -0.0, 0.1, 1e300, -1e-300, .leastNonzeroMagnitude, .greatestFiniteMagnitude,
-                    .leastNormalMagnitude, 1e22, 1e23, 9_007_199_254_740_994][Int(random.next(below: 11))]
+            return [
+                0.0, -0.0, 0.1, 1e300, -1e-300, .leastNonzeroMagnitude, .greatestFiniteMagnitude,
+                .leastNormalMagnitude, 1e22, 1e23, 9_007_199_254_740_994,
+            ][Int(random.next(below: 11))]
         case 2:
             return Double(random.next(below: 1_000_000)) / Double(random.next(below: 999) + 1)
         default:
@@ -56,7 +59,7 @@ struct JSONValueGenerator {
 
     mutating func string() -> String {
         var scalars = String.UnicodeScalarView()
-        for _ in 0 ..< random.next(below: 24) {
+        for _ in 0..<random.next(below: 24) {
             let value: UInt32
             switch random.next(below: 10) {
             case 0: value = UInt32(random.next(below: 0x20))
@@ -79,8 +82,8 @@ struct JSONValueGenerator {
 /// this file's path so that no resource declaration is needed.
 func payloadsDirectory(filePath: String = #filePath) -> URL {
     URL(fileURLWithPath: filePath)
-        .deletingLastPathComponent() // HeraldJSONTests
-        .deletingLastPathComponent() // Tests
+        .deletingLastPathComponent()  // HeraldJSONTests
+        .deletingLastPathComponent()  // Tests
         .appendingPathComponent("HeraldTests/Resources/payloads", isDirectory: true)
 }
 
@@ -90,7 +93,7 @@ struct JSONRoundTripTests {
     func generatedCorpus() throws {
         var generator = JSONValueGenerator(random: SplitMix64(seed: 0x4845_5241_4C44))
         var kinds = Set<String>()
-        for _ in 0 ..< 2_000 {
+        for _ in 0..<2_000 {
             let value = generator.value()
             kinds.insert(Self.kind(of: value))
             let bytes = value.jsonBytes()
@@ -105,7 +108,7 @@ struct JSONRoundTripTests {
     @Test("generated values also read back through Foundation's JSONSerialization")
     func foundationAgrees() throws {
         var generator = JSONValueGenerator(random: SplitMix64(seed: 0xF0F0))
-        for _ in 0 ..< 200 {
+        for _ in 0..<200 {
             let value: JSONValue = ["v": generator.value()]
             let object = try JSONSerialization.jsonObject(with: Data(value.jsonBytes()))
             #expect(object is [String: Any])
@@ -118,9 +121,9 @@ struct JSONRoundTripTests {
         var random = SplitMix64(seed: 0x5EED)
         let interesting: [UInt8] = Array(#"{}[],:"\u0123456789.eE+-tfn "#.utf8) + [0x00, 0x1F, 0x80, 0xC3, 0xED, 0xF4, 0xFF]
         var refused = 0
-        for _ in 0 ..< 2_000 {
+        for _ in 0..<2_000 {
             var bytes = JSONValue.array([generator.value(), generator.value()]).jsonBytes()
-            for _ in 0 ... random.next(below: 3) {
+            for _ in 0...random.next(below: 3) {
                 let position = Int(random.next(below: UInt64(bytes.count)))
                 switch random.next(below: 3) {
                 case 0: bytes[position] = interesting[Int(random.next(below: UInt64(interesting.count)))]
@@ -155,13 +158,14 @@ struct JSONRoundTripTests {
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
             .filter { $0.hasSuffix(".json") }
             .sorted()
-        #expect(names == [
-            "apns-provider-alert.json",
-            "fcm-v1-data-condition.json",
-            "fcm-v1-notification-token.json",
-            "fcm-v1-silent-topic.json",
-            "seed-alert-apns.json",
-        ])
+        #expect(
+            names == [
+                "apns-provider-alert.json",
+                "fcm-v1-data-condition.json",
+                "fcm-v1-notification-token.json",
+                "fcm-v1-silent-topic.json",
+                "seed-alert-apns.json",
+            ])
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("README.md").path))
         for name in names {
             let bytes = try Data(contentsOf: directory.appendingPathComponent(name))

@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldNATSReceiver
+import HeraldTesting
 import Testing
 
 /// `herald serve --gateway` as a child, on a free port, with the bearer secret `secret`.
@@ -20,7 +20,9 @@ func startGateway(server: NATSServerProcess, directory: String, secret: String, 
 
 @Suite("Gateway mode: herald serve --gateway passes FCM v1 sends on to the fleet through NATS", .serialized)
 struct GatewayTests {
-    @Test("the Firebase Admin SDK for Python sends through the gateway: tokens reach their instance only, topics the subscribed ones; unknown tokens are UNREGISTERED")
+    @Test(
+        "the Firebase Admin SDK for Python sends through the gateway: tokens reach their instance only, topics the subscribed ones; unknown tokens are UNREGISTERED"
+    )
     func adminSDKThroughGateway() async throws {
         let python = try pythonEnvironment(with: "firebase-admin")
         let server = try NATSServerProcess()
@@ -39,13 +41,16 @@ struct GatewayTests {
                     "--token-a", tokenA, "--token-b", tokenB, "--fid-a", fidA,
                 ]
                 let result = try await Task.detached { try runExecutable(python, arguments) }.value
-                #expect(result.status == 0, "gateway_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
+                #expect(
+                    result.status == 0, "gateway_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
 
                 func claimed(_ prefix: String) throws -> [String] {
                     let line = result.output.split(separator: "\n").last { $0.hasPrefix(prefix) }
-                    return try line.map { try JSONParser.parse(Array($0.dropFirst(prefix.count).utf8)) }?.arrayValue?.compactMap(\.stringValue) ?? []
+                    return try line.map { try JSONParser.parse(Array($0.dropFirst(prefix.count).utf8)) }?.arrayValue?.compactMap(
+                        \.stringValue) ?? []
                 }
-                let expectedA = try claimed("delivered-a: "), expectedB = try claimed("delivered-b: ")
+                let expectedA = try claimed("delivered-a: ")
+                let expectedB = try claimed("delivered-b: ")
                 #expect(expectedA == ["each-a", "fid-a", "token-a", "topic-all", "topic-news"])
                 #expect(expectedB == ["each-b", "token-b", "topic-all"])
                 @Sendable func checks(_ instance: FleetInstance) -> [String] {
@@ -62,7 +67,9 @@ struct GatewayTests {
         }
     }
 
-    @Test("gateway answers: ID after JetStream storage, 404 UNREGISTERED, 400 for a condition, 501 for topic management, 503 UNAVAILABLE while NATS is down, /healthz")
+    @Test(
+        "gateway answers: ID after JetStream storage, 404 UNREGISTERED, 400 for a condition, 501 for topic management, 503 UNAVAILABLE while NATS is down, /healthz"
+    )
     func answers() async throws {
         let server = try NATSServerProcess()
         let instance = try FleetInstance(server: server)
@@ -84,18 +91,24 @@ struct GatewayTests {
                 let unknown = try httpRequest(port: port, "POST", send, body: body(token: "nobody:x", n: 2), secret: "s3cret")
                 #expect(unknown.status == 404)
                 #expect(unknown.body.contains(#""status":"NOT_FOUND""#) || unknown.body.contains("UNREGISTERED"), "\(unknown.body)")
-                let condition = try httpRequest(port: port, "POST", send, body: #"{"message": {"condition": "'a' in topics"}}"#, secret: "s3cret")
+                let condition = try httpRequest(
+                    port: port, "POST", send, body: #"{"message": {"condition": "'a' in topics"}}"#, secret: "s3cret")
                 #expect(condition.status == 400)
                 #expect(condition.body.contains("does not evaluate conditions"))
                 let invalid = try httpRequest(port: port, "POST", send, body: #"{"message": {"token": "t", "bogus": 1}}"#, secret: "s3cret")
                 #expect(invalid.status == 400)
                 #expect(try httpRequest(port: port, "POST", send, body: body(token: token, n: 3)).status == 401)
-                let topics = try httpRequest(port: port, "POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=news", secret: "s3cret")
+                let topics = try httpRequest(
+                    port: port, "POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=news", secret: "s3cret")
                 #expect(topics.status == 501)
                 #expect(topics.body.contains("UNIMPLEMENTED"))
-                let validateOnly = try httpRequest(port: port, "POST", send, body: #"{"validate_only": true, "message": {"token": "\#(token)", "data": {"n": "4"}}}"#, secret: "s3cret")
+                let validateOnly = try httpRequest(
+                    port: port, "POST", send, body: #"{"validate_only": true, "message": {"token": "\#(token)", "data": {"n": "4"}}}"#,
+                    secret: "s3cret")
                 #expect(validateOnly.status == 200)
-                #expect(try httpRequest(port: metricsPort, "GET", "/healthz").body.contains(#""nats-gateway":{"healthy":true,"state":"connected"}"#))
+                #expect(
+                    try httpRequest(port: metricsPort, "GET", "/healthz").body.contains(
+                        #""nats-gateway":{"healthy":true,"state":"connected"}"#))
 
                 // NATS away: 503 UNAVAILABLE at once, /healthz 503; the gateway keeps running and recovers.
                 server.stop()
@@ -114,13 +127,16 @@ struct GatewayTests {
         }
     }
 
-    @Test("a gateway started before any instance: UNREGISTERED while the registrations bucket does not exist, then the first instance's token is accepted")
+    @Test(
+        "a gateway started before any instance: UNREGISTERED while the registrations bucket does not exist, then the first instance's token is accepted"
+    )
     func gatewayBeforeFleet() async throws {
         let server = try NATSServerProcess()
         try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
             let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
             let send = "/v1/projects/demo/messages:send"
-            #expect(try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret").status == 404)
+            #expect(
+                try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret").status == 404)
             let instance = try FleetInstance(server: server)
             try await withFleet([instance]) {
                 let token = try await instance.token()

@@ -1,11 +1,13 @@
 import Foundation
-import HeraldTesting
 import HeraldNATSReceiver
+import HeraldTesting
 import Testing
 
 @Suite("NATS crash safety: a daemon killed mid-stream loses nothing JetStream stored", .serialized)
 struct NATSCrashTests {
-    @Test("SIGKILL mid-stream, restart: every message handled, each accepted once (the inbox de-duplicates redeliveries)", .timeLimit(.minutes(2)))
+    @Test(
+        "SIGKILL mid-stream, restart: every message handled, each accepted once (the inbox de-duplicates redeliveries)",
+        .timeLimit(.minutes(2)))
     func killAndRestart() async throws {
         let server = try NATSServerProcess()
         try await withTemporaryDirectory(prefix: "herald-nats-crash") { directory in

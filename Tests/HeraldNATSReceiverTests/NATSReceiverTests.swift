@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldNATSReceiver
+import HeraldTesting
 import Testing
 
 /// Records the data messages an instance handled.
@@ -138,7 +138,8 @@ struct NATSReceiverTests {
         #expect(plain.loop.statistics.liveHandles == 0)
     }
 
-    @Test("token rotation moves the durable consumer to the new token's subject and the registration; the old token's messages reach no one")
+    @Test(
+        "token rotation moves the durable consumer to the new token's subject and the registration; the old token's messages reach no one")
     func tokenRotation() async throws {
         let server = try NATSServerProcess()
         let instance = try FleetInstance(server: server)
@@ -231,7 +232,9 @@ struct NATSReceiverTests {
             try await instance.subscribe("news")
             let client = try NATSPublisher(url: server.url)
             let token = try await instance.token()
-            for n in 0..<20 { try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: n), flush: false) }
+            for n in 0..<20 {
+                try client.publish(NATSSubjects.topic(project: "demo", topic: "news"), body(topic: "news", n: n), flush: false)
+            }
             for n in 100..<110 { try client.publishStored(try await instance.tokenSubject(), body(token: token, n: n)) }
             #expect(await eventually { gate.arrived == 4 })
             try await instance.receiver.flush()
@@ -300,9 +303,11 @@ struct NATSReceiverTests {
 
             let malformed = try JSONParser.parse(Array(try client.request(subject, "not json").utf8))
             #expect(malformed["error"]?["status"] == "INVALID_ARGUMENT")
-            let wrongType = try JSONParser.parse(Array(try client.request(subject, #"{"message": {"topic": "news", "data": {"n": 1}}}"#).utf8))
+            let wrongType = try JSONParser.parse(
+                Array(try client.request(subject, #"{"message": {"topic": "news", "data": {"n": 1}}}"#).utf8))
             #expect(wrongType["error"]?["status"] == "INVALID_ARGUMENT")
-            let unknownField = try JSONParser.parse(Array(try client.request(subject, #"{"message": {"topic": "news", "colour": "red"}}"#).utf8))
+            let unknownField = try JSONParser.parse(
+                Array(try client.request(subject, #"{"message": {"topic": "news", "colour": "red"}}"#).utf8))
             #expect(unknownField["error"]?["status"] == "INVALID_ARGUMENT")
             let good = try JSONParser.parse(Array(try client.request(subject, body(topic: "news", n: 1)).utf8))
             #expect(good["name"]?.stringValue?.hasPrefix("projects/demo/messages/") == true)
@@ -350,7 +355,9 @@ struct NATSReceiverTests {
                 // message ID makes retries one message.
                 let sender = Locked(client)
                 let confirmed = await eventually {
-                    if (try? sender.withLock { $0 }.publishStored(subject, body(token: token, n: n), messageID: "m\(n)")) != nil { return true }
+                    if (try? sender.withLock { $0 }.publishStored(subject, body(token: token, n: n), messageID: "m\(n)")) != nil {
+                        return true
+                    }
                     if let fresh = try? NATSPublisher(url: server.url) { sender.withLock { $0 = fresh } }
                     return false
                 }
@@ -365,14 +372,19 @@ struct NATSReceiverTests {
             // cnats calls the reconnected callback on a thread of its own, and may do so after messages flow again.
             #expect(await eventually { instance.receiver.state == .connected && instance.receiver.statistics.reconnects >= 1 })
             // The connection's changes are diagnostic events too.
-            #expect(await eventually {
-                let states = sink.events(named: .diagnostic).filter { $0.parameters["detail"] == "nats_connection" }.compactMap { $0.parameters["state"] }
-                return states.starts(with: ["reconnecting", "connected"])
-            })
+            #expect(
+                await eventually {
+                    let states = sink.events(named: .diagnostic).filter { $0.parameters["detail"] == "nats_connection" }.compactMap {
+                        $0.parameters["state"]
+                    }
+                    return states.starts(with: ["reconnecting", "connected"])
+                })
         }
     }
 
-    @Test("a reset with data still buffered (epoll reports the error before the last reads): the receiver reads up to the reset and reconnects at once, not when the PINGs run out")
+    @Test(
+        "a reset with data still buffered (epoll reports the error before the last reads): the receiver reads up to the reset and reconnects at once, not when the PINGs run out"
+    )
     func resetWithBufferedData() async throws {
         let server = try ResettingNATSServer()
         defer { server.stop() }
@@ -386,7 +398,9 @@ struct NATSReceiverTests {
         }
     }
 
-    @Test("a server that stops answering (SIGSTOP) but keeps the socket open: unanswered PINGs make the connection stale, the receiver reconnects once the server answers again and goes on handling messages")
+    @Test(
+        "a server that stops answering (SIGSTOP) but keeps the socket open: unanswered PINGs make the connection stale, the receiver reconnects once the server answers again and goes on handling messages"
+    )
     func silentServer() async throws {
         let server = try NATSServerProcess()
         let instance = try FleetInstance(server: server) { options in
@@ -458,21 +472,29 @@ struct SendOverNATSTests {
             try await instance.subscribe("news")
             let token = try await instance.token()
             let sent = try await Task.detached {
-                try runBuiltExecutable("herald", ["send", "--nats", server.url, "--project-id", "demo", "--token", token, "--data", "n=cli-1"])
+                try runBuiltExecutable(
+                    "herald", ["send", "--nats", server.url, "--project-id", "demo", "--token", token, "--data", "n=cli-1"])
             }.value
             #expect(sent.status == 0, "\(sent.output)\(sent.error)")
             // The name carries the ID the receiver gives the stored message.
             #expect(sent.output.contains(#"projects/demo/messages/nats-HERALD_DEMO-"#))
             let topic = try await Task.detached {
-                try runBuiltExecutable("herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=cli-2"])
+                try runBuiltExecutable(
+                    "herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=cli-2"])
             }.value
             #expect(topic.status == 0, "\(topic.output)\(topic.error)")
             #expect(await eventually { Set(instance.collector.numbers) == ["cli-1", "cli-2"] })
-            let storedID = try #require(instance.collector.messages.withLock { $0.first { $0.userInfo["n"]?.stringValue == "cli-1" } }?.messageID)
+            let storedID = try #require(
+                instance.collector.messages.withLock { $0.first { $0.userInfo["n"]?.stringValue == "cli-1" } }?.messageID)
             #expect(sent.output.contains(storedID))
 
             let refused = try await Task.detached {
-                try runBuiltExecutable("herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=1", "--title", "x", "--body", "y", "--validate-only"])
+                try runBuiltExecutable(
+                    "herald",
+                    [
+                        "send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=1", "--title", "x", "--body",
+                        "y", "--validate-only",
+                    ])
             }.value
             #expect(refused.status == 0, "validate-only is answered by the instance: \(refused.output)\(refused.error)")
         }

@@ -1,5 +1,6 @@
-@testable import HeraldNATSReceiver
 import Testing
+
+@testable import HeraldNATSReceiver
 
 @Suite("NATS server URLs in logs and errors")
 struct NATSRedactionTests {

@@ -1,7 +1,7 @@
 import Foundation
+import HeraldNATSReceiver
 import HeraldSQLite
 import HeraldTesting
-import HeraldNATSReceiver
 import Testing
 
 /// A stream sequence given again to a new message. nats-server 2.9 killed (SIGKILL) after its work-queue stream

@@ -1,6 +1,6 @@
 import Foundation
-import HeraldTesting
 import HeraldNATSReceiver
+import HeraldTesting
 
 /// A real `nats-server` with JetStream, on a loopback port of its own and a store directory of its own, started
 /// and stopped by the test (and restarted on the same port and store, for the reconnect test).
@@ -98,7 +98,9 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 
     static var executable: String {
-        ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
             ?? "/usr/sbin/nats-server"
     }
 }

@@ -1,12 +1,14 @@
 import Foundation
 import Herald
+import HeraldNATSReceiver
 import HeraldSQLite
 import HeraldTesting
-import HeraldNATSReceiver
 import Testing
 
 /// Figures for the README, not assertions: run with HERALD_NATS_BENCHMARK=1 (and a release build for real numbers).
-@Suite("NATSReceiver throughput (HERALD_NATS_BENCHMARK=1)", .serialized, .enabled(if: ProcessInfo.processInfo.environment["HERALD_NATS_BENCHMARK"] != nil))
+@Suite(
+    "NATSReceiver throughput (HERALD_NATS_BENCHMARK=1)", .serialized,
+    .enabled(if: ProcessInfo.processInfo.environment["HERALD_NATS_BENCHMARK"] != nil))
 struct NATSThroughputTests {
     static let count = 20_000
 
@@ -33,7 +35,9 @@ struct NATSThroughputTests {
             }
             let elapsed = clock.now - start
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            print("NATS JetStream -> one instance (\(kind) store): \(Self.count) messages in \(elapsed): \(Int(Double(Self.count) / seconds)) messages/s")
+            print(
+                "NATS JetStream -> one instance (\(kind) store): \(Self.count) messages in \(elapsed): \(Int(Double(Self.count) / seconds)) messages/s"
+            )
         }
     }
 
@@ -48,9 +52,10 @@ struct NATSThroughputTests {
             let clock = ContinuousClock()
             let start = clock.now
             for n in 0..<Self.count { try client.publish(subject, body(topic: "load", n: n), flush: false) }
-            #expect(await eventually(timeout: .seconds(120)) {
-                instances.map { $0.collector.messages.withLock { $0.count } }.reduce(0, +) >= Self.count
-            })
+            #expect(
+                await eventually(timeout: .seconds(120)) {
+                    instances.map { $0.collector.messages.withLock { $0.count } }.reduce(0, +) >= Self.count
+                })
             let elapsed = clock.now - start
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             print("NATS core queue group of \(size): \(Self.count) messages in \(elapsed): \(Int(Double(Self.count) / seconds)) messages/s")

@@ -1,19 +1,23 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldNATSReceiver
+import HeraldTesting
 import Testing
 
 @Suite("herald serve with NATS: the settings, the receiver, /healthz", .serialized)
 struct ServeNATSTests {
-    @Test("herald serve --nats-server takes token messages from JetStream (one sent after a server restart too); /healthz and the health gauge follow the connection")
+    @Test(
+        "herald serve --nats-server takes token messages from JetStream (one sent after a server restart too); /healthz and the health gauge follow the connection"
+    )
     func serveWithNATS() async throws {
         let server = try NATSServerProcess()
         try await withTemporaryDirectory(prefix: "herald-serve-nats") { directory in
             let metricsPort = try freeLoopbackPort()
-            let daemon = try DaemonProcess(directory: directory, arguments: [
-                "--nats-server", server.url, "--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--nats-stream", "FLEET",
-            ])
+            let daemon = try DaemonProcess(
+                directory: directory,
+                arguments: [
+                    "--nats-server", server.url, "--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--nats-stream", "FLEET",
+                ])
             let (token, _) = try #require(echoedToken(daemon), "no token line: \(daemon.log)")
             let client = try NATSPublisher(url: server.url)
             let id = try client.publishStored(NATSSubjects.token(project: "demo", token: token), body(token: token, n: 1))
@@ -37,14 +41,17 @@ struct ServeNATSTests {
             try server.start()
             #expect(try await eventually(timeout: .seconds(30)) { try httpRequest(port: metricsPort, "GET", "/healthz").status == 200 })
             // Stored while the instance was away or not: delivered after the reconnect.
-            _ = try NATSPublisher(url: server.url).publishStored(NATSSubjects.token(project: "demo", token: token), body(token: token, n: 2))
+            _ = try NATSPublisher(url: server.url).publishStored(
+                NATSSubjects.token(project: "demo", token: token), body(token: token, n: 2))
             let after = try #require(daemon.event(), "no echo after the restart: \(daemon.log)")
             #expect(after["userInfo"]?["n"] == "2")
             #expect(daemon.terminate() == 0)
         }
     }
 
-    @Test("serve's NATS settings: file keys, HERALD_NATS_* (servers separated by ','), flags, --print-config; bad values and gateway without NATS refused")
+    @Test(
+        "serve's NATS settings: file keys, HERALD_NATS_* (servers separated by ','), flags, --print-config; bad values and gateway without NATS refused"
+    )
     func settings() async throws {
         try await withTemporaryDirectory(prefix: "herald-serve-nats") { directory in
             let file = "\(directory)/herald.yaml"
@@ -55,10 +62,13 @@ struct ServeNATSTests {
             nats-ping-interval: 5
             nats-token-file: /run/secrets/nats
             """.write(toFile: file, atomically: true, encoding: .utf8)
-            let printed = try runBuiltExecutable("herald", ["serve", "--config", file, "--print-config", "--nats-max-deliver", "5", "--nats-max-pings-out", "3"],
-                                                 environment: ["HERALD_NATS_STREAM": "MINE"])
+            let printed = try runBuiltExecutable(
+                "herald", ["serve", "--config", file, "--print-config", "--nats-max-deliver", "5", "--nats-max-pings-out", "3"],
+                environment: ["HERALD_NATS_STREAM": "MINE"])
             #expect(printed.status == 0, "\(printed.error)")
-            #expect(printed.output.contains("nats-servers: [\"nats://10.0.0.1:4222\", \"tls://10.0.0.2:4222\"]") || printed.output.contains("nats-servers: [nats://10.0.0.1:4222, tls://10.0.0.2:4222]"), "\(printed.output)")
+            #expect(
+                printed.output.contains("nats-servers: [\"nats://10.0.0.1:4222\", \"tls://10.0.0.2:4222\"]")
+                    || printed.output.contains("nats-servers: [nats://10.0.0.1:4222, tls://10.0.0.2:4222]"), "\(printed.output)")
             #expect(printed.output.contains("nats-topic-delivery: shared:workers"))
             #expect(printed.output.contains("nats-ack-wait: 45"))
             #expect(printed.output.contains("nats-stream: MINE  # environment HERALD_NATS_STREAM"))
@@ -66,10 +76,14 @@ struct ServeNATSTests {
             #expect(printed.output.contains("nats-ping-interval: 5  # config file"), "\(printed.output)")
             #expect(printed.output.contains("nats-max-pings-out: 3  # flag --nats-max-pings-out"))
             #expect(printed.output.contains("# nats-consumer: not set"))
-            let servers = try runBuiltExecutable("herald", ["serve", "--print-config"], environment: ["HERALD_NATS_SERVERS": "nats://a:1,nats://b:2"])
-            #expect(servers.output.contains("nats-servers: [nats://a:1, nats://b:2]") || servers.output.contains(#"nats-servers: ["nats://a:1", "nats://b:2"]"#), "\(servers.output)")
+            let servers = try runBuiltExecutable(
+                "herald", ["serve", "--print-config"], environment: ["HERALD_NATS_SERVERS": "nats://a:1,nats://b:2"])
+            #expect(
+                servers.output.contains("nats-servers: [nats://a:1, nats://b:2]")
+                    || servers.output.contains(#"nats-servers: ["nats://a:1", "nats://b:2"]"#), "\(servers.output)")
             // A password in a server URL is not printed.
-            let secret = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-server", "nats://fleet:hunter2@10.0.0.1:4222"])
+            let secret = try runBuiltExecutable(
+                "herald", ["serve", "--print-config", "--nats-server", "nats://fleet:hunter2@10.0.0.1:4222"])
             #expect(secret.status == 0, "\(secret.error)")
             #expect(secret.output.contains("nats://***@10.0.0.1:4222"), "\(secret.output)")
             #expect(!secret.output.contains("hunter2"))
@@ -80,7 +94,8 @@ struct ServeNATSTests {
             let badPing = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-ping-interval", "0"])
             #expect(badPing.status == 64)
             #expect(badPing.error.contains("--nats-ping-interval") && badPing.error.contains("1 to 3600"), "\(badPing.error)")
-            let badPings = try runBuiltExecutable("herald", ["serve", "--print-config"], environment: ["HERALD_NATS_MAX_PINGS_OUT": "many"])
+            let badPings = try runBuiltExecutable(
+                "herald", ["serve", "--print-config"], environment: ["HERALD_NATS_MAX_PINGS_OUT": "many"])
             #expect(badPings.status == 64)
             #expect(badPings.error.contains("HERALD_NATS_MAX_PINGS_OUT"), "\(badPings.error)")
             let badURL = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-server", "http://x:1"])
@@ -89,9 +104,12 @@ struct ServeNATSTests {
             let gatewayAlone = try runBuiltExecutable("herald", ["serve", "--gateway", "--print-config"])
             #expect(gatewayAlone.status == 64)
             #expect(gatewayAlone.error.contains("gateway mode needs NATS servers"))
-            let missingToken = try runBuiltExecutable("herald", [
-                "serve", "--data-dir", "\(directory)/data", "--nats-server", "nats://127.0.0.1:1", "--nats-token-file", "\(directory)/missing",
-            ])
+            let missingToken = try runBuiltExecutable(
+                "herald",
+                [
+                    "serve", "--data-dir", "\(directory)/data", "--nats-server", "nats://127.0.0.1:1", "--nats-token-file",
+                    "\(directory)/missing",
+                ])
             #expect(missingToken.status != 0)
             #expect(missingToken.error.contains("cannot read the NATS token file \(directory)/missing"))
         }

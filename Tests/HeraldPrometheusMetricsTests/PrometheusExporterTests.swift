@@ -1,8 +1,8 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldPrometheusMetrics
 import HeraldSocketReceiver
+import HeraldTesting
 import Testing
 
 /// Presents every notification as a banner and answers silent messages with new data.
@@ -39,7 +39,8 @@ func parseWithPrometheusClient(_ page: String) throws -> [Sample] {
     #expect(process.terminationStatus == 0, "prometheus-client refused the page: \(problems)")
     return String(decoding: lines, as: UTF8.self).split(separator: "\n").compactMap { line in
         guard let object = try? JSONParser.parse(Array(line.utf8)), let name = object["name"]?.stringValue,
-              let value = object["value"]?.doubleValue else { return nil }
+            let value = object["value"]?.doubleValue
+        else { return nil }
         var labels: [String: String] = [:]
         for (key, label) in object["labels"]?.objectValue ?? [:] { labels[key] = label.stringValue }
         return Sample(name: name, labels: labels, value: value)
@@ -66,13 +67,17 @@ struct PrometheusExporterTests {
         var lines: [String] = []
         for n in 0..<3 { lines.append(#"{"message": {"token": "\#(token)", "notification": {"title": "n\#(n)"}}}"#) }
         for n in 0..<2 { lines.append(#"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#) }
-        lines.append(#"{"message": {"token": "\#(token)", "apns": {"headers": {"apns-priority": "5", "apns-push-type": "background"}, "payload": {"aps": {"content-available": 1}}}}}"#)
+        lines.append(
+            #"{"message": {"token": "\#(token)", "apns": {"headers": {"apns-priority": "5", "apns-push-type": "background"}, "payload": {"aps": {"content-available": 1}}}}}"#
+        )
         lines.append(#"{"message": {"token": "not-ours", "data": {"a": "b"}}}"#)
         lines.append(#"{"message": "#)
         client.send(lines.joined(separator: "\n") + "\n")
         let answers = client.readLines(lines.count)
         #expect(answers.count == lines.count)
-        let ids = answers.prefix(3).compactMap { try? JSONParser.parse(Array($0.utf8))["name"]?.stringValue?.split(separator: "/").last.map(String.init) }
+        let ids = answers.prefix(3).compactMap {
+            try? JSONParser.parse(Array($0.utf8))["name"]?.stringValue?.split(separator: "/").last.map(String.init)
+        }
         try await herald.waitUntilIdle()
         try await herald.respond(to: ids[0])
         try await herald.respond(to: ids[1], action: NotificationResponse.dismissActionIdentifier)
@@ -113,7 +118,8 @@ struct PrometheusExporterTests {
             events.append(AnalyticsEvent(name: .notificationReceive, messageID: "m\(index)", priority: .high, messageType: type))
         }
         for name in AnalyticsEvent.Name.allCases {
-            events.append(AnalyticsEvent(name: name, messageID: "every", parameters: ["result": "noData", "duration_ms": "250", "reason": "expired"]))
+            events.append(
+                AnalyticsEvent(name: name, messageID: "every", parameters: ["result": "noData", "duration_ms": "250", "reason": "expired"]))
             events.append(AnalyticsEvent(name: name, messageID: "bare"))
         }
         for reason in AnalyticsEvent.DropReason.allCases.map(\.rawValue) + ["not a reason", ""] {
@@ -181,7 +187,9 @@ struct PrometheusExporterLimitTests {
         try herald.register(exporter)
         try await herald.start()
         let address = try #require(try await exporter.listeningAddress())
-        #expect(try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").head.hasPrefix("HTTP/1.1 200"))
+        #expect(
+            try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").head
+                .hasPrefix("HTTP/1.1 200"))
         await herald.shutdown()
     }
 
@@ -194,7 +202,8 @@ struct PrometheusExporterLimitTests {
         try herald.register(exporter)
         try await herald.start()
         let address = try #require(try await exporter.listeningAddress())
-        let first = try TestSocketClient(address), second = try TestSocketClient(address)
+        let first = try TestSocketClient(address)
+        let second = try TestSocketClient(address)
         for client in [first, second] {
             client.send("GET /healthz HTTP/1.1\r\n\r\n")
             #expect(String(decoding: client.read { $0.count >= 12 }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
@@ -217,7 +226,8 @@ func scrape(_ address: SocketAddress, _ request: String) throws -> (head: String
         let text = String(decoding: bytes, as: UTF8.self)
         guard let end = text.range(of: "\r\n\r\n") else { return false }
         let head = text[..<end.lowerBound]
-        let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+        let length =
+            head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
             .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
         return text.utf8.count - text.utf8.distance(from: text.startIndex, to: end.upperBound) >= length
     }

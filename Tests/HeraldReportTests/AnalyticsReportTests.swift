@@ -1,10 +1,10 @@
 import Foundation
 import Herald
+import HeraldReport
 import HeraldTesting
 import Testing
 
 @testable import HeraldSQLite
-import HeraldReport
 
 /// Presents every notification `[.list, .banner]`, tells waiters when one was presented (its response may then be
 /// given), answers background fetches with the message's `fetch` data value, and takes data messages.
@@ -53,7 +53,10 @@ private final class FailingOnceAfterWrite: AnalyticsSink, Sendable {
 
     func record(_ events: [AnalyticsEvent]) async throws {
         try await store.record(events)
-        let call = calls.withLock { $0 += 1; return $0 }
+        let call = calls.withLock {
+            $0 += 1
+            return $0
+        }
         if call == 1 { throw AnalyticsWriteError(.writeFailed(path: store.path, detail: "the answer was lost")) }
     }
 }
@@ -100,7 +103,9 @@ private func deliverKnownSet(directory: String, sink: (SQLiteAnalyticsStore) -> 
         try await send("a", display(token, label: "spring_sale", title: "A"))
         try await send("b", display(token, label: "spring_sale", title: "B"))
         try await send("c", display(token, label: "spring_sale", title: "C"))
-        let first = try FCMSendRequest.decode(Array(display(token, label: "spring_sale", title: "A2").utf8), context: herald.decodingContext).message
+        let first = try FCMSendRequest.decode(
+            Array(display(token, label: "spring_sale", title: "A2").utf8), context: herald.decodingContext
+        ).message
         #expect(try await receiver.send(first).get() == first.messageID)
         #expect(try await receiver.send(first).get() == first.messageID)  // the sender retried: a duplicate
         sent.ids["a2"] = first.messageID
@@ -132,7 +137,8 @@ private func deliverKnownSet(directory: String, sink: (SQLiteAnalyticsStore) -> 
 }
 
 /// The figures the known set must give, per label.
-private let expectedSpring = AnalyticsReport.Figures(received: 4, impressions: 4, opens: 1, dismissals: 1, drops: ["duplicate": 1, "not_targeted": 1])
+private let expectedSpring = AnalyticsReport.Figures(
+    received: 4, impressions: 4, opens: 1, dismissals: 1, drops: ["duplicate": 1, "not_targeted": 1])
 private let expectedDigest = AnalyticsReport.Figures(received: 2, impressions: 2, opens: 2, fetchNewData: 1, timedFetches: 1)
 private let expectedUnlabelled = AnalyticsReport.Figures(
     received: 3, fetchNoData: 1, fetchFailed: 1, timedFetches: 2, drops: ["invalid": 1, "not_targeted": 1])
@@ -243,7 +249,8 @@ struct AnalyticsReportTests {
             let spring = try runHerald(["report", "--data-dir", directory, "--label", "spring_sale"])
             #expect(spring.status == 0)
             #expect(spring.output.contains("label: spring_sale"))
-            #expect(!spring.output.contains("weekly_digest") && !spring.output.contains("(no label)") && !spring.output.contains("all labels"))
+            #expect(
+                !spring.output.contains("weekly_digest") && !spring.output.contains("(no label)") && !spring.output.contains("all labels"))
         }
     }
 

@@ -3,7 +3,8 @@ import Testing
 
 /// Runs the CrashProbe executable (built beside the test bundle) with `arguments`.
 func crashProbe(_ arguments: [String]) throws -> Process {
-    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("CrashProbe")
+    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent(
+        "CrashProbe")
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments

@@ -2,6 +2,7 @@ import Foundation
 import Herald
 import HeraldTesting
 import Testing
+
 @testable import HeraldSQLite
 
 @Suite("Identity and topics survive restarts (real SQLite files)", .serialized)
@@ -109,7 +110,9 @@ struct PersistentIdentityTests {
             #expect(error?.description.contains(file) == true)
             let garbage = directory + "/garbage"
             try FileManager.default.createDirectory(atPath: garbage, withIntermediateDirectories: true)
-            #expect(FileManager.default.createFile(atPath: garbage + "/herald.sqlite", contents: Data((0..<4096).map { _ in UInt8.random(in: 0...255) })))
+            #expect(
+                FileManager.default.createFile(
+                    atPath: garbage + "/herald.sqlite", contents: Data((0..<4096).map { _ in UInt8.random(in: 0...255) })))
             let corrupt = #expect(throws: StoreError.self) { try SQLiteStore(directory: garbage) }
             if case .corrupt? = corrupt {} else { Issue.record("garbage opened: \(String(describing: corrupt))") }
         }
@@ -174,12 +177,13 @@ struct DurableInboxTests {
             try await withDurableHerald(directory: directory, plugins: []) { herald in token = try await herald.token() }
             let store = try SQLiteStore(directory: directory)
             let now = WallClock.nowMilliseconds()
-            try store.commit(StoreBatch(accepted: [
-                InboxRecord(dataMessage(id: "expired", token: token, expiration: now / 1000 - 60), messageID: "expired"),
-                InboxRecord(dataMessage(id: "old-score", token: token, collapseKey: "score", payload: "1-0"), messageID: "old-score"),
-                InboxRecord(dataMessage(id: "new-score", token: token, collapseKey: "score", payload: "2-0"), messageID: "new-score"),
-                InboxRecord(dataMessage(id: "plain", token: token), messageID: "plain"),
-            ]), window: DeduplicationWindow(), now: now)
+            try store.commit(
+                StoreBatch(accepted: [
+                    InboxRecord(dataMessage(id: "expired", token: token, expiration: now / 1000 - 60), messageID: "expired"),
+                    InboxRecord(dataMessage(id: "old-score", token: token, collapseKey: "score", payload: "1-0"), messageID: "old-score"),
+                    InboxRecord(dataMessage(id: "new-score", token: token, collapseKey: "score", payload: "2-0"), messageID: "new-score"),
+                    InboxRecord(dataMessage(id: "plain", token: token), messageID: "plain"),
+                ]), window: DeduplicationWindow(), now: now)
             let recorder = DurableRecorder()
             let sink = RecordingSink()
             try await withDurableHerald(directory: directory, plugins: [recorder, sink]) { herald async throws in

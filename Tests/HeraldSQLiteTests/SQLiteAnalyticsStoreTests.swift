@@ -1,10 +1,10 @@
 import Foundation
 import Herald
+import HeraldReport
 import HeraldTesting
 import Testing
 
 @testable import HeraldSQLite
-import HeraldReport
 
 /// Milliseconds since 1970 of `day` days after 2026-03-01 00:00 UTC, plus `hours`.
 private func at(day: Int64, hours: Int64 = 12) -> Int64 {
@@ -14,18 +14,27 @@ private func at(day: Int64, hours: Int64 = 12) -> Int64 {
 
 /// Event IDs as the bus assigns them: unique per event.
 private let eventIDs = Locked<UInt64>(1_000)
-private func nextEventID() -> UInt64 { eventIDs.withLock { $0 += 1; return $0 } }
+private func nextEventID() -> UInt64 {
+    eventIDs.withLock {
+        $0 += 1
+        return $0
+    }
+}
 
-private func received(_ id: String, label: String?, day: Int64, hours: Int64 = 10, type: String = "DISPLAY_NOTIFICATION") -> AnalyticsEvent {
+private func received(_ id: String, label: String?, day: Int64, hours: Int64 = 10, type: String = "DISPLAY_NOTIFICATION") -> AnalyticsEvent
+{
     var event = AnalyticsEvent(
-        name: .notificationReceive, timestamp: at(day: day, hours: hours), messageID: id, analyticsLabel: label, priority: .high, messageType: type,
+        name: .notificationReceive, timestamp: at(day: day, hours: hours), messageID: id, analyticsLabel: label, priority: .high,
+        messageType: type,
         receivedAt: at(day: day, hours: hours))
     event.id = nextEventID()
     return event
 }
 
 /// An event about the message of `receipt`, `minutes` after it arrived.
-private func follow(_ receipt: AnalyticsEvent, _ name: AnalyticsEvent.Name, minutes: Int64 = 1, _ parameters: [String: String] = [:]) -> AnalyticsEvent {
+private func follow(_ receipt: AnalyticsEvent, _ name: AnalyticsEvent.Name, minutes: Int64 = 1, _ parameters: [String: String] = [:])
+    -> AnalyticsEvent
+{
     var event = receipt
     event.id = nextEventID()
     event.name = name
@@ -85,7 +94,8 @@ struct SQLiteAnalyticsStoreTests {
             let fetch = follow(receipt, .backgroundFetch, ["result": "noData", "duration_ms": "42", "workers": "1"])
             let drop = dropped("duplicate", label: "spring", day: 0, id: "m1")
             try await store.record([receipt, fetch, drop])
-            let row = try store.fetchString("""
+            let row = try store.fetchString(
+                """
                 SELECT name || '|' || timestamp || '|' || cohort_at || '|' || message_id || '|' || analytics_label || '|' || topic || '|' ||
                        collapse_key || '|' || priority || '|' || message_type || '|' || ttl || '|' || received_at || '|' || parameters
                 FROM event WHERE name = 'notification_receive'
@@ -100,7 +110,9 @@ struct SQLiteAnalyticsStoreTests {
 
     // MARK: - Idempotence
 
-    @Test("a batch recorded again is stored once; two drops alike but for their IDs are both kept; a retried batch with new events adds only those")
+    @Test(
+        "a batch recorded again is stored once; two drops alike but for their IDs are both kept; a retried batch with new events adds only those"
+    )
     func retriedBatchIsStoredOnce() async throws {
         try await withAnalyticsDirectory { directory in
             let store = try SQLiteAnalyticsStore(directory: directory, options: .init(retentionDays: nil))
@@ -192,7 +204,10 @@ struct SQLiteAnalyticsStoreTests {
             try FileManager.default.copyItem(atPath: directory + "/herald.sqlite", toPath: directory + "/analytics.sqlite")
             var error: StoreError?
             do throws(StoreError) { _ = try SQLiteAnalyticsStore(directory: directory) } catch let caught { error = caught }
-            guard case .corrupt(let path, let detail)? = error else { Issue.record("expected corrupt, got \(String(describing: error))"); return }
+            guard case .corrupt(let path, let detail)? = error else {
+                Issue.record("expected corrupt, got \(String(describing: error))")
+                return
+            }
             #expect(path == directory + "/analytics.sqlite")
             #expect(detail.contains("herald.sqlite"))
             var readError: StoreError?
@@ -206,7 +221,11 @@ struct SQLiteAnalyticsStoreTests {
             }
             var foreign: StoreError?
             do throws(StoreError) { _ = try SQLiteAnalyticsStore(directory: directory) } catch let caught { foreign = caught }
-            if case .corrupt(_, let detail)? = foreign { #expect(detail.contains("application_id 7")) } else { Issue.record("expected corrupt, got \(String(describing: foreign))") }
+            if case .corrupt(_, let detail)? = foreign {
+                #expect(detail.contains("application_id 7"))
+            } else {
+                Issue.record("expected corrupt, got \(String(describing: foreign))")
+            }
 
             try FileManager.default.removeItem(atPath: directory + "/analytics.sqlite")
             #expect(FileManager.default.createFile(atPath: directory + "/analytics.sqlite", contents: Data(repeating: 0x41, count: 4096)))
@@ -222,7 +241,10 @@ struct SQLiteAnalyticsStoreTests {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             var error: StoreError?
             do throws(StoreError) { _ = try AnalyticsReport.read(directory: directory) } catch let caught { error = caught }
-            guard case .cannotOpen(let path, let detail)? = error else { Issue.record("expected cannotOpen, got \(String(describing: error))"); return }
+            guard case .cannotOpen(let path, let detail)? = error else {
+                Issue.record("expected cannotOpen, got \(String(describing: error))")
+                return
+            }
             #expect(path == directory + "/analytics.sqlite")
             #expect(detail.contains("no analytics store"))
             #expect(!FileManager.default.fileExists(atPath: path))
@@ -238,11 +260,15 @@ struct SQLiteAnalyticsStoreTests {
             let options = SQLiteAnalyticsStore.Options(retentionDays: 10, pruneInterval: .seconds(3600))
             do {
                 let store = try SQLiteAnalyticsStore(directory: directory, options: .init(retentionDays: nil), clock: clock.read)
-                try await store.record([received("old", label: nil, day: -20), received("edge", label: nil, day: -9), received("new", label: nil, day: 0)])
+                try await store.record([
+                    received("old", label: nil, day: -20), received("edge", label: nil, day: -9), received("new", label: nil, day: 0),
+                ])
             }
             // Opening prunes: the message received 20 days ago goes, the one of 9 days ago stays.
             let store = try SQLiteAnalyticsStore(directory: directory, options: options, clock: clock.read)
-            #expect(try store.fetchString("SELECT group_concat(message_id, ',') FROM (SELECT message_id FROM event ORDER BY message_id)") == "edge,new")
+            #expect(
+                try store.fetchString("SELECT group_concat(message_id, ',') FROM (SELECT message_id FROM event ORDER BY message_id)")
+                    == "edge,new")
             // A day later (11:00) the message received at 10:00 nine days ago is past 10 days: the next batch prunes it.
             clock.set(at(day: 1, hours: 11))
             try await store.record([received("a", label: nil, day: 1)])
@@ -298,9 +324,15 @@ struct SQLiteAnalyticsStoreTests {
         let f3 = received("f3", label: nil, day: 2, type: "DATA_MESSAGE")
         let data = received("data", label: nil, day: 2, type: "DATA_MESSAGE")
         events += [f1, f2, f3, data]
-        events += [follow(f1, .backgroundFetch, ["result": "newData", "duration_ms": "100"]), follow(f2, .backgroundFetch, ["result": "noData", "duration_ms": "300"])]
+        events += [
+            follow(f1, .backgroundFetch, ["result": "newData", "duration_ms": "100"]),
+            follow(f2, .backgroundFetch, ["result": "noData", "duration_ms": "300"]),
+        ]
         events += [follow(f3, .backgroundFetch, ["result": "failed", "duration_ms": "30000"])]
-        events += [dropped("invalid", label: nil, day: 2), dropped("invalid", label: nil, day: 2), dropped("expired", label: nil, day: 2, id: "e1")]
+        events += [
+            dropped("invalid", label: nil, day: 2), dropped("invalid", label: nil, day: 2),
+            dropped("expired", label: nil, day: 2, id: "e1"),
+        ]
         events += [dropped("collapsed", label: nil, day: 0, id: "c1")]
         // Not in the report: too old, or not a report event.
         events.append(received("old", label: "spring", day: -7))
@@ -321,17 +353,27 @@ struct SQLiteAnalyticsStoreTests {
             let report = try AnalyticsReport.read(directory: directory, days: 3, now: at(day: 2, hours: 20))
             #expect(report.firstDay == 20_513 && report.lastDay == 20_515)
             #expect(report.labels.map(\.label) == ["spring", "digest", nil])
-            #expect(report.figures(label: "spring", date: "2026-03-01") == .init(received: 3, impressions: 2, opens: 1, dismissals: 1, drops: ["duplicate": 2]))
-            #expect(report.figures(label: "spring", date: "2026-03-02") == .init(received: 1, impressions: 1, opens: 1, drops: ["not_targeted": 1]))
+            #expect(
+                report.figures(label: "spring", date: "2026-03-01")
+                    == .init(received: 3, impressions: 2, opens: 1, dismissals: 1, drops: ["duplicate": 2]))
+            #expect(
+                report.figures(label: "spring", date: "2026-03-02")
+                    == .init(received: 1, impressions: 1, opens: 1, drops: ["not_targeted": 1]))
             #expect(report.figures(label: "spring", date: "2026-03-03") == nil)
-            #expect(report.total(label: "spring") == .init(received: 4, impressions: 3, opens: 2, dismissals: 1, drops: ["duplicate": 2, "not_targeted": 1]))
+            #expect(
+                report.total(label: "spring")
+                    == .init(received: 4, impressions: 3, opens: 2, dismissals: 1, drops: ["duplicate": 2, "not_targeted": 1]))
             #expect(report.total(label: "spring")?.openRate == 2.0 / 3.0)
             #expect(report.figures(label: "digest", date: "2026-03-02") == .init(received: 2, impressions: 2))
             #expect(report.total(label: "digest")?.openRate == 0)
-            #expect(report.figures(label: nil, date: "2026-03-01") == .init(
-                received: 2, fetchNewData: 1, fetchNoData: 1, fetchMilliseconds: 400, timedFetches: 2, drops: ["collapsed": 1]))
-            #expect(report.figures(label: nil, date: "2026-03-03") == .init(
-                received: 2, fetchFailed: 1, fetchMilliseconds: 30_000, timedFetches: 1, drops: ["invalid": 2, "expired": 1]))
+            #expect(
+                report.figures(label: nil, date: "2026-03-01")
+                    == .init(
+                        received: 2, fetchNewData: 1, fetchNoData: 1, fetchMilliseconds: 400, timedFetches: 2, drops: ["collapsed": 1]))
+            #expect(
+                report.figures(label: nil, date: "2026-03-03")
+                    == .init(
+                        received: 2, fetchFailed: 1, fetchMilliseconds: 30_000, timedFetches: 1, drops: ["invalid": 2, "expired": 1]))
             #expect(report.total(label: nil)?.openRate == nil)
             #expect(report.daily.map(\.date) == ["2026-03-01", "2026-03-02", "2026-03-03"])
             #expect(report.daily.map(\.figures.received) == [5, 3, 2])

@@ -174,7 +174,10 @@ struct SQLiteStoreTests {
             #expect(try store.load(window: window, now: start + 90_001).seenMessageIDs == ["m4", "m5"])
             let wide = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(86_400))
             #expect(try store.load(window: wide, now: start + 90_001).seenMessageIDs == ["m4", "m5"])
-            #expect(try store.load(window: DeduplicationWindow(maximumCount: 1, maximumAge: .seconds(86_400)), now: start).seenMessageIDs == ["m5"])
+            #expect(
+                try store.load(window: DeduplicationWindow(maximumCount: 1, maximumAge: .seconds(86_400)), now: start).seenMessageIDs == [
+                    "m5"
+                ])
         }
     }
 
@@ -268,7 +271,8 @@ struct SQLiteStoreTests {
             #expect(try store.load(window: window, now: 80_000).seenMessageIDs == ["m1", "m3"])
             let wide = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(86_400))
             #expect(try store.load(window: wide, now: 100_002).seenMessageIDs == ["m1", "m3"])
-            try store.commit(StoreBatch(accepted: [record(4)]), window: DeduplicationWindow(maximumCount: 2, maximumAge: .seconds(60)), now: 100_003)
+            try store.commit(
+                StoreBatch(accepted: [record(4)]), window: DeduplicationWindow(maximumCount: 2, maximumAge: .seconds(60)), now: 100_003)
             #expect(try store.load(window: wide, now: 100_003).seenMessageIDs == ["m3", "m4"])
         }
     }
@@ -281,7 +285,8 @@ struct SQLiteStoreTests {
                 messageID: "", userInfo: [], targetKind: "condition", targetValue: "'a' in topics", collapseKey: "", priority: 0,
                 expiration: 0, receivedAt: 0)
             let unicode = InboxRecord(
-                messageID: "0:1700000000000000%é✓ 🚀,\n\t", userInfo: [0], targetKind: "fid", targetValue: "f", collapseKey: nil, priority: 5,
+                messageID: "0:1700000000000000%é✓ 🚀,\n\t", userInfo: [0], targetKind: "fid", targetValue: "f", collapseKey: nil,
+                priority: 5,
                 expiration: nil, receivedAt: Int64.max)
             try store.commit(StoreBatch(accepted: [empty, unicode]), window: DeduplicationWindow(), now: 1)
             let state = try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: 1)
@@ -359,13 +364,19 @@ struct SQLiteStoreTests {
             let file = root + "/not-a-directory"
             #expect(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
             let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: file) }
-            guard case .cannotOpen(let path, let detail)? = error else { Issue.record("expected cannotOpen, got \(String(describing: error))"); return }
+            guard case .cannotOpen(let path, let detail)? = error else {
+                Issue.record("expected cannotOpen, got \(String(describing: error))")
+                return
+            }
             #expect(path == file)
             #expect(detail.contains("not a directory"))
             #expect(error?.description.contains(file) == true)
 
             let below = #expect(throws: StoreError.self) { try SQLiteStore(directory: file + "/data") }
-            guard case .cannotOpen(let belowPath, _)? = below else { Issue.record("expected cannotOpen, got \(String(describing: below))"); return }
+            guard case .cannotOpen(let belowPath, _)? = below else {
+                Issue.record("expected cannotOpen, got \(String(describing: below))")
+                return
+            }
             #expect(belowPath == file + "/data")
         }
     }
@@ -378,14 +389,19 @@ struct SQLiteStoreTests {
             let path = directory + "/herald.sqlite"
             #expect(FileManager.default.createFile(atPath: path, contents: garbage))
             let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
-            guard case .corrupt(let errorPath, let detail)? = error else { Issue.record("expected corrupt, got \(String(describing: error))"); return }
+            guard case .corrupt(let errorPath, let detail)? = error else {
+                Issue.record("expected corrupt, got \(String(describing: error))")
+                return
+            }
             #expect(errorPath == path)
             #expect(detail.contains("not a database"))
             #expect(FileManager.default.contents(atPath: path) == garbage)
         }
     }
 
-    @Test("each load counts a start for every pending entry; quarantined entries leave the inbox for the quarantine table, and deleteAll empties it")
+    @Test(
+        "each load counts a start for every pending entry; quarantined entries leave the inbox for the quarantine table, and deleteAll empties it"
+    )
     func replaysAndQuarantine() throws {
         try withTemporaryDirectory { directory in
             let window = DeduplicationWindow()
@@ -424,11 +440,12 @@ struct SQLiteStoreTests {
             do {
                 let store = try SQLiteStore(directory: directory)
                 try store.commit(StoreBatch(accepted: [record(1)]), window: DeduplicationWindow(), now: 1)
-                try store.execute(sql: """
-                    DROP TABLE quarantine;
-                    ALTER TABLE inbox DROP COLUMN replays;
-                    DELETE FROM grdb_migrations WHERE identifier = 'v2-quarantine';
-                    """)
+                try store.execute(
+                    sql: """
+                        DROP TABLE quarantine;
+                        ALTER TABLE inbox DROP COLUMN replays;
+                        DELETE FROM grdb_migrations WHERE identifier = 'v2-quarantine';
+                        """)
             }
             let store = try SQLiteStore(directory: directory)
             let state = try store.load(window: DeduplicationWindow(), now: 2)
@@ -463,12 +480,18 @@ struct SQLiteStoreTests {
                         """)
             }
             let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
-            guard case .corrupt(_, let detail)? = error else { Issue.record("expected corrupt, got \(String(describing: error))"); return }
+            guard case .corrupt(_, let detail)? = error else {
+                Issue.record("expected corrupt, got \(String(describing: error))")
+                return
+            }
             #expect(detail.contains("customers"))
 
             try SQLiteStore(directory: directory + "/b").execute(sql: "PRAGMA application_id = 42")
             let marked = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory + "/b") }
-            guard case .corrupt? = marked else { Issue.record("expected corrupt, got \(String(describing: marked))"); return }
+            guard case .corrupt? = marked else {
+                Issue.record("expected corrupt, got \(String(describing: marked))")
+                return
+            }
         }
     }
 
@@ -485,7 +508,10 @@ struct SQLiteStoreTests {
             #expect(limit > 1)
             let big = (1_000..<3_000).map { record($0) }
             let error = #expect(throws: StoreError.self) { try store.commit(StoreBatch(accepted: big), window: window, now: 2) }
-            guard case .writeFailed(let path, let detail)? = error else { Issue.record("expected writeFailed, got \(String(describing: error))"); return }
+            guard case .writeFailed(let path, let detail)? = error else {
+                Issue.record("expected writeFailed, got \(String(describing: error))")
+                return
+            }
             #expect(path == store.path)
             #expect(detail.contains("full"))
             let unchanged = try store.load(window: window, now: 2)

@@ -19,7 +19,8 @@ struct TokenCommandTests {
             let token = first.output.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(token.contains(":"))
             #expect(try runHerald(["token", "--data-dir", directory]).output.trimmingCharacters(in: .whitespacesAndNewlines) == token)
-            let fid = try runHerald(["token", "--data-dir", directory, "--installation-id"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let fid = try runHerald(["token", "--data-dir", directory, "--installation-id"]).output.trimmingCharacters(
+                in: .whitespacesAndNewlines)
             #expect(token.hasPrefix(fid + ":"))
             try await withDurableHerald(directory: directory, plugins: []) { herald async throws in
                 #expect(try await herald.token() == token)

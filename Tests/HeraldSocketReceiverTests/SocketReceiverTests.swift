@@ -1,7 +1,7 @@
 import Foundation
 import Herald
-import HeraldTesting
 import HeraldSocketReceiver
+import HeraldTesting
 import Testing
 
 final class Collector: MessageHandler, Sendable {
@@ -69,7 +69,9 @@ struct SocketReceiverTests {
         try await withSocketHerald(address: .unix(path: socketPath())) { herald, _, _, bound in
             let token = try await herald.token()
             let client = try TestSocketClient(bound)
-            client.send(#"{"message": {"token": "\#(token)", "data": {"n": "1"}}}"# + "\n" + #"{"message": {"token": "\#(token)", "data": {"n": "2"}}}"#)
+            client.send(
+                #"{"message": {"token": "\#(token)", "data": {"n": "1"}}}"# + "\n"
+                    + #"{"message": {"token": "\#(token)", "data": {"n": "2"}}}"#)
             client.halfClose()
             let lines = client.readLines(2)
             #expect(lines.count == 1, "the last line had no newline, so it is not a message")
@@ -134,7 +136,8 @@ struct SocketReceiverTests {
         }
         #expect(SocketAddress.tcp(host: "127.0.0.2", port: 1).isLoopback && SocketAddress.tcp(host: "::1", port: 1).isLoopback)
         #expect(SocketAddress.tcp(host: "localhost", port: 1).isLoopback && SocketAddress.unix(path: "/x").isLoopback)
-        #expect(!SocketAddress.tcp(host: "127.0.0.1.5", port: 1).isLoopback && !SocketAddress.tcp(host: "::ffff:10.0.0.1", port: 1).isLoopback)
+        #expect(
+            !SocketAddress.tcp(host: "127.0.0.1.5", port: 1).isLoopback && !SocketAddress.tcp(host: "::ffff:10.0.0.1", port: 1).isLoopback)
         try await withSocketHerald(address: .tcp(host: "localhost", port: 0)) { _, _, _, bound in
             #expect(bound.port != 0)
         }
@@ -151,11 +154,12 @@ struct SocketReceiverTests {
     @Test("connections past the limit are closed at accept with one warning for the whole storm and a notice when below the limit again")
     func connectionLimitLogsOnce() async throws {
         let logs = LogCollector()
-        try await withSocketHerald(options: {
+        let limited: (SocketAddress) -> SocketReceiver.Options = {
             var options = SocketReceiver.Options(addresses: [$0])
             options.maximumConnections = 2
             return options
-        }, address: .unix(path: socketPath()), logs: logs) { herald, receiver, _, address in
+        }
+        try await withSocketHerald(options: limited, address: .unix(path: socketPath()), logs: logs) { herald, receiver, _, address in
             var kept = try (0..<2).map { _ in try TestSocketClient(address) }
             #expect(try await eventually { try await herald.loop.submit { receiver.openConnections } == 2 })
             for _ in 0..<10 {
@@ -164,7 +168,10 @@ struct SocketReceiverTests {
             }
             #expect(logs.all.filter { $0.message.hasPrefix("too many connections") }.count == 1)
             kept.removeFirst()  // its socket closes
-            #expect(await eventually { logs.all.contains { $0.message == "below the connection limit again" && $0.metadata["refused"] == "10" } })
+            #expect(
+                await eventually {
+                    logs.all.contains { $0.message == "below the connection limit again" && $0.metadata["refused"] == "10" }
+                })
             _ = kept
         }
     }
@@ -172,7 +179,10 @@ struct SocketReceiverTests {
     @Test("a Unix socket file is 0600 by default and takes the configured mode")
     func socketFileMode() async throws {
         try await withSocketHerald(address: .unix(path: socketPath())) { _, _, _, bound in
-            guard case .unix(let path) = bound else { Issue.record("not a Unix socket"); return }
+            guard case .unix(let path) = bound else {
+                Issue.record("not a Unix socket")
+                return
+            }
             let attributes = try FileManager.default.attributesOfItem(atPath: path)
             #expect((attributes[.posixPermissions] as? NSNumber)?.uint16Value == 0o600)
         }
@@ -182,7 +192,10 @@ struct SocketReceiverTests {
             return options
         }
         try await withSocketHerald(options: groupShared, address: .unix(path: socketPath())) { _, _, _, bound in
-            guard case .unix(let path) = bound else { Issue.record("not a Unix socket"); return }
+            guard case .unix(let path) = bound else {
+                Issue.record("not a Unix socket")
+                return
+            }
             let attributes = try FileManager.default.attributesOfItem(atPath: path)
             #expect((attributes[.posixPermissions] as? NSNumber)?.uint16Value == 0o660)
         }
@@ -202,7 +215,8 @@ struct SocketReceiverTests {
                 Array(#"{"message": {"token": "\#(token)", "colour": "red"}}"#.utf8),  // unknown field
                 Array(#"[1, 2, 3]"#.utf8),  // not an object
             ]
-            lines.append(Array(#"{"message": {"token": "\#(token)", "data": {"n": "\#u{1}"#.utf8) + [0xC3, 0x28] + Array(#""}}}"#.utf8))  // invalid UTF-8
+            // invalid UTF-8
+            lines.append(Array(#"{"message": {"token": "\#(token)", "data": {"n": "\#u{1}"#.utf8) + [0xC3, 0x28] + Array(#""}}}"#.utf8))
             lines.append(Array(good.utf8))
             var bytes: [UInt8] = []
             for line in lines { bytes += line + [UInt8(ascii: "\n")] }
@@ -237,7 +251,10 @@ struct SocketReceiverTests {
             for byte in #"{"message": {"token": "x"}}"#.utf8.prefix(200) {
                 slow.send(String(UnicodeScalar(byte)))
                 var descriptor = pollfd(fd: slow.fd, events: Int16(POLLIN), revents: 0)
-                if poll(&descriptor, 1, 100) > 0 { closedByServer = true; break }
+                if poll(&descriptor, 1, 100) > 0 {
+                    closedByServer = true
+                    break
+                }
             }
             #expect(closedByServer)
             #expect(slow.readsClosed())

@@ -1,6 +1,7 @@
-@testable import Herald
 import HeraldTesting
 import Testing
+
+@testable import Herald
 
 /// Records in order from the single test thread that drives the manual loop.
 final class Log: Sendable {

@@ -2,6 +2,7 @@ import HeraldTesting
 import Logging
 import ServiceLifecycle
 import Testing
+
 @testable import Herald
 
 @Suite("Herald as a swift-service-lifecycle Service")
@@ -18,7 +19,8 @@ struct ServiceLifecycleTests {
             tasks.addTask { try await group.run() }
             let token = try await eventuallyToken(herald)
             guard case .success = try await receiver.sendFCM(fcmBody(token: token, data: ["k": "v"]), to: herald) else {
-                Issue.record("refused"); return
+                Issue.record("refused")
+                return
             }
             #expect(await eventually { gate.waiting == 1 })
             await group.triggerGracefulShutdown()

@@ -1,6 +1,7 @@
 import Herald
 import HeraldTesting
 import Testing
+
 @testable import HeraldTokenWebhook
 
 @Suite("HTTPClient: a small HTTP/1.1 client on Herald's loop", .serialized)
@@ -62,7 +63,10 @@ struct HTTPClientTests {
         let cases: [(text: String, end: Bool, status: Int, body: String)] = [
             ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello", false, 200, "hello"),
             ("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n", false, 503, ""),
-            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nhel\r\n2\r\nlo\r\n0\r\nX-Trailer: 1\r\n\r\n", false, 200, "hello"),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nhel\r\n2\r\nlo\r\n0\r\nX-Trailer: 1\r\n\r\n", false, 200,
+                "hello"
+            ),
             ("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok", false, 201, "ok"),
             ("HTTP/1.1 204 No Content\r\n\r\n", false, 204, ""),
             ("HTTP/1.0 500 Oops\r\n\r\nsomething broke", true, 500, "something broke"),
@@ -109,7 +113,9 @@ struct HTTPClientTests {
         #expect(error("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n") != nil)
         #expect(error("HTTP/1.1 200 OK\r\nNoColonHere\r\n\r\n") != nil)
         #expect(error("HTTP/1.1 101 Switching Protocols\r\n\r\n") != nil)
-        #expect(error("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort").map { if case .connectionClosed = $0 { true } else { false } } == true)
+        #expect(
+            error("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort").map { if case .connectionClosed = $0 { true } else { false } }
+                == true)
         #expect(error("HTTP/1.1 200 OK\r\nContent-").map { if case .connectionClosed = $0 { true } else { false } } == true)
         #expect(error("").map { if case .connectionClosed = $0 { true } else { false } } == true)
         #expect(error("HTTP/1.1 200 OK\r\n" + String(repeating: "X-Long: aaaaaaaa\r\n", count: 5000), end: false) != nil)
@@ -119,10 +125,14 @@ struct HTTPClientTests {
     func invalidRequests() throws {
         let endpoint = try HTTPEndpoint(parsing: "http://127.0.0.1:1/")
         #expect(throws: HTTPClientError.self) { try HTTPRequest(method: "PO ST", endpoint: endpoint).serialized() }
-        #expect(throws: HTTPClientError.self) { try HTTPRequest(method: "POST", endpoint: endpoint, headers: [("X-A", "b\r\nX-Evil: 1")]).serialized() }
+        #expect(throws: HTTPClientError.self) {
+            try HTTPRequest(method: "POST", endpoint: endpoint, headers: [("X-A", "b\r\nX-Evil: 1")]).serialized()
+        }
         #expect(throws: HTTPClientError.self) { try HTTPRequest(method: "POST", endpoint: endpoint, headers: [("X A", "b")]).serialized() }
         let bytes = try HTTPRequest(method: "POST", endpoint: endpoint, headers: [("X-A", "b")], body: Array("hi".utf8)).serialized()
-        #expect(String(decoding: bytes, as: UTF8.self) == "POST / HTTP/1.1\r\nHost: 127.0.0.1:1\r\nX-A: b\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+        #expect(
+            String(decoding: bytes, as: UTF8.self)
+                == "POST / HTTP/1.1\r\nHost: 127.0.0.1:1\r\nX-A: b\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
     }
 
     @Test("over real sockets: each framing, the timeout, connection refused, cancellation; nothing left open")
@@ -140,7 +150,8 @@ struct HTTPClientTests {
         try loop.start()
         let client = HTTPClient(loop: loop)
         func send(_ path: String, timeout: Duration = .seconds(10), to base: String = server.url) async throws -> HTTPResponse {
-            try await client.send(HTTPRequest(method: "POST", endpoint: try HTTPEndpoint(parsing: base + path), body: Array("{}".utf8)), timeout: timeout)
+            try await client.send(
+                HTTPRequest(method: "POST", endpoint: try HTTPEndpoint(parsing: base + path), body: Array("{}".utf8)), timeout: timeout)
         }
 
         let chunked = try await send("/chunked")
@@ -174,7 +185,8 @@ struct HTTPClientTests {
         await #expect(throws: CancellationError.self) { _ = try await hanging.value }
         #expect(clock.now - began < .seconds(5))
 
-        #expect(await eventually { loop.statistics.liveHandles == 3 }, "only the loop's own timer, wake-up and write-flush handles are left")
+        #expect(
+            await eventually { loop.statistics.liveHandles == 3 }, "only the loop's own timer, wake-up and write-flush handles are left")
         await loop.shutdownGracefully()
         #expect(loop.statistics.liveHandles == 0)
         await #expect(throws: EventLoopError.shutDown) { _ = try await send("/busy") }

@@ -108,8 +108,11 @@ final class TestHTTPServer: Sendable {
 
         private func parse() {
             let separator = Array("\r\n\r\n".utf8)
-            guard buffer.count >= 4, let end = (0...(buffer.count - 4)).first(where: { Array(buffer[$0..<$0 + 4]) == separator }) else { return }
-            let lines = String(decoding: buffer[..<end], as: UTF8.self).split(separator: "\r\n" as Character, omittingEmptySubsequences: false)
+            guard buffer.count >= 4, let end = (0...(buffer.count - 4)).first(where: { Array(buffer[$0..<$0 + 4]) == separator }) else {
+                return
+            }
+            let lines = String(decoding: buffer[..<end], as: UTF8.self).split(
+                separator: "\r\n" as Character, omittingEmptySubsequences: false)
             let requestLine = lines[0].split(separator: " ")
             var headers: [String: String] = [:]
             for line in lines.dropFirst() {
@@ -118,8 +121,9 @@ final class TestHTTPServer: Sendable {
             }
             let length = Int(headers["content-length"] ?? "0") ?? 0
             guard buffer.count >= end + 4 + length else { return }
-            let request = Request(method: String(requestLine[0]), target: String(requestLine[1]), headers: headers,
-                                  body: Array(buffer[(end + 4)..<(end + 4 + length)]), arrival: .now)
+            let request = Request(
+                method: String(requestLine[0]), target: String(requestLine[1]), headers: headers,
+                body: Array(buffer[(end + 4)..<(end + 4 + length)]), arrival: .now)
             buffer.removeFirst(end + 4 + length)
             let index = recorded.withLock { requests in
                 requests.append(request)

@@ -1,6 +1,7 @@
 import Herald
 import HeraldTesting
 import Testing
+
 @testable import HeraldTokenWebhook
 
 @Suite("TokenWebhook: the registration token POSTed to the app server", .serialized)
@@ -106,8 +107,9 @@ struct TokenWebhookTests {
     func retriesWithBackoff() async throws {
         let server = try await TestHTTPServer.start { _, index in index < 2 ? .status(503, body: "busy") : .status(200) }
         let clock = ManualClock()
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2)),
-                                                      clock: clock)
+        let (herald, webhook) = try await startHerald(
+            .init(url: "\(server.url)/token", initialBackoff: .milliseconds(100), maximumBackoff: .seconds(2)),
+            clock: clock)
         await retry(after: .milliseconds(100), on: clock)
         #expect(await eventually { server.requests.count == 2 })
         await retry(after: .milliseconds(200), on: clock)
@@ -129,8 +131,9 @@ struct TokenWebhookTests {
     func honoursRetryAfter() async throws {
         let server = try await TestHTTPServer.start { _, index in index == 0 ? .status(429, headers: ["Retry-After: 1"]) : .status(200) }
         let clock = ManualClock()
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)),
-                                                      clock: clock)
+        let (herald, webhook) = try await startHerald(
+            .init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)),
+            clock: clock)
         await retry(after: .milliseconds(999), on: clock)
         #expect(clock.sleepers == 1, "999 ms into a 1 s Retry-After it still waits")
         clock.advance(by: .milliseconds(1))
@@ -145,8 +148,9 @@ struct TokenWebhookTests {
     func clientErrorNotRetried() async throws {
         let server = try await TestHTTPServer.start { _, _ in .status(400, body: #"{"error": "unknown app"}"#) }
         let clock = ManualClock()
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(40)),
-                                                      clock: clock)
+        let (herald, webhook) = try await startHerald(
+            .init(url: "\(server.url)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(40)),
+            clock: clock)
         #expect(await eventually { webhook.statistics.rejected == 1 && !webhook.isSending })
         // The send is over without a wait to retry: nothing more can be sent.
         #expect(clock.requestedSleeps.isEmpty && clock.sleepers == 0)
@@ -159,7 +163,8 @@ struct TokenWebhookTests {
     @Test("connection refused is retried until the server appears")
     func refusedUntilServerAppears() async throws {
         let port = try TestHTTPServer.unusedPort()
-        let (herald, webhook) = try await startHerald(.init(url: "http://localhost:\(port)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(80)))
+        let (herald, webhook) = try await startHerald(
+            .init(url: "http://localhost:\(port)/token", initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(80)))
         #expect(await eventually { webhook.statistics.attempts >= 3 })
         #expect(webhook.statistics.delivered == 0 && webhook.statistics.lastStatus == nil)
         let server = try await TestHTTPServer.start(port: port) { _, _ in .status(200) }
@@ -174,8 +179,10 @@ struct TokenWebhookTests {
     @Test("an answer that does not come within the timeout is retried")
     func timeoutRetried() async throws {
         let server = try await TestHTTPServer.start { _, index in index == 0 ? .hang : .chunked(200, chunks: ["o", "k"]) }
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", timeout: .milliseconds(200),
-                                                             initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
+        let (herald, webhook) = try await startHerald(
+            .init(
+                url: "\(server.url)/token", timeout: .milliseconds(200),
+                initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)))
         #expect(await eventually { webhook.statistics.delivered == 1 })
         await finish(herald, server)
 
@@ -197,8 +204,9 @@ struct TokenWebhookTests {
             return request.token == first ? .status(503) : .status(200)
         }
         let clock = ManualClock()
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .milliseconds(40), maximumBackoff: .milliseconds(80)),
-                                                      clock: clock)
+        let (herald, webhook) = try await startHerald(
+            .init(url: "\(server.url)/token", initialBackoff: .milliseconds(40), maximumBackoff: .milliseconds(80)),
+            clock: clock)
         let old = try await herald.token()
         await retry(after: .milliseconds(40), on: clock)
         #expect(await eventually { server.requests.count == 2 && clock.sleepers == 1 }, "the old token waits to retry again")
@@ -222,8 +230,9 @@ struct TokenWebhookTests {
     func stopDuringBackoff() async throws {
         let server = try await TestHTTPServer.start { _, _ in .status(503) }
         let clock = ManualClock()
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", initialBackoff: .seconds(30), maximumBackoff: .seconds(60)),
-                                                      clock: clock)
+        let (herald, webhook) = try await startHerald(
+            .init(url: "\(server.url)/token", initialBackoff: .seconds(30), maximumBackoff: .seconds(60)),
+            clock: clock)
         #expect(await eventually { webhook.statistics.lastStatus == 503 && clock.sleepers == 1 })
         await herald.shutdown()
         #expect(clock.sleepers == 0 && !webhook.isSending)
@@ -251,9 +260,11 @@ struct TokenWebhookTests {
     func givesUp() async throws {
         let server = try await TestHTTPServer.start { _, _ in .closeDelimited(500, body: "down") }
         let clock = ManualClock()
-        let (herald, webhook) = try await startHerald(.init(url: "\(server.url)/token", maximumAttempts: 3,
-                                                             initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)),
-                                                      clock: clock)
+        let (herald, webhook) = try await startHerald(
+            .init(
+                url: "\(server.url)/token", maximumAttempts: 3,
+                initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)),
+            clock: clock)
         await retry(after: .milliseconds(10), on: clock)
         #expect(await eventually { server.requests.count == 2 })
         await retry(after: .milliseconds(20), on: clock)
@@ -288,7 +299,8 @@ struct TokenWebhookTests {
     @Test("retry delays double from the initial backoff up to the maximum, jittered between half and all; Retry-After wins when longer")
     func retryDelays() {
         func delay(_ attempt: Int, _ fraction: Double, retryAfter: Duration? = nil) -> Duration {
-            TokenWebhook.retryDelay(afterAttempt: attempt, initial: .milliseconds(100), maximum: .seconds(1), retryAfter: retryAfter, fraction: fraction)
+            TokenWebhook.retryDelay(
+                afterAttempt: attempt, initial: .milliseconds(100), maximum: .seconds(1), retryAfter: retryAfter, fraction: fraction)
         }
         #expect(delay(1, 1.0) == .milliseconds(100))
         #expect(delay(1, 0) == .milliseconds(50))

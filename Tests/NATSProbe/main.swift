@@ -9,8 +9,8 @@
 
 import Foundation
 import Herald
-import HeraldSQLite
 import HeraldNATSReceiver
+import HeraldSQLite
 
 final class HandledLog: MessageHandler, @unchecked Sendable {
     // @unchecked Sendable: the file descriptor is written with single write(2) calls (O_APPEND).

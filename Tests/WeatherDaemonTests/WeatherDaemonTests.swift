@@ -17,7 +17,8 @@ struct WeatherDaemonTests {
             #expect(daemon.logLine { $0.contains("subscribed") && $0.contains("topic=weather") } != nil)
 
             let client = try TestSocketClient(.unix(path: "\(directory)/herald.sock"))
-            let silent = #"{"message": {"topic": "weather", "data": {"city": "Oslo", "summary": "sleet", "high": "3"}, "apns": {"headers": {"apns-push-type": "background", "apns-priority": "5"}, "payload": {"aps": {"content-available": 1}}}}}"#
+            let silent =
+                #"{"message": {"topic": "weather", "data": {"city": "Oslo", "summary": "sleet", "high": "3"}, "apns": {"headers": {"apns-push-type": "background", "apns-priority": "5"}, "payload": {"aps": {"content-available": 1}}}}}"#
             client.send(silent + "\n")
             #expect(client.readLines(1).first?.contains(#""name":"projects/herald/messages/"#) == true)
             let refreshed = try #require(daemon.logLine { $0.contains("forecast refreshed") }, "\(daemon.log())")
@@ -54,14 +55,18 @@ struct WeatherDaemonTests {
             #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
             let client = try TestSocketClient(.unix(path: "\(directory)/herald.sock"))
 
-            client.send(#"{"message": {"topic": "weather", "notification": {"title": "Storm warning", "body": "Gusts to 120 km/h"}, "apns": {"payload": {"aps": {"category": "SEVERE_WEATHER"}}}}}"# + "\n")
+            client.send(
+                #"{"message": {"topic": "weather", "notification": {"title": "Storm warning", "body": "Gusts to 120 km/h"}, "apns": {"payload": {"aps": {"category": "SEVERE_WEATHER"}}}}}"#
+                    + "\n")
             #expect(client.readLines(1).count == 1)
             let severe = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
             #expect(severe.contains("options=[.banner, .sound]"), "\(severe)")
             #expect(severe.contains("actions=SEE_FORECAST,SHARE_WARNING"), "\(severe)")
             #expect(severe.contains("title=Storm warning"), "\(severe)")
 
-            client.send(#"{"message": {"topic": "weather", "notification": {"title": "Tomorrow", "body": "Sunny"}, "apns": {"payload": {"aps": {"category": "FORECAST"}}}}}"# + "\n")
+            client.send(
+                #"{"message": {"topic": "weather", "notification": {"title": "Tomorrow", "body": "Sunny"}, "apns": {"payload": {"aps": {"category": "FORECAST"}}}}}"#
+                    + "\n")
             #expect(client.readLines(1).count == 1)
             let everyday = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
             #expect(everyday.contains("options=[.list]"), "\(everyday)")
@@ -84,7 +89,8 @@ struct WeatherDaemonTests {
 
             // With HTTP: the lock file gives the address and project, so no flag is needed.
             let port = try freeLoopbackPort()
-            let daemon = try WeatherProcess(directory: "\(directory)/http", arguments: ["--http", "127.0.0.1:\(port)", "--project-id", "weather-demo"])
+            let daemon = try WeatherProcess(
+                directory: "\(directory)/http", arguments: ["--http", "127.0.0.1:\(port)", "--project-id", "weather-demo"])
             #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
             let subscribed = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
@@ -159,4 +165,3 @@ final class WeatherProcess {
         }
     }
 }
-

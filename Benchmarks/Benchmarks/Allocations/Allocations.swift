@@ -30,24 +30,33 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
-    Benchmark("BusDispatchInMemory", configuration: .init(
-        setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
-    )) { benchmark in
+    Benchmark(
+        "BusDispatchInMemory",
+        configuration: .init(
+            setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
+        )
+    ) { benchmark in
         BusFixture.inMemory.dispatch(count: benchmark.scaledIterations.count)
     }
 
     // A receiver's way in: the body decoded, named and delivered by MessageBus.submit.
-    Benchmark("BusSubmitInMemory", configuration: .init(
-        setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
-    )) { benchmark in
+    Benchmark(
+        "BusSubmitInMemory",
+        configuration: .init(
+            setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
+        )
+    ) { benchmark in
         BusFixture.inMemory.submit(count: benchmark.scaledIterations.count)
     }
 
     // Group commit makes the count per message vary with how many messages share a transaction: 20 %.
-    Benchmark("BusDispatchDurableInbox", configuration: .init(
-        thresholds: [.mallocCountTotal: .init(relative: [.p90: 20.0])],
-        setup: { BusFixture.durable.start() }, teardown: { BusFixture.durable.stop() }
-    )) { benchmark in
+    Benchmark(
+        "BusDispatchDurableInbox",
+        configuration: .init(
+            thresholds: [.mallocCountTotal: .init(relative: [.p90: 20.0])],
+            setup: { BusFixture.durable.start() }, teardown: { BusFixture.durable.stop() }
+        )
+    ) { benchmark in
         BusFixture.durable.dispatch(count: benchmark.scaledIterations.count)
     }
 }

@@ -3,7 +3,7 @@
 import Herald
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One started Herald loop.
@@ -44,7 +44,8 @@ final class HeraldLoopFixture: BenchmarkFixture {
 
     /// 2. `count` closures submitted by a closure already running on the loop; returns once all ran.
     func executeOnLoop(count: Int) {
-        let loop = loop, countdown = countdown
+        let loop = loop
+        let countdown = countdown
         countdown.arm(count)
         loop.execute {
             for _ in 0..<count {
@@ -56,7 +57,8 @@ final class HeraldLoopFixture: BenchmarkFixture {
 
     /// 3. `count` timers with a zero delay scheduled on the loop; returns once all fired.
     func scheduleOnLoop(count: Int) {
-        let loop = loop, countdown = countdown
+        let loop = loop
+        let countdown = countdown
         countdown.arm(count)
         loop.execute {
             for _ in 0..<count {

@@ -13,7 +13,7 @@
 import Benchmark
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// CPU time of the benchmark thread plus the loop's thread during one iteration.
@@ -30,21 +30,25 @@ let benchmarks: @Sendable () -> Void = {
         maxIterations: 20_000
     )
 
-    register("1 execute from other thread", HeraldLoopFixture.self, NIOLoopFixture.self,
-             herald: { $0.executeFromOtherThread(count: $1) },
-             nio: { $0.executeFromOtherThread(count: $1) })
+    register(
+        "1 execute from other thread", HeraldLoopFixture.self, NIOLoopFixture.self,
+        herald: { $0.executeFromOtherThread(count: $1) },
+        nio: { $0.executeFromOtherThread(count: $1) })
 
-    register("2 execute on loop", HeraldLoopFixture.self, NIOLoopFixture.self,
-             herald: { $0.executeOnLoop(count: $1) },
-             nio: { $0.executeOnLoop(count: $1) })
+    register(
+        "2 execute on loop", HeraldLoopFixture.self, NIOLoopFixture.self,
+        herald: { $0.executeOnLoop(count: $1) },
+        nio: { $0.executeOnLoop(count: $1) })
 
-    register("3 schedule zero-delay timer on loop", HeraldLoopFixture.self, NIOLoopFixture.self,
-             herald: { $0.scheduleOnLoop(count: $1) },
-             nio: { $0.scheduleOnLoop(count: $1) })
+    register(
+        "3 schedule zero-delay timer on loop", HeraldLoopFixture.self, NIOLoopFixture.self,
+        herald: { $0.scheduleOnLoop(count: $1) },
+        nio: { $0.scheduleOnLoop(count: $1) })
 
-    register("4 unix socket echo 64B round trip", HeraldEchoFixture.self, NIOEchoFixture.self,
-             herald: { $0.echo(count: $1) },
-             nio: { $0.echo(count: $1) })
+    register(
+        "4 unix socket echo 64B round trip", HeraldEchoFixture.self, NIOEchoFixture.self,
+        herald: { $0.echo(count: $1) },
+        nio: { $0.echo(count: $1) })
 }
 
 /// Registers one scenario twice, "<name>: Herald" and "<name>: NIO", each with a fixture of its own set up

@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One NIO event loop (a group of one thread).
@@ -47,7 +47,8 @@ final class NIOLoopFixture: BenchmarkFixture {
 
     /// 2. `count` closures submitted by a closure already running on the loop; returns once all ran.
     func executeOnLoop(count: Int) {
-        let loop = loop, countdown = countdown
+        let loop = loop
+        let countdown = countdown
         countdown.arm(count)
         loop.execute {
             for _ in 0..<count {
@@ -59,7 +60,8 @@ final class NIOLoopFixture: BenchmarkFixture {
 
     /// 3. `count` timers with a zero delay scheduled on the loop; returns once all fired.
     func scheduleOnLoop(count: Int) {
-        let loop = loop, countdown = countdown
+        let loop = loop
+        let countdown = countdown
         countdown.arm(count)
         loop.execute {
             for _ in 0..<count {
@@ -96,7 +98,8 @@ final class NIOEchoFixture: BenchmarkFixture {
     let client: BlockingEchoClient
     let path: String
 
-    private init(group: MultiThreadedEventLoopGroup, loopCPUClock: clockid_t, server: any Channel, client: BlockingEchoClient, path: String) {
+    private init(group: MultiThreadedEventLoopGroup, loopCPUClock: clockid_t, server: any Channel, client: BlockingEchoClient, path: String)
+    {
         self.group = group
         self.loopCPUClock = loopCPUClock
         self.server = server
@@ -119,8 +122,9 @@ final class NIOEchoFixture: BenchmarkFixture {
             do {
                 let client = try BlockingEchoClient(path: path)
                 try client.checkedRoundTrip()
-                return NIOEchoFixture(group: group, loopCPUClock: try await nioLoopCPUClock(group.next()), server: server,
-                                      client: client, path: path)
+                return NIOEchoFixture(
+                    group: group, loopCPUClock: try await nioLoopCPUClock(group.next()), server: server,
+                    client: client, path: path)
             } catch {
                 try? await server.close()
                 throw error

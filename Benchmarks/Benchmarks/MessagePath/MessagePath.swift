@@ -7,13 +7,13 @@
 // loop thread's and the tasks'.
 
 import Benchmark
+import BenchmarkSupport
 import Dispatch
 import Foundation
 import Herald
-import HeraldSQLite
 import HeraldJSONLExport
 import HeraldPrometheusMetrics
-import BenchmarkSupport
+import HeraldSQLite
 
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
@@ -44,25 +44,33 @@ let benchmarks: @Sendable () -> Void = {
         }
     }
 
-    Benchmark("bus dispatch to a no-op handler, in-memory store", configuration: .init(
-        setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
-    )) { benchmark in
+    Benchmark(
+        "bus dispatch to a no-op handler, in-memory store",
+        configuration: .init(
+            setup: { BusFixture.inMemory.start() }, teardown: { BusFixture.inMemory.stop() }
+        )
+    ) { benchmark in
         BusFixture.inMemory.dispatch(count: benchmark.scaledIterations.count)
     }
 
     // What automatic analytics cost the bus (the goal: under 15 %). The same in-memory dispatch with the two shipped sinks that
     // do real work per event (the JSON-lines export writing a file, Prometheus counting), each fed in batches off
     // the loop; one event (notification_receive) per message. Teardown prints what the sinks took and lost.
-    Benchmark("bus dispatch to a no-op handler, in-memory store, analytics on (JSONL + Prometheus)", configuration: .init(
-        setup: { BusFixture.withAnalytics.start() }, teardown: { BusFixture.withAnalytics.stop() }
-    )) { benchmark in
+    Benchmark(
+        "bus dispatch to a no-op handler, in-memory store, analytics on (JSONL + Prometheus)",
+        configuration: .init(
+            setup: { BusFixture.withAnalytics.start() }, teardown: { BusFixture.withAnalytics.stop() }
+        )
+    ) { benchmark in
         BusFixture.withAnalytics.dispatch(count: benchmark.scaledIterations.count)
     }
 
-    Benchmark("bus dispatch to a no-op handler, durable inbox (SQLite)", configuration: .init(
-        setup: { BusFixture.durable.start() }, teardown: { BusFixture.durable.stop() }
-    )) { benchmark in
+    Benchmark(
+        "bus dispatch to a no-op handler, durable inbox (SQLite)",
+        configuration: .init(
+            setup: { BusFixture.durable.start() }, teardown: { BusFixture.durable.stop() }
+        )
+    ) { benchmark in
         BusFixture.durable.dispatch(count: benchmark.scaledIterations.count)
     }
 }
-

@@ -1,3 +1,4 @@
+import BenchmarkSupport
 // Bus dispatch with and without analytics, for instruction counts that the load of a shared machine does not
 // change (scripts/profile-bus runs it under valgrind --tool=callgrind). Dispatches COUNT pre-decoded data
 // messages to a no-op handler, in rounds of 1,000 as the MessagePath benchmark does, then shuts down (which
@@ -9,7 +10,6 @@ import Foundation
 import Herald
 import HeraldJSONLExport
 import HeraldPrometheusMetrics
-import BenchmarkSupport
 
 final class Box: @unchecked Sendable {
     // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
@@ -46,7 +46,8 @@ let ready = DispatchSemaphore(value: 0)
 Task.detached {
     try! await herald.start()
     let token = try! await herald.token()
-    let body = #"{"message": {"token": "\#(token)", "data": {"customKey": "customValue"}, "fcm_options": {"analytics_label": "match-alerts"}}}"#
+    let body =
+        #"{"message": {"token": "\#(token)", "data": {"customKey": "customValue"}, "fcm_options": {"analytics_label": "match-alerts"}}}"#
     var message = try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
     message.userInfo[UserInfoKey.messageID] = nil
     box.message = message
@@ -96,7 +97,11 @@ Task.detached {
 }
 stopped.wait()
 if let statistics = box.statistics, !statistics.sinks.isEmpty {
-    let perSink = statistics.sinks.sorted { $0.key < $1.key }.map { "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost)" }
+    let perSink = statistics.sinks.sorted { $0.key < $1.key }.map {
+        "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost)"
+    }
     print("analytics: recorded \(statistics.recorded); " + perSink.joined(separator: "; "))
 }
-print("dispatched \(count) with sinks: \(sinks): wall \((wallAfter - wallBefore) / UInt64(count)) ns/message, loop CPU \((cpuAfter - cpuBefore) / Int64(count)) ns/message")
+print(
+    "dispatched \(count) with sinks: \(sinks): wall \((wallAfter - wallBefore) / UInt64(count)) ns/message, loop CPU \((cpuAfter - cpuBefore) / Int64(count)) ns/message"
+)

@@ -23,12 +23,12 @@
 
 import Dispatch
 import Glibc
-import HeraldHTTPReceiver
 import Herald
+import HeraldHTTPReceiver
 import HeraldSQLite
+import HeraldSocketReceiver
 import Logging
 import ServerSupport
-import HeraldSocketReceiver
 import Synchronization
 
 final class NoOpHandler: NotificationHandler, Presenter, MessageHandler, Sendable {
@@ -117,11 +117,15 @@ func decodeLoop(count: Int, bodyPath: String, token: String) -> Never {
         say("the body is refused (or is not for token \(token))", to: 2)
         exit(1)
     }
-    let wall = nanoseconds(CLOCK_MONOTONIC), cpu = nanoseconds(CLOCK_THREAD_CPUTIME_ID)
+    let wall = nanoseconds(CLOCK_MONOTONIC)
+    let cpu = nanoseconds(CLOCK_THREAD_CPUTIME_ID)
     for _ in 0..<count { _ = once() }
-    let wallEnd = nanoseconds(CLOCK_MONOTONIC), cpuEnd = nanoseconds(CLOCK_THREAD_CPUTIME_ID)
+    let wallEnd = nanoseconds(CLOCK_MONOTONIC)
+    let cpuEnd = nanoseconds(CLOCK_THREAD_CPUTIME_ID)
     let divisor = Double(max(count, 1))
-    say("RESULT ops=\(count) ns_per_op=\(((wallEnd - wall) / divisor * 10).rounded() / 10) cpu_ns_per_op=\(((cpuEnd - cpu) / divisor * 10).rounded() / 10)")
+    say(
+        "RESULT ops=\(count) ns_per_op=\(((wallEnd - wall) / divisor * 10).rounded() / 10) cpu_ns_per_op=\(((cpuEnd - cpu) / divisor * 10).rounded() / 10)"
+    )
     exit(0)
 }
 

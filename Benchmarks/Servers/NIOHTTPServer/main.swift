@@ -23,7 +23,8 @@ import ServerSupport
 
 /// The route: `/v1/projects/{project}/messages:send`; any other path is 404.
 func route(_ service: PeerService, uri: String, body: [UInt8]) -> (status: Int, body: [UInt8]) {
-    let prefix = "/v1/projects/", suffix = "/messages:send"
+    let prefix = "/v1/projects/"
+    let suffix = "/messages:send"
     guard uri.hasPrefix(prefix), uri.hasSuffix(suffix), uri.utf8.count > prefix.utf8.count + suffix.utf8.count else {
         return (404, Array(#"{"error": {"code": 404, "message": "Not found.", "status": "NOT_FOUND"}}"#.utf8))
     }

@@ -6,7 +6,7 @@ import Synchronization
 
 /// Message IDs as Herald makes them: a random 16-digit start, one atomic increment per message.
 public final class MessageIDs: Sendable {
-    private let next = Atomic<UInt64>(UInt64.random(in: 1_000_000_000_000_000 ... 9_000_000_000_000_000))
+    private let next = Atomic<UInt64>(UInt64.random(in: 1_000_000_000_000_000...9_000_000_000_000_000))
     public init() {}
     public func make() -> String { String(next.add(1, ordering: .relaxed).newValue) }
 }

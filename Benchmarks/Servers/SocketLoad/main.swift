@@ -179,7 +179,10 @@ while finished < connectionCount {
                     let byte = readBuffer[position]
                     if connection.positionInLine == 2, byte != UInt8(ascii: "n") {
                         errors += 1
-                        if firstError.isEmpty { capturingError = true; firstError = Array(#"{""#.utf8) }
+                        if firstError.isEmpty {
+                            capturingError = true
+                            firstError = Array(#"{""#.utf8)
+                        }
                     }
                     if capturingError {
                         if byte == UInt8(ascii: "\n") || firstError.count > 400 { capturingError = false } else { firstError.append(byte) }

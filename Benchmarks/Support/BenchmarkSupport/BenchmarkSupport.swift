@@ -4,22 +4,23 @@
 import Dispatch
 import Foundation
 import Herald
-import HeraldSQLite
 import HeraldJSONLExport
 import HeraldPrometheusMetrics
+import HeraldSQLite
 
 /// The FCM v1 sample body addressed by token (fcm-v1-notification-token.json), 374 bytes.
-public let fcmBody: [UInt8] = Array(#"""
-{
-  "message": {
-    "token": "REPLACE_WITH_TOKEN",
-    "notification": { "title": "Portugal vs. Denmark", "body": "great match!" },
-    "data": { "customKey": "customValue" },
-    "apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },
-    "fcm_options": { "analytics_label": "match-alerts" }
-  }
-}
-"""#.utf8)
+public let fcmBody: [UInt8] = Array(
+    #"""
+    {
+      "message": {
+        "token": "REPLACE_WITH_TOKEN",
+        "notification": { "title": "Portugal vs. Denmark", "body": "great match!" },
+        "data": { "customKey": "customValue" },
+        "apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },
+        "fcm_options": { "analytics_label": "match-alerts" }
+      }
+    }
+    """#.utf8)
 
 public let context = DecodingContext(senderID: "1234567890", makeMessageID: { "1700000000000001" })
 
@@ -126,7 +127,9 @@ public final class BusFixture: @unchecked Sendable {
         let analytics = self.analytics
         Task {
             if analytics, let statistics = try? await herald?.analyticsStatistics() {
-                let sinks = statistics.sinks.sorted { $0.key < $1.key }.map { "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost), failures \($0.value.failures)" }
+                let sinks = statistics.sinks.sorted { $0.key < $1.key }.map {
+                    "\($0.key): delivered \($0.value.delivered), queued \($0.value.queued), lost \($0.value.lost), failures \($0.value.failures)"
+                }
                 print("analytics: recorded \(statistics.recorded); " + sinks.joined(separator: "; "))
             }
             await herald?.shutdown()

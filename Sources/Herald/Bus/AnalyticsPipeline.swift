@@ -59,14 +59,16 @@ final class AnalyticsPipeline: @unchecked Sendable {
     /// `messageID`, `kind` and `timestamp` (the time now, in milliseconds since 1970), when the caller has them,
     /// spare looking them up again.
     func record(
-        _ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String]? = nil, messageID: String? = nil, kind: MessageKind? = nil,
+        _ name: AnalyticsEvent.Name, for message: RemoteMessage, parameters: [String: String]? = nil, messageID: String? = nil,
+        kind: MessageKind? = nil,
         timestamp: Int64? = nil
     ) {
         loop.assertInEventLoop()
         guard !queues.isEmpty else { return }
         var records = takeBuffer()
-        records.append(name, for: message, id: nextID(), timestamp: timestamp ?? WallClock.nowMilliseconds(), parameters: parameters,
-                       messageID: messageID ?? message.messageID, kind: kind ?? message.kind)
+        records.append(
+            name, for: message, id: nextID(), timestamp: timestamp ?? WallClock.nowMilliseconds(), parameters: parameters,
+            messageID: messageID ?? message.messageID, kind: kind ?? message.kind)
         let count = records.count
         buffer = consume records
         buffered(count)
@@ -129,9 +131,12 @@ final class AnalyticsPipeline: @unchecked Sendable {
                 if !queue.warnedFull {
                     // Once until the sink has caught up (its queue empties), not once per batch it falls behind by.
                     queue.warnedFull = true
-                    logger.error("analytics sink is behind; its newest events are being dropped (counted as lost)", metadata: [
-                        "plugin": "\(queue.sink.descriptor.name)", "queued": "\(queue.queuedCount)", "limit": "\(configuration.analyticsBufferLimit)",
-                    ])
+                    logger.error(
+                        "analytics sink is behind; its newest events are being dropped (counted as lost)",
+                        metadata: [
+                            "plugin": "\(queue.sink.descriptor.name)", "queued": "\(queue.queuedCount)",
+                            "limit": "\(configuration.analyticsBufferLimit)",
+                        ])
                 }
             }
             if room > 0 { queue.enqueue(BatchSlice(batch: batch, count: min(room, batch.count))) }
@@ -179,10 +184,12 @@ final class AnalyticsPipeline: @unchecked Sendable {
             queue.failures += 1
             if queue.attempts < configuration.analyticsMaximumAttempts, !queue.abandoned {
                 let delay = retryDelay(afterAttempt: queue.attempts)
-                logger.warning("analytics sink failed; retrying the batch", metadata: [
-                    "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(count)",
-                    "attempt": "\(queue.attempts)", "retry_in": "\(delay)",
-                ])
+                logger.warning(
+                    "analytics sink failed; retrying the batch",
+                    metadata: [
+                        "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(count)",
+                        "attempt": "\(queue.attempts)", "retry_in": "\(delay)",
+                    ])
                 queue.waitingToRetry = true
                 loop.scheduleTask(in: delay) { [self] in
                     queue.waitingToRetry = false
@@ -191,9 +198,11 @@ final class AnalyticsPipeline: @unchecked Sendable {
                 return
             }
             if !queue.abandoned { queue.lost += count }
-            logger.error("analytics sink failed; giving up on the batch (counted as lost)", metadata: [
-                "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(count)", "attempts": "\(queue.attempts)",
-            ])
+            logger.error(
+                "analytics sink failed; giving up on the batch (counted as lost)",
+                metadata: [
+                    "plugin": "\(queue.sink.descriptor.name)", "error": "\(failure)", "events": "\(count)", "attempts": "\(queue.attempts)",
+                ])
         } else if !queue.abandoned {
             queue.delivered += count
         }
@@ -223,14 +232,27 @@ final class AnalyticsPipeline: @unchecked Sendable {
         let finished: Bool = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let once = Locked(false)
             let resume: @Sendable (Bool) -> Void = { idle in
-                if once.withLock({ let first = !$0; $0 = true; return first }) { continuation.resume(returning: idle) }
+                if once.withLock({
+                    let first = !$0
+                    $0 = true
+                    return first
+                }) {
+                    continuation.resume(returning: idle)
+                }
             }
-            let queued = loop.enqueue(.closure { [self] in
-                flush()
-                if isIdle { resume(true); return }
-                let timer = loop.scheduleTask(in: timeout) { resume(false) }
-                drainWaiters.append { timer.cancel(); resume(true) }
-            })
+            let queued = loop.enqueue(
+                .closure { [self] in
+                    flush()
+                    if isIdle {
+                        resume(true)
+                        return
+                    }
+                    let timer = loop.scheduleTask(in: timeout) { resume(false) }
+                    drainWaiters.append {
+                        timer.cancel()
+                        resume(true)
+                    }
+                })
             if !queued { resume(true) }
         }
         if !finished {
@@ -241,9 +263,11 @@ final class AnalyticsPipeline: @unchecked Sendable {
                     queue.lost += pending
                     queue.abandoned = true
                     queue.removeAllQueued()
-                    logger.error("analytics sink did not take its events before shutdown (counted as lost)", metadata: [
-                        "plugin": "\(queue.sink.descriptor.name)", "events": "\(pending)", "timeout": "\(timeout)",
-                    ])
+                    logger.error(
+                        "analytics sink did not take its events before shutdown (counted as lost)",
+                        metadata: [
+                            "plugin": "\(queue.sink.descriptor.name)", "events": "\(pending)", "timeout": "\(timeout)",
+                        ])
                 }
                 drainWaiters.removeAll()
             }
@@ -255,11 +279,12 @@ final class AnalyticsPipeline: @unchecked Sendable {
         loop.assertInEventLoop()
         return AnalyticsStatistics(
             recorded: recorded,
-            sinks: Dictionary(queues.map { queue in
-                var statistics = queue.statistics
-                statistics.queued += buffer?.count ?? 0
-                return (queue.sink.descriptor.name, statistics)
-            }, uniquingKeysWith: { first, _ in first })
+            sinks: Dictionary(
+                queues.map { queue in
+                    var statistics = queue.statistics
+                    statistics.queued += buffer?.count ?? 0
+                    return (queue.sink.descriptor.name, statistics)
+                }, uniquingKeysWith: { first, _ in first })
         )
     }
 }

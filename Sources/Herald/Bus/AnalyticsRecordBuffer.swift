@@ -25,21 +25,24 @@ struct AnalyticsRecordBuffer: Sendable {
     ) {
         let ttl = message.expiration.map { max(0, $0 - message.receivedAt / 1000) }
         let strings = (messageID, message.analyticsLabel, message.topic, message.collapseKey)
-        write(name, id: id, timestamp: timestamp, receivedAt: message.receivedAt, ttl: ttl, priority: message.priority,
-              messageType: kind.contains(.display) ? 1 : 2, strings: strings, customType: nil, parameters: parameters)
+        write(
+            name, id: id, timestamp: timestamp, receivedAt: message.receivedAt, ttl: ttl, priority: message.priority,
+            messageType: kind.contains(.display) ? 1 : 2, strings: strings, customType: nil, parameters: parameters)
     }
 
     /// Appends a built event.
     mutating func append(_ event: AnalyticsEvent) {
-        let type: UInt8 = switch event.messageType {
-        case nil: 0
-        case "DISPLAY_NOTIFICATION": 1
-        case "DATA_MESSAGE": 2
-        default: 3
-        }
-        write(event.name, id: event.id, timestamp: event.timestamp, receivedAt: event.receivedAt, ttl: event.ttl, priority: event.priority,
-              messageType: type, strings: (event.messageID, event.analyticsLabel, event.topic, event.collapseKey),
-              customType: type == 3 ? event.messageType : nil, parameters: event.parameters)
+        let type: UInt8 =
+            switch event.messageType {
+            case nil: 0
+            case "DISPLAY_NOTIFICATION": 1
+            case "DATA_MESSAGE": 2
+            default: 3
+            }
+        write(
+            event.name, id: event.id, timestamp: event.timestamp, receivedAt: event.receivedAt, ttl: event.ttl, priority: event.priority,
+            messageType: type, strings: (event.messageID, event.analyticsLabel, event.topic, event.collapseKey),
+            customType: type == 3 ? event.messageType : nil, parameters: event.parameters)
     }
 
     private mutating func write(
@@ -288,15 +291,17 @@ package struct AnalyticsRecord {
                 parameters[String(decoding: key, as: UTF8.self)] = String(decoding: value, as: UTF8.self)
             }
         }
-        let type: String? = switch messageTypeKind {
-        case .display: "DISPLAY_NOTIFICATION"
-        case .data: "DATA_MESSAGE"
-        case .other: string(messageType)
-        case .none: nil
-        }
+        let type: String? =
+            switch messageTypeKind {
+            case .display: "DISPLAY_NOTIFICATION"
+            case .data: "DATA_MESSAGE"
+            case .other: string(messageType)
+            case .none: nil
+            }
         var event = AnalyticsEvent(
             name: name, timestamp: timestamp, messageID: string(messageID), analyticsLabel: string(analyticsLabel), topic: string(topic),
-            collapseKey: string(collapseKey), priority: priority, messageType: type, ttl: ttl, receivedAt: receivedAt, parameters: parameters
+            collapseKey: string(collapseKey), priority: priority, messageType: type, ttl: ttl, receivedAt: receivedAt,
+            parameters: parameters
         )
         event.id = id
         return event
@@ -407,17 +412,18 @@ extension AnalyticsEvent.Name {
     }
 
     fileprivate init(code: UInt8) {
-        self = switch code {
-        case 0: .notificationReceive
-        case 1: .notificationForeground
-        case 2: .notificationOpen
-        case 3: .notificationDismiss
-        case 4: .backgroundFetch
-        case 5: .tokenRefresh
-        case 6: .topicSubscribe
-        case 7: .topicUnsubscribe
-        case 8: .messageDropped
-        default: .diagnostic
-        }
+        self =
+            switch code {
+            case 0: .notificationReceive
+            case 1: .notificationForeground
+            case 2: .notificationOpen
+            case 3: .notificationDismiss
+            case 4: .backgroundFetch
+            case 5: .tokenRefresh
+            case 6: .topicSubscribe
+            case 7: .topicUnsubscribe
+            case 8: .messageDropped
+            default: .diagnostic
+            }
     }
 }

@@ -154,7 +154,8 @@ public final class Herald: @unchecked Sendable {
     /// registration token and hands it to every ``TokenHandler``. Throws ``HeraldError/pluginFailedToStart(plugin:error:)``
     /// (after stopping the plugins already started) when a plugin's `start` throws.
     public func start() async throws {
-        let (plugins, categories): (PluginSet, [String: NotificationCategory]) = try state.withLock { (state: inout Lifecycle) throws(HeraldError) in
+        let (plugins, categories): (PluginSet, [String: NotificationCategory]) = try state.withLock {
+            (state: inout Lifecycle) throws(HeraldError) in
             guard case .registering(let plugins, let categories) = state else { throw .alreadyStarted }
             state = .starting(plugins)
             return (plugins, categories)
@@ -292,8 +293,9 @@ public final class Herald: @unchecked Sendable {
         if let bus {
             try? await loop.submit { bus.beginDraining() }
             if await !bus.waitUntilIdle(atMost: configuration.shutdownGracePeriod) {
-                logger.warning("messages still in flight after the grace period; stopping anyway (the durable inbox replays them at the next start)",
-                               metadata: ["grace": "\(configuration.shutdownGracePeriod)"])
+                logger.warning(
+                    "messages still in flight after the grace period; stopping anyway (the durable inbox replays them at the next start)",
+                    metadata: ["grace": "\(configuration.shutdownGracePeriod)"])
             }
             for plugin in bus.pluginsForShutdown.reversed() { await plugin.stop() }
             await bus.flushStore()
@@ -483,10 +485,11 @@ extension MessageBus {
 
     /// Tells every token handler the current token and records `token_refresh`.
     func announceToken(reason: String) async {
-        let token: String? = (try? await loop.submit { [self] in
-            analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": reason]))
-            return identity.token
-        }) ?? nil
+        let token: String? =
+            (try? await loop.submit { [self] in
+                analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": reason]))
+                return identity.token
+            }) ?? nil
         for handler in pluginSet.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
     }
 

@@ -111,7 +111,8 @@ extension MessageBus {
     /// that commit is done.
     private func admitToInbox(_ message: RemoteMessage, id messageID: String, completion: Answer) {
         if let collapseKey = message.collapseKey,
-           let index = batchAcks.firstIndex(where: { $0.message.collapseKey == collapseKey && $0.message.target == message.target }) {
+            let index = batchAcks.firstIndex(where: { $0.message.collapseKey == collapseKey && $0.message.target == message.target })
+        {
             // A newer message with the same collapse key replaces the one still waiting for its commit.
             // Its sender (and any retries of it) are answered with the newer message's commit outcome.
             let replaced = batchAcks.remove(at: index)
@@ -133,9 +134,10 @@ extension MessageBus {
     /// once the message is committed).
     public func deliver(_ message: RemoteMessage, validateOnly: Bool = false) async -> DeliveryOutcome {
         await withCheckedContinuation { (continuation: CheckedContinuation<DeliveryOutcome, Never>) in
-            let queued = loop.enqueue(.closure { [self] in
-                deliver(message, validateOnly: validateOnly) { continuation.resume(returning: $0) }
-            })
+            let queued = loop.enqueue(
+                .closure { [self] in
+                    deliver(message, validateOnly: validateOnly) { continuation.resume(returning: $0) }
+                })
             if !queued { continuation.resume(returning: .failure(MessageError(.shuttingDown))) }
         }
     }

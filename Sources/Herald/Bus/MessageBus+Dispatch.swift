@@ -59,17 +59,20 @@ extension MessageBus {
             if let category = categories[categoryID] {
                 actions = category.actions
             } else {
-                logger.warning("message names an unregistered category; presenting it without actions",
-                               metadata: ["category": "\(categoryID)", "message_id": "\(message.messageID ?? "")"])
+                logger.warning(
+                    "message names an unregistered category; presenting it without actions",
+                    metadata: ["category": "\(categoryID)", "message_id": "\(message.messageID ?? "")"])
                 analytics.record(.diagnostic, for: message, parameters: ["detail": "unknown_category", "category": categoryID])
             }
         }
         if let messageID = message.messageID { presented[messageID] = message }
         if pluginSet.presenters.isEmpty {
-            logger.info("notification", metadata: [
-                "message_id": "\(message.messageID ?? "")", "title": "\(message.aps.alert?.title ?? "")",
-                "body": "\(message.aps.alert?.body ?? "")", "options": "\(options)",
-            ])
+            logger.info(
+                "notification",
+                metadata: [
+                    "message_id": "\(message.messageID ?? "")", "title": "\(message.aps.alert?.title ?? "")",
+                    "body": "\(message.aps.alert?.body ?? "")", "options": "\(options)",
+                ])
         }
         for presenter in pluginSet.presenters {
             await presenter.present(message, options: options, actions: actions)
@@ -88,9 +91,11 @@ extension MessageBus {
         }
         let result = BackgroundFetchResult.combined(results)
         let duration = timeSource.now - start
-        analytics.record(.backgroundFetch, for: message, parameters: [
-            "result": result.rawValue, "duration_ms": "\(duration.nanosecondsClamped / 1_000_000)", "workers": "\(workers.count)",
-        ])
+        analytics.record(
+            .backgroundFetch, for: message,
+            parameters: [
+                "result": result.rawValue, "duration_ms": "\(duration.nanosecondsClamped / 1_000_000)", "workers": "\(workers.count)",
+            ])
     }
 
     /// Runs one worker off the loop, within the fetch concurrency limit, with the deadline enforced.
@@ -102,10 +107,17 @@ extension MessageBus {
             let timer = timeSource.scheduleTask(in: configuration.backgroundFetchDeadline) { [logger, analytics, loop] in
                 // Claim the outcome before cancelling: a worker that stops at once on cancellation must not
                 // answer first and hide that the deadline passed.
-                guard resolved.withLock({ let first = !$0; $0 = true; return first }) else { return }
+                guard
+                    resolved.withLock({
+                        let first = !$0
+                        $0 = true
+                        return first
+                    })
+                else { return }
                 task.withLock { $0 }?.cancel()
-                logger.warning("background fetch ran past its deadline; cancelled and counted as failed",
-                               metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
+                logger.warning(
+                    "background fetch ran past its deadline; cancelled and counted as failed",
+                    metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
                 loop.execute {
                     analytics.record(.diagnostic, for: message, parameters: ["detail": "fetch_deadline", "plugin": worker.descriptor.name])
                 }
@@ -116,7 +128,13 @@ extension MessageBus {
                 timer.cancel()
                 // The slot is free only when the worker has really stopped, not when its deadline passed.
                 loop.execute { [self] in releaseFetchSlot() }
-                guard resolved.withLock({ let first = !$0; $0 = true; return first }) else { return }
+                guard
+                    resolved.withLock({
+                        let first = !$0
+                        $0 = true
+                        return first
+                    })
+                else { return }
                 continuation.resume(returning: Task.isCancelled ? .failed : result)
             }
             task.withLock { $0 = started }

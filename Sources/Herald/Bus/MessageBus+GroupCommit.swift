@@ -26,27 +26,29 @@ extension MessageBus {
         batchAcks = []
         let store = self.store
         let window = configuration.deduplication
-        loop.offload({ () throws -> Void in
-            try store.commit(committing, window: window, now: WallClock.nowMilliseconds())
-        }, then: { [self] result in
-            commitRunning = false
-            let acks = committingAcks
-            committingAcks = []
-            for ack in acks { uncommitted.remove(ack.id) }
-            switch result {
-            case .success: committed(acks)
-            case .failure(let error): commitFailed(acks, batch: committing, error: error)
-            }
-            // Whoever waits for a flush is answered after every attempt, so a failing store cannot hang shutdown.
-            resumeCommitWaiters()
-            if !batch.isEmpty {
-                if commitRetryDelay > .zero {
-                    loop.scheduleTask(in: commitRetryDelay) { [self] in scheduleCommit() }
-                } else {
-                    scheduleCommit()
+        loop.offload(
+            { () throws -> Void in
+                try store.commit(committing, window: window, now: WallClock.nowMilliseconds())
+            },
+            then: { [self] result in
+                commitRunning = false
+                let acks = committingAcks
+                committingAcks = []
+                for ack in acks { uncommitted.remove(ack.id) }
+                switch result {
+                case .success: committed(acks)
+                case .failure(let error): commitFailed(acks, batch: committing, error: error)
                 }
-            }
-        })
+                // Whoever waits for a flush is answered after every attempt, so a failing store cannot hang shutdown.
+                resumeCommitWaiters()
+                if !batch.isEmpty {
+                    if commitRetryDelay > .zero {
+                        loop.scheduleTask(in: commitRetryDelay) { [self] in scheduleCommit() }
+                    } else {
+                        scheduleCommit()
+                    }
+                }
+            })
     }
 
     /// The commit of `acks` succeeded: their senders (and those following them) are answered, and the messages
@@ -69,9 +71,11 @@ extension MessageBus {
     /// The commit of `acks` failed: their senders are refused, and the finished entries of `committing` wait for
     /// a later commit, tried with backoff.
     private func commitFailed(_ acks: [PendingAck], batch committing: StoreBatch, error: any Error) {
-        logger.error("could not commit to the store; the senders of this batch are refused", metadata: [
-            "error": "\(error)", "messages": "\(acks.count)",
-        ])
+        logger.error(
+            "could not commit to the store; the senders of this batch are refused",
+            metadata: [
+                "error": "\(error)", "messages": "\(acks.count)",
+            ])
         let refusal = MessageError(.storeUnavailable("\(error)"))
         for ack in acks {
             seenIDs.remove(ack.id)
@@ -103,14 +107,15 @@ extension MessageBus {
         guard store.isDurable else { return }
         for _ in 0..<3 {
             let pending: Bool = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let queued = loop.enqueue(.closure { [self] in
-                    guard commitRunning || !batch.isEmpty else {
-                        continuation.resume(returning: false)
-                        return
-                    }
-                    commitWaiters.append(CommitWaiter(continuation: continuation))
-                    if !commitRunning { runCommit() }
-                })
+                let queued = loop.enqueue(
+                    .closure { [self] in
+                        guard commitRunning || !batch.isEmpty else {
+                            continuation.resume(returning: false)
+                            return
+                        }
+                        commitWaiters.append(CommitWaiter(continuation: continuation))
+                        if !commitRunning { runCommit() }
+                    })
                 if !queued { continuation.resume(returning: false) }
             }
             if !pending { return }
@@ -140,9 +145,11 @@ extension MessageBus {
             let id = message.messageID ?? ""
             seenIDs.insert(id)
             if let replays = replays[id], replays > configuration.maxReplays {
-                logger.error("a message was still pending after several starts (its handling may crash the process): quarantined, not replayed again", metadata: [
-                    "message_id": "\(id)", "starts": "\(replays)", "max_replays": "\(configuration.maxReplays)",
-                ])
+                logger.error(
+                    "a message was still pending after several starts (its handling may crash the process): quarantined, not replayed again",
+                    metadata: [
+                        "message_id": "\(id)", "starts": "\(replays)", "max_replays": "\(configuration.maxReplays)",
+                    ])
                 dropped(message, reason: .quarantined, detail: "pending at \(replays) starts")
                 batch.quarantined.append(id)
             } else if let key = message.collapseKey, newestByCollapseKey[key + "\u{0}" + message.target.description] != index {

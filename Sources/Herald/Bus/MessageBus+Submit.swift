@@ -86,9 +86,10 @@ extension MessageBus {
     /// ``submit(_:_:completion:)`` from any context: returns the outcome to answer the sender with.
     public func submit(_ body: [UInt8], _ context: SendContext) async -> SendOutcome {
         await withCheckedContinuation { (continuation: CheckedContinuation<SendOutcome, Never>) in
-            let queued = loop.enqueue(.closure { [self] in
-                submit(body, context) { continuation.resume(returning: $0) }
-            })
+            let queued = loop.enqueue(
+                .closure { [self] in
+                    submit(body, context) { continuation.resume(returning: $0) }
+                })
             if !queued { continuation.resume(returning: .refused(MessageError(.shuttingDown))) }
         }
     }

@@ -147,20 +147,27 @@ public final class MessageBus: @unchecked Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let resumed = Locked(false)
             let resume: @Sendable (Bool) -> Void = { idle in
-                if resumed.withLock({ let first = !$0; $0 = true; return first }) { continuation.resume(returning: idle) }
+                if resumed.withLock({
+                    let first = !$0
+                    $0 = true
+                    return first
+                }) {
+                    continuation.resume(returning: idle)
+                }
             }
-            let queued = loop.enqueue(.closure { [self] in
-                if inFlight == 0 {
-                    resume(true)
-                    return
-                }
-                idleWaiters.append { resume(true) }
-                guard loop.lifecycle == .running else {
-                    resume(false)
-                    return
-                }
-                if let limit { loop.scheduleTask(in: limit) { resume(false) } }
-            })
+            let queued = loop.enqueue(
+                .closure { [self] in
+                    if inFlight == 0 {
+                        resume(true)
+                        return
+                    }
+                    idleWaiters.append { resume(true) }
+                    guard loop.lifecycle == .running else {
+                        resume(false)
+                        return
+                    }
+                    if let limit { loop.scheduleTask(in: limit) { resume(false) } }
+                })
             if !queued { resume(true) }
         }
     }
@@ -173,9 +180,11 @@ public final class MessageBus: @unchecked Sendable {
         pausesSinceWarning += 1
         let now = WallClock.nowMilliseconds()
         if lastPauseWarning.map({ now - $0 >= Self.pauseWarningInterval }) ?? true {
-            logger.warning("bus full: pausing receivers", metadata: [
-                "in_flight": "\(inFlight)", "limit": "\(configuration.maxInFlight)", "times_full": "\(pausesSinceWarning)",
-            ])
+            logger.warning(
+                "bus full: pausing receivers",
+                metadata: [
+                    "in_flight": "\(inFlight)", "limit": "\(configuration.maxInFlight)", "times_full": "\(pausesSinceWarning)",
+                ])
             lastPauseWarning = now
             pausesSinceWarning = 0
         }
@@ -221,7 +230,9 @@ public final class MessageBus: @unchecked Sendable {
     /// Records a message a receiver refused before it reached the bus (it failed validation).
     public func recordInvalid(_ error: MessageError) {
         loop.preconditionInEventLoop()
-        analytics.record(AnalyticsEvent(name: .messageDropped, parameters: ["reason": AnalyticsEvent.DropReason.invalid.rawValue, "detail": error.message]))
+        analytics.record(
+            AnalyticsEvent(
+                name: .messageDropped, parameters: ["reason": AnalyticsEvent.DropReason.invalid.rawValue, "detail": error.message]))
     }
 
     /// Records a `diagnostic` event for a plugin's own news (a receiver's connection state, say): `detail` names
@@ -232,12 +243,16 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     func handlerFailed(_ message: RemoteMessage, plugin: any HeraldPlugin, error: any Error) {
-        logger.error("handler threw; other handlers and messages go on", metadata: [
-            "plugin": "\(plugin.descriptor.name)", "message_id": "\(message.messageID ?? "")", "error": "\(error)",
-        ])
-        analytics.record(.diagnostic, for: message, parameters: [
-            "detail": "handler_failed", "plugin": plugin.descriptor.name, "error": "\(error)",
-        ])
+        logger.error(
+            "handler threw; other handlers and messages go on",
+            metadata: [
+                "plugin": "\(plugin.descriptor.name)", "message_id": "\(message.messageID ?? "")", "error": "\(error)",
+            ])
+        analytics.record(
+            .diagnostic, for: message,
+            parameters: [
+                "detail": "handler_failed", "plugin": plugin.descriptor.name, "error": "\(error)",
+            ])
     }
 }
 
@@ -263,4 +278,3 @@ struct PluginSet: Sendable {
         if let presenter = plugin as? any Presenter { presenters.append(presenter) }
     }
 }
-

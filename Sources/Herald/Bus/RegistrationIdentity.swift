@@ -44,7 +44,9 @@ public enum RegistrationIdentity {
         var index = 0
         while index + 3 <= bytes.count {
             let chunk = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-            out += [alphabet[Int(chunk >> 18 & 63)], alphabet[Int(chunk >> 12 & 63)], alphabet[Int(chunk >> 6 & 63)], alphabet[Int(chunk & 63)]]
+            out += [
+                alphabet[Int(chunk >> 18 & 63)], alphabet[Int(chunk >> 12 & 63)], alphabet[Int(chunk >> 6 & 63)], alphabet[Int(chunk & 63)],
+            ]
             index += 3
         }
         let rest = bytes.count - index
@@ -62,7 +64,7 @@ public enum RegistrationIdentity {
 /// Makes message IDs that are unique per instance: a random 64-bit start, counting up, in decimal
 /// (the form FCM's `gcm.message_id` takes). Callable from any thread.
 final class MessageIDGenerator: Sendable {
-    private let next = Atomic<UInt64>(UInt64.random(in: 1_000_000_000_000_000 ... 9_000_000_000_000_000))
+    private let next = Atomic<UInt64>(UInt64.random(in: 1_000_000_000_000_000...9_000_000_000_000_000))
     func make() -> String {
         String(next.add(1, ordering: .relaxed).newValue)
     }

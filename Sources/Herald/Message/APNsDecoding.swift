@@ -49,7 +49,8 @@ public struct APNsHeaders: Sendable, Hashable {
             if [8, 13, 18, 23].contains(index) {
                 guard byte == UInt8(ascii: "-") else { return false }
             } else {
-                let isHex = (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                let isHex =
+                    (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
                     || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte | 0x20)
                 guard isHex else { return false }
             }
@@ -70,7 +71,9 @@ public enum APNsRequest {
     ) throws(MessageError) -> RemoteMessage {
         guard !deviceToken.isEmpty else { throw MessageError(.invalidToken(deviceToken)) }
         guard !body.isEmpty else { throw MessageError(.emptyPayload) }
-        guard body.count <= PayloadLimits.message else { throw MessageError(.payloadTooLarge(size: body.count, limit: PayloadLimits.message)) }
+        guard body.count <= PayloadLimits.message else {
+            throw MessageError(.payloadTooLarge(size: body.count, limit: PayloadLimits.message))
+        }
         let parsedHeaders = try APNsHeaders.parse(headers.reduce(into: [:]) { $0[$1.key.lowercased()] = $1.value })
         let root: JSONValue
         do {

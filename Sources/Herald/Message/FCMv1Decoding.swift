@@ -28,7 +28,9 @@ public struct FCMSendRequest: Sendable, Hashable {
     /// The fields of each object of the FCM v1 send request.
     enum Fields {
         static let request = FieldSet(["message", "validate_only"])
-        static let message = FieldSet(["name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic", "condition", "fid"])
+        static let message = FieldSet([
+            "name", "data", "notification", "android", "webpush", "apns", "fcm_options", "token", "topic", "condition", "fid",
+        ])
         static let notification = FieldSet(["title", "body", "image"])
         static let android = FieldSet([
             "collapse_key", "priority", "ttl", "restricted_package_name", "data", "notification", "fcm_options", "direct_boot_ok",

@@ -164,7 +164,9 @@ struct StrictObject {
     /// A `map<string, string>` field (`data`, `apns.headers`), checked and returned as the object it is.
     func stringMap(_ name: String) throws(MessageError) -> JSONObject? {
         guard let value = value(name) else { return nil }
-        guard case .object(let object) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "an object of strings")) }
+        guard case .object(let object) = value else {
+            throw MessageError(.wrongType(field: fieldPath(name), expected: "an object of strings"))
+        }
         for (key, entry) in object {
             guard case .string = entry else {
                 throw MessageError(.wrongType(field: "\(fieldPath(name)).\(key)", expected: "a string (FCM map values are strings)"))
@@ -199,7 +201,9 @@ enum APSValidation {
                     throw MessageError(.wrongType(field: field, expected: "a string or an object"))
                 }
             case "badge":
-                guard let badge = entry.intValue, badge >= 0 else { throw MessageError(.wrongType(field: field, expected: "a non-negative integer")) }
+                guard let badge = entry.intValue, badge >= 0 else {
+                    throw MessageError(.wrongType(field: field, expected: "a non-negative integer"))
+                }
             case "sound":
                 switch entry {
                 case .string: break
@@ -214,7 +218,9 @@ enum APSValidation {
                     throw MessageError(.wrongType(field: field, expected: "a string or a critical-sound object"))
                 }
             case "content-available", "mutable-content":
-                guard let flag = entry.intValue, flag == 0 || flag == 1 else { throw MessageError(.wrongType(field: field, expected: "0 or 1")) }
+                guard let flag = entry.intValue, flag == 0 || flag == 1 else {
+                    throw MessageError(.wrongType(field: field, expected: "0 or 1"))
+                }
             case "thread-id", "category", "target-content-id":
                 guard entry.stringValue != nil else { throw MessageError(.wrongType(field: field, expected: "a string")) }
             case "interruption-level":
@@ -222,7 +228,9 @@ enum APSValidation {
                     throw MessageError(.wrongType(field: field, expected: "passive, active, time-sensitive or critical"))
                 }
             case "relevance-score":
-                guard let score = entry.doubleValue, (0...1).contains(score) else { throw MessageError(.wrongType(field: field, expected: "a number from 0 to 1")) }
+                guard let score = entry.doubleValue, (0...1).contains(score) else {
+                    throw MessageError(.wrongType(field: field, expected: "a number from 0 to 1"))
+                }
             default:
                 break  // APNs ignores keys it does not know; so does Herald (timestamp, event, content-state, ...).
             }

@@ -23,9 +23,9 @@ extension MessageError {
                 "message": .string(message),
                 "status": .string(status.googleStatus),
                 "details": [
-                    ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(status.rawValue)],
+                    ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(status.rawValue)]
                 ],
-            ],
+            ]
         ]
     }
 }

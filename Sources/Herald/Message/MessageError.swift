@@ -72,7 +72,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
     public var apnsReason: String {
         switch reason {
         case .malformedJSON, .wrongType, .unknownField, .missingField, .reservedKey, .noTarget, .multipleTargets,
-             .invalidTopicName, .invalidCondition:
+            .invalidTopicName, .invalidCondition:
             "MalformedPayload"
         case .emptyPayload: "PayloadEmpty"
         case .payloadTooLarge: "PayloadTooLarge"
@@ -95,15 +95,19 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         switch reason {
         case .malformedJSON(let error): "Invalid JSON payload received. \(error)"
         case .emptyPayload: "The request body is empty."
-        case .unknownField(let path): "Invalid JSON payload received. Unknown name \"\(path.split(separator: ".").last ?? "")\" at '\(path)': Cannot find field."
+        case .unknownField(let path):
+            "Invalid JSON payload received. Unknown name \"\(path.split(separator: ".").last ?? "")\" at '\(path)': Cannot find field."
         case .wrongType(let field, let expected): "Invalid value at '\(field)': expected \(expected)."
         case .missingField(let field): "Missing required field '\(field)'."
         case .noTarget: "The message must name exactly one target: 'token', 'fid', 'topic' or 'condition'; it names none."
-        case .multipleTargets(let names): "The message must name exactly one target: 'token', 'fid', 'topic' or 'condition'; it names \(names.map { "'\($0)'" }.joined(separator: ", "))."
+        case .multipleTargets(let names):
+            "The message must name exactly one target: 'token', 'fid', 'topic' or 'condition'; it names \(names.map { "'\($0)'" }.joined(separator: ", "))."
         case .invalidToken(let token): "The registration token '\(token)' is not valid: it must be a non-empty string."
-        case .invalidTopicName(let name): "Invalid topic name '\(name)': a topic name matches [a-zA-Z0-9-_.~%]{1,900}, optionally after '/topics/'."
+        case .invalidTopicName(let name):
+            "Invalid topic name '\(name)': a topic name matches [a-zA-Z0-9-_.~%]{1,900}, optionally after '/topics/'."
         case .invalidCondition(let condition, let detail): "Invalid condition \"\(condition)\": \(detail)."
-        case .reservedKey(let key): "Invalid data key '\(key)': 'from', 'message_type', 'notification' and keys starting with 'google.' or 'gcm.' are reserved."
+        case .reservedKey(let key):
+            "Invalid data key '\(key)': 'from', 'message_type', 'notification' and keys starting with 'google.' or 'gcm.' are reserved."
         case .payloadTooLarge(let size, let limit): "The message payload is \(size) bytes; at most \(limit) are allowed."
         case .badPriority(let value): "Invalid apns-priority '\(value)': use 10, 5 or 1, and 5 or 1 for background pushes."
         case .badExpiration(let value): "Invalid apns-expiration '\(value)': use seconds since 1970, or 0."

@@ -87,7 +87,9 @@ public indirect enum TopicCondition: Sendable, Hashable {
         mutating func consume(_ token: String) -> Bool {
             skipSpace()
             let tokenBytes = Array(token.utf8)
-            guard bytes.count - index >= tokenBytes.count, Array(bytes[index..<index + tokenBytes.count]) == tokenBytes else { return false }
+            guard bytes.count - index >= tokenBytes.count, Array(bytes[index..<index + tokenBytes.count]) == tokenBytes else {
+                return false
+            }
             index += tokenBytes.count
             return true
         }

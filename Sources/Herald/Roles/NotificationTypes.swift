@@ -11,7 +11,9 @@ public struct PresentationOptions: OptionSet, Sendable, Hashable, CustomStringCo
     public static let banner = PresentationOptions(rawValue: 1 << 4)
 
     public var description: String {
-        let names: [(PresentationOptions, String)] = [(.list, "list"), (.banner, "banner"), (.sound, "sound"), (.badge, "badge"), (.alert, "alert")]
+        let names: [(PresentationOptions, String)] = [
+            (.list, "list"), (.banner, "banner"), (.sound, "sound"), (.badge, "badge"), (.alert, "alert"),
+        ]
         return "[" + names.filter { contains($0.0) }.map { ".\($0.1)" }.joined(separator: ", ") + "]"
     }
 }

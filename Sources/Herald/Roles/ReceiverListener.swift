@@ -90,7 +90,8 @@ public final class ReceiverListener<Session: ReceiverSession> {
                 refusedAtLimit = refused + 1
             } else {
                 refusedAtLimit = 1
-                context.logger.warning("too many connections; closing new ones until one closes", metadata: ["limit": "\(maximumConnections)"])
+                context.logger.warning(
+                    "too many connections; closing new ones until one closes", metadata: ["limit": "\(maximumConnections)"])
             }
             connection.close()
             return
@@ -104,7 +105,8 @@ public final class ReceiverListener<Session: ReceiverSession> {
             self.sessions[key] = nil
             if let refused = self.refusedAtLimit {
                 self.refusedAtLimit = nil
-                self.context.logger.notice("below the connection limit again", metadata: ["limit": "\(self.maximumConnections)", "refused": "\(refused)"])
+                self.context.logger.notice(
+                    "below the connection limit again", metadata: ["limit": "\(self.maximumConnections)", "refused": "\(refused)"])
             }
         }
         session.start()

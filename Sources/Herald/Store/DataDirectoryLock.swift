@@ -50,7 +50,7 @@ public final class DataDirectoryLock: Sendable {
         /// The owner a file's contents describe, or `nil` when they are not (yet) a whole line.
         init?(line bytes: [UInt8]) {
             guard bytes.last == UInt8(ascii: "\n"), let object = (try? JSONParser.parse(Array(bytes.dropLast())))?.objectValue,
-                  case .int(let pid)? = object["pid"], let pid32 = Int32(exactly: pid)
+                case .int(let pid)? = object["pid"], let pid32 = Int32(exactly: pid)
             else { return nil }
             self.pid = pid32
             http = object["http"]?.stringValue
@@ -92,7 +92,9 @@ public final class DataDirectoryLock: Sendable {
     /// Takes the daemon's exclusive lock on `directory` (which must exist) and writes `owner` into the file. Waits up
     /// to `wait` while another process holds it (a tool's short shared hold); then throws
     /// ``DataDirectoryLockError/held(path:owner:)``, naming the holder. Blocks: call it at start-up, not on a loop.
-    public static func acquire(directory: String, owner: Owner, wait: Duration = .seconds(2)) throws(DataDirectoryLockError) -> DataDirectoryLock {
+    public static func acquire(directory: String, owner: Owner, wait: Duration = .seconds(2)) throws(DataDirectoryLockError)
+        -> DataDirectoryLock
+    {
         let path = path(inDirectory: directory)
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .cannotOpen(path: path, detail: String(cString: strerror(errno))) }

@@ -128,12 +128,13 @@ public struct InboxRecord: Sendable, Hashable {
 
     /// The record for `message`, whose ID is `messageID`.
     public init(_ message: RemoteMessage, messageID: String) {
-        let (kind, value): (String, String) = switch message.target {
-        case .token(let token): ("token", token)
-        case .installation(let fid): ("fid", fid)
-        case .topic(let name): ("topic", name)
-        case .condition(let condition): ("condition", condition)
-        }
+        let (kind, value): (String, String) =
+            switch message.target {
+            case .token(let token): ("token", token)
+            case .installation(let fid): ("fid", fid)
+            case .topic(let name): ("topic", name)
+            case .condition(let condition): ("condition", condition)
+            }
         self.init(
             messageID: messageID, userInfo: JSONValue.object(message.userInfo).jsonBytes(), targetKind: kind, targetValue: value,
             collapseKey: message.collapseKey, priority: message.priority.rawValue, expiration: message.expiration,

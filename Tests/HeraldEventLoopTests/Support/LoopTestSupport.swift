@@ -1,6 +1,7 @@
 import Foundation
 import HeraldTesting
 import Testing
+
 @testable import HeraldEventLoop
 
 /// Starts a loop on its own thread, runs `body`, shuts the loop down and checks that no handle is left.

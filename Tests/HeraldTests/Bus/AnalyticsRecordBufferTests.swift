@@ -1,5 +1,6 @@
-@testable import Herald
 import Testing
+
+@testable import Herald
 
 @Suite("AnalyticsRecordBuffer: events written as bytes on the loop, read back off it")
 struct AnalyticsRecordBufferTests {
@@ -7,12 +8,16 @@ struct AnalyticsRecordBufferTests {
     func aboutMessages() throws {
         let messages = [
             RemoteMessage(
-                userInfo: ["gcm.message_id": "0:1700000000000001%31bd1c9631bd1c96", "google.c.a.m_l": "match-alerts",
-                           "aps": ["alert": ["title": "Portugal vs. Denmark"]], "n": "1"],
+                userInfo: [
+                    "gcm.message_id": "0:1700000000000001%31bd1c9631bd1c96", "google.c.a.m_l": "match-alerts",
+                    "aps": ["alert": ["title": "Portugal vs. Denmark"]], "n": "1",
+                ],
                 target: .topic("weather"), collapseKey: "score", priority: .normal, expiration: 1_800_000_000, receivedAt: 1_700_000_000_123
             ),
             RemoteMessage(userInfo: ["aps": ["content-available": 1]], target: .token("t"), receivedAt: 0),
-            RemoteMessage(userInfo: ["gcm.message_id": "é ✓ \u{0}", "data": "x"], target: .condition("'a' in topics"), expiration: 1, receivedAt: 5_000),
+            RemoteMessage(
+                userInfo: ["gcm.message_id": "é ✓ \u{0}", "data": "x"], target: .condition("'a' in topics"), expiration: 1,
+                receivedAt: 5_000),
         ]
         var buffer = AnalyticsRecordBuffer(reservingEvents: 4)
         var expected: [AnalyticsEvent] = []
@@ -21,7 +26,9 @@ struct AnalyticsRecordBufferTests {
                 let parameters = index == 0 ? ["reason": "duplicate", "detail": "seen \(name)", "": "empty key"] : [:]
                 let id = UInt64(index * 100) + UInt64(expected.count)
                 let timestamp = Int64(-1 + index * 1_000)
-                buffer.append(name, for: message, id: id, timestamp: timestamp, parameters: parameters, messageID: message.messageID, kind: message.kind)
+                buffer.append(
+                    name, for: message, id: id, timestamp: timestamp, parameters: parameters, messageID: message.messageID,
+                    kind: message.kind)
                 var event = AnalyticsEvent(name, for: message, parameters: parameters)
                 event.id = id
                 event.timestamp = timestamp
@@ -36,7 +43,8 @@ struct AnalyticsRecordBufferTests {
     func builtEvents() {
         var full = AnalyticsEvent(
             name: .backgroundFetch, timestamp: Int64.min, messageID: "m", analyticsLabel: "", topic: "t", collapseKey: "c",
-            priority: .high, messageType: "SOMETHING_ELSE", ttl: Int64.max, receivedAt: -7, parameters: ["result": "newData", "duration_ms": "12"]
+            priority: .high, messageType: "SOMETHING_ELSE", ttl: Int64.max, receivedAt: -7,
+            parameters: ["result": "newData", "duration_ms": "12"]
         )
         full.id = UInt64.max
         let empty = AnalyticsEvent(name: .tokenRefresh, timestamp: 0)

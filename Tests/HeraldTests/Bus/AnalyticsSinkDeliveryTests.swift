@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 /// Fails its first `failures` calls, then records like RecordingSink.
@@ -66,7 +67,8 @@ struct AnalyticsSinkDeliveryTests {
             let token = try await herald.token()
             for n in 0..<200 {
                 guard case .success = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(n)"]), to: herald) else {
-                    Issue.record("refused"); return
+                    Issue.record("refused")
+                    return
                 }
             }
             try await herald.waitUntilIdle()
@@ -102,19 +104,23 @@ struct AnalyticsSinkDeliveryTests {
         }
     }
 
-    @Test("a blocked sink and a slow sink hold up neither the bus nor the other sinks; the slow one gets everything; shutdown does not wait for ever")
+    @Test(
+        "a blocked sink and a slow sink hold up neither the bus nor the other sinks; the slow one gets everything; shutdown does not wait for ever"
+    )
     func blockedAndSlowSinks() async throws {
         var configuration = self.configuration
         configuration.analyticsDrainTimeout = .milliseconds(200)
         let blocked = BlockedSink()
         let slow = SlowSink()
         let handled = Locked(0)
-        try await withHerald(configuration: configuration, plugins: [blocked, slow, CountingHandler(handled)]) { herald, receiver, recording in
+        try await withHerald(configuration: configuration, plugins: [blocked, slow, CountingHandler(handled)]) {
+            herald, receiver, recording in
             let token = try await herald.token()
             let total = 1_000
             for n in 0..<total {
                 guard case .success = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(n)"]), to: herald) else {
-                    Issue.record("refused \(n)"); return
+                    Issue.record("refused \(n)")
+                    return
                 }
             }
             try await herald.waitUntilIdle()

@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 /// An app that, like one integrating the reference SDK by hand, calls appDidReceiveMessage from every
@@ -27,8 +28,9 @@ final class WiringApp: NotificationHandler, MessageHandler, BackgroundFetchWorke
 
 @Suite("Analytics wiring: every event once per message, automatic or manual")
 struct AnalyticsWiringTests {
-    @Test("receive, foreground, open, dismiss and background_fetch fire exactly once per message (per response), with the app calling appDidReceiveMessage twice everywhere",
-          arguments: [Herald.AnalyticsWiring.automatic, .manual])
+    @Test(
+        "receive, foreground, open, dismiss and background_fetch fire exactly once per message (per response), with the app calling appDidReceiveMessage twice everywhere",
+        arguments: [Herald.AnalyticsWiring.automatic, .manual])
     func onceEach(wiring: Herald.AnalyticsWiring) async throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.analyticsWiring = wiring
@@ -38,7 +40,10 @@ struct AnalyticsWiringTests {
             let token = try await herald.token()
             let display = try await receiver.sendFCM(fcmBody(token: token, notification: ("Hi", "there")), to: herald).get()
             _ = try await receiver.sendFCM(fcmBody(token: token, data: ["k": "v"]), to: herald).get()
-            _ = try await receiver.sendFCM(fcmBody(token: token, apns: #"{"payload": {"aps": {"content-available": 1}}, "headers": {"apns-priority": "5"}}"#), to: herald).get()
+            _ = try await receiver.sendFCM(
+                fcmBody(token: token, apns: #"{"payload": {"aps": {"content-available": 1}}, "headers": {"apns-priority": "5"}}"#),
+                to: herald
+            ).get()
             try await herald.waitUntilIdle()
             try await herald.respond(to: display)
             try await herald.respond(to: display, action: NotificationResponse.dismissActionIdentifier)

@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 /// A worker that never finishes on its own; it notices cancellation.

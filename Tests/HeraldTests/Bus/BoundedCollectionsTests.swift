@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 /// A plain model of the bounded table: the ring of insertions as an array (removed entries stay as `nil` until they
@@ -54,7 +55,9 @@ struct BoundedCollectionsTests {
             }
             let probe = Int(random.next(below: keySpace))
             guard table[probe] == model.value(for: probe), table.count == model.count else {
-                Issue.record("step \(step): key \(probe) is \(String(describing: table[probe])), model says \(String(describing: model.value(for: probe))); count \(table.count) vs \(model.count)")
+                Issue.record(
+                    "step \(step): key \(probe) is \(String(describing: table[probe])), model says \(String(describing: model.value(for: probe))); count \(table.count) vs \(model.count)"
+                )
                 return
             }
         }

@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 /// A handler that suspends once (its message stays in flight until the loop runs it again).
@@ -109,7 +110,8 @@ struct BusDeliveryTests {
         let delegate = RecordingDelegate()
         try await withHerald(plugins: [delegate]) { herald, receiver, sink in
             let token = try await herald.token()
-            let outcome = try await receiver.sendAPNs(#"{"kind": "x"}"#, headers: ["apns-expiration": "1000"], deviceToken: token, to: herald)
+            let outcome = try await receiver.sendAPNs(
+                #"{"kind": "x"}"#, headers: ["apns-expiration": "1000"], deviceToken: token, to: herald)
             #expect((try? outcome.get()) != nil)
             try await herald.waitUntilIdle()
             #expect(delegate.recorded.messages.isEmpty)
@@ -173,7 +175,8 @@ struct BusDeliveryTests {
         try await herald.start()
         let token = try await herald.token()
         let bus = try herald.bus
-        let message = try FCMSendRequest.decode(Array(fcmBody(token: token, data: ["n": "1"]).utf8), context: herald.decodingContext).message
+        let message = try FCMSendRequest.decode(Array(fcmBody(token: token, data: ["n": "1"]).utf8), context: herald.decodingContext)
+            .message
         let clock = ContinuousClock()
         let started = clock.now
         for _ in 0..<20 {

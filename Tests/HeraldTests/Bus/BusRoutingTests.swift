@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 @Suite("The bus routes each message class to exactly the right roles")
@@ -9,7 +10,8 @@ struct BusRoutingTests {
         let delegate = RecordingDelegate()
         try await withHerald(plugins: [delegate]) { herald, receiver, sink in
             let token = try await herald.token()
-            let outcome = try await receiver.sendFCM(fcmBody(token: token, notification: ("Portugal vs. Denmark", "great match!")), to: herald)
+            let outcome = try await receiver.sendFCM(
+                fcmBody(token: token, notification: ("Portugal vs. Denmark", "great match!")), to: herald)
             let id = try outcome.get()
             try await herald.waitUntilIdle()
             let calls = delegate.recorded
@@ -30,7 +32,9 @@ struct BusRoutingTests {
         let delegate = RecordingDelegate(fetchResult: .newData)
         try await withHerald(plugins: [delegate]) { herald, receiver, sink in
             let token = try await herald.token()
-            let body = fcmBody(token: token, data: ["city": "Lisbon"], apns: #"{"headers": {"apns-priority": "5", "apns-push-type": "background"}, "payload": {"aps": {"content-available": 1}}}"#)
+            let body = fcmBody(
+                token: token, data: ["city": "Lisbon"],
+                apns: #"{"headers": {"apns-priority": "5", "apns-push-type": "background"}, "payload": {"aps": {"content-available": 1}}}"#)
             _ = try await receiver.sendFCM(body, to: herald).get()
             try await herald.waitUntilIdle()
             let calls = delegate.recorded
@@ -102,14 +106,18 @@ struct BusRoutingTests {
             #expect(presented[0].2 == [reply])
             #expect(presented[1].2 == [])
             await herald.shutdown()
-            #expect(sink.events(named: .diagnostic).contains { $0.parameters["detail"] == "unknown_category" && $0.parameters["category"] == "NOPE" })
+            #expect(
+                sink.events(named: .diagnostic).contains {
+                    $0.parameters["detail"] == "unknown_category" && $0.parameters["category"] == "NOPE"
+                })
         }
     }
 
     @Test("responses reach didReceive: default, dismiss and custom actions; unknown ones are refused")
     func responses() async throws {
         let delegate = RecordingDelegate()
-        let category = NotificationCategory(identifier: "MATCH_UPDATE", actions: [NotificationAction(identifier: "FOLLOW", title: "Follow")])
+        let category = NotificationCategory(
+            identifier: "MATCH_UPDATE", actions: [NotificationAction(identifier: "FOLLOW", title: "Follow")])
         try await withHerald(plugins: [delegate], categories: [category]) { herald, receiver, sink in
             let token = try await herald.token()
             let body = fcmBody(token: token, notification: ("t", "b"), apns: #"{"payload": {"aps": {"category": "MATCH_UPDATE"}}}"#)
@@ -123,7 +131,10 @@ struct BusRoutingTests {
             }
             await #expect(throws: HeraldError.unknownMessage("42")) { try await herald.respond(to: "42") }
             let responses = delegate.recorded.responses
-            #expect(responses.map(\.actionIdentifier) == [NotificationResponse.defaultActionIdentifier, "FOLLOW", NotificationResponse.dismissActionIdentifier])
+            #expect(
+                responses.map(\.actionIdentifier) == [
+                    NotificationResponse.defaultActionIdentifier, "FOLLOW", NotificationResponse.dismissActionIdentifier,
+                ])
             #expect(responses.allSatisfy { $0.message.messageID == id })
             await herald.shutdown()
             #expect(sink.events(named: .notificationOpen).count == 2)

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import Herald
 
 @Suite("Minting installation IDs and tokens")

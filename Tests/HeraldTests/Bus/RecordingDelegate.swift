@@ -1,4 +1,5 @@
 import HeraldTesting
+
 @testable import Herald
 
 /// A handler plugin for tests that records every call and answers as configured.
@@ -21,8 +22,10 @@ final class RecordingDelegate: NotificationHandler, MessageHandler, BackgroundFe
     let loop: EventLoop?
     private let calls = Locked(Calls())
 
-    init(name: String = "recording", options: PresentationOptions = [.list, .banner], fetchResult: BackgroundFetchResult = .newData,
-         throwOnMessage: Bool = false, loop: EventLoop? = nil) {
+    init(
+        name: String = "recording", options: PresentationOptions = [.list, .banner], fetchResult: BackgroundFetchResult = .newData,
+        throwOnMessage: Bool = false, loop: EventLoop? = nil
+    ) {
         self.name = name
         self.options = options
         self.fetchResult = fetchResult
@@ -37,7 +40,10 @@ final class RecordingDelegate: NotificationHandler, MessageHandler, BackgroundFe
 
     func willPresent(_ message: RemoteMessage) async -> PresentationOptions {
         let onLoop = loop?.inEventLoop ?? true
-        calls.withLock { $0.willPresent.append(message); $0.onLoop.append(onLoop) }
+        calls.withLock {
+            $0.willPresent.append(message)
+            $0.onLoop.append(onLoop)
+        }
         return options
     }
 

@@ -1,5 +1,6 @@
 import HeraldTesting
 import Testing
+
 @testable import Herald
 
 /// A gateway's forwarder that keeps what it is given and answers with a fixed ID.

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Herald
 
 /// The sample payloads kept in the repo (copies of ../shared/testdata/payloads).
@@ -83,8 +84,9 @@ struct GoldenDecodeTests {
     @Test("APNs provider alert with headers")
     func apnsAlert() throws {
         let headers = ["APNs-Priority": "10", "apns-collapse-id": "ci-main", "apns-expiration": "4102444800", "apns-push-type": "alert"]
-        let message = try APNsRequest.decode(payload: Array(try samplePayload("apns-provider-alert.json").utf8), headers: headers,
-                                             deviceToken: "device-token", context: fixedContext)
+        let message = try APNsRequest.decode(
+            payload: Array(try samplePayload("apns-provider-alert.json").utf8), headers: headers,
+            deviceToken: "device-token", context: fixedContext)
         let aps = message.aps
         #expect(aps.alert == APS.Alert(title: "Build finished", subtitle: "main", body: "All 312 tests passed"))
         #expect(aps.sound == .named("default"))
@@ -102,8 +104,9 @@ struct GoldenDecodeTests {
 
     @Test("the reference payload itself, sent APNs-style")
     func seed() throws {
-        let message = try APNsRequest.decode(payload: Array(try samplePayload("seed-alert-apns.json").utf8), headers: [:],
-                                             deviceToken: "t", context: fixedContext)
+        let message = try APNsRequest.decode(
+            payload: Array(try samplePayload("seed-alert-apns.json").utf8), headers: [:],
+            deviceToken: "t", context: fixedContext)
         #expect(message.aps.alert?.body == "great match!")
         #expect(message.aps.badge == 1)
         #expect(message.customKeys == ["customKey": "customValue"])
@@ -112,18 +115,22 @@ struct GoldenDecodeTests {
 
     @Test("camelCase field names are accepted, as Google's JSON mapping accepts them")
     func camelCase() throws {
-        let request = try decodeFCM(#"{"message": {"token": "t", "fcmOptions": {"analyticsLabel": "l"}, "data": {"a": "b"}}, "validateOnly": true}"#)
+        let request = try decodeFCM(
+            #"{"message": {"token": "t", "fcmOptions": {"analyticsLabel": "l"}, "data": {"a": "b"}}, "validateOnly": true}"#)
         #expect(request.validateOnly)
         #expect(request.message.analyticsLabel == "l")
         // Both spellings of one field: the later one counts, whichever spelling it has.
         #expect(try decodeFCM(#"{"message": {"token": "t"}, "validate_only": false, "validateOnly": true}"#).validateOnly)
         #expect(try !decodeFCM(#"{"message": {"token": "t"}, "validateOnly": true, "validate_only": false}"#).validateOnly)
-        #expect(try decodeFCM(#"{"message": {"token": "t", "fcm_options": {"analytics_label": "a"}, "fcmOptions": {"analyticsLabel": "b"}}}"#).message.analyticsLabel == "b")
+        #expect(
+            try decodeFCM(#"{"message": {"token": "t", "fcm_options": {"analytics_label": "a"}, "fcmOptions": {"analyticsLabel": "b"}}}"#)
+                .message.analyticsLabel == "b")
     }
 
     @Test("aps keys: critical sound, string alert, loc keys, flags")
     func apsViews() throws {
-        let payload = #"{"aps": {"alert": "just a body", "sound": {"critical": 1, "name": "siren.caf", "volume": 0.8}, "mutable-content": 1, "content-available": 1, "target-content-id": "w1"}}"#
+        let payload =
+            #"{"aps": {"alert": "just a body", "sound": {"critical": 1, "name": "siren.caf", "volume": 0.8}, "mutable-content": 1, "content-available": 1, "target-content-id": "w1"}}"#
         let message = try APNsRequest.decode(payload: Array(payload.utf8), headers: [:], deviceToken: "t", context: fixedContext)
         #expect(message.aps.alert?.body == "just a body")
         #expect(message.aps.sound == .critical(name: "siren.caf", volume: 0.8))
@@ -155,21 +162,38 @@ struct ValidationErrorTests {
     func unknownFields() {
         #expect(fcmError(#"{"message": {"token": "t"}, "extra": 1}"#)?.reason == .unknownField("extra"))
         #expect(fcmError(#"{"message": {"token": "t", "tokne": "x"}}"#)?.reason == .unknownField("message.tokne"))
-        #expect(fcmError(#"{"message": {"token": "t", "notification": {"title": "a", "colour": "red"}}}"#)?.reason == .unknownField("message.notification.colour"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "notification": {"title": "a", "colour": "red"}}}"#)?.reason
+                == .unknownField("message.notification.colour"))
         let error = fcmError(#"{"message": {"token": "t", "tokne": "x"}}"#)
         #expect(error?.message == #"Invalid JSON payload received. Unknown name "tokne" at 'message.tokne': Cannot find field."#)
     }
 
     @Test("wrong types name the field and the expected type")
     func wrongTypes() {
-        #expect(fcmError(#"{"message": {"token": "t", "data": {"count": 3}}}"#)?.reason == .wrongType(field: "message.data.count", expected: "a string (FCM map values are strings)"))
-        #expect(fcmError(#"{"message": {"token": "t", "notification": {"title": 5}}}"#)?.reason == .wrongType(field: "message.notification.title", expected: "a string"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "data": {"count": 3}}}"#)?.reason
+                == .wrongType(field: "message.data.count", expected: "a string (FCM map values are strings)"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "notification": {"title": 5}}}"#)?.reason
+                == .wrongType(field: "message.notification.title", expected: "a string"))
         #expect(fcmError(#"{"message": {"token": 7}}"#)?.reason == .wrongType(field: "message.token", expected: "a string"))
-        #expect(fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"badge": "one"}}}}}"#)?.reason == .wrongType(field: "message.apns.payload.aps.badge", expected: "a non-negative integer"))
-        #expect(fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"alert": 1}}}}}"#)?.reason == .wrongType(field: "message.apns.payload.aps.alert", expected: "a string or an object"))
-        #expect(fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"content-available": 2}}}}}"#)?.reason == .wrongType(field: "message.apns.payload.aps.content-available", expected: "0 or 1"))
-        #expect(fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"interruption-level": "loud"}}}}}"#)?.reason == .wrongType(field: "message.apns.payload.aps.interruption-level", expected: "passive, active, time-sensitive or critical"))
-        #expect(fcmError(#"{"message": {"token": "t"}, "validate_only": "yes"}"#)?.reason == .wrongType(field: "validate_only", expected: "true or false"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"badge": "one"}}}}}"#)?.reason
+                == .wrongType(field: "message.apns.payload.aps.badge", expected: "a non-negative integer"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"alert": 1}}}}}"#)?.reason
+                == .wrongType(field: "message.apns.payload.aps.alert", expected: "a string or an object"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"content-available": 2}}}}}"#)?.reason
+                == .wrongType(field: "message.apns.payload.aps.content-available", expected: "0 or 1"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "apns": {"payload": {"aps": {"interruption-level": "loud"}}}}}"#)?.reason
+                == .wrongType(field: "message.apns.payload.aps.interruption-level", expected: "passive, active, time-sensitive or critical")
+        )
+        #expect(
+            fcmError(#"{"message": {"token": "t"}, "validate_only": "yes"}"#)?.reason
+                == .wrongType(field: "validate_only", expected: "true or false"))
     }
 
     @Test("exactly one target: none, two, an empty token")
@@ -196,7 +220,10 @@ struct ValidationErrorTests {
         } else {
             Issue.record("dangling && accepted")
         }
-        if case .invalidCondition? = fcmError(#"{"message": {"condition": "('a' in topics"}}"#)?.reason {} else { Issue.record("unbalanced accepted") }
+        if case .invalidCondition? = fcmError(#"{"message": {"condition": "('a' in topics"}}"#)?.reason {
+        } else {
+            Issue.record("unbalanced accepted")
+        }
     }
 
     @Test("reserved data keys are refused")
@@ -245,7 +272,9 @@ struct ValidationErrorTests {
         #expect(apnsError([:], payload: "{\"a\": \"\(String(repeating: "x", count: 4100))\"}")?.apnsReason == "PayloadTooLarge")
         #expect(apnsError([:], payload: "[1]")?.reason == .wrongType(field: "payload", expected: "an object"))
         #expect(apnsError([:], payload: "{\"aps\": ")?.apnsReason == "MalformedPayload")
-        #expect(fcmError(#"{"message": {"token": "t", "apns": {"headers": {"apns-priority": "10", "apns-push-type": "background"}}}}"#)?.reason == .badPriority("10"))
+        #expect(
+            fcmError(#"{"message": {"token": "t", "apns": {"headers": {"apns-priority": "10", "apns-push-type": "background"}}}}"#)?.reason
+                == .badPriority("10"))
     }
 
     @Test("errors map to FCM statuses and HTTP codes")
@@ -261,44 +290,52 @@ struct ValidationErrorTests {
 
 @Suite("Topic names and conditions")
 struct TopicConditionTests {
-    @Test("topic names: valid, invalid, and the /topics/ prefix", arguments: [
-        ("weather", "weather"), ("/topics/weather", "weather"), ("a-b_c.d~e%f", "a-b_c.d~e%f"),
-        (String(repeating: "x", count: 900), String(repeating: "x", count: 900)),
-    ])
+    @Test(
+        "topic names: valid, invalid, and the /topics/ prefix",
+        arguments: [
+            ("weather", "weather"), ("/topics/weather", "weather"), ("a-b_c.d~e%f", "a-b_c.d~e%f"),
+            (String(repeating: "x", count: 900), String(repeating: "x", count: 900)),
+        ])
     func validNames(raw: String, name: String) throws {
         #expect(try TopicName.validate(raw) == name)
     }
 
-    @Test("invalid topic names are refused with invalidTopicName", arguments: [
-        "", "/topics/", "with space", "ümlaut", "semi;colon", String(repeating: "x", count: 901), "/topic/x",
-    ])
+    @Test(
+        "invalid topic names are refused with invalidTopicName",
+        arguments: [
+            "", "/topics/", "with space", "ümlaut", "semi;colon", String(repeating: "x", count: 901), "/topic/x",
+        ])
     func invalidNames(raw: String) {
         #expect(throws: MessageError(.invalidTopicName(raw))) { try TopicName.validate(raw) }
     }
 
-    @Test("conditions evaluate as FCM's do", arguments: [
-        ("'a' in topics", ["a"], true),
-        ("'a' in topics", ["b"], false),
-        ("!('a' in topics)", ["b"], true),
-        ("'a' in topics && 'b' in topics", ["a"], false),
-        ("'a' in topics || 'b' in topics", ["b"], true),
-        ("'a' in topics || 'b' in topics && 'c' in topics", ["a"], true),
-        ("('a' in topics || 'b' in topics) && 'c' in topics", ["a"], false),
-        ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather"], true),
-        ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather", "sports"], false),
-        ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather", "sports", "news"], true),
-        ("\"a\" in topics", ["a"], true),
-        ("!!'a' in topics", ["a"], true),
-    ])
+    @Test(
+        "conditions evaluate as FCM's do",
+        arguments: [
+            ("'a' in topics", ["a"], true),
+            ("'a' in topics", ["b"], false),
+            ("!('a' in topics)", ["b"], true),
+            ("'a' in topics && 'b' in topics", ["a"], false),
+            ("'a' in topics || 'b' in topics", ["b"], true),
+            ("'a' in topics || 'b' in topics && 'c' in topics", ["a"], true),
+            ("('a' in topics || 'b' in topics) && 'c' in topics", ["a"], false),
+            ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather"], true),
+            ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather", "sports"], false),
+            ("'weather' in topics && ('news' in topics || !('sports' in topics))", ["weather", "sports", "news"], true),
+            ("\"a\" in topics", ["a"], true),
+            ("!!'a' in topics", ["a"], true),
+        ])
     func evaluate(condition: String, topics: [String], expected: Bool) throws {
         #expect(try TopicCondition.parse(condition).evaluate(subscribedTo: Set(topics)) == expected)
     }
 
-    @Test("malformed conditions are refused with what is wrong", arguments: [
-        "", "'a' in topics &&", "'a' in topic", "'a' topics", "('a' in topics", "'a' in topics)", "'a in topics",
-        "'a' in topics & 'b' in topics", "'bad name' in topics",
-        "'a' in topics && 'b' in topics && 'c' in topics && 'd' in topics && 'e' in topics && 'f' in topics",
-    ])
+    @Test(
+        "malformed conditions are refused with what is wrong",
+        arguments: [
+            "", "'a' in topics &&", "'a' in topic", "'a' topics", "('a' in topics", "'a' in topics)", "'a in topics",
+            "'a' in topics & 'b' in topics", "'bad name' in topics",
+            "'a' in topics && 'b' in topics && 'c' in topics && 'd' in topics && 'e' in topics && 'f' in topics",
+        ])
     func malformed(condition: String) {
         #expect(throws: MessageError.self) { try TopicCondition.parse(condition) }
     }

@@ -1,5 +1,6 @@
 import PropertyBased
 import Testing
+
 @testable import Herald
 
 /// Valid FCM messages, built from generated parts.
@@ -18,7 +19,10 @@ struct GeneratedMessage: Sendable, CustomStringConvertible {
         var message = JSONObject()
         if let topic { message["topic"] = .string(topic) } else { message["token"] = "token-1" }
         message["notification"] = ["title": .string(title), "body": .string(body)]
-        if !data.isEmpty { message["data"] = .object(JSONObject(uniqueKeysWithValues: data.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) })) }
+        if !data.isEmpty {
+            message["data"] = .object(
+                JSONObject(uniqueKeysWithValues: data.sorted { $0.key < $1.key }.map { ($0.key, JSONValue.string($0.value)) }))
+        }
         var aps = JSONObject()
         if let badge { aps["badge"] = .int(Int64(badge)) }
         if contentAvailable { aps["content-available"] = 1 }
@@ -47,8 +51,9 @@ let messageGenerator = zip(
     keyText.optional,
     keyText.optional
 ).map { title, body, data, badge, contentAvailable, category, label, topic, collapseKey in
-    GeneratedMessage(title: title, body: body, data: data, badge: badge, contentAvailable: contentAvailable,
-                     category: category, label: label, topic: topic, collapseKey: collapseKey)
+    GeneratedMessage(
+        title: title, body: body, data: data, badge: badge, contentAvailable: contentAvailable,
+        category: category, label: label, topic: topic, collapseKey: collapseKey)
 }
 
 @Suite("Property: any valid message survives decode → encode → decode unchanged")
