@@ -67,6 +67,7 @@ public struct JSONParser: Sendable {
     /// are read in place; others are copied once.
     ///
     /// - Throws: ``JSONParseError`` saying what was wrong and at which byte.
+    @inlinable
     public static func parse(
         _ bytes: some Collection<UInt8>,
         limits: Limits = .default

@@ -25,12 +25,14 @@ public enum JSONValue: Sendable, Hashable {
 
 extension JSONValue {
     /// The member named `key` when this value is an object that has it; otherwise `nil`.
+    @inlinable
     public subscript(key: String) -> JSONValue? {
         guard case .object(let object) = self else { return nil }
         return object[key]
     }
 
     /// The string, when this value is a string.
+    @inlinable
     public var stringValue: String? {
         guard case .string(let value) = self else { return nil }
         return value
@@ -38,6 +40,7 @@ extension JSONValue {
 
     /// The integer, when this value is ``int(_:)`` or a ``double(_:)`` with an integral value
     /// that fits in `Int64` (so `3.0` gives 3, `3.5` gives `nil`).
+    @inlinable
     public var intValue: Int64? {
         switch self {
         case .int(let value):
@@ -51,6 +54,7 @@ extension JSONValue {
 
     /// The number as a `Double`, when this value is ``int(_:)`` (converted, rounding beyond 2⁵³)
     /// or ``double(_:)``.
+    @inlinable
     public var doubleValue: Double? {
         switch self {
         case .int(let value):
@@ -63,24 +67,28 @@ extension JSONValue {
     }
 
     /// The Boolean, when this value is `true` or `false`. Numbers and strings are not converted.
+    @inlinable
     public var boolValue: Bool? {
         guard case .bool(let value) = self else { return nil }
         return value
     }
 
     /// The object, when this value is an object.
+    @inlinable
     public var objectValue: JSONObject? {
         guard case .object(let value) = self else { return nil }
         return value
     }
 
     /// The elements, when this value is an array.
+    @inlinable
     public var arrayValue: [JSONValue]? {
         guard case .array(let value) = self else { return nil }
         return value
     }
 
     /// Whether this value is `null`.
+    @inlinable
     public var isNull: Bool {
         if case .null = self { return true }
         return false
@@ -145,6 +153,10 @@ extension JSONValue: CustomStringConvertible {
 /// Small objects (the usual case in a push message) are searched linearly; an object that grows past a
 /// few members also keeps a hash index, so lookups and the parser's duplicate-key check stay O(1) for
 /// an object with many members.
+///
+/// The members used on every message's path (lookup, insertion, iteration) are `@inlinable`: the decoders in
+/// `Herald` call them per field, and as calls across the module boundary they cost about 5 % of a request's
+/// instructions (callgrind, `Benchmarks/scripts/profile-callgrind`).
 public struct JSONObject: Sendable {
     /// One member: its key and its value.
     public typealias Element = (key: String, value: JSONValue)
@@ -152,20 +164,28 @@ public struct JSONObject: Sendable {
     /// One stored member. A struct rather than the `Element` tuple: the compiler generates its copy and
     /// destroy code, where a tuple goes through the runtime's generic tuple witnesses (measurably slower
     /// when a parsed message is freed).
-    package struct Member {
-        package var key: String
-        package var value: JSONValue
+    @usableFromInline
+    package struct Member: Sendable {
+        @usableFromInline package var key: String
+        @usableFromInline package var value: JSONValue
+
+        @inlinable
+        package init(key: String, value: JSONValue) {
+            self.key = key
+            self.value = value
+        }
     }
 
     /// Members in stored order.
-    private var entries: [Member]
+    @usableFromInline var entries: [Member]
     /// Key → position in `entries`; present only while `entries.count > JSONObject.linearSearchLimit`.
-    private var index: [String: Int]?
+    @usableFromInline var index: [String: Int]?
 
     /// Objects up to this many members are searched linearly; larger ones keep `index`.
-    static let linearSearchLimit = 12
+    @usableFromInline static let linearSearchLimit = 12
 
     /// An empty object.
+    @inlinable
     public init() {
         entries = []
         index = nil
@@ -182,14 +202,17 @@ public struct JSONObject: Sendable {
     }
 
     /// Makes room for `capacity` members, so that building an object of known size allocates once.
+    @inlinable
     public mutating func reserveCapacity(_ capacity: Int) {
         entries.reserveCapacity(capacity)
     }
 
     /// The number of members.
+    @inlinable
     public var count: Int { entries.count }
 
     /// Whether the object has no members.
+    @inlinable
     public var isEmpty: Bool { entries.isEmpty }
 
     /// The keys in stored order.
@@ -197,6 +220,7 @@ public struct JSONObject: Sendable {
 
     /// The value for `key`, or `nil` when there is no such member. Setting a value replaces an
     /// existing member in place or appends a new one at the end; setting `nil` removes the member.
+    @inlinable
     public subscript(key: String) -> JSONValue? {
         get {
             guard let position = position(of: key) else { return nil }
@@ -267,10 +291,12 @@ public struct JSONObject: Sendable {
     }
 
     /// The members in stored order, for code that iterates without building tuples.
+    @inlinable
     package var members: [Member] { entries }
 
     /// Appends a member whose key the caller knows is not present yet.
-    private mutating func appendNew(key: String, value: JSONValue) {
+    @inlinable
+    mutating func appendNew(key: String, value: JSONValue) {
         entries.append(Member(key: key, value: value))
         if index != nil {
             index![key] = entries.count - 1
@@ -279,14 +305,16 @@ public struct JSONObject: Sendable {
         }
     }
 
-    private func position(of key: String) -> Int? {
+    @inlinable
+    func position(of key: String) -> Int? {
         if let index { return index[key] }
         // Comparing lengths first skips most string comparisons (keys of an object mostly differ in length).
         let length = key.utf8.count
         return entries.firstIndex { $0.key.utf8.count == length && $0.key == key }
     }
 
-    private mutating func rebuildIndex() {
+    @usableFromInline
+    mutating func rebuildIndex() {
         var newIndex = [String: Int](minimumCapacity: entries.count)
         for (position, entry) in entries.enumerated() {
             newIndex[entry.key] = position
@@ -298,8 +326,14 @@ public struct JSONObject: Sendable {
 extension JSONObject: Sequence {
     /// Iterates the members in stored order.
     public struct Iterator: IteratorProtocol {
-        fileprivate var base: IndexingIterator<[Member]>
+        @usableFromInline var base: IndexingIterator<[Member]>
 
+        @inlinable
+        init(base: IndexingIterator<[Member]>) {
+            self.base = base
+        }
+
+        @inlinable
         public mutating func next() -> Element? {
             guard let member = base.next() else { return nil }
             return (key: member.key, value: member.value)
@@ -307,10 +341,12 @@ extension JSONObject: Sequence {
     }
 
     /// Iterates the members in stored order.
+    @inlinable
     public func makeIterator() -> Iterator {
         Iterator(base: entries.makeIterator())
     }
 
+    @inlinable
     public var underestimatedCount: Int { entries.count }
 }
 
