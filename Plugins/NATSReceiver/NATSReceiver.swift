@@ -403,6 +403,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     /// Subscribes the durable consumer to `token`'s subject (creating it, or moving it from the previous token),
     /// or deletes it when `token` is `nil`.
+    ///
+    /// One function on purpose: the whole change (the old subscription closed, its consumer deleted or the new one made, the registration written) is one serialized step of `tokenChanges`.
     private func changeTokenSubscription(to token: String?) async throws {
         guard let context else { return }
         try await tokenChanges.run {

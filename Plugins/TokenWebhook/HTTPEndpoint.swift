@@ -18,6 +18,8 @@ public struct HTTPEndpoint: Sendable, Hashable, CustomStringConvertible {
     public let target: String
 
     /// Parses `url`; throws ``HTTPClientError/unsupportedURL(_:reason:)`` for anything Herald's client cannot reach.
+    ///
+    /// One function on purpose: a step-by-step URL parser, scheme, authority, port and path in order.
     public init(parsing url: String) throws {
         func refuse(_ reason: String) -> HTTPClientError { .unsupportedURL(url, reason: reason) }
         let lowered = url.lowercased()

@@ -513,6 +513,8 @@ private struct JSONReader: ~Copyable {
     /// 53 bits with a decimal exponent within ±22 are converted exactly with one multiplication or division
     /// (both operands are exact doubles, so IEEE rounding makes the result correctly rounded); the rest
     /// go to the C library's `strtod`, which rounds correctly.
+    ///
+    /// One function on purpose: RFC 8259's number grammar read in one pass over the bytes, fuzzed and on every message's path.
     private mutating func parseNumber() throws(JSONParseError) -> JSONValue {
         let start = position
         var offset = start

@@ -173,6 +173,8 @@ public struct AnalyticsReport: Sendable, Equatable {
     }
 
     /// The report from an open analytics database.
+    ///
+    /// Long on purpose: the whole report built from one grouped query's rows, inside the caller's read transaction.
     static func query(_ db: Database, path: String, days: Int, label: String?, now: Int64) throws -> AnalyticsReport {
         let today = floorDivide(now, millisecondsPerDay)
         let firstDay = today - Int64(max(days, 1)) + 1

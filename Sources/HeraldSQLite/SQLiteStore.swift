@@ -177,6 +177,8 @@ public final class SQLiteStore: HeraldStore, Sendable {
     ///
     /// - Throws: `StoreError/writeFailed(path:detail:)` when the disk is full, the file system is read-only or an
     ///   I/O error occurs; nothing of the batch is then stored.
+    ///
+    /// One function on purpose: one transaction, whose statements must run in the order written here.
     public func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
         try write { db in
             // The order is chosen so that the pages the pruning and the finished entries free are reused by the

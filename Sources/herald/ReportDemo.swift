@@ -19,6 +19,8 @@ enum ReportDemo {
     }
 
     /// The demo events of the 14 UTC days up to the day of `now`.
+    ///
+    /// Long because it is a data table: the demo's events, one line each.
     static func events(now: Int64) -> [AnalyticsEvent] {
         let today = AnalyticsReport.day(ofMilliseconds: now)
         var events: [AnalyticsEvent] = []

@@ -42,6 +42,7 @@ public struct FCMSendRequest: Sendable, Hashable {
         static let targets = ["token", "fid", "topic", "condition"]
     }
 
+    // One function on purpose: every field of FCM's `Message` read in one pass over the parsed object, on every message's path (fuzzed, ratcheted).
     static func decodeMessage(_ value: JSONValue, context: DecodingContext) throws(MessageError) -> RemoteMessage {
         let message = try StrictObject(value, name: "message", fields: Fields.message)
 
