@@ -290,20 +290,7 @@ final class Daemon: Service, Sendable {
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
         defer { lock.release() }
-        let store: SQLiteStore
-        let analyticsStore: SQLiteAnalyticsStore?
-        if let failure = Self.missingStore(in: settings.dataDirectory) { throw failure }
-        do {
-            store = try SQLiteStore(directory: settings.dataDirectory)
-            analyticsStore =
-                settings.analyticsStore
-                ? try SQLiteAnalyticsStore(
-                    directory: settings.dataDirectory,
-                    options: .init(retentionDays: settings.analyticsRetentionDays > 0 ? settings.analyticsRetentionDays : nil))
-                : nil
-        } catch {
-            throw CommandFailure(message: "herald: \(error)")
-        }
+        let (store, analyticsStore) = try openStores()
         // A gateway's NATS calls block a pool thread each (a registration read, a JetStream publish): more threads,
         // more sends in progress at once.
         let loop = EventLoop(name: "herald", blockingThreads: settings.gateway ? 32 : 4)
@@ -346,6 +333,24 @@ final class Daemon: Service, Sendable {
             logger.warning("could not checkpoint the store at stop; it stays in its write-ahead log", metadata: ["error": "\(error)"])
         }
         logger.notice("stopped")
+    }
+
+    /// The data directory's store and, unless it is turned off, its analytics store. Refuses a directory whose store
+    /// is missing while an earlier run's analytics store is there (see `missingStore(in:)`).
+    private func openStores() throws -> (SQLiteStore, SQLiteAnalyticsStore?) {
+        if let failure = Self.missingStore(in: settings.dataDirectory) { throw failure }
+        do {
+            let store = try SQLiteStore(directory: settings.dataDirectory)
+            let analyticsStore =
+                settings.analyticsStore
+                ? try SQLiteAnalyticsStore(
+                    directory: settings.dataDirectory,
+                    options: .init(retentionDays: settings.analyticsRetentionDays > 0 ? settings.analyticsRetentionDays : nil))
+                : nil
+            return (store, analyticsStore)
+        } catch {
+            throw CommandFailure(message: "herald: \(error)")
+        }
     }
 
     /// A data directory whose herald.sqlite is gone while the analytics store of an earlier run is still there: the

@@ -153,11 +153,9 @@ struct TopicChangeOptions: ParsableArguments {
         writeLine("\(outcome) (in the store of the stopped daemon in \(dataDirectory); it applies at the next start)")
     }
 
-    /// Sends FCM's topic management request for this instance's token to the running daemon's HTTP receiver.
-    private func changeThroughDaemon(_ topic: String, subscribe: Bool, owner: DataDirectoryLock.Owner?) async throws {
-        let who =
-            owner.map { "the daemon running in \(dataDirectory) (pid \($0.pid))" }
-            ?? "a running daemon (another process has \(SQLiteStore.path(inDirectory: dataDirectory)) open)"
+    /// Where the running daemon's HTTP receiver listens: `--http`, else what the daemon wrote in its lock, else the
+    /// default address. `who` names the daemon in the errors.
+    private func daemonEndpoint(owner: DataDirectoryLock.Owner?, who: String) throws -> (String, SocketAddress) {
         let endpoint: String
         if let http {
             endpoint = http
@@ -176,6 +174,15 @@ struct TopicChangeOptions: ParsableArguments {
         guard let address = SocketAddress(parsing: endpoint), address.port != nil else {
             throw CommandFailure(message: "herald: \(who) names its HTTP receiver '\(endpoint)', which is not HOST:PORT; give --http")
         }
+        return (endpoint, address)
+    }
+
+    /// Sends FCM's topic management request for this instance's token to the running daemon's HTTP receiver.
+    private func changeThroughDaemon(_ topic: String, subscribe: Bool, owner: DataDirectoryLock.Owner?) async throws {
+        let who =
+            owner.map { "the daemon running in \(dataDirectory) (pid \($0.pid))" }
+            ?? "a running daemon (another process has \(SQLiteStore.path(inDirectory: dataDirectory)) open)"
+        let (endpoint, address) = try daemonEndpoint(owner: owner, who: who)
         let project = projectID ?? owner?.projectID ?? "herald"
         let snapshot = try SQLiteStore.snapshot(directory: dataDirectory)
         guard let token = snapshot.identity?.token else {

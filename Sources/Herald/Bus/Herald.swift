@@ -161,23 +161,7 @@ public final class Herald: @unchecked Sendable {
             return (plugins, categories)
         }
         if ownsLoop, loop.lifecycle == .idle { try loop.start() }
-        let store = self.store
-        let (stored, identity): (StoredState, StoredIdentity)
-        do {
-            stored = try await loop.offload { [configuration] () throws -> StoredState in
-                try store.load(window: configuration.deduplication, now: WallClock.nowMilliseconds())
-            }
-            let resolved = RegistrationIdentity.resolve(stored.identity, autoInit: configuration.isAutoInitEnabled)
-            identity = resolved.identity
-            if resolved.changed {
-                try await loop.offload { try store.save(identity: resolved.identity) }
-            }
-        } catch {
-            logger.critical("cannot start: the store failed", metadata: ["error": "\(error)"])
-            state.withLock { $0 = .stopped }
-            if ownsLoop { await loop.shutdownGracefully() }
-            throw error
-        }
+        let (stored, identity) = try await loadStore()
         let bus = MessageBus(
             loop: loop, timeSource: timeSource, configuration: configuration, logger: logger,
             plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
@@ -193,8 +177,49 @@ public final class Herald: @unchecked Sendable {
             if ownsLoop { await loop.shutdownGracefully() }
             throw HeraldError.notRunning
         }
+        try await startPlugins(plugins.all, bus: bus)
+        let token = identity.token
+        for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
+        let pending = stored.pending
+        let replays = stored.replays
+        let store = self.store
+        try? await loop.submit { [logger] in
+            if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
+            for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
+            if !pending.isEmpty {
+                logger.info("replaying messages accepted before the last stop but not finished", metadata: ["count": "\(pending.count)"])
+                bus.replay(pending, replays: replays, path: "\(store)")
+            }
+        }
+        logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
+    }
+
+    /// The stored state and the registration identity to start with (minted and saved when there is none and auto-init
+    /// is on). When the store fails the instance is stopped and the error thrown.
+    private func loadStore() async throws -> (StoredState, StoredIdentity) {
+        let store = self.store
+        do {
+            let stored = try await loop.offload { [configuration] () throws -> StoredState in
+                try store.load(window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            }
+            let resolved = RegistrationIdentity.resolve(stored.identity, autoInit: configuration.isAutoInitEnabled)
+            if resolved.changed {
+                try await loop.offload { try store.save(identity: resolved.identity) }
+            }
+            return (stored, resolved.identity)
+        } catch {
+            logger.critical("cannot start: the store failed", metadata: ["error": "\(error)"])
+            state.withLock { $0 = .stopped }
+            if ownsLoop { await loop.shutdownGracefully() }
+            throw error
+        }
+    }
+
+    /// Starts `plugins` in registration order. When one throws, the ones already started are stopped in reverse
+    /// order, the instance is stopped, and ``HeraldError/pluginFailedToStart(plugin:error:)`` is thrown.
+    private func startPlugins(_ plugins: [any HeraldPlugin], bus: MessageBus) async throws {
         var started: [any HeraldPlugin] = []
-        for plugin in plugins.all {
+        for plugin in plugins {
             do {
                 try await plugin.start(pluginContext(for: plugin, bus: bus))
                 started.append(plugin)
@@ -205,19 +230,6 @@ public final class Herald: @unchecked Sendable {
                 throw HeraldError.pluginFailedToStart(plugin: plugin.descriptor.name, error: "\(error)")
             }
         }
-        let token = identity.token
-        for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
-        let pending = stored.pending
-        let replays = stored.replays
-        try? await loop.submit { [logger] in
-            if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
-            for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
-            if !pending.isEmpty {
-                logger.info("replaying messages accepted before the last stop but not finished", metadata: ["count": "\(pending.count)"])
-                bus.replay(pending, replays: replays, path: "\(store)")
-            }
-        }
-        logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
     }
 
     /// What `plugin` is started with: the loop, the bus, a logger tagged with its name, and topic control.
