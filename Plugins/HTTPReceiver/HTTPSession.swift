@@ -43,6 +43,20 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// A header name of this head holds a space: whitespace between a name and its colon (http_parser, built
     /// lenient, takes the space into the name).
     private var spaceInName = false
+    /// The request's body is chunked: the bytes around its data (chunk-size lines, the CRLF after each chunk's
+    /// data, trailers) are scanned, as http_parser, built lenient, takes any two bytes after a chunk's data for
+    /// its CRLF and any byte after a CR in a chunk-size line for its LF.
+    private var chunkedBody = false
+    /// Where the bytes not yet scanned of the current read begin (chunked bodies only).
+    private var framingStart: UnsafeRawPointer?
+    /// The last framing byte was a CR (a LF must follow).
+    private var framingCR = false
+    /// How many bytes of the CRLF after a chunk's data are still to come.
+    private var chunkEndBytes = 0
+    /// A bare CR, or a chunk's data not followed by CRLF.
+    private var badFraming = false
+    /// The parser paused where a chunked request ends: it is answered once its last framing bytes are checked.
+    private var chunkedRequestEnded = false
     /// The place in the answer order taken by a request answered from its head (`Expect: 100-continue`) whose
     /// route then needed its body after all.
     private var reservedSequence: Int?
@@ -105,15 +119,30 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         var errno = HPE_OK
         while offset < bytes.count {
             let scanning = inHead
+            let scanningFraming = chunkedBody
+            framingStart = UnsafeRawPointer(base + offset)
             let parsed = http_parser_execute(
                 parser, HTTPSession.settings, (base + offset).assumingMemoryBound(to: CChar.self), bytes.count - offset)
             if scanning { scanHead(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + parsed])) }
+            if scanningFraming, let start = framingStart {
+                scanFraming(UnsafeRawBufferPointer(start: start, count: base + offset + parsed - start))
+            }
             offset += parsed
             if closing { return }
             errno = herald_http_errno(parser)
             guard errno == HPE_PAUSED else { break }
             errno = HPE_OK
             http_parser_pause(parser, 0)
+            if chunkedRequestEnded {
+                chunkedRequestEnded = false
+                chunkedBody = false
+                if badFraming || framingCR {
+                    _ = refuseMalformed("A bare CR in the chunked body's framing, or a chunk's data not followed by CRLF.")
+                    return
+                }
+                if !finishMessage() { return }
+                continue
+            }
             // Paused on the head's last line feed: anything after it is the body.
             if !inHead, requestInProgress, !acceptHead(bodyBytesRead: offset + 1 < bytes.count) { return }
         }
@@ -171,6 +200,10 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         afterLineFeed = false
         foldedLine = false
         spaceInName = false
+        chunkedBody = false
+        framingCR = false
+        chunkEndBytes = 0
+        badFraming = false
         http_parser_pause(parser, 1)
         return 0
     }
@@ -184,6 +217,19 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             afterLineFeed = byte == UInt8(ascii: "\n")
         }
         self.afterLineFeed = afterLineFeed
+    }
+
+    /// Checks bytes of a chunked body outside its data: every CR is followed by a LF, and a chunk's data by CRLF.
+    private func scanFraming(_ bytes: UnsafeRawBufferPointer) {
+        for byte in bytes {
+            if chunkEndBytes > 0 {
+                if byte != (chunkEndBytes == 2 ? UInt8(ascii: "\r") : UInt8(ascii: "\n")) { badFraming = true }
+                chunkEndBytes -= 1
+                continue
+            }
+            if framingCR, byte != UInt8(ascii: "\n") { badFraming = true }
+            framingCR = byte == UInt8(ascii: "\r")
+        }
     }
 
     fileprivate func urlData(_ data: UnsafeRawBufferPointer) -> Int32 {
@@ -228,6 +274,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         default: return refuseMalformed("More than one Host header.")
         }
         let chunked = parser.pointee.flags & UInt32(F_CHUNKED.rawValue) != 0
+        chunkedBody = chunked
         let length = parser.pointee.content_length
         if !chunked, length != UInt64.max, length > UInt64(options.maximumBodyBytes) {
             refuseBody(size: Int(clamping: length))
@@ -261,6 +308,12 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     fileprivate func bodyData(_ data: UnsafeRawBufferPointer) -> Int32 {
         guard body.count + data.count <= options.maximumBodyBytes else { return refuseBody(size: body.count + data.count) }
         body.append(contentsOf: data)
+        if chunkedBody, let start = framingStart, let dataStart = data.baseAddress {
+            scanFraming(UnsafeRawBufferPointer(start: start, count: dataStart - start))
+            framingStart = dataStart + data.count
+            // The chunk's data is complete: its CRLF comes next.
+            if parser.pointee.content_length == 0 { chunkEndBytes = 2 }
+        }
         return 0
     }
 
@@ -284,6 +337,17 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     }
 
     fileprivate func completeMessage() -> Int32 {
+        if chunkedBody {
+            // Answered in read(), once the last framing bytes are checked.
+            chunkedRequestEnded = true
+            http_parser_pause(parser, 1)
+            return 0
+        }
+        return finishMessage() ? 0 : 1
+    }
+
+    /// Answers the request just read; returns whether the connection goes on.
+    private func finishMessage() -> Bool {
         requestInProgress = false
         requestTimer?.cancel()
         requestTimer = nil
@@ -297,7 +361,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         } else {
             route(method: methodName, path: String(decoding: url, as: UTF8.self), sequence: sequence, keepAlive: keepAlive)
         }
-        return keepAlive ? 0 : 1
+        return keepAlive
     }
 
     private var methodName: String { String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method)))) }

@@ -123,6 +123,46 @@ struct HTTPStrictnessTests {
         ])
     }
 
+    @Test(
+        "a chunked body's framing: a bare CR in a chunk-size line or the last chunk, a chunk's data not followed by CRLF (RFC 9112 §2.2, §7.1)"
+    )
+    func chunkedFraming() async throws {
+        try await withHTTPHerald { herald, collected, address in
+            let token = try await herald.token()
+            let body = sendBody(token, "chunked")
+            let size = String(body.utf8.count, radix: 16)
+            let head = "POST \(sendPath) HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+            let bad = [
+                "\(size)\rX\(body)\r\n0\r\n\r\n",  // a bare CR ends the chunk-size line
+                "\(size)\r\n\(body)XX0\r\n\r\n",  // the chunk's data not followed by CRLF
+                "\(size)\r\n\(body)\rX0\r\n\r\n",
+                "\(size)\r\n\(body)\r\n0\rX\r\n",  // a bare CR ends the last chunk
+                "\(size);ext=1\rX\(body)\r\n0\r\n\r\n",
+            ]
+            for framing in bad {
+                for byteByByte in [false, true] {
+                    let (answer, ended) = try answerAndEnd(address, head + framing, byteByByte: byteByByte)
+                    #expect(answer?.status == 400, "\(framing.debugDescription)")
+                    #expect(answer?.body?["error"]?["status"] == "INVALID_ARGUMENT")
+                    #expect(ended)
+                }
+            }
+            // Well-formed chunking, whole and byte by byte, with an extension and a trailer: delivered.
+            let half = body.utf8.count / 2
+            let good =
+                String(half, radix: 16) + ";ext=1\r\n" + String(body.prefix(half)) + "\r\n" + String(body.utf8.count - half, radix: 16)
+                + "\r\n"
+                + String(body.dropFirst(half)) + "\r\n0\r\nX-Trailer: t\r\n\r\n"
+            for byteByByte in [false, true] {
+                let client = try TestSocketClient(address)
+                if byteByByte { _ = client.trickle(head + good, intervalMilliseconds: 1) } else { client.send(head + good) }
+                #expect(responses(in: client.read { responses(in: $0).count >= 1 }).first?.status == 200)
+            }
+            try await herald.waitUntilIdle()
+            #expect(delivered(collected) == ["chunked", "chunked"])
+        }
+    }
+
     @Test("what RFC 9112 allows still goes through: HTTP/1.0 without Host, Host with a port or an IPv6 literal, OWS around values")
     func allowed() async throws {
         try await withHTTPHerald { herald, collected, address in
