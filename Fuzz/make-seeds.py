@@ -70,6 +70,13 @@ for body in apns_payloads:
         "apns-id: 123e4567-e89b-12d3-a456-426614174000", "apns-expiration: 0", "apns-collapse-id: c"]))
 topics = "/v1/projects/demo/registrations/fuzz-token/topicSubscriptions"
 http += [
+    # What RFC 9112 says a server must refuse (HTTPStrictnessTests), and Expect (100 Continue, 417).
+    request("POST", send, fcm[0], headers=["X-Folded: one", " two"]),
+    request("POST", send, fcm[0], headers=["X-Space : one"]),
+    request("POST", send, fcm[0], headers=["Host: other"]),
+    request("POST", send, fcm[0], headers=["Expect: 100-continue"]),
+    request("POST", send, fcm[0], headers=["Expect: 100-continue"], secret=False),
+    request("POST", send, fcm[0], headers=["Expect: 200-ok"]),
     request("GET", "/healthz", secret=False),
     request("POST", topics + "?topic_name=news"),
     request("DELETE", topics + "/news?allow_missing=true"),
@@ -90,7 +97,7 @@ http += [
 http += [
     # HTTPFuzzFindingsTests.queryItemWithoutName: a query item of only '=' trapped in HTTPSession.queryItems.
     b"POST /v1/projects/demo/registrations/fuzz-token/topicSubscriptions?= HTTP/1.1\r\n"
-    b"Authorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n",
+    b"Host: localhost\r\nAuthorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n",
 ]
 socket = [b"\n".join(fcm[i:i + 3]).replace(b"\n  ", b" ") + b"\n" for i in range(0, len(fcm), 3)]
 socket = [re.sub(rb"\s*\n\s*", b" ", body.strip()) + b"\n" for body in fcm] + socket

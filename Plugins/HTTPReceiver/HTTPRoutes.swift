@@ -12,7 +12,7 @@ extension HTTPSession {
     }
 
     /// Whether the request carries the bearer secret; when not, answers 401.
-    private func authorize(sequence: Int, keepAlive: Bool) -> Bool {
+    func authorize(sequence: Int, keepAlive: Bool) -> Bool {
         guard receiver.authorized(headers.value(of: "authorization")) else {
             let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
             respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
@@ -21,20 +21,25 @@ extension HTTPSession {
         return true
     }
 
-    func route(method: String, path: String, sequence: Int, keepAlive: Bool) {
+    /// Answers the request. With `headOnly`, answers only if the answer needs no body (a refusal), and returns
+    /// whether it answered.
+    @discardableResult
+    func route(method: String, path: String, sequence: Int, keepAlive: Bool, headOnly: Bool = false) -> Bool {
         // Split on UTF-8 bytes, not Characters: grapheme breaking made path splitting a fifth of a request's work.
         let pathOnly: Substring = path.utf8.firstIndex(of: UInt8(ascii: "?")).map { path[..<$0] } ?? path[...]
         if pathOnly == "/healthz", method == "GET" {
+            guard !headOnly else { return false }
             let ready = !context.bus.isDraining
             respond(
                 sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
-            return
+            return true
         }
-        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
+        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return true }
         if method == "POST", pathOnly == sendPath {
             // The request nearly every request is: no splitting of the path.
+            guard !headOnly else { return false }
             send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
-            return
+            return true
         }
         let parts = pathOnly.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { Substring($0) }
         let isSend = parts.count == 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "messages:send"
@@ -44,33 +49,38 @@ extension HTTPSession {
             let message =
                 "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
             respond(sequence: sequence, status: 501, body: googleError(501, "UNIMPLEMENTED", message), close: !keepAlive)
-            return
+            return true
         }
         if parts.count == 3, parts[0] == "3", parts[1] == "device" {
+            guard !headOnly else { return false }
             routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
-            return
+            return true
         }
         if parts.count == 2, parts[0] == "iid", parts[1] == "v1:batchAdd" || parts[1] == "v1:batchRemove" {
+            guard !headOnly else { return false }
             routeInstanceID(method: method, add: parts[1] == "v1:batchAdd", sequence: sequence, keepAlive: keepAlive)
-            return
+            return true
         }
         if parts.count >= 6, parts[0] == "v1", parts[1] == "projects", parts[3] == "registrations", parts[5] == "topicSubscriptions" {
+            guard !headOnly else { return false }
             routeTopics(method: method, path: path, parts: parts.map(String.init), sequence: sequence, keepAlive: keepAlive)
-            return
+            return true
         }
         guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
             respond(
                 sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."),
                 close: !keepAlive)
-            return
+            return true
         }
         guard method == "POST" else {
             respond(
                 sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."),
                 close: !keepAlive)
-            return
+            return true
         }
+        guard !headOnly else { return false }
         send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
+        return true
     }
 
     /// `POST /v1/projects/{project}/messages:send`: submitted to the bus (forwarded, as a gateway) and answered.

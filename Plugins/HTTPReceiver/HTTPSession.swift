@@ -32,6 +32,34 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     private var finishing = false
     /// A request has begun and not yet ended.
     private var requestInProgress = false
+    /// The parser is in a request's head (request line and header lines): the bytes it reads are scanned for
+    /// what http_parser lets through and RFC 9112 says a server must refuse.
+    private var inHead = false
+    /// The last head byte scanned was a line feed: a space or tab after it begins a folded line (obs-fold) or a
+    /// whitespace-preceded first header line.
+    private var afterLineFeed = false
+    /// A header line of this head began with whitespace.
+    private var foldedLine = false
+    /// A header name of this head holds a space: whitespace between a name and its colon (http_parser, built
+    /// lenient, takes the space into the name).
+    private var spaceInName = false
+    /// The request's body is chunked: the bytes around its data (chunk-size lines, the CRLF after each chunk's
+    /// data, trailers) are scanned, as http_parser, built lenient, takes any two bytes after a chunk's data for
+    /// its CRLF and any byte after a CR in a chunk-size line for its LF.
+    private var chunkedBody = false
+    /// Where the bytes not yet scanned of the current read begin (chunked bodies only).
+    private var framingStart: UnsafeRawPointer?
+    /// The last framing byte was a CR (a LF must follow).
+    private var framingCR = false
+    /// How many bytes of the CRLF after a chunk's data are still to come.
+    private var chunkEndBytes = 0
+    /// A bare CR, or a chunk's data not followed by CRLF.
+    private var badFraming = false
+    /// The parser paused where a chunked request ends: it is answered once its last framing bytes are checked.
+    private var chunkedRequestEnded = false
+    /// The place in the answer order taken by a request answered from its head (`Expect: 100-continue`) whose
+    /// route then needed its body after all.
+    private var reservedSequence: Int?
     private var idleTimer: ScheduledTask?
     /// Runs while a request takes more than the read it began in; most never need it.
     private var requestTimer: ScheduledTask?
@@ -84,12 +112,43 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             return
         }
         armIdleTimer()
-        let parsed = http_parser_execute(parser, HTTPSession.settings, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count)
-        if closing { return }
-        let errno = herald_http_errno(parser)
+        guard let base = bytes.baseAddress else { return }
+        // The parser pauses where a request begins and where its head ends: the bytes between are the head,
+        // scanned here, and the head is checked before its body is read.
+        var offset = 0
+        var errno = HPE_OK
+        while offset < bytes.count {
+            let scanning = inHead
+            let scanningFraming = chunkedBody
+            framingStart = UnsafeRawPointer(base + offset)
+            let parsed = http_parser_execute(
+                parser, HTTPSession.settings, (base + offset).assumingMemoryBound(to: CChar.self), bytes.count - offset)
+            if scanning { scanHead(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + parsed])) }
+            if scanningFraming, let start = framingStart {
+                scanFraming(UnsafeRawBufferPointer(start: start, count: base + offset + parsed - start))
+            }
+            offset += parsed
+            if closing { return }
+            errno = herald_http_errno(parser)
+            guard errno == HPE_PAUSED else { break }
+            errno = HPE_OK
+            http_parser_pause(parser, 0)
+            if chunkedRequestEnded {
+                chunkedRequestEnded = false
+                chunkedBody = false
+                if badFraming || framingCR {
+                    _ = refuseMalformed("A bare CR in the chunked body's framing, or a chunk's data not followed by CRLF.")
+                    return
+                }
+                if !finishMessage() { return }
+                continue
+            }
+            // Paused on the head's last line feed: anything after it is the body.
+            if !inHead, requestInProgress, !acceptHead(bodyBytesRead: offset + 1 < bytes.count) { return }
+        }
         if errno == HPE_HEADER_OVERFLOW {
             refuseHead()
-        } else if parser.pointee.upgrade == 1 || errno != HPE_OK || parsed != bytes.count {
+        } else if parser.pointee.upgrade == 1 || errno != HPE_OK || offset != bytes.count {
             let name = String(cString: http_errno_name(errno))
             respond(
                 sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request (\(name))."),
@@ -121,7 +180,12 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         finishIfDone()
     }
 
-    private func takeSequence() -> Int { answers.reserve() }
+    /// The place in the answer order of the request being read: the one its head took, if it took one.
+    private func takeSequence() -> Int {
+        guard let sequence = reservedSequence else { return answers.reserve() }
+        reservedSequence = nil
+        return sequence
+    }
 
     // MARK: Parser callbacks (each returns nonzero to stop the parser: a limit was passed, or the connection is closing)
 
@@ -132,7 +196,40 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         headerBytes = 0
         body.removeAll(keepingCapacity: true)
         requestInProgress = true
+        inHead = true
+        afterLineFeed = false
+        foldedLine = false
+        spaceInName = false
+        chunkedBody = false
+        framingCR = false
+        chunkEndBytes = 0
+        badFraming = false
+        http_parser_pause(parser, 1)
         return 0
+    }
+
+    /// Notes a line of the head that begins with a space or tab: a folded line (obs-fold), or whitespace before
+    /// the first header line. The head's last line feed is not scanned (the parser pauses on it).
+    private func scanHead(_ bytes: UnsafeRawBufferPointer) {
+        var afterLineFeed = self.afterLineFeed
+        for byte in bytes {
+            if afterLineFeed, byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") { foldedLine = true }
+            afterLineFeed = byte == UInt8(ascii: "\n")
+        }
+        self.afterLineFeed = afterLineFeed
+    }
+
+    /// Checks bytes of a chunked body outside its data: every CR is followed by a LF, and a chunk's data by CRLF.
+    private func scanFraming(_ bytes: UnsafeRawBufferPointer) {
+        for byte in bytes {
+            if chunkEndBytes > 0 {
+                if byte != (chunkEndBytes == 2 ? UInt8(ascii: "\r") : UInt8(ascii: "\n")) { badFraming = true }
+                chunkEndBytes -= 1
+                continue
+            }
+            if framingCR, byte != UInt8(ascii: "\n") { badFraming = true }
+            framingCR = byte == UInt8(ascii: "\r")
+        }
     }
 
     fileprivate func urlData(_ data: UnsafeRawBufferPointer) -> Int32 {
@@ -146,6 +243,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         headerBytes += data.count
         guard headerBytes <= options.maximumHeaderBytes else { return refuseHead() }
         if field {
+            if data.contains(UInt8(ascii: " ")) { spaceInName = true }
             headers.appendName(data)
         } else {
             headers.appendValue(data)
@@ -155,18 +253,67 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     fileprivate func headersComplete() -> Int32 {
         headers.close()
-        // A body announced too large is refused from the head, without waiting for it.
-        if parser.pointee.flags & UInt32(F_CHUNKED.rawValue) == 0, parser.pointee.content_length != UInt64.max,
-            parser.pointee.content_length > UInt64(options.maximumBodyBytes)
-        {
-            return refuseBody(size: Int(clamping: parser.pointee.content_length))
-        }
+        inHead = false
+        http_parser_pause(parser, 1)
         return 0
+    }
+
+    /// The head of a request is complete and its body not yet read: refuses (400 and a close) what RFC 9112 says
+    /// a server must refuse and http_parser lets through, a body announced too large (413, without waiting for
+    /// it), and answers `Expect`. Returns whether the request goes on.
+    private func acceptHead(bodyBytesRead: Bool) -> Bool {
+        if foldedLine {
+            return refuseMalformed("A header line begins with whitespace (obs-fold line folding, or whitespace before the first header).")
+        }
+        if spaceInName { return refuseMalformed("Whitespace between a header field name and its colon.") }
+        let http11 = parser.pointee.http_major == 1 && parser.pointee.http_minor >= 1
+        switch headers.count(of: "host") {
+        case 0 where http11: return refuseMalformed("An HTTP/1.1 request needs a Host header.")
+        case 0: break
+        case 1: if !headers.hasValidHost { return refuseMalformed("The Host header is not a host and port.") }
+        default: return refuseMalformed("More than one Host header.")
+        }
+        let chunked = parser.pointee.flags & UInt32(F_CHUNKED.rawValue) != 0
+        chunkedBody = chunked
+        let length = parser.pointee.content_length
+        if !chunked, length != UInt64.max, length > UInt64(options.maximumBodyBytes) {
+            refuseBody(size: Int(clamping: length))
+            return false
+        }
+        guard http11, let expectation = headers.value(of: "expect") else { return true }
+        guard expectation.lowercased() == "100-continue" else {
+            let message = "Unsupported expectation \"\(expectation)\"; only 100-continue is."
+            respond(sequence: takeSequence(), status: 417, body: googleError(417, "FAILED_PRECONDITION", message), close: true)
+            return false
+        }
+        guard chunked || (length != 0 && length != UInt64.max), !bodyBytesRead else { return true }
+        // A request refused from its head is answered now, and its body never read: the connection closes.
+        let sequence = takeSequence()
+        if routeFromHead(sequence: sequence) { return false }
+        reservedSequence = sequence
+        if answers.isNextToWrite(sequence) {
+            connection.write { $0.append(contentsOf: "HTTP/1.1 100 Continue\r\n\r\n".utf8) }
+        }
+        return true
+    }
+
+    /// 400 for a request http_parser took but RFC 9112 says a server must refuse; the connection closes.
+    private func refuseMalformed(_ message: String) -> Bool {
+        respond(
+            sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request: \(message)"),
+            close: true)
+        return false
     }
 
     fileprivate func bodyData(_ data: UnsafeRawBufferPointer) -> Int32 {
         guard body.count + data.count <= options.maximumBodyBytes else { return refuseBody(size: body.count + data.count) }
         body.append(contentsOf: data)
+        if chunkedBody, let start = framingStart, let dataStart = data.baseAddress {
+            scanFraming(UnsafeRawBufferPointer(start: start, count: dataStart - start))
+            framingStart = dataStart + data.count
+            // The chunk's data is complete: its CRLF comes next.
+            if parser.pointee.content_length == 0 { chunkEndBytes = 2 }
+        }
         return 0
     }
 
@@ -182,6 +329,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     /// 413 for a body over `maximumBodyBytes` (announced, or counted as it comes), answered at once; the
     /// connection closes.
+    @discardableResult
     private func refuseBody(size: Int) -> Int32 {
         let error = MessageError(.payloadTooLarge(size: size, limit: options.maximumBodyBytes))
         respond(sequence: takeSequence(), status: 413, body: limitError(413, error.message), close: true)
@@ -189,6 +337,17 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     }
 
     fileprivate func completeMessage() -> Int32 {
+        if chunkedBody {
+            // Answered in read(), once the last framing bytes are checked.
+            chunkedRequestEnded = true
+            http_parser_pause(parser, 1)
+            return 0
+        }
+        return finishMessage() ? 0 : 1
+    }
+
+    /// Answers the request just read; returns whether the connection goes on.
+    private func finishMessage() -> Bool {
         requestInProgress = false
         requestTimer?.cancel()
         requestTimer = nil
@@ -200,11 +359,21 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             // The request nearly every request is, recognised from the bytes: no method or path String.
             routeSend(sequence: sequence, keepAlive: keepAlive)
         } else {
-            let method = String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method))))
-            let path = String(decoding: url, as: UTF8.self)
-            route(method: method, path: path, sequence: sequence, keepAlive: keepAlive)
+            route(method: methodName, path: String(decoding: url, as: UTF8.self), sequence: sequence, keepAlive: keepAlive)
         }
-        return keepAlive ? 0 : 1
+        return keepAlive
+    }
+
+    private var methodName: String { String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method)))) }
+
+    /// Answers from its head alone a request refused whatever its body (unauthorized, no route, a wrong method):
+    /// the answer to `Expect: 100-continue` instead of `100 Continue`. Returns whether it answered; the
+    /// connection then closes, the body unread.
+    private func routeFromHead(sequence: Int) -> Bool {
+        if UInt32(parser.pointee.method) == HTTP_POST.rawValue, url == sendPathBytes {
+            return !authorize(sequence: sequence, keepAlive: false)
+        }
+        return route(method: methodName, path: String(decoding: url, as: UTF8.self), sequence: sequence, keepAlive: false, headOnly: true)
     }
 
     /// Google's error shape without FCM's details: `{"error": {"code": ..., "message": ..., "status": ...}}`.
@@ -322,6 +491,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         case 405: "Method Not Allowed"
         case 408: "Request Timeout"
         case 413: "Payload Too Large"
+        case 417: "Expectation Failed"
         case 429: "Too Many Requests"
         case 431: "Request Header Fields Too Large"
         case 500: "Internal Server Error"

@@ -41,16 +41,44 @@ struct RawHeaders {
     /// The value of the header `name` (lowercase letters, digits and `-` only: the comparison folds ASCII case by
     /// setting bit 5, exact for those), the last one when it came more than once.
     func value(of name: StaticString) -> String? {
-        let wanted = UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
-        for line in lines.reversed() where line.nameEnd - line.nameStart == wanted.count {
-            var same = true
-            for offset in 0..<wanted.count where bytes[line.nameStart + offset] | 0x20 != wanted[offset] | 0x20 {
-                same = false
-                break
+        guard let line = lines.last(where: { has(name, $0) }) else { return nil }
+        return String(decoding: bytes[line.nameEnd..<line.valueEnd], as: UTF8.self)
+    }
+
+    /// How many lines have the header `name` (as in ``value(of:)``).
+    func count(of name: StaticString) -> Int {
+        var count = 0
+        for line in lines where has(name, line) { count += 1 }
+        return count
+    }
+
+    /// Whether the last `Host` value is `uri-host [":" port]` as RFC 9112 has it (empty allowed): only the
+    /// characters of a registered name, an IP literal and a port, no space, `/`, `@`, `?` or `#`.
+    var hasValidHost: Bool {
+        guard let line = lines.last(where: { has("host", $0) }) else { return true }
+        // http_parser leaves the whitespace after a value in it.
+        var end = line.valueEnd
+        while end > line.nameEnd, bytes[end - 1] == UInt8(ascii: " ") || bytes[end - 1] == UInt8(ascii: "\t") { end -= 1 }
+        for byte in bytes[line.nameEnd..<end] {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                continue
+            case UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "%"), UInt8(ascii: ":"): continue
+            case UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"): continue
+            case UInt8(ascii: "("), UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"): continue
+            case UInt8(ascii: "="): continue
+            default: return false
             }
-            if same { return String(decoding: bytes[line.nameEnd..<line.valueEnd], as: UTF8.self) }
         }
-        return nil
+        return true
+    }
+
+    /// Whether `line` is a header `name`.
+    private func has(_ name: StaticString, _ line: (nameStart: Int, nameEnd: Int, valueEnd: Int)) -> Bool {
+        let wanted = UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        guard line.nameEnd - line.nameStart == wanted.count else { return false }
+        for offset in 0..<wanted.count where bytes[line.nameStart + offset] | 0x20 != wanted[offset] | 0x20 { return false }
+        return true
     }
 
     /// Every header, names lowercased; a name that came twice has its last value.

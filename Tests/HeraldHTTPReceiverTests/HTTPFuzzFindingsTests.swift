@@ -15,7 +15,7 @@ struct HTTPFuzzFindingsTests {
             let client = try TestSocketClient(address)
             // The fuzz input, from Fuzz/Corpus/http (the first byte, which picks the chunking, dropped).
             client.send(
-                "POST /v1/projects/demo/registrations/fuzz-token/topicSubscriptions?= HTTP/1.1\r\nAuthorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n"
+                "POST /v1/projects/demo/registrations/fuzz-token/topicSubscriptions?= HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer fuzz-secret\r\nContent-Length: 0\r\n\r\n"
             )
             client.send(request("POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?=weather"))
             client.send(request("POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?a=1&=&topic_name=news"))

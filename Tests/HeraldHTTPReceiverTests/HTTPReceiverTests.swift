@@ -232,7 +232,7 @@ struct HTTPReceiverTests {
         options.idleTimeout = .milliseconds(100)
         try await withHTTPHerald(options: options) { _, _, address in
             let client = try TestSocketClient(address)
-            client.send("POST /v1/projects/demo/messages:send HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"mess")
+            client.send("POST /v1/projects/demo/messages:send HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"mess")
             #expect(client.readsEndOfFile())
         }
     }
