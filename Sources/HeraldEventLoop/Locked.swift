@@ -28,3 +28,15 @@ package final class Locked<Value>: @unchecked Sendable {
         return try body(&value)
     }
 }
+
+extension Locked where Value == Bool {
+    /// Sets the flag and returns whether this call was the one that set it: for work that several paths may finish
+    /// (a continuation resumed by whichever of a timer and a result comes first) but only one may act on. Any thread.
+    package func setFirst() -> Bool {
+        withLock { flag in
+            let first = !flag
+            flag = true
+            return first
+        }
+    }
+}

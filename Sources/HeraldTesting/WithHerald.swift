@@ -31,6 +31,20 @@ public func withHerald(
     #expect(herald.loop.statistics.liveHandles == 0, "libuv handles left open", sourceLocation: sourceLocation)
 }
 
+/// Registers `plugins` on `herald`, starts it, runs `body` with it, then shuts it down, also when `body` throws: for
+/// an instance the test made itself (on a store of its own, say).
+public func withStarted(_ herald: Herald, plugins: [any HeraldPlugin] = [], _ body: (Herald) async throws -> Void) async throws {
+    for plugin in plugins { try herald.register(plugin) }
+    try await herald.start()
+    do {
+        try await body(herald)
+    } catch {
+        await herald.shutdown()
+        throw error
+    }
+    await herald.shutdown()
+}
+
 /// An FCM v1 send body (`{"message": {...}}`) addressed to `token`, with an optional notification (title, body),
 /// `data` (in key order) and `apns` member (its JSON text, as written).
 public func fcmBody(token: String, notification: (String, String)? = nil, data: [String: String] = [:], apns: String? = nil) -> String {

@@ -6,27 +6,16 @@ import HeraldTesting
 // The parts of HeraldSQLiteTests' support that the report tests use: a data directory, a durable Herald on it, and
 // the `herald` executable built beside the test bundle.
 
-/// A fresh temporary data directory (not created: Herald creates it), removed when the test is done with it.
+/// A fresh temporary data directory, removed when the test is done with it.
 func withDataDirectory(_ body: (String) async throws -> Void) async throws {
-    let directory = NSTemporaryDirectory() + "herald-report-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    try await body(directory)
+    try await withTemporaryDirectory(prefix: "herald-report", body)
 }
 
 /// Starts Herald on an SQLite store in `directory` with `plugins`, runs `body`, and shuts it down.
 func withDurableHerald(directory: String, plugins: [any HeraldPlugin], _ body: (Herald) async throws -> Void) async throws {
     var configuration = Herald.Configuration(senderID: "1234567890")
     configuration.shutdownGracePeriod = .seconds(10)
-    let herald = Herald(configuration: configuration, store: try SQLiteStore(directory: directory))
-    for plugin in plugins { try herald.register(plugin) }
-    try await herald.start()
-    do {
-        try await body(herald)
-    } catch {
-        await herald.shutdown()
-        throw error
-    }
-    await herald.shutdown()
+    try await withStarted(Herald(configuration: configuration, store: try SQLiteStore(directory: directory)), plugins: plugins, body)
 }
 
 /// Runs the `herald` executable built beside the test bundle; returns its exit status, standard output and error.

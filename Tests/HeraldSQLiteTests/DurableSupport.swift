@@ -59,16 +59,7 @@ func withDurableHerald(
 ) async throws {
     var configuration = configuration
     configuration.shutdownGracePeriod = shutdownGrace
-    let herald = Herald(configuration: configuration, store: try SQLiteStore(directory: directory))
-    for plugin in plugins { try herald.register(plugin) }
-    try await herald.start()
-    do {
-        try await body(herald)
-    } catch {
-        await herald.shutdown()
-        throw error
-    }
-    await herald.shutdown()
+    try await withStarted(Herald(configuration: configuration, store: try SQLiteStore(directory: directory)), plugins: plugins, body)
 }
 
 /// A data-only message to `token` with the given ID.

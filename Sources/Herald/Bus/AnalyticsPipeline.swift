@@ -232,11 +232,7 @@ final class AnalyticsPipeline: @unchecked Sendable {
         let finished: Bool = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let once = Locked(false)
             let resume: @Sendable (Bool) -> Void = { idle in
-                if once.withLock({
-                    let first = !$0
-                    $0 = true
-                    return first
-                }) {
+                if once.setFirst() {
                     continuation.resume(returning: idle)
                 }
             }

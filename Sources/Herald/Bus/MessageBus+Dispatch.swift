@@ -108,11 +108,7 @@ extension MessageBus {
                 // Claim the outcome before cancelling: a worker that stops at once on cancellation must not
                 // answer first and hide that the deadline passed.
                 guard
-                    resolved.withLock({
-                        let first = !$0
-                        $0 = true
-                        return first
-                    })
+                    resolved.setFirst()
                 else { return }
                 task.withLock { $0 }?.cancel()
                 logger.warning(
@@ -129,11 +125,7 @@ extension MessageBus {
                 // The slot is free only when the worker has really stopped, not when its deadline passed.
                 loop.execute { [self] in releaseFetchSlot() }
                 guard
-                    resolved.withLock({
-                        let first = !$0
-                        $0 = true
-                        return first
-                    })
+                    resolved.setFirst()
                 else { return }
                 continuation.resume(returning: Task.isCancelled ? .failed : result)
             }

@@ -147,11 +147,7 @@ public final class MessageBus: @unchecked Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let resumed = Locked(false)
             let resume: @Sendable (Bool) -> Void = { idle in
-                if resumed.withLock({
-                    let first = !$0
-                    $0 = true
-                    return first
-                }) {
+                if resumed.setFirst() {
                     continuation.resume(returning: idle)
                 }
             }
