@@ -7,11 +7,21 @@ public func eventually(
     timeout: Duration = .seconds(60),
     _ condition: @Sendable () async throws -> Bool
 ) async rethrows -> Bool {
+    try await eventuallyValue(timeout: timeout) { try await condition() ? true : nil } ?? false
+}
+
+/// Calls `body` until it returns a value or `timeout` passes, with the bound and pace of ``eventually(timeout:_:)``;
+/// returns the value, or `nil` when there was none in time. For a condition that yields what the test goes on with
+/// (a line of a child's log, a token it printed), or that reads state which is not `Sendable`.
+public func eventuallyValue<T>(
+    timeout: Duration = .seconds(60),
+    _ body: () async throws -> T?
+) async rethrows -> T? {
     let clock = ContinuousClock()
     let end = clock.now + timeout
     while clock.now < end {
-        if try await condition() { return true }
+        if let value = try await body() { return value }
         try? await Task.sleep(for: .milliseconds(2))
     }
-    return try await condition()
+    return try await body()
 }

@@ -202,8 +202,8 @@ struct FaultInjectionTests {
             let crash = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "99"}}}"#
             let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: crash)
             #expect(answer.status == 200, "committed before the handler ran: \(answer.body)")
-            // Polled rather than waitUntilExit(): a test that fails here should say so, not hang.
-            for _ in 0..<3_000 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+            // A bounded wait rather than waitUntilExit(): a test that fails here should say so, not hang.
+            _ = await eventuallyValue { daemon.process.isRunning ? nil : true }
             try #require(!daemon.process.isRunning, "the daemon did not crash; log: \(daemon.log)")
             #expect(daemon.process.terminationReason == .uncaughtSignal && daemon.process.terminationStatus == SIGABRT, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: flag))
@@ -212,7 +212,7 @@ struct FaultInjectionTests {
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
             #expect(echoedToken(restarted)?.token == token)
             let replay = try #require(
-                try await eventuallyValue { () -> JSONValue? in
+                await eventuallyValue { () -> JSONValue? in
                     guard let event = restarted.event() else { return nil }
                     if event["userInfo"]?["crash"] == "yes" { return event }
                     return nil
@@ -238,7 +238,7 @@ struct FaultInjectionTests {
                     directory: directory, arguments: arguments, environment: environment, launcher: ["prlimit", "--core=0", "--"])
             }
             func crashed(_ daemon: DaemonProcess) async throws -> Bool {
-                for _ in 0..<3_000 where daemon.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+                _ = await eventuallyValue { daemon.process.isRunning ? nil : true }
                 return !daemon.process.isRunning && daemon.process.terminationStatus == SIGABRT
             }
             let daemon = try start()
@@ -292,7 +292,7 @@ struct FaultInjectionTests {
             let fixed = try DaemonProcess(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
             let replayed = try #require(
-                try await eventuallyValue { () -> JSONValue? in
+                await eventuallyValue { () -> JSONValue? in
                     guard let event = fixed.event() else { return nil }
                     // (Not `cond ? event : nil`: JSONValue takes the nil literal, as .null, which would end the wait.)
                     if event["userInfo"]?["n"] == "66" { return event }
@@ -334,6 +334,7 @@ struct FaultInjectionTests {
             let before = cpuTicks(pid)
             var knocking: [TestSocketClient] = []
             for _ in 0..<40 { knocking.append(try TestSocketClient(.tcp(host: "127.0.0.1", port: daemon.httpPort))) }
+            // A window of CPU time, not a wait for an outcome: the daemon must stay idle through it.
             try await Task.sleep(for: .seconds(1))
             let ticks = cpuTicks(pid) - before
             knocking.removeAll()

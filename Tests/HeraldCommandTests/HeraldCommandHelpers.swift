@@ -11,13 +11,3 @@ func runHerald(_ arguments: [String], environment: [String: String] = [:], input
 ) {
     try runBuiltExecutable("herald", arguments, environment: environment, input: input)
 }
-
-/// Calls `body` until it returns a value (or 10 s pass); the value, or `nil`.
-func eventuallyValue<T>(_ body: () throws -> T?) async throws -> T? {
-    let end = ContinuousClock.now + .seconds(10)
-    while ContinuousClock.now < end {
-        if let value = try body() { return value }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    return try body()
-}

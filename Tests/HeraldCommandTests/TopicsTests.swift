@@ -141,6 +141,8 @@ struct TopicsTests {
                 try DataDirectoryLock.acquire(directory: directory, owner: owner, wait: .milliseconds(100))
             }
             let started = ContinuousClock.now
+            // The hold is released 300 ms later from another thread; acquire blocks this one meanwhile, so the
+            // delay itself is what the test measures.
             Thread {
                 usleep(300_000)
                 hold.release()

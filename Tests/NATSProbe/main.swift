@@ -18,6 +18,7 @@ final class HandledLog: MessageHandler, @unchecked Sendable {
     init(path: String) { fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o644) }
 
     func didReceive(_ message: RemoteMessage) async throws {
+        // The child's workload, not a wait: 3 ms per message keeps a stream in progress when the test kills it.
         try await Task.sleep(for: .milliseconds(3))
         let line = "\(message.userInfo["n"]?.stringValue ?? "?") \(message.isReplay ? 1 : 0)\n"
         _ = line.withCString { write(fd, $0, strlen($0)) }
