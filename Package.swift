@@ -32,6 +32,8 @@ let package = Package(
         .library(name: "Herald", targets: ["Herald"]),
         .library(name: "HeraldEventLoop", targets: ["HeraldEventLoop"]),
         .library(name: "HeraldJSON", targets: ["HeraldJSON"]),
+        // The HTTP server layer (sessions, routes, limits) under every HTTP listener.
+        .library(name: "HeraldHTTP", targets: ["HeraldHTTP"]),
         // Adapters.
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         .library(name: "HeraldReport", targets: ["HeraldReport"]),
@@ -85,7 +87,7 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
-        // The HTTP/1.1 parser of the HTTP receiver.
+        // The HTTP/1.1 parser of HeraldHTTP's session.
         .systemLibrary(
             name: "CHTTPParser",
             path: "Sources/CHTTPParser",
@@ -115,6 +117,14 @@ let package = Package(
         // The strict JSON parser and writer (JSONValue, JSONObject): the one JSON implementation.
         .target(
             name: "HeraldJSON",
+            swiftSettings: swiftSettings
+        ),
+
+        // The HTTP server layer: requests, responses, the route table, limits, and the HTTP/1.1 session on
+        // http_parser. Protocol-neutral above the session, and nothing of Herald's bus.
+        .target(
+            name: "HeraldHTTP",
+            dependencies: ["HeraldEventLoop", "HeraldJSON", "CHTTPParser"],
             swiftSettings: swiftSettings
         ),
 
@@ -170,7 +180,7 @@ let package = Package(
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
             name: "HeraldHTTPReceiver",
-            dependencies: ["Herald", "CHTTPParser"],
+            dependencies: ["Herald", "HeraldHTTP"],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
@@ -197,6 +207,7 @@ let package = Package(
             name: "HeraldPrometheusMetrics",
             dependencies: [
                 "Herald",
+                "HeraldHTTP",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -362,6 +373,11 @@ let package = Package(
         .testTarget(
             name: "HeraldTestingTests",
             dependencies: ["Herald", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldHTTPTests",
+            dependencies: ["HeraldHTTP", "HeraldTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
