@@ -9,7 +9,7 @@ struct HTTP1SessionTests {
     @Test("pipelined requests answered out of order by an asynchronous handler are written in request order")
     func pipeliningOrder() async throws {
         let handler = EchoHandler()
-        try await withHTTPServer({ handler }) { address, _ async throws in
+        try await withHTTPServer(handler) { address, _ async throws in
             let client = try TestSocketClient(address)
             var text = ""
             for index in 0..<3 {
@@ -34,7 +34,7 @@ struct HTTP1SessionTests {
     func lastRequest() async throws {
         var limits = HTTPServerLimits()
         limits.maximumRequestsPerConnection = 2
-        try await withHTTPServer({ EchoHandler() }, limits: limits) { address, _ async throws in
+        try await withHTTPServer(EchoHandler(), limits: limits) { address, _ async throws in
             let closing = try TestSocketClient(address)
             closing.send("GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /never HTTP/1.1\r\nHost: x\r\n\r\n")
             let one = answers(in: closing.read { _ in false })
@@ -46,7 +46,8 @@ struct HTTP1SessionTests {
             #expect(answers(in: old.read { _ in false }).map(\.status) == [200])
 
             let limited = try TestSocketClient(address)
-            limited.send("GET /echo?1 HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?2 HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?3 HTTP/1.1\r\nHost: x\r\n\r\n")
+            limited.send(
+                "GET /echo?1 HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?2 HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?3 HTTP/1.1\r\nHost: x\r\n\r\n")
             let two = answers(in: limited.read { _ in false })
             #expect(two.map(\.body) == ["GET /echo?1 ", "GET /echo?2 "])
             #expect(two.map { $0.headers["connection"] } == [nil, "close"])
@@ -59,7 +60,7 @@ struct HTTP1SessionTests {
         limits.maximumHeaderBytes = 256
         limits.maximumBodyBytes = 16
         let handler = EchoHandler()
-        try await withHTTPServer({ handler }, limits: limits) { address, _ async throws in
+        try await withHTTPServer(handler, limits: limits) { address, _ async throws in
             let cases: [(String, Int)] = [
                 ("GET /echo HTTP/1.1\r\nHost: x\r\nX-Long: \(String(repeating: "a", count: 300))\r\n\r\n", 431),
                 ("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n", 413),
@@ -86,7 +87,7 @@ struct HTTP1SessionTests {
         var limits = HTTPServerLimits()
         limits.requestTimeout = .milliseconds(300)
         limits.idleTimeout = .seconds(1)
-        try await withHTTPServer({ EchoHandler() }, limits: limits) { address, _ async throws in
+        try await withHTTPServer(EchoHandler(), limits: limits) { address, _ async throws in
             let slow = try TestSocketClient(address)
             slow.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab")
             let read = answers(in: slow.read { answers(in: $0).count >= 1 })
@@ -101,7 +102,7 @@ struct HTTP1SessionTests {
 
     @Test("malformed requests get the handler's answer to the error: 400 with what was wrong, and a close")
     func malformed() async throws {
-        try await withHTTPServer({ EchoHandler() }) { address, _ async throws in
+        try await withHTTPServer(EchoHandler()) { address, _ async throws in
             let cases = [
                 ("nonsense\r\n\r\n", "HPE_"),
                 ("GET /echo HTTP/1.1\r\n\r\n", "Host"),
@@ -123,7 +124,7 @@ struct HTTP1SessionTests {
     @Test("Expect: 100-continue: 100 Continue and the body read, or the handler's refusal from the head and a close")
     func expectContinue() async throws {
         let handler = EchoHandler()
-        try await withHTTPServer({ handler }) { address, _ async throws in
+        try await withHTTPServer(handler) { address, _ async throws in
             let accepted = try TestSocketClient(address)
             accepted.send("POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
             let interim = String(decoding: accepted.read { $0.count >= 25 }, as: UTF8.self)
@@ -146,7 +147,7 @@ struct HTTP1SessionTests {
 
     @Test("curl sending Expect: 100-continue is told to go on, or refused without sending its body")
     func curl() async throws {
-        try await withHTTPServer({ EchoHandler() }) { address, _ async throws in
+        try await withHTTPServer(EchoHandler()) { address, _ async throws in
             guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
             func run(_ path: String) throws -> String {
                 let result = try runExecutable(

@@ -28,7 +28,9 @@ struct HTTPRouterTests {
         return router
     }
 
-    private func ask(_ address: SocketAddress, _ method: String, _ target: String, secret: String? = "s3cret", body: String = "") throws -> Answer? {
+    private func ask(_ address: SocketAddress, _ method: String, _ target: String, secret: String? = "s3cret", body: String = "") throws
+        -> Answer?
+    {
         let client = try TestSocketClient(address)
         let authorization = secret.map { "Authorization: Bearer \($0)\r\n" } ?? ""
         client.send("\(method) \(target) HTTP/1.1\r\nHost: x\r\n\(authorization)Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
@@ -37,7 +39,7 @@ struct HTTPRouterTests {
 
     @Test("literal routes match the path exactly, query aside; parameters and ** match segments; first route wins")
     func matching() async throws {
-        try await withHTTPServer({ Self.router() }) { address, _ async throws in
+        try await withHTTPServer(Self.router()) { address, _ async throws in
             #expect(try ask(address, "POST", "/v1/things/exact", body: "b")?.body == "exact 0 b")
             #expect(try ask(address, "POST", "/v1/things/exact?x=1", body: "b")?.body == "exact 0 b")
             #expect(try ask(address, "POST", "/v1/things/other")?.body == "thing other")
@@ -55,7 +57,7 @@ struct HTTPRouterTests {
 
     @Test("authorize is asked before every route but open ones, and before 404, so routes cannot be mapped without it")
     func authorization() async throws {
-        try await withHTTPServer({ Self.router() }) { address, _ async throws in
+        try await withHTTPServer(Self.router()) { address, _ async throws in
             #expect(try ask(address, "GET", "/healthz", secret: nil)?.status == 200)
             #expect(try ask(address, "POST", "/v1/things/x", secret: nil)?.status == 401)
             #expect(try ask(address, "POST", "/v1/things/exact", secret: "wrong")?.status == 401)
@@ -65,12 +67,14 @@ struct HTTPRouterTests {
 
     @Test("from the head (Expect: 100-continue): refusals answered without the body, routes that read it go on")
     func fromTheHead() async throws {
-        try await withHTTPServer({ Self.router() }) { address, _ async throws in
+        try await withHTTPServer(Self.router()) { address, _ async throws in
             for (target, secret, interim, status) in [
                 ("/v1/things/x", "s3cret", true, 200), ("/v1/things/x", "wrong", false, 401), ("/nowhere", "s3cret", false, 404),
             ] {
                 let client = try TestSocketClient(address)
-                client.send("POST \(target) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(secret)\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+                client.send(
+                    "POST \(target) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(secret)\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+                )
                 let first = String(decoding: client.read { $0.count >= 12 }, as: UTF8.self)
                 #expect(first.hasPrefix("HTTP/1.1 100 Continue") == interim, "\(target) \(secret): \(first)")
                 if interim { client.send("ok") }
@@ -79,7 +83,8 @@ struct HTTPRouterTests {
             }
             // GET with a body to a route that does not read it: answered from the head.
             let client = try TestSocketClient(address)
-            client.send("GET /v1/things/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+            client.send(
+                "GET /v1/things/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
             #expect(answers(in: client.read { answers(in: $0).count >= 1 }).map(\.status) == [405])
         }
     }

@@ -4,11 +4,11 @@ import HeraldHTTP
 import HeraldTesting
 import Testing
 
-/// Serves the handler `makeHandler` makes for each connection (on the loop thread) with HeraldHTTP's HTTP/1.1
+/// Serves the handler `makeHandler` gives for each connection (evaluated on the loop thread, per connection) with HeraldHTTP's HTTP/1.1
 /// session on a loopback port of its own, on a loop of its own, for the length of `body`; then checks that the
 /// loop let every handle go.
 func withHTTPServer(
-    _ makeHandler: @escaping @Sendable () -> any HTTPRequestHandler, limits: HTTPServerLimits = HTTPServerLimits(),
+    _ makeHandler: @autoclosure @escaping @Sendable () -> any HTTPRequestHandler, limits: HTTPServerLimits = HTTPServerLimits(),
     _ body: (SocketAddress, EventLoop) async throws -> Void
 ) async throws {
     let loop = EventLoop(name: "http-test")

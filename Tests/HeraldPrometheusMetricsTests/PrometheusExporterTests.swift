@@ -191,7 +191,8 @@ struct PrometheusExporterLimitTests {
         try await herald.start()
         let address = try #require(try await exporter.listeningAddress())
         #expect(
-            try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").head
+            try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .head
                 .hasPrefix("HTTP/1.1 200"))
         await herald.shutdown()
     }
