@@ -15,6 +15,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     unowned let receiver: HTTPReceiver
     /// `/v1/projects/{project}/messages:send` for this instance's project: the route nearly every request takes.
     let sendPath: String
+    /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
+    private let sendPathBytes: [UInt8]
     private let router = HTTPRouter()
 
     init(receiver: HTTPReceiver, context: PluginContext) {
@@ -22,10 +24,19 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         self.options = receiver.options
         self.context = context
         self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
+        self.sendPathBytes = Array(sendPath.utf8)
         addRoutes()
     }
 
-    func handle(_ request: HTTPRequest, responder: HTTPResponder) { router.handle(request, responder: responder) }
+    func handle(_ request: HTTPRequest, responder: HTTPResponder) {
+        // The request nearly every request is, recognised from its bytes before the route table, which would find
+        // the same route (the second) at some cost.
+        if request.method == .post, request.targetBytes == sendPathBytes {
+            if let refusal = authorization(request) { return responder.respond(refusal) }
+            return send(request, project: context.projectID, responder: responder)
+        }
+        router.handle(request, responder: responder)
+    }
 
     func handleHead(_ request: HTTPRequest, responder: HTTPResponder) -> Bool { router.handleHead(request, responder: responder) }
 
@@ -46,13 +57,7 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     private func addRoutes() {
         // The router is this API's alone and is only called through it, so the routes' references to the API are
         // valid whenever they run: unowned(unsafe), as checking them (swift_unownedRetainStrong) cost on every request.
-        router.authorize = { [unowned(unsafe) self] request in
-            guard receiver.authorized(request.headers.value(of: "authorization")) else {
-                let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
-                return .json(401, body, headers: [("WWW-Authenticate", "Bearer")])
-            }
-            return nil
-        }
+        router.authorize = { [unowned(unsafe) self] request in authorization(request) }
         router.add(.get, "/healthz", open: true) { [unowned(unsafe) self] _, _, responder in
             let ready = !context.bus.isDraining
             respond(responder, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")])
@@ -93,6 +98,15 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         }
     }
 
+    /// 401 unless the request carries the bearer secret.
+    private func authorization(_ request: HTTPRequest) -> HTTPResponse? {
+        guard receiver.authorized(request.headers.value(of: "authorization")) else {
+            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
+            return .json(401, body, headers: [("WWW-Authenticate", "Bearer")])
+        }
+        return nil
+    }
+
     /// Answers with `body` as JSON (`nil`: no body, no `Content-Type`).
     func respond(_ responder: HTTPResponder, status: Int, body: JSONValue?, extraHeaders: [(name: String, value: String)] = []) {
         guard let body else { return responder.respond(HTTPResponse(status: status, headers: extraHeaders)) }
@@ -121,8 +135,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             return
         }
-        context.bus.submit(request.body, SendContext(forwarder: options.forwarder)) { [weak self] outcome in
-            guard let self else { return }
+        // The API is captured strongly: it outlives the bus's answer anyway, and a weak reference would cost a
+        // side-table lookup on every request.
+        context.bus.submit(request.body, SendContext(forwarder: options.forwarder)) { outcome in
             switch outcome {
             case .accepted(let id):
                 // The answer's bytes written straight from the project and the ID, no JSONValue.

@@ -419,27 +419,40 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     }
 
     /// The answer as HTTP/1.1 writes it: status line, `Content-Type`, `Content-Length`, the other fields,
-    /// `Connection: close` when it is the last, and the body. Bytes are copied from contiguous storage, never
-    /// appended through a generic view (which made this a tenth of the framing's cost).
+    /// `Connection: close` when it is the last, and the body. The head is written into a buffer on the stack and
+    /// appended once: appending each piece to the array cost more than the rest of the answer.
     static func append(_ response: HTTPResponse, close: Bool, to output: inout [UInt8]) {
-        output.appendASCII("HTTP/1.1 ")
-        output.appendDecimal(response.status)
-        output.append(UInt8(ascii: " "))
-        output.appendUTF8(HTTPStatus.reasonPhrase(response.status))
-        if let type = response.contentType {
-            output.appendASCII("\r\nContent-Type: ")
-            output.appendUTF8(type)
+        var capacity = 512
+        while true {
+            let written = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+                var head = HeadWriter(buffer)
+                head.write("HTTP/1.1 ")
+                head.write(decimal: response.status)
+                head.write(" ")
+                head.write(HTTPStatus.reasonPhrase(response.status))
+                if let type = response.contentType {
+                    head.write("\r\nContent-Type: ")
+                    head.write(type)
+                }
+                head.write("\r\nContent-Length: ")
+                head.write(decimal: response.body.count)
+                for field in response.headers {
+                    head.write("\r\n")
+                    head.write(field.name)
+                    head.write(": ")
+                    head.write(field.value)
+                }
+                if close { head.write("\r\nConnection: close") }
+                head.write("\r\n\r\n")
+                guard head.count <= buffer.count else {
+                    capacity = head.count
+                    return false
+                }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<head.count]))
+                return true
+            }
+            if written { break }
         }
-        output.appendASCII("\r\nContent-Length: ")
-        output.appendDecimal(response.body.count)
-        for field in response.headers {
-            output.appendASCII("\r\n")
-            output.appendUTF8(field.name)
-            output.appendASCII(": ")
-            output.appendUTF8(field.value)
-        }
-        if close { output.appendASCII("\r\nConnection: close") }
-        output.appendASCII("\r\n\r\n")
         output.append(contentsOf: response.body)
     }
 
@@ -535,32 +548,45 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     }()
 }
 
-extension [UInt8] {
-    /// Appends a literal's bytes.
-    fileprivate mutating func appendASCII(_ text: StaticString) {
-        append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+/// Writes a head's bytes into a buffer, counting what does not fit (the caller tries again with room for it).
+private struct HeadWriter {
+    let buffer: UnsafeMutableBufferPointer<UInt8>
+    /// The bytes written, and those that did not fit.
+    var count = 0
+
+    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+
+    mutating func write(_ text: StaticString) {
+        copy(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    /// Appends a string's UTF-8 bytes from its contiguous storage.
-    fileprivate mutating func appendUTF8(_ text: String) {
+    mutating func write(_ text: String) {
         var text = text
-        text.withUTF8 { append(contentsOf: $0) }
+        text.withUTF8 { copy(UnsafeRawBufferPointer($0)) }
     }
 
-    /// Appends a non-negative number in decimal, without making a `String` of it.
-    fileprivate mutating func appendDecimal(_ value: Int) {
+    /// A non-negative number in decimal.
+    mutating func write(decimal value: Int) {
         var digits = 1
         var rest = value / 10
         while rest > 0 {
             digits += 1
             rest /= 10
         }
-        let start = count
-        append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digits))
+        defer { count += digits }
+        guard count + digits <= buffer.count, let base = buffer.baseAddress else { return }
         rest = value
-        for index in stride(from: start + digits - 1, through: start, by: -1) {
-            self[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+        var index = count + digits
+        repeat {
+            index -= 1
+            base[index] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
             rest /= 10
-        }
+        } while index > count
+    }
+
+    private mutating func copy(_ bytes: UnsafeRawBufferPointer) {
+        defer { count += bytes.count }
+        guard count + bytes.count <= buffer.count, let base = buffer.baseAddress, let source = bytes.baseAddress else { return }
+        UnsafeMutableRawPointer(base + count).copyMemory(from: source, byteCount: bytes.count)
     }
 }
