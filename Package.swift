@@ -387,7 +387,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldHTTPReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

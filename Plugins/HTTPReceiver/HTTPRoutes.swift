@@ -1,3 +1,4 @@
+import Glibc
 import Herald
 
 // The API routes of an HTTP connection: the route table, `/healthz`, authorization, FCM v1 sends and APNs
@@ -34,7 +35,9 @@ extension HTTPSession {
                 sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
             return true
         }
-        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return true }
+        // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
+        let apnsAuthorizes = receiver.apnsTokens != nil && pathOnly.hasPrefix("/3/device/")
+        guard apnsAuthorizes || authorize(sequence: sequence, keepAlive: keepAlive) else { return true }
         if method == "POST", pathOnly == sendPath {
             // The request nearly every request is: no splitting of the path.
             guard !headOnly else { return false }
@@ -101,25 +104,54 @@ extension HTTPSession {
         }
     }
 
-    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id`,
-    /// or APNs' status and `{"reason": ...}`.
+    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id` (the
+    /// sender's, or a new UUID) and `apns-unique-id`, or APNs' status and `{"reason": ...}` with `apns-id`. With provider
+    /// keys configured, the request needs a provider token (or the bearer secret, when one is set): 403 otherwise.
     private func routeAPNs(method: String, deviceToken: String, sequence: Int, keepAlive: Bool) {
-        guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: ["reason": "MethodNotAllowed"], close: !keepAlive)
-            return
+        let given = headers.value(of: "apns-id")
+        let apnsID = given.flatMap { try? APNsHeaders.parse(["apns-id": $0]).id } ?? Self.randomUUID()
+        func refuse(_ status: Int, _ reason: String) {
+            respond(sequence: sequence, status: status, body: ["reason": .string(reason)], extraHeaders: ["apns-id: \(apnsID)"], close: !keepAlive)
+        }
+        guard method == "POST" else { return refuse(405, "MethodNotAllowed") }
+        if let tokens = receiver.apnsTokens {
+            let authorization = headers.value(of: "authorization")
+            if receiver.options.secret == nil || !receiver.authorized(authorization) {
+                do {
+                    try tokens.verify(authorization: authorization, now: Int64(time(nil)))
+                } catch {
+                    return refuse(403, error.rawValue)
+                }
+            }
         }
         let format = SendContext.Format.apns(headers: headers.dictionary(), deviceToken: deviceToken)
-        context.bus.submit(body, SendContext(format: format)) { [weak self] outcome in
+        context.bus.submit(body, SendContext(format: format, messageID: given == nil ? apnsID : nil)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
             case .accepted(let id):
-                self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
+                self.respond(
+                    sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)", "apns-unique-id: \(Self.randomUUID())"],
+                    close: !keepAlive)
             case .invalid(let error), .refused(let error):
                 self.respond(
                     sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)],
-                    close: !keepAlive)
+                    extraHeaders: ["apns-id: \(apnsID)"], close: !keepAlive)
             }
         }
+    }
+
+    /// A random (version 4) UUID in its canonical lower-case form, as APNs writes `apns-id`.
+    static func randomUUID() -> String {
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        bytes[6] = bytes[6] & 0x0F | 0x40
+        bytes[8] = bytes[8] & 0x3F | 0x80
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        for (index, byte) in bytes.enumerated() {
+            if [4, 6, 8, 10].contains(index) { text.append(UInt8(ascii: "-")) }
+            text += [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// The HTTP status APNs answers a reason with.

@@ -119,8 +119,9 @@ final class CurlTransfer: @unchecked Sendable {
     /// One line of the response head (curl's header callback): a status line starts the fields anew (after a
     /// `100 Continue`), the empty line is skipped, a line starting with a space continues the field before it.
     private func received(headerLine bytes: UnsafeRawBufferPointer) {
-        var line = String(decoding: bytes, as: UTF8.self)
-        while line.hasSuffix("\n") || line.hasSuffix("\r") { line.removeLast() }
+        var end = bytes.count
+        while end > 0, bytes[end - 1] == UInt8(ascii: "\n") || bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        let line = String(decoding: bytes[..<end], as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             headers = []
         } else if let first = line.first, first == " " || first == "\t", !headers.isEmpty {

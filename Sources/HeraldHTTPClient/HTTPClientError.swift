@@ -66,8 +66,12 @@ public enum HTTPClientError: Error, Sendable, Equatable, CustomStringConvertible
             self = .tlsFailed(url, detail: detail)
         case CURLE_FILESIZE_EXCEEDED:
             self = .responseTooLarge(url, limit: limit)
+        case CURLE_RECV_ERROR where detail.contains("chunked-encoding"):
+            // curl reports a broken chunked framing as a receive error; the connection did not fail.
+            self = .malformedResponse(url, detail: detail)
         case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_PARTIAL_FILE:
             self = .connectionLost(url, detail: detail)
+        // The URL was checked before: an unsupported protocol here is an answer in none (HTTP/0.9, a bad status line).
         case CURLE_UNSUPPORTED_PROTOCOL, CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_BAD_CONTENT_ENCODING, CURLE_HTTP_RETURNED_ERROR:
             self = .malformedResponse(url, detail: detail)
         default:

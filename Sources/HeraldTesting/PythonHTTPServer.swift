@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// Certificates for TLS tests, made with the `openssl` command in a directory of the test's: a test CA, a server
 /// certificate it signed for `127.0.0.1`, `::1` and `localhost`, and a self-signed certificate for the same names

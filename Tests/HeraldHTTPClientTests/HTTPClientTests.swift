@@ -203,7 +203,8 @@ struct HTTPClientTests {
     func malformed() async throws {
         let replies: [String: String] = [
             "/garbage": "SSH-2.0-OpenSSH_9.6\r\n\r\n",
-            "/bad-length": "HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nab",
+            "/bad-length": "HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\nab",
+            "/bad-status": "HTTP/1.1 2000 OK\r\n\r\n",
             "/bad-chunk": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         ]
         let server = try await RawServer.start { path in replies[path] ?? "" }
@@ -213,7 +214,11 @@ struct HTTPClientTests {
             await #expect {
                 _ = try await client.request("GET", "http://127.0.0.1:\(server.port)\(path)")
             } throws: { error in
-                if case .malformedResponse = error as? HTTPClientError { true } else { Issue.record("\(path): \(error)"); return false }
+                guard case .malformedResponse = error as? HTTPClientError else {
+                    Issue.record("\(path): \(error)")
+                    return false
+                }
+                return true
             }
         }
         await #expect {
