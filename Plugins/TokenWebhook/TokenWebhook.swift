@@ -134,6 +134,9 @@ public final class TokenWebhook: TokenHandler, Sendable {
                     "secret", value: "(hidden)", reason: "the bearer secret must be non-empty visible ASCII, with no spaces or line ends")
             }
         }
+        if let caFile = options.caFile, access(caFile, R_OK) != 0 {
+            throw TokenWebhookError.invalidOption("caFile", value: caFile, reason: "cannot read it: \(String(cString: strerror(errno)))")
+        }
         guard options.timeout > .zero else {
             throw TokenWebhookError.invalidOption("timeout", value: "\(options.timeout)", reason: "must be more than zero")
         }

@@ -1,4 +1,5 @@
 import CCurl
+import CLibUV
 import HeraldEventLoop
 
 /// One request as a curl easy handle, and its response as it arrives. The easy handle and the response are used on
@@ -142,7 +143,13 @@ final class CurlTransfer: @unchecked Sendable {
             if tooLarge {
                 return finish(.failure(HTTPClientError.responseTooLarge(url, limit: maximumResponseBytes)))
             }
-            let detail = String(cString: errorBuffer)
+            var detail = String(cString: errorBuffer)
+            var systemError = 0
+            if herald_curl_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &systemError) == CURLE_OK, systemError > 0 {
+                // curl's words do not always name the system's error (connection refused, unreachable, reset).
+                let code = Int32(-systemError)
+                detail += " (\(String(cString: uv_err_name(code))): \(String(cString: uv_strerror(code))))"
+            }
             return finish(.failure(HTTPClientError(code: code, url: url, detail: detail, timeout: timeout, limit: maximumResponseBytes)))
         }
         var status = 0

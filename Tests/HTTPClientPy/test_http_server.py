@@ -8,6 +8,7 @@ Serves on 127.0.0.1, in clear or over TLS (--cert, --key), keeps connections ope
     /status/N      status N (a Retry-After header when --retry-after is given), a short body
     /bytes/N       200 with N bytes of body (Content-Length)
     /chunked/N     200 with N bytes of body, chunked
+    /.../messages:send   200 with an FCM answer ({"name": ...}) and the Authorization header it got
     /slow          answers after 30 s
 """
 import argparse
@@ -72,6 +73,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n" % piece + b"y" * piece + b"\r\n")
                 sent += piece
             self.wfile.write(b"0\r\n\r\n")
+        elif path.endswith("/messages:send"):
+            self.answer(200, json.dumps({"name": "projects/demo/messages/42", "bearer": self.headers.get("Authorization")}).encode())
         elif path == "/slow":
             time.sleep(30)
             self.answer(200, b"{}")

@@ -183,7 +183,8 @@ struct HTTPClientTests {
         await #expect {
             _ = try await client.request("GET", "http://127.0.0.1:\(unused)/")
         } throws: { error in
-            if case .connectFailed = error as? HTTPClientError { true } else { false }
+            guard case .connectFailed(_, let detail) = error as? HTTPClientError else { return false }
+            return detail.contains("ECONNREFUSED")
         }
         await #expect {
             _ = try await client.request("GET", "http://no-such-host.invalid/")

@@ -275,6 +275,30 @@ struct TokenWebhookTests {
         #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, abandoned: 1, lastStatus: 500))
     }
 
+    @Test("https: delivered to a server whose certificate the CA file trusts; an untrusted certificate is retried, never sent to")
+    func https() async throws {
+        try await withTemporaryDirectory { directory in
+            let certificates = try TestCertificates(in: directory)
+            let trusted = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            defer { trusted.stop() }
+            let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
+            defer { untrusted.stop() }
+
+            let (herald, webhook) = try await startHerald(.init(url: "\(trusted.baseURL)/echo", secret: "s3cret", caFile: certificates.caFile))
+            #expect(await eventually { webhook.statistics.delivered == 1 })
+            #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 1, delivered: 1, lastStatus: 200))
+            await finish(herald)
+
+            let (refusing, refused) = try await startHerald(
+                .init(
+                    url: "\(untrusted.baseURL)/echo", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20),
+                    caFile: certificates.caFile))
+            #expect(await eventually { refused.statistics.attempts >= 3 })
+            #expect(refused.statistics.delivered == 0 && refused.statistics.lastStatus == nil, "no request got through")
+            await finish(refusing)
+        }
+    }
+
     @Test("options Herald cannot use are refused at init; https URLs and host names are accepted")
     func badOptions() {
         func refusal(_ options: TokenWebhook.Options) -> String? {
@@ -286,7 +310,8 @@ struct TokenWebhookTests {
             }
         }
         #expect(refusal(.init(url: "https://push.example.com/token")) == nil)
-        #expect(refusal(.init(url: "http://push.example.com/token", caFile: "/etc/ssl/private-ca.pem")) == nil)
+        #expect(refusal(.init(url: "http://push.example.com/token", caFile: "/etc/hostname")) == nil)
+        #expect(refusal(.init(url: "https://push.example.com/token", caFile: "/no/such/ca.pem"))?.contains("cannot read") == true)
         #expect(refusal(.init(url: "ftp://push.example.com/token"))?.contains("http://") == true)
         #expect(refusal(.init(url: "https://user:pw@push.example.com/token"))?.contains("user information") == true)
         #expect(refusal(.init(url: "http://127.0.0.1:70000/token")) != nil)

@@ -1,0 +1,30 @@
+import Foundation
+import HeraldTesting
+import Testing
+
+@Suite("herald send over https")
+struct SendOverHTTPSTests {
+    @Test("https URLs: sent when --ca-file trusts the server's certificate, refused with a certificate error otherwise")
+    func https() throws {
+        try withTemporaryDirectory { directory in
+            let certificates = try TestCertificates(in: directory)
+            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            defer { server.stop() }
+            let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
+
+            let sent = try runHerald(
+                ["send", "--http", "\(server.baseURL)/", "--ca-file", certificates.caFile] + message, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
+            #expect(sent.status == 0, "\(sent.output)\(sent.error)")
+            #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
+            #expect(sent.output.contains("Bearer s3cret"), "the bearer secret went along: \(sent.output)")
+
+            let untrusted = try runHerald(["send", "--http", server.baseURL] + message)
+            #expect(untrusted.status != 0)
+            #expect(untrusted.error.contains("is not trusted"), "\(untrusted.error)")
+
+            let badURL = try runHerald(["send", "--http", "ftp://localhost:\(server.port)"] + message)
+            #expect(badURL.status != 0)
+            #expect(badURL.error.contains("--http must be HOST:PORT or an http:// or https:// URL"), "\(badURL.error)")
+        }
+    }
+}
