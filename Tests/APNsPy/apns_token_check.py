@@ -83,7 +83,7 @@ def main():
         check("the scheme in capitals", push(f"Bearer {token()}"), 200)
         check("the bearer secret", push(f"bearer {args.secret}"), 200)
         check("no authorization", push(None, apns_id=given), 403, "MissingProviderToken", apns_id=given)
-        check("an empty bearer", push("bearer "), 403, "MissingProviderToken")
+        check("a bearer without a token", push("bearer"), 403, "MissingProviderToken")
         check("another scheme", push(f"Basic {args.secret}"), 403, "MissingProviderToken")
         check("issued 61 minutes ago", push(f"bearer {token(iat=int(time.time()) - 3660)}"), 403, "ExpiredProviderToken")
         check("signed by another key", push(f"bearer {token(key=stranger)}"), 403, "InvalidProviderToken")
