@@ -13,7 +13,9 @@ public struct APNsProviderKey: Sendable {
     /// A key from its PEM text: the P-256 public key (`BEGIN PUBLIC KEY`) or the `.p8` private key Apple hands out
     /// (`BEGIN PRIVATE KEY`; only its public half is kept). Throws ``APNsProviderKeyError``.
     public init(keyID: String, teamID: String, pem: String) throws(APNsProviderKeyError) {
-        guard !keyID.isEmpty, !teamID.isEmpty else { throw APNsProviderKeyError(keyID: keyID, reason: "the key ID and team ID must not be empty") }
+        guard !keyID.isEmpty, !teamID.isEmpty else {
+            throw APNsProviderKeyError(keyID: keyID, reason: "the key ID and team ID must not be empty")
+        }
         if let key = try? P256.Signing.PublicKey(pemRepresentation: pem) {
             publicKey = key
         } else if let key = try? P256.Signing.PrivateKey(pemRepresentation: pem) {

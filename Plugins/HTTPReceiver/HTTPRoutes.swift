@@ -111,7 +111,9 @@ extension HTTPSession {
         let given = headers.value(of: "apns-id")
         let apnsID = given.flatMap { try? APNsHeaders.parse(["apns-id": $0]).id } ?? Self.randomUUID()
         func refuse(_ status: Int, _ reason: String) {
-            respond(sequence: sequence, status: status, body: ["reason": .string(reason)], extraHeaders: ["apns-id: \(apnsID)"], close: !keepAlive)
+            respond(
+                sequence: sequence, status: status, body: ["reason": .string(reason)], extraHeaders: ["apns-id: \(apnsID)"],
+                close: !keepAlive)
         }
         guard method == "POST" else { return refuse(405, "MethodNotAllowed") }
         if let tokens = receiver.apnsTokens {

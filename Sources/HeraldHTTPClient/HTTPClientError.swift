@@ -72,7 +72,8 @@ public enum HTTPClientError: Error, Sendable, Equatable, CustomStringConvertible
         case CURLE_GOT_NOTHING, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_PARTIAL_FILE:
             self = .connectionLost(url, detail: detail)
         // The URL was checked before: an unsupported protocol here is an answer in none (HTTP/0.9, a bad status line).
-        case CURLE_UNSUPPORTED_PROTOCOL, CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_BAD_CONTENT_ENCODING, CURLE_HTTP_RETURNED_ERROR:
+        case CURLE_UNSUPPORTED_PROTOCOL, CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_BAD_CONTENT_ENCODING,
+            CURLE_HTTP_RETURNED_ERROR:
             self = .malformedResponse(url, detail: detail)
         default:
             self = .failed(url, detail: detail)

@@ -30,7 +30,9 @@ public struct TestCertificates: Sendable {
         let names = ["-addext", "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost"]
         try openssl(newKey + ["-keyout", "\(directory)/ca-key.pem", "-out", caFile, "-subj", "/CN=Herald Test CA"])
         try openssl(
-            newKey + ["-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-keyout", keyFile, "-out", certificateFile, "-subj", "/CN=localhost"]
+            newKey + [
+                "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-keyout", keyFile, "-out", certificateFile, "-subj", "/CN=localhost",
+            ]
                 + names)
         try openssl(newKey + ["-keyout", untrustedKeyFile, "-out", untrustedCertificateFile, "-subj", "/CN=localhost"] + names)
     }

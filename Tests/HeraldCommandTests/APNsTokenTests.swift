@@ -10,7 +10,8 @@ struct APNsTokenTests {
         try await withTemporaryDirectory { directory in
             let key = "\(directory)/AuthKey_KEY1234567.p8"
             let made = try runExecutable(
-                URL(fileURLWithPath: "/usr/bin/env"), ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key])
+                URL(fileURLWithPath: "/usr/bin/env"),
+                ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key])
             try #require(made.status == 0, "\(made.error)")
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
@@ -38,7 +39,10 @@ struct APNsTokenTests {
             #expect(badForm.status == 64)
             #expect(badForm.error.contains("KEYID:TEAMID:PATH"), "\(badForm.error)")
             let missing = try runHerald(
-                ["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none", "--apns-key", "KEY1234567:TEAM123456:\(directory)/none.p8"])
+                [
+                    "serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none", "--apns-key",
+                    "KEY1234567:TEAM123456:\(directory)/none.p8",
+                ])
             #expect(missing.status == 1)
             #expect(missing.error.contains("APNs provider key KEY1234567: cannot read \(directory)/none.p8"), "\(missing.error)")
             try "not a key\n".write(toFile: "\(directory)/bad.p8", atomically: true, encoding: .utf8)

@@ -13,7 +13,8 @@ struct SendOverHTTPSTests {
             let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
 
             let sent = try runHerald(
-                ["send", "--http", "\(server.baseURL)/", "--ca-file", certificates.caFile] + message, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
+                ["send", "--http", "\(server.baseURL)/", "--ca-file", certificates.caFile] + message,
+                environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(sent.status == 0, "\(sent.output)\(sent.error)")
             #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
             #expect(sent.output.contains("Bearer s3cret"), "the bearer secret went along: \(sent.output)")

@@ -166,7 +166,8 @@ struct HTTPClientTests {
         let chunkedExact = try await client.request("GET", "\(server.baseURL)/chunked/9000", maximumResponseBytes: 9000)
         #expect(chunkedExact.body.count == 9000)
         for path in ["/bytes/1001", "/chunked/9001", "/chunked/100000"] {
-            await #expect(throws: HTTPClientError.responseTooLarge("\(server.baseURL)\(path)", limit: path == "/bytes/1001" ? 1000 : 9000)) {
+            await #expect(throws: HTTPClientError.responseTooLarge("\(server.baseURL)\(path)", limit: path == "/bytes/1001" ? 1000 : 9000))
+            {
                 _ = try await client.request("GET", "\(server.baseURL)\(path)", maximumResponseBytes: path == "/bytes/1001" ? 1000 : 9000)
             }
         }
@@ -195,7 +196,9 @@ struct HTTPClientTests {
             _ = try await client.request("POST", "http://127.0.0.1:\(unused)/", headers: [("X-A", "b\r\nX-Evil: 1")])
         }
         await #expect(throws: HTTPClientError.self) { _ = try await client.request("PO ST", "http://127.0.0.1:\(unused)/") }
-        await #expect(throws: HTTPClientError.self) { _ = try await client.request("GET", "http://127.0.0.1:\(unused)/", headers: [("X A", "b")]) }
+        await #expect(throws: HTTPClientError.self) {
+            _ = try await client.request("GET", "http://127.0.0.1:\(unused)/", headers: [("X A", "b")])
+        }
         await #expect(throws: HTTPClientError.self) { _ = try await client.request("GET", "gopher://127.0.0.1/") }
         await finish(loop)
     }

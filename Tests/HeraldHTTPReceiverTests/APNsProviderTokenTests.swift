@@ -81,7 +81,9 @@ struct APNsProviderTokenTests {
         let fromPrivate = try APNsProviderKey(keyID: "KEY1234567", teamID: "TEAM123456", pem: key.pemRepresentation)
         let verifier = try verifier([fromPrivate])
         #expect(refusal("bearer " + (try providerToken(key: key, issuedAt: now)), verifier: verifier) == nil)
-        #expect(throws: APNsProviderKeyError.self) { try APNsProviderKey(keyID: "K", teamID: "T", pem: "-----BEGIN PUBLIC KEY-----\nAAAA\n") }
+        #expect(throws: APNsProviderKeyError.self) {
+            try APNsProviderKey(keyID: "K", teamID: "T", pem: "-----BEGIN PUBLIC KEY-----\nAAAA\n")
+        }
         #expect(throws: APNsProviderKeyError.self) {
             try APNsProviderKey(keyID: "K", teamID: "T", pem: P384.Signing.PrivateKey().publicKey.pemRepresentation)
         }
@@ -107,7 +109,8 @@ struct APNsProviderTokenTests {
                     + request("POST", "/3/device/\(device)", body: alert, headers: ["apns-id": id])
                     + request("POST", "/3/device/\(device)", body: alert, headers: ["authorization": "bearer \(expired)"])
                     + request("POST", "/3/device/\(device)", body: alert, headers: ["authorization": "bearer guess"])
-                    + request("POST", "/v1/projects/demo/messages:send", body: #"{"message": {"token": "\#(device)"}}"#,
+                    + request(
+                        "POST", "/v1/projects/demo/messages:send", body: #"{"message": {"token": "\#(device)"}}"#,
                         headers: ["authorization": "bearer \(good)"]))
             let answers = responses(in: client.read { responses(in: $0).count >= 6 })
             #expect(answers.map(\.status) == [200, 200, 403, 403, 403, 401])
@@ -116,7 +119,9 @@ struct APNsProviderTokenTests {
             #expect(answers[1].headers["apns-id"]?.count == 36, "a new UUID when the sender gives none")
             #expect(answers[2].headers["apns-id"] == id.lowercased(), "errors carry apns-id too")
             #expect(
-                answers[2...4].map { $0.body?["reason"]?.stringValue } == ["MissingProviderToken", "ExpiredProviderToken", "InvalidProviderToken"])
+                answers[2...4].map { $0.body?["reason"]?.stringValue } == [
+                    "MissingProviderToken", "ExpiredProviderToken", "InvalidProviderToken",
+                ])
             try await herald.waitUntilIdle()
             #expect(collected.messages.withLock { $0.map(\.messageID) } == [id.lowercased(), answers[1].headers["apns-id"]])
         }
@@ -126,8 +131,10 @@ struct APNsProviderTokenTests {
     func base64URL() {
         for count in 0..<40 {
             let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 * 37 + 251) }
-            let encoded = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-                .replacingOccurrences(of: "=", with: "")
+            let encoded = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(
+                of: "/", with: "_"
+            )
+            .replacingOccurrences(of: "=", with: "")
             #expect(APNsTokenVerifier.base64URLDecoded(Substring(encoded)) == bytes)
         }
         #expect(APNsTokenVerifier.base64URLDecoded("A") == nil, "a length no encoding has")

@@ -284,7 +284,8 @@ struct TokenWebhookTests {
             let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
             defer { untrusted.stop() }
 
-            let (herald, webhook) = try await startHerald(.init(url: "\(trusted.baseURL)/echo", secret: "s3cret", caFile: certificates.caFile))
+            let (herald, webhook) = try await startHerald(
+                .init(url: "\(trusted.baseURL)/echo", secret: "s3cret", caFile: certificates.caFile))
             #expect(await eventually { webhook.statistics.delivered == 1 })
             #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 1, delivered: 1, lastStatus: 200))
             await finish(herald)
