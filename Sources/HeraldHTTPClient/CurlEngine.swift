@@ -55,8 +55,8 @@ final class CurlEngine: @unchecked Sendable {
         loop.preconditionInEventLoop()
         guard let easy = transfer.easy, transfers.removeValue(forKey: easy) != nil else { return }  // add() will see the flag
         if let multi { curl_multi_remove_handle(multi, easy) }
+        count(connectionsOpened: transfer.connectionsOpened)
         transfer.finish(.failure(CancellationError()))
-        count()
     }
 
     /// Ends every transfer with `EventLoopError.shutDown`, closes the kept connections, the watched sockets and the
@@ -190,8 +190,9 @@ final class CurlEngine: @unchecked Sendable {
             let result = herald_curl_message_result(message)
             guard let transfer = transfers.removeValue(forKey: easy) else { continue }
             curl_multi_remove_handle(multi, easy)
-            transfer.complete(result)
+            // Counted first: the statistics are current once the awaiting task has its answer.
             count(connectionsOpened: transfer.connectionsOpened)
+            transfer.complete(result)
         }
     }
 

@@ -26,8 +26,6 @@ final class CurlTransfer: @unchecked Sendable {
     private var body: [UInt8] = []
     private var tooLarge = false
     private var finished = false
-    /// The connections curl opened for this transfer (0 when it reused one).
-    private(set) var connectionsOpened = 0
 
     init(request: PreparedRequest, timeout: Duration, maximumResponseBytes: Int) {
         self.request = request
@@ -132,12 +130,17 @@ final class CurlTransfer: @unchecked Sendable {
         }
     }
 
+    /// The connections curl opened for this transfer so far (0 when it reused one). Loop thread.
+    var connectionsOpened: Int {
+        var opened = 0
+        if let easy { _ = herald_curl_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &opened) }
+        return opened
+    }
+
     /// Ends the transfer with curl's result, once the engine has taken it out of the multi handle. Loop thread.
     func complete(_ code: CURLcode) {
         guard let easy else { return }
-        var opened = 0
-        _ = herald_curl_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &opened)
-        connectionsOpened = opened
+        let opened = connectionsOpened
         guard code == CURLE_OK else {
             let url = request.url.description
             if tooLarge {

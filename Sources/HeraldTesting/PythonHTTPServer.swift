@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Certificates for TLS tests, made with the `openssl` command in a directory of the test's: a test CA, a server
 /// certificate it signed for `127.0.0.1`, `::1` and `localhost`, and a self-signed certificate for the same names
@@ -46,7 +46,8 @@ public struct TestCertificatesError: Error, CustomStringConvertible {
 
 /// Python's `http.server` as a child process (`Tests/HTTPClientPy/test_http_server.py`): an HTTP/1.1 server no one
 /// here wrote, in clear or over TLS, for the tests of HTTP clients. Its paths are in the script: `/echo`,
-/// `/status/N`, `/bytes/N`, `/chunked/N`, `/slow`.
+/// `/status/N`, `/bytes/N`, `/chunked/N`, `/slow`. Or, with `http2`, an HTTP/2 server over TLS on the h2 library
+/// (`Tests/HTTPClientPy/h2_server.py`) that answers every request with its method, path, connection and stream.
 public final class PythonHTTPServer: Sendable {
     /// The port it listens on, on 127.0.0.1.
     public let port: Int
@@ -55,12 +56,14 @@ public final class PythonHTTPServer: Sendable {
     private let process: Process
     private let input: FileHandle
 
-    /// Starts the server, over TLS with `certificate` and `key` when given. Throws when it does not come up.
-    public init(certificate: String? = nil, key: String? = nil) throws {
-        let script = repositoryRoot.appendingPathComponent("Tests/HTTPClientPy/test_http_server.py").path
+    /// Starts the server, over TLS with `certificate` and `key` when given; with `http2`, the HTTP/2 server (which
+    /// needs both, and a `python` with the h2 library: ``pythonEnvironment(with:sourceLocation:)``'s). Throws when
+    /// it does not come up.
+    public init(certificate: String? = nil, key: String? = nil, http2: Bool = false, python: URL? = nil) throws {
+        let script = repositoryRoot.appendingPathComponent("Tests/HTTPClientPy/\(http2 ? "h2_server.py" : "test_http_server.py")").path
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script] + (certificate.map { ["--cert", $0, "--key", key ?? ""] } ?? [])
+        process.executableURL = python ?? URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = (python == nil ? ["python3"] : []) + [script] + (certificate.map { ["--cert", $0, "--key", key ?? ""] } ?? [])
         let output = Pipe()
         let input = Pipe()
         process.standardOutput = output

@@ -123,6 +123,33 @@ struct HTTPClientTests {
         }
     }
 
+    @Test("HTTP/2 when the server offers it: concurrent requests share one connection, one stream each")
+    func http2() async throws {
+        let python = try pythonEnvironment(with: "h2")
+        try await withTemporaryDirectory { directory in
+            let certificates = try TestCertificates(in: directory)
+            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile, http2: true, python: python)
+            defer { server.stop() }
+            let loop = try startLoop()
+            let client = HTTPClient(loop: loop, configuration: .init(caFile: certificates.caFile))
+            let first = try await client.request("GET", "\(server.baseURL)/first")
+            #expect(first.version == "2" && first.status == 200)
+            #expect(try json(first)["path"]?.stringValue == "/first")
+            let answers = try await withThrowingTaskGroup(of: HTTPResponse.self) { group in
+                for index in 0..<20 {
+                    group.addTask { try await client.request("POST", "\(server.baseURL)/\(index)", body: Array("\(index)".utf8)) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(answers.count == 20 && answers.allSatisfy { $0.version == "2" && $0.status == 200 })
+            let connections = Set(try answers.map { try json($0)["connection"] })
+            #expect(connections == [try json(first)["connection"]], "every request on the first one's connection")
+            #expect(Set(try answers.map { try json($0)["stream"] }).count == 20)
+            #expect(client.statistics.connectionsOpened == 1)
+            await finish(loop)
+        }
+    }
+
     @Test("a missing CA file is a certificate error that names the problem")
     func missingCAFile() async throws {
         try await withTemporaryDirectory { directory in
