@@ -128,6 +128,7 @@ final class CurlEngine: @unchecked Sendable {
             counters.withLock { $0.watchedSockets = sockets.count }
             return
         }
+        guard !closed else { return }  // curl_multi_cleanup under way: nothing is watched any more
         var events: Int32 = 0
         if what & CURL_POLL_IN != 0 { events |= Int32(UV_READABLE.rawValue) }
         if what & CURL_POLL_OUT != 0 { events |= Int32(UV_WRITABLE.rawValue) }

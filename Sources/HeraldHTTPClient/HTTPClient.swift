@@ -1,6 +1,6 @@
 public import HeraldEventLoop
 
-/// Herald's outgoing HTTP client: libcurl driven by an ``EventLoop`` through curl's multi-socket API, with no
+/// Herald's outgoing HTTP client: libcurl driven by an `EventLoop` through curl's multi-socket API, with no
 /// thread of its own. HTTP/1.1 and HTTP/2 (when an `https` server offers it by ALPN), `http://` and `https://` with
 /// the server's certificate verified (against the system's CAs, or ``Configuration/caFile``), connections kept and
 /// reused across requests to the same server, a deadline and a response size limit per request, prompt

@@ -16,14 +16,14 @@ public struct TestCertificates: Sendable {
     /// The key of ``untrustedCertificateFile``.
     public var untrustedKeyFile: String { "\(directory)/untrusted-key.pem" }
 
-    /// Makes the files in `directory` (P-256 keys, valid for a day). Throws ``TestCertificatesError`` with
+    /// Makes the files in `directory` (P-256 keys, valid for a day). Throws ``TestSetupError`` with
     /// openssl's output when it fails.
     public init(in directory: String) throws {
         self.directory = directory
         func openssl(_ arguments: [String]) throws {
             let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/env"), ["openssl"] + arguments)
             guard result.status == 0 else {
-                throw TestCertificatesError(message: "openssl \(arguments.joined(separator: " ")) failed: \(result.error)")
+                throw TestSetupError(message: "openssl \(arguments.joined(separator: " ")) failed: \(result.error)")
             }
         }
         let newKey = ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
@@ -38,8 +38,8 @@ public struct TestCertificates: Sendable {
     }
 }
 
-/// What went wrong making ``TestCertificates``.
-public struct TestCertificatesError: Error, CustomStringConvertible {
+/// A test certificate or test server that could not be set up: what went wrong, with the tool's output.
+public struct TestSetupError: Error, CustomStringConvertible {
     public let message: String
     public var description: String { message }
 }
@@ -72,7 +72,7 @@ public final class PythonHTTPServer: Sendable {
         let line = LineReader(output.fileHandleForReading.fileDescriptor).line()
         guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
             process.terminate()
-            throw TestCertificatesError(message: "the Python HTTP server did not start (it printed \(line.debugDescription))")
+            throw TestSetupError(message: "the Python HTTP server did not start (it printed \(line.debugDescription))")
         }
         self.process = process
         self.input = input.fileHandleForWriting

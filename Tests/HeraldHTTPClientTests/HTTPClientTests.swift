@@ -128,7 +128,8 @@ struct HTTPClientTests {
         let python = try pythonEnvironment(with: "h2")
         try await withTemporaryDirectory { directory in
             let certificates = try TestCertificates(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile, http2: true, python: python)
+            let server = try PythonHTTPServer(
+                certificate: certificates.certificateFile, key: certificates.keyFile, http2: true, python: python)
             defer { server.stop() }
             let loop = try startLoop()
             let client = HTTPClient(loop: loop, configuration: .init(caFile: certificates.caFile))
