@@ -113,6 +113,9 @@ final class CurlEngine: @unchecked Sendable {
         }
         _ = herald_curl_multi_setopt_pointer(multi, CURLMOPT_TIMERDATA, engine)
         _ = herald_curl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maximumConnectionsPerHost)
+        // curl's default keeps 4 connections per transfer under way: between bursts it would close what the next
+        // burst needs. Keep what the per-host limit allows, for a few hosts.
+        _ = herald_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(configuration.maximumConnectionsPerHost, 16) * 4)
         self.timer = timer
         self.multi = multi
         return multi

@@ -262,7 +262,7 @@ struct HTTPClientTests {
         await server.close()
     }
 
-    @Test("200 concurrent requests on one loop: every one answered, over at most the per-host connection limit")
+    @Test("200 concurrent requests on one loop: every one answered, over at most the per-host connection limit, kept for the next burst")
     func concurrent() async throws {
         let server = try PythonHTTPServer()
         defer { server.stop() }
@@ -282,6 +282,13 @@ struct HTTPClientTests {
         }
         #expect(bodies.count == 200 && bodies.allSatisfy { $0.key == $0.value })
         #expect(client.statistics.completed == 200)
+        #expect(client.statistics.connectionsOpened <= 8, "\(client.statistics)")
+        // A second burst finds the connections of the first kept, though no request was under way in between.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<50 { group.addTask { _ = try await client.request("GET", "\(server.baseURL)/echo", timeout: .seconds(60)) } }
+            try await group.waitForAll()
+        }
+        #expect(client.statistics.completed == 250)
         #expect(client.statistics.connectionsOpened <= 8, "\(client.statistics)")
         #expect(await eventually { client.statistics.watchedSockets == 0 }, "idle kept connections are not watched")
         await finish(loop)
