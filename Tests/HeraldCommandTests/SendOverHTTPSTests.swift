@@ -2,7 +2,7 @@ import Foundation
 import HeraldTesting
 import Testing
 
-@Suite("herald send over https")
+@Suite("herald send and topics: https URLs")
 struct SendOverHTTPSTests {
     @Test("https URLs: sent when --ca-file trusts the server's certificate, refused with a certificate error otherwise")
     func https() throws {
@@ -24,8 +24,11 @@ struct SendOverHTTPSTests {
             #expect(untrusted.error.contains("is not trusted"), "\(untrusted.error)")
 
             let badURL = try runHerald(["send", "--http", "ftp://localhost:\(server.port)"] + message)
-            #expect(badURL.status != 0)
+            #expect(badURL.status == 64)
             #expect(badURL.error.contains("--http must be HOST:PORT or an http:// or https:// URL"), "\(badURL.error)")
+            let badTopicsURL = try runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "ftp://localhost:1", "storms"])
+            #expect(badTopicsURL.status == 64)
+            #expect(badTopicsURL.error.contains("--http must be HOST:PORT or an http:// or https:// URL"), "\(badTopicsURL.error)")
         }
     }
 }
