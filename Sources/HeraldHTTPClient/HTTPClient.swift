@@ -28,11 +28,16 @@ public final class HTTPClient: Sendable {
         /// The most connections open at once to one host and port; further requests wait for one of them (a
         /// request's timeout counts the wait). 0 for no limit.
         public var maximumConnectionsPerHost: Int
+        /// A proxy every request goes through (`http://HOST:PORT`, `socks5h://HOST:PORT`, ...); `nil` for none.
+        /// The `http_proxy` / `https_proxy` environment variables curl would read are never used: a daemon's
+        /// requests go where its configuration says.
+        public var proxy: String?
 
-        public init(caFile: String? = nil, userAgent: String = "Herald", maximumConnectionsPerHost: Int = 16) {
+        public init(caFile: String? = nil, userAgent: String = "Herald", maximumConnectionsPerHost: Int = 16, proxy: String? = nil) {
             self.caFile = caFile
             self.userAgent = userAgent
             self.maximumConnectionsPerHost = maximumConnectionsPerHost
+            self.proxy = proxy
         }
     }
 

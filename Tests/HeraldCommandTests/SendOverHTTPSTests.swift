@@ -19,6 +19,12 @@ struct SendOverHTTPSTests {
             #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
             #expect(sent.output.contains("Bearer s3cret"), "the bearer secret went along: \(sent.output)")
 
+            // The proxy variables curl would read are not used: the request goes straight to the daemon.
+            let unproxied = try runHerald(
+                ["send", "--http", server.baseURL, "--ca-file", certificates.caFile] + message,
+                environment: ["https_proxy": "http://127.0.0.1:1", "HTTPS_PROXY": "http://127.0.0.1:1", "all_proxy": "http://127.0.0.1:1"])
+            #expect(unproxied.status == 0, "\(unproxied.output)\(unproxied.error)")
+
             let untrusted = try runHerald(["send", "--http", server.baseURL] + message)
             #expect(untrusted.status != 0)
             #expect(untrusted.error.contains("is not trusted"), "\(untrusted.error)")

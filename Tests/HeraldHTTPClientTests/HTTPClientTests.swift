@@ -151,6 +151,18 @@ struct HTTPClientTests {
         }
     }
 
+    @Test("a configured proxy carries every request: the host is never resolved here")
+    func proxy() async throws {
+        let proxy = try PythonHTTPServer()
+        defer { proxy.stop() }
+        let loop = try startLoop()
+        let client = HTTPClient(loop: loop, configuration: .init(proxy: proxy.baseURL))
+        // Python's server takes the absolute URI of a proxied request as its path, which no route has: 404.
+        let answer = try await client.request("GET", "http://no-such-host.invalid/echo")
+        #expect(answer.status == 404)
+        await finish(loop)
+    }
+
     @Test("a missing CA file is a certificate error that names the problem")
     func missingCAFile() async throws {
         try await withTemporaryDirectory { directory in
