@@ -105,6 +105,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     private struct State {
         var context: PluginContext?
+        /// The client of this run: its connection to the app server is kept from one token to the next.
+        var client: HTTPClient?
         var stopped = false
         var announced = false
         var generation = 0
@@ -194,6 +196,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
     public func start(_ context: PluginContext) async throws {
         state.withLock { state in
             state.context = context
+            state.client = HTTPClient(
+                loop: context.loop, configuration: .init(caFile: options.caFile, userAgent: "Herald-TokenWebhook/\(HeraldBuild.version)"))
             state.stopped = false
             state.announced = false
         }
@@ -203,6 +207,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
     public func stop() async {
         let current = state.withLock { state in
             state.stopped = true
+            state.client = nil  // its kept connection closes once the send under way is over
             defer { state.current = nil }
             return state.current?.task
         }
@@ -212,7 +217,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     public func didReceiveRegistrationToken(_ token: String?) async {
         state.withLock { state in
-            guard !state.stopped, let context = state.context else { return }
+            guard !state.stopped, let context = state.context, let client = state.client else { return }
             let reason = !state.announced ? "start" : token == nil ? "deleted" : "refresh"
             state.announced = true
             state.generation += 1
@@ -222,7 +227,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
             previous?.cancel()
             let task = Task {
                 await previous?.value  // one request at a time, in order; cancelling it makes this quick
-                await self.send(token, reason: reason, context: context)
+                await self.send(token, reason: reason, client: client, context: context)
                 self.state.withLock { state in
                     if state.current?.generation == generation { state.current = nil }
                 }
@@ -240,9 +245,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
         case stop
     }
 
-    private func send(_ token: String?, reason: String, context: PluginContext) async {
-        let client = HTTPClient(
-            loop: context.loop, configuration: .init(caFile: options.caFile, userAgent: "Herald-TokenWebhook/\(HeraldBuild.version)"))
+    private func send(_ token: String?, reason: String, client: HTTPClient, context: PluginContext) async {
         var attempt = 0
         while !Task.isCancelled {
             attempt += 1

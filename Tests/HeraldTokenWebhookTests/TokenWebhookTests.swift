@@ -78,6 +78,7 @@ struct TokenWebhookTests {
         #expect(requests.map { $0.json?["reason"]?.stringValue } == ["start", "refresh"])
         #expect(requests[0].json?["deviceToken"]?.isNull == true)
         #expect(requests[1].json?["deviceToken"]?.stringValue == "unix:/run/weatherd/push.sock")
+        #expect(requests.map(\.connection) == [1, 1], "the second token goes over the first one's connection")
         #expect(requests.allSatisfy { $0.headers["authorization"] == nil })
     }
 
