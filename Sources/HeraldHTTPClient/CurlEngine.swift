@@ -33,8 +33,8 @@ final class CurlEngine: @unchecked Sendable {
     /// Starts `transfer`, or ends it at once when the client is closed or the transfer cancelled. Loop thread.
     func add(_ transfer: CurlTransfer) {
         loop.preconditionInEventLoop()
-        guard !closed else { return transfer.finish(.failure(EventLoopError.shutDown)) }
-        guard !transfer.isCancelled else { return transfer.finish(.failure(CancellationError())) }
+        guard !closed else { return end(transfer, EventLoopError.shutDown) }
+        guard !transfer.isCancelled else { return end(transfer, CancellationError()) }
         do {
             let multi = try openMulti()
             let easy = try transfer.makeEasyHandle(configuration: configuration)
@@ -42,11 +42,10 @@ final class CurlEngine: @unchecked Sendable {
             let added = curl_multi_add_handle(multi, easy)
             if added != CURLM_OK {
                 transfers[easy] = nil
-                transfer.finish(
-                    .failure(HTTPClientError.failed(transfer.request.url.description, detail: String(cString: curl_multi_strerror(added)))))
+                end(transfer, HTTPClientError.failed(transfer.request.url.description, detail: String(cString: curl_multi_strerror(added))))
             }
         } catch {
-            transfer.finish(.failure(error))
+            end(transfer, error)
         }
     }
 
@@ -55,8 +54,7 @@ final class CurlEngine: @unchecked Sendable {
         loop.preconditionInEventLoop()
         guard let easy = transfer.easy, transfers.removeValue(forKey: easy) != nil else { return }  // add() will see the flag
         if let multi { curl_multi_remove_handle(multi, easy) }
-        count(connectionsOpened: transfer.connectionsOpened)
-        transfer.finish(.failure(CancellationError()))
+        end(transfer, CancellationError())
     }
 
     /// Ends every transfer with `EventLoopError.shutDown`, closes the kept connections, the watched sockets and the
@@ -69,7 +67,7 @@ final class CurlEngine: @unchecked Sendable {
         transfers = [:]
         for (easy, transfer) in abandoned {
             if let multi { curl_multi_remove_handle(multi, easy) }
-            transfer.finish(.failure(EventLoopError.shutDown))
+            end(transfer, EventLoopError.shutDown)
         }
         if let multi {
             self.multi = nil
@@ -194,13 +192,20 @@ final class CurlEngine: @unchecked Sendable {
             let result = herald_curl_message_result(message)
             guard let transfer = transfers.removeValue(forKey: easy) else { continue }
             curl_multi_remove_handle(multi, easy)
-            // Counted first: the statistics are current once the awaiting task has its answer.
             count(connectionsOpened: transfer.connectionsOpened)
             transfer.complete(result)
         }
     }
 
-    private func count(connectionsOpened: Int = 0) {
+    /// Ends `transfer` with `error`, counted first (see ``count(connectionsOpened:)``).
+    private func end(_ transfer: CurlTransfer, _ error: any Error) {
+        count(connectionsOpened: transfer.connectionsOpened)
+        transfer.finish(.failure(error))
+    }
+
+    /// Counts a transfer that ends, before its answer is handed over: the statistics are current once the awaiting
+    /// task has it.
+    private func count(connectionsOpened: Int) {
         counters.withLock {
             $0.completed += 1
             $0.connectionsOpened += connectionsOpened
