@@ -38,6 +38,7 @@ let package = Package(
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         .library(name: "HeraldReport", targets: ["HeraldReport"]),
         .library(name: "HeraldTesting", targets: ["HeraldTesting"]),
+        .library(name: "HeraldHTTPClient", targets: ["HeraldHTTPClient"]),
         // Dynamic plugins: the loader a host links, and the kit a plugin (a shared object) is written with.
         .library(name: "HeraldDynamicPlugins", targets: ["HeraldDynamicPlugins"]),
         .library(name: "HeraldPluginKit", targets: ["HeraldPluginKit"]),
@@ -67,6 +68,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         // Builds the DocC catalogs (scripts/docs); a command plugin, linked into nothing.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -92,6 +94,13 @@ let package = Package(
             name: "CHTTPParser",
             path: "Sources/CHTTPParser",
             providers: [.apt(["libhttp-parser-dev"])]
+        ),
+        // libcurl, the outgoing HTTP client's transport (HTTP/1.1, HTTP/2, TLS with OpenSSL).
+        .systemLibrary(
+            name: "CCurl",
+            path: "Sources/CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
         ),
         // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for the NATS receiver. Not
         // linked: loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
@@ -155,6 +164,12 @@ let package = Package(
             dependencies: ["Herald", "HeraldSQLite", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
+        // The outgoing HTTP client: libcurl's multi-socket API driven by the loop (TokenWebhook, herald send and topics).
+        .target(
+            name: "HeraldHTTPClient",
+            dependencies: ["HeraldEventLoop", "CCurl", "CLibUV"],
+            swiftSettings: swiftSettings
+        ),
         // Loads handler plugins built as shared objects (dlopen) and registers them with a Herald.
         .target(
             name: "HeraldDynamicPlugins",
@@ -180,7 +195,7 @@ let package = Package(
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
             name: "HeraldHTTPReceiver",
-            dependencies: ["Herald", "HeraldHTTP"],
+            dependencies: ["Herald", "HeraldHTTP", .product(name: "Crypto", package: "swift-crypto")],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
@@ -222,7 +237,7 @@ let package = Package(
         ),
         .target(
             name: "HeraldTokenWebhook",
-            dependencies: ["Herald"],
+            dependencies: ["Herald", "HeraldHTTPClient"],
             path: "Plugins/TokenWebhook",
             swiftSettings: swiftSettings
         ),
@@ -248,6 +263,7 @@ let package = Package(
                 "HeraldEchoHandler",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
+                "HeraldHTTPClient",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -364,6 +380,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "HeraldHTTPClientTests",
+            dependencies: ["HeraldHTTPClient", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "HeraldDynamicPluginsTests",
             dependencies: ["Herald", "HeraldTesting", "HeraldDynamicPlugins"],
             swiftSettings: swiftSettings,
@@ -382,7 +403,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldHTTPReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -38,6 +38,11 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// instead of the local bus, and every route but `messages:send` and `/healthz` is answered 501
         /// `UNIMPLEMENTED`. `nil` (the default): messages are for this instance.
         public var forwarder: (any SendForwarder)?
+        /// The keys APNs provider tokens are verified with on `POST /3/device/{token}`: with any, that route needs
+        /// `authorization: bearer <token>` (ES256, signed by one of them, at most an hour old) or the bearer secret
+        /// when one is set, and answers APNs' 403 reasons otherwise. Empty (the default): the secret alone, as for
+        /// every route.
+        public var apnsKeys: [APNsProviderKey] = []
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address
@@ -69,6 +74,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     }
 
     public let options: Options
+    /// The verifier of ``Options/apnsKeys``, once started with some.
+    private(set) var apnsTokens: APNsTokenVerifier?
     private var context: PluginContext?
     private var listener: ReceiverListener<HTTPConnection>?
 
@@ -97,6 +104,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public func start(_ context: PluginContext) async throws {
         if options.secret?.isEmpty == true { throw ConfigurationError.emptySecret }
+        apnsTokens = try APNsTokenVerifier(keys: options.apnsKeys)
         if options.secret == nil {
             guard options.address.isLoopback else {
                 throw ConfigurationError.secretRequired(options.address)

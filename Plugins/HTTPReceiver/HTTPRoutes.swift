@@ -1,3 +1,4 @@
+import Glibc
 import Herald
 import HeraldHTTP
 
@@ -73,7 +74,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                 respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
             }
         } else {
-            router.add(nil, "/3/device/{token}") { [unowned(unsafe) self] request, match, responder in
+            // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
+            router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
                 routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
             }
             for (path, add) in [("/iid/v1:batchAdd", true), ("/iid/v1:batchRemove", false)] {
@@ -151,23 +153,52 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         }
     }
 
-    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id`,
-    /// or APNs' status and `{"reason": ...}`.
+    /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id` (the
+    /// sender's, or a new UUID) and `apns-unique-id`, or APNs' status and `{"reason": ...}` with `apns-id`. With provider
+    /// keys configured, the request needs a provider token (or the bearer secret, when one is set): 403 otherwise.
     private func routeAPNs(_ request: HTTPRequest, deviceToken: String, responder: HTTPResponder) {
-        guard request.method == .post else {
-            respond(responder, status: 405, body: ["reason": "MethodNotAllowed"])
-            return
+        let given = request.headers.value(of: "apns-id")
+        let apnsID = given.flatMap { try? APNsHeaders.parse(["apns-id": $0]).id } ?? Self.randomUUID()
+        func refuse(_ status: Int, _ reason: String) {
+            respond(responder, status: status, body: ["reason": .string(reason)], extraHeaders: [("apns-id", apnsID)])
+        }
+        guard request.method == .post else { return refuse(405, "MethodNotAllowed") }
+        if let tokens = receiver.apnsTokens {
+            let authorization = request.headers.value(of: "authorization")
+            if options.secret == nil || !receiver.authorized(authorization) {
+                do {
+                    try tokens.verify(authorization: authorization, now: Int64(time(nil)))
+                } catch {
+                    return refuse(403, error.rawValue)
+                }
+            }
         }
         let format = SendContext.Format.apns(headers: request.headers.dictionary(), deviceToken: deviceToken)
-        context.bus.submit(request.body, SendContext(format: format)) { [weak self] outcome in
+        context.bus.submit(request.body, SendContext(format: format, messageID: given == nil ? apnsID : nil)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
             case .accepted(let id):
-                self.respond(responder, status: 200, body: nil, extraHeaders: [("apns-id", id)])
+                self.respond(responder, status: 200, body: nil, extraHeaders: [("apns-id", id), ("apns-unique-id", Self.randomUUID())])
             case .invalid(let error), .refused(let error):
-                self.respond(responder, status: HTTPAPI.apnsStatus(error), body: ["reason": .string(error.apnsReason)])
+                self.respond(
+                    responder, status: HTTPAPI.apnsStatus(error), body: ["reason": .string(error.apnsReason)],
+                    extraHeaders: [("apns-id", apnsID)])
             }
         }
+    }
+
+    /// A random (version 4) UUID in its canonical lower-case form, as APNs writes `apns-id`.
+    static func randomUUID() -> String {
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        bytes[6] = bytes[6] & 0x0F | 0x40
+        bytes[8] = bytes[8] & 0x3F | 0x80
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        for (index, byte) in bytes.enumerated() {
+            if [4, 6, 8, 10].contains(index) { text.append(UInt8(ascii: "-")) }
+            text += [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// The HTTP status APNs answers a reason with.

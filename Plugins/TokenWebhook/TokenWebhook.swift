@@ -1,5 +1,6 @@
 import Glibc
 public import Herald
+public import HeraldHTTPClient
 
 /// Sends the registration token to the app server, as the reference SDK's "send the token to your application
 /// server": at every start and whenever the token changes, one HTTP `POST` of a JSON object to ``Options/url``:
@@ -29,9 +30,10 @@ public import Herald
 /// handler returns at once. ``stop()`` cancels what is pending (retry waits and requests in flight) and returns
 /// promptly; the token is sent again at the next start anyway.
 ///
-/// **Transport.** Plain HTTP/1.1 through ``HTTPClient`` on the instance's loop, to a numeric address or
-/// `localhost`. `https://` is not supported: reach the app server over loopback, or run a TLS-terminating proxy on
-/// the machine and give its `http://127.0.0.1:PORT/` URL.
+/// **Transport.** `HeraldHTTPClient`'s client on the instance's loop: `http://` or `https://` (the app server's
+/// certificate verified against the system's CAs or ``Options/caFile``), HTTP/2 when the server offers it, the
+/// connection kept for the next attempt or token. A certificate that is not trusted is logged as an error and
+/// retried like any other failure: fixing it on the server side lets the next attempt through.
 ///
 /// ```swift
 /// let webhook = try TokenWebhook(options: .init(url: "http://127.0.0.1:8000/hooks/token", secret: secret), herald: herald)
@@ -39,7 +41,7 @@ public import Herald
 /// ```
 public final class TokenWebhook: TokenHandler, Sendable {
     public struct Options: Sendable {
-        /// Where the token is POSTed: `http://HOST[:PORT]/PATH` with a numeric HOST or `localhost`.
+        /// Where the token is POSTed: `http://` or `https://HOST[:PORT]/PATH`.
         public var url: String
         /// Sent as `Authorization: Bearer <secret>` when set.
         public var secret: String?
@@ -51,6 +53,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
         public var initialBackoff: Duration = .seconds(1)
         /// The longest delay between attempts (before `Retry-After`).
         public var maximumBackoff: Duration = .seconds(60)
+        /// A PEM file of the CAs that sign the app server's certificate, instead of the system's.
+        public var caFile: String? = nil
 
         public init(
             url: String,
@@ -58,7 +62,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
             timeout: Duration = .seconds(10),
             maximumAttempts: Int? = nil,
             initialBackoff: Duration = .seconds(1),
-            maximumBackoff: Duration = .seconds(60)
+            maximumBackoff: Duration = .seconds(60),
+            caFile: String? = nil
         ) {
             self.url = url
             self.secret = secret
@@ -66,6 +71,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
             self.maximumAttempts = maximumAttempts
             self.initialBackoff = initialBackoff
             self.maximumBackoff = maximumBackoff
+            self.caFile = caFile
         }
     }
 
@@ -90,7 +96,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     public let options: Options
     /// The parsed ``Options/url``.
-    public let endpoint: HTTPEndpoint
+    public let endpoint: HTTPURL
     private let installationID: @Sendable () async -> String?
     private let deviceToken: @Sendable () async -> String?
     /// What the waits between attempts are measured on.
@@ -99,6 +105,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     private struct State {
         var context: PluginContext?
+        /// The client of this run: its connection to the app server is kept from one token to the next.
+        var client: HTTPClient?
         var stopped = false
         var announced = false
         var generation = 0
@@ -110,7 +118,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
     /// A webhook with `options`. `installationID` and `deviceToken` supply the body's `installationID` and
     /// `deviceToken` (`nil` is sent as `null`). The waits between attempts are slept on `clock` (a test gives a
     /// `HeraldTesting.ManualClock`; the timeout of each attempt runs on the loop). Throws ``TokenWebhookError`` for an
-    /// option Herald cannot use (an `https://` URL or a host name, a timeout or backoff that is not positive, ...).
+    /// option Herald cannot use (a URL that is not `http://` or `https://`, a timeout or backoff that is not positive, ...).
     public init(
         options: Options,
         installationID: @escaping @Sendable () async -> String? = { nil },
@@ -118,7 +126,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
         clock: any Clock<Duration> = ContinuousClock()
     ) throws {
         do {
-            endpoint = try HTTPEndpoint(parsing: options.url)
+            endpoint = try HTTPURL(parsing: options.url)
         } catch {
             throw TokenWebhookError.invalidOption("url", value: options.url, reason: "\(error)")
         }
@@ -127,6 +135,9 @@ public final class TokenWebhook: TokenHandler, Sendable {
                 throw TokenWebhookError.invalidOption(
                     "secret", value: "(hidden)", reason: "the bearer secret must be non-empty visible ASCII, with no spaces or line ends")
             }
+        }
+        if let caFile = options.caFile, access(caFile, R_OK) != 0 {
+            throw TokenWebhookError.invalidOption("caFile", value: caFile, reason: "cannot read it: \(String(cString: strerror(errno)))")
         }
         guard options.timeout > .zero else {
             throw TokenWebhookError.invalidOption("timeout", value: "\(options.timeout)", reason: "must be more than zero")
@@ -163,8 +174,9 @@ public final class TokenWebhook: TokenHandler, Sendable {
             name: "token-webhook", summary: "POSTs the registration token to the app server at every start and change",
             options: [
                 .init(
-                    name: "url", defaultValue: "", help: "http://HOST[:PORT]/PATH of the app server (numeric HOST or localhost; no https)"),
+                    name: "url", defaultValue: "", help: "http:// or https://HOST[:PORT]/PATH of the app server"),
                 .init(name: "secret", defaultValue: "", help: "sent as Authorization: Bearer <secret> when set"),
+                .init(name: "ca-file", defaultValue: "", help: "a PEM file of the CAs trusted for https instead of the system's"),
                 .init(name: "timeout", defaultValue: "10s", help: "the longest one attempt may take"),
                 .init(name: "maximum-attempts", defaultValue: "unlimited", help: "attempts per token before it is given up"),
                 .init(
@@ -184,6 +196,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
     public func start(_ context: PluginContext) async throws {
         state.withLock { state in
             state.context = context
+            state.client = HTTPClient(
+                loop: context.loop, configuration: .init(caFile: options.caFile, userAgent: "Herald-TokenWebhook/\(HeraldBuild.version)"))
             state.stopped = false
             state.announced = false
         }
@@ -193,6 +207,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
     public func stop() async {
         let current = state.withLock { state in
             state.stopped = true
+            state.client = nil  // its kept connection closes once the send under way is over
             defer { state.current = nil }
             return state.current?.task
         }
@@ -202,7 +217,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     public func didReceiveRegistrationToken(_ token: String?) async {
         state.withLock { state in
-            guard !state.stopped, let context = state.context else { return }
+            guard !state.stopped, let context = state.context, let client = state.client else { return }
             let reason = !state.announced ? "start" : token == nil ? "deleted" : "refresh"
             state.announced = true
             state.generation += 1
@@ -212,7 +227,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
             previous?.cancel()
             let task = Task {
                 await previous?.value  // one request at a time, in order; cancelling it makes this quick
-                await self.send(token, reason: reason, context: context)
+                await self.send(token, reason: reason, client: client, context: context)
                 self.state.withLock { state in
                     if state.current?.generation == generation { state.current = nil }
                 }
@@ -230,8 +245,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
         case stop
     }
 
-    private func send(_ token: String?, reason: String, context: PluginContext) async {
-        let client = HTTPClient(loop: context.loop, maximumBodyBytes: 4096)
+    private func send(_ token: String?, reason: String, client: HTTPClient, context: PluginContext) async {
         var attempt = 0
         while !Task.isCancelled {
             attempt += 1
@@ -239,11 +253,11 @@ public final class TokenWebhook: TokenHandler, Sendable {
             body["installationID"] = await installationID().map { .string($0) } ?? .null
             body["deviceToken"] = await deviceToken().map { .string($0) } ?? .null
             body["reason"] = .string(reason)
-            var headers: [(name: String, value: String)] = [
-                ("Content-Type", "application/json"), ("Accept", "*/*"), ("User-Agent", "Herald-TokenWebhook/\(HeraldBuild.version)"),
-            ]
+            var headers: [(name: String, value: String)] = [("Content-Type", "application/json"), ("Accept", "*/*")]
             if let secret = options.secret { headers.append(("Authorization", "Bearer \(secret)")) }
-            let request = HTTPRequest(method: "POST", endpoint: endpoint, headers: headers, body: JSONValue.object(body).jsonBytes())
+            let request = HTTPRequest(
+                method: "POST", url: endpoint.description, headers: headers, body: JSONValue.object(body).jsonBytes(),
+                timeout: options.timeout, maximumResponseBytes: 64 * 1024)
             guard !Task.isCancelled else { return }
             state.withLock { $0.statistics.attempts += 1 }
             let outcome = await attemptOnce(request, attempt: attempt, reason: reason, client: client, context: context)
@@ -285,7 +299,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
     {
         let response: HTTPResponse
         do {
-            response = try await client.send(request, timeout: options.timeout)
+            response = try await client.send(request)
         } catch is CancellationError {
             return .stop
         } catch let error as EventLoopError {
@@ -295,6 +309,12 @@ public final class TokenWebhook: TokenHandler, Sendable {
             return .stop
         } catch {
             guard !Task.isCancelled else { return .stop }
+            if case .certificateRejected = error as? HTTPClientError {
+                context.logger.error(
+                    "the app server's certificate is not trusted; will retry",
+                    metadata: ["url": "\(endpoint)", "attempt": "\(attempt)", "error": "\(error)"])
+                return .retry(after: nil)
+            }
             context.logger.warning(
                 "sending the registration token failed",
                 metadata: [
@@ -327,7 +347,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
             context.logger.error(
                 "the app server refused the registration token; not retried",
                 metadata: [
-                    "url": "\(endpoint)", "status": "\(status) \(response.reason)", "body": "\(excerpt)",
+                    "url": "\(endpoint)", "status": "\(status)", "body": "\(excerpt)",
                 ])
             return .refused
         }

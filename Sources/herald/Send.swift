@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldHTTPClient
 import HeraldNATSReceiver
 
 /// `herald send`: posts one FCM v1 send body to a Herald daemon over HTTP or its socket and prints the answer.
@@ -15,8 +16,13 @@ struct Send: AsyncParsableCommand {
             """
     )
 
-    @Option(help: ArgumentHelp("The daemon's HTTP receiver, HOST:PORT.", valueName: "host:port"))
+    @Option(help: ArgumentHelp("The daemon's HTTP receiver: HOST:PORT, or an http:// or https:// URL.", valueName: "host:port|url"))
     var http: String = "127.0.0.1:8080"
+
+    @Option(
+        name: .customLong("ca-file"),
+        help: ArgumentHelp("A PEM file of the CAs that sign the daemon's certificate (https), instead of the system's.", valueName: "file"))
+    var caFile: String?
 
     @Option(help: ArgumentHelp("Send over the daemon's socket receiver instead (a Unix socket path or HOST:PORT).", valueName: "path"))
     var socket: String?
@@ -65,8 +71,8 @@ struct Send: AsyncParsableCommand {
         for entry in data where !entry.contains("=") {
             throw ValidationError("--data takes key=value, not '\(entry)'")
         }
-        if socket == nil, SocketAddress(parsing: http)?.port == nil {
-            throw ValidationError("--http must be HOST:PORT, not '\(http)'")
+        if socket == nil, (try? HTTPURL(parsing: daemonURL(http))) == nil {
+            throw ValidationError("--http must be HOST:PORT or an http:// or https:// URL, not '\(http)'")
         }
         if let socket, SocketAddress(parsing: socket.contains("/") || socket.contains(":") ? socket : "./\(socket)") == nil {
             throw ValidationError("--socket must be a path or HOST:PORT, not '\(socket)'")
@@ -93,13 +99,12 @@ struct Send: AsyncParsableCommand {
                 let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
                 answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
             } else {
-                let address = SocketAddress(parsing: http)!
-                let secret = try BearerSecret.load(file: authTokenFile)
-                var head = "POST /v1/projects/\(projectID)/messages:send HTTP/1.1\r\nHost: \(http)\r\n"
-                head += "Content-Type: application/json\r\nContent-Length: \(request.count)\r\nConnection: close\r\n"
-                if let secret { head += "Authorization: Bearer \(secret)\r\n" }
-                let reply = try await Exchange.run(Array((head + "\r\n").utf8) + request, with: address, on: loop) { _ in false }
-                answer = try Self.httpBody(reply)
+                var headers = [(name: "Content-Type", value: "application/json")]
+                if let secret = try BearerSecret.load(file: authTokenFile) { headers.append(("Authorization", "Bearer \(secret)")) }
+                let client = HTTPClient(loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-send/\(HeraldBuild.version)"))
+                let response = try await client.request(
+                    "POST", "\(daemonURL(http))/v1/projects/\(percentEncoded(projectID))/messages:send", headers: headers, body: request)
+                answer = response.body
             }
         } catch let failure as CommandFailure {
             throw failure
@@ -188,21 +193,14 @@ struct Send: AsyncParsableCommand {
         }
         throw CommandFailure(message: "herald: over NATS a message goes to a token or a topic (a subject names one); this one has neither")
     }
+}
 
-    /// The body of an HTTP/1.1 response read to its end (the request asked for `Connection: close`).
-    static func httpBody(_ response: [UInt8]) throws -> [UInt8] {
-        let separator: [UInt8] = Array("\r\n\r\n".utf8)
-        guard let end = (0..<max(0, response.count - 3)).first(where: { Array(response[$0..<$0 + 4]) == separator }) else {
-            throw CommandFailure(message: "herald: the daemon's answer is not HTTP (\(response.count) bytes)")
-        }
-        let head = String(decoding: response[..<end], as: UTF8.self)
-        let body = Array(response[(end + 4)...])
-        let lengthLine = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
-        if let lengthLine, let length = Int(trimmed(String(lengthLine.dropFirst("content-length:".count)))), length <= body.count {
-            return Array(body.prefix(length))
-        }
-        return body
-    }
+/// The base URL of a daemon's HTTP receiver given as `HOST:PORT` (plain HTTP) or as an `http://` or `https://` URL
+/// (without the trailing slash).
+func daemonURL(_ endpoint: String) -> String {
+    var url = endpoint.contains("://") ? endpoint : "http://\(endpoint)"
+    while url.hasSuffix("/") { url.removeLast() }
+    return url
 }
 
 /// One request and its answer over a stream connection on Herald's loop.

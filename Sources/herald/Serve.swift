@@ -61,6 +61,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
     var authTokenFile: String?
 
+    @Option(name: .customLong("apns-key"), help: ArgumentHelp(ServeOption.apnsKeys.help, valueName: "keyid:teamid:path"))
+    var apnsKeys: [String] = []
+
     @Option(name: .customLong("log-level"), help: ArgumentHelp(ServeOption.logLevel.help, valueName: "level"))
     var logLevel: String?
 
@@ -160,6 +163,7 @@ struct Serve: AsyncParsableCommand {
         add(.dataDirectory, dataDirectory.map { .string($0) })
         add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
         add(.authTokenFile, authTokenFile.map { .string($0) })
+        add(.apnsKeys, apnsKeys.isEmpty ? nil : .list(apnsKeys))
         add(.logLevel, logLevel.map { .string($0) })
         add(.shutdownGrace, shutdownGrace.map { .integer($0) })
         add(.maxReplays, maxReplays.map { .integer($0) })
@@ -385,6 +389,7 @@ final class Daemon: Service, Sendable {
         if let http = settings.http, let address = SocketAddress(parsing: http) {
             var options = HTTPReceiver.Options(address: address, secret: secret)
             options.forwarder = forwarder
+            options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
             try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {

@@ -114,6 +114,11 @@ struct ServeOption: Sendable {
         "auth-token-file", .string, default: nil, "none: HERALD_AUTH_TOKEN, when set, is the secret",
         allowed: "a non-empty file path",
         meaning: "A file holding the bearer secret senders must present; it wins over HERALD_AUTH_TOKEN.")
+    static let apnsKeys = ServeOption(
+        "apns-keys", .list, default: .list([]), "none",
+        allowed: "a list of KEYID:TEAMID:PATH, PATH a PEM file of the key (the .p8 or its public key) (environment: separated by ',')",
+        meaning: "An APNs provider key: POST /3/device/{token} then needs a provider token (JWT, ES256) it signed; repeatable.",
+        flag: "--apns-key", environmentSeparator: ",", accepts: { APNsKeySetting(parsing: $0) != nil })
     static let logLevel = ServeOption(
         "log-level", .string, default: .string("info"), "info",
         allowed: Logger.Level.allCases.map(\.rawValue).joined(separator: ", "),
@@ -219,7 +224,7 @@ struct ServeOption: Sendable {
 
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
-        http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, logLevel, shutdownGrace, maxReplays,
+        http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
         analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
         natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
@@ -291,6 +296,10 @@ struct ServeSettings: Sendable {
     var analyticsRetentionDays: Int { integer(ServeOption.analyticsRetentionDays) }
     var plugins: [String] {
         if case .list(let paths)? = values[ServeOption.plugins.key] { return paths }
+        return []
+    }
+    var apnsKeys: [APNsKeySetting] {
+        if case .list(let keys)? = values[ServeOption.apnsKeys.key] { return keys.compactMap(APNsKeySetting.init(parsing:)) }
         return []
     }
     var metrics: String? { string(ServeOption.metrics).flatMap { $0 == "none" ? nil : $0 } }

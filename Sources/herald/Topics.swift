@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldHTTPClient
 import HeraldSQLite
 
 /// `herald topics subscribe|unsubscribe|list`: the topics of the instance whose data directory is given, running or
@@ -71,9 +72,14 @@ struct TopicChangeOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
-            "A running daemon's HTTP receiver, HOST:PORT (default: what its herald.lock says, else 127.0.0.1:8080).", valueName: "host:port"
-        ))
+            "A running daemon's HTTP receiver, HOST:PORT or an http:// or https:// URL (default: what its herald.lock says, else 127.0.0.1:8080).",
+            valueName: "host:port|url"))
     var http: String?
+
+    @Option(
+        name: .customLong("ca-file"),
+        help: ArgumentHelp("A PEM file of the CAs that sign the daemon's certificate (https), instead of the system's.", valueName: "file"))
+    var caFile: String?
 
     @Option(name: .customLong("project-id"), help: "The running daemon's project ID (default: what its herald.lock says, else herald).")
     var projectID: String?
@@ -91,8 +97,8 @@ struct TopicChangeOptions: ParsableArguments {
                 "'\(topic)' is not a topic name: FCM topic names are 1 to \(TopicName.maximumLength) characters of a-z, A-Z, 0-9 and - _ . ~ % (a /topics/ prefix is accepted)"
             )
         }
-        if let http, SocketAddress(parsing: http)?.port == nil {
-            throw ValidationError("--http must be HOST:PORT, not '\(http)'")
+        if let http, (try? HTTPURL(parsing: daemonURL(http))) == nil {
+            throw ValidationError("--http must be HOST:PORT or an http:// or https:// URL, not '\(http)'")
         }
     }
 
@@ -154,8 +160,8 @@ struct TopicChangeOptions: ParsableArguments {
     }
 
     /// Where the running daemon's HTTP receiver listens: `--http`, else what the daemon wrote in its lock, else the
-    /// default address. `who` names the daemon in the errors.
-    private func daemonEndpoint(owner: DataDirectoryLock.Owner?, who: String) throws -> (String, SocketAddress) {
+    /// default address; and its base URL. `who` names the daemon in the errors.
+    private func daemonEndpoint(owner: DataDirectoryLock.Owner?, who: String) throws -> (String, String) {
         let endpoint: String
         if let http {
             endpoint = http
@@ -171,10 +177,10 @@ struct TopicChangeOptions: ParsableArguments {
         } else {
             endpoint = "127.0.0.1:8080"
         }
-        guard let address = SocketAddress(parsing: endpoint), address.port != nil else {
+        guard (try? HTTPURL(parsing: daemonURL(endpoint))) != nil else {
             throw CommandFailure(message: "herald: \(who) names its HTTP receiver '\(endpoint)', which is not HOST:PORT; give --http")
         }
-        return (endpoint, address)
+        return (endpoint, daemonURL(endpoint))
     }
 
     /// Sends FCM's topic management request for this instance's token to the running daemon's HTTP receiver.
@@ -182,7 +188,7 @@ struct TopicChangeOptions: ParsableArguments {
         let who =
             owner.map { "the daemon running in \(dataDirectory) (pid \($0.pid))" }
             ?? "a running daemon (another process has \(SQLiteStore.path(inDirectory: dataDirectory)) open)"
-        let (endpoint, address) = try daemonEndpoint(owner: owner, who: who)
+        let (endpoint, baseURL) = try daemonEndpoint(owner: owner, who: who)
         let project = projectID ?? owner?.projectID ?? "herald"
         let snapshot = try SQLiteStore.snapshot(directory: dataDirectory)
         guard let token = snapshot.identity?.token else {
@@ -197,16 +203,16 @@ struct TopicChangeOptions: ParsableArguments {
         let resource = "/v1/projects/\(percentEncoded(project))/registrations/\(percentEncoded(token))/topicSubscriptions"
         let target =
             subscribe ? "\(resource)?topic_name=\(percentEncoded(topic))" : "\(resource)/\(percentEncoded(topic))?allow_missing=true"
-        var head = "\(subscribe ? "POST" : "DELETE") \(target) HTTP/1.1\r\nHost: \(endpoint)\r\nContent-Length: 0\r\nConnection: close\r\n"
-        if let secret { head += "Authorization: Bearer \(secret)\r\n" }
+        let headers = secret.map { [(name: "Authorization", value: "Bearer \($0)")] } ?? []
 
         let loop = EventLoop(name: "herald-topics")
         try loop.start()
         defer { loop.shutdown() }
-        let reply: [UInt8]
+        let client = HTTPClient(loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-topics/\(HeraldBuild.version)"))
+        let response: HTTPResponse
         do {
-            reply = try await Exchange.run(Array((head + "\r\n").utf8), with: address, on: loop) { _ in false }
-        } catch let error as UVError where error == .connectionRefused {
+            response = try await client.request(subscribe ? "POST" : "DELETE", baseURL + target, headers: headers)
+        } catch HTTPClientError.connectFailed {
             let hint =
                 http == nil && owner == nil
                 ? "give --http HOST:PORT (and --project-id) of that daemon, or stop it first"
@@ -217,26 +223,19 @@ struct TopicChangeOptions: ParsableArguments {
                     answers at \(endpoint) (connection refused): \(hint)
                     """)
         }
-        let status = Self.httpStatus(reply)
-        let body = try Send.httpBody(reply)
+        let status = response.status
+        let body = response.body
         guard status == 200 else {
             let detail = (try? JSONParser.parse(body))?["error"]?["message"]?.stringValue ?? String(decoding: body, as: UTF8.self)
             let hint = status == 401 ? " (give the daemon's bearer secret with --auth-token-file or HERALD_AUTH_TOKEN)" : ""
             throw CommandFailure(
                 message:
-                    "herald: the daemon at \(endpoint) refused the change with HTTP \(status.map(String.init) ?? "?"): \(detail)\(hint)")
+                    "herald: the daemon at \(endpoint) refused the change with HTTP \(status): \(detail)\(hint)")
         }
         let outcome = subscribe ? "subscribed to \(topic)" : wasSubscribed ? "unsubscribed from \(topic)" : "was not subscribed to \(topic)"
         writeLine("\(outcome) (through the running daemon at \(endpoint))")
     }
 
-    /// The status code of an HTTP/1.1 response, from its status line.
-    static func httpStatus(_ response: [UInt8]) -> Int? {
-        let line = response.prefix { $0 != UInt8(ascii: "\r") && $0 != UInt8(ascii: "\n") }
-        let parts = String(decoding: line, as: UTF8.self).split(separator: " ")
-        guard parts.count >= 2, parts[0].hasPrefix("HTTP/") else { return nil }
-        return Int(parts[1])
-    }
 }
 
 extension DataDirectoryLock.State {

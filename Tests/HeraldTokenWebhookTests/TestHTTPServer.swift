@@ -11,6 +11,8 @@ final class TestHTTPServer: Sendable {
         var headers: [String: String]
         var body: [UInt8]
         var arrival: ContinuousClock.Instant
+        /// The number of the connection it came on (1 for the server's first).
+        var connection: Int
 
         var json: JSONObject? { (try? JSONParser.parse(body))?.objectValue }
         var token: String? { json?["token"]?.stringValue }
@@ -44,9 +46,14 @@ final class TestHTTPServer: Sendable {
         let loop = EventLoop(name: "test-http-server")
         try loop.start()
         let recorded = Locked<[Request]>([])
+        let connections = Locked(0)
         do {
             let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: port)) { connection in
-                Session(connection: connection, recorded: recorded, reply: reply).start()
+                let number = connections.withLock { count in
+                    count += 1
+                    return count
+                }
+                Session(connection: connection, number: number, recorded: recorded, reply: reply).start()
             }
             let port = try await loop.submit { server.port ?? 0 }
             return TestHTTPServer(loop: loop, server: server, port: port, recorded: recorded)
@@ -89,9 +96,11 @@ final class TestHTTPServer: Sendable {
         let connection: StreamConnection
         let recorded: Locked<[Request]>
         let reply: @Sendable (Request, Int) -> Reply
+        let number: Int
         var buffer: [UInt8] = []
 
-        init(connection: StreamConnection, recorded: Locked<[Request]>, reply: @escaping @Sendable (Request, Int) -> Reply) {
+        init(connection: StreamConnection, number: Int, recorded: Locked<[Request]>, reply: @escaping @Sendable (Request, Int) -> Reply) {
+            self.number = number
             self.connection = connection
             self.recorded = recorded
             self.reply = reply
@@ -123,7 +132,7 @@ final class TestHTTPServer: Sendable {
             guard buffer.count >= end + 4 + length else { return }
             let request = Request(
                 method: String(requestLine[0]), target: String(requestLine[1]), headers: headers,
-                body: Array(buffer[(end + 4)..<(end + 4 + length)]), arrival: .now)
+                body: Array(buffer[(end + 4)..<(end + 4 + length)]), arrival: .now, connection: number)
             buffer.removeFirst(end + 4 + length)
             let index = recorded.withLock { requests in
                 requests.append(request)

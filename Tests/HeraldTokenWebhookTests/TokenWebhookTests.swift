@@ -78,6 +78,7 @@ struct TokenWebhookTests {
         #expect(requests.map { $0.json?["reason"]?.stringValue } == ["start", "refresh"])
         #expect(requests[0].json?["deviceToken"]?.isNull == true)
         #expect(requests[1].json?["deviceToken"]?.stringValue == "unix:/run/weatherd/push.sock")
+        #expect(requests.map(\.connection) == [1, 1], "the second token goes over the first one's connection")
         #expect(requests.allSatisfy { $0.headers["authorization"] == nil })
     }
 
@@ -275,7 +276,32 @@ struct TokenWebhookTests {
         #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, abandoned: 1, lastStatus: 500))
     }
 
-    @Test("options Herald cannot use are refused at init, https with advice about a TLS proxy")
+    @Test("https: delivered to a server whose certificate the CA file trusts; an untrusted certificate is retried, never sent to")
+    func https() async throws {
+        try await withTemporaryDirectory { directory in
+            let certificates = try TestCertificates(in: directory)
+            let trusted = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            defer { trusted.stop() }
+            let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
+            defer { untrusted.stop() }
+
+            let (herald, webhook) = try await startHerald(
+                .init(url: "\(trusted.baseURL)/echo", secret: "s3cret", caFile: certificates.caFile))
+            #expect(await eventually { webhook.statistics.delivered == 1 })
+            #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 1, delivered: 1, lastStatus: 200))
+            await finish(herald)
+
+            let (refusing, refused) = try await startHerald(
+                .init(
+                    url: "\(untrusted.baseURL)/echo", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20),
+                    caFile: certificates.caFile))
+            #expect(await eventually { refused.statistics.attempts >= 3 })
+            #expect(refused.statistics.delivered == 0 && refused.statistics.lastStatus == nil, "no request got through")
+            await finish(refusing)
+        }
+    }
+
+    @Test("options Herald cannot use are refused at init; https URLs and host names are accepted")
     func badOptions() {
         func refusal(_ options: TokenWebhook.Options) -> String? {
             do {
@@ -285,8 +311,12 @@ struct TokenWebhookTests {
                 return "\(error)"
             }
         }
-        #expect(refusal(.init(url: "https://push.example.com/token"))?.contains("TLS-terminating proxy") == true)
-        #expect(refusal(.init(url: "http://push.example.com/token"))?.contains("DNS") == true)
+        #expect(refusal(.init(url: "https://push.example.com/token")) == nil)
+        #expect(refusal(.init(url: "http://push.example.com/token", caFile: "/etc/hostname")) == nil)
+        #expect(refusal(.init(url: "https://push.example.com/token", caFile: "/no/such/ca.pem"))?.contains("cannot read") == true)
+        #expect(refusal(.init(url: "ftp://push.example.com/token"))?.contains("http://") == true)
+        #expect(refusal(.init(url: "https://user:pw@push.example.com/token"))?.contains("user information") == true)
+        #expect(refusal(.init(url: "http://127.0.0.1:70000/token")) != nil)
         #expect(refusal(.init(url: "http://127.0.0.1:8000/t", secret: "")) != nil)
         #expect(refusal(.init(url: "http://127.0.0.1:8000/t", secret: "a\r\nX-Evil: 1")) != nil)
         #expect(refusal(.init(url: "http://127.0.0.1:8000/t", timeout: .zero)) != nil)
