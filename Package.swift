@@ -91,6 +91,13 @@ let package = Package(
             path: "Sources/CHTTPParser",
             providers: [.apt(["libhttp-parser-dev"])]
         ),
+        // nghttp2, the HTTP/2 framing (HPACK, flow control, the protocol's checks) of the HTTP server sessions.
+        .systemLibrary(
+            name: "CNGHTTP2",
+            path: "Sources/CNGHTTP2",
+            pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]
+        ),
         // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for the NATS receiver. Not
         // linked: loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
         .target(
@@ -115,6 +122,14 @@ let package = Package(
         // The strict JSON parser and writer (JSONValue, JSONObject): the one JSON implementation.
         .target(
             name: "HeraldJSON",
+            swiftSettings: swiftSettings
+        ),
+
+        // MARK: HTTP: the server sessions of the HTTP listeners.
+
+        .target(
+            name: "HeraldHTTP",
+            dependencies: ["HeraldEventLoop", "CNGHTTP2"],
             swiftSettings: swiftSettings
         ),
 
@@ -326,6 +341,11 @@ let package = Package(
         .testTarget(
             name: "HeraldEventLoopTests",
             dependencies: ["HeraldEventLoop", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldHTTPTests",
+            dependencies: ["HeraldHTTP", "HeraldTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
