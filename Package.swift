@@ -32,6 +32,8 @@ let package = Package(
         .library(name: "Herald", targets: ["Herald"]),
         .library(name: "HeraldEventLoop", targets: ["HeraldEventLoop"]),
         .library(name: "HeraldJSON", targets: ["HeraldJSON"]),
+        // The HTTP server layer (sessions, routes, limits) under every HTTP listener.
+        .library(name: "HeraldHTTP", targets: ["HeraldHTTP"]),
         // Adapters.
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         .library(name: "HeraldReport", targets: ["HeraldReport"]),
@@ -85,7 +87,7 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
-        // The HTTP/1.1 parser of the HTTP receiver.
+        // The HTTP/1.1 parser of HeraldHTTP's session.
         .systemLibrary(
             name: "CHTTPParser",
             path: "Sources/CHTTPParser",
@@ -125,11 +127,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // MARK: HTTP: the server sessions of the HTTP listeners.
-
+        // The HTTP server layer: requests, responses, the route table, limits, the HTTP/1.1 session on
+        // http_parser and the HTTP/2 session on nghttp2. Protocol-neutral above the sessions, and nothing of
+        // Herald's bus.
         .target(
             name: "HeraldHTTP",
-            dependencies: ["HeraldEventLoop", "CNGHTTP2"],
+            dependencies: ["HeraldEventLoop", "HeraldJSON", "CHTTPParser", "CNGHTTP2"],
             swiftSettings: swiftSettings
         ),
 
@@ -185,7 +188,7 @@ let package = Package(
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
             name: "HeraldHTTPReceiver",
-            dependencies: ["Herald", "CHTTPParser"],
+            dependencies: ["Herald", "HeraldHTTP"],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
@@ -212,6 +215,7 @@ let package = Package(
             name: "HeraldPrometheusMetrics",
             dependencies: [
                 "Herald",
+                "HeraldHTTP",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -344,11 +348,6 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "HeraldHTTPTests",
-            dependencies: ["HeraldHTTP", "HeraldTesting"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
             name: "HeraldJSONTests",
             dependencies: ["HeraldJSON", "HeraldTesting"],
             swiftSettings: swiftSettings
@@ -382,6 +381,11 @@ let package = Package(
         .testTarget(
             name: "HeraldTestingTests",
             dependencies: ["Herald", "HeraldTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldHTTPTests",
+            dependencies: ["HeraldHTTP", "HeraldTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

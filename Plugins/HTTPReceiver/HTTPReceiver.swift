@@ -1,8 +1,8 @@
-import CHTTPParser
 public import Herald
+import HeraldHTTP
 
-/// The FCM-compatible HTTP endpoint: HTTP/1.1 on Herald's loop, parsed by Node's field-proven `http_parser`
-/// (Debian's libhttp-parser-dev: small, allocation-free, handles keep-alive, pipelining and chunked bodies).
+/// The FCM-compatible HTTP endpoint: HTTP/1.1 on Herald's loop, served by HeraldHTTP's session (Node's field-proven
+/// `http_parser`, with RFC 9112's checks, pipelining and the limits below) and its route table.
 ///
 /// Routes: `POST /v1/projects/{project}/messages:send` (an FCM v1 send body; `{"name": ...}` or Google's error
 /// shape); FCM v1 topic management (`POST /v1/projects/{project}/registrations/{token}/topicSubscriptions?topic_name=T`,
@@ -43,6 +43,14 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             self.address = address
             self.secret = secret
         }
+
+        /// The limits and timeouts above, as the HTTP sessions take them.
+        var limits: HTTPServerLimits {
+            HTTPServerLimits(
+                maximumHeaderBytes: maximumHeaderBytes, maximumBodyBytes: maximumBodyBytes, idleTimeout: idleTimeout,
+                requestTimeout: requestTimeout, maximumRequestsPerConnection: maximumRequestsPerConnection,
+                maximumConnections: maximumConnections)
+        }
     }
 
     /// Refused configurations.
@@ -62,7 +70,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public let options: Options
     private var context: PluginContext?
-    private var listener: ReceiverListener<HTTPSession>?
+    private var listener: ReceiverListener<HTTPConnection>?
 
     public init(options: Options = Options()) {
         self.options = options
@@ -97,9 +105,10 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         }
         self.context = context
         try await context.loop.submit {
-            let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) {
-                [unowned self] connection in
-                HTTPSession(connection: connection, receiver: self, context: context)
+            let api = HTTPAPI(receiver: self, context: context)
+            let limits = self.options.limits
+            let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { connection in
+                HTTPConnection(HTTP1Session(connection: connection, loop: context.loop, handler: api, limits: limits))
             }
             try listener.listen(on: [self.options.address])
             self.listener = listener
@@ -134,4 +143,15 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         }
         return difference == 0
     }
+}
+
+/// One connection of the receiver, for the listener: HeraldHTTP's session, which knows nothing of receivers.
+final class HTTPConnection: ReceiverSession {
+    private let session: HTTP1Session
+
+    init(_ session: HTTP1Session) { self.session = session }
+
+    func start() { session.start() }
+
+    func closed() { session.closed() }
 }

@@ -1,123 +1,153 @@
 import Herald
+import HeraldHTTP
 
-// The API routes of an HTTP connection: the route table, `/healthz`, authorization, FCM v1 sends and APNs
+// The receiver's API: its routes in HeraldHTTP's route table, `/healthz`, authorization, FCM v1 sends and APNs
 // provider pushes. Topic management (FCM v1 and Instance ID) is in HTTPTopicRoutes.swift; the HTTP framing
-// (parsing, limits, keep-alive, writing answers) in HTTPSession.swift.
+// (parsing, limits, keep-alive, writing answers) is HeraldHTTP's.
 
-extension HTTPSession {
-    /// `POST` to this instance's `sendPath` exactly (no query).
-    func routeSend(sequence: Int, keepAlive: Bool) {
-        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return }
-        send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
+/// What a receiver's connections are answered with: the routes, and the answers to requests the session refuses
+/// itself in Google's error shape. One per started receiver, shared by its connections; loop thread only.
+final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
+    // @unchecked Sendable: the topic routes' tasks capture it; they run on the loop (`executorPreference`), where
+    // it is used, and what it holds is immutable after init.
+    let context: PluginContext
+    let options: HTTPReceiver.Options
+    unowned let receiver: HTTPReceiver
+    /// `/v1/projects/{project}/messages:send` for this instance's project: the route nearly every request takes.
+    let sendPath: String
+    private let router = HTTPRouter()
+
+    init(receiver: HTTPReceiver, context: PluginContext) {
+        self.receiver = receiver
+        self.options = receiver.options
+        self.context = context
+        self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
+        addRoutes()
     }
 
-    /// Whether the request carries the bearer secret; when not, answers 401.
-    func authorize(sequence: Int, keepAlive: Bool) -> Bool {
-        guard receiver.authorized(headers.value(of: "authorization")) else {
-            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
-            respond(sequence: sequence, status: 401, body: body, extraHeaders: ["WWW-Authenticate: Bearer"], close: !keepAlive)
-            return false
+    func handle(_ request: HTTPRequest, responder: HTTPResponder) { router.handle(request, responder: responder) }
+
+    func handleHead(_ request: HTTPRequest, responder: HTTPResponder) -> Bool { router.handleHead(request, responder: responder) }
+
+    func response(to error: HTTPRequestError) -> HTTPResponse {
+        switch error {
+        case .unparsable, .malformed: .json(400, googleError(400, "INVALID_ARGUMENT", error.message))
+        case .headerTooLarge: .json(431, limitError(431, error.message))
+        case .bodyTooLarge(let size, let limit): .json(413, limitError(413, MessageError(.payloadTooLarge(size: size, limit: limit)).message))
+        case .timedOut: .json(408, googleError(408, "DEADLINE_EXCEEDED", error.message))
+        case .unsupportedExpectation: .json(417, googleError(417, "FAILED_PRECONDITION", error.message))
         }
-        return true
     }
 
-    /// Answers the request. With `headOnly`, answers only if the answer needs no body (a refusal), and returns
-    /// whether it answered.
-    @discardableResult
-    func route(method: String, path: String, sequence: Int, keepAlive: Bool, headOnly: Bool = false) -> Bool {
-        // Split on UTF-8 bytes, not Characters: grapheme breaking made path splitting a fifth of a request's work.
-        let pathOnly: Substring = path.utf8.firstIndex(of: UInt8(ascii: "?")).map { path[..<$0] } ?? path[...]
-        if pathOnly == "/healthz", method == "GET" {
-            guard !headOnly else { return false }
+    /// The routes, tried in this order. `/healthz` needs no secret; everything else does, a request no route takes
+    /// included. A gateway passes sends on: what would act on this instance (topic management, APNs pushes to its
+    /// token) has no meaning there, and is answered 501.
+    private func addRoutes() {
+        // The router lives as long as this API (its only owner): the routes' unowned references stay valid.
+        router.authorize = { [unowned self] request in
+            guard receiver.authorized(request.headers.value(of: "authorization")) else {
+                let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
+                return .json(401, body, headers: [("WWW-Authenticate", "Bearer")])
+            }
+            return nil
+        }
+        router.add(.get, "/healthz", open: true) { [unowned self] _, _, responder in
             let ready = !context.bus.isDraining
-            respond(
-                sequence: sequence, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")], close: !keepAlive)
-            return true
+            respond(responder, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")])
         }
-        guard authorize(sequence: sequence, keepAlive: keepAlive) else { return true }
-        if method == "POST", pathOnly == sendPath {
-            // The request nearly every request is: no splitting of the path.
-            guard !headOnly else { return false }
-            send(project: context.projectID, sequence: sequence, keepAlive: keepAlive)
-            return true
+        // The request nearly every request is, matched whole from its bytes.
+        router.add(.post, sendPath) { [unowned self] request, _, responder in
+            send(request, project: context.projectID, responder: responder)
         }
-        let parts = pathOnly.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map { Substring($0) }
-        let isSend = parts.count == 4 && parts[0] == "v1" && parts[1] == "projects" && parts[3] == "messages:send"
-        if options.forwarder != nil, !isSend {
-            // A gateway passes sends on; what would act on this instance (topic management, APNs pushes to its
-            // token) has no meaning there.
-            let message =
-                "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
-            respond(sequence: sequence, status: 501, body: googleError(501, "UNIMPLEMENTED", message), close: !keepAlive)
-            return true
+        if options.forwarder != nil {
+            router.notFound = { [unowned self] _, responder in
+                let message =
+                    "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
+                respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
+            }
+        } else {
+            router.add(nil, "/3/device/{token}") { [unowned self] request, match, responder in
+                routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
+            }
+            for (path, add) in [("/iid/v1:batchAdd", true), ("/iid/v1:batchRemove", false)] {
+                router.add(nil, path) { [unowned self] request, _, responder in
+                    routeInstanceID(request, add: add, responder: responder)
+                }
+            }
+            router.add(nil, "/v1/projects/{project}/registrations/{token}/topicSubscriptions/**") { [unowned self] request, match, responder in
+                routeTopics(request, parts: match.segments.map(String.init), responder: responder)
+            }
+            router.notFound = { [unowned self] request, responder in
+                respond(
+                    responder, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(request.method) \(request.path)."))
+            }
         }
-        if parts.count == 3, parts[0] == "3", parts[1] == "device" {
-            guard !headOnly else { return false }
-            routeAPNs(method: method, deviceToken: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
-            return true
+        router.add(.post, "/v1/projects/{project}/messages:send") { [unowned self] request, match, responder in
+            send(request, project: String(match["project"] ?? ""), responder: responder)
         }
-        if parts.count == 2, parts[0] == "iid", parts[1] == "v1:batchAdd" || parts[1] == "v1:batchRemove" {
-            guard !headOnly else { return false }
-            routeInstanceID(method: method, add: parts[1] == "v1:batchAdd", sequence: sequence, keepAlive: keepAlive)
-            return true
+        router.add(nil, "/v1/projects/{project}/messages:send", readsBody: false) { [unowned self] _, _, responder in
+            respond(responder, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."))
         }
-        if parts.count >= 6, parts[0] == "v1", parts[1] == "projects", parts[3] == "registrations", parts[5] == "topicSubscriptions" {
-            guard !headOnly else { return false }
-            routeTopics(method: method, path: path, parts: parts.map(String.init), sequence: sequence, keepAlive: keepAlive)
-            return true
-        }
-        guard parts.count == 4, parts[0] == "v1", parts[1] == "projects", parts[3] == "messages:send" else {
-            respond(
-                sequence: sequence, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(method) \(pathOnly)."),
-                close: !keepAlive)
-            return true
-        }
-        guard method == "POST" else {
-            respond(
-                sequence: sequence, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."),
-                close: !keepAlive)
-            return true
-        }
-        guard !headOnly else { return false }
-        send(project: String(parts[2]), sequence: sequence, keepAlive: keepAlive)
-        return true
+    }
+
+    /// Answers with `body` as JSON (`nil`: no body, no `Content-Type`).
+    func respond(_ responder: HTTPResponder, status: Int, body: JSONValue?, extraHeaders: [(name: String, value: String)] = []) {
+        guard let body else { return responder.respond(HTTPResponse(status: status, headers: extraHeaders)) }
+        responder.respond(.json(status, body, headers: extraHeaders))
+    }
+
+    /// Google's error shape without FCM's details: `{"error": {"code": ..., "message": ..., "status": ...}}`.
+    func googleError(_ code: Int, _ status: String, _ message: String) -> JSONValue {
+        ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
+    }
+
+    /// A limit's answer (413, 431): `INVALID_ARGUMENT` as FCM says it, with the HTTP status as the code.
+    private func limitError(_ code: Int, _ message: String) -> JSONValue {
+        [
+            "error": [
+                "code": .int(Int64(code)), "message": .string(message), "status": "INVALID_ARGUMENT",
+                "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"]],
+            ]
+        ]
     }
 
     /// `POST /v1/projects/{project}/messages:send`: submitted to the bus (forwarded, as a gateway) and answered.
-    private func send(project: String, sequence: Int, keepAlive: Bool) {
+    private func send(_ request: HTTPRequest, project: String, responder: HTTPResponder) {
         guard project == context.projectID else {
             let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
-            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             return
         }
-        context.bus.submit(body, SendContext(forwarder: options.forwarder)) { [weak self] outcome in
+        context.bus.submit(request.body, SendContext(forwarder: options.forwarder)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
             case .accepted(let id):
-                self.respondSent(sequence: sequence, project: project, messageID: id, close: !keepAlive)
+                // The answer's bytes written straight from the project and the ID, no JSONValue.
+                var body: [UInt8] = []
+                body.reserveCapacity(fcmSendResponseByteCount(project: project, messageID: id))
+                appendFCMSendResponse(project: project, messageID: id, to: &body)
+                responder.respond(HTTPResponse(status: 200, contentType: HTTPResponse.jsonContentType, body: body))
             case .invalid(let error), .refused(let error):
-                self.respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+                self.respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             }
         }
     }
 
     /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id`,
     /// or APNs' status and `{"reason": ...}`.
-    private func routeAPNs(method: String, deviceToken: String, sequence: Int, keepAlive: Bool) {
-        guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: ["reason": "MethodNotAllowed"], close: !keepAlive)
+    private func routeAPNs(_ request: HTTPRequest, deviceToken: String, responder: HTTPResponder) {
+        guard request.method == .post else {
+            respond(responder, status: 405, body: ["reason": "MethodNotAllowed"])
             return
         }
-        let format = SendContext.Format.apns(headers: headers.dictionary(), deviceToken: deviceToken)
-        context.bus.submit(body, SendContext(format: format)) { [weak self] outcome in
+        let format = SendContext.Format.apns(headers: request.headers.dictionary(), deviceToken: deviceToken)
+        context.bus.submit(request.body, SendContext(format: format)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
             case .accepted(let id):
-                self.respond(sequence: sequence, status: 200, body: nil, extraHeaders: ["apns-id: \(id)"], close: !keepAlive)
+                self.respond(responder, status: 200, body: nil, extraHeaders: [("apns-id", id)])
             case .invalid(let error), .refused(let error):
-                self.respond(
-                    sequence: sequence, status: HTTPSession.apnsStatus(error), body: ["reason": .string(error.apnsReason)],
-                    close: !keepAlive)
+                self.respond(responder, status: HTTPAPI.apnsStatus(error), body: ["reason": .string(error.apnsReason)])
             }
         }
     }

@@ -1,32 +1,34 @@
 import Herald
+import HeraldHTTP
 
 // Topic management on a sender's behalf: FCM v1's `registrations/{token}/topicSubscriptions` and the Instance ID
 // API's batch calls, with the query and percent-decoding they need.
 
-extension HTTPSession {
+extension HTTPAPI {
     /// FCM topic management: `POST .../registrations/{token}/topicSubscriptions?topic_name=T` subscribes,
     /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes.
-    func routeTopics(method: String, path: String, parts: [String], sequence: Int, keepAlive: Bool) {
+    func routeTopics(_ request: HTTPRequest, parts: [String], responder: HTTPResponder) {
+        let method = request.method.rawValue
         let project = parts[2]
         guard project == context.projectID else {
             let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
-            respond(sequence: sequence, status: error.status.httpStatus, body: error.fcmErrorBody, close: !keepAlive)
+            respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             return
         }
-        let token = HTTPSession.percentDecoded(parts[4])
-        let query = HTTPSession.queryItems(path)
+        let token = HTTPAPI.percentDecoded(parts[4])
+        let query = HTTPAPI.queryItems(request.target)
         let topic: String?
         switch (method, parts.count) {
         case ("POST", 6): topic = query["topic_name"]
-        case ("DELETE", 7): topic = HTTPSession.percentDecoded(parts[6])
+        case ("DELETE", 7): topic = HTTPAPI.percentDecoded(parts[6])
         default:
             respond(
-                sequence: sequence, status: 405,
-                body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."), close: !keepAlive)
+                responder, status: 405,
+                body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."))
             return
         }
         guard let topic else {
-            respond(sequence: sequence, status: 400, body: MessageError(.missingField("topic_name")).fcmErrorBody, close: !keepAlive)
+            respond(responder, status: 400, body: MessageError(.missingField("topic_name")).fcmErrorBody)
             return
         }
         let control = context.topics
@@ -52,7 +54,7 @@ extension HTTPSession {
             } catch {
                 answer = (500, MessageError(.handlerFailed("\(error)")).fcmErrorBody)
             }
-            self?.respond(sequence: sequence, status: answer.0, body: answer.1, close: !keepAlive)
+            self?.respond(responder, status: answer.0, body: answer.1)
         }
     }
 
@@ -61,18 +63,17 @@ extension HTTPSession {
     /// `{"to": "/topics/T", "registration_tokens": [...]}`. Answers one result per token, in order: `{}` for this
     /// instance's token, `{"error": "NOT_FOUND"}` for any other; a bad request gets 400 and `{"error": "INVALID_ARGUMENT",
     /// "message": ...}` (IID's `{"error": code}` shape, with the reason beside it).
-    func routeInstanceID(method: String, add: Bool, sequence: Int, keepAlive: Bool) {
-        guard method == "POST" else {
-            respond(sequence: sequence, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use POST."], close: !keepAlive)
+    func routeInstanceID(_ request: HTTPRequest, add: Bool, responder: HTTPResponder) {
+        guard request.method == .post else {
+            respond(responder, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use POST."])
             return
         }
         let topic: String
         let tokens: [String]
         do {
-            (topic, tokens) = try HTTPSession.decodeInstanceIDRequest(body)
+            (topic, tokens) = try HTTPAPI.decodeInstanceIDRequest(request.body)
         } catch {
-            respond(
-                sequence: sequence, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)], close: !keepAlive)
+            respond(responder, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)])
             return
         }
         let control = context.topics
@@ -95,11 +96,10 @@ extension HTTPSession {
             } catch {
                 let status = (error as? MessageError)?.status ?? .internal
                 self?.respond(
-                    sequence: sequence, status: status.httpStatus,
-                    body: ["error": .string(status.rawValue), "message": .string("\(error)")], close: !keepAlive)
+                    responder, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")])
                 return
             }
-            self?.respond(sequence: sequence, status: 200, body: ["results": .array(results)], close: !keepAlive)
+            self?.respond(responder, status: 200, body: ["results": .array(results)])
         }
     }
 

@@ -1,28 +1,35 @@
 import CHTTPParser
-import Herald
+public import HeraldEventLoop
 
-/// One HTTP connection: feeds bytes to http_parser, answers each request, writes the answers in request order
-/// (pipelining), keeps the connection alive as HTTP/1.1 says. This file is the HTTP framing; what each request
-/// is answered with is in HTTPRoutes.swift and HTTPTopicRoutes.swift.
-final class HTTPSession: ReceiverSession, @unchecked Sendable {
-    // @unchecked Sendable: only the idle timer's closure crosses into a @Sendable context, and it fires on the
-    // loop thread, where all of the session's state lives.
-    let connection: StreamConnection
-    unowned let receiver: HTTPReceiver
-    /// The receiver's options, copied once per connection: reading them through `receiver` copied the whole
-    /// struct at each of the 13 reads per request.
-    let options: HTTPReceiver.Options
-    /// `/v1/projects/{project}/messages:send` for this instance's project, matched whole before any splitting.
-    let sendPath: String
-    /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
-    private let sendPathBytes: [UInt8]
-    let context: PluginContext
+/// One HTTP/1.1 connection on http_parser: reads each request whole, hands it to the handler, writes the answers
+/// in request order (pipelining, however they complete), keeps the connection alive as HTTP/1.1 says, and
+/// enforces the ``HTTPServerLimits``.
+///
+/// What http_parser lets through and RFC 9112 says a server must refuse is refused with 400 (folded header lines,
+/// whitespace before a colon, no or several `Host` fields, a bad chunked framing); `Expect: 100-continue` is
+/// answered `100 Continue` before the body is read, or with the final answer when the handler refuses the request
+/// from its head (``HTTPRequestHandler/handleHead(_:responder:)``). A connection ends with a lingering close: its
+/// write side shut, what the peer still sends read and dropped for a while, so that a refusal is read before a
+/// reset could destroy it.
+///
+/// Loop thread only: create it in the listener's accept callback, call ``start()``, and ``closed()`` from the
+/// connection's `onClose`.
+public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
+    // @unchecked Sendable: only the timers' closures cross into a @Sendable context, and they fire on the loop
+    // thread, where all of the session's state lives.
+    private let connection: StreamConnection
+    private let loop: EventLoop
+    private let handler: any HTTPRequestHandler
+    /// The limits, copied once per connection.
+    private let options: HTTPServerLimits
     private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
     private var url: [UInt8] = []
-    private(set) var headers = RawHeaders()
+    private var headers = HTTPHeaders()
     private var headerBytes = 0
-    private(set) var body: [UInt8] = []
+    private var body: [UInt8] = []
     private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
+    /// The place in the answer order of the last request of the connection, once known: its answer closes it.
+    private var lastSequence: Int?
     private var isClosed = false
     /// No further request is parsed: the last one ended the connection, a limit was passed, or the peer ended.
     /// Bytes still arriving are read and dropped.
@@ -72,27 +79,28 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// ...or this long after it began lingering, whatever the peer does.
     private var lingerLimit: Duration { min(options.idleTimeout, .seconds(30)) }
 
-    init(connection: StreamConnection, receiver: HTTPReceiver, context: PluginContext) {
-        self.options = receiver.options
-        self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
-        self.sendPathBytes = Array(sendPath.utf8)
+    /// A session for `connection` (on `loop`), answering with `handler` within `limits`.
+    public init(connection: StreamConnection, loop: EventLoop, handler: any HTTPRequestHandler, limits: HTTPServerLimits) {
+        self.options = limits
         self.connection = connection
-        self.receiver = receiver
-        self.context = context
+        self.loop = loop
+        self.handler = handler
         http_parser_init(parser, HTTP_REQUEST)
         parser.pointee.data = Unmanaged.passUnretained(self).toOpaque()
     }
 
     deinit { parser.deallocate() }
 
-    func start() {
+    /// Sets the connection's read callbacks, starts reading and the idle timer.
+    public func start() {
         connection.onRead = { [weak self] bytes in self?.read(bytes) }
         connection.onEnd = { [weak self] in self?.peerEnded() }
         connection.startReading()
         armIdleTimer()
     }
 
-    func closed() {
+    /// The connection has closed: cancels the timers.
+    public func closed() {
         isClosed = true
         idleTimer?.cancel()
         requestTimer?.cancel()
@@ -100,7 +108,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     private func armIdleTimer() {
         idleTimer?.cancel()
-        idleTimer = context.loop.scheduleTask(in: options.idleTimeout) { [weak self] in
+        idleTimer = loop.scheduleTask(in: options.idleTimeout) { [weak self] in
             guard let self, !self.isClosed else { return }
             self.connection.close()
         }
@@ -122,7 +130,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             let scanningFraming = chunkedBody
             framingStart = UnsafeRawPointer(base + offset)
             let parsed = http_parser_execute(
-                parser, HTTPSession.settings, (base + offset).assumingMemoryBound(to: CChar.self), bytes.count - offset)
+                parser, HTTP1Session.settings, (base + offset).assumingMemoryBound(to: CChar.self), bytes.count - offset)
             if scanning { scanHead(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + parsed])) }
             if scanningFraming, let start = framingStart {
                 scanFraming(UnsafeRawBufferPointer(start: start, count: base + offset + parsed - start))
@@ -149,10 +157,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         if errno == HPE_HEADER_OVERFLOW {
             refuseHead()
         } else if parser.pointee.upgrade == 1 || errno != HPE_OK || offset != bytes.count {
-            let name = String(cString: http_errno_name(errno))
-            respond(
-                sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request (\(name))."),
-                close: true)
+            refuse(.unparsable(String(cString: http_errno_name(errno))))
         } else if requestInProgress, requestTimer == nil {
             armRequestTimer()
         }
@@ -162,10 +167,9 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// bytes, each within the idle timeout) is answered 408 and the connection closed.
     private func armRequestTimer() {
         let timeout = options.requestTimeout
-        requestTimer = context.loop.scheduleTask(in: timeout) { [weak self] in
+        requestTimer = loop.scheduleTask(in: timeout) { [weak self] in
             guard let self, !self.isClosed, !self.closing, self.requestInProgress else { return }
-            let message = "The request did not arrive within \(timeout) of its first byte."
-            self.respond(sequence: self.takeSequence(), status: 408, body: self.googleError(408, "DEADLINE_EXCEEDED", message), close: true)
+            self.refuse(.timedOut(timeout))
         }
     }
 
@@ -282,14 +286,18 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         }
         guard http11, let expectation = headers.value(of: "expect") else { return true }
         guard expectation.lowercased() == "100-continue" else {
-            let message = "Unsupported expectation \"\(expectation)\"; only 100-continue is."
-            respond(sequence: takeSequence(), status: 417, body: googleError(417, "FAILED_PRECONDITION", message), close: true)
+            refuse(.unsupportedExpectation(expectation))
             return false
         }
         guard chunked || (length != 0 && length != UInt64.max), !bodyBytesRead else { return true }
         // A request refused from its head is answered now, and its body never read: the connection closes.
         let sequence = takeSequence()
-        if routeFromHead(sequence: sequence) { return false }
+        lastSequence = sequence
+        if handler.handleHead(request(), responder: HTTPResponder(sink: self, slot: sequence)) {
+            closing = true
+            return false
+        }
+        lastSequence = nil
         reservedSequence = sequence
         if answers.isNextToWrite(sequence) {
             connection.write { $0.append(contentsOf: "HTTP/1.1 100 Continue\r\n\r\n".utf8) }
@@ -299,10 +307,13 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     /// 400 for a request http_parser took but RFC 9112 says a server must refuse; the connection closes.
     private func refuseMalformed(_ message: String) -> Bool {
-        respond(
-            sequence: takeSequence(), status: 400, body: googleError(400, "INVALID_ARGUMENT", "Malformed HTTP request: \(message)"),
-            close: true)
+        refuse(.malformed(message))
         return false
+    }
+
+    /// Answers the request being read with the handler's answer to `error`; the connection closes.
+    private func refuse(_ error: HTTPRequestError) {
+        write(handler.response(to: error), sequence: takeSequence(), close: true)
     }
 
     fileprivate func bodyData(_ data: UnsafeRawBufferPointer) -> Int32 {
@@ -320,10 +331,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// 431 for a request head over `maximumHeaderBytes`, answered at once; the connection closes.
     @discardableResult
     private func refuseHead() -> Int32 {
-        let limit = options.maximumHeaderBytes
-        respond(
-            sequence: takeSequence(), status: 431,
-            body: limitError(431, "The request line and headers are over \(limit) bytes; at most \(limit) are allowed."), close: true)
+        refuse(.headerTooLarge(limit: options.maximumHeaderBytes))
         return 1
     }
 
@@ -331,8 +339,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
     /// connection closes.
     @discardableResult
     private func refuseBody(size: Int) -> Int32 {
-        let error = MessageError(.payloadTooLarge(size: size, limit: options.maximumBodyBytes))
-        respond(sequence: takeSequence(), status: 413, body: limitError(413, error.message), close: true)
+        refuse(.bodyTooLarge(size: size, limit: options.maximumBodyBytes))
         return 1
     }
 
@@ -354,56 +361,85 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         let sequence = takeSequence()
         let keepAlive = http_should_keep_alive(parser) != 0 && sequence + 1 < options.maximumRequestsPerConnection
         // The last request of the connection: what is pipelined after it is neither parsed nor delivered.
-        if !keepAlive { closing = true }
-        if UInt32(parser.pointee.method) == HTTP_POST.rawValue, url == sendPathBytes {
-            // The request nearly every request is, recognised from the bytes: no method or path String.
-            routeSend(sequence: sequence, keepAlive: keepAlive)
-        } else {
-            route(method: methodName, path: String(decoding: url, as: UTF8.self), sequence: sequence, keepAlive: keepAlive)
+        if !keepAlive {
+            closing = true
+            lastSequence = sequence
         }
+        handler.handle(request(), responder: HTTPResponder(sink: self, slot: sequence))
         return keepAlive
     }
 
-    private var methodName: String { String(cString: http_method_str(http_method(rawValue: UInt32(parser.pointee.method)))) }
+    /// The request being read, on the session's buffers (a handler that keeps them makes them copy).
+    private func request() -> HTTPRequest {
+        let version = HTTPVersion(major: Int(parser.pointee.http_major), minor: Int(parser.pointee.http_minor))
+        return HTTPRequest(method: method, targetBytes: url, headers: headers, body: body, version: version)
+    }
 
-    /// Answers from its head alone a request refused whatever its body (unauthorized, no route, a wrong method):
-    /// the answer to `Expect: 100-continue` instead of `100 Continue`. Returns whether it answered; the
-    /// connection then closes, the body unread.
-    private func routeFromHead(sequence: Int) -> Bool {
-        if UInt32(parser.pointee.method) == HTTP_POST.rawValue, url == sendPathBytes {
-            return !authorize(sequence: sequence, keepAlive: false)
+    /// The request's method; the common ones without making a `String`.
+    private var method: HTTPMethod {
+        switch http_method(rawValue: UInt32(parser.pointee.method)) {
+        case HTTP_POST: .post
+        case HTTP_GET: .get
+        case HTTP_DELETE: .delete
+        case HTTP_PUT: .put
+        case HTTP_HEAD: .head
+        case let other: HTTPMethod(String(cString: http_method_str(other)))
         }
-        return route(method: methodName, path: String(decoding: url, as: UTF8.self), sequence: sequence, keepAlive: false, headOnly: true)
-    }
-
-    /// Google's error shape without FCM's details: `{"error": {"code": ..., "message": ..., "status": ...}}`.
-    func googleError(_ code: Int, _ status: String, _ message: String) -> JSONValue {
-        ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
-    }
-
-    /// A limit's answer (413, 431): `INVALID_ARGUMENT` as FCM says it, with the HTTP status as the code.
-    private func limitError(_ code: Int, _ message: String) -> JSONValue {
-        [
-            "error": [
-                "code": .int(Int64(code)), "message": .string(message), "status": "INVALID_ARGUMENT",
-                "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"]],
-            ]
-        ]
     }
 
     // MARK: Answers
 
-    func respond(sequence: Int, status: Int, body: JSONValue?, extraHeaders: [String] = [], close: Bool) {
+    /// A handler's answer for place `slot`; it closes the connection when its request was the last.
+    public func respond(_ response: HTTPResponse, slot: Int) {
+        write(response, sequence: slot, close: slot == lastSequence)
+    }
+
+    /// Writes `response` when it is next in order, built in place in the connection's outgoing bytes (every
+    /// answer of a connection that waits for each, as HTTP/1.1 clients do); keeps it until its turn otherwise.
+    private func write(_ response: HTTPResponse, sequence: Int, close: Bool) {
         guard !isClosed, !finishing else { return }
-        let bodyBytes = body?.jsonBytes() ?? []
-        var head = "HTTP/1.1 \(status) \(HTTPSession.reason(status))\r\n"
-        if body != nil { head += "Content-Type: application/json; charset=UTF-8\r\n" }
-        head += "Content-Length: \(bodyBytes.count)\r\n"
-        for header in extraHeaders { head += header + "\r\n" }
-        if close { head += "Connection: close\r\n" }
-        head += "\r\n"
         if close { closing = true }
-        write(answers.fill(sequence, with: (Array(head.utf8) + bodyBytes, close)))
+        guard answers.isNextToWrite(sequence) else {
+            var bytes: [UInt8] = []
+            Self.append(response, close: close, to: &bytes)
+            write(answers.fill(sequence, with: (bytes, close)))
+            return
+        }
+        connection.write { Self.append(response, close: close, to: &$0) }
+        if close {
+            answers.written(sequence) { _ in }
+            answers.discardWaiting()
+            finish()
+            return
+        }
+        // Answers that were waiting for this one (rare: requests pipelined ahead of their answers).
+        var ready: [(bytes: [UInt8], close: Bool)] = []
+        answers.written(sequence) { ready.append($0) }
+        write(ready)
+    }
+
+    /// The answer as HTTP/1.1 writes it: status line, `Content-Type`, `Content-Length`, the other fields,
+    /// `Connection: close` when it is the last, and the body.
+    static func append(_ response: HTTPResponse, close: Bool, to output: inout [UInt8]) {
+        output.append(contentsOf: "HTTP/1.1 ".utf8)
+        output.append(contentsOf: String(response.status).utf8)
+        output.append(UInt8(ascii: " "))
+        output.append(contentsOf: HTTPStatus.reasonPhrase(response.status).utf8)
+        if let type = response.contentType {
+            output.append(contentsOf: "\r\nContent-Type: ".utf8)
+            output.append(contentsOf: type.utf8)
+        }
+        output.append(contentsOf: "\r\nContent-Length: ".utf8)
+        output.append(contentsOf: String(response.body.count).utf8)
+        for field in response.headers {
+            output.append(contentsOf: "\r\n".utf8)
+            output.append(contentsOf: field.name.utf8)
+            output.append(contentsOf: ": ".utf8)
+            output.append(contentsOf: field.value.utf8)
+        }
+        if close { output.append(contentsOf: "\r\nConnection: close".utf8) }
+        output.append(contentsOf: "\r\n\r\n".utf8)
+        output.append(contentsOf: response.body)
     }
 
     /// Writes answers now ready, in order; after one that closes the connection, the rest are dropped.
@@ -417,27 +453,6 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
             }
         }
         finishIfDone()
-    }
-
-    /// The 200 answer to a send, byte for byte what ``respond(sequence:status:body:extraHeaders:close:)`` writes
-    /// for `fcmSendResponse(project:messageID:)`, built in place in the connection's outgoing bytes when it is next
-    /// in order (every answer of a connection that waits for each, as HTTP/1.1 clients do).
-    func respondSent(sequence: Int, project: String, messageID: String, close: Bool) {
-        guard !isClosed, !finishing, !close, answers.isNextToWrite(sequence) else {
-            respond(sequence: sequence, status: 200, body: fcmSendResponse(project: project, messageID: messageID), close: close)
-            return
-        }
-        let bodyLength = fcmSendResponseByteCount(project: project, messageID: messageID)
-        connection.write { output in
-            output.append(contentsOf: "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: ".utf8)
-            output.append(contentsOf: String(bodyLength).utf8)
-            output.append(contentsOf: "\r\n\r\n".utf8)
-            appendFCMSendResponse(project: project, messageID: messageID, to: &output)
-        }
-        // Answers that were waiting for this one (rare: requests pipelined ahead of their answers).
-        var ready: [(bytes: [UInt8], close: Bool)] = []
-        answers.written(sequence) { ready.append($0) }
-        write(ready)
     }
 
     private func finishIfDone() {
@@ -469,7 +484,7 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
 
     private func checkLinger(in delay: Duration) {
         idleTimer?.cancel()
-        idleTimer = context.loop.scheduleTask(in: delay) { [weak self] in
+        idleTimer = loop.scheduleTask(in: delay) { [weak self] in
             guard let self, !self.isClosed, let start = self.lingerStart, let last = self.lastLingerRead else { return }
             let now = ContinuousClock.now
             let left = min(self.lingerSilence - (now - last), self.lingerLimit - (now - start))
@@ -481,30 +496,10 @@ final class HTTPSession: ReceiverSession, @unchecked Sendable {
         }
     }
 
-    static func reason(_ status: Int) -> String {
-        switch status {
-        case 200: "OK"
-        case 400: "Bad Request"
-        case 401: "Unauthorized"
-        case 403: "Forbidden"
-        case 404: "Not Found"
-        case 405: "Method Not Allowed"
-        case 408: "Request Timeout"
-        case 413: "Payload Too Large"
-        case 417: "Expectation Failed"
-        case 429: "Too Many Requests"
-        case 431: "Request Header Fields Too Large"
-        case 500: "Internal Server Error"
-        case 501: "Not Implemented"
-        case 503: "Service Unavailable"
-        default: "Status"
-        }
-    }
-
     // MARK: C callbacks
 
-    private static func session(_ parser: UnsafeMutablePointer<http_parser>?) -> HTTPSession {
-        Unmanaged<HTTPSession>.fromOpaque(parser!.pointee.data).takeUnretainedValue()
+    private static func session(_ parser: UnsafeMutablePointer<http_parser>?) -> HTTP1Session {
+        Unmanaged<HTTP1Session>.fromOpaque(parser!.pointee.data).takeUnretainedValue()
     }
 
     /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable

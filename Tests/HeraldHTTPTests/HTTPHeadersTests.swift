@@ -1,13 +1,13 @@
 import Testing
 
-@testable import HeraldHTTPReceiver
+@testable import HeraldHTTP
 
-@Suite("RawHeaders: header lines kept as bytes")
-struct RawHeadersTests {
+@Suite("HTTPHeaders: header lines kept as bytes")
+struct HTTPHeadersTests {
     /// Feeds `lines` as http_parser would, each name and value cut into pieces of `piece` bytes.
-    private func headers(_ lines: [(String, String)], piece: Int) -> RawHeaders {
-        var headers = RawHeaders()
-        func feed(_ text: String, _ append: (inout RawHeaders, UnsafeRawBufferPointer) -> Void) {
+    private func headers(_ lines: [(String, String)], piece: Int) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        func feed(_ text: String, _ append: (inout HTTPHeaders, UnsafeRawBufferPointer) -> Void) {
             let bytes = Array(text.utf8)
             var start = 0
             while start < bytes.count {

@@ -1,13 +1,53 @@
-/// A request's header lines as they came from http_parser: every name and value in one byte buffer, with the
-/// bounds of each line. Nothing is made per header (no String, no lowercased copy, no dictionary entry): the FCM
-/// route only asks for `authorization`; the APNs route, which reads the `apns-*` headers, makes the dictionary.
-/// Names compare without regard to ASCII case (http_parser accepts only token characters in names). A name that
-/// comes twice answers its last value, as the dictionary did.
-struct RawHeaders {
+/// A request's header fields as they came: every name and value in one byte buffer, with the bounds of each line.
+/// Nothing is made per header (no String, no lowercased copy, no dictionary entry): a route that asks for one
+/// field (`authorization`) finds it by comparing bytes; one that reads many (the `apns-*` fields) makes
+/// ``dictionary()``. Names compare without regard to ASCII case. A name that comes twice answers its last value.
+///
+/// The HTTP/1.1 session fills it piece by piece as http_parser hands names and values over; an HTTP/2 session
+/// appends whole fields with ``append(name:value:)``.
+public struct HTTPHeaders: Sendable {
     private var bytes: [UInt8] = []
     private var lines: [(nameStart: Int, nameEnd: Int, valueEnd: Int)] = []
     /// The line being read: where its name starts, and where its value starts once one has come.
     private var open: (nameStart: Int, nameEnd: Int?)?
+
+    public init() {}
+
+    /// Appends a whole field (an HTTP/2 session's decoded header, or a test's).
+    public mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        close()
+        let nameStart = bytes.count
+        bytes.append(contentsOf: name)
+        let nameEnd = bytes.count
+        bytes.append(contentsOf: value)
+        if nameEnd > nameStart { lines.append((nameStart, nameEnd, bytes.count)) }
+    }
+
+    /// Appends a whole field.
+    public mutating func append(name: String, value: String) {
+        var name = name
+        var value = value
+        name.withUTF8 { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+    }
+
+    /// How many fields there are.
+    public var count: Int { lines.count }
+
+    /// Every field in the order it came, names as sent.
+    public var fields: [(name: String, value: String)] {
+        lines.map {
+            (String(decoding: bytes[$0.nameStart..<$0.nameEnd], as: UTF8.self), String(decoding: bytes[$0.nameEnd..<$0.valueEnd], as: UTF8.self))
+        }
+    }
+
+    /// The value of the field `name` (any case), the last one when it came more than once.
+    public subscript(name: String) -> String? {
+        var name = name
+        return name.withUTF8 { wanted in
+            guard let line = lines.last(where: { has(UnsafeRawBufferPointer(wanted), $0) }) else { return nil }
+            return String(decoding: bytes[line.nameEnd..<line.valueEnd], as: UTF8.self)
+        }
+    }
 
     /// Every header line, for the next request (the storage is kept).
     mutating func removeAll() {
@@ -40,13 +80,13 @@ struct RawHeaders {
 
     /// The value of the header `name` (lowercase letters, digits and `-` only: the comparison folds ASCII case by
     /// setting bit 5, exact for those), the last one when it came more than once.
-    func value(of name: StaticString) -> String? {
+    public func value(of name: StaticString) -> String? {
         guard let line = lines.last(where: { has(name, $0) }) else { return nil }
         return String(decoding: bytes[line.nameEnd..<line.valueEnd], as: UTF8.self)
     }
 
     /// How many lines have the header `name` (as in ``value(of:)``).
-    func count(of name: StaticString) -> Int {
+    public func count(of name: StaticString) -> Int {
         var count = 0
         for line in lines where has(name, line) { count += 1 }
         return count
@@ -75,14 +115,18 @@ struct RawHeaders {
 
     /// Whether `line` is a header `name`.
     private func has(_ name: StaticString, _ line: (nameStart: Int, nameEnd: Int, valueEnd: Int)) -> Bool {
-        let wanted = UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+        has(UnsafeRawBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount), line)
+    }
+
+    /// Whether `line` is a header named `wanted` (any ASCII case; exact for token characters).
+    private func has(_ wanted: UnsafeRawBufferPointer, _ line: (nameStart: Int, nameEnd: Int, valueEnd: Int)) -> Bool {
         guard line.nameEnd - line.nameStart == wanted.count else { return false }
         for offset in 0..<wanted.count where bytes[line.nameStart + offset] | 0x20 != wanted[offset] | 0x20 { return false }
         return true
     }
 
     /// Every header, names lowercased; a name that came twice has its last value.
-    func dictionary() -> [String: String] {
+    public func dictionary() -> [String: String] {
         var result: [String: String] = [:]
         result.reserveCapacity(lines.count)
         for line in lines {
