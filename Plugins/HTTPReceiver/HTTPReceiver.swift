@@ -108,7 +108,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             let api = HTTPAPI(receiver: self, context: context)
             let limits = self.options.limits
             let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { connection in
-                HTTPConnection(HTTP1Session(connection: connection, loop: context.loop, handler: api, limits: limits))
+                HTTPConnection(HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits))
             }
             try listener.listen(on: [self.options.address])
             self.listener = listener
@@ -145,11 +145,12 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     }
 }
 
-/// One connection of the receiver, for the listener: HeraldHTTP's session, which knows nothing of receivers.
+/// One connection of the receiver, for the listener: HeraldHTTP's session (HTTP/1.1, or HTTP/2 for a client
+/// that begins with its preface), which knows nothing of receivers.
 final class HTTPConnection: ReceiverSession {
-    private let session: HTTP1Session
+    private let session: HTTPServerSession
 
-    init(_ session: HTTP1Session) { self.session = session }
+    init(_ session: HTTPServerSession) { self.session = session }
 
     func start() { session.start() }
 

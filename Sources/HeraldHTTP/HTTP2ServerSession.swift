@@ -2,38 +2,16 @@ import CNGHTTP2
 
 /// The server side of one HTTP/2 connection on nghttp2, without I/O: bytes the peer sent go in through
 /// ``receive(_:)``, complete requests come out through ``onRequest``, answers go in through
-/// ``respond(to:status:headers:body:)``, and the bytes to send come out of ``drainOutput(_:)``. The connection
-/// code around it (``HTTP2Connection``) reads and writes a socket; the fuzz target feeds it bytes in memory.
+/// ``respond(to:_:)``, and the bytes to send come out of ``drainOutput(_:)``. ``HTTP2Session`` around it reads
+/// and writes a socket; the fuzz target feeds it bytes in memory.
 ///
 /// nghttp2 does the framing, HPACK, flow control and the protocol's checks (pseudo-headers, `content-length`
 /// against the DATA received, stream states, the flood limits of its options); this class keeps each stream's
-/// request, the limits of ``HTTP2Limits`` and the counters for what nghttp2 does not bound by itself.
+/// request, the limits of ``HTTPServerLimits`` and ``HTTP2Limits``, and the counters for what nghttp2 does not
+/// bound by itself.
 ///
 /// Not thread-safe: one thread (the loop's) uses it.
 final class HTTP2ServerSession {
-    /// One request received whole (its END_STREAM seen), or refused from what arrived of it.
-    struct Request {
-        let streamID: Int32
-        let method: String
-        /// `:path` as sent: the path and the query.
-        let path: String
-        /// `:authority` (or a `host` header).
-        let authority: String?
-        /// The regular header fields, names in lowercase as HTTP/2 sends them, in order.
-        let headers: [(name: String, value: String)]
-        let body: [UInt8]
-    }
-
-    /// What the session refused of a stream before its request was complete.
-    enum Refusal: Equatable {
-        /// The header list passed ``HTTP2Limits/maximumHeaderListBytes`` (431).
-        case headerListTooLarge(limit: Int)
-        /// The body (its `content-length`, or the DATA received) passed ``HTTP2Limits/maximumBodyBytes`` (413).
-        case bodyTooLarge(size: Int, limit: Int)
-        /// The request did not arrive whole within the request timeout (408).
-        case timedOut
-    }
-
     /// Why the session ended the connection on its own (a GOAWAY sent, or the peer's bytes not HTTP/2).
     enum Failure: Equatable, CustomStringConvertible {
         /// nghttp2 refused the bytes: not the client preface, a protocol error, or one of its floods.
@@ -56,30 +34,33 @@ final class HTTP2ServerSession {
         }
     }
 
-    let limits: HTTP2Limits
-    /// A request arrived whole. Called after ``receive(_:)`` has handed nghttp2 the bytes, never from inside it.
-    var onRequest: (Request) -> Void = { _ in }
-    /// A stream was refused before its request was complete: answer it with the matching status (413, 431, 408).
-    var onRefusal: (Int32, Refusal) -> Void = { _, _ in }
+    let limits: HTTPServerLimits
+    let http2Limits: HTTP2Limits
+    /// A request arrived whole (its stream's identifier, the request). Called after ``receive(_:)`` has handed
+    /// nghttp2 the bytes, never from inside it.
+    var onRequest: (Int32, HTTPRequest) -> Void = { _, _ in }
+    /// A stream was refused before its request was complete: answer it with the error's status (413, 431, 408).
+    var onRefusal: (Int32, HTTPRequestError) -> Void = { _, _ in }
     /// The session ended the connection (GOAWAY queued); the output still holds what should be sent.
     private(set) var failure: Failure?
 
     private let session: OpaquePointer
     private var streams: [Int32: StreamState] = [:]
     /// Requests completed and refusals decided during the current ``receive(_:)``, handed out after it.
-    private var completed: [Request] = []
-    private var refused: [(Int32, Refusal)] = []
+    private var completed: [(Int32, HTTPRequest)] = []
+    private var refused: [(Int32, HTTPRequestError)] = []
     private var receiving = false
+    /// Requests received whole on this connection.
+    private var requestsTaken = 0
     private var resets: TokenBucket
     private var controlFrames: TokenBucket
     private let clock: () -> ContinuousClock.Instant
 
     /// What is kept of a stream between its first HEADERS and its close.
     private final class StreamState {
-        var method = ""
-        var path = ""
-        var authority: String?
-        var headers: [(name: String, value: String)] = []
+        var method: HTTPMethod?
+        var target: [UInt8] = []
+        var headers = HTTPHeaders()
         var headerListBytes = 0
         var body: [UInt8] = []
         var refused = false
@@ -92,18 +73,19 @@ final class HTTP2ServerSession {
         init(opened: ContinuousClock.Instant) { self.opened = opened }
     }
 
-    init(limits: HTTP2Limits, clock: @escaping () -> ContinuousClock.Instant = { .now }) {
+    init(limits: HTTPServerLimits, http2Limits: HTTP2Limits, clock: @escaping () -> ContinuousClock.Instant = { .now }) {
         self.limits = limits
+        self.http2Limits = http2Limits
         self.clock = clock
-        self.resets = TokenBucket(limits.peerResets, now: clock())
-        self.controlFrames = TokenBucket(limits.controlFrames, now: clock())
+        self.resets = TokenBucket(http2Limits.peerResets, now: clock())
+        self.controlFrames = TokenBucket(http2Limits.controlFrames, now: clock())
         var option: OpaquePointer?
         nghttp2_option_new(&option)
         // nghttp2's own bounds, built into Debian's 1.52 by its security updates: CONTINUATION frames per header
         // block (CVE-2024-28182), RST_STREAM rate (CVE-2023-44487), queued SETTINGS and PING acknowledgements, and
         // SETTINGS entries per frame.
         nghttp2_option_set_max_continuations(option, 8)
-        nghttp2_option_set_stream_reset_rate_limit(option, UInt64(limits.peerResets.burst), UInt64(limits.peerResets.perSecond))
+        nghttp2_option_set_stream_reset_rate_limit(option, UInt64(http2Limits.peerResets.burst), UInt64(http2Limits.peerResets.perSecond))
         nghttp2_option_set_max_outbound_ack(option, 1000)
         nghttp2_option_set_max_settings(option, 32)
         var created: OpaquePointer?
@@ -114,9 +96,9 @@ final class HTTP2ServerSession {
         nghttp2_session_set_user_data(session, Unmanaged.passUnretained(self).toOpaque())
         var settings = [
             nghttp2_settings_entry(
-                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: limits.maximumConcurrentStreams)),
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: http2Limits.maximumConcurrentStreams)),
             nghttp2_settings_entry(
-                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: limits.maximumHeaderListBytes)),
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: limits.maximumHeaderBytes)),
         ]
         nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
     }
@@ -139,8 +121,8 @@ final class HTTP2ServerSession {
         let refusals = refused
         completed.removeAll(keepingCapacity: true)
         refused.removeAll(keepingCapacity: true)
-        for (streamID, refusal) in refusals { onRefusal(streamID, refusal) }
-        for request in requests { onRequest(request) }
+        for (streamID, error) in refusals { onRefusal(streamID, error) }
+        for (streamID, request) in requests { onRequest(streamID, request) }
         return failure == nil
     }
 
@@ -167,16 +149,24 @@ final class HTTP2ServerSession {
     /// Streams open now (a request being received or waiting for its answer).
     var openStreams: Int { streams.count }
 
-    /// Answers stream `streamID`: HEADERS with `:status` and `headers` (names in lowercase), then `body` in DATA
-    /// frames. Does nothing for a stream already closed (the peer cancelled it) or answered.
-    func respond(to streamID: Int32, status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
+    /// Answers stream `streamID`: HEADERS with `:status`, `content-type`, `content-length` and the response's
+    /// fields (names lowercased, as HTTP/2 requires; HTTP/1.1's connection fields left out), then the body in
+    /// DATA frames as flow control allows. Does nothing for a stream already closed (the peer cancelled it) or
+    /// answered.
+    func respond(to streamID: Int32, _ response: HTTPResponse) {
         guard let stream = streams[streamID], !stream.answered else { return }
         stream.answered = true
-        stream.answerBody = body
+        stream.answerBody = response.body
         stream.answerOffset = 0
-        var fields: [(String, String)] = [(":status", String(status))]
-        fields.append(contentsOf: headers.lazy.map { ($0.name, $0.value) })
-        if !body.isEmpty || status >= 200 { fields.append(("content-length", String(body.count))) }
+        let body = response.body
+        var fields: [(String, String)] = [(":status", String(response.status))]
+        if let contentType = response.contentType { fields.append(("content-type", contentType)) }
+        fields.append(("content-length", String(body.count)))
+        for (name, value) in response.headers {
+            let name = name.lowercased()
+            if Self.connectionFields.contains(name) { continue }
+            fields.append((name, value))
+        }
         // nghttp2 copies the names and values: the storage only has to outlive the call.
         var storage: [UInt8] = []
         var ranges: [(name: Range<Int>, value: Range<Int>)] = []
@@ -207,6 +197,9 @@ final class HTTP2ServerSession {
         }
     }
 
+    /// HTTP/1.1's connection-specific fields, which an HTTP/2 message must not have (RFC 9113, 8.2.2).
+    private static let connectionFields: Set<String> = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "content-length"]
+
     /// Starts a graceful end: a GOAWAY naming the last stream taken; those streams are still answered, the
     /// session finishes after the last one.
     func shutdown() {
@@ -217,7 +210,8 @@ final class HTTP2ServerSession {
 
     /// Refuses (408) every stream whose request has not arrived whole within `timeout` of its first HEADERS.
     /// Returns the earliest time a stream still incomplete will pass the timeout, if any.
-    func expireRequests(olderThan timeout: Duration) -> ContinuousClock.Instant? {
+    func expireRequests() -> ContinuousClock.Instant? {
+        let timeout = limits.requestTimeout
         let now = clock()
         var next: ContinuousClock.Instant?
         var expired: [Int32] = []
@@ -231,7 +225,7 @@ final class HTTP2ServerSession {
         }
         for id in expired.sorted() {
             streams[id]?.refused = true
-            onRefusal(id, .timedOut)
+            onRefusal(id, .timedOut(timeout))
         }
         return next
     }
@@ -243,12 +237,12 @@ final class HTTP2ServerSession {
         nghttp2_session_terminate_session(session, errorCode.rawValue)
     }
 
-    private func refuse(_ streamID: Int32, _ stream: StreamState, _ refusal: Refusal) {
+    private func refuse(_ streamID: Int32, _ stream: StreamState, _ error: HTTPRequestError) {
         guard !stream.refused else { return }
         stream.refused = true
-        stream.headers = []
+        stream.headers = HTTPHeaders()
         stream.body = []
-        refused.append((streamID, refusal))
+        refused.append((streamID, error))
     }
 
     // MARK: nghttp2 callbacks (0 goes on; NGHTTP2_ERR_CALLBACK_FAILURE ends the session)
@@ -265,7 +259,7 @@ final class HTTP2ServerSession {
         // RFC 9113's size of a field: its name and value and 32 bytes of overhead (so that a list of empty
         // fields counts too).
         stream.headerListBytes += name.count + value.count + 32
-        let limit = limits.maximumHeaderListBytes
+        let limit = limits.maximumHeaderBytes
         if stream.headerListBytes > limit {
             // Far past the limit is a bomb (a small header block that HPACK makes large), not a mistake: the
             // connection ends rather than decoding the rest.
@@ -273,15 +267,16 @@ final class HTTP2ServerSession {
                 terminate(.headerListFlood)
                 return NGHTTP2_ERR_CALLBACK_FAILURE.rawValue
             }
-            refuse(streamID, stream, .headerListTooLarge(limit: limit))
+            refuse(streamID, stream, .headerTooLarge(limit: limit))
             return 0
         }
         if stream.refused || frame.pointee.headers.cat != NGHTTP2_HCAT_REQUEST { return 0 }
         if name.first == UInt8(ascii: ":") {
             switch name.count {
-            case 5 where name.elementsEqual(":path".utf8): stream.path = String(decoding: value, as: UTF8.self)
-            case 7 where name.elementsEqual(":method".utf8): stream.method = String(decoding: value, as: UTF8.self)
-            case 10 where name.elementsEqual(":authority".utf8): stream.authority = String(decoding: value, as: UTF8.self)
+            case 5 where name.elementsEqual(":path".utf8): stream.target = Array(value)
+            case 7 where name.elementsEqual(":method".utf8): stream.method = HTTPMethod(String(decoding: value, as: UTF8.self))
+            // `:authority` is the request's `host`, for handlers that read it as HTTP/1.1's.
+            case 10 where name.elementsEqual(":authority".utf8): stream.headers.append(name: UnsafeRawBufferPointer(start: ("host" as StaticString).utf8Start, count: 4), value: value)
             default: break  // :scheme (nghttp2 checks it is there), and what nghttp2 refuses before us
             }
             return 0
@@ -292,8 +287,7 @@ final class HTTP2ServerSession {
             refuse(streamID, stream, .bodyTooLarge(size: length, limit: limits.maximumBodyBytes))
             return 0
         }
-        if stream.authority == nil, name.elementsEqual("host".utf8) { stream.authority = String(decoding: value, as: UTF8.self) }
-        stream.headers.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        stream.headers.append(name: name, value: value)
         return 0
     }
 
@@ -315,11 +309,15 @@ final class HTTP2ServerSession {
             guard header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0, let stream = streams[header.stream_id], !stream.refused else {
                 return 0
             }
+            requestsTaken += 1
+            // The last request a connection may make: the GOAWAY that ends it goes out with its answer.
+            if requestsTaken == limits.maximumRequestsPerConnection { shutdown() }
             completed.append(
-                Request(
-                    streamID: header.stream_id, method: stream.method, path: stream.path, authority: stream.authority, headers: stream.headers,
-                    body: stream.body))
-            stream.headers = []
+                (
+                    header.stream_id,
+                    HTTPRequest(method: stream.method ?? .get, targetBytes: stream.target, headers: stream.headers, body: stream.body, version: .http2)
+                ))
+            stream.headers = HTTPHeaders()
             stream.body = []
         case NGHTTP2_SETTINGS.rawValue, NGHTTP2_PING.rawValue, NGHTTP2_PRIORITY.rawValue:
             if header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 { return 0 }

@@ -1,17 +1,28 @@
-import HeraldEventLoop
+public import HeraldEventLoop
 
-/// One HTTP/2 connection on Herald's loop: an ``HTTP2ServerSession`` over a ``StreamConnection``, with the
-/// idle and request timeouts, write backpressure and the end of the connection (GOAWAY, half-close, close).
-/// Loop thread only; no thread of its own.
-final class HTTP2Connection: @unchecked Sendable {
+/// One HTTP/2 connection on nghttp2: each stream's request read whole and handed to the handler, its answer sent
+/// on the stream whenever the handler gives it, within the ``HTTPServerLimits`` an HTTP/1.1 connection keeps
+/// (431, 413 and 408 as answers on the stream) and the ``HTTP2Limits`` of HTTP/2 alone (concurrent streams,
+/// streams cancelled before their answer, control frames: past them, GOAWAY `ENHANCE_YOUR_CALM`).
+///
+/// The connection is idle-closed (GOAWAY, then close) when no stream has been open for
+/// ``HTTPServerLimits/idleTimeout``; ``shutdown()`` ends it gracefully (the streams taken are still answered).
+/// Output stops while the peer does not read (more than 256 KiB queued), so nghttp2's own bounds on the frames
+/// it keeps apply to a client that sends without reading.
+///
+/// Loop thread only: create it in the listener's accept callback (or through ``HTTPServerSession``), call
+/// ``start(initialBytes:)``, and ``closed()`` from the connection's `onClose`.
+public final class HTTP2Session: HTTPResponseSink, @unchecked Sendable {
     // @unchecked Sendable: only the timers' closures cross into a @Sendable context, and they run on the loop
-    // thread, where all of the connection's state lives.
+    // thread, where all of the session's state lives.
 
-    /// The client preface every HTTP/2 connection in clear by prior knowledge begins with (RFC 9113, 3.4).
-    static let preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+    /// The client preface every HTTP/2 connection begins with (RFC 9113, 3.4): what tells an HTTP/2 client that
+    /// knows the server speaks it (prior knowledge, in clear) from an HTTP/1.1 one.
+    public static let preface: [UInt8] = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
 
-    let connection: StreamConnection
-    let loop: EventLoop
+    private let connection: StreamConnection
+    private let loop: EventLoop
+    private let handler: any HTTPRequestHandler
     let session: HTTP2ServerSession
     private var idleTimer: ScheduledTask?
     private var requestTimer: ScheduledTask?
@@ -21,26 +32,29 @@ final class HTTP2Connection: @unchecked Sendable {
     private var finishing = false
     /// Output waits for the kernel to take what is queued (a peer that does not read).
     private var waitingForWrites = false
-    /// Bytes queued for the peer past which nghttp2 keeps its frames: its own bounds on queued
-    /// acknowledgements then apply to a peer that sends without reading.
+    /// Bytes queued for the peer past which nghttp2 keeps its frames.
     private static let writeHighWater = 256 * 1024
 
-    /// Makes the connection; `onRequest` answers each request through ``respond(to:status:headers:body:)``, and
-    /// `onRefusal` each stream refused by a limit.
-    init(
-        connection: StreamConnection, loop: EventLoop, limits: HTTP2Limits,
-        onRequest: @escaping (HTTP2Connection, HTTP2ServerSession.Request) -> Void,
-        onRefusal: @escaping (HTTP2Connection, Int32, HTTP2ServerSession.Refusal) -> Void
+    /// A session for `connection` (on `loop`), answering with `handler` within `limits` and `http2Limits`.
+    public init(
+        connection: StreamConnection, loop: EventLoop, handler: any HTTPRequestHandler, limits: HTTPServerLimits,
+        http2Limits: HTTP2Limits = HTTP2Limits()
     ) {
         self.connection = connection
         self.loop = loop
-        self.session = HTTP2ServerSession(limits: limits)
-        session.onRequest = { [unowned self] request in onRequest(self, request) }
-        session.onRefusal = { [unowned self] streamID, refusal in onRefusal(self, streamID, refusal) }
+        self.handler = handler
+        self.session = HTTP2ServerSession(limits: limits, http2Limits: http2Limits)
+        session.onRequest = { [unowned self] streamID, request in
+            self.handler.handle(request, responder: HTTPResponder(sink: self, slot: Int(streamID)))
+        }
+        session.onRefusal = { [unowned self] streamID, error in
+            self.respond(self.handler.response(to: error), slot: Int(streamID))
+        }
     }
 
-    /// Starts reading; `initialBytes` are bytes already read from the connection (the ones that chose HTTP/2).
-    func start(initialBytes: UnsafeRawBufferPointer? = nil) {
+    /// Sets the connection's read callbacks, starts reading and the idle timer, and sends the server's SETTINGS.
+    /// `initialBytes` are bytes already read from the connection (the preface that chose HTTP/2, say).
+    public func start(initialBytes: UnsafeRawBufferPointer? = nil) {
         connection.onRead = { [weak self] bytes in self?.read(bytes) }
         connection.onEnd = { [weak self] in self?.peerEnded() }
         connection.startReading()
@@ -52,24 +66,24 @@ final class HTTP2Connection: @unchecked Sendable {
         }
     }
 
-    /// The connection has closed: timers are cancelled.
-    func closed() {
+    /// The connection has closed: cancels the timers.
+    public func closed() {
         isClosed = true
         idleTimer?.cancel()
         requestTimer?.cancel()
     }
 
-    /// Ends the connection gracefully: GOAWAY, the streams already taken answered, then close.
-    func shutdown() {
+    /// Ends the connection gracefully: a GOAWAY naming the last stream taken, those streams answered, then close.
+    public func shutdown() {
         guard !isClosed, !finishing else { return }
         session.shutdown()
         pump()
     }
 
-    /// Answers a stream (see ``HTTP2ServerSession/respond(to:status:headers:body:)``) and sends what can be sent.
-    func respond(to streamID: Int32, status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
+    /// The answer for the stream `slot` names; dropped when the stream or the connection has closed.
+    public func respond(_ response: HTTPResponse, slot: Int) {
         guard !isClosed, !finishing else { return }
-        session.respond(to: streamID, status: status, headers: headers, body: body)
+        session.respond(to: Int32(truncatingIfNeeded: slot), response)
         pump()
     }
 
@@ -111,8 +125,7 @@ final class HTTP2Connection: @unchecked Sendable {
             }
             return false
         }
-        if waitingForWrites { return }
-        if session.isFinished { finish() }
+        if !waitingForWrites, session.isFinished { finish() }
     }
 
     /// Half-closes once the last bytes are queued, reads and drops what still comes, and closes when the peer
@@ -135,11 +148,10 @@ final class HTTP2Connection: @unchecked Sendable {
     private func armIdleTimer() {
         idleTimer = loop.scheduleTask(in: session.limits.idleTimeout) { [weak self] in
             guard let self, !self.isClosed, !self.finishing else { return }
-            let silence = ContinuousClock.now - self.lastRead
-            if self.session.openStreams == 0, silence >= self.session.limits.idleTimeout {
+            if self.session.openStreams == 0, ContinuousClock.now - self.lastRead >= self.session.limits.idleTimeout {
                 self.session.shutdown()
                 self.pump()
-                if !self.finishing { self.finish() }
+                self.finish()
             } else {
                 self.armIdleTimer()
             }
@@ -148,8 +160,7 @@ final class HTTP2Connection: @unchecked Sendable {
 
     /// Runs while a request is incomplete: answers 408 to the streams past the request timeout.
     private func armRequestTimer() {
-        guard requestTimer == nil else { return }
-        guard let next = session.expireRequests(olderThan: session.limits.requestTimeout) else { return }
+        guard requestTimer == nil, let next = session.expireRequests() else { return }
         requestTimer = loop.scheduleTask(in: max(next - .now, .milliseconds(1))) { [weak self] in
             guard let self, !self.isClosed, !self.finishing else { return }
             self.requestTimer = nil
