@@ -33,7 +33,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         switch error {
         case .unparsable, .malformed: .json(400, googleError(400, "INVALID_ARGUMENT", error.message))
         case .headerTooLarge: .json(431, limitError(431, error.message))
-        case .bodyTooLarge(let size, let limit): .json(413, limitError(413, MessageError(.payloadTooLarge(size: size, limit: limit)).message))
+        case .bodyTooLarge(let size, let limit):
+            .json(413, limitError(413, MessageError(.payloadTooLarge(size: size, limit: limit)).message))
         case .timedOut: .json(408, googleError(408, "DEADLINE_EXCEEDED", error.message))
         case .unsupportedExpectation: .json(417, googleError(417, "FAILED_PRECONDITION", error.message))
         }
@@ -74,7 +75,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                     routeInstanceID(request, add: add, responder: responder)
                 }
             }
-            router.add(nil, "/v1/projects/{project}/registrations/{token}/topicSubscriptions/**") { [unowned self] request, match, responder in
+            router.add(nil, "/v1/projects/{project}/registrations/{token}/topicSubscriptions/**") {
+                [unowned self] request, match, responder in
                 routeTopics(request, parts: match.segments.map(String.init), responder: responder)
             }
             router.notFound = { [unowned self] request, responder in

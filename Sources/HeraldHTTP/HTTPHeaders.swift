@@ -27,7 +27,8 @@ public struct HTTPHeaders: Sendable {
     public mutating func append(name: String, value: String) {
         var name = name
         var value = value
-        name.withUTF8 { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+        name.withUTF8 { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) }
+        }
     }
 
     /// How many fields there are.
@@ -36,7 +37,10 @@ public struct HTTPHeaders: Sendable {
     /// Every field in the order it came, names as sent.
     public var fields: [(name: String, value: String)] {
         lines.map {
-            (String(decoding: bytes[$0.nameStart..<$0.nameEnd], as: UTF8.self), String(decoding: bytes[$0.nameEnd..<$0.valueEnd], as: UTF8.self))
+            (
+                String(decoding: bytes[$0.nameStart..<$0.nameEnd], as: UTF8.self),
+                String(decoding: bytes[$0.nameEnd..<$0.valueEnd], as: UTF8.self)
+            )
         }
     }
 

@@ -61,7 +61,9 @@ public struct HTTPRequest: Sendable {
         self.version = version
     }
 
-    public init(method: HTTPMethod, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = [], version: HTTPVersion = .http1_1) {
+    public init(
+        method: HTTPMethod, target: String, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = [], version: HTTPVersion = .http1_1
+    ) {
         self.init(method: method, targetBytes: Array(target.utf8), headers: headers, body: body, version: version)
     }
 

@@ -57,7 +57,9 @@ public final class HTTPRouter: HTTPRequestHandler {
         }
         let isLiteral = segments.allSatisfy { if case .literal = $0 { true } else { false } }
         routes.append(
-            Route(method: method, segments: segments, literal: isLiteral ? Array(pattern.utf8) : nil, open: open, readsBody: readsBody, handler: handler))
+            Route(
+                method: method, segments: segments, literal: isLiteral ? Array(pattern.utf8) : nil, open: open, readsBody: readsBody,
+                handler: handler))
     }
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
@@ -116,7 +118,8 @@ public final class HTTPRouter: HTTPRequestHandler {
         guard target.count == literal.count || target[literal.count] == UInt8(ascii: "?") else { return false }
         return target.withUnsafeBufferPointer { target in
             literal.withUnsafeBufferPointer { literal in
-                UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(target)[..<literal.count]).elementsEqual(UnsafeRawBufferPointer(literal))
+                UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(target)[..<literal.count]).elementsEqual(
+                    UnsafeRawBufferPointer(literal))
             }
         }
     }

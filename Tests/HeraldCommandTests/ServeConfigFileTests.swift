@@ -44,7 +44,7 @@ struct ServeConfigFileTests {
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state/herald.sock"))
             let scraped = try await eventuallyValue { () -> String? in
                 let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: metricsPort))
-                client.send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                client.send("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 let page = String(decoding: client.read { _ in false }, as: UTF8.self)
                 return page.hasPrefix("HTTP/1.1 200") ? page : nil
             }

@@ -199,7 +199,7 @@ struct ServeTests {
             #expect(daemon.event()?["event"] == "willPresent")
             let scraped = try await eventuallyValue { () -> String? in
                 let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: metricsPort))
-                client.send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                client.send("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 let page = String(decoding: client.read { _ in false }, as: UTF8.self)
                 return page.contains(#"herald_messages_received_total{type="DISPLAY_NOTIFICATION"} 1"#) ? page : nil
             }

@@ -154,14 +154,17 @@ struct PrometheusExporterTests {
         try herald.register(exporter)
         try await herald.start()
         let address = try #require(try await exporter.listeningAddress())
-        #expect(try scrape(address, "GET /other HTTP/1.1\r\n\r\n").head.hasPrefix("HTTP/1.1 404"))
-        #expect(try scrape(address, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n").head.hasPrefix("HTTP/1.1 405"))
+        #expect(try scrape(address, "GET /other HTTP/1.1\r\nHost: x\r\n\r\n").head.hasPrefix("HTTP/1.1 404"))
+        #expect(try scrape(address, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").head.hasPrefix("HTTP/1.1 405"))
         #expect(try scrape(address, "nonsense\r\n\r\n").head.hasPrefix("HTTP/1.1 400"))
         #expect(try scrape(address, "GET /metrics HTTP/1.1\r\nX: " + String(repeating: "a", count: 2000)).head.hasPrefix("HTTP/1.1 431"))
+        // HeraldHTTP's strictness, as on the HTTP receiver: an HTTP/1.1 request without Host, whitespace before a colon.
+        #expect(try scrape(address, "GET /metrics HTTP/1.1\r\n\r\n").head.hasPrefix("HTTP/1.1 400"))
+        #expect(try scrape(address, "GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n").head.hasPrefix("HTTP/1.1 400"))
 
         // Two scrapes on one connection, the second asking to close.
         let client = try TestSocketClient(address)
-        client.send("GET /healthz HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        client.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         let both = String(decoding: client.read { _ in false }, as: UTF8.self)
         #expect(both.components(separatedBy: "HTTP/1.1 200 OK").count == 3)
         #expect(both.contains("herald_token_refreshes_total"))
@@ -188,7 +191,8 @@ struct PrometheusExporterLimitTests {
         try await herald.start()
         let address = try #require(try await exporter.listeningAddress())
         #expect(
-            try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n").head
+            try scrape(.tcp(host: "127.0.0.1", port: address.port ?? 0), "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .head
                 .hasPrefix("HTTP/1.1 200"))
         await herald.shutdown()
     }
@@ -205,13 +209,13 @@ struct PrometheusExporterLimitTests {
         let first = try TestSocketClient(address)
         let second = try TestSocketClient(address)
         for client in [first, second] {
-            client.send("GET /healthz HTTP/1.1\r\n\r\n")
+            client.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(String(decoding: client.read { $0.count >= 12 }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
         }
         let third = try TestSocketClient(address)
-        third.send("GET /healthz HTTP/1.1\r\n\r\n")
+        third.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(third.readsClosed())
-        first.send("GET /healthz HTTP/1.1\r\n\r\n")
+        first.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(String(decoding: first.read { $0.count >= 12 }, as: UTF8.self).hasPrefix("HTTP/1.1 200"))
         await herald.shutdown()
         #expect(herald.loop.statistics.liveHandles == 0)
