@@ -7,7 +7,7 @@ import Testing
 
 /// Answers every request with its method, target and body size; `/slow` is answered only when `release` is
 /// called; `/big` with 1 MiB.
-final class EchoHandler: HTTPRequestHandler, @unchecked Sendable {
+final class StreamEchoHandler: HTTPRequestHandler, @unchecked Sendable {
     // @unchecked Sendable: used on the loop thread only.
     var held: [HTTPResponder] = []
 
@@ -25,11 +25,11 @@ final class EchoHandler: HTTPRequestHandler, @unchecked Sendable {
     }
 }
 
-/// An HTTP server (HTTP/1.1, or HTTP/2 by prior knowledge) on its own loop, answering with an ``EchoHandler``.
+/// An HTTP server (HTTP/1.1, or HTTP/2 by prior knowledge) on its own loop, answering with an ``StreamEchoHandler``.
 final class HTTPTestServer: @unchecked Sendable {
     // @unchecked Sendable: the sessions are touched on the loop thread only.
     let loop: EventLoop
-    let handler = EchoHandler()
+    let handler = StreamEchoHandler()
     private var server: StreamServer?
     private let sessions: SessionBox
 
@@ -86,7 +86,7 @@ final class HTTPTestServer: @unchecked Sendable {
 }
 
 @Suite("HTTP/2 connections on nghttp2")
-struct HTTP2ConnectionTests {
+struct HTTP2SessionTests {
     /// Runs `arguments` with curl; returns its output (a failed run records an issue).
     func curl(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
         let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-sS"] + arguments)
