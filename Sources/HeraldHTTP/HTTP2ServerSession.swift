@@ -116,6 +116,12 @@ final class HTTP2ServerSession {
         receiving = false
         if result < 0, failure == nil {
             failure = .protocolError(String(cString: nghttp2_strerror(Int32(result))))
+            // nghttp2 stops at a fatal error without a GOAWAY of its own: the peer is told why, unless what it
+            // sent was not HTTP/2 at all.
+            let flood = [NGHTTP2_ERR_FLOODED, NGHTTP2_ERR_TOO_MANY_CONTINUATIONS].contains { $0.rawValue == Int32(result) }
+            if Int32(result) != NGHTTP2_ERR_BAD_CLIENT_MAGIC.rawValue {
+                nghttp2_session_terminate_session(session, (flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR).rawValue)
+            }
         }
         let requests = completed
         let refusals = refused

@@ -119,4 +119,61 @@ struct HTTP2SessionTests {
         #expect(result.output.contains("1M"), "the 1 MiB answer whole: \(result.output)")
         await server.stop()
     }
+
+    /// What `Tests/HTTP2Clients/h2_abuse.py --case <name>` saw: the GOAWAY's error code, whether the server closed the
+    /// connection, RST_STREAM codes and :status answers by stream.
+    struct AbuseOutcome: Decodable {
+        var goaway: Int?
+        var closed: Bool
+        var resets: [String: Int]
+        var statuses: [String: Int]
+        var frames: Int
+    }
+
+    static func abuse(_ name: String, port: Int) async throws -> AbuseOutcome {
+        let python = try pythonEnvironment(with: "h2")
+        let script = repositoryRoot.appendingPathComponent("Tests/HTTP2Clients/h2_abuse.py")
+        let result = try runExecutable(python, [script.path, "--port", String(port), "--case", name])
+        #expect(result.status == 0, "h2_abuse.py \(name): \(result.error)")
+        let line = try #require(result.output.split(separator: "\n").last, "h2_abuse.py \(name) printed nothing: \(result.error)")
+        return try JSONDecoder().decode(AbuseOutcome.self, from: Data(line.utf8))
+    }
+
+    /// GOAWAY's ENHANCE_YOUR_CALM and PROTOCOL_ERROR codes (RFC 9113, 7).
+    static let enhanceYourCalm = 0xB
+    static let protocolError = 0x1
+    static let refusedStream = 0x7
+
+    @Test(
+        "abuse is bounded: the connection ends with GOAWAY, the server goes on and answers another client",
+        arguments: ["rapid-reset", "continuation-flood", "settings-flood", "hpack-bomb"])
+    func abuseEndsTheConnection(name: String) async throws {
+        let server = try await HTTPTestServer()
+        let outcome = try await Self.abuse(name, port: server.port)
+        #expect(outcome.goaway != nil && outcome.goaway != 0, "\(name): \(outcome)")
+        if name != "continuation-flood" { #expect(outcome.goaway == Self.enhanceYourCalm, "\(name): \(outcome)") }
+        #expect(try await eventually(timeout: .seconds(10)) { try await server.openConnections == 0 }, "the abusive connection is closed")
+        let url = "http://127.0.0.1:\(server.port)/after"
+        #expect(try curl(["--http2-prior-knowledge", url]).hasPrefix("GET /after 0 HTTP/2"))
+        await server.stop()
+    }
+
+    @Test("a stream past SETTINGS_MAX_CONCURRENT_STREAMS is refused")
+    func streamsPastTheLimit() async throws {
+        let server = try await HTTPTestServer()
+        let outcome = try await Self.abuse("too-many-streams", port: server.port)
+        // Past the limit the client has acknowledged, nghttp2 1.52 ends the connection (GOAWAY PROTOCOL_ERROR); a
+        // stream past a limit not yet acknowledged would be refused alone (RST_STREAM REFUSED_STREAM).
+        #expect(outcome.goaway == Self.protocolError || outcome.resets["201"] == Self.refusedStream, "\(outcome)")
+        await server.stop()
+    }
+
+    @Test("a header list over the limit gets 431 on its stream; the next stream is answered")
+    func headerListOverTheLimit() async throws {
+        let server = try await HTTPTestServer()
+        let outcome = try await Self.abuse("large-headers", port: server.port)
+        #expect(outcome.statuses == ["1": 431, "3": 200], "\(outcome)")
+        #expect(outcome.goaway == nil)
+        await server.stop()
+    }
 }
