@@ -71,6 +71,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     public let options: Options
     private var context: PluginContext?
     private var listener: ReceiverListener<HTTPConnection>?
+    /// The connections open, to be told of the end (loop thread).
+    private var connections: [ObjectIdentifier: HTTPConnection] = [:]
 
     public init(options: Options = Options()) {
         self.options = options
@@ -107,8 +109,12 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         try await context.loop.submit {
             let api = HTTPAPI(receiver: self, context: context)
             let limits = self.options.limits
-            let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { connection in
-                HTTPConnection(HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits))
+            let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { [unowned self] connection in
+                let session = HTTPConnection(HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits))
+                let key = ObjectIdentifier(session)
+                self.connections[key] = session
+                session.onClosed = { [weak self] in self?.connections[key] = nil }
+                return session
             }
             try listener.listen(on: [self.options.address])
             self.listener = listener
@@ -118,6 +124,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     public func stop() async {
         guard let context else { return }
         try? await context.loop.submit {
+            // HTTP/2 clients are told with a GOAWAY, sent as the connections close.
+            for connection in self.connections.values { connection.shutdown() }
             self.listener?.close()
             self.listener = nil
         }
@@ -150,9 +158,18 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 final class HTTPConnection: ReceiverSession {
     private let session: HTTPServerSession
 
+    /// Runs once the connection has closed.
+    var onClosed: () -> Void = {}
+
     init(_ session: HTTPServerSession) { self.session = session }
 
     func start() { session.start() }
 
-    func closed() { session.closed() }
+    func closed() {
+        session.closed()
+        onClosed()
+    }
+
+    /// The receiver stops: an HTTP/2 client gets a GOAWAY.
+    func shutdown() { session.shutdown() }
 }

@@ -5,7 +5,8 @@
 Cases: rapid-reset (HEADERS then RST_STREAM, over and over: CVE-2023-44487), continuation-flood (one header block
 in endless CONTINUATION frames: CVE-2024-27316's class), settings-flood (SETTINGS frames sent without reading the
 acknowledgements), too-many-streams (one stream past SETTINGS_MAX_CONCURRENT_STREAMS), hpack-bomb (one large
-dynamic table entry referenced a thousand times), large-headers (a header list a little over the limit).
+dynamic table entry referenced a thousand times), large-headers (a header list a little over the limit); and
+wait-goaway (one request, then the GOAWAY of a server that stops).
 
 Frames are made with hyperframe and hpack (h2's own dependencies), not h2's connection, which would refuse to send
 most of them. Prints one JSON object: the GOAWAY's error code (null when none came), whether the server closed
@@ -202,6 +203,13 @@ def large_headers(client):
     client.read_frames(5, until=lambda: 1 in client.statuses and 3 in client.statuses)
 
 
+def wait_goaway(client):
+    # Not abuse: one request (to a path the test server answers when told), then the server's GOAWAY and the
+    # answer awaited (the server is stopping gracefully).
+    client.send(client.headers(1, client.request_headers("/slow")))
+    client.read_frames(20, until=lambda: client.goaway is not None and 1 in client.statuses)
+
+
 CASES = {
     "rapid-reset": rapid_reset,
     "continuation-flood": continuation_flood,
@@ -209,6 +217,7 @@ CASES = {
     "too-many-streams": too_many_streams,
     "hpack-bomb": hpack_bomb,
     "large-headers": large_headers,
+    "wait-goaway": wait_goaway,
 }
 
 

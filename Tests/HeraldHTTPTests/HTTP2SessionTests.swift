@@ -76,6 +76,11 @@ final class HTTPTestServer: @unchecked Sendable {
         }
     }
 
+    /// Ends every connection gracefully (HTTP/2's GOAWAY).
+    func shutdownSessions() async throws {
+        try await loop.submit { for session in self.sessions.sessions.values { session.shutdown() } }
+    }
+
     func stop() async {
         try? await loop.submit {
             self.server?.close()
@@ -174,6 +179,20 @@ struct HTTP2SessionTests {
         let outcome = try await Self.abuse("large-headers", port: server.port)
         #expect(outcome.statuses == ["1": 431, "3": 200], "\(outcome)")
         #expect(outcome.goaway == nil)
+        await server.stop()
+    }
+
+    @Test("a graceful shutdown sends GOAWAY NO_ERROR, answers the stream already taken, then closes")
+    func shutdownSendsGoAway() async throws {
+        let server = try await HTTPTestServer()
+        let client = Task { try await Self.abuse("wait-goaway", port: server.port) }
+        #expect(try await eventually(timeout: .seconds(10)) { try await server.loop.submit { server.handler.held.count == 1 } })
+        try await server.shutdownSessions()
+        try await server.releaseSlow()
+        let outcome = try await client.value
+        #expect(outcome.goaway == 0, "\(outcome)")
+        #expect(outcome.statuses == ["1": 200], "\(outcome)")
+        #expect(try await eventually(timeout: .seconds(10)) { try await server.openConnections == 0 })
         await server.stop()
     }
 }
