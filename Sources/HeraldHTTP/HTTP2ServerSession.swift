@@ -10,10 +10,10 @@ import CNGHTTP2
 /// request, the limits of ``HTTPServerLimits`` and ``HTTP2Limits``, and the counters for what nghttp2 does not
 /// bound by itself.
 ///
-/// Not thread-safe: one thread (the loop's) uses it.
-final class HTTP2ServerSession {
+/// Not thread-safe: one thread (the loop's, in a server) uses it.
+public final class HTTP2ServerSession {
     /// Why the session ended the connection on its own (a GOAWAY sent, or the peer's bytes not HTTP/2).
-    enum Failure: Equatable, CustomStringConvertible {
+    public enum Failure: Equatable, Sendable, CustomStringConvertible {
         /// nghttp2 refused the bytes: not the client preface, a protocol error, or one of its floods.
         case protocolError(String)
         /// More streams cancelled by the peer before their answer than ``HTTP2Limits/peerResets`` allows
@@ -24,7 +24,7 @@ final class HTTP2ServerSession {
         /// A header list so far past the limit that its stream is not worth refusing on its own (an HPACK bomb).
         case headerListFlood
 
-        var description: String {
+        public var description: String {
             switch self {
             case .protocolError(let message): "HTTP/2 protocol error: \(message)"
             case .tooManyResets: "too many streams reset by the peer before their answer"
@@ -34,15 +34,16 @@ final class HTTP2ServerSession {
         }
     }
 
-    let limits: HTTPServerLimits
-    let http2Limits: HTTP2Limits
+    /// The limits every HTTP session keeps, and HTTP/2's own.
+    public let limits: HTTPServerLimits
+    public let http2Limits: HTTP2Limits
     /// A request arrived whole (its stream's identifier, the request). Called after ``receive(_:)`` has handed
     /// nghttp2 the bytes, never from inside it.
-    var onRequest: (Int32, HTTPRequest) -> Void = { _, _ in }
+    public var onRequest: (Int32, HTTPRequest) -> Void = { _, _ in }
     /// A stream was refused before its request was complete: answer it with the error's status (413, 431, 408).
-    var onRefusal: (Int32, HTTPRequestError) -> Void = { _, _ in }
+    public var onRefusal: (Int32, HTTPRequestError) -> Void = { _, _ in }
     /// The session ended the connection (GOAWAY queued); the output still holds what should be sent.
-    private(set) var failure: Failure?
+    public private(set) var failure: Failure?
 
     private let session: OpaquePointer
     private var streams: [Int32: StreamState] = [:]
@@ -73,7 +74,9 @@ final class HTTP2ServerSession {
         init(opened: ContinuousClock.Instant) { self.opened = opened }
     }
 
-    init(limits: HTTPServerLimits, http2Limits: HTTP2Limits, clock: @escaping () -> ContinuousClock.Instant = { .now }) {
+    /// A server session within `limits` and `http2Limits`; `clock` tells the time for the request timeout and the
+    /// rate limits. The server's SETTINGS are queued: ``drainOutput(_:)`` gives them.
+    public init(limits: HTTPServerLimits, http2Limits: HTTP2Limits = HTTP2Limits(), clock: @escaping () -> ContinuousClock.Instant = { .now }) {
         self.limits = limits
         self.http2Limits = http2Limits
         self.clock = clock
@@ -109,7 +112,7 @@ final class HTTP2ServerSession {
     /// got refused to ``onRefusal``. Returns `false` when the session has ended (``failure`` says why): send what
     /// ``drainOutput(_:)`` gives (a GOAWAY, when there is one), then close.
     @discardableResult
-    func receive(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    public func receive(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard failure == nil, let base = bytes.baseAddress else { return failure == nil }
         receiving = true
         let result = nghttp2_session_mem_recv(session, base.assumingMemoryBound(to: UInt8.self), bytes.count)
@@ -134,7 +137,7 @@ final class HTTP2ServerSession {
 
     /// Gives the bytes nghttp2 has to send (frames, answers as far as flow control allows), in pieces valid only
     /// during each call, until `write` returns `false` (the rest stays in nghttp2 for the next call).
-    func drainOutput(_ write: (UnsafeRawBufferPointer) -> Bool) {
+    public func drainOutput(_ write: (UnsafeRawBufferPointer) -> Bool) {
         while true {
             var data: UnsafePointer<UInt8>?
             let count = nghttp2_session_mem_send(session, &data)
@@ -148,18 +151,18 @@ final class HTTP2ServerSession {
 
     /// Whether the session is over: nothing more to read or to send (after a GOAWAY and the last stream's
     /// answer, or a failure).
-    var isFinished: Bool {
+    public var isFinished: Bool {
         failure != nil || (nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0)
     }
 
     /// Streams open now (a request being received or waiting for its answer).
-    var openStreams: Int { streams.count }
+    public var openStreams: Int { streams.count }
 
     /// Answers stream `streamID`: HEADERS with `:status`, `content-type`, `content-length` and the response's
     /// fields (names lowercased, as HTTP/2 requires; HTTP/1.1's connection fields left out), then the body in
     /// DATA frames as flow control allows. Does nothing for a stream already closed (the peer cancelled it) or
     /// answered.
-    func respond(to streamID: Int32, _ response: HTTPResponse) {
+    public func respond(to streamID: Int32, _ response: HTTPResponse) {
         guard let stream = streams[streamID], !stream.answered else { return }
         stream.answered = true
         stream.answerBody = response.body
@@ -208,7 +211,7 @@ final class HTTP2ServerSession {
 
     /// Starts a graceful end: a GOAWAY naming the last stream taken; those streams are still answered, the
     /// session finishes after the last one.
-    func shutdown() {
+    public func shutdown() {
         guard failure == nil else { return }
         nghttp2_submit_goaway(
             session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session), NGHTTP2_NO_ERROR.rawValue, nil, 0)
@@ -216,7 +219,7 @@ final class HTTP2ServerSession {
 
     /// Refuses (408) every stream whose request has not arrived whole within `timeout` of its first HEADERS.
     /// Returns the earliest time a stream still incomplete will pass the timeout, if any.
-    func expireRequests() -> ContinuousClock.Instant? {
+    public func expireRequests() -> ContinuousClock.Instant? {
         let timeout = limits.requestTimeout
         let now = clock()
         var next: ContinuousClock.Instant?
