@@ -6,7 +6,8 @@ Cases: rapid-reset (HEADERS then RST_STREAM, over and over: CVE-2023-44487), con
 in endless CONTINUATION frames: CVE-2024-27316's class), settings-flood (SETTINGS frames sent without reading the
 acknowledgements), too-many-streams (one stream past SETTINGS_MAX_CONCURRENT_STREAMS), hpack-bomb (one large
 dynamic table entry referenced a thousand times), large-headers (a header list a little over the limit); and
-wait-goaway (one request, then the GOAWAY of a server that stops).
+wait-goaway (one request, then the GOAWAY of a server that stops), slow-request (a body that never comes),
+split-preface (the preface in two writes).
 
 Frames are made with hyperframe and hpack (h2's own dependencies), not h2's connection, which would refuse to send
 most of them. Prints one JSON object: the GOAWAY's error code (null when none came), whether the server closed
@@ -32,7 +33,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
 class Client:
-    def __init__(self, port, secret):
+    def __init__(self, port, secret, split_preface=False):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
@@ -47,7 +48,13 @@ class Client:
         self.resets = {}
         self.statuses = {}
         self.frames = 0
-        self.send(PREFACE + SettingsFrame(0).serialize())
+        if split_preface:
+            # A client that writes the preface in pieces: the server waits for the rest before it picks HTTP/2.
+            self.send(PREFACE[:10])
+            time.sleep(0.2)
+            self.send(PREFACE[10:] + SettingsFrame(0).serialize())
+        else:
+            self.send(PREFACE + SettingsFrame(0).serialize())
 
     def send(self, data):
         try:
@@ -203,6 +210,19 @@ def large_headers(client):
     client.read_frames(5, until=lambda: 1 in client.statuses and 3 in client.statuses)
 
 
+def slow_request(client):
+    # Not abuse: a request whose body never comes, answered 408 after the request timeout; the connection goes on.
+    client.send(client.headers(1, client.request_headers("/upload", method="POST"), end_stream=False))
+    client.read_frames(10, until=lambda: 1 in client.statuses)
+    client.send(client.headers(3, client.request_headers("/after")))
+    client.read_frames(5, until=lambda: 3 in client.statuses)
+
+
+def split_preface(client):
+    client.send(client.headers(1, client.request_headers("/split")))
+    client.read_frames(5, until=lambda: 1 in client.statuses)
+
+
 def wait_goaway(client):
     # Not abuse: one request (to a path the test server answers when told), then the server's GOAWAY and the
     # answer awaited (the server is stopping gracefully).
@@ -218,6 +238,8 @@ CASES = {
     "hpack-bomb": hpack_bomb,
     "large-headers": large_headers,
     "wait-goaway": wait_goaway,
+    "slow-request": slow_request,
+    "split-preface": split_preface,
 }
 
 
@@ -227,7 +249,7 @@ def main():
     parser.add_argument("--case", choices=sorted(CASES), required=True)
     parser.add_argument("--secret", default="")
     arguments = parser.parse_args()
-    client = Client(arguments.port, arguments.secret)
+    client = Client(arguments.port, arguments.secret, split_preface=arguments.case == "split-preface")
     CASES[arguments.case](client)
     print(json.dumps(client.result()))
 

@@ -135,7 +135,7 @@ struct HTTP2SessionTests {
         var frames: Int
     }
 
-    static func abuse(_ name: String, port: Int) async throws -> AbuseOutcome {
+    static func abuse(_ name: String, port: Int) throws -> AbuseOutcome {
         let python = try pythonEnvironment(with: "h2")
         let script = repositoryRoot.appendingPathComponent("Tests/HTTP2Clients/h2_abuse.py")
         let result = try runExecutable(python, [script.path, "--port", String(port), "--case", name])
@@ -154,7 +154,7 @@ struct HTTP2SessionTests {
         arguments: ["rapid-reset", "continuation-flood", "settings-flood", "hpack-bomb"])
     func abuseEndsTheConnection(name: String) async throws {
         let server = try await HTTPTestServer()
-        let outcome = try await Self.abuse(name, port: server.port)
+        let outcome = try Self.abuse(name, port: server.port)
         #expect(outcome.goaway != nil && outcome.goaway != 0, "\(name): \(outcome)")
         if name != "continuation-flood" { #expect(outcome.goaway == Self.enhanceYourCalm, "\(name): \(outcome)") }
         #expect(try await eventually(timeout: .seconds(10)) { try await server.openConnections == 0 }, "the abusive connection is closed")
@@ -166,7 +166,7 @@ struct HTTP2SessionTests {
     @Test("a stream past SETTINGS_MAX_CONCURRENT_STREAMS is refused")
     func streamsPastTheLimit() async throws {
         let server = try await HTTPTestServer()
-        let outcome = try await Self.abuse("too-many-streams", port: server.port)
+        let outcome = try Self.abuse("too-many-streams", port: server.port)
         // Past the limit the client has acknowledged, nghttp2 1.52 ends the connection (GOAWAY PROTOCOL_ERROR); a
         // stream past a limit not yet acknowledged would be refused alone (RST_STREAM REFUSED_STREAM).
         #expect(outcome.goaway == Self.protocolError || outcome.resets["201"] == Self.refusedStream, "\(outcome)")
@@ -176,7 +176,7 @@ struct HTTP2SessionTests {
     @Test("a header list over the limit gets 431 on its stream; the next stream is answered")
     func headerListOverTheLimit() async throws {
         let server = try await HTTPTestServer()
-        let outcome = try await Self.abuse("large-headers", port: server.port)
+        let outcome = try Self.abuse("large-headers", port: server.port)
         #expect(outcome.statuses == ["1": 431, "3": 200], "\(outcome)")
         #expect(outcome.goaway == nil)
         await server.stop()
@@ -185,7 +185,7 @@ struct HTTP2SessionTests {
     @Test("a graceful shutdown sends GOAWAY NO_ERROR, answers the stream already taken, then closes")
     func shutdownSendsGoAway() async throws {
         let server = try await HTTPTestServer()
-        let client = Task { try await Self.abuse("wait-goaway", port: server.port) }
+        let client = Task { try Self.abuse("wait-goaway", port: server.port) }
         #expect(try await eventually(timeout: .seconds(10)) { try await server.loop.submit { server.handler.held.count == 1 } })
         try await server.shutdownSessions()
         try await server.releaseSlow()
@@ -193,6 +193,23 @@ struct HTTP2SessionTests {
         #expect(outcome.goaway == 0, "\(outcome)")
         #expect(outcome.statuses == ["1": 200], "\(outcome)")
         #expect(try await eventually(timeout: .seconds(10)) { try await server.openConnections == 0 })
+        await server.stop()
+    }
+
+    @Test("a request whose body does not come within the request timeout gets 408 on its stream; the connection goes on")
+    func requestTimeout() async throws {
+        let server = try await HTTPTestServer(limits: HTTPServerLimits(requestTimeout: .milliseconds(300)))
+        let outcome = try Self.abuse("slow-request", port: server.port)
+        #expect(outcome.statuses == ["1": 408, "3": 200], "\(outcome)")
+        #expect(outcome.goaway == nil)
+        await server.stop()
+    }
+
+    @Test("a preface written in pieces still picks HTTP/2")
+    func splitPreface() async throws {
+        let server = try await HTTPTestServer()
+        let outcome = try Self.abuse("split-preface", port: server.port)
+        #expect(outcome.statuses == ["1": 200], "\(outcome)")
         await server.stop()
     }
 }
