@@ -76,7 +76,9 @@ public final class HTTP2ServerSession {
 
     /// A server session within `limits` and `http2Limits`; `clock` tells the time for the request timeout and the
     /// rate limits. The server's SETTINGS are queued: ``drainOutput(_:)`` gives them.
-    public init(limits: HTTPServerLimits, http2Limits: HTTP2Limits = HTTP2Limits(), clock: @escaping () -> ContinuousClock.Instant = { .now }) {
+    public init(
+        limits: HTTPServerLimits, http2Limits: HTTP2Limits = HTTP2Limits(), clock: @escaping () -> ContinuousClock.Instant = { .now }
+    ) {
         self.limits = limits
         self.http2Limits = http2Limits
         self.clock = clock
@@ -99,7 +101,8 @@ public final class HTTP2ServerSession {
         nghttp2_session_set_user_data(session, Unmanaged.passUnretained(self).toOpaque())
         var settings = [
             nghttp2_settings_entry(
-                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: http2Limits.maximumConcurrentStreams)),
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                value: UInt32(clamping: http2Limits.maximumConcurrentStreams)),
             nghttp2_settings_entry(
                 settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: limits.maximumHeaderBytes)),
         ]
@@ -207,7 +210,9 @@ public final class HTTP2ServerSession {
     }
 
     /// HTTP/1.1's connection-specific fields, which an HTTP/2 message must not have (RFC 9113, 8.2.2).
-    private static let connectionFields: Set<String> = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "content-length"]
+    private static let connectionFields: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "content-length",
+    ]
 
     /// Starts a graceful end: a GOAWAY naming the last stream taken; those streams are still answered, the
     /// session finishes after the last one.
@@ -285,7 +290,8 @@ public final class HTTP2ServerSession {
             case 5 where name.elementsEqual(":path".utf8): stream.target = Array(value)
             case 7 where name.elementsEqual(":method".utf8): stream.method = HTTPMethod(String(decoding: value, as: UTF8.self))
             // `:authority` is the request's `host`, for handlers that read it as HTTP/1.1's.
-            case 10 where name.elementsEqual(":authority".utf8): stream.headers.append(name: UnsafeRawBufferPointer(start: ("host" as StaticString).utf8Start, count: 4), value: value)
+            case 10 where name.elementsEqual(":authority".utf8):
+                stream.headers.append(name: UnsafeRawBufferPointer(start: ("host" as StaticString).utf8Start, count: 4), value: value)
             default: break  // :scheme (nghttp2 checks it is there), and what nghttp2 refuses before us
             }
             return 0
@@ -315,7 +321,8 @@ public final class HTTP2ServerSession {
         let header = frame.pointee.hd
         switch UInt32(header.type) {
         case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
-            guard header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0, let stream = streams[header.stream_id], !stream.refused else {
+            guard header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0, let stream = streams[header.stream_id], !stream.refused
+            else {
                 return 0
             }
             requestsTaken += 1
@@ -324,7 +331,9 @@ public final class HTTP2ServerSession {
             completed.append(
                 (
                     header.stream_id,
-                    HTTPRequest(method: stream.method ?? .get, targetBytes: stream.target, headers: stream.headers, body: stream.body, version: .http2)
+                    HTTPRequest(
+                        method: stream.method ?? .get, targetBytes: stream.target, headers: stream.headers, body: stream.body,
+                        version: .http2)
                 ))
             stream.headers = HTTPHeaders()
             stream.body = []
@@ -350,7 +359,9 @@ public final class HTTP2ServerSession {
         return 0
     }
 
-    private func readAnswer(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
+    private func readAnswer(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>, length: Int, flags: UnsafeMutablePointer<UInt32>)
+        -> Int
+    {
         guard let stream = streams[streamID] else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
         let count = min(length, stream.answerBody.count - stream.answerOffset)
         stream.answerBody.withUnsafeBytes { bytes in
@@ -377,7 +388,8 @@ public final class HTTP2ServerSession {
         }
         nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, nameLength, value, valueLength, _, userData in
             from(userData).header(
-                frame!, name: UnsafeRawBufferPointer(start: name, count: nameLength), value: UnsafeRawBufferPointer(start: value, count: valueLength))
+                frame!, name: UnsafeRawBufferPointer(start: name, count: nameLength),
+                value: UnsafeRawBufferPointer(start: value, count: valueLength))
         }
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { _, _, streamID, data, length, userData in
             from(userData).dataChunk(streamID: streamID, UnsafeRawBufferPointer(start: data, count: length))

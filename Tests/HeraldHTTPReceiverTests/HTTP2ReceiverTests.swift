@@ -80,14 +80,19 @@ struct HTTP2ReceiverTests {
                     ("POST", "/v1/projects/demo/messages:send", String(repeating: "x", count: 5000), [auth]),
                     ("GET", "/v1/projects/demo/messages:send", nil, [auth]),
                     ("POST", "/v2/nothing", "{}", [auth]),
-                    ("POST", "/3/device/\(token)", #"{"aps": {"alert": "hi"}, "n": "\#(n)"}"#, [auth, "apns-push-type: alert", "apns-priority: 10"]),
+                    (
+                        "POST", "/3/device/\(token)", #"{"aps": {"alert": "hi"}, "n": "\#(n)"}"#,
+                        [auth, "apns-push-type: alert", "apns-priority: 10"]
+                    ),
                     ("POST", "/3/device/someone-else", #"{"aps": {"alert": "hi"}}"#, [auth]),
                     ("POST", "/iid/v1:batchAdd", #"{"to": "/topics/news", "registration_tokens": ["\#(token)"]}"#, [auth]),
                     ("POST", "/v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather", nil, [auth]),
                     ("DELETE", "/v1/projects/demo/registrations/\(token)/topicSubscriptions/weather", nil, [auth]),
                 ]
             }
-            let answers1 = try requests("h1").map { try curl("--http1.1", port: port, $0.method, $0.path, body: $0.body, headers: $0.headers) }
+            let answers1 = try requests("h1").map {
+                try curl("--http1.1", port: port, $0.method, $0.path, body: $0.body, headers: $0.headers)
+            }
             let answers2 = try requests("h2").map {
                 try curl("--http2-prior-knowledge", port: port, $0.method, $0.path, body: $0.body, headers: $0.headers)
             }

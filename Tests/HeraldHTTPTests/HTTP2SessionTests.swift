@@ -17,7 +17,8 @@ final class StreamEchoHandler: HTTPRequestHandler, @unchecked Sendable {
             return
         }
         if request.path == "/big" {
-            responder.respond(HTTPResponse(status: 200, contentType: "application/octet-stream", body: [UInt8](repeating: 7, count: 1 << 20)))
+            responder.respond(
+                HTTPResponse(status: 200, contentType: "application/octet-stream", body: [UInt8](repeating: 7, count: 1 << 20)))
             return
         }
         let text = "\(request.method) \(request.target) \(request.body.count) \(request.version) \(request.headers["host"] ?? "-")"
@@ -49,7 +50,8 @@ final class HTTPTestServer: @unchecked Sendable {
         sessions = box
         let server = try await loop.submit {
             try StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { connection in
-                let session = HTTPServerSession(connection: connection, loop: loop, handler: handler, limits: limits, http2Limits: http2Limits)
+                let session = HTTPServerSession(
+                    connection: connection, loop: loop, handler: handler, limits: limits, http2Limits: http2Limits)
                 let key = ObjectIdentifier(connection)
                 box.sessions[key] = session
                 connection.onClose = { _ in
@@ -107,8 +109,11 @@ struct HTTP2SessionTests {
         let server = try await HTTPTestServer()
         let url = "http://127.0.0.1:\(server.port)/v1/thing?x=1"
         let format = ["-w", "\n%{http_version} %{response_code}\n"]
-        #expect(try curl(["--http2-prior-knowledge", "-d", "hello"] + format + [url]) == "POST /v1/thing?x=1 5 HTTP/2 127.0.0.1:\(server.port)\n2 200\n")
-        #expect(try curl(["--http1.1", "-d", "hello"] + format + [url]) == "POST /v1/thing?x=1 5 HTTP/1.1 127.0.0.1:\(server.port)\n1.1 200\n")
+        #expect(
+            try curl(["--http2-prior-knowledge", "-d", "hello"] + format + [url])
+                == "POST /v1/thing?x=1 5 HTTP/2 127.0.0.1:\(server.port)\n2 200\n")
+        #expect(
+            try curl(["--http1.1", "-d", "hello"] + format + [url]) == "POST /v1/thing?x=1 5 HTTP/1.1 127.0.0.1:\(server.port)\n1.1 200\n")
         await server.stop()
     }
 

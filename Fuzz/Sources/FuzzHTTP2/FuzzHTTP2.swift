@@ -5,7 +5,8 @@ import HeraldHTTP
 /// that byte picks, go through nghttp2 and the session's limits and counters; every complete request is answered
 /// at once (an echo of its size), every refused one with its error, and the output drained after each chunk.
 /// Small limits (2 KB of header list, 4 KB of body, 8 streams, 16 resets) so that inputs reach them.
-private let limits = HTTPServerLimits(maximumHeaderBytes: 2048, maximumBodyBytes: 4096, requestTimeout: .seconds(1), maximumRequestsPerConnection: 32)
+private let limits = HTTPServerLimits(
+    maximumHeaderBytes: 2048, maximumBodyBytes: 4096, requestTimeout: .seconds(1), maximumRequestsPerConnection: 32)
 
 private let http2Limits: HTTP2Limits = {
     var limits = HTTP2Limits()
@@ -34,7 +35,12 @@ public func fuzz(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     }
     session.onRefusal = { [unowned session] streamID, error in session.respond(to: streamID, .text(error.status, error.message)) }
     var output = 0
-    let drain = { session.drainOutput { bytes in output += bytes.count; return true } }
+    let drain = {
+        session.drainOutput { bytes in
+            output += bytes.count
+            return true
+        }
+    }
     _ = HTTP2Session.preface.withUnsafeBytes { session.receive($0) }
     drain()
     for chunk in FuzzInput.chunked(FuzzInput.bytes(start, count)) {
