@@ -163,17 +163,17 @@ public final class HTTP2ServerSession {
 
     /// Answers stream `streamID`: HEADERS with `:status`, `content-type`, `content-length` and the response's
     /// fields (names lowercased, as HTTP/2 requires; HTTP/1.1's connection fields left out), then the body in
-    /// DATA frames as flow control allows. Does nothing for a stream already closed (the peer cancelled it) or
-    /// answered.
+    /// DATA frames as flow control allows (none for a HEAD request, whose `content-length` is the body's). Does
+    /// nothing for a stream already closed (the peer cancelled it) or answered.
     public func respond(to streamID: Int32, _ response: HTTPResponse) {
         guard let stream = streams[streamID], !stream.answered else { return }
         stream.answered = true
-        stream.answerBody = response.body
+        let body = stream.method == .head ? [] : response.body
+        stream.answerBody = body
         stream.answerOffset = 0
-        let body = response.body
         var fields: [(String, String)] = [(":status", String(response.status))]
         if let contentType = response.contentType { fields.append(("content-type", contentType)) }
-        fields.append(("content-length", String(body.count)))
+        fields.append(("content-length", String(response.body.count)))
         for (name, value) in response.headers {
             let name = name.lowercased()
             if Self.connectionFields.contains(name) { continue }

@@ -114,6 +114,11 @@ struct HTTP2SessionTests {
                 == "POST /v1/thing?x=1 5 HTTP/2 127.0.0.1:\(server.port)\n2 200\n")
         #expect(
             try curl(["--http1.1", "-d", "hello"] + format + [url]) == "POST /v1/thing?x=1 5 HTTP/1.1 127.0.0.1:\(server.port)\n1.1 200\n")
+        // HEAD: the answer's fields, its content-length included, and no body.
+        let head = try curl(["--http2-prior-knowledge", "-I", url])
+        #expect(head.hasPrefix("HTTP/2 200"), "\(head)")
+        let length = "HEAD /v1/thing?x=1 0 HTTP/2 127.0.0.1:\(server.port)".utf8.count
+        #expect(head.contains("content-length: \(length)\r\n") && head.hasSuffix("\r\n\r\n"), "\(head)")
         await server.stop()
     }
 
