@@ -15,6 +15,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     unowned let receiver: HTTPReceiver
     /// `/v1/projects/{project}/messages:send` for this instance's project: the route nearly every request takes.
     let sendPath: String
+    /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
+    private let sendPathBytes: [UInt8]
     private let router = HTTPRouter()
 
     init(receiver: HTTPReceiver, context: PluginContext) {
@@ -22,10 +24,19 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         self.options = receiver.options
         self.context = context
         self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
+        self.sendPathBytes = Array(sendPath.utf8)
         addRoutes()
     }
 
-    func handle(_ request: HTTPRequest, responder: HTTPResponder) { router.handle(request, responder: responder) }
+    func handle(_ request: HTTPRequest, responder: HTTPResponder) {
+        // The request nearly every request is, recognised from its bytes before the route table, which would find
+        // the same route (the second) at some cost.
+        if request.method == .post, request.targetBytes == sendPathBytes {
+            if let refusal = authorization(request) { return responder.respond(refusal) }
+            return send(request, project: context.projectID, responder: responder)
+        }
+        router.handle(request, responder: responder)
+    }
 
     func handleHead(_ request: HTTPRequest, responder: HTTPResponder) -> Bool { router.handleHead(request, responder: responder) }
 
@@ -44,52 +55,56 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     /// included. A gateway passes sends on: what would act on this instance (topic management, APNs pushes to its
     /// token) has no meaning there, and is answered 501.
     private func addRoutes() {
-        // The router lives as long as this API (its only owner): the routes' unowned references stay valid.
-        router.authorize = { [unowned self] request in
-            guard receiver.authorized(request.headers.value(of: "authorization")) else {
-                let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
-                return .json(401, body, headers: [("WWW-Authenticate", "Bearer")])
-            }
-            return nil
-        }
-        router.add(.get, "/healthz", open: true) { [unowned self] _, _, responder in
+        // The router is this API's alone and is only called through it, so the routes' references to the API are
+        // valid whenever they run: unowned(unsafe), as checking them (swift_unownedRetainStrong) cost on every request.
+        router.authorize = { [unowned(unsafe) self] request in authorization(request) }
+        router.add(.get, "/healthz", open: true) { [unowned(unsafe) self] _, _, responder in
             let ready = !context.bus.isDraining
             respond(responder, status: ready ? 200 : 503, body: ["status": .string(ready ? "ready" : "draining")])
         }
         // The request nearly every request is, matched whole from its bytes.
-        router.add(.post, sendPath) { [unowned self] request, _, responder in
+        router.add(.post, sendPath) { [unowned(unsafe) self] request, _, responder in
             send(request, project: context.projectID, responder: responder)
         }
         if options.forwarder != nil {
-            router.notFound = { [unowned self] _, responder in
+            router.notFound = { [unowned(unsafe) self] _, responder in
                 let message =
                     "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
                 respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
             }
         } else {
-            router.add(nil, "/3/device/{token}") { [unowned self] request, match, responder in
+            router.add(nil, "/3/device/{token}") { [unowned(unsafe) self] request, match, responder in
                 routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
             }
             for (path, add) in [("/iid/v1:batchAdd", true), ("/iid/v1:batchRemove", false)] {
-                router.add(nil, path) { [unowned self] request, _, responder in
+                router.add(nil, path) { [unowned(unsafe) self] request, _, responder in
                     routeInstanceID(request, add: add, responder: responder)
                 }
             }
             router.add(nil, "/v1/projects/{project}/registrations/{token}/topicSubscriptions/**") {
-                [unowned self] request, match, responder in
+                [unowned(unsafe) self] request, match, responder in
                 routeTopics(request, parts: match.segments.map(String.init), responder: responder)
             }
-            router.notFound = { [unowned self] request, responder in
+            router.notFound = { [unowned(unsafe) self] request, responder in
                 respond(
                     responder, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(request.method) \(request.path)."))
             }
         }
-        router.add(.post, "/v1/projects/{project}/messages:send") { [unowned self] request, match, responder in
+        router.add(.post, "/v1/projects/{project}/messages:send") { [unowned(unsafe) self] request, match, responder in
             send(request, project: String(match["project"] ?? ""), responder: responder)
         }
-        router.add(nil, "/v1/projects/{project}/messages:send", readsBody: false) { [unowned self] _, _, responder in
+        router.add(nil, "/v1/projects/{project}/messages:send", readsBody: false) { [unowned(unsafe) self] _, _, responder in
             respond(responder, status: 405, body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST for messages:send."))
         }
+    }
+
+    /// 401 unless the request carries the bearer secret.
+    private func authorization(_ request: HTTPRequest) -> HTTPResponse? {
+        guard receiver.authorized(request.headers.value(of: "authorization")) else {
+            let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
+            return .json(401, body, headers: [("WWW-Authenticate", "Bearer")])
+        }
+        return nil
     }
 
     /// Answers with `body` as JSON (`nil`: no body, no `Content-Type`).
@@ -120,8 +135,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             return
         }
-        context.bus.submit(request.body, SendContext(forwarder: options.forwarder)) { [weak self] outcome in
-            guard let self else { return }
+        // The API is captured strongly: it outlives the bus's answer anyway, and a weak reference would cost a
+        // side-table lookup on every request.
+        context.bus.submit(request.body, SendContext(forwarder: options.forwarder)) { outcome in
             switch outcome {
             case .accepted(let id):
                 // The answer's bytes written straight from the project and the ID, no JSONValue.

@@ -419,26 +419,40 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     }
 
     /// The answer as HTTP/1.1 writes it: status line, `Content-Type`, `Content-Length`, the other fields,
-    /// `Connection: close` when it is the last, and the body.
+    /// `Connection: close` when it is the last, and the body. The head is written into a buffer on the stack and
+    /// appended once: appending each piece to the array cost more than the rest of the answer.
     static func append(_ response: HTTPResponse, close: Bool, to output: inout [UInt8]) {
-        output.append(contentsOf: "HTTP/1.1 ".utf8)
-        output.append(contentsOf: String(response.status).utf8)
-        output.append(UInt8(ascii: " "))
-        output.append(contentsOf: HTTPStatus.reasonPhrase(response.status).utf8)
-        if let type = response.contentType {
-            output.append(contentsOf: "\r\nContent-Type: ".utf8)
-            output.append(contentsOf: type.utf8)
+        var capacity = 512
+        while true {
+            let written = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+                var head = HeadWriter(buffer)
+                head.write("HTTP/1.1 ")
+                head.write(decimal: response.status)
+                head.write(" ")
+                head.write(HTTPStatus.reasonPhrase(response.status))
+                if let type = response.contentType {
+                    head.write("\r\nContent-Type: ")
+                    head.write(type)
+                }
+                head.write("\r\nContent-Length: ")
+                head.write(decimal: response.body.count)
+                for field in response.headers {
+                    head.write("\r\n")
+                    head.write(field.name)
+                    head.write(": ")
+                    head.write(field.value)
+                }
+                if close { head.write("\r\nConnection: close") }
+                head.write("\r\n\r\n")
+                guard head.count <= buffer.count else {
+                    capacity = head.count
+                    return false
+                }
+                output.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<head.count]))
+                return true
+            }
+            if written { break }
         }
-        output.append(contentsOf: "\r\nContent-Length: ".utf8)
-        output.append(contentsOf: String(response.body.count).utf8)
-        for field in response.headers {
-            output.append(contentsOf: "\r\n".utf8)
-            output.append(contentsOf: field.name.utf8)
-            output.append(contentsOf: ": ".utf8)
-            output.append(contentsOf: field.value.utf8)
-        }
-        if close { output.append(contentsOf: "\r\nConnection: close".utf8) }
-        output.append(contentsOf: "\r\n\r\n".utf8)
         output.append(contentsOf: response.body)
     }
 
@@ -532,4 +546,47 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
         stored.initialize(to: settings)
         return UnsafePointer(stored)
     }()
+}
+
+/// Writes a head's bytes into a buffer, counting what does not fit (the caller tries again with room for it).
+private struct HeadWriter {
+    let buffer: UnsafeMutableBufferPointer<UInt8>
+    /// The bytes written, and those that did not fit.
+    var count = 0
+
+    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+
+    mutating func write(_ text: StaticString) {
+        copy(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    mutating func write(_ text: String) {
+        var text = text
+        text.withUTF8 { copy(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// A non-negative number in decimal.
+    mutating func write(decimal value: Int) {
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 {
+            digits += 1
+            rest /= 10
+        }
+        defer { count += digits }
+        guard count + digits <= buffer.count, let base = buffer.baseAddress else { return }
+        rest = value
+        var index = count + digits
+        repeat {
+            index -= 1
+            base[index] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+            rest /= 10
+        } while index > count
+    }
+
+    private mutating func copy(_ bytes: UnsafeRawBufferPointer) {
+        defer { count += bytes.count }
+        guard count + bytes.count <= buffer.count, let base = buffer.baseAddress, let source = bytes.baseAddress else { return }
+        UnsafeMutableRawPointer(base + count).copyMemory(from: source, byteCount: bytes.count)
+    }
 }

@@ -4,7 +4,7 @@
 /// ``dictionary()``. Names compare without regard to ASCII case. A name that comes twice answers its last value.
 ///
 /// The HTTP/1.1 session fills it piece by piece as http_parser hands names and values over; an HTTP/2 session
-/// appends whole fields with ``append(name:value:)``.
+/// appends whole fields with ``append(name:value:)-(String,String)`` or ``append(name:value:)-(UnsafeRawBufferPointer,UnsafeRawBufferPointer)``.
 public struct HTTPHeaders: Sendable {
     private var bytes: [UInt8] = []
     private var lines: [(nameStart: Int, nameEnd: Int, valueEnd: Int)] = []

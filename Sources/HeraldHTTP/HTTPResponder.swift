@@ -9,11 +9,13 @@ public protocol HTTPResponseSink: AnyObject {
 /// The answer slot of one request: its handler fills it exactly once, at once or later (after the bus or the
 /// store answers), on the connection's loop thread. The session writes answers in the order its protocol needs
 /// (HTTP/1.1: the order the requests came, however they complete). A responder outliving its connection is
-/// harmless: its answer is dropped.
+/// harmless: its answer is dropped. It keeps its session (not the connection) alive until it is dropped.
 public struct HTTPResponder: @unchecked Sendable {
     // @unchecked Sendable: it crosses into tasks that run on the loop (`Task(executorPreference: loop)`), and is
     // only used there; the sink's state lives on the loop thread.
-    private weak var sink: (any HTTPResponseSink)?
+    // A strong reference: loading a weak one costs a side-table lookup per answer, and the sink checks whether its
+    // connection is still open anyway.
+    private let sink: any HTTPResponseSink
     /// The request's place: the HTTP/1.1 session's sequence number, or an HTTP/2 stream's identifier.
     public let slot: Int
 
@@ -24,6 +26,6 @@ public struct HTTPResponder: @unchecked Sendable {
 
     /// Answers the request. Call it once, on the connection's loop thread.
     public func respond(_ response: HTTPResponse) {
-        sink?.respond(response, slot: slot)
+        sink.respond(response, slot: slot)
     }
 }

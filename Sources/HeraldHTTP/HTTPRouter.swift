@@ -1,3 +1,5 @@
+import Glibc
+
 /// A route table: method and path pattern to a handler, tried in the order they were added.
 ///
 /// A pattern is a path of segments: a literal (`messages:send`), `{name}` for any one segment, and a last `**`
@@ -12,7 +14,8 @@ public final class HTTPRouter: HTTPRequestHandler {
     /// A route's handler: the request, what its pattern matched, and the answer slot.
     public typealias Handler = (HTTPRequest, HTTPRouteMatch, HTTPResponder) -> Void
 
-    private struct Route {
+    /// A class, so that trying a route costs one retain, not one per field.
+    private final class Route {
         let method: HTTPMethod?
         let segments: [Segment]
         /// The pattern's bytes when it has no parameters.
@@ -20,6 +23,15 @@ public final class HTTPRouter: HTTPRequestHandler {
         let open: Bool
         let readsBody: Bool
         let handler: Handler
+
+        init(method: HTTPMethod?, segments: [Segment], literal: [UInt8]?, open: Bool, readsBody: Bool, handler: @escaping Handler) {
+            self.method = method
+            self.segments = segments
+            self.literal = literal
+            self.open = open
+            self.readsBody = readsBody
+            self.handler = handler
+        }
     }
 
     private enum Segment {
@@ -116,11 +128,9 @@ public final class HTTPRouter: HTTPRequestHandler {
     private static func target(_ target: [UInt8], is literal: [UInt8]) -> Bool {
         guard target.count >= literal.count else { return false }
         guard target.count == literal.count || target[literal.count] == UInt8(ascii: "?") else { return false }
-        return target.withUnsafeBufferPointer { target in
-            literal.withUnsafeBufferPointer { literal in
-                UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(target)[..<literal.count]).elementsEqual(
-                    UnsafeRawBufferPointer(literal))
-            }
+        guard !literal.isEmpty else { return true }
+        return target.withUnsafeBytes { target in
+            literal.withUnsafeBytes { literal in memcmp(target.baseAddress!, literal.baseAddress!, literal.count) == 0 }
         }
     }
 
