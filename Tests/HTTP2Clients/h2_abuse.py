@@ -7,7 +7,7 @@ in endless CONTINUATION frames: CVE-2024-27316's class), settings-flood (SETTING
 acknowledgements), too-many-streams (one stream past SETTINGS_MAX_CONCURRENT_STREAMS), hpack-bomb (one large
 dynamic table entry referenced a thousand times), large-headers (a header list a little over the limit); and
 wait-goaway (one request, then the GOAWAY of a server that stops), slow-request (a body that never comes),
-split-preface (the preface in two writes).
+split-preface (the preface in two writes), idle (a connection with no stream, left to the idle timeout).
 
 Frames are made with hyperframe and hpack (h2's own dependencies), not h2's connection, which would refuse to send
 most of them. Prints one JSON object: the GOAWAY's error code (null when none came), whether the server closed
@@ -218,6 +218,11 @@ def slow_request(client):
     client.read_frames(5, until=lambda: 3 in client.statuses)
 
 
+def idle(client):
+    # Not abuse: a connection that opens no stream, ended by the server's idle timeout with a GOAWAY.
+    client.read_frames(10, until=lambda: client.goaway is not None and client.ended)
+
+
 def split_preface(client):
     client.send(client.headers(1, client.request_headers("/split")))
     client.read_frames(5, until=lambda: 1 in client.statuses)
@@ -240,6 +245,7 @@ CASES = {
     "wait-goaway": wait_goaway,
     "slow-request": slow_request,
     "split-preface": split_preface,
+    "idle": idle,
 }
 
 

@@ -222,4 +222,12 @@ struct HTTP2SessionTests {
         #expect(outcome.statuses == ["1": 200], "\(outcome)")
         await server.stop()
     }
+
+    @Test("a connection with no stream open for the idle timeout is ended with GOAWAY NO_ERROR and closed")
+    func idleTimeout() async throws {
+        let server = try await HTTPTestServer(limits: HTTPServerLimits(idleTimeout: .milliseconds(300)))
+        let outcome = try Self.abuse("idle", port: server.port)
+        #expect(outcome.goaway == 0 && outcome.closed, "\(outcome)")
+        await server.stop()
+    }
 }
