@@ -102,6 +102,13 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        // nghttp2, the HTTP/2 framing (HPACK, flow control, the protocol's checks) of the HTTP server sessions.
+        .systemLibrary(
+            name: "CNGHTTP2",
+            path: "Sources/CNGHTTP2",
+            pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]
+        ),
         // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for the NATS receiver. Not
         // linked: loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
         .target(
@@ -129,11 +136,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // The HTTP server layer: requests, responses, the route table, limits, and the HTTP/1.1 session on
-        // http_parser. Protocol-neutral above the session, and nothing of Herald's bus.
+        // The HTTP server layer: requests, responses, the route table, limits, the HTTP/1.1 session on
+        // http_parser and the HTTP/2 session on nghttp2. Protocol-neutral above the sessions, and nothing of
+        // Herald's bus.
         .target(
             name: "HeraldHTTP",
-            dependencies: ["HeraldEventLoop", "HeraldJSON", "CHTTPParser"],
+            dependencies: ["HeraldEventLoop", "HeraldJSON", "CHTTPParser", "CNGHTTP2"],
             swiftSettings: swiftSettings
         ),
 

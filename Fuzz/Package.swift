@@ -59,6 +59,13 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The HTTP/2 server session (nghttp2, the session's limits and abuse counters) in memory: the input is the
+        // client's bytes after the preface.
+        .executableTarget(
+            name: "FuzzHTTP2",
+            dependencies: ["FuzzSupport", .product(name: "HeraldHTTP", package: "Herald")],
+            swiftSettings: swiftSettings
+        ),
         // The socket receiver's line framing (and the decoder and bus behind it), with arbitrary chunking.
         .executableTarget(
             name: "FuzzSocketFraming",

@@ -103,6 +103,51 @@ socket = [b"\n".join(fcm[i:i + 3]).replace(b"\n  ", b" ") + b"\n" for i in range
 socket = [re.sub(rb"\s*\n\s*", b" ", body.strip()) + b"\n" for body in fcm] + socket
 socket += [b"not json\n", b"\r\n\n\n", b'{"message": {"token": "t"}}\r\n' * 3, b"x" * 600 + b"\n", b'{"message": {"token": "t"}}']
 
+# HTTP/2: the client's frames after the preface, HPACK without Huffman coding or the dynamic table.
+def hpack_int(value, prefix_bits, first=0):
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = [first | limit]
+    value -= limit
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    return bytes(out + [value])
+
+def hpack_field(name, value):
+    """A literal field without indexing, a static-table name where there is one."""
+    static = {":authority": 1, ":path": 4, "content-type": 31, "authorization": 23, "content-length": 28}
+    if name in static:
+        head = hpack_int(static[name], 4)
+    else:
+        head = b"\x00" + hpack_int(len(name), 7) + name.encode()
+    return head + hpack_int(len(value), 7) + value
+
+def frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+def request_block(method, path, fields=()):
+    block = bytes([0x82 if method == "GET" else 0x83, 0x86]) + hpack_field(":path", path.encode())
+    block += hpack_field(":authority", b"127.0.0.1:8080")
+    for name, value in fields:
+        block += hpack_field(name, value)
+    return block
+
+settings = frame(4, 0, 0) + frame(4, 1, 0)
+auth = [("authorization", b"Bearer fuzz-secret"), ("content-type", b"application/json")]
+http2 = [settings + frame(1, 0x05, 1, request_block("GET", "/healthz"))]
+for index, body in enumerate(fcm[:6]):
+    stream = 1 + 2 * index
+    block = request_block("POST", send, auth + [("content-length", str(len(body)).encode())])
+    http2.append(settings + frame(1, 0x04, stream, block) + frame(0, 0x01, stream, body))
+block = request_block("POST", "/3/device/fuzz-token", auth + [("apns-push-type", b"alert")])
+http2.append(settings + frame(1, 0x00, 1, block[:10]) + frame(9, 0x04, 1, block[10:]) + frame(0, 0x01, 1, apns_payloads[0]))
+http2.append(settings + b"".join(frame(1, 0x05, 1 + 2 * i, request_block("GET", "/healthz")) + frame(3, 0, 1 + 2 * i, b"\x00\x00\x00\x08") for i in range(20)))
+http2.append(settings + frame(6, 0, 0, b"12345678") + frame(8, 0, 0, b"\x00\x01\x00\x00") + frame(2, 0, 1, b"\x00\x00\x00\x00\x10")
+             + frame(1, 0x05, 3, request_block("GET", "/x", [("x-big", b"v" * 3000)])) + frame(7, 0, 0, b"\x00" * 8))
+http2.append(settings + frame(1, 0x04, 1, request_block("POST", send, auth + [("content-length", b"99999")])) + frame(0, 0x01, 1, b"{}"))
+
 def write(target, seeds, prefix=lambda seed: b""):
     directory = os.path.join(corpus, target)
     shutil.rmtree(directory, ignore_errors=True)
@@ -120,6 +165,7 @@ write("apns", apns_payloads + [b"apns-push-type: background\napns-priority: 10\n
 write("condition", sorted(c.encode() for c in conditions))
 write("config", [c.encode() for c in configs])
 write("http", [c + s for s in http for c in chunkings[:1]] + [chunkings[1] + http[0], chunkings[2] + http[-4]])
+write("http2", [c + s for s in http2 for c in chunkings[:1]] + [chunkings[1] + http2[1], chunkings[2] + http2[-3]])
 write("socket", [c + s for s in socket for c in chunkings[:1]] + [chunkings[1] + socket[0], chunkings[2] + socket[-1]])
 for target in sorted(os.listdir(corpus)):
     files = os.listdir(os.path.join(corpus, target))

@@ -78,6 +78,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     private(set) var apnsTokens: APNsTokenVerifier?
     private var context: PluginContext?
     private var listener: ReceiverListener<HTTPConnection>?
+    /// The connections open, to be told of the end (loop thread).
+    private var connections: [ObjectIdentifier: HTTPConnection] = [:]
 
     public init(options: Options = Options()) {
         self.options = options
@@ -115,8 +117,12 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         try await context.loop.submit {
             let api = HTTPAPI(receiver: self, context: context)
             let limits = self.options.limits
-            let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { connection in
-                HTTPConnection(HTTP1Session(connection: connection, loop: context.loop, handler: api, limits: limits))
+            let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { [unowned self] connection in
+                let session = HTTPConnection(HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits))
+                let key = ObjectIdentifier(session)
+                self.connections[key] = session
+                session.onClosed = { [weak self] in self?.connections[key] = nil }
+                return session
             }
             try listener.listen(on: [self.options.address])
             self.listener = listener
@@ -126,6 +132,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     public func stop() async {
         guard let context else { return }
         try? await context.loop.submit {
+            // HTTP/2 clients are told with a GOAWAY, sent as the connections close.
+            for connection in self.connections.values { connection.shutdown() }
             self.listener?.close()
             self.listener = nil
         }
@@ -153,13 +161,23 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     }
 }
 
-/// One connection of the receiver, for the listener: HeraldHTTP's session, which knows nothing of receivers.
+/// One connection of the receiver, for the listener: HeraldHTTP's session (HTTP/1.1, or HTTP/2 for a client
+/// that begins with its preface), which knows nothing of receivers.
 final class HTTPConnection: ReceiverSession {
-    private let session: HTTP1Session
+    private let session: HTTPServerSession
 
-    init(_ session: HTTP1Session) { self.session = session }
+    /// Runs once the connection has closed.
+    var onClosed: () -> Void = {}
+
+    init(_ session: HTTPServerSession) { self.session = session }
 
     func start() { session.start() }
 
-    func closed() { session.closed() }
+    func closed() {
+        session.closed()
+        onClosed()
+    }
+
+    /// The receiver stops: an HTTP/2 client gets a GOAWAY.
+    func shutdown() { session.shutdown() }
 }
