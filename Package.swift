@@ -48,6 +48,7 @@ let package = Package(
         .library(name: "HeraldJSONLExport", targets: ["HeraldJSONLExport"]),
         .library(name: "HeraldTokenWebhook", targets: ["HeraldTokenWebhook"]),
         .library(name: "HeraldExecFetchWorker", targets: ["HeraldExecFetchWorker"]),
+        .library(name: "HeraldDesktopPresenter", targets: ["HeraldDesktopPresenter"]),
         // The daemon.
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
@@ -221,6 +222,13 @@ let package = Package(
             path: "Plugins/ExecFetchWorker",
             swiftSettings: swiftSettings
         ),
+        // Notifications on the Linux desktop: org.freedesktop.Notifications over sd-bus, on the Herald loop.
+        .target(
+            name: "HeraldDesktopPresenter",
+            dependencies: ["Herald", "CLibUV", "CSystemd", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/DesktopPresenter",
+            swiftSettings: swiftSettings
+        ),
 
         // MARK: The command: `herald serve`, `send`, `token`, `topics`, `report`, `quarantine`.
 
@@ -237,6 +245,7 @@ let package = Package(
                 "HeraldEchoHandler",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
+                "HeraldDesktopPresenter",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -397,6 +406,11 @@ let package = Package(
         .testTarget(
             name: "HeraldExecFetchWorkerTests",
             dependencies: ["Herald", "HeraldTesting", "HeraldExecFetchWorker", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldDesktopPresenterTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldDesktopPresenter", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
