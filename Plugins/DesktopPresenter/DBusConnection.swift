@@ -137,12 +137,14 @@ final class DBusConnection {
             try Self.check(sd_bus_start(bus), "connect to", address)
             let fd = sd_bus_get_fd(bus)
             try Self.check(fd, "get the socket of", address)
-            let poll = try ExternalHandle(loop: loop, byteCount: MemoryLayout<uv_poll_t>.size, operation: "poll the bus socket") { uv, raw in
+            let poll = try ExternalHandle(loop: loop, byteCount: MemoryLayout<uv_poll_t>.size, operation: "poll the bus socket") {
+                uv, raw in
                 uv_poll_init(uv, raw.assumingMemoryBound(to: uv_poll_t.self), fd)
             }
             poll.context = self
             self.poll = poll
-            let timer = try ExternalHandle(loop: loop, byteCount: MemoryLayout<uv_timer_t>.size, operation: "create the bus timer") { uv, raw in
+            let timer = try ExternalHandle(loop: loop, byteCount: MemoryLayout<uv_timer_t>.size, operation: "create the bus timer") {
+                uv, raw in
                 uv_timer_init(uv, raw.assumingMemoryBound(to: uv_timer_t.self))
             }
             timer.context = self
@@ -189,7 +191,8 @@ final class DBusConnection {
         if result >= 0, let message {
             result = Self.append(arguments, to: message)
             if result >= 0 {
-                let microseconds = UInt64(max(1, timeout.components.seconds * 1_000_000 + timeout.components.attoseconds / 1_000_000_000_000))
+                let microseconds = UInt64(
+                    max(1, timeout.components.seconds * 1_000_000 + timeout.components.attoseconds / 1_000_000_000_000))
                 result = sd_bus_call_async(
                     bus, nil, message,
                     { message, userdata, _ in
@@ -202,7 +205,11 @@ final class DBusConnection {
         }
         if let message { sd_bus_message_unref(message) }
         if result < 0 {
-            reply(.failure(DBusCallError(name: "org.freedesktop.DBus.Error.Failed", message: "cannot send \(member): \(String(cString: strerror(-result)))")))
+            reply(
+                .failure(
+                    DBusCallError(
+                        name: "org.freedesktop.DBus.Error.Failed", message: "cannot send \(member): \(String(cString: strerror(-result)))"))
+            )
             return
         }
         kick()
@@ -279,9 +286,11 @@ final class DBusConnection {
             clock_gettime(CLOCK_MONOTONIC, &now)
             let nowMicroseconds = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
             let delay = deadline > nowMicroseconds ? (deadline - nowMicroseconds + 999) / 1000 : 0
-            uv_timer_start(uvTimer, { handle in
-                (ExternalHandle.owner(of: UnsafeMutableRawPointer(handle!)).context as? DBusConnection)?.kick()
-            }, delay, 0)
+            uv_timer_start(
+                uvTimer,
+                { handle in
+                    (ExternalHandle.owner(of: UnsafeMutableRawPointer(handle!)).context as? DBusConnection)?.kick()
+                }, delay, 0)
         } else {
             uv_timer_stop(uvTimer)
         }

@@ -256,6 +256,7 @@ final class PresenterSession: @unchecked Sendable {
     }
 
     private func busUnavailable(_ reason: String) {
+        guard !stopped else { return }
         phase = .disconnected
         if !warnedNoBus {
             warnedNoBus = true
@@ -316,6 +317,7 @@ final class PresenterSession: @unchecked Sendable {
     }
 
     private func serviceAbsent() {
+        guard !stopped else { return }
         phase = .noService
         forgetShown()
         if !warnedNoService {
@@ -432,11 +434,14 @@ final class PresenterSession: @unchecked Sendable {
                     remember(
                         id,
                         Shown(
-                            messageID: messageID, replacementKey: request.replacementKey, textActionIdentifier: request.textActionIdentifier,
+                            messageID: messageID, replacementKey: request.replacementKey,
+                            textActionIdentifier: request.textActionIdentifier,
                             reportsDismissal: category?.options.contains(.customDismissAction) == true))
                 }
                 job.finish()
-            case .failure(let error) where error.isUnreachable && !stopped:
+            case .failure where stopped:
+                job.finish()
+            case .failure(let error) where error.isUnreachable:
                 logger.debug("the notification service went away while presenting", metadata: ["error": "\(error)"])
                 log(job.message, options: job.options)
                 job.finish()
@@ -500,7 +505,9 @@ final class PresenterSession: @unchecked Sendable {
         notification.answered = true
         shown[id] = notification
         if key == NotifyRequest.inlineReplyKey { return }
-        respond(notification.messageID, action: key == NotifyRequest.defaultActionKey ? NotificationResponse.defaultActionIdentifier : key, text: nil)
+        respond(
+            notification.messageID, action: key == NotifyRequest.defaultActionKey ? NotificationResponse.defaultActionIdentifier : key,
+            text: nil)
     }
 
     private func replied(id: UInt32, text: String) {

@@ -71,9 +71,15 @@ final class DesktopSession: @unchecked Sendable {
         let config = "\(directory)/dunstrc"
         try """
         [global]
-            font = Monospace 10
-            width = 400
+            font = DejaVu Sans 11
+            width = 440
+            origin = top-left
             offset = 10x10
+            frame_width = 2
+            frame_color = "#5e81ac"
+            padding = 10
+            horizontal_padding = 12
+            format = "<b>%s</b>\n%b\n<small>%a</small>"
             show_indicators = yes
         [urgency_low]
             timeout = 0

@@ -16,7 +16,8 @@ struct DunstTests {
         options: [.customDismissAction])
     static let news = NotificationCategory(identifier: "news", actions: [NotificationAction(identifier: "read", title: "Read")])
 
-    static func payload(title: String, body: String = "body", category: String? = nil, thread: String? = nil, extra: String = "") -> String {
+    static func payload(title: String, body: String = "body", category: String? = nil, thread: String? = nil, extra: String = "") -> String
+    {
         var aps = [#""alert": {"title": "\#(title)", "body": "\#(body)"}"#, #""sound": "default""#]
         if let category { aps.append(#""category": "\#(category)""#) }
         if let thread { aps.append(#""thread-id": "\#(thread)""#) }
@@ -32,7 +33,8 @@ struct DunstTests {
         let handler = RecordingHandler()
         try await withPresenter(DesktopPresenter(options: .testing(session)), handler: handler, categories: [Self.chat]) {
             herald, receiver, sink, token in
-            let payload = #"{"aps": {"alert": {"title": "Ada", "subtitle": "Lovelace", "body": "1 < 2 & 3"}, "category": "chat", "sound": "default", "interruption-level": "time-sensitive"}}"#
+            let payload =
+                #"{"aps": {"alert": {"title": "Ada", "subtitle": "Lovelace", "body": "1 < 2 & 3"}, "category": "chat", "sound": "default", "interruption-level": "time-sensitive"}}"#
             let id = try await receiver.sendAPNs(payload, deviceToken: token, to: herald).get()
             #expect(await eventually { (try? session.displayedCount()) == 1 })
             try session.dunstctl("action", "0")
@@ -54,7 +56,10 @@ struct DunstTests {
             #expect(await eventually { (try? session.displayedCount()) == 1 })
             try session.dunstctl("close")
             #expect(await eventually { handler.received.count == 2 })
-            #expect(handler.received.map(\.actionIdentifier) == [NotificationResponse.defaultActionIdentifier, NotificationResponse.dismissActionIdentifier])
+            #expect(
+                handler.received.map(\.actionIdentifier) == [
+                    NotificationResponse.defaultActionIdentifier, NotificationResponse.dismissActionIdentifier,
+                ])
             #expect(handler.received.last?.message.messageID == second)
         }
     }

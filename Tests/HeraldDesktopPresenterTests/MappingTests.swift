@@ -35,7 +35,9 @@ struct MappingTests {
     func sounds() {
         #expect(Self.hint(Self.request(Self.message(["alert": "hi", "sound": "default"])), "sound-name") == .string("message-new-instant"))
         #expect(Self.hint(Self.request(Self.message(["alert": "hi", "sound": "bell.caf"])), "sound-name") == .string("bell"))
-        #expect(Self.hint(Self.request(Self.message(["alert": "hi", "sound": "/usr/share/sounds/a.oga"])), "sound-file") == .string("/usr/share/sounds/a.oga"))
+        #expect(
+            Self.hint(Self.request(Self.message(["alert": "hi", "sound": "/usr/share/sounds/a.oga"])), "sound-file")
+                == .string("/usr/share/sounds/a.oga"))
         let muted = Self.request(Self.message(["alert": "hi", "sound": "default"]), options: [.banner])
         #expect(Self.hint(muted, "suppress-sound") == .boolean(true))
         #expect(Self.hint(muted, "sound-name") == nil)

@@ -17,8 +17,11 @@ struct MockServerTests {
         let handler = RecordingHandler()
         try await withPresenter(DesktopPresenter(options: .testing(session)), handler: handler, categories: [DunstTests.chat]) {
             herald, receiver, _, token in
-            let first = try await receiver.sendAPNs(DunstTests.payload(title: "one", body: "1 < 2 & 3", category: "chat"), deviceToken: token, to: herald).get()
-            let second = try await receiver.sendAPNs(DunstTests.payload(title: "two", category: "chat"), deviceToken: token, to: herald).get()
+            let first = try await receiver.sendAPNs(
+                DunstTests.payload(title: "one", body: "1 < 2 & 3", category: "chat"), deviceToken: token, to: herald
+            ).get()
+            let second = try await receiver.sendAPNs(DunstTests.payload(title: "two", category: "chat"), deviceToken: token, to: herald)
+                .get()
             try await herald.waitUntilIdle()
 
             let calls = try session.run(

@@ -102,7 +102,8 @@ struct ServiceLifecycleTests {
             #expect(await eventually { await presenter.state() == "ready" })
             session.stopBus()
             #expect(await eventually { await presenter.state() == "disconnected" })
-            let during = try await receiver.sendAPNs(DunstTests.payload(title: "while the bus was away"), deviceToken: token, to: herald).get()
+            let during = try await receiver.sendAPNs(DunstTests.payload(title: "while the bus was away"), deviceToken: token, to: herald)
+                .get()
             #expect(await eventually { Self.logged(logs, during) })
             #expect(await eventually { logs.all.filter { $0.message.contains("session bus still unavailable") }.count >= 2 })
 
