@@ -163,7 +163,7 @@ final class DesktopSession: @unchecked Sendable {
             let data = handle.availableData
             monitor.buffer.withLock { $0 += data }
         }
-        try process.run()
+        try runWithNoSignalsBlocked(process)
         monitors.append(process)
         // dbus-monitor becomes a monitor by giving up its name: from then on it sees every matching message.
         guard await eventually({ monitor.output.contains("NameLost") }) else { throw SessionError.didNotStart("dbus-monitor") }
@@ -208,7 +208,7 @@ final class DesktopSession: @unchecked Sendable {
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try process.run()
+        try runWithNoSignalsBlocked(process)
         guard waitForLine else { return (process, nil) }
         let line = LineReader(output.fileHandleForReading.fileDescriptor).line(timeout: 20_000)
         return (process, line)
