@@ -164,6 +164,8 @@ final class PresenterSession: @unchecked Sendable {
     private var shown: [UInt32: Shown] = [:]
     private var shownOrder: [UInt32] = []
     private var replacements: [String: UInt32] = [:]
+    /// Replacement keys with a `Notify` in flight, and the notifications of that key waiting for its ID.
+    private var waitingForKey: [String: [Job]] = [:]
     private var reconnectDelay: Duration
     private var reconnectTask: ScheduledTask?
     private var warnedNoBus = false
@@ -293,6 +295,8 @@ final class PresenterSession: @unchecked Sendable {
         phase = .disconnected
         for index in pending.indices { pending[index].finish() }
         pending = []
+        for var job in waitingForKey.values.joined() { job.finish() }
+        waitingForKey = [:]
     }
 
     // MARK: The service
@@ -371,6 +375,13 @@ final class PresenterSession: @unchecked Sendable {
         guard !stopped else { return job.finish() }
         if job.options.contains(.badge), let badge = job.message.aps.badge { setBadge(badge) }
         guard NotifyRequest.popsUp(job.message, options: job.options) else { return job.finish() }
+        dispatch(job)
+    }
+
+    /// Shows `job` now, keeps it until the service is known, or logs and keeps it while there is none.
+    private func dispatch(_ job: Job) {
+        var job = job
+        guard !stopped else { return job.finish() }
         switch phase {
         case .ready(_, let capabilities): notify(job, capabilities: capabilities)
         case .connecting, .resolving: keep(job)
@@ -407,7 +418,7 @@ final class PresenterSession: @unchecked Sendable {
                 job.finish()
                 continue
             }
-            enqueue(job)
+            dispatch(job)
         }
     }
 
@@ -424,10 +435,23 @@ final class PresenterSession: @unchecked Sendable {
     private func notify(_ job: Job, capabilities: Set<String>) {
         let request = NotifyRequest(
             message: job.message, options: job.options, actions: job.actions, capabilities: capabilities, settings: options)
+        if let key = request.replacementKey {
+            // The one before with this key is still on its way: its ID is what this one replaces.
+            if waitingForKey[key] != nil {
+                waitingForKey[key]?.append(job)
+                return
+            }
+            waitingForKey[key] = []
+        }
         let replaces = request.replacementKey.flatMap { replacements[$0] } ?? 0
         let category = job.message.aps.category.flatMap { categories[$0] }
         callService("Notify", request.arguments(replacesID: replaces)) { [unowned self] result in
             var job = job
+            defer {
+                if let key = request.replacementKey, let next = waitingForKey.removeValue(forKey: key) {
+                    for job in next { dispatch(job) }
+                }
+            }
             switch result {
             case .success(let reply):
                 if let id = reply.uint32(), let messageID = job.message.messageID {
