@@ -79,7 +79,7 @@ final class DesktopSession: @unchecked Sendable {
             frame_color = "#5e81ac"
             padding = 10
             horizontal_padding = 12
-            format = "<b>%s</b>\n%b\n<small>%a</small>"
+            format = "<i>%a</i>\\n<b>%s</b>\\n%b"
             show_indicators = yes
         [urgency_low]
             timeout = 0
