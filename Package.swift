@@ -410,7 +410,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldDesktopPresenterTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldDesktopPresenter", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
