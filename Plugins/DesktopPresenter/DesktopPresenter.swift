@@ -10,9 +10,9 @@ import Logging
 ///
 /// A notification pops up when `willPresent` answers `.banner` (or `.alert`); `.sound` plays its sound, `.badge`
 /// sets the launcher count (`com.canonical.Unity.LauncherEntry`, with ``Options/desktopEntry``). Clicking it
-/// answers with ``NotificationResponse/defaultActionIdentifier``, a button with its action's identifier, an inline
+/// answers with `NotificationResponse/defaultActionIdentifier`, a button with its action's identifier, an inline
 /// reply (KDE) with the text-input action and its text, and closing it — only for a category with
-/// ``NotificationCategory/Options/customDismissAction`` — with ``NotificationResponse/dismissActionIdentifier``.
+/// `NotificationCategory/Options/customDismissAction` — with `NotificationResponse/dismissActionIdentifier`.
 /// The bus records the open and dismiss analytics events, as for an Apple app.
 ///
 /// Without a bus or a notification service, it warns once and logs each notification (as Herald does without a
