@@ -6,7 +6,7 @@ public import Herald
 /// `{"name": "projects/{project}/messages/{id}"}` or Google's error shape `{"error": {...}}`.
 ///
 /// A line `{"respond": {"message_id": "…", "action": "…", "text": "…"}}` is a person's response to a presented
-/// notification instead (``MessageBus/respond(to:action:userText:)``), for daemons without a desktop and for
+/// notification instead (`MessageBus.respond(to:action:userText:)`), for daemons without a desktop and for
 /// scripts: `action` is `default` (the default, when left out), `dismiss`, or one of the category's actions; `text`
 /// is a text-input action's text. It is answered `{"responded": {"message_id": "…", "action": "…"}}`, or with
 /// `NOT_FOUND` naming an unknown message and `INVALID_ARGUMENT` naming an unknown action or a bad request.
