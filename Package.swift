@@ -51,6 +51,7 @@ let package = Package(
         .library(name: "HeraldJSONLExport", targets: ["HeraldJSONLExport"]),
         .library(name: "HeraldTokenWebhook", targets: ["HeraldTokenWebhook"]),
         .library(name: "HeraldExecFetchWorker", targets: ["HeraldExecFetchWorker"]),
+        .library(name: "HeraldDesktopPresenter", targets: ["HeraldDesktopPresenter"]),
         // The daemon.
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
@@ -255,6 +256,13 @@ let package = Package(
             path: "Plugins/ExecFetchWorker",
             swiftSettings: swiftSettings
         ),
+        // Notifications on the Linux desktop: org.freedesktop.Notifications over sd-bus, on the Herald loop.
+        .target(
+            name: "HeraldDesktopPresenter",
+            dependencies: ["Herald", "CLibUV", "CSystemd", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/DesktopPresenter",
+            swiftSettings: swiftSettings
+        ),
 
         // MARK: The command: `herald serve`, `send`, `token`, `topics`, `report`, `quarantine`.
 
@@ -272,6 +280,7 @@ let package = Package(
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
                 "HeraldHTTPClient",
+                "HeraldDesktopPresenter",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -442,6 +451,11 @@ let package = Package(
         .testTarget(
             name: "HeraldExecFetchWorkerTests",
             dependencies: ["Herald", "HeraldTesting", "HeraldExecFetchWorker", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldDesktopPresenterTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -5,6 +5,12 @@ public import Herald
 /// (`{"message": {...}, "validate_only": false}`), and answers one JSON line per message, in order:
 /// `{"name": "projects/{project}/messages/{id}"}` or Google's error shape `{"error": {...}}`.
 ///
+/// A line `{"respond": {"message_id": "…", "action": "…", "text": "…"}}` is a person's response to a presented
+/// notification instead (`MessageBus.respond(to:action:userText:)`), for daemons without a desktop and for
+/// scripts: `action` is `default` (the default, when left out), `dismiss`, or one of the category's actions; `text`
+/// is a text-input action's text. It is answered `{"responded": {"message_id": "…", "action": "…"}}`, or with
+/// `NOT_FOUND` naming an unknown message and `INVALID_ARGUMENT` naming an unknown action or a bad request.
+///
 /// With the durable inbox the answer is written once the message is committed. A line longer than
 /// ``Options/maximumLineBytes`` is answered with `INVALID_ARGUMENT` and the connection is closed; a client
 /// silent for ``Options/idleTimeout`` is closed; a client that half-closes gets its remaining answers and then
@@ -252,10 +258,36 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             refuse(sequence, MessageError(.payloadTooLarge(size: buffer.count, limit: options.maximumLineBytes)))
             return
         }
+        if ResponseRequest.isRespondLine(buffer) {
+            respond(sequence)
+            return
+        }
         context.bus.submit(buffer, SendContext()) { [weak self] outcome in
             switch outcome {
             case .accepted(let id): self?.answerSent(sequence, messageID: id)
             case .invalid(let error), .refused(let error): self?.answer(sequence, error.fcmErrorBody)
+            }
+        }
+    }
+
+    /// A `respond` line: the response goes to the bus; the answer says whether it was taken.
+    private func respond(_ sequence: Int) {
+        let request: ResponseRequest
+        switch ResponseRequest.parse(buffer) {
+        case .success(let parsed): request = parsed
+        case .failure(let invalid):
+            answer(sequence, ResponseRequest.errorBody(code: 400, status: "INVALID_ARGUMENT", invalid.message))
+            return
+        }
+        let bus = context.bus
+        Task(executorPreference: context.loop.taskExecutor) { [weak self] in
+            do {
+                try await bus.respond(to: request.messageID, action: request.action, userText: request.text)
+                self?.answer(sequence, ["responded": ["message_id": .string(request.messageID), "action": .string(request.action)]])
+            } catch HeraldError.unknownMessage(let id) {
+                self?.answer(sequence, ResponseRequest.errorBody(code: 404, status: "NOT_FOUND", "\(HeraldError.unknownMessage(id))"))
+            } catch {
+                self?.answer(sequence, ResponseRequest.errorBody(code: 400, status: "INVALID_ARGUMENT", "\(error)"))
             }
         }
     }
@@ -314,5 +346,61 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     private func finishIfDone() {
         guard !isClosed, ended || closeAfterAnswers, answers.allWritten, held.isEmpty || closeAfterAnswers else { return }
         connection.shutdownWriting { [weak self] _ in self?.close() }
+    }
+}
+
+/// A `{"respond": {...}}` line of the socket receiver.
+struct ResponseRequest: Equatable {
+    /// What is wrong with a respond request.
+    struct Invalid: Error, Equatable {
+        var message: String
+        init(_ message: String) { self.message = message }
+    }
+
+    var messageID: String
+    var action: String
+    var text: String?
+
+    /// Whether `line` is a respond request: its first member is `"respond"` (checked without parsing, so that
+    /// send lines pay nothing for it).
+    static func isRespondLine(_ line: [UInt8]) -> Bool {
+        var index = line.startIndex
+        func skipSpace() { while index < line.endIndex, [0x20, 0x09, 0x0D, 0x0A].contains(line[index]) { index += 1 } }
+        skipSpace()
+        guard index < line.endIndex, line[index] == UInt8(ascii: "{") else { return false }
+        index += 1
+        skipSpace()
+        return line[index...].starts(with: #""respond""#.utf8)
+    }
+
+    /// The request, or what is wrong with it.
+    static func parse(_ line: [UInt8]) -> Result<ResponseRequest, Invalid> {
+        guard let value = try? JSONParser.parse(line), case .object(let root) = value else {
+            return .failure(Invalid("the respond request is not valid JSON"))
+        }
+        guard root.count == 1, case .object(let fields)? = root["respond"] else {
+            return .failure(
+                Invalid("a respond request is {\"respond\": {\"message_id\": ..., \"action\": ..., \"text\": ...}} and nothing else"))
+        }
+        if let unknown = fields.keys.first(where: { !["message_id", "action", "text"].contains($0) }) {
+            return .failure(Invalid("unknown field '\(unknown)' in the respond request"))
+        }
+        guard let messageID = fields["message_id"]?.stringValue, !messageID.isEmpty else {
+            return .failure(Invalid("the respond request needs message_id, a string"))
+        }
+        for name in ["action", "text"] where fields[name] != nil && fields[name]?.stringValue == nil {
+            return .failure(Invalid("\(name) in the respond request must be a string"))
+        }
+        let action: String =
+            switch fields["action"]?.stringValue {
+            case nil, "default": NotificationResponse.defaultActionIdentifier
+            case "dismiss": NotificationResponse.dismissActionIdentifier
+            case let other?: other
+            }
+        return .success(ResponseRequest(messageID: messageID, action: action, text: fields["text"]?.stringValue))
+    }
+
+    static func errorBody(code: Int, status: String, _ message: String) -> JSONValue {
+        ["error": ["code": .int(Int64(code)), "message": .string(message), "status": .string(status)]]
     }
 }

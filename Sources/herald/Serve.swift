@@ -2,6 +2,7 @@ import ArgumentParser
 import CSystemd
 import Glibc
 import Herald
+import HeraldDesktopPresenter
 import HeraldDynamicPlugins
 import HeraldEchoHandler
 import HeraldHTTPReceiver
@@ -57,6 +58,9 @@ struct Serve: AsyncParsableCommand {
 
     @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.echo.help))
     var echo: Bool?
+
+    @Option(help: ArgumentHelp(ServeOption.presenter.help, valueName: "desktop|log|none"))
+    var presenter: String?
 
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
     var authTokenFile: String?
@@ -162,6 +166,7 @@ struct Serve: AsyncParsableCommand {
         add(.senderID, senderID.map { .string($0) })
         add(.dataDirectory, dataDirectory.map { .string($0) })
         add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
+        add(.presenter, presenter.map { .string($0) })
         add(.authTokenFile, authTokenFile.map { .string($0) })
         add(.apnsKeys, apnsKeys.isEmpty ? nil : .list(apnsKeys))
         add(.logLevel, logLevel.map { .string($0) })
@@ -412,10 +417,20 @@ final class Daemon: Service, Sendable {
         for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
             try herald.register(plugin)
         }
+        switch settings.presenter {
+        case "desktop": try herald.register(DesktopPresenter())
+        case "none": try herald.register(SilentPresenter())
+        default: break  // log: the bus logs each notification when no presenter is registered
+        }
         if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
     }
+}
+
+/// `--presenter none`: notifications are shown nowhere, not even logged.
+private final class SilentPresenter: Presenter {
+    var descriptor: PluginDescriptor { PluginDescriptor(name: "none", summary: "shows notifications nowhere") }
 }
 
 /// The service manager's notification protocol through libsystemd (`sd_notify(3)`): nothing happens unless

@@ -110,6 +110,11 @@ struct ServeOption: Sendable {
     static let echo = ServeOption(
         "echo", .boolean, default: .boolean(false), "false", allowed: "true or false",
         meaning: "Write one JSON object per line on standard output for every handled event.")
+    static let presenter = ServeOption(
+        "presenter", .string, default: .string("log"), "log", allowed: "desktop, log or none",
+        meaning:
+            "Where notifications are shown: 'desktop' through org.freedesktop.Notifications on the session bus, 'log' as a log line, 'none' nowhere.",
+        accepts: { ["desktop", "log", "none"].contains($0) })
     static let authTokenFile = ServeOption(
         "auth-token-file", .string, default: nil, "none: HERALD_AUTH_TOKEN, when set, is the secret",
         allowed: "a non-empty file path",
@@ -224,7 +229,7 @@ struct ServeOption: Sendable {
 
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
-        http, socket, projectID, senderID, dataDirectory, echo, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
+        http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
         analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
         natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
@@ -288,6 +293,7 @@ struct ServeSettings: Sendable {
     var senderID: String { string(ServeOption.senderID) ?? "herald" }
     var dataDirectory: String { string(ServeOption.dataDirectory) ?? "herald-data" }
     var echo: Bool { boolean(ServeOption.echo) }
+    var presenter: String { string(ServeOption.presenter) ?? "log" }
     var authTokenFile: String? { string(ServeOption.authTokenFile) }
     var logLevel: Logger.Level { string(ServeOption.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(ServeOption.shutdownGrace) }

@@ -125,6 +125,10 @@ struct ServeConfigFileTests {
                 (nil, [:], [], "herald: cannot read the config file \(file): No such file or directory"),
                 ("echo: true\n", ["HERALD_SHUTDOWN_GRACE": "soon"], [], "herald: environment HERALD_SHUTDOWN_GRACE: 'soon' is not valid"),
                 ("echo: true\n", [:], ["--metrics", "9464"], "herald: flag --metrics: '9464' is not valid; allowed: HOST:PORT"),
+                (
+                    "echo: true\n", [:], ["--presenter", "popup"],
+                    "herald: flag --presenter: 'popup' is not valid; allowed: desktop, log or none"
+                ),
             ]
             for bad in cases {
                 try? FileManager.default.removeItem(atPath: file)

@@ -253,7 +253,8 @@ public final class Herald: @unchecked Sendable {
                     let bus = try self.runningBus()
                     return try await self.loop.submit { bus.identity.token }
                 }
-            )
+            ),
+            categories: bus.categories
         )
     }
 

@@ -154,8 +154,9 @@ extension MessageBus {
 
     // MARK: Responses
 
-    /// A person acted on presented notification `messageID`; see ``Herald/respond(to:action:userText:)``.
-    func respond(to messageID: String, action: String, userText: String?) async throws(HeraldError) {
+    /// A person acted on presented notification `messageID`, as ``Herald/respond(to:action:userText:)`` says: for
+    /// presenters, which learn of responses from where they show notifications. Call on the loop thread.
+    public func respond(to messageID: String, action: String, userText: String?) async throws(HeraldError) {
         loop.preconditionInEventLoop()
         guard let message = presented[messageID] else { throw .unknownMessage(messageID) }
         if action != NotificationResponse.defaultActionIdentifier, action != NotificationResponse.dismissActionIdentifier {

@@ -17,6 +17,8 @@ public struct PluginContext: Sendable {
     public let projectID: String
     /// The instance's topics and token, for receivers that manage subscriptions on a sender's behalf.
     public let topics: TopicControl
+    /// The registered notification categories by identifier (frozen once the instance starts), for presenters.
+    public let categories: [String: NotificationCategory]
 }
 
 /// Topic subscriptions of the instance, as a receiver may change them (FCM's topic management API).

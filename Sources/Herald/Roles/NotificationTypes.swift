@@ -69,12 +69,24 @@ public struct NotificationAction: Sendable, Hashable {
 /// A set of actions notifications can name in `aps.category`, as `UNNotificationCategory`.
 /// Register categories before use with ``Herald/register(category:)``.
 public struct NotificationCategory: Sendable, Hashable {
+    /// How notifications of a category behave, as `UNNotificationCategoryOptions`.
+    public struct Options: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// A person's dismissal reaches the notification handlers as a response with
+        /// ``NotificationResponse/dismissActionIdentifier`` (Apple's `customDismissAction`); without it a
+        /// dismissal is not reported.
+        public static let customDismissAction = Options(rawValue: 1 << 0)
+    }
+
     public var identifier: String
     public var actions: [NotificationAction]
+    public var options: Options
 
-    public init(identifier: String, actions: [NotificationAction]) {
+    public init(identifier: String, actions: [NotificationAction], options: Options = []) {
         self.identifier = identifier
         self.actions = actions
+        self.options = options
     }
 }
 

@@ -1,0 +1,365 @@
+import CLibUV
+import CSystemd
+import Glibc
+import HeraldEventLoop
+
+/// A D-Bus argument value, for the few signatures the presenter sends.
+enum DBusValue: Sendable, Hashable {
+    case string(String)
+    case uint32(UInt32)
+    case int32(Int32)
+    case int64(Int64)
+    case byte(UInt8)
+    case boolean(Bool)
+    case stringArray([String])
+    /// `a{sv}`: each value is sent as a variant.
+    case dictionary([DBusEntry])
+
+    var signature: String {
+        switch self {
+        case .string: "s"
+        case .uint32: "u"
+        case .int32: "i"
+        case .int64: "x"
+        case .byte: "y"
+        case .boolean: "b"
+        case .stringArray: "as"
+        case .dictionary: "a{sv}"
+        }
+    }
+}
+
+/// One entry of an `a{sv}` dictionary.
+struct DBusEntry: Sendable, Hashable {
+    var key: String
+    var value: DBusValue
+
+    init(_ key: String, _ value: DBusValue) {
+        self.key = key
+        self.value = value
+    }
+}
+
+/// A failed method call: the error the peer (or sd-bus, for a timeout or a lost connection) answered.
+struct DBusCallError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The D-Bus error name (`org.freedesktop.DBus.Error.ServiceUnknown`, ...).
+    var name: String
+    var message: String
+
+    static let disconnected = DBusCallError(name: "org.freedesktop.DBus.Error.Disconnected", message: "the bus connection was closed")
+
+    /// The peer went away, or was never there: worth trying again with the next service.
+    var isUnreachable: Bool {
+        [
+            "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.ServiceUnknown",
+            "org.freedesktop.DBus.Error.NameHasNoOwner", "org.freedesktop.DBus.Error.Spawn.ChildExited",
+            "org.freedesktop.DBus.Error.Spawn.ExecFailed", "org.freedesktop.DBus.Error.TimedOut",
+        ].contains(name)
+    }
+
+    var description: String { "\(name): \(message)" }
+}
+
+/// Why a connection could not be made.
+struct DBusConnectError: Error, Sendable, CustomStringConvertible {
+    var address: String
+    var operation: String
+    var code: Int32
+
+    var description: String { "cannot \(operation) \(address): \(String(cString: strerror(code)))" }
+}
+
+/// A received message (a reply or a signal), read in order; valid only inside the callback that got it.
+struct DBusMessage {
+    let raw: OpaquePointer
+
+    var sender: String? { sd_bus_message_get_sender(raw).map { String(cString: $0) } }
+    var member: String? { sd_bus_message_get_member(raw).map { String(cString: $0) } }
+    var interface: String? { sd_bus_message_get_interface(raw).map { String(cString: $0) } }
+
+    func string() -> String? {
+        var value: UnsafePointer<CChar>?
+        guard sd_bus_message_read_basic(raw, code("s"), &value) > 0, let value else { return nil }
+        return String(cString: value)
+    }
+
+    func uint32() -> UInt32? {
+        var value: UInt32 = 0
+        guard sd_bus_message_read_basic(raw, code("u"), &value) > 0 else { return nil }
+        return value
+    }
+
+    func stringArray() -> [String]? {
+        guard sd_bus_message_enter_container(raw, code("a"), "s") > 0 else { return nil }
+        var values: [String] = []
+        while let value = string() { values.append(value) }
+        guard sd_bus_message_exit_container(raw) >= 0 else { return nil }
+        return values
+    }
+}
+
+/// The type code `character` as sd-bus takes it.
+private func code(_ character: Unicode.Scalar) -> CChar { CChar(UInt8(ascii: character)) }
+
+/// One client connection to a bus with sd-bus, driven by the Herald loop: a `uv_poll_t` on the connection's socket
+/// for the events sd-bus asks for and a `uv_timer_t` for its next timeout; each wake-up runs `sd_bus_process` until
+/// it has nothing left. Everything happens on the loop thread: no thread of its own, no blocking call (connecting
+/// and authenticating proceed as the socket allows).
+final class DBusConnection {
+    typealias Reply = (Result<DBusMessage, DBusCallError>) -> Void
+
+    let loop: EventLoop
+    let address: String
+    /// A signal arrived (one of the matches added with ``addMatch(_:)``).
+    var onSignal: (DBusMessage) -> Void = { _ in }
+    /// The connection broke; it is closed when this runs.
+    var onLost: (String) -> Void = { _ in }
+
+    private var bus: OpaquePointer?
+    private var poll: ExternalHandle?
+    private var timer: ExternalHandle?
+    private var replies: [UInt64: Reply] = [:]
+    private var processing = false
+    private var closeRequested = false
+    private var polledEvents: Int32 = -1
+
+    /// Starts connecting to `address` (a D-Bus address, `unix:path=...`): sends `Hello` once authenticated. Throws
+    /// when the address cannot be reached now (no socket there, refused). Call on the loop thread.
+    init(loop: EventLoop, address: String) throws {
+        self.loop = loop
+        self.address = address
+        var bus: OpaquePointer?
+        try Self.check(sd_bus_new(&bus), "create a bus connection for", address)
+        self.bus = bus
+        do {
+            try Self.check(sd_bus_set_address(bus, address), "use the bus address", address)
+            try Self.check(sd_bus_set_bus_client(bus, 1), "configure the bus connection to", address)
+            try Self.check(sd_bus_start(bus), "connect to", address)
+            let fd = sd_bus_get_fd(bus)
+            try Self.check(fd, "get the socket of", address)
+            let poll = try ExternalHandle(loop: loop, byteCount: MemoryLayout<uv_poll_t>.size, operation: "poll the bus socket") {
+                uv, raw in
+                uv_poll_init(uv, raw.assumingMemoryBound(to: uv_poll_t.self), fd)
+            }
+            poll.context = self
+            self.poll = poll
+            let timer = try ExternalHandle(loop: loop, byteCount: MemoryLayout<uv_timer_t>.size, operation: "create the bus timer") {
+                uv, raw in
+                uv_timer_init(uv, raw.assumingMemoryBound(to: uv_timer_t.self))
+            }
+            timer.context = self
+            self.timer = timer
+        } catch {
+            close()
+            throw error
+        }
+        update()
+    }
+
+    private static func check(_ result: Int32, _ operation: String, _ address: String) throws {
+        if result < 0 { throw DBusConnectError(address: address, operation: operation, code: -result) }
+    }
+
+    var isOpen: Bool { bus != nil }
+
+    /// Receives the signals `rule` matches (a D-Bus match rule), through ``onSignal``.
+    func addMatch(_ rule: String) {
+        guard let bus else { return }
+        let result = sd_bus_add_match_async(
+            bus, nil, rule,
+            { message, userdata, _ in
+                let connection = Unmanaged<DBusConnection>.fromOpaque(userdata!).takeUnretainedValue()
+                connection.onSignal(DBusMessage(raw: message!))
+                return 0
+            }, nil, Unmanaged.passUnretained(self).toOpaque())
+        if result < 0 {
+            lose("cannot add a match rule: \(String(cString: strerror(-result)))")
+            return
+        }
+        kick()
+    }
+
+    /// Calls `member`; `reply` runs on the loop thread with the reply or the error (a timeout after `timeout`, or
+    /// ``DBusCallError/disconnected`` when the connection closes first).
+    func call(
+        destination: String, path: String, interface: String, member: String, arguments: [DBusValue] = [], timeout: Duration,
+        reply: @escaping Reply
+    ) {
+        guard let bus else { return reply(.failure(.disconnected)) }
+        var message: OpaquePointer?
+        var result = sd_bus_message_new_method_call(bus, &message, destination, path, interface, member)
+        if result >= 0, let message {
+            result = Self.append(arguments, to: message)
+            if result >= 0 {
+                let microseconds = UInt64(
+                    max(1, timeout.components.seconds * 1_000_000 + timeout.components.attoseconds / 1_000_000_000_000))
+                result = sd_bus_call_async(
+                    bus, nil, message,
+                    { message, userdata, _ in
+                        Unmanaged<DBusConnection>.fromOpaque(userdata!).takeUnretainedValue().didReply(DBusMessage(raw: message!))
+                        return 0
+                    }, Unmanaged.passUnretained(self).toOpaque(), microseconds)
+                var cookie: UInt64 = 0
+                if result >= 0, sd_bus_message_get_cookie(message, &cookie) >= 0 { replies[cookie] = reply }
+            }
+        }
+        if let message { sd_bus_message_unref(message) }
+        if result < 0 {
+            reply(
+                .failure(
+                    DBusCallError(
+                        name: "org.freedesktop.DBus.Error.Failed", message: "cannot send \(member): \(String(cString: strerror(-result)))"))
+            )
+            return
+        }
+        kick()
+    }
+
+    /// Emits a signal from this connection.
+    func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue]) {
+        guard let bus else { return }
+        var message: OpaquePointer?
+        var result = sd_bus_message_new_signal(bus, &message, path, interface, member)
+        if result >= 0, let message {
+            result = Self.append(arguments, to: message)
+            if result >= 0 { result = sd_bus_send(bus, message, nil) }
+        }
+        if let message { sd_bus_message_unref(message) }
+        if result >= 0 { kick() }
+    }
+
+    private func didReply(_ message: DBusMessage) {
+        var cookie: UInt64 = 0
+        guard sd_bus_message_get_reply_cookie(message.raw, &cookie) >= 0, let reply = replies.removeValue(forKey: cookie) else { return }
+        if sd_bus_message_is_method_error(message.raw, nil) > 0, let error = sd_bus_message_get_error(message.raw) {
+            let name = error.pointee.name.map { String(cString: $0) } ?? "org.freedesktop.DBus.Error.Failed"
+            reply(.failure(DBusCallError(name: name, message: error.pointee.message.map { String(cString: $0) } ?? "")))
+        } else {
+            reply(.success(message))
+        }
+    }
+
+    // MARK: Loop integration
+
+    /// Runs sd-bus until it has nothing left to do, then waits for what it needs next. Not reentrant: a call
+    /// from inside one of its callbacks is left to the running pass.
+    private func kick() {
+        guard let bus, !processing else { return }
+        processing = true
+        while true {
+            let result = sd_bus_process(bus, nil)
+            if result < 0 {
+                processing = false
+                lose(String(cString: strerror(-result)))
+                return
+            }
+            if result == 0 || closeRequested { break }
+        }
+        processing = false
+        if closeRequested {
+            close()
+            return
+        }
+        update()
+    }
+
+    private func update() {
+        guard let bus, let poll, let timer else { return }
+        let events = sd_bus_get_events(bus)
+        if events < 0 {
+            lose(String(cString: strerror(-events)))
+            return
+        }
+        var wanted: Int32 = 0
+        if events & Int32(POLLIN) != 0 { wanted |= Int32(UV_READABLE.rawValue) }
+        if events & Int32(POLLOUT) != 0 { wanted |= Int32(UV_WRITABLE.rawValue) }
+        if wanted != polledEvents {
+            polledEvents = wanted
+            uv_poll_start(poll.pointer.assumingMemoryBound(to: uv_poll_t.self), wanted) { handle, _, _ in
+                (ExternalHandle.owner(of: UnsafeMutableRawPointer(handle!)).context as? DBusConnection)?.kick()
+            }
+        }
+        var deadline: UInt64 = 0
+        let uvTimer = timer.pointer.assumingMemoryBound(to: uv_timer_t.self)
+        if sd_bus_get_timeout(bus, &deadline) > 0, deadline != UInt64.max {
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let nowMicroseconds = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+            let delay = deadline > nowMicroseconds ? (deadline - nowMicroseconds + 999) / 1000 : 0
+            uv_timer_start(
+                uvTimer,
+                { handle in
+                    (ExternalHandle.owner(of: UnsafeMutableRawPointer(handle!)).context as? DBusConnection)?.kick()
+                }, delay, 0)
+        } else {
+            uv_timer_stop(uvTimer)
+        }
+    }
+
+    private func lose(_ reason: String) {
+        close()
+        onLost(reason)
+    }
+
+    /// Closes the connection: pending calls fail with ``DBusCallError/disconnected``. Idempotent.
+    func close() {
+        if processing {
+            closeRequested = true
+            return
+        }
+        poll?.close()
+        poll = nil
+        timer?.close()
+        timer = nil
+        if let bus {
+            self.bus = nil
+            sd_bus_close_unref(bus)
+        }
+        let failed = replies
+        replies = [:]
+        for reply in failed.values { reply(.failure(.disconnected)) }
+    }
+
+    // MARK: Writing arguments
+
+    private static func append(_ values: [DBusValue], to message: OpaquePointer) -> Int32 {
+        for value in values {
+            let result = append(value, to: message)
+            if result < 0 { return result }
+        }
+        return 0
+    }
+
+    private static func append(_ value: DBusValue, to message: OpaquePointer) -> Int32 {
+        switch value {
+        case .string(let string):
+            return string.withCString { sd_bus_message_append_basic(message, code("s"), $0) }
+        case .uint32(var number):
+            return sd_bus_message_append_basic(message, code("u"), &number)
+        case .int32(var number):
+            return sd_bus_message_append_basic(message, code("i"), &number)
+        case .int64(var number):
+            return sd_bus_message_append_basic(message, code("x"), &number)
+        case .byte(var number):
+            return sd_bus_message_append_basic(message, code("y"), &number)
+        case .boolean(let flag):
+            var number: Int32 = flag ? 1 : 0
+            return sd_bus_message_append_basic(message, code("b"), &number)
+        case .stringArray(let strings):
+            var result = sd_bus_message_open_container(message, code("a"), "s")
+            for string in strings where result >= 0 { result = append(.string(string), to: message) }
+            return result < 0 ? result : sd_bus_message_close_container(message)
+        case .dictionary(let entries):
+            var result = sd_bus_message_open_container(message, code("a"), "{sv}")
+            for entry in entries where result >= 0 {
+                result = sd_bus_message_open_container(message, code("e"), "sv")
+                if result >= 0 { result = append(.string(entry.key), to: message) }
+                if result >= 0 { result = sd_bus_message_open_container(message, code("v"), entry.value.signature) }
+                if result >= 0 { result = append(entry.value, to: message) }
+                if result >= 0 { result = sd_bus_message_close_container(message) }
+                if result >= 0 { result = sd_bus_message_close_container(message) }
+            }
+            return result < 0 ? result : sd_bus_message_close_container(message)
+        }
+    }
+}

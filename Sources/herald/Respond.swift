@@ -1,0 +1,53 @@
+import ArgumentParser
+import Herald
+
+/// `herald respond`: a person's response to a notification a running daemon presented, through its socket
+/// receiver's `respond` request — for daemons without a desktop, and for scripts.
+struct Respond: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Answer a notification a running daemon presented, as a person would: open it, dismiss it, or take an action.",
+        discussion: """
+            The daemon's notification handlers get didReceive(response) and analytics records the open or dismissal, \
+            as when the person acts on the desktop. Exits 0 when the daemon took the response, 1 when it answered with \
+            an error (an unknown message or action, named in the answer).
+            """
+    )
+
+    @Option(name: .customLong("data-dir"), help: "The daemon's data directory (its socket is herald.sock there).")
+    var dataDirectory: String = "herald-data"
+
+    @Option(help: ArgumentHelp("The daemon's socket receiver instead (a Unix socket path or HOST:PORT).", valueName: "path"))
+    var socket: String?
+
+    @Argument(help: "The message ID of the presented notification.")
+    var messageID: String
+
+    @Option(help: "default (opening it), dismiss, or one of its category's action identifiers.")
+    var action: String = "default"
+
+    @Option(help: "What the person typed, for a text-input action.")
+    var text: String?
+
+    func run() async throws {
+        let path = socket ?? "\(dataDirectory)/herald.sock"
+        guard let address = SocketAddress(parsing: path.contains("/") || path.contains(":") ? path : "./\(path)") else {
+            throw ValidationError("--socket must be a path or HOST:PORT, not '\(path)'")
+        }
+        var request: JSONObject = ["message_id": .string(messageID), "action": .string(action)]
+        if let text { request["text"] = .string(text) }
+        var line = JSONValue.object(["respond": .object(request)]).jsonBytes()
+        line.append(UInt8(ascii: "\n"))
+        let loop = EventLoop(name: "herald-respond")
+        try loop.start()
+        defer { loop.shutdown() }
+        let answer: [UInt8]
+        do {
+            let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
+            answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
+        } catch {
+            throw CommandFailure(message: "herald: \(error)")
+        }
+        print(String(decoding: answer, as: UTF8.self))
+        if (try? JSONParser.parse(answer))?["responded"] == nil { throw ExitCode(1) }
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import Herald
+import HeraldDesktopPresenter
+import HeraldTesting
+import Testing
+
+/// No bus, no service, a service that restarts, a bus that goes away: one warning each, the log meanwhile, and
+/// every notification presented once a service is there.
+@Suite("Desktop presenter without a service")
+struct ServiceLifecycleTests {
+    static func warnings(_ logs: LogCollector, containing text: String) -> Int {
+        logs.all.filter { $0.level == .warning && $0.message.contains(text) }.count
+    }
+
+    static func logged(_ logs: LogCollector, _ id: String) -> Bool {
+        !logs.entries(with: ["message_id": id]).filter { $0.message == "notification" }.isEmpty
+    }
+
+    @Test("no service on the bus: one warning, the log, and the kept notifications shown once dunst appears")
+    func serviceAppearsLater() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        let logs = LogCollector()
+        let presenter = DesktopPresenter(options: .testing(session))
+        try await withPresenter(presenter, logs: logs) { herald, receiver, _, token in
+            #expect(await eventually { await presenter.state() == "no-service" })
+            let first = try await receiver.sendAPNs(DunstTests.payload(title: "first"), deviceToken: token, to: herald).get()
+            let second = try await receiver.sendAPNs(DunstTests.payload(title: "second"), deviceToken: token, to: herald).get()
+            #expect(await eventually { Self.logged(logs, first) && Self.logged(logs, second) })
+            #expect(Self.warnings(logs, containing: "no notification service") == 1)
+
+            try await session.startDunst()
+            #expect(await eventually { await presenter.state() == "ready" })
+            _ = try await receiver.sendAPNs(DunstTests.payload(title: "third"), deviceToken: token, to: herald).get()
+            try await herald.waitUntilIdle()
+            #expect(await eventually { (try? session.displayedCount()) == 3 })
+            try session.dunstctl("close-all")
+            let summaries = try session.history().compactMap { $0["summary"]?.stringValue }
+            #expect(summaries.sorted() == ["first", "second", "third"])
+            #expect(Self.warnings(logs, containing: "no notification service") == 1)
+        }
+    }
+
+    @Test("no bus at start: one warning while retrying, then the bus and dunst appear and presentation resumes")
+    func busAppearsLater() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        let logs = LogCollector()
+        let presenter = DesktopPresenter(options: .testing(session))
+        try await withPresenter(presenter, logs: logs) { herald, receiver, _, token in
+            let first = try await receiver.sendAPNs(DunstTests.payload(title: "before the bus"), deviceToken: token, to: herald).get()
+            #expect(await eventually { Self.logged(logs, first) })
+            // Several attempts have failed by now; they warned once.
+            #expect(await eventually { logs.all.filter { $0.message.contains("session bus still unavailable") }.count >= 2 })
+            #expect(Self.warnings(logs, containing: "no session bus") == 1)
+
+            try session.startBus()
+            try await session.startDunst()
+            #expect(await eventually { (try? session.displayedCount()) == 1 })
+            try session.dunstctl("close-all")
+            #expect(try session.history().first?["summary"]?.stringValue == "before the bus")
+        }
+    }
+
+    @Test("dunst restarted mid-run: what arrived meanwhile is shown by the new one, whose responses arrive")
+    func serviceRestarts() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        try await session.startDunst()
+        let logs = LogCollector()
+        let handler = RecordingHandler()
+        let presenter = DesktopPresenter(options: .testing(session))
+        try await withPresenter(presenter, handler: handler, logs: logs) { herald, receiver, _, token in
+            _ = try await receiver.sendAPNs(DunstTests.payload(title: "before"), deviceToken: token, to: herald).get()
+            #expect(await eventually { (try? session.displayedCount()) == 1 })
+            session.stopServer()
+            #expect(await eventually { await presenter.state() == "no-service" })
+            let during = try await receiver.sendAPNs(DunstTests.payload(title: "during"), deviceToken: token, to: herald).get()
+            #expect(await eventually { Self.logged(logs, during) })
+
+            try await session.startDunst()
+            #expect(await eventually { (try? session.displayedCount()) == 1 })
+            try session.dunstctl("action", "0")
+            #expect(await eventually { handler.received.map(\.message.messageID) == [during] })
+            try session.dunstctl("close-all")
+            #expect(try session.history().first?["summary"]?.stringValue == "during")
+            #expect(Self.warnings(logs, containing: "no notification service") == 1)
+        }
+    }
+
+    @Test("the bus lost: one warning, reconnection with backoff, and nothing lost")
+    func busRestarts() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        try await session.startDunst()
+        let logs = LogCollector()
+        let presenter = DesktopPresenter(options: .testing(session))
+        try await withPresenter(presenter, logs: logs) { herald, receiver, _, token in
+            #expect(await eventually { await presenter.state() == "ready" })
+            session.stopBus()
+            #expect(await eventually { await presenter.state() == "disconnected" })
+            let during = try await receiver.sendAPNs(DunstTests.payload(title: "while the bus was away"), deviceToken: token, to: herald)
+                .get()
+            #expect(await eventually { Self.logged(logs, during) })
+            #expect(await eventually { logs.all.filter { $0.message.contains("session bus still unavailable") }.count >= 2 })
+
+            try session.startBus()
+            try await session.startDunst()
+            #expect(await eventually { (try? session.displayedCount()) == 1 })
+            try session.dunstctl("close-all")
+            #expect(try session.history().first?["summary"]?.stringValue == "while the bus was away")
+            #expect(Self.warnings(logs, containing: "no session bus") == 1)
+        }
+    }
+}
