@@ -11,21 +11,46 @@ public struct FCMSendRequest: Sendable, Hashable {
     /// `aps.alert.title/body`; `apns.payload` is merged over that (its values win); each `data` entry becomes a
     /// top-level key; `gcm.message_id`, `from` (the sender ID, or `/topics/<name>`) and, with an analytics
     /// label, `google.c.a.m_l` are added. `apns.headers` give priority, expiration and collapse ID.
+    ///
+    /// The body is read in one pass straight into the message: the strings and values it keeps are made once,
+    /// and only the members kept as they are (`apns`, `android`, `webpush`, `fcm_options`) become `JSONValue`s.
+    /// Nothing is checked for meaning before the whole body is known to be JSON, so a body that is both malformed
+    /// and wrong is refused as malformed, and of several faults the one reported is the first in the order of
+    /// the checks below, wherever each is in the body.
     public static func decode(_ body: [UInt8], context: DecodingContext) throws(MessageError) -> FCMSendRequest {
         guard !body.isEmpty else { throw MessageError(.emptyPayload) }
-        let root: JSONValue
-        do {
-            root = try JSONParser.parse(body)
-        } catch {
-            throw MessageError(.malformedJSON(error))
+        let scanned = body.withUnsafeBytes { bytes in
+            Result { () throws(JSONParseError) in
+                var reader = try JSONReader(bytes)
+                return try ScannedRequest(&reader)
+            }
         }
-        let request = try StrictObject(root, fields: Fields.request)
-        guard let messageValue = request.value("message") else { throw MessageError(.missingField("message")) }
-        let message = try decodeMessage(messageValue, context: context)
-        return FCMSendRequest(message: message, validateOnly: try request.bool("validate_only") ?? false)
+        var request: ScannedRequest
+        switch scanned {
+        case .success(let value): request = value
+        case .failure(let error): throw MessageError(.malformedJSON(error))
+        }
+        // The only reference to the data entries' storage, so that adding to them does not copy it.
+        var userInfo = JSONObject()
+        swap(&userInfo, &request.userInfo)
+        guard request.isObject else { throw MessageError(.wrongType(field: "", expected: "an object")) }
+        if let key = request.unknownKey { throw MessageError(.unknownField(key)) }
+        let message: RemoteMessage
+        switch request.message {
+        case .absent: throw MessageError(.missingField("message"))
+        case .notObject: throw MessageError(.wrongType(field: "message", expected: "an object"))
+        case .object(let scannedMessage): message = try decodeMessage(scannedMessage, userInfo: &userInfo, context: context)
+        }
+        var validateOnly = false
+        if let value = request.validateOnly {
+            guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: "validate_only", expected: "true or false")) }
+            validateOnly = bool
+        }
+        return FCMSendRequest(message: message, validateOnly: validateOnly)
     }
 
-    /// The fields of each object of the FCM v1 send request.
+    /// The fields of each object of the FCM v1 send request. The order of `request`, `message` and
+    /// `notification` is that of the positions `ScannedRequest` reads them by.
     enum Fields {
         static let request = FieldSet(["message", "validate_only"])
         static let message = FieldSet([
@@ -42,51 +67,81 @@ public struct FCMSendRequest: Sendable, Hashable {
         static let targets = ["token", "fid", "topic", "condition"]
     }
 
-    // One function on purpose: every field of FCM's `Message` read in one pass over the parsed object, on every message's path (fuzzed, ratcheted).
-    static func decodeMessage(_ value: JSONValue, context: DecodingContext) throws(MessageError) -> RemoteMessage {
-        let message = try StrictObject(value, name: "message", fields: Fields.message)
+    // One function on purpose: every field of FCM's `Message` checked in one place, in the order the errors are
+    // reported, on every message's path (fuzzed, ratcheted).
+    //
+    // `userInfo` holds the data entries when it is called.
+    static func decodeMessage(
+        _ message: ScannedMessage, userInfo: inout JSONObject, context: DecodingContext
+    ) throws(MessageError) -> RemoteMessage {
+        if let key = message.unknownKey { throw MessageError(.unknownField("message.\(key)")) }
 
         // Exactly one target.
-        var targetName: String?
-        for name in Fields.targets where message.has(name) {
-            guard targetName == nil else { throw MessageError(.multipleTargets(Fields.targets.filter { message.has($0) })) }
-            targetName = name
+        var targetIndex: Int?
+        for index in Fields.targets.indices where message.target(index) != nil {
+            guard targetIndex == nil else {
+                throw MessageError(.multipleTargets(Fields.targets.indices.filter { message.target($0) != nil }.map { Fields.targets[$0] }))
+            }
+            targetIndex = index
         }
-        guard let targetName else { throw MessageError(.noTarget) }
+        guard let targetIndex, let targetValue = message.target(targetIndex) else { throw MessageError(.noTarget) }
+        guard case .string(let targetString) = targetValue else {
+            throw MessageError(.wrongType(field: "message.\(Fields.targets[targetIndex])", expected: "a string"))
+        }
         let target: MessageTarget
-        switch targetName {
-        case "token":
-            let token = try message.string("token") ?? ""
-            guard !token.isEmpty else { throw MessageError(.invalidToken(token)) }
-            target = .token(token)
-        case "fid":
-            let fid = try message.string("fid") ?? ""
-            guard !fid.isEmpty else { throw MessageError(.invalidToken(fid)) }
-            target = .installation(fid)
-        case "topic":
-            target = .topic(try TopicName.validate(try message.string("topic") ?? ""))
+        switch targetIndex {
+        case 0:
+            guard !targetString.isEmpty else { throw MessageError(.invalidToken(targetString)) }
+            target = .token(targetString)
+        case 1:
+            guard !targetString.isEmpty else { throw MessageError(.invalidToken(targetString)) }
+            target = .installation(targetString)
+        case 2:
+            target = .topic(try TopicName.validate(targetString))
         default:
-            let condition = try message.string("condition") ?? ""
-            _ = try TopicCondition.parse(condition)
-            target = .condition(condition)
+            _ = try TopicCondition.parse(targetString)
+            target = .condition(targetString)
         }
 
-        var userInfo = JSONObject()
-        // aps, fcm_options, the data keys, the message ID, from and a label: one allocation for all of them.
-        userInfo.reserveCapacity((message.value("data")?.objectValue?.count ?? 0) + 5)
-        // notification → aps.alert
-        if let notification = try message.object("notification", fields: Fields.notification) {
-            var alert = JSONObject()
-            if let title = try notification.string("title") { alert["title"] = .string(title) }
-            if let body = try notification.string("body") { alert["body"] = .string(body) }
-            if !alert.isEmpty { userInfo["aps"] = .object(["alert": .object(alert)]) }
-            if let image = try notification.string("image") { userInfo["fcm_options"] = .object(["image": .string(image)]) }
+        // The data entries are already in place; aps, fcm_options, the message ID, from and a label: room for them.
+        userInfo.reserveCapacity(userInfo.count + 5)
+        // notification → aps.alert, ahead of the data keys (a data key of the same name keeps its value)
+        var placed = 0
+        switch message.notification {
+        case .absent: break
+        case .notObject: throw MessageError(.wrongType(field: "message.notification", expected: "an object"))
+        case .object(let notification):
+            if let key = notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
+            let title = try notification.title.map { value throws(MessageError) in try string(value, field: "message.notification.title") }
+            let body = try notification.body.map { value throws(MessageError) in try string(value, field: "message.notification.body") }
+            if title != nil || body != nil {
+                var alert = JSONObject()
+                alert.reserveCapacity(title != nil && body != nil ? 2 : 1)
+                if let title { alert.appendNew(key: "title", value: .string(title)) }
+                if let body { alert.appendNew(key: "body", value: .string(body)) }
+                var aps = JSONObject()
+                aps.reserveCapacity(1)
+                aps.appendNew(key: "alert", value: .object(alert))
+                userInfo.place(key: UserInfoKey.aps, at: placed, orInsert: .object(aps))
+                placed += 1
+            }
+            if let image = notification.image {
+                let image = try string(image, field: "message.notification.image")
+                userInfo.place(key: "fcm_options", at: placed, orInsert: ["image": .string(image)])
+            }
         }
 
         // data → top-level keys
-        for (key, value) in try message.stringMap("data") ?? JSONObject() {
-            guard !UserInfoKey.isReservedDataKey(key) else { throw MessageError(.reservedKey(key)) }
-            userInfo[key] = value
+        switch message.data {
+        case .absent: break
+        case .notObject: throw MessageError(.wrongType(field: "message.data", expected: "an object of strings"))
+        case .object(let nonString):
+            if let key = nonString {
+                throw MessageError(.wrongType(field: "message.data.\(key)", expected: "a string (FCM map values are strings)"))
+            }
+            for member in userInfo.members where UserInfoKey.isReservedDataKey(member.key) {
+                throw MessageError(.reservedKey(member.key))
+            }
         }
 
         var priority = MessagePriority.high
@@ -94,12 +149,15 @@ public struct FCMSendRequest: Sendable, Hashable {
         var collapseKey: String?
         var analyticsLabel: String?
 
-        _ = try message.object("android", fields: Fields.android)
-        if let webpush = message.value("webpush") {
+        if let android = message.android {
+            _ = try StrictObject(android, parentPath: "message", name: "android", fields: Fields.android)
+        }
+        if let webpush = message.webpush {
             guard case .object = webpush else { throw MessageError(.wrongType(field: "message.webpush", expected: "an object")) }
         }
 
-        if let apns = try message.object("apns", fields: Fields.apns) {
+        if let apnsValue = message.apns {
+            let apns = try StrictObject(apnsValue, parentPath: "message", name: "apns", fields: Fields.apns)
             var headers: [String: String] = [:]
             for (key, value) in try apns.stringMap("headers") ?? JSONObject() {
                 if case .string(let string) = value { headers[key.lowercased()] = string }
@@ -118,11 +176,9 @@ public struct FCMSendRequest: Sendable, Hashable {
             if let options = try apns.object("fcm_options", fields: Fields.apnsOptions) {
                 analyticsLabel = try options.string("analytics_label")
             }
-            if parsed.pushType == "background", parsed.priority == .high {
-                throw MessageError(.badPriority("10"))
-            }
         }
-        if let options = try message.object("fcm_options", fields: Fields.options) {
+        if let optionsValue = message.fcmOptions {
+            let options = try StrictObject(optionsValue, parentPath: "message", name: "fcm_options", fields: Fields.options)
             analyticsLabel = try options.string("analytics_label") ?? analyticsLabel
         }
 
@@ -140,6 +196,12 @@ public struct FCMSendRequest: Sendable, Hashable {
             userInfo: userInfo, target: target, collapseKey: collapseKey, priority: priority,
             expiration: expiration, receivedAt: context.now()
         )
+    }
+
+    /// The string `value` is, or the error that names `field`.
+    private static func string(_ value: JSONValue, field: String) throws(MessageError) -> String {
+        guard case .string(let string) = value else { throw MessageError(.wrongType(field: field, expected: "a string")) }
+        return string
     }
 }
 
