@@ -9,6 +9,15 @@ enum ScannedMember<Object> {
     case object(Object)
 }
 
+/// Whether a member that is read field by field is there, and an object; its fields are kept beside it.
+enum ScannedKind {
+    /// Not there, or `null`.
+    case absent
+    /// There, but not an object.
+    case notObject
+    case object
+}
+
 /// What one pass over an FCM v1 send body found, before any of it is checked for meaning: the body is known to be
 /// JSON, and the checks then run in their own order on what was found (`FCMSendRequest.decode`).
 ///
@@ -18,7 +27,9 @@ struct ScannedRequest {
     /// Whether the body is an object.
     var isObject = true
     var unknownKey: String?
-    var message = ScannedMember<ScannedMessage>.absent
+    var messageKind = ScannedKind.absent
+    /// The fields of `message`, when it is an object.
+    var message = ScannedMessage()
     var validateOnly: JSONValue?
     /// The entries of `message.data`, in their order, whatever their values: the start of the message's `userInfo`.
     var userInfo = JSONObject()
@@ -32,19 +43,21 @@ struct ScannedRequest {
             return
         }
         var unknownKey: String?
-        var message = ScannedMember<ScannedMessage>.absent
+        var messageKind = ScannedKind.absent
+        var message = ScannedMessage()
         var validateOnly: JSONValue?
         var userInfo = JSONObject()
         // Positions in FCMSendRequest.Fields.request.
         try reader.readFields(FCMSendRequest.Fields.request, unknownKey: &unknownKey) { reader, field throws(JSONParseError) in
             if field == 0 {
-                message = try reader.readMessage(userInfo: &userInfo)
+                messageKind = try reader.readMessage(into: &message, userInfo: &userInfo)
             } else {
                 validateOnly = try reader.readOptional()
             }
         }
         try reader.finish()
         self.unknownKey = unknownKey
+        self.messageKind = messageKind
         self.message = message
         self.validateOnly = validateOnly
         self.userInfo = userInfo
@@ -132,10 +145,11 @@ extension JSONReader {
         } while try !closesObject()
     }
 
-    /// Reads `message`; its data entries go to `userInfo`.
-    fileprivate mutating func readMessage(userInfo: inout JSONObject) throws(JSONParseError) -> ScannedMember<ScannedMessage> {
-        guard nextByte == UInt8(ascii: "{") else { return try readOtherThanObject() }
-        var message = ScannedMessage()
+    /// Reads `message` into `message`; its data entries go to `userInfo`.
+    fileprivate mutating func readMessage(
+        into message: inout ScannedMessage, userInfo: inout JSONObject
+    ) throws(JSONParseError) -> ScannedKind {
+        guard nextByte == UInt8(ascii: "{") else { return try readValue().isNull ? .absent : .notObject }
         var unknownKey: String?
         // Positions in FCMSendRequest.Fields.message.
         try readFields(FCMSendRequest.Fields.message, unknownKey: &unknownKey) { reader, field throws(JSONParseError) in
@@ -154,7 +168,7 @@ extension JSONReader {
             }
         }
         message.unknownKey = unknownKey
-        return .object(message)
+        return .object
     }
 
     /// Reads `message.notification`.

@@ -1,5 +1,3 @@
-import Glibc
-
 /// What decoding needs from the instance: who the sender is, how to name a new message, and the time.
 public struct DecodingContext: Sendable {
     /// The sender ID (FCM project number or project ID) written to `from` for token messages.
@@ -77,8 +75,14 @@ final class FieldSet: Sendable {
         return nil
     }
 
+    /// Byte by byte: names are a few bytes long, shorter than a call to `memcmp` costs.
+    @inline(__always)
     private static func equal(_ name: [UInt8], _ key: UnsafeRawPointer, _ length: Int) -> Bool {
-        name.count == length && name.withUnsafeBytes { memcmp($0.baseAddress!, key, length) == 0 }
+        guard name.count == length else { return false }
+        for offset in 0..<length where name[offset] != key.load(fromByteOffset: offset, as: UInt8.self) {
+            return false
+        }
+        return true
     }
 
     static func camelCase(_ name: String) -> String {
