@@ -228,8 +228,9 @@ extension MessageTarget {
 
 extension FCMSendRequest {
     /// The FCM v1 send body for this request, such that decoding it gives the same message back (with a new
-    /// message ID): string custom keys go to `data`, `aps` and other custom keys to `apns.payload`, priority,
-    /// expiration and collapse key to `apns.headers`, the analytics label to `fcm_options`.
+    /// message ID): string values go to `data` (a string `aps` too, which only `data` gives), other values (`aps` among
+    /// them) to `apns.payload`, priority, expiration and collapse key to `apns.headers`, the analytics label to
+    /// `fcm_options`.
     public func jsonBody() -> [UInt8] {
         var fields = JSONObject()
         switch message.target {
@@ -244,9 +245,8 @@ extension FCMSendRequest {
             switch key {
             case UserInfoKey.messageID, UserInfoKey.from, UserInfoKey.analyticsLabel:
                 continue
-            case UserInfoKey.aps:
-                payload[key] = value
             default:
+                // `aps` too: an object goes to the payload, a string can only have come from `data`.
                 if case .string = value { data[key] = value } else { payload[key] = value }
             }
         }

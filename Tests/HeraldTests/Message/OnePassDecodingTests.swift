@@ -65,6 +65,14 @@ struct OnePassDecodingTests {
         }
     }
 
+    @Test("a data key named like a key the notification adds keeps its value, and survives jsonBody()")
+    func dataKeyNamedAPS() throws {
+        let request = try decodeFCM(#"{"message": {"token": "t", "data": {"aps": "x"}, "notification": {"title": "a", "image": "i"}}}"#)
+        #expect(request.message.userInfo.keys == ["aps", "fcm_options", UserInfoKey.messageID, UserInfoKey.from])
+        #expect(request.message.userInfo["aps"] == "x")
+        #expect(try FCMSendRequest.decode(request.jsonBody(), context: fixedContext) == request)
+    }
+
     @Test("objects past the linear-search size: many data keys, many unknown keys, a duplicate among them")
     func largeObjects() {
         let keys = (0..<20).map { "\"k\($0)\": \"\($0)\"" }
