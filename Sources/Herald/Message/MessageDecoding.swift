@@ -31,6 +31,9 @@ public enum PayloadLimits {
 final class FieldSet: Sendable {
     let names: [String]
     let camelCaseNames: [String]
+    /// The UTF-8 of `names` and `camelCaseNames`, for matching keys read from the body.
+    private let nameBytes: [[UInt8]]
+    private let camelCaseNameBytes: [[UInt8]]
     /// For each UTF-8 length, the fields one of whose names has that length: a key is compared with one or two
     /// names at most (decoding looks fields up many times per message).
     private let byLength: [[Int]]
@@ -39,6 +42,8 @@ final class FieldSet: Sendable {
         precondition(names.count <= 64, "a field set holds at most 64 fields")
         self.names = names
         self.camelCaseNames = names.map(FieldSet.camelCase)
+        self.nameBytes = names.map { Array($0.utf8) }
+        self.camelCaseNameBytes = camelCaseNames.map { Array($0.utf8) }
         var byLength: [[Int]] = []
         for (position, name) in names.enumerated() {
             for length in Set([name.utf8.count, FieldSet.camelCase(name).utf8.count]) {
@@ -56,6 +61,28 @@ final class FieldSet: Sendable {
             return position
         }
         return nil
+    }
+
+    /// The position of the field whose name (`camelCase` false) or lowerCamelCase name (`camelCase` true) is the
+    /// UTF-8 `key`; a name that is its own lowerCamelCase form matches as the name.
+    func match(_ key: UnsafeRawBufferPointer) -> (position: Int, camelCase: Bool)? {
+        let length = key.count
+        guard length < byLength.count, let keyStart = key.baseAddress else { return nil }
+        for position in byLength[length] {
+            if Self.equal(nameBytes[position], keyStart, length) { return (position, false) }
+            if Self.equal(camelCaseNameBytes[position], keyStart, length) { return (position, true) }
+        }
+        return nil
+    }
+
+    /// Byte by byte: names are a few bytes long, shorter than a call to `memcmp` costs.
+    @inline(__always)
+    private static func equal(_ name: [UInt8], _ key: UnsafeRawPointer, _ length: Int) -> Bool {
+        guard name.count == length else { return false }
+        for offset in 0..<length where name[offset] != key.load(fromByteOffset: offset, as: UInt8.self) {
+            return false
+        }
+        return true
     }
 
     static func camelCase(_ name: String) -> String {
@@ -135,18 +162,10 @@ struct StrictObject {
         return found
     }
 
-    func has(_ name: String) -> Bool { value(name) != nil }
-
     func string(_ name: String) throws(MessageError) -> String? {
         guard let value = value(name) else { return nil }
         guard case .string(let string) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "a string")) }
         return string
-    }
-
-    func bool(_ name: String) throws(MessageError) -> Bool? {
-        guard let value = value(name) else { return nil }
-        guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "true or false")) }
-        return bool
     }
 
     func object(_ name: String, fields: FieldSet) throws(MessageError) -> StrictObject? {

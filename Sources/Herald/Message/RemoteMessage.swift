@@ -121,7 +121,9 @@ public enum UserInfoKey {
 
     /// Keys a sender may not use in `data` (FCM's reserved words and prefixes).
     public static func isReservedDataKey(_ key: String) -> Bool {
-        key == from || key == messageType || key == "notification" || key.hasPrefix("google.") || key.hasPrefix("gcm.")
+        // The prefixes are looked for only after a "g": most keys are not reserved, and this runs for each of them.
+        key == from || key == messageType || key == "notification"
+            || (key.utf8.first == UInt8(ascii: "g") && (key.hasPrefix("google.") || key.hasPrefix("gcm.")))
     }
 
     /// Top-level keys that are not custom keys.
