@@ -62,8 +62,9 @@ public final class NATSPublisher: @unchecked Sendable {
         var code = jsErrCode(rawValue: 0)
         let stream = options.stream ?? NATSSubjects.streamName(project: project)
         let status = herald_nats_ensure_stream(
-            jetStream, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
-            Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+            jetStream, stream, NATSSubjects.allTokens(project: project), true, options.streamMaxAge.nanoseconds,
+            Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds,
+            Int64(options.effectiveReplicas), &code
         )
         guard status == NATS_OK else {
             throw NATSReceiverError.jetStream(

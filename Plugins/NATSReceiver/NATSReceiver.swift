@@ -92,6 +92,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var streamMaxBytes: Int = -1
         /// Publishes with the same `Nats-Msg-Id` within this window are stored once.
         public var duplicateWindow: Duration = .seconds(120)
+        /// Copies a cluster keeps of the streams and the registrations bucket Herald creates; `nil` for
+        /// ``effectiveReplicas``'s default (3 when ``servers`` names three servers or more, else 1).
+        public var replicas: Int?
         /// How long connecting to one server may take.
         public var connectTimeout: Duration = .seconds(2)
         /// How long a JetStream request (stream and consumer set-up) may take.
@@ -120,6 +123,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public init(servers: [String]) {
             self.servers = servers
         }
+
+        /// ``replicas``, or 3 when ``servers`` names three servers or more (a cluster: each message on a majority
+        /// before it is confirmed, one server's loss survived), else 1.
+        public var effectiveReplicas: Int { replicas ?? (servers.count >= 3 ? 3 : 1) }
     }
 
     /// Where the connection is.
@@ -196,6 +203,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
                 .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
                 .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
+                .init(name: "replicas", defaultValue: "1 (3 with three servers)", help: "copies of the streams and bucket in a cluster"),
                 .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
                 .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
                 .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
@@ -248,8 +256,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let status: (natsStatus, jsErrCode, String) = try await context.loop.offload {
                 var code = jsErrCode(rawValue: 0)
                 let status = herald_nats_ensure_stream(
-                    jetStream.pointer, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
-                    Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+                    jetStream.pointer, stream, NATSSubjects.allTokens(project: project), true, options.streamMaxAge.nanoseconds,
+                    Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds,
+                    Int64(options.effectiveReplicas), &code
                 )
                 return (status, code, String(cString: herald_nats_last_error(status)))
             }
@@ -441,7 +450,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let result: Result<UnsafeHandle, NATSReceiverError> = try await context.loop.offload {
                 var code = jsErrCode(rawValue: 0)
                 var status = herald_nats_ensure_consumer(
-                    jetStream.pointer, stream, durable, filter, deliver, options.ackWait.nanoseconds,
+                    jetStream.pointer, stream, durable, filter, deliver, false, options.ackWait.nanoseconds,
                     Int64(options.maxAckPending), Int64(options.maxDeliver), &code
                 )
                 guard status == NATS_OK else {
@@ -486,9 +495,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// Writes `token` to the registrations bucket under `key` (deletes the key for `nil`), so a gateway knows it.
     private func register(_ token: String?, key: String, jetStream: UnsafeHandle, context: PluginContext) async throws {
         let bucket = options.registrationBucket ?? NATSSubjects.registrationBucket(project: context.projectID)
+        let replicas = Int64(options.effectiveReplicas)
         let failure: String? = try await context.loop.offload {
             var code = jsErrCode(rawValue: 0)
-            let status = herald_nats_put_registration(jetStream.pointer, bucket, key, token, &code)
+            let status = herald_nats_put_registration(jetStream.pointer, bucket, key, token, replicas, &code)
             return status == NATS_OK ? nil : String(cString: herald_nats_last_error(status))
         }
         if let failure {

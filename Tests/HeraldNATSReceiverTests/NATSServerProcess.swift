@@ -15,14 +15,17 @@ final class NATSServerProcess: @unchecked Sendable {
 
     /// Whether the server runs JetStream.
     let jetStream: Bool
+    /// More arguments (a cluster node's name, cluster port and routes).
+    let extraArguments: [String]
 
-    /// Starts a server on a free loopback port with a fresh store under /tmp, and waits until it accepts.
-    init(jetStream: Bool = true) throws {
+    /// Starts a server on a free loopback port (or `port`) with a fresh store under /tmp, and waits until it accepts.
+    init(jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true) throws {
         self.jetStream = jetStream
-        port = try freeLoopbackPort()
+        self.extraArguments = extraArguments
+        self.port = try port ?? freeLoopbackPort()
         storeDirectory = "/tmp/herald-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: storeDirectory, withIntermediateDirectories: true)
-        try start()
+        if start { try self.start() }
     }
 
     deinit {
@@ -35,7 +38,7 @@ final class NATSServerProcess: @unchecked Sendable {
         precondition(process == nil, "the server is running")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable)
-        process.arguments = (jetStream ? ["-js"] : []) + ["-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory]
+        process.arguments = (jetStream ? ["-js"] : []) + ["-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory] + extraArguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
