@@ -47,6 +47,8 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             try publisher.ensureStream(project: project, options: options)
             return publisher
         }
+        // Registrations are read from a watched copy of the bucket: an unknown token is answered without a round trip.
+        publisher.watchRegistrations(bucket: options.registrationBucket ?? NATSSubjects.registrationBucket(project: project))
         shared.withLock { $0 = (publisher, context) }
         context.logger.info(
             "gateway mode: sends go to NATS",
@@ -57,8 +59,12 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     }
 
     public func stop() async {
-        // The publisher's connection closes when its last reference (a send in progress, perhaps) goes.
-        shared.withLock { $0 = (nil, nil) }
+        // The publisher's connection closes when its last reference (a send in progress, the watch) goes.
+        let publisher = shared.withLock { shared in
+            defer { shared = (nil, nil) }
+            return shared.publisher
+        }
+        publisher?.stopWatchingRegistrations()
     }
 
     /// Healthy while connected to NATS.
@@ -86,10 +92,10 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             if request.validateOnly { return .success(localID) }
             guard publisher.isConnected else { return .failure(Self.unavailable("not connected to NATS")) }
             do {
-                try await context.loop.offload {
-                    try publisher.publish(NATSSubjects.topic(project: project, topic: topic), body: body, flush: true)
-                }
-                return .success(localID)
+                let subject = NATSSubjects.topic(project: project, topic: topic)
+                let messageID = Self.idempotencyKey(subject: subject, body: body)
+                let stored = try await context.loop.offload { try publisher.publishTopic(subject, body: body, messageID: messageID) }
+                return .success(stored ?? localID)
             } catch {
                 return .failure(Self.unavailable("\(error)"))
             }
@@ -105,7 +111,11 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         do {
             let key =
                 if case .installation(let id) = target { NATSSubjects.sanitized(id) } else { NATSSubjects.registrationKey(token: token) }
-            registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
+            if let cached = publisher.cachedRegistration(key: key) {
+                registered = cached
+            } else {
+                registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
+            }
         } catch {
             return .failure(Self.unavailable("\(error)"))
         }
@@ -116,10 +126,23 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         if request.validateOnly { return .success(localID) }
         do {
             let subject = NATSSubjects.token(project: project, token: registered)
-            return .success(try await context.loop.offload { try publisher.publishStored(subject, body: body) })
+            let messageID = Self.idempotencyKey(subject: subject, body: body)
+            return .success(try await context.loop.offload { try publisher.publishStored(subject, body: body, messageID: messageID) })
         } catch {
             return .failure(Self.unavailable("\(error)"))
         }
+    }
+
+    /// The `Nats-Msg-Id` of a send: a hash of its subject and body (64-bit FNV-1a), so that a sender's retry of a
+    /// send (after a timeout, a 503, or through another gateway) is stored once within the stream's duplicate
+    /// window and answered with the first one's ID. Two identical sends to one token within the window are one.
+    static func idempotencyKey(subject: String, body: [UInt8]) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        func mix(_ byte: UInt8) { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        for byte in subject.utf8 { mix(byte) }
+        mix(0)
+        for byte in body { mix(byte) }
+        return "h" + String(hash, radix: 16)
     }
 
     private static func unavailable(_ detail: String) -> MessageError {

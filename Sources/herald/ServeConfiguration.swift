@@ -190,7 +190,7 @@ struct ServeOption: Sendable {
         meaning: "This instance's durable JetStream consumer.", accepts: isNATSName)
     static let natsTopicDelivery = ServeOption(
         "nats-topic-delivery", .string, default: .string("fan-out"), "fan-out",
-        allowed: "fan-out (every subscribed instance), or shared:GROUP (one instance of the queue group GROUP)",
+        allowed: "fan-out (every subscribed instance connected now), stored (every subscribed instance, also one back within the TTL), or shared:GROUP",
         meaning: "How topic messages reach the instances.", accepts: { ServeSettings.topicDelivery($0) != nil })
     static let natsAckWait = ServeOption(
         "nats-ack-wait", .integer(1...86_400), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 86400",
@@ -348,6 +348,7 @@ struct ServeSettings: Sendable {
     /// `fan-out`, or `shared:GROUP` (a queue group name: no spaces, '*' or '>').
     static func topicDelivery(_ text: String) -> NATSReceiver.TopicDelivery? {
         if text == "fan-out" { return .fanOut }
+        if text == "stored" { return .stored }
         guard text.hasPrefix("shared:") else { return nil }
         let group = String(text.dropFirst("shared:".count))
         guard !group.isEmpty, !group.contains(where: { " \t*>".contains($0) }) else { return nil }
