@@ -11,13 +11,18 @@ public import Herald
 ///   published to JetStream on `herald.<project>.token.<token>` and the sender answered only once the stream has
 ///   stored it, with the ID the instance will give the message (`nats-<stream>-<sequence>-<Nats-Msg-Id>`): stored means it reaches
 ///   the instance, at least once, even if the instance is down now (within the stream's limits).
-/// - **topic**: published on core NATS (`herald.<project>.topic.<topic>`, where the instances subscribe) and
-///   flushed: the answer means the NATS server has it; every instance subscribed and connected at that moment gets
-///   it (one of a queue group, with shared delivery). At most once; an instance that is disconnected misses it, as
-///   FCM's own topic sends reach only current subscribers. The ID is one the gateway makes; instances give their
-///   own IDs to topic messages.
+/// - **topic**: published on `herald.<project>.topic.<topic>`, through JetStream when a stream takes topic subjects
+///   (instances with stored topic delivery make one): answered once stored, with the stored message's ID, and every
+///   subscribed instance gets it, also one away now, within its time to live. Without such a stream, on core NATS and
+///   flushed: every instance subscribed and connected at that moment gets it (one of a queue group, with shared
+///   delivery), at most once; the ID is one the gateway makes.
 /// - **condition**: refused, `400 INVALID_ARGUMENT`: the gateway does not know the instances' subscriptions, so it
 ///   cannot evaluate one. Send to each topic instead.
+///
+/// Every publish carries a `Nats-Msg-Id` made from the send (``idempotencyKey(subject:body:)``), so a sender's retry
+/// through this gateway or another is stored once. Registrations are read from a copy of the bucket a KV watch keeps
+/// (``NATSPublisher/watchRegistrations(bucket:)``): an unknown token is answered without a round trip. A gateway
+/// holds nothing else: several are interchangeable behind a balancer.
 ///
 /// `validate_only` checks the request (and a token's registration) and publishes nothing. NATS unreachable (down,
 /// reconnecting, or no answer within ``NATSReceiver/Options/requestTimeout``): `503 UNAVAILABLE`; the sender retries.

@@ -21,6 +21,9 @@ import Logging
 ///   a message published while an instance is disconnected does not reach it.
 /// - **Shared work** (``TopicDelivery/shared(group:)``): the same topic subjects in a NATS queue group: each
 ///   message goes to exactly one connected instance of the group. Also at most once.
+/// - **Stored topics** (``TopicDelivery/stored``): topic messages stored by JetStream, a durable consumer per
+///   subscribed topic: each subscribed instance handles each once, also after being away, within the message's time
+///   to live (counted from when it was stored); of the messages with one collapse key that wait together, the newest.
 ///
 /// A body that is not a valid send request is dropped with a log line and a `message_dropped` event (reason
 /// `invalid`): on JetStream it is terminated (never redelivered); a core NATS request gets the FCM error on its
@@ -169,7 +172,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var place: OpaquePointer?
     private var reconnectLimits: UnsafeMutablePointer<Int64>?
     private var topicSubscriptions: [String: OpaquePointer] = [:]
-    /// Stored topic delivery: the subscription to each topic's durable consumer.
+    /// Stored topic delivery: whether the stream exists (consumers can be made), and the subscription to each
+    /// topic's durable consumer.
+    private var topicStreamReady = false
     private var storedTopicSubscriptions: [String: OpaquePointer] = [:]
     /// Stored topic messages with a collapse key held while more messages wait for their consumer (by subject):
     /// of those with one collapse key, only the newest is handled.
@@ -278,6 +283,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         if options.topicDelivery == .stored {
             try await ensureTopicStream(jetStream: jetStream, context: context)
+            try await context.loop.submit { self.topicStreamReady = true }
             try await tokenChanges.run { try await self.changeStoredTopics() }
         }
     }
@@ -612,6 +618,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private func applyTopics() {
         guard let connection, let context, !stopping else { return }
         if options.topicDelivery == .stored {
+            // Before the stream exists, start makes the consumers once it is there.
+            guard topicStreamReady else { return }
             // Consumers are made and deleted with JetStream requests: one change at a time, off the loop.
             Task {
                 do {

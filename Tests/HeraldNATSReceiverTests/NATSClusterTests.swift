@@ -18,7 +18,8 @@ final class NATSCluster: TestNATSServer, @unchecked Sendable {
     init(size: Int = 3) throws {
         let clientPorts = try (0..<size).map { _ in try freeLoopbackPort() }
         let routePorts = try (0..<size).map { _ in try freeLoopbackPort() }
-        monitorPorts = try (0..<size).map { _ in try freeLoopbackPort() }
+        let monitorPorts = try (0..<size).map { _ in try freeLoopbackPort() }
+        self.monitorPorts = monitorPorts
         let routes = routePorts.map { "nats://127.0.0.1:\($0)" }.joined(separator: ",")
         nodes = try (0..<size).map { index in
             try NATSServerProcess(
@@ -88,9 +89,10 @@ struct NATSClusterTests {
         var senderOptions = NATSReceiver.Options(servers: cluster.urls)
         senderOptions.reconnectWait = .milliseconds(50)
         #expect(senderOptions.effectiveReplicas == 3)
+        let options = senderOptions
         // The cluster elects its JetStream leader a moment after the nodes are ready.
-        let ready = try await eventually(timeout: .seconds(30)) {
-            (try? NATSPublisher(options: senderOptions, reconnect: true).ensureStream(project: project, options: senderOptions)) != nil
+        let ready = await eventually(timeout: .seconds(30)) {
+            (try? NATSPublisher(options: options, reconnect: true).ensureStream(project: project, options: options)) != nil
         }
         try #require(ready)
         let instances = try (0..<3).map { _ in try FleetInstance(server: cluster) { $0.servers = cluster.urls } }
@@ -106,7 +108,7 @@ struct NATSClusterTests {
             let retries = Locked(0)
             let killedAt = Locked<ContinuousClock.Instant?>(nil)
             let firstAfterKill = Locked<Duration?>(nil)
-            let publishers = try (0..<senders).map { _ in try NATSPublisher(options: senderOptions, timeout: .seconds(2), reconnect: true) }
+            let publishers = try (0..<senders).map { _ in try NATSPublisher(options: options, timeout: .seconds(2), reconnect: true) }
             let sending = Task {
                 await onThreads(senders) { sender in
                     for n in stride(from: sender, to: total, by: senders) {

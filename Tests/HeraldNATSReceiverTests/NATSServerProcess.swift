@@ -68,6 +68,18 @@ final class NATSServerProcess: @unchecked Sendable {
         log = nil
     }
 
+    /// CPU time the server used so far (user and system), from /proc; zero when it is not running.
+    var cpuTime: Duration {
+        guard let process,
+            let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return .zero }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3, utime and stime fields 14 and 15 (in clock ticks).
+        let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+        return .milliseconds(ticks * 1000 / sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// SIGKILL, and waits.
     func kill() {
         guard let process else { return }
