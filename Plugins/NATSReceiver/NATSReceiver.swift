@@ -433,6 +433,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// change, acks — or `timeout` passed. Callable from any context except the loop thread.
     public func flush(timeout: Duration = .seconds(2)) async throws {
         guard let context else { throw NATSReceiverError.notConnected }
+        // Consumer changes under way (stored topics, the token) first.
+        await tokenChanges.wait()
         let connection: UnsafeHandle? = try await context.loop.submit { self.stopping ? nil : self.connection.map(UnsafeHandle.init) }
         guard let connection else { throw NATSReceiverError.notConnected }
         let status = try await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, timeout.milliseconds) }
@@ -621,9 +623,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             // Before the stream exists, start makes the consumers once it is there.
             guard topicStreamReady else { return }
             // Consumers are made and deleted with JetStream requests: one change at a time, off the loop.
-            Task {
+            tokenChanges.start {
                 do {
-                    try await self.tokenChanges.run { try await self.changeStoredTopics() }
+                    try await self.changeStoredTopics()
                 } catch {
                     context.logger.error("cannot follow the topics on NATS", metadata: ["error": "\(error)"])
                 }
