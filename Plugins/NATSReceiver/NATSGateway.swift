@@ -34,6 +34,8 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
 
     public let options: NATSReceiver.Options
     private let shared = Locked<(publisher: NATSPublisher?, context: PluginContext?)>((nil, nil))
+    /// Whether the topic stream exists (a cache: once seen it is assumed to stay), and when it was last looked for.
+    private let topicStream = Locked<(exists: Bool, checked: ContinuousClock.Instant?)>((false, nil))
 
     public init(options: NATSReceiver.Options) {
         self.options = options
@@ -99,7 +101,10 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             do {
                 let subject = NATSSubjects.topic(project: project, topic: topic)
                 let messageID = Self.idempotencyKey(subject: subject, body: body)
-                let stored = try await context.loop.offload { try publisher.publishTopic(subject, body: body, messageID: messageID) }
+                let store = try await storesTopics(publisher, project: project, loop: context.loop)
+                let stored = try await context.loop.offload {
+                    try publisher.publishTopic(subject, body: body, messageID: messageID, stored: store)
+                }
                 return .success(stored ?? localID)
             } catch {
                 return .failure(Self.unavailable("\(error)"))
@@ -136,6 +141,22 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         } catch {
             return .failure(Self.unavailable("\(error)"))
         }
+    }
+
+    /// Whether topic messages go to JetStream: the topic stream (which instances with stored topic delivery make)
+    /// exists. Looked for at most every 5 seconds until it is found.
+    private func storesTopics(_ publisher: NATSPublisher, project: String, loop: EventLoop) async throws -> Bool {
+        let now = ContinuousClock.now
+        let known = topicStream.withLock { state -> Bool? in
+            if state.exists { return true }
+            if let checked = state.checked, now - checked < .seconds(5) { return false }
+            return nil
+        }
+        if let known { return known }
+        let name = options.stream.map { $0 + "_TOPICS" } ?? NATSSubjects.topicStreamName(project: project)
+        let exists = try await loop.offload { try publisher.streamExists(name) }
+        topicStream.withLock { $0 = (exists, now) }
+        return exists
     }
 
     /// The `Nats-Msg-Id` of a send: a hash of its subject and body (64-bit FNV-1a), so that a sender's retry of a

@@ -80,21 +80,32 @@ public final class NATSPublisher: @unchecked Sendable {
     /// (`nats-<stream>-<sequence>-<message ID>`) once the stream has stored it. `messageID` (the `Nats-Msg-Id`
     /// header; a random one when `nil`) makes retries within the stream's duplicate window one message.
     public func publishStored(_ subject: String, body: [UInt8], messageID: String? = nil) throws -> String {
-        // Never nil without `orNoStream`.
-        try store(subject, body: body, messageID: messageID ?? String(UInt64.random(in: 1...UInt64.max), radix: 16)) ?? ""
+        try store(subject, body: body, messageID: messageID ?? String(UInt64.random(in: 1...UInt64.max), radix: 16))
     }
 
-    /// A topic message: stored (as ``publishStored(_:body:messageID:)``) when a stream takes its subject, so that
-    /// instances with stored topic delivery get it also when they are away; else a core publish (flushed). The
-    /// stored message's ID, or `nil` when no stream took it. Instances with core fan-out get it either way.
-    public func publishTopic(_ subject: String, body: [UInt8], messageID: String) throws -> String? {
-        if let id = try store(subject, body: body, messageID: messageID, orNoStream: true) { return id }
+    /// A topic message: with `stored` (a stream takes topic subjects), stored as ``publishStored(_:body:messageID:)``
+    /// does, so that instances with stored topic delivery get it also when they are away, and its ID; else a core
+    /// publish (flushed), and `nil`. Instances with core fan-out get it either way.
+    public func publishTopic(_ subject: String, body: [UInt8], messageID: String, stored: Bool) throws -> String? {
+        if stored { return try store(subject, body: body, messageID: messageID) }
         try publish(subject, body: body, flush: true)
         return nil
     }
 
-    /// Stores `body`; with `orNoStream`, `nil` when no stream takes `subject` (else that is an error).
-    private func store(_ subject: String, body: [UInt8], messageID: String, orNoStream: Bool = false) throws -> String? {
+    /// Whether the stream `name` exists.
+    public func streamExists(_ name: String) throws -> Bool {
+        var count: UInt64 = 0
+        var code = jsErrCode(rawValue: 0)
+        let status = herald_nats_stream_messages(jetStream, name, &count, &code)
+        if status == NATS_NOT_FOUND || code == JSStreamNotFoundErr { return false }
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(
+                operation: "read the stream \(name)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+        return true
+    }
+
+    private func store(_ subject: String, body: [UInt8], messageID: String) throws -> String {
         var sequence: UInt64 = 0
         var code = jsErrCode(rawValue: 0)
         var stream = [CChar](repeating: 0, count: 256)
@@ -103,7 +114,6 @@ public final class NATSPublisher: @unchecked Sendable {
                 jetStream, subject, $0.baseAddress, Int32($0.count), messageID, timeout.milliseconds, &sequence, &stream, stream.count,
                 &code)
         }
-        if status == NATS_NO_RESPONDERS, orNoStream { return nil }
         guard status == NATS_OK else {
             throw NATSReceiverError.jetStream(
                 operation: "store a message on \(subject)", detail: String(cString: herald_nats_last_error(status)),

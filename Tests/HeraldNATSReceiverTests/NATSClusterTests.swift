@@ -32,10 +32,16 @@ final class NATSCluster: TestNATSServer, @unchecked Sendable {
         for node in nodes { try node.start() }
     }
 
+    /// Node `index`'s monitoring of JetStream (`/jsz`, its streams), with curl (the server answers chunked).
+    func monitoring(node index: Int) throws -> JSONValue {
+        let result = try runExecutable(
+            URL(fileURLWithPath: "/usr/bin/curl"), ["-sf", "--max-time", "5", "http://127.0.0.1:\(monitorPorts[index])/jsz?streams=true"])
+        return try JSONParser.parse(Array(result.output.utf8))
+    }
+
     /// What node `index`'s monitoring says of its copy of `stream`: (last sequence, messages), or `nil` when it has none.
     func streamState(node index: Int, stream: String) throws -> (lastSequence: Int, messages: Int)? {
-        let answer = try httpRequest(port: monitorPorts[index], "GET", "/jsz?streams=true")
-        let json = try JSONParser.parse(Array(answer.body.utf8))
+        let json = try monitoring(node: index)
         for account in json["account_details"]?.arrayValue ?? [] {
             for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
                 guard let state = detail["state"] else { return nil }
@@ -48,8 +54,7 @@ final class NATSCluster: TestNATSServer, @unchecked Sendable {
     /// The node that leads `stream`'s replicas now (by its monitoring), or `nil` when none says.
     func streamLeader(_ stream: String) throws -> Int? {
         for index in nodes.indices {
-            let answer = try httpRequest(port: monitorPorts[index], "GET", "/jsz?streams=true")
-            let json = try JSONParser.parse(Array(answer.body.utf8))
+            guard let json = try? monitoring(node: index) else { continue }
             for account in json["account_details"]?.arrayValue ?? [] {
                 for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
                     if let leader = detail["cluster"]?["leader"]?.stringValue, leader.hasPrefix("node") {
@@ -125,6 +130,8 @@ struct NATSClusterTests {
                                 break
                             }
                             retries.withLock { $0 += 1 }
+                            // A failed publish (no leader yet) fails fast: wait a little before the next attempt.
+                            usleep(20_000)
                         }
                     }
                 }
@@ -155,13 +162,15 @@ struct NATSClusterTests {
             }
             // The restarted node caught up: its copy of the stream ends where the others' do, and is empty (all acknowledged).
             let survivor = (victim + 1) % 3
-            let caughtUp = try await eventually(timeout: .seconds(60)) {
-                guard let mine = try cluster.streamState(node: victim, stream: "HERALD_DEMO"),
-                    let theirs = try cluster.streamState(node: survivor, stream: "HERALD_DEMO")
-                else { return false }
+            let seen = Locked("")
+            let caughtUp = await eventually(timeout: .seconds(60)) {
+                let mine = try? cluster.streamState(node: victim, stream: "HERALD_DEMO")
+                let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
+                seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }
+                guard let mine, let theirs else { return false }
                 return mine.lastSequence == theirs.lastSequence && mine.messages == 0 && theirs.messages == 0
             }
-            #expect(caughtUp)
+            #expect(caughtUp, "\(seen.withLock { $0 })")
             let recovery = firstAfterKill.withLock { $0 }
             print(
                 "cluster: node\(victim) (stream leader) SIGKILLed after 3,000 of \(total); first acknowledged publish after the kill: \(recovery.map { "\($0)" } ?? "-"), \(retries.withLock { $0 }) retries"

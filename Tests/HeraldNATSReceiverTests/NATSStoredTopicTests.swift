@@ -23,7 +23,7 @@ struct NATSStoredTopicTests {
             let publisher = try NATSPublisher(url: server.url)
             func send(_ topic: String, _ n: Int, android: String = "") throws {
                 let body = Array(topicBody(topic, n: n, android: android).utf8)
-                let id = try publisher.publishTopic(NATSSubjects.topic(project: "demo", topic: topic), body: body, messageID: "t\(n)")
+                let id = try publisher.publishTopic(NATSSubjects.topic(project: "demo", topic: topic), body: body, messageID: "t\(n)", stored: true)
                 #expect(id?.hasPrefix("nats-HERALD_DEMO_TOPICS-") == true)
             }
             try await withFleet([online]) {
@@ -70,13 +70,13 @@ struct NATSStoredTopicTests {
         try await withFleet([instance]) {
             let publisher = try NATSPublisher(url: server.url)
             try await instance.subscribe("news")
-            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 1).utf8), messageID: "a")
+            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 1).utf8), messageID: "a", stored: true)
             #expect(await eventually { instance.collector.numbers == ["1"] })
             try await instance.herald.unsubscribe(fromTopic: "news")
             try await instance.receiver.flush()
-            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 2).utf8), messageID: "b")
+            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 2).utf8), messageID: "b", stored: true)
             try await instance.subscribe("news")
-            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 3).utf8), messageID: "c")
+            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 3).utf8), messageID: "c", stored: true)
             #expect(await eventually { instance.collector.numbers.contains("3") })
             try await instance.herald.waitUntilIdle()
             #expect(instance.collector.numbers == ["1", "3"])
