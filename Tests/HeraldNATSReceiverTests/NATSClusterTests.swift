@@ -112,7 +112,7 @@ struct NATSClusterTests {
             let acknowledged = Locked<[Int: String]>([:])
             let retries = Locked(0)
             let killedAt = Locked<ContinuousClock.Instant?>(nil)
-            let firstAfterKill = Locked<Duration?>(nil)
+            let acknowledgedAt = Locked<[ContinuousClock.Instant]>([])
             let publishers = try (0..<senders).map { _ in try NATSPublisher(options: options, timeout: .seconds(2), reconnect: true) }
             let sending = Task {
                 await onThreads(senders) { sender in
@@ -124,9 +124,7 @@ struct NATSClusterTests {
                             // A retry carries the same Nats-Msg-Id: JetStream stores it once, and answers the first ID.
                             if let id = try? publishers[sender].publishStored(subject, body(token: token, n: n), messageID: "m\(n)") {
                                 acknowledged.withLock { $0[n] = id }
-                                if let killed = killedAt.withLock({ $0 }) {
-                                    firstAfterKill.withLock { $0 = $0 ?? (ContinuousClock.now - killed) }
-                                }
+                                acknowledgedAt.withLock { $0.append(.now) }
                                 break
                             }
                             retries.withLock { $0 += 1 }
@@ -160,7 +158,7 @@ struct NATSClusterTests {
                 let ids = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
                 #expect(ids == Set(stride(from: index, to: total, by: 3).compactMap { answered[$0] }))
             }
-            // The restarted node caught up: its copy of the stream ends where the others' do, and is empty (all acknowledged).
+            // The restarted node caught up: its copy of the stream ends where the others' do.
             let survivor = (victim + 1) % 3
             let seen = Locked("")
             let caughtUp = await eventually(timeout: .seconds(60)) {
@@ -168,12 +166,36 @@ struct NATSClusterTests {
                 let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
                 seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }
                 guard let mine, let theirs else { return false }
-                return mine.lastSequence == theirs.lastSequence && mine.messages == 0 && theirs.messages == 0
+                return mine.lastSequence == theirs.lastSequence && theirs.messages == 0
             }
             #expect(caughtUp, "\(seen.withLock { $0 })")
-            let recovery = firstAfterKill.withLock { $0 }
+            // And it serves: with another node lost now, the stream's majority needs it. 300 more, each handled once.
+            cluster.nodes[survivor].kill()
+            await onThreads(1) { _ in
+                for n in total..<(total + 300) {
+                    let token = tokens[n % 3]
+                    let subject = NATSSubjects.token(project: project, token: token)
+                    for _ in 0..<3000 {
+                        if let id = try? publishers[0].publishStored(subject, body(token: token, n: n), messageID: "m\(n)") {
+                            acknowledged.withLock { $0[n] = id }
+                            break
+                        }
+                        usleep(20_000)
+                    }
+                }
+            }
+            #expect(acknowledged.withLock { $0.count } == total + 300)
+            #expect(await eventually(timeout: .seconds(120)) { instances.map { $0.collector.numbers.count }.reduce(0, +) >= total + 300 })
+            for instance in instances { try await instance.herald.waitUntilIdle() }
+            for instance in instances {
+                #expect(instance.collector.numbers.count == Set(instance.collector.numbers).count)
+            }
+            // The longest wait between two acknowledged publishes once the leader was killed: the sender's outage.
+            let times = acknowledgedAt.withLock { $0 }.sorted()
+            let killed = try #require(killedAt.withLock { $0 })
+            let outage = zip(times, times.dropFirst()).filter { $0.1 > killed }.map { $0.1 - $0.0 }.max() ?? .zero
             print(
-                "cluster: node\(victim) (stream leader) SIGKILLed after 3,000 of \(total); first acknowledged publish after the kill: \(recovery.map { "\($0)" } ?? "-"), \(retries.withLock { $0 }) retries"
+                "cluster: node\(victim) (stream leader) SIGKILLed after 3,000 of \(total): longest pause in acknowledged publishes \(outage), \(retries.withLock { $0 }) failed attempts retried; the restarted node's copy after catching up: \(seen.withLock { $0 })"
             )
         }
     }
