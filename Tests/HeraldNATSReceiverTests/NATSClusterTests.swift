@@ -86,7 +86,7 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
 @Suite("A 3-node nats-server cluster: replicated streams survive a node's loss", .serialized)
 struct NATSClusterTests {
     @Test(
-        "10,000 token messages to 3 instances while the stream's leader is SIGKILLed: every acknowledged message handled exactly once; the node restarted catches up"
+        "10,000 token and 1,000 stored topic messages to 3 instances while the stream's leader is SIGKILLed: every acknowledged message handled exactly once; the node restarted catches up"
     )
     func nodeLostUnderLoad() async throws {
         let cluster = try NATSCluster()
@@ -100,9 +100,14 @@ struct NATSClusterTests {
             (try? NATSPublisher(options: options, reconnect: true).ensureStream(project: project, options: options)) != nil
         }
         try #require(ready)
-        let instances = try (0..<3).map { _ in try FleetInstance(server: cluster) { $0.servers = cluster.urls } }
+        let instances = try (0..<3).map { _ in try FleetInstance(server: cluster) {
+                $0.servers = cluster.urls
+                $0.topicDelivery = .stored
+            }
+        }
         try await withFleet(instances) {
             let tokens = try await instances.asyncMap { try await $0.token() }
+            for instance in instances { try await instance.subscribe("news") }
             #expect(try cluster.streamState(node: 0, stream: "HERALD_DEMO") != nil)
             #expect(try cluster.streamState(node: 1, stream: "HERALD_DEMO") != nil)
             #expect(try cluster.streamState(node: 2, stream: "HERALD_DEMO") != nil)
@@ -110,6 +115,9 @@ struct NATSClusterTests {
             let total = 10_000
             let senders = 4
             let acknowledged = Locked<[Int: String]>([:])
+            let topics = 1_000
+            let topicBase = 100_000
+            let acknowledgedTopics = Locked<[Int: String]>([:])
             let retries = Locked(0)
             let killedAt = Locked<ContinuousClock.Instant?>(nil)
             let acknowledgedAt = Locked<[ContinuousClock.Instant]>([])
@@ -117,6 +125,21 @@ struct NATSClusterTests {
             let sending = Task {
                 await onThreads(senders) { sender in
                     for n in stride(from: sender, to: total, by: senders) {
+                        if n % (total / topics) == 0 {
+                            // One topic message per ten token messages, to all three instances.
+                            let k = topicBase + n / (total / topics)
+                            let subject = NATSSubjects.topic(project: project, topic: "news")
+                            for _ in 0..<3000 {
+                                if let id = try? publishers[sender].publishTopic(
+                                    subject, body: Array(topicBody("news", n: k).utf8), messageID: "t\(k)", stored: true)
+                                {
+                                    acknowledgedTopics.withLock { $0[k] = id }
+                                    break
+                                }
+                                retries.withLock { $0 += 1 }
+                                usleep(20_000)
+                            }
+                        }
                         let token = tokens[n % 3]
                         let subject = NATSSubjects.token(project: project, token: token)
                         let deadline = ContinuousClock.now + .seconds(60)
@@ -143,20 +166,26 @@ struct NATSClusterTests {
             await sending.value
             let answered = acknowledged.withLock { $0 }
             #expect(answered.count == total)
+            let answeredTopics = acknowledgedTopics.withLock { $0 }
+            #expect(answeredTopics.count == topics)
 
             let handled = await eventually(timeout: .seconds(120)) {
-                instances.map { $0.collector.numbers.count }.reduce(0, +) >= total
+                instances.map { $0.collector.numbers.count }.reduce(0, +) >= total + 3 * topics
             }
             #expect(handled)
             for instance in instances { try await instance.herald.waitUntilIdle() }
             for (index, instance) in instances.enumerated() {
-                let numbers = instance.collector.numbers
+                let all = instance.collector.numbers
+                let numbers = all.filter { Int($0)! < topicBase }
+                let topicNumbers = all.filter { Int($0)! >= topicBase }
+                #expect(topicNumbers.count == topics, "instance \(index) handled \(topicNumbers.count) topic messages, \(topics) expected")
+                #expect(Set(topicNumbers) == Set((topicBase..<(topicBase + topics)).map(String.init)))
                 let expected = Set(stride(from: index, to: total, by: 3).map(String.init))
                 #expect(numbers.count == expected.count, "instance \(index) handled \(numbers.count), \(expected.count) expected")
                 #expect(Set(numbers) == expected)
                 // Exactly the IDs the sender was answered with.
                 let ids = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
-                #expect(ids == Set(stride(from: index, to: total, by: 3).compactMap { answered[$0] }))
+                #expect(ids == Set(stride(from: index, to: total, by: 3).compactMap { answered[$0] }).union(answeredTopics.values))
             }
             // The restarted node caught up: its copy of the stream ends where the others' do.
             let survivor = (victim + 1) % 3
@@ -185,7 +214,10 @@ struct NATSClusterTests {
                 }
             }
             #expect(acknowledged.withLock { $0.count } == total + 300)
-            #expect(await eventually(timeout: .seconds(120)) { instances.map { $0.collector.numbers.count }.reduce(0, +) >= total + 300 })
+            #expect(
+                await eventually(timeout: .seconds(120)) {
+                    instances.map { $0.collector.numbers.count }.reduce(0, +) >= total + 3 * topics + 300
+                })
             for instance in instances { try await instance.herald.waitUntilIdle() }
             for instance in instances {
                 #expect(instance.collector.numbers.count == Set(instance.collector.numbers).count)
