@@ -1,5 +1,6 @@
 import CLibUV
 import CNATS
+import Glibc
 public import Herald
 import Logging
 
@@ -178,7 +179,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var storedTopicSubscriptions: [String: OpaquePointer] = [:]
     /// Stored topic messages with a collapse key held while more messages wait for their consumer (by subject):
     /// of those with one collapse key, only the newest is handled.
-    private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64)]] = [:]
+    private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?)]] = [:]
     private var wantedTopics: Set<String> = []
     /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
     private var held: [OpaquePointer] = []
@@ -678,7 +679,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         case .jetStream where context.bus.isFull:
             settle(message, .redeliverLater)
             return
-        case .jetStream where String(cString: natsMsg_GetSubject(message)).hasPrefix("herald.\(context.projectID).topic."):
+        case .jetStream where options.topicDelivery == .stored && Self.isTopicSubject(message, project: context.projectID):
             takeStoredTopicMessage(message, body: body, context: context)
         case .core where (context.bus.isFull || heldCount > 0) && heldCount < options.maxHeldMessages:
             // Core NATS cannot be asked to wait: hold the message (in order) until the bus has room.
@@ -727,10 +728,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let subject = String(cString: natsMsg_GetSubject(message))
         var storedAt = Int64(0)
         var pending = UInt64(0)
+        var messageID: String?
         var metadata: UnsafeMutablePointer<jsMsgMetaData>?
         if natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata {
             storedAt = metadata.pointee.Timestamp / 1_000_000_000
             pending = metadata.pointee.NumPending
+            messageID = Self.storedMessageID(message, metadata: metadata)
             jsMsgMetaData_Destroy(metadata)
         }
         let fields = StoredTopicFields(body)
@@ -742,7 +745,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             settle(replaced.message, .acknowledge)
         }
         if let key = fields.collapseKey, pending > 0, waiting.count < max(1, options.maxAckPending / 2) {
-            waiting.append((key, message, expiresAt))
+            waiting.append((key, message, expiresAt, messageID))
             collapsing[subject] = waiting
             return
         }
@@ -750,9 +753,18 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         for held in waiting {
             let length = Int(natsMsg_GetDataLength(held.message))
             let heldBody: [UInt8] = natsMsg_GetData(held.message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
-            offer(held.message, kind: .jetStream, body: heldBody, reply: nil, context: context, expiresAt: held.expiresAt)
+            offer(
+                held.message, kind: .jetStream, body: heldBody, reply: nil, context: context, expiresAt: held.expiresAt,
+                storedID: held.messageID)
         }
-        offer(message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt)
+        offer(message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, storedID: messageID)
+    }
+
+    /// Whether `message` came on a topic subject (`herald.<project>.topic.…`).
+    private static func isTopicSubject(_ message: OpaquePointer, project: String) -> Bool {
+        guard let subject = natsMsg_GetSubject(message) else { return false }
+        let prefix = "herald." + project + ".topic."
+        return prefix.withCString { strncmp(subject, $0, strlen($0)) == 0 }
     }
 
     /// FCM's default time to live: 4 weeks.
@@ -761,10 +773,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// Submits `message` to the bus; acknowledges, refuses or answers it with the bus's answer.
     private func offer(
         _ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext,
-        expiresAt: Int64? = nil
+        expiresAt: Int64? = nil, storedID: String? = nil
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
-        let messageID = kind == .jetStream ? Self.storedMessageID(message) : nil
+        let messageID = kind == .jetStream ? storedID ?? Self.storedMessageID(message) : nil
         let project = context.projectID
         let sendContext = SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream, expiresAt: expiresAt)
         context.bus.submit(body, sendContext) { [self] outcome in
@@ -839,6 +851,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         var metadata: UnsafeMutablePointer<jsMsgMetaData>?
         guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
         defer { jsMsgMetaData_Destroy(metadata) }
+        return storedMessageID(message, metadata: metadata)
+    }
+
+    private static func storedMessageID(_ message: OpaquePointer, metadata: UnsafeMutablePointer<jsMsgMetaData>) -> String {
         let stream = metadata.pointee.Stream.map { String(cString: $0) } ?? ""
         let unique = herald_nats_stored_message_id(message).map { String(cString: $0) } ?? "\(metadata.pointee.Timestamp)"
         return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)-\(unique)"
@@ -889,10 +905,13 @@ struct StoredTopicFields {
     }
 
     private static func contains(_ body: [UInt8], _ word: StaticString) -> Bool {
-        let needle = UnsafeBufferPointer(start: word.utf8Start, count: word.utf8CodeUnitCount)
-        guard body.count >= needle.count else { return false }
-        return (0...(body.count - needle.count)).contains { start in
-            needle.indices.allSatisfy { body[start + $0] == needle[$0] }
+        let count = word.utf8CodeUnitCount
+        return body.withUnsafeBufferPointer { bytes in
+            guard let base = bytes.baseAddress, bytes.count >= count else { return false }
+            for start in 0...(bytes.count - count) where base[start] == word.utf8Start[0] {
+                if memcmp(base + start, word.utf8Start, count) == 0 { return true }
+            }
+            return false
         }
     }
 }
