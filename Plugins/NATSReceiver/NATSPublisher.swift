@@ -19,7 +19,8 @@ public final class NATSPublisher: @unchecked Sendable {
     private let buckets = Locked<[String: OpaquePointer]>([:])
     /// The registrations bucket as a watch keeps it (``watchRegistrations(bucket:)``): the keys and tokens, whether
     /// the watch has caught up, the watcher to stop, and whether it was stopped.
-    private let watched = Locked<(tokens: [String: String], caughtUp: Bool, watcher: OpaquePointer?, stopped: Bool)>(([:], false, nil, false))
+    private let watched = Locked<(tokens: [String: String], caughtUp: Bool, watcher: OpaquePointer?, stopped: Bool)>(
+        ([:], false, nil, false))
 
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
     /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
@@ -226,7 +227,12 @@ public final class NATSPublisher: @unchecked Sendable {
             return true
         }
         guard started else { return }
-        defer { watched.withLock { $0.watcher = nil; $0.caughtUp = false } }
+        defer {
+            watched.withLock {
+                $0.watcher = nil
+                $0.caughtUp = false
+            }
+        }
         while true {
             var entry: OpaquePointer?
             let status = kvWatcher_Next(&entry, watcher, 1000)

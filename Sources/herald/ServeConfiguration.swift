@@ -190,7 +190,8 @@ struct ServeOption: Sendable {
         meaning: "This instance's durable JetStream consumer.", accepts: isNATSName)
     static let natsTopicDelivery = ServeOption(
         "nats-topic-delivery", .string, default: .string("fan-out"), "fan-out",
-        allowed: "fan-out (every subscribed instance connected now), stored (every subscribed instance, also one back within the TTL), or shared:GROUP",
+        allowed:
+            "fan-out (every subscribed instance connected now), stored (every subscribed instance, also one back within the TTL), or shared:GROUP",
         meaning: "How topic messages reach the instances.", accepts: { ServeSettings.topicDelivery($0) != nil })
     static let natsAckWait = ServeOption(
         "nats-ack-wait", .integer(1...86_400), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 86400",
@@ -310,7 +311,9 @@ struct ServeSettings: Sendable {
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
 
     var natsServers: [String] {
-        if case .list(let servers)? = values[ServeOption.natsServers.key] { return servers.flatMap { $0.split(separator: ",").map(String.init) } }
+        if case .list(let servers)? = values[ServeOption.natsServers.key] {
+            return servers.flatMap { $0.split(separator: ",").map(String.init) }
+        }
         return []
     }
     var gateway: Bool { boolean(ServeOption.gateway) }

@@ -271,9 +271,11 @@ struct ServeConfigurationTests {
         #expect(ServeConfiguration.nearest(to: "loglevel", among: ServeOption.all.map(\.key)) == "log-level")
     }
 
-    @Test("NATS servers repeatable and comma-separated; replicas 3 with three servers unless set; stored topic delivery; bad values refused")
+    @Test(
+        "NATS servers repeatable and comma-separated; replicas 3 with three servers unless set; stored topic delivery; bad values refused")
     func natsCluster() throws {
-        let three = try resolve(flags: [("nats-servers", .list(["nats://a:4222,nats://b:4222", "nats://c:4222"]), "--nats-server")]).settings
+        let three = try resolve(flags: [("nats-servers", .list(["nats://a:4222,nats://b:4222", "nats://c:4222"]), "--nats-server")])
+            .settings
         #expect(three.natsServers == ["nats://a:4222", "nats://b:4222", "nats://c:4222"])
         #expect(three.natsOptions(authToken: nil)?.effectiveReplicas == 3)
         let one = try resolve("nats-servers: [nats://a:4222]\nnats-topic-delivery: stored").settings.natsOptions(authToken: nil)

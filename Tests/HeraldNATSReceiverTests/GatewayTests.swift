@@ -178,7 +178,8 @@ struct GatewayTests {
                         for n in stride(from: sender, to: total, by: 4) {
                             for attempt in 0..<20 {
                                 let port = ports[(n + attempt) % 2]
-                                if let answer = try? httpRequest(port: port, "POST", send, body: body(token: tokens[n % 3], n: n), secret: "s3cret"),
+                                if let answer = try? httpRequest(
+                                    port: port, "POST", send, body: body(token: tokens[n % 3], n: n), secret: "s3cret"),
                                     answer.status == 200
                                 {
                                     answered.withLock { $0[n] = answer.body }

@@ -100,7 +100,8 @@ struct NATSClusterTests {
             (try? NATSPublisher(options: options, reconnect: true).ensureStream(project: project, options: options)) != nil
         }
         try #require(ready)
-        let instances = try (0..<3).map { _ in try FleetInstance(server: cluster) {
+        let instances = try (0..<3).map { _ in
+            try FleetInstance(server: cluster) {
                 $0.servers = cluster.urls
                 $0.topicDelivery = .stored
             }

@@ -23,7 +23,8 @@ struct NATSStoredTopicTests {
             let publisher = try NATSPublisher(url: server.url)
             func send(_ topic: String, _ n: Int, android: String = "") throws {
                 let body = Array(topicBody(topic, n: n, android: android).utf8)
-                let id = try publisher.publishTopic(NATSSubjects.topic(project: "demo", topic: topic), body: body, messageID: "t\(n)", stored: true)
+                let id = try publisher.publishTopic(
+                    NATSSubjects.topic(project: "demo", topic: topic), body: body, messageID: "t\(n)", stored: true)
                 #expect(id?.hasPrefix("nats-HERALD_DEMO_TOPICS-") == true)
             }
             try await withFleet([online]) {
@@ -46,7 +47,8 @@ struct NATSStoredTopicTests {
                 #expect(await eventually { Int64(Date().timeIntervalSince1970) > expiring + 2 })
 
                 let sink = RecordingSink()
-                let back = try FleetInstance(server: server, store: try SQLiteStore(directory: directory), plugins: [sink], configure: stored)
+                let back = try FleetInstance(
+                    server: server, store: try SQLiteStore(directory: directory), plugins: [sink], configure: stored)
                 try await withFleet([back]) {
                     #expect(await eventually { back.collector.numbers == ["4", "8", "7"] || back.collector.numbers == ["4", "7", "8"] })
                     try await back.herald.waitUntilIdle()
@@ -70,13 +72,16 @@ struct NATSStoredTopicTests {
         try await withFleet([instance]) {
             let publisher = try NATSPublisher(url: server.url)
             try await instance.subscribe("news")
-            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 1).utf8), messageID: "a", stored: true)
+            _ = try publisher.publishTopic(
+                "herald.demo.topic.news", body: Array(topicBody("news", n: 1).utf8), messageID: "a", stored: true)
             #expect(await eventually { instance.collector.numbers == ["1"] })
             try await instance.herald.unsubscribe(fromTopic: "news")
             try await instance.receiver.flush()
-            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 2).utf8), messageID: "b", stored: true)
+            _ = try publisher.publishTopic(
+                "herald.demo.topic.news", body: Array(topicBody("news", n: 2).utf8), messageID: "b", stored: true)
             try await instance.subscribe("news")
-            _ = try publisher.publishTopic("herald.demo.topic.news", body: Array(topicBody("news", n: 3).utf8), messageID: "c", stored: true)
+            _ = try publisher.publishTopic(
+                "herald.demo.topic.news", body: Array(topicBody("news", n: 3).utf8), messageID: "c", stored: true)
             #expect(await eventually { instance.collector.numbers.contains("3") })
             try await instance.herald.waitUntilIdle()
             #expect(instance.collector.numbers == ["1", "3"])

@@ -97,7 +97,8 @@ struct NATSThroughputTests {
 func processCPUTime() -> Duration {
     var usage = rusage()
     getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
-    let microseconds = (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1_000_000 + Int(usage.ru_utime.tv_usec)
+    let microseconds =
+        (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1_000_000 + Int(usage.ru_utime.tv_usec)
         + Int(usage.ru_stime.tv_usec)
     return .microseconds(microseconds)
 }
