@@ -19,7 +19,7 @@ public import Herald
 /// - **condition**: refused, `400 INVALID_ARGUMENT`: the gateway does not know the instances' subscriptions, so it
 ///   cannot evaluate one. Send to each topic instead.
 ///
-/// Every publish carries a `Nats-Msg-Id` made from the send (``idempotencyKey(subject:body:)``), so a sender's retry
+/// Every publish carries a `Nats-Msg-Id` made from the send (a hash of its subject and body), so a sender's retry
 /// through this gateway or another is stored once. Registrations are read from a copy of the bucket a KV watch keeps
 /// (``NATSPublisher/watchRegistrations(bucket:)``): an unknown token is answered without a round trip. A gateway
 /// holds nothing else: several are interchangeable behind a balancer.
