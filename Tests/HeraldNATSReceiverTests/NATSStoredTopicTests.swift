@@ -87,4 +87,31 @@ struct NATSStoredTopicTests {
             #expect(instance.collector.numbers == ["1", "3"])
         }
     }
+
+    @Test(
+        "a topic send through the gateway is stored: answered with the stored ID, and handled by an instance that was stopped when it was sent"
+    )
+    func throughGateway() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-stored-gateway") { directory in
+            try FileManager.default.createDirectory(atPath: "\(directory)/store", withIntermediateDirectories: true)
+            let stored: (inout NATSReceiver.Options) -> Void = { $0.topicDelivery = .stored }
+            let first = try FleetInstance(server: server, store: try SQLiteStore(directory: "\(directory)/store"), configure: stored)
+            try await withFleet([first]) { try await first.subscribe("news") }
+            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let answer = try httpRequest(
+                port: gateway.httpPort, "POST", "/v1/projects/demo/messages:send", body: topicBody("news", n: 1), secret: "s3cret")
+            #expect(answer.status == 200, "\(answer.body)")
+            #expect(answer.body.contains("/messages/nats-HERALD_DEMO_TOPICS-"), "\(answer.body)")
+            let back = try FleetInstance(server: server, store: try SQLiteStore(directory: "\(directory)/store"), configure: stored)
+            try await withFleet([back]) {
+                #expect(await eventually { back.collector.numbers == ["1"] })
+                let id = back.collector.messages.withLock { $0.first?.messageID } ?? "none"
+                #expect(answer.body.contains(id), "\(answer.body) against \(id)")
+                try await back.herald.waitUntilIdle()
+                #expect(back.collector.numbers == ["1"])
+            }
+            #expect(gateway.terminate() == 0)
+        }
+    }
 }
