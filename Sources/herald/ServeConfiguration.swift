@@ -166,9 +166,12 @@ struct ServeOption: Sendable {
         "nats-servers", .list, default: .list([]), "none (NATS off)",
         allowed: "a list of nats://HOST:PORT or tls://HOST:PORT URLs (environment: separated by ',')",
         meaning:
-            "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable. Set, the instance takes messages from NATS.",
+            "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable or comma-separated: name every server of a cluster. Set, the instance takes messages from NATS.",
         flag: "--nats-server", environmentSeparator: ",",
-        accepts: { $0.hasPrefix("nats://") || $0.hasPrefix("tls://") })
+        accepts: { $0.split(separator: ",").allSatisfy { $0.hasPrefix("nats://") || $0.hasPrefix("tls://") } })
+    static let natsReplicas = ServeOption(
+        "nats-replicas", .integer(1...5), default: nil, "1, or 3 with three servers or more", allowed: "a whole number from 1 to 5",
+        meaning: "Copies a NATS cluster keeps of the streams and the registrations bucket Herald creates.")
     static let natsCredentials = ServeOption(
         "nats-credentials", .string, default: nil, "none", allowed: "a non-empty file path",
         meaning: "A NATS credentials file (JWT and NKey seed), for servers with decentralised auth.")
@@ -192,7 +195,8 @@ struct ServeOption: Sendable {
         meaning: "This instance's durable JetStream consumer.", accepts: isNATSName)
     static let natsTopicDelivery = ServeOption(
         "nats-topic-delivery", .string, default: .string("fan-out"), "fan-out",
-        allowed: "fan-out (every subscribed instance), or shared:GROUP (one instance of the queue group GROUP)",
+        allowed:
+            "fan-out (every subscribed instance connected now), stored (every subscribed instance, also one back within the TTL), or shared:GROUP",
         meaning: "How topic messages reach the instances.", accepts: { ServeSettings.topicDelivery($0) != nil })
     static let natsAckWait = ServeOption(
         "nats-ack-wait", .integer(1...86_400), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 86400",
@@ -231,7 +235,7 @@ struct ServeOption: Sendable {
     static let all: [ServeOption] = [
         http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
         analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
-        natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
+        natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
     ]
@@ -313,7 +317,9 @@ struct ServeSettings: Sendable {
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
 
     var natsServers: [String] {
-        if case .list(let servers)? = values[ServeOption.natsServers.key] { return servers }
+        if case .list(let servers)? = values[ServeOption.natsServers.key] {
+            return servers.flatMap { $0.split(separator: ",").map(String.init) }
+        }
         return []
     }
     var gateway: Bool { boolean(ServeOption.gateway) }
@@ -344,12 +350,14 @@ struct ServeSettings: Sendable {
         options.maxHeldMessages = integer(ServeOption.natsMaxHeldMessages)
         options.pingInterval = .seconds(integer(ServeOption.natsPingInterval))
         options.maxPingsOut = integer(ServeOption.natsMaxPingsOut)
+        if values[ServeOption.natsReplicas.key] != nil { options.replicas = integer(ServeOption.natsReplicas) }
         return options
     }
 
     /// `fan-out`, or `shared:GROUP` (a queue group name: no spaces, '*' or '>').
     static func topicDelivery(_ text: String) -> NATSReceiver.TopicDelivery? {
         if text == "fan-out" { return .fanOut }
+        if text == "stored" { return .stored }
         guard text.hasPrefix("shared:") else { return nil }
         let group = String(text.dropFirst("shared:".count))
         guard !group.isEmpty, !group.contains(where: { " \t*>".contains($0) }) else { return nil }

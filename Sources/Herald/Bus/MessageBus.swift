@@ -231,6 +231,13 @@ public final class MessageBus: @unchecked Sendable {
                 name: .messageDropped, parameters: ["reason": AnalyticsEvent.DropReason.invalid.rawValue, "detail": error.message]))
     }
 
+    /// Records a message a receiver dropped before it reached the bus (a stored message that a newer one with its
+    /// collapse key replaced while both waited, say): a `message_dropped` event with `reason` and `detail`. Loop thread only.
+    public func recordDropped(_ reason: AnalyticsEvent.DropReason, detail: String) {
+        loop.preconditionInEventLoop()
+        analytics.record(AnalyticsEvent(name: .messageDropped, parameters: ["reason": reason.rawValue, "detail": detail]))
+    }
+
     /// Records a `diagnostic` event for a plugin's own news (a receiver's connection state, say): `detail` names
     /// what happened, `parameters` add to it. Loop thread only.
     public func recordDiagnostic(_ detail: String, parameters: [String: String] = [:]) {
