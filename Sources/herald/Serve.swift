@@ -6,6 +6,7 @@ import HeraldDesktopPresenter
 import HeraldDynamicPlugins
 import HeraldEchoHandler
 import HeraldHTTPReceiver
+import HeraldImageAttachment
 import HeraldJSONLExport
 import HeraldNATSReceiver
 import HeraldPrometheusMetrics
@@ -76,6 +77,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("max-replays"), help: ArgumentHelp(ServeOption.maxReplays.help, valueName: "starts"))
     var maxReplays: Int?
+    @Option(
+        name: .customLong("content-modifier-deadline"), help: ArgumentHelp(ServeOption.contentModifierDeadline.help, valueName: "seconds"))
+    var contentModifierDeadline: Int?
 
     @Flag(name: .customLong("analytics-store"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.analyticsStore.help))
     var analyticsStore: Bool?
@@ -172,6 +176,7 @@ struct Serve: AsyncParsableCommand {
         add(.logLevel, logLevel.map { .string($0) })
         add(.shutdownGrace, shutdownGrace.map { .integer($0) })
         add(.maxReplays, maxReplays.map { .integer($0) })
+        add(.contentModifierDeadline, contentModifierDeadline.map { .integer($0) })
         add(
             .analyticsStore, analyticsStore.map { .boolean($0) },
             flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
@@ -286,6 +291,7 @@ final class Daemon: Service, Sendable {
         configuration.projectID = settings.projectID
         configuration.shutdownGracePeriod = .seconds(settings.shutdownGrace)
         configuration.maxReplays = settings.maxReplays
+        configuration.contentModifierDeadline = .seconds(settings.contentModifierDeadline)
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
         // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
         let lock: DataDirectoryLock
@@ -416,7 +422,12 @@ final class Daemon: Service, Sendable {
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
             try herald.register(plugin)
+            for category in plugin.categories { try herald.register(category: category) }
         }
+        // The config file's categories win over a plugin's of the same identifier: the operator has the last word.
+        for category in settings.categories { try herald.register(category: category) }
+        // mutable-content notifications with an https image (FCM's notification.image) get it attached.
+        try herald.register(ImageAttachment(options: .init(directory: "\(settings.dataDirectory)/attachments")))
         switch settings.presenter {
         case "desktop": try herald.register(DesktopPresenter())
         case "none": try herald.register(SilentPresenter())
