@@ -231,6 +231,15 @@ struct Serve: AsyncParsableCommand {
             writeLine(settings.rendered(environment: environment))
             return
         }
+        // The string catalogs of localized alerts: a broken one stops the start, as a bad setting does.
+        let localization: AlertLocalization
+        do {
+            localization = try AlertLocalization.load(
+                directory: "\(settings.dataDirectory)/Localizable", locale: AlertLocalization.locale(environment: environment))
+        } catch {
+            writeLine("herald: \(error)", to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
         let level = settings.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -241,7 +250,8 @@ struct Serve: AsyncParsableCommand {
         for warning in warnings { logger.warning("\(warning)") }
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
         let daemon = Daemon(
-            settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken, logger: logger)
+            settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken,
+            localization: localization, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -276,12 +286,14 @@ final class Daemon: Service, Sendable {
     private let settings: ServeSettings
     private let secret: String?
     private let natsToken: String?
+    private let localization: AlertLocalization
     private let logger: Logger
 
-    init(settings: ServeSettings, secret: String?, natsToken: String?, logger: Logger) {
+    init(settings: ServeSettings, secret: String?, natsToken: String?, localization: AlertLocalization, logger: Logger) {
         self.settings = settings
         self.secret = secret
         self.natsToken = natsToken
+        self.localization = localization
         self.logger = logger
     }
 
@@ -292,6 +304,7 @@ final class Daemon: Service, Sendable {
         configuration.shutdownGracePeriod = .seconds(settings.shutdownGrace)
         configuration.maxReplays = settings.maxReplays
         configuration.contentModifierDeadline = .seconds(settings.contentModifierDeadline)
+        configuration.alertLocalization = localization
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
         // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
         let lock: DataDirectoryLock
