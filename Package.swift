@@ -315,6 +315,13 @@ let package = Package(
             path: "Examples/EchoReceiver",
             swiftSettings: swiftSettings
         ),
+        // A desktop daemon: the desktop presenter, a category with actions and a text reply, the responses printed.
+        .executableTarget(
+            name: "DesktopNotifier",
+            dependencies: ["Herald", "HeraldDesktopPresenter", "HeraldSocketReceiver"],
+            path: "Examples/DesktopNotifier",
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "WeatherDaemon",
             dependencies: [
@@ -464,7 +471,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldDesktopPresenterTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", "DesktopNotifier",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -3,7 +3,7 @@ public import Herald
 import HeraldHTTPClient
 import Logging
 
-/// A ``ContentModifier`` that does what FCM's `populateNotificationContent` does in an Apple app's notification
+/// A `ContentModifier` that does what FCM's `populateNotificationContent` does in an Apple app's notification
 /// service extension: downloads the notification's image — `fcm_options.image`, which FCM v1's
 /// `notification.image` and `apns.fcm_options.image` both become — and attaches it, so that a presenter shows it
 /// (the desktop presenter's `image-path`).
@@ -146,7 +146,7 @@ public final class ImageAttachment: ContentModifier {
     }
 }
 
-/// Why an image was not attached (besides ``HTTPClientError``, which says why a download failed).
+/// Why an image was not attached (besides `HTTPClientError`, which says why a download failed).
 public enum ImageAttachmentError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The URL is not `https://`.
     case notHTTPS(String)
