@@ -95,6 +95,32 @@ enum CategoriesConfiguration {
         return action
     }
 
+    /// The section as `--print-config` prints it: one flow mapping per action, reading back to the same categories.
+    static func rendered(_ categories: [NotificationCategory]) -> [String] {
+        let scalar = ServeSettings.yamlScalar
+        var lines = ["categories:  # config file"]
+        for category in categories {
+            lines.append("  \(scalar(category.identifier)):")
+            if category.options.contains(.customDismissAction) { lines.append("    custom-dismiss-action: true") }
+            lines.append(category.actions.isEmpty ? "    actions: []" : "    actions:")
+            for action in category.actions {
+                var fields = ["identifier: \(scalar(action.identifier))", "title: \(scalar(action.title))"]
+                let options: [(NotificationAction.Options, String)] = [
+                    (.foreground, "foreground"), (.destructive, "destructive"), (.authenticationRequired, "authentication-required"),
+                ]
+                fields += options.filter { action.options.contains($0.0) }.map { "\($0.1): true" }
+                if let placeholder = action.textInputPlaceholder {
+                    var input: [String] = []
+                    if let button = action.textInputButtonTitle { input.append("button-title: \(scalar(button))") }
+                    if !placeholder.isEmpty { input.append("placeholder: \(scalar(placeholder))") }
+                    fields.append("text-input: {\(input.joined(separator: ", "))}")
+                }
+                lines.append("      - {\(fields.joined(separator: ", "))}")
+            }
+        }
+        return lines
+    }
+
     private static func isNull(_ node: Node) -> Bool { ServeConfiguration.isNull(node) }
 
     /// Makes the errors: `herald: config file P, line L, key K: what`.

@@ -646,6 +646,7 @@ extension ServeSettings {
             }
             lines.append("\(option.key): \(value)  # \(origin)")
         }
+        if !categories.isEmpty { lines += CategoriesConfiguration.rendered(categories) }
         return lines.joined(separator: "\n")
     }
 

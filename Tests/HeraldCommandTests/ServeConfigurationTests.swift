@@ -319,6 +319,15 @@ struct ServeConfigurationTests {
             project-id: "has space: and colon"
             plugins: [/a.so, "/b c.so"]
             analytics-retention-days: 0
+            categories:
+              "chat: direct":
+                custom-dismiss-action: true
+                actions:
+                  - {identifier: reply, title: "Reply, now", text-input: {button-title: Send, placeholder: "Say: hi"}}
+                  - {identifier: note, title: Note, text-input: }
+                  - {identifier: delete, title: Delete, destructive: true, authentication-required: true, foreground: true}
+              empty:
+                actions: []
             """, environment: ["HERALD_SENDER_ID": "123", "HERALD_AUTH_TOKEN": "secret"], flags: [("echo", .boolean(true), "--echo")])
         let text = settings.rendered(environment: ["HERALD_AUTH_TOKEN": "secret"])
         #expect(text.contains("http: none  # config file"))
@@ -332,6 +341,8 @@ struct ServeConfigurationTests {
             #expect(again.values[option.key] == settings.values[option.key], "\(option.key)")
         }
         #expect(again.socket == settings.socket)
+        #expect(again.categories == settings.categories)
+        #expect(settings.categories.count == 2)
     }
 
     @Test("the edit distance and the suggestion")
