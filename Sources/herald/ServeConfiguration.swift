@@ -136,6 +136,10 @@ struct ServeOption: Sendable {
         "max-replays", .integer(1...1_000), default: .integer(3), "3", allowed: "a whole number from 1 to 1000",
         meaning:
             "Starts that may replay a message still pending; past it the message is quarantined (its handling likely crashes the daemon).")
+    static let contentModifierDeadline = ServeOption(
+        "content-modifier-deadline", .integer(1...600), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 600",
+        meaning:
+            "Seconds content modifiers (the image download) may take with a mutable-content notification before it is presented as it is.")
     static let analyticsStore = ServeOption(
         "analytics-store", .boolean, default: .boolean(true), "true", allowed: "true or false",
         meaning: "Keep analytics events in DATA-DIR/analytics.sqlite (herald report reads them).")
@@ -234,7 +238,7 @@ struct ServeOption: Sendable {
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
         http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
-        analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
+        contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
         natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
@@ -257,6 +261,8 @@ struct ServeSettings: Sendable {
     /// Every key's value (absent: not set) and where it came from.
     private(set) var values: [String: SettingValue] = [:]
     private(set) var sources: [String: SettingSource] = [:]
+    /// The config file's `categories` section (``CategoriesConfiguration``).
+    var categories: [NotificationCategory] = []
 
     init() {
         for option in ServeOption.all {
@@ -302,6 +308,7 @@ struct ServeSettings: Sendable {
     var logLevel: Logger.Level { string(ServeOption.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(ServeOption.shutdownGrace) }
     var maxReplays: Int { integer(ServeOption.maxReplays) }
+    var contentModifierDeadline: Int { integer(ServeOption.contentModifierDeadline) }
     var analyticsStore: Bool { boolean(ServeOption.analyticsStore) }
     var analyticsRetentionDays: Int { integer(ServeOption.analyticsRetentionDays) }
     var plugins: [String] {
@@ -437,12 +444,16 @@ enum ServeConfiguration {
             guard let key = keyNode.scalar?.string else {
                 throw ConfigurationError(message: "herald: config file \(path), line \(line): a key must be a plain name")
             }
+            if key == "categories" {
+                settings.categories = try CategoriesConfiguration.read(valueNode, path: path)
+                continue
+            }
             guard let option = ServeOption.all.first(where: { $0.key == key }) else {
                 let suggestion = nearest(to: key, among: ServeOption.all.map(\.key)).map { " (did you mean '\($0)'?)" } ?? ""
                 throw ConfigurationError(
                     message: """
                         herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
-                        \(ServeOption.all.map(\.key).joined(separator: ", "))
+                        \(ServeOption.all.map(\.key).joined(separator: ", ")), categories
                         """)
             }
             let source = SettingSource.file(path: path, line: line)
@@ -643,6 +654,7 @@ extension ServeSettings {
             }
             lines.append("\(option.key): \(value)  # \(origin)")
         }
+        if !categories.isEmpty { lines += CategoriesConfiguration.rendered(categories) }
         return lines.joined(separator: "\n")
     }
 
