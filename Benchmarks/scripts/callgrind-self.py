@@ -103,7 +103,7 @@ for name, cost in ranked:
 
 if call_counts:
     print("calls" + (" per message" if messages else "") + ": " + ", ".join(
-        f"{name} {count / messages:.1f}" if messages else f"{name} {count}" for name, count in sorted(call_counts.items())))
+        f"{name} {count / messages:.2f}" if messages else f"{name} {count}" for name, count in sorted(call_counts.items())))
 
 by_object = collections.Counter()
 for name, cost in self_cost.items():
