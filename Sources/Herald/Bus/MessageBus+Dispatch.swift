@@ -24,7 +24,7 @@ extension MessageBus {
     private func finished(_ message: RemoteMessage) {
         if let id = message.messageID, durable || replayedIDs.remove(id) != nil {
             batch.finished.append(id)
-            scheduleCommit()
+            scheduleFinishedCommit()
         }
         inFlight -= 1
         if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }

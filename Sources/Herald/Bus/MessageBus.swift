@@ -41,6 +41,7 @@ public final class MessageBus: @unchecked Sendable {
     var batch = StoreBatch()
     var batchAcks: [PendingAck] = []
     var commitScheduled = false
+    var finishedCommitScheduled = false
     var commitRunning = false
     var committingAcks: [PendingAck] = []
     var commitWaiters: [CommitWaiter] = []
