@@ -26,6 +26,9 @@ public final class Herald: @unchecked Sendable {
         public var maxInFlight: Int = 1024
         /// How long a background-fetch worker may take before it is cancelled and counted `.failed`.
         public var backgroundFetchDeadline: Duration = .seconds(30)
+        /// How long finished inbox entries wait for a commit of accepted messages to take them along before they are
+        /// committed on their own (tests lengthen it to see the ride-along whatever the machine's pace).
+        package var finishedEntriesCommitDelay: Duration = .milliseconds(100)
         /// The string catalogs alerts' localization keys (`loc-key`, `title-loc-key`, `subtitle-loc-key`) are
         /// resolved from; with none, a key is shown as itself, as on an Apple device.
         public var alertLocalization = AlertLocalization(tables: [])

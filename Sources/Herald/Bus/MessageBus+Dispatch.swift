@@ -110,17 +110,21 @@ extension MessageBus {
         let request = ContentModificationRequest(message: message)
         let running = Locked<(any ContentModifier)?>(nil)
         let resolved = Locked(false)
+        let (timeSource, deadline) = (timeSource, configuration.contentModifierDeadline)
         let final: (content: NotificationContent, expired: String?) = await withCheckedContinuation { continuation in
             let task = Locked<Task<Void, Never>?>(nil)
-            let timer = timeSource.scheduleTask(in: configuration.contentModifierDeadline) {
-                guard resolved.setFirst() else { return }
-                let modifier = running.withLock { $0 }
-                modifier?.serviceExtensionTimeWillExpire(request)
-                let content = request.content
-                task.withLock { $0 }?.cancel()
-                continuation.resume(returning: (content, modifier?.descriptor.name ?? ""))
-            }
             let started = Task(executorPreference: globalConcurrentExecutor) {
+                // The deadline counts from when the modifiers start, as an extension's time counts from its launch:
+                // a task that waited for a thread (a busy machine) has not used any of it.
+                running.withLock { $0 = modifiers.first }
+                let timer = timeSource.scheduleTask(in: deadline) {
+                    guard resolved.setFirst() else { return }
+                    let modifier = running.withLock { $0 }
+                    modifier?.serviceExtensionTimeWillExpire(request)
+                    let content = request.content
+                    task.withLock { $0 }?.cancel()
+                    continuation.resume(returning: (content, modifier?.descriptor.name ?? ""))
+                }
                 for modifier in modifiers where !Task.isCancelled {
                     running.withLock { $0 = modifier }
                     await modifier.modify(request)

@@ -16,20 +16,17 @@ extension MessageBus {
     }
 
     /// Finished entries (and nothing else) wait: the next commit of accepted messages takes them along, and when
-    /// none comes within ``finishedCommitDelay`` they are committed on their own. Their removal answers nobody,
+    /// none comes within the configuration's `finishedEntriesCommitDelay` they are committed on their own. Their removal answers nobody,
     /// so a commit of its own would only delay the next group of accepted messages by one fsync. A crash in the
     /// meantime replays them at the next start, as it would a removal whose commit had not ended yet.
     func scheduleFinishedCommit() {
         guard !finishedCommitScheduled else { return }
         finishedCommitScheduled = true
-        loop.scheduleTask(in: Self.finishedCommitDelay) { [self] in
+        loop.scheduleTask(in: configuration.finishedEntriesCommitDelay) { [self] in
             finishedCommitScheduled = false
             if !batch.isEmpty { scheduleCommit() }
         }
     }
-
-    /// How long finished entries wait for a commit of accepted messages to take them along.
-    static let finishedCommitDelay: Duration = .milliseconds(100)
 
     /// Whether the batch holds more than finished entries: accepted messages (whose senders wait) or quarantined ones.
     private var batchNeedsCommit: Bool { !batch.accepted.isEmpty || !batch.quarantined.isEmpty }

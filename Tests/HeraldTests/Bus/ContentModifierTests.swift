@@ -35,7 +35,7 @@ struct ContentModifierTests {
     @Test("at the deadline serviceExtensionTimeWillExpire gives the best attempt, which is presented; a diagnostic names the modifier")
     func deadline() async throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
-        configuration.contentModifierDeadline = .milliseconds(200)
+        configuration.contentModifierDeadline = .seconds(1)
         let modifier = Decrypting(blockAfterFirstChange: true)
         let handler = Presented()
         try await withHerald(configuration: configuration, plugins: [modifier, handler]) { herald, receiver, sink in
