@@ -136,9 +136,6 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             for connection in self.connections.values { connection.shutdown() }
             self.listener?.close()
             self.listener = nil
-            // The sessions hold the bus (through their handler's context), and the bus holds this receiver: the
-            // connections are let go here, not only as each close is reported, which a stopping loop may not do.
-            self.connections.removeAll()
         }
     }
 
