@@ -27,23 +27,7 @@ struct AppState: AsyncParsableCommand {
         guard let state = ApplicationState(rawValue: state) else {
             throw ValidationError("the state must be active or background, not '\(state)'")
         }
-        let path = socket ?? "\(dataDirectory)/herald.sock"
-        guard let address = SocketAddress(parsing: path.contains("/") || path.contains(":") ? path : "./\(path)") else {
-            throw ValidationError("--socket must be a path or HOST:PORT, not '\(path)'")
-        }
-        var line = JSONValue.object(["app_state": .string(state.rawValue)]).jsonBytes()
-        line.append(UInt8(ascii: "\n"))
-        let loop = EventLoop(name: "herald-app-state")
-        try loop.start()
-        defer { loop.shutdown() }
-        let answer: [UInt8]
-        do {
-            let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
-            answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
-        } catch {
-            throw CommandFailure(message: "herald: \(error)")
-        }
-        print(String(decoding: answer, as: UTF8.self))
+        let answer = try await socketRequest(["app_state": .string(state.rawValue)], socket: socket ?? "\(dataDirectory)/herald.sock")
         if (try? JSONParser.parse(answer))?["app_state"] == nil { throw ExitCode(1) }
     }
 }
