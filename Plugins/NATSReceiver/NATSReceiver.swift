@@ -509,6 +509,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
+    /// The longest single wait (µs) before subscribing again to a consumer still bound to an ended connection's
+    /// subscription; the waits double from 50 ms, so about 3 s in all.
+    private static let boundConsumerPatience: UInt32 = 1_600_000
+
     /// Makes the durable consumer `durable` on `stream` (or keeps it, with what waits for it) and subscribes to it.
     private func subscribeDurable(
         stream: String, durable: String, filter: String, deliverNew: Bool, jetStream: UnsafeHandle, context: PluginContext
@@ -531,11 +535,21 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
             var subscription: OpaquePointer?
             let closure = Unmanaged.passRetained(relay).toOpaque()
-            status = herald_nats_subscribe_durable(
-                &subscription, jetStream.pointer, stream, durable, filter,
-                { _, _, message, closure in
-                    SubscriptionRelay.from(closure).received(message)
-                }, closure, &code)
+            // A consumer still bound to the subscription of a connection that just ended (this instance's before a
+            // restart) is freed when the server has seen that connection go: until then, try again, for a while.
+            var wait: UInt32 = 50_000
+            while true {
+                status = herald_nats_subscribe_durable(
+                    &subscription, jetStream.pointer, stream, durable, filter,
+                    { _, _, message, closure in
+                        SubscriptionRelay.from(closure).received(message)
+                    }, closure, &code)
+                guard status != NATS_OK, wait <= Self.boundConsumerPatience,
+                    String(cString: herald_nats_last_error(status)).contains("already bound")
+                else { break }
+                usleep(wait)
+                wait *= 2
+            }
             guard status == NATS_OK, let subscription else {
                 Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
                 return .failure(
