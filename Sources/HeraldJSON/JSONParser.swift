@@ -171,6 +171,11 @@ package struct JSONReader: ~Copyable {
         return try scanString()
     }
 
+    /// Reads the string that starts at ``offset``, with the checks ``readValue()`` makes of a string.
+    package mutating func readString() throws(JSONParseError) -> String {
+        String(decoding: try readKey(), as: UTF8.self)
+    }
+
     /// Reads the `:` after a key and the whitespace around it.
     package mutating func readColon() throws(JSONParseError) {
         skipWhitespace()

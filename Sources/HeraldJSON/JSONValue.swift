@@ -294,6 +294,12 @@ public struct JSONObject: Sendable {
     @inlinable
     package var members: [Member] { entries }
 
+    /// Whether the object has a member named `key` (without copying its value, as the subscript does).
+    @inlinable
+    package func containsKey(_ key: String) -> Bool {
+        position(of: key) != nil
+    }
+
     /// Appends a member whose key the caller knows is not present yet.
     @inlinable
     package mutating func appendNew(key: String, value: JSONValue) {

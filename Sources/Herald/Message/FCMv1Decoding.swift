@@ -26,10 +26,10 @@ public struct FCMSendRequest: Sendable, Hashable {
     }
 
     private static func decode(_ body: UnsafeRawBufferPointer, context: DecodingContext) throws(MessageError) -> FCMSendRequest {
-        var request: ScannedRequest
+        var request = ScannedRequest()
         do {
             var reader = try JSONReader(body)
-            request = try ScannedRequest(&reader)
+            try request.scan(&reader)
         } catch {
             throw MessageError(.malformedJSON(error))
         }
@@ -81,14 +81,15 @@ public struct FCMSendRequest: Sendable, Hashable {
 
         // Exactly one target.
         var targetIndex: Int?
-        for index in Fields.targets.indices where message.target(index) != nil {
+        for index in Fields.targets.indices where message.target(index).isPresent {
             guard targetIndex == nil else {
-                throw MessageError(.multipleTargets(Fields.targets.indices.filter { message.target($0) != nil }.map { Fields.targets[$0] }))
+                let present = Fields.targets.indices.filter { message.target($0).isPresent }
+                throw MessageError(.multipleTargets(present.map { Fields.targets[$0] }))
             }
             targetIndex = index
         }
-        guard let targetIndex, let targetValue = message.target(targetIndex) else { throw MessageError(.noTarget) }
-        guard case .string(let targetString) = targetValue else {
+        guard let targetIndex else { throw MessageError(.noTarget) }
+        guard case .string(let targetString) = message.target(targetIndex) else {
             throw MessageError(.wrongType(field: "message.\(Fields.targets[targetIndex])", expected: "a string"))
         }
         let target: MessageTarget
@@ -115,8 +116,8 @@ public struct FCMSendRequest: Sendable, Hashable {
         case .notObject: throw MessageError(.wrongType(field: "message.notification", expected: "an object"))
         case .object(let notification):
             if let key = notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
-            let title = try notification.title.map { value throws(MessageError) in try string(value, field: "message.notification.title") }
-            let body = try notification.body.map { value throws(MessageError) in try string(value, field: "message.notification.body") }
+            let title = try string(notification.title, field: "message.notification.title")
+            let body = try string(notification.body, field: "message.notification.body")
             if title != nil || body != nil {
                 var alert = JSONObject()
                 alert.reserveCapacity(title != nil && body != nil ? 2 : 1)
@@ -128,8 +129,7 @@ public struct FCMSendRequest: Sendable, Hashable {
                 userInfo.place(key: UserInfoKey.aps, at: placed, orInsert: .object(aps))
                 placed += 1
             }
-            if let image = notification.image {
-                let image = try string(image, field: "message.notification.image")
+            if let image = try string(notification.image, field: "message.notification.image") {
                 userInfo.place(key: "fcm_options", at: placed, orInsert: ["image": .string(image)])
             }
         }
@@ -197,11 +197,12 @@ public struct FCMSendRequest: Sendable, Hashable {
             guard size <= limit else { throw MessageError(.payloadTooLarge(size: size, limit: limit)) }
         }
 
-        if let analyticsLabel { userInfo[UserInfoKey.analyticsLabel] = .string(analyticsLabel) }
-        userInfo[UserInfoKey.messageID] = .string(context.makeMessageID())
+        // None of the keys Herald adds can be there yet: data and apns.payload keys of those names were refused above.
+        if let analyticsLabel { userInfo.appendNew(key: UserInfoKey.analyticsLabel, value: .string(analyticsLabel)) }
+        userInfo.appendNew(key: UserInfoKey.messageID, value: .string(context.makeMessageID()))
         switch target {
-        case .topic(let name): userInfo[UserInfoKey.from] = .string("/topics/\(name)")
-        default: userInfo[UserInfoKey.from] = .string(context.senderID)
+        case .topic(let name): userInfo.appendNew(key: UserInfoKey.from, value: .string("/topics/\(name)"))
+        default: userInfo.appendNew(key: UserInfoKey.from, value: .string(context.senderID))
         }
         return RemoteMessage(
             userInfo: userInfo, target: target, collapseKey: collapseKey, priority: priority,
@@ -209,10 +210,13 @@ public struct FCMSendRequest: Sendable, Hashable {
         )
     }
 
-    /// The string `value` is, or the error that names `field`.
-    private static func string(_ value: JSONValue, field: String) throws(MessageError) -> String {
-        guard case .string(let string) = value else { throw MessageError(.wrongType(field: field, expected: "a string")) }
-        return string
+    /// The string `value` is (`nil` when it is absent), or the error that names `field`.
+    private static func string(_ value: ScannedString, field: String) throws(MessageError) -> String? {
+        switch value {
+        case .absent: return nil
+        case .string(let string): return string
+        case .other: throw MessageError(.wrongType(field: field, expected: "a string"))
+        }
     }
 }
 

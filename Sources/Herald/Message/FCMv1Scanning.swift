@@ -18,6 +18,21 @@ enum ScannedKind {
     case object
 }
 
+/// A field that is kept only when it is a string (a target, the notification's texts): its value is made into a
+/// `String` once, and any other value is only known to be there.
+enum ScannedString {
+    /// Not there, or `null`.
+    case absent
+    case string(String)
+    /// There, but not a string.
+    case other
+
+    var isPresent: Bool {
+        if case .absent = self { return false }
+        return true
+    }
+}
+
 /// What one pass over an FCM v1 send body found, before any of it is checked for meaning: the body is known to be
 /// JSON, and the checks then run in their own order on what was found (`FCMSendRequest.decode`).
 ///
@@ -34,7 +49,9 @@ struct ScannedRequest {
     /// The entries of `message.data`, in their order, whatever their values: the start of the message's `userInfo`.
     var userInfo = JSONObject()
 
-    init(_ reader: inout JSONReader) throws(JSONParseError) {
+    /// Reads the body at `reader` into this (empty) request. In place: the scanned message is large, and a copy of
+    /// it costs more than reading it.
+    mutating func scan(_ reader: inout JSONReader) throws(JSONParseError) {
         reader.start()
         guard reader.nextByte == UInt8(ascii: "{") else {
             _ = try reader.readValue()
@@ -43,34 +60,26 @@ struct ScannedRequest {
             return
         }
         var unknownKey: String?
-        var messageKind = ScannedKind.absent
-        var message = ScannedMessage()
-        var validateOnly: JSONValue?
-        var userInfo = JSONObject()
-        // Positions in FCMSendRequest.Fields.request.
         try reader.readFields(FCMSendRequest.Fields.request, unknownKey: &unknownKey) { reader, field throws(JSONParseError) in
+            // Positions in FCMSendRequest.Fields.request.
             if field == 0 {
                 messageKind = try reader.readMessage(into: &message, userInfo: &userInfo)
             } else {
                 validateOnly = try reader.readOptional()
             }
         }
-        try reader.finish()
         self.unknownKey = unknownKey
-        self.messageKind = messageKind
-        self.message = message
-        self.validateOnly = validateOnly
-        self.userInfo = userInfo
+        try reader.finish()
     }
 }
 
 /// The fields of a send request's `message`, as `ScannedRequest` found them.
 struct ScannedMessage {
     var unknownKey: String?
-    var token: JSONValue?
-    var fid: JSONValue?
-    var topic: JSONValue?
-    var condition: JSONValue?
+    var token = ScannedString.absent
+    var fid = ScannedString.absent
+    var topic = ScannedString.absent
+    var condition = ScannedString.absent
     var notification = ScannedMember<ScannedNotification>.absent
     /// For an object, the first key whose value is not a string.
     var data = ScannedMember<String?>.absent
@@ -80,7 +89,7 @@ struct ScannedMessage {
     var fcmOptions: JSONValue?
 
     /// The target field at `index` of `FCMSendRequest.Fields.targets`.
-    func target(_ index: Int) -> JSONValue? {
+    func target(_ index: Int) -> ScannedString {
         switch index {
         case 0: token
         case 1: fid
@@ -93,9 +102,9 @@ struct ScannedMessage {
 /// The fields of `message.notification`, as `ScannedRequest` found them.
 struct ScannedNotification {
     var unknownKey: String?
-    var title: JSONValue?
-    var body: JSONValue?
-    var image: JSONValue?
+    var title = ScannedString.absent
+    var body = ScannedString.absent
+    var image = ScannedString.absent
 }
 
 extension JSONReader {
@@ -105,6 +114,12 @@ extension JSONReader {
         // Not `nil` in the conditional: JSONValue is itself expressible by `nil` (as `.null`).
         guard !value.isNull else { return Optional.none }
         return value
+    }
+
+    /// The value at the reader as a field kept only when it is a string.
+    fileprivate mutating func readScannedString() throws(JSONParseError) -> ScannedString {
+        guard nextByte == UInt8(ascii: "\"") else { return try readValue().isNull ? .absent : .other }
+        return .string(try readString())
     }
 
     /// Reads a value that is not an object where an object is read field by field.
@@ -123,7 +138,8 @@ extension JSONReader {
         guard try enterObject() else { return }
         var seen: UInt64 = 0
         var seenCamelCase: UInt64 = 0
-        var unknownKeys: Set<String> = []
+        // Made only when the object has a key that is not a field.
+        var unknownKeys: Set<String>?
         repeat {
             let keyStart = offset
             let key = try readKey()
@@ -137,7 +153,11 @@ extension JSONReader {
                 try field(&self, match.position)
             } else {
                 let name = String(decoding: key, as: UTF8.self)
-                guard unknownKeys.insert(name).inserted else { throw JSONParseError(.duplicateKey(name), at: keyStart) }
+                if unknownKeys == nil {
+                    unknownKeys = [name]
+                } else if !unknownKeys!.insert(name).inserted {
+                    throw JSONParseError(.duplicateKey(name), at: keyStart)
+                }
                 if unknownKey == nil { unknownKey = name }
                 try readColon()
                 _ = try readValue()
@@ -161,10 +181,10 @@ extension JSONReader {
             case 4: message.webpush = try reader.readOptional()
             case 5: message.apns = try reader.readOptional()
             case 6: message.fcmOptions = try reader.readOptional()
-            case 7: message.token = try reader.readOptional()
-            case 8: message.topic = try reader.readOptional()
-            case 9: message.condition = try reader.readOptional()
-            default: message.fid = try reader.readOptional()
+            case 7: message.token = try reader.readScannedString()
+            case 8: message.topic = try reader.readScannedString()
+            case 9: message.condition = try reader.readScannedString()
+            default: message.fid = try reader.readScannedString()
             }
         }
         message.unknownKey = unknownKey
@@ -179,9 +199,9 @@ extension JSONReader {
         // Positions in FCMSendRequest.Fields.notification.
         try readFields(FCMSendRequest.Fields.notification, unknownKey: &unknownKey) { reader, field throws(JSONParseError) in
             switch field {
-            case 0: notification.title = try reader.readOptional()
-            case 1: notification.body = try reader.readOptional()
-            default: notification.image = try reader.readOptional()
+            case 0: notification.title = try reader.readScannedString()
+            case 1: notification.body = try reader.readScannedString()
+            default: notification.image = try reader.readScannedString()
             }
         }
         notification.unknownKey = unknownKey
@@ -198,10 +218,15 @@ extension JSONReader {
         repeat {
             let keyStart = offset
             let key = String(decoding: try readKey(), as: UTF8.self)
-            if case .some = userInfo[key] { throw JSONParseError(.duplicateKey(key), at: keyStart) }
+            if userInfo.containsKey(key) { throw JSONParseError(.duplicateKey(key), at: keyStart) }
             try readColon()
-            let value = try readValue()
-            if nonString == nil, value.stringValue == nil { nonString = key }
+            let value: JSONValue
+            if nextByte == UInt8(ascii: "\"") {
+                value = .string(try readString())
+            } else {
+                value = try readValue()
+                if nonString == nil { nonString = key }
+            }
             userInfo.appendNew(key: key, value: value)
         } while try !closesObject()
         return .object(nonString)

@@ -65,6 +65,66 @@ struct OnePassDecodingTests {
         }
     }
 
+    @Test("keys matched by their words: every length, near misses, long keys, escapes; strings kept, other values refused")
+    func keysAndStringFields() {
+        let bodies = [
+            #"{"message": {"token": "t", "notificatioN": {}}}"#,
+            #"{"message": {"token": "t", "notification!": {}}}"#,
+            #"{"message": {"token": "t", "notificatio": {}}}"#,
+            #"{"message": {"tokeN": "t"}}"#,
+            #"{"message": {"topic": "a", "token": "t"}}"#,
+            #"{"message": {"topix": "a", "token": "t"}}"#,
+            #"{"message": {"token": "t", "fcm_optionz": {}}}"#,
+            #"{"message": {"token": "t", "fcmOptions": {"analyticsLabel": "x"}}}"#,
+            #"{"message": {"token": "t", "conditioN": "x"}}"#,
+            #"{"message": {"condition": "'a' in topics", "token": null}}"#,
+            #"{"message": {"token": "t", "a_key_longer_than_16": 1}}"#,
+            #"{"message": {"token": "t", "restricted_package_name": 1}}"#,
+            #"{"message": {"token": "t", "notification": {"titlE": "x"}}}"#,
+            #"{"message": {"token": "t", "notification": {"tit": "x"}}}"#,
+            #"{"message": {"token": "t", "notification": {"b": "x"}}}"#,
+            #"{"message": {"token": "t", "notification": {"bo": "x"}}}"#,
+            #"{"message": {"token": "t", "notification": {"": "x"}}}"#,
+            #"{"message": {"token": "t", "": 1}}"#,
+            #"{"": 1, "message": {"token": "t"}}"#,
+            #"{"validateOnly": true, "message": {"token": "t"}}"#,
+            #"{"validate_onlY": true, "message": {"token": "t"}}"#,
+            #"{"validate_only": 1, "message": {"token": "t"}}"#,
+            #"{"message": {"\u0074oken": "t", "notific\u0061tion": {"t\u0069tle": "x"}}}"#,
+            #"{"message": {"token": "t\u00e9\n", "notification": {"title": "\u00e9", "body": "\ud83d\ude00", "image": "\/i"}}}"#,
+            #"{"message": {"token": 1}}"#,
+            #"{"message": {"token": {"a": 1}}}"#,
+            #"{"message": {"token": ["t"]}}"#,
+            #"{"message": {"token": true, "topic": null}}"#,
+            #"{"message": {"fid": 1.5}}"#,
+            #"{"message": {"topic": false}}"#,
+            #"{"message": {"condition": []}}"#,
+            #"{"message": {"token": null}}"#,
+            #"{"message": {"token": "t", "notification": {"title": null, "body": 2}}}"#,
+            #"{"message": {"token": "t", "notification": {"title": null, "body": null, "image": null}}}"#,
+            #"{"message": {"token": "t", "notification": {"image": {"url": "x"}}}}"#,
+            #"{"message": {"token": "t", "notification": {"title": [], "image": 1}}}"#,
+            #"{"message": {"token": "t", "data": {"k": 1, "j": "x", "i": null}}}"#,
+            #"{"message": {"token": "t", "data": {"k": {"a": 1}, "k": "x"}}}"#,
+            #"{"message": {"token": "t", "data": {"k": "v", "from": 1}}}"#,
+            #"{"message": {"token": "t", "data": {"google.c.a.m_l": "x"}}}"#,
+            #"{"message": {"token": "t", "data": {"gcm.message_id": "x"}}}"#,
+            #"{"message": {"token": "t", "fcm_options": {"analytics_label": "l"}, "data": {"k": "v"}}}"#,
+            #"{"message": {"topic": "news", "data": {"k": "v"}, "notification": {"title": "x"}}}"#,
+            #"{"message": {"token": "t", "x": 1, "y": 2, "x": 3}}"#,
+            #"{"x": 1, "y": 2, "x": 3, "message": {"token": "t"}}"#,
+            #"{"message": {"token": "t", "notification": {"x": 1, "x": 2}}}"#,
+        ]
+        for body in bodies {
+            expectAgreement(Array(body.utf8))
+        }
+        for name in FCMSendRequest.Fields.message.names + FCMSendRequest.Fields.message.camelCaseNames {
+            expectAgreement(Array(#"{"message": {"token": "t", "\#(name)": 1}}"#.utf8))
+            expectAgreement(Array(#"{"message": {"token": "t", "\#(name)x": 1}}"#.utf8))
+            expectAgreement(Array(#"{"message": {"token": "t", "\#(name.dropLast())": 1}}"#.utf8))
+        }
+    }
+
     @Test("a data key named like a key the notification adds keeps its value, and survives jsonBody()")
     func dataKeyNamedAPS() throws {
         let request = try decodeFCM(#"{"message": {"token": "t", "data": {"aps": "x"}, "notification": {"title": "a", "image": "i"}}}"#)
