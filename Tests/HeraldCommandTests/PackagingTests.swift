@@ -1,0 +1,105 @@
+import Foundation
+import HeraldTesting
+import Testing
+
+/// The checkout this test file is in (scripts/, packaging/).
+private let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
+
+/// The shipped unit with `ExecStart` pointing at the built `herald`, in `directory`.
+private func unitForBuiltHerald(in directory: String) throws -> String {
+    let unit = try String(contentsOf: repository.appendingPathComponent("packaging/systemd/herald.service"), encoding: .utf8)
+    let path = "\(directory)/herald.service"
+    try unit.replacingOccurrences(of: "ExecStart=/usr/bin/herald", with: "ExecStart=\(heraldExecutable.path)")
+        .write(toFile: path, atomically: true, encoding: .utf8)
+    return path
+}
+
+private let systemdAnalyze = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
+
+@Suite("The shipped systemd unit and the Debian package")
+struct PackagingTests {
+    @Test("systemd-analyze verify accepts the unit")
+    func verify() throws {
+        try withTemporaryDirectory { directory in
+            let unit = try unitForBuiltHerald(in: directory)
+            let result = try runExecutable(systemdAnalyze, ["verify", "--man=no", unit])
+            #expect(result.status == 0, "\(result.error)")
+        }
+    }
+
+    @Test("systemd-analyze security rates the unit OK or better (exposure below 2.0)")
+    func security() throws {
+        let unit = repository.appendingPathComponent("packaging/systemd/herald.service").path
+        let result = try runExecutable(systemdAnalyze, ["security", "--offline=true", "--no-pager", unit])
+        let line = result.output.split(separator: "\n").first { $0.contains("Overall exposure level") } ?? ""
+        let level = line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }
+        #expect(level != nil, "\(result.output)\(result.error)")
+        #expect((level ?? 10) < 2.0, "\(line)")
+        // systemd-analyze's own threshold (exposure × 10) agrees: above it the command fails.
+        let strict = try runExecutable(systemdAnalyze, ["security", "--offline=true", "--threshold=19", unit])
+        #expect(strict.status == 0, "\(strict.output)")
+    }
+
+    @Test(
+        "scripts/package-deb builds a .deb that, extracted, holds the files and starts with the shipped configuration",
+        .timeLimit(.minutes(5)))
+    func debianPackage() async throws {
+        try await withTemporaryDirectory { directory in
+            let built = try runExecutable(
+                repository.appendingPathComponent("scripts/package-deb"), ["\(directory)/out"],
+                environment: ["HERALD_BINARY": heraldExecutable.path])
+            #expect(built.status == 0, "\(built.error)")
+            let deb = built.output.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(deb.hasSuffix(".deb") && deb.contains("/herald_"), "\(built.output)")
+            let root = "\(directory)/root"
+            let extracted = try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-x", deb, root])
+            #expect(extracted.status == 0, "\(extracted.error)")
+            for file in [
+                "usr/bin/herald", "lib/systemd/system/herald.service", "etc/herald/herald.yaml",
+                "usr/include/herald/herald_plugin.h", "usr/share/man/man1/herald.1.gz",
+                "usr/share/bash-completion/completions/herald", "usr/share/zsh/vendor-completions/_herald",
+                "usr/share/fish/vendor_completions.d/herald.fish", "usr/share/doc/herald/copyright",
+            ] {
+                #expect(FileManager.default.fileExists(atPath: "\(root)/\(file)"), "\(file) missing")
+            }
+            let control = try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-I", deb])
+            #expect(control.output.contains("Package: herald") && control.output.contains("conffiles"), "\(control.output)")
+            let version = try runExecutable(URL(fileURLWithPath: "\(root)/usr/bin/herald"), ["--version"])
+            #expect(version.status == 0 && !version.output.isEmpty)
+            // Without a running systemd (no /run/systemd/system) the maintainer scripts have nothing to do and
+            // succeed.
+            if !FileManager.default.fileExists(atPath: "/run/systemd/system") {
+                for (script, argument) in [("postinst", "configure"), ("postrm", "remove")] {
+                    let extractedControl = "\(directory)/control"
+                    _ = try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-e", deb, extractedControl])
+                    let ran = try runExecutable(URL(fileURLWithPath: "/bin/sh"), ["\(extractedControl)/\(script)", argument])
+                    #expect(ran.status == 0, "\(script): \(ran.error)")
+                }
+            }
+            // The shipped configuration, moved to the test's directories and a free port.
+            let port = try freeLoopbackPort()
+            let shipped = try String(contentsOfFile: "\(root)/etc/herald/herald.yaml", encoding: .utf8)
+            let configuration = shipped.replacingOccurrences(of: "127.0.0.1:8080", with: "127.0.0.1:\(port)")
+                .replacingOccurrences(of: "/run/herald", with: directory)
+                .replacingOccurrences(of: "/var/lib/herald", with: "\(directory)/data")
+            #expect(configuration != shipped)
+            try configuration.write(toFile: "\(directory)/herald.yaml", atomically: true, encoding: .utf8)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "\(root)/usr/bin/herald")
+            process.arguments = ["serve", "--config", "\(directory)/herald.yaml"]
+            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer {
+                process.interrupt()
+                process.waitUntilExit()
+            }
+            let healthy = await eventually(timeout: .seconds(30)) {
+                (try? httpRequest(port: port, "GET", "/healthz"))?.status == 200
+            }
+            #expect(healthy)
+        }
+    }
+}
