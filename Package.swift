@@ -32,6 +32,7 @@ let package = Package(
         .library(name: "Herald", targets: ["Herald"]),
         .library(name: "HeraldEventLoop", targets: ["HeraldEventLoop"]),
         .library(name: "HeraldJSON", targets: ["HeraldJSON"]),
+        .library(name: "HeraldTLS", targets: ["HeraldTLS"]),
         // Adapters.
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         .library(name: "HeraldReport", targets: ["HeraldReport"]),
@@ -91,6 +92,13 @@ let package = Package(
             path: "Sources/CHTTPParser",
             providers: [.apt(["libhttp-parser-dev"])]
         ),
+        // OpenSSL 3's libssl and libcrypto: TLS on Herald's listeners (HeraldTLS).
+        .systemLibrary(
+            name: "COpenSSL",
+            path: "Sources/COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for the NATS receiver. Not
         // linked: loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
         .target(
@@ -115,6 +123,13 @@ let package = Package(
         // The strict JSON parser and writer (JSONValue, JSONObject): the one JSON implementation.
         .target(
             name: "HeraldJSON",
+            swiftSettings: swiftSettings
+        ),
+
+        // TLS for the loop's stream connections: OpenSSL through memory BIOs, on the connection's own loop.
+        .target(
+            name: "HeraldTLS",
+            dependencies: ["HeraldEventLoop", "COpenSSL", "CLibUV", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
 
@@ -170,13 +185,13 @@ let package = Package(
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
             name: "HeraldHTTPReceiver",
-            dependencies: ["Herald", "CHTTPParser"],
+            dependencies: ["Herald", "HeraldTLS", "CHTTPParser"],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
         .target(
             name: "HeraldSocketReceiver",
-            dependencies: ["Herald"],
+            dependencies: ["Herald", "HeraldTLS"],
             path: "Plugins/SocketReceiver",
             swiftSettings: swiftSettings
         ),
@@ -197,6 +212,7 @@ let package = Package(
             name: "HeraldPrometheusMetrics",
             dependencies: [
                 "Herald",
+                "HeraldTLS",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -237,6 +253,7 @@ let package = Package(
                 "HeraldEchoHandler",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
+                "HeraldTLS",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -329,6 +346,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "HeraldTLSTests",
+            dependencies: ["HeraldTLS", "HeraldEventLoop", "HeraldTesting", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "HeraldJSONTests",
             dependencies: ["HeraldJSON", "HeraldTesting"],
             swiftSettings: swiftSettings
@@ -366,12 +388,12 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldHTTPReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver", "HeraldTLS"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "HeraldSocketReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldSocketReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldSocketReceiver", "HeraldTLS"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -381,7 +403,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldPrometheusMetricsTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldPrometheusMetrics", "HeraldSocketReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldPrometheusMetrics", "HeraldSocketReceiver", "HeraldTLS"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,5 +1,6 @@
 import CHTTPParser
 public import Herald
+public import HeraldTLS
 
 /// The FCM-compatible HTTP endpoint: HTTP/1.1 on Herald's loop, parsed by Node's field-proven `http_parser`
 /// (Debian's libhttp-parser-dev: small, allocation-free, handles keep-alive, pipelining and chunked bodies).
@@ -10,7 +11,8 @@ public import Herald
 /// `/iid/v1:batchRemove`, which older Admin SDK topic calls use; APNs provider style `POST /3/device/{token}`;
 /// and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
-/// the receiver refuses to listen on anything but loopback. With ``Options/forwarder`` set (gateway mode), valid
+/// the receiver refuses to listen on anything but loopback. With ``Options/tls`` the endpoint speaks HTTPS; beyond
+/// loopback it must, unless ``Options/allowPlaintextNetwork`` says otherwise. With ``Options/forwarder`` set (gateway mode), valid
 /// sends go to the forwarder instead of this instance's bus, and the other routes answer 501.
 public final class HTTPReceiver: Receiver, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the rest is touched on the loop thread only.
@@ -38,6 +40,12 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// instead of the local bus, and every route but `messages:send` and `/healthz` is answered 501
         /// `UNIMPLEMENTED`. `nil` (the default): messages are for this instance.
         public var forwarder: (any SendForwarder)?
+        /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `http/1.1`.
+        public var tls: TLSServerContext?
+        /// Plain HTTP beyond loopback sends the bearer secret and every payload in clear: an address that is not
+        /// loopback is refused at start without ``tls`` unless this is `true` (a network you trust, or TLS ended in
+        /// front of Herald), and the start then says so in the log.
+        public var allowPlaintextNetwork = false
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address
@@ -50,12 +58,16 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         case secretRequired(SocketAddress)
         /// An empty secret would let `Authorization: Bearer ` in.
         case emptySecret
+        /// An address beyond loopback without TLS and without ``Options/allowPlaintextNetwork``.
+        case plaintextNetwork(SocketAddress)
         public var description: String {
             switch self {
             case .secretRequired(let address):
                 "refusing to listen on \(address) without a secret: set one, or listen on a loopback address (127.0.0.1, ::1) only"
             case .emptySecret:
                 "refusing an empty secret: set a real one, or none (nil) to listen on loopback only"
+            case .plaintextNetwork(let address):
+                "refusing to serve plain HTTP on \(address) without TLS: the bearer secret and every payload would cross the network in clear; set a TLS certificate and key, listen on loopback, or allow it (allowPlaintextNetwork)"
             }
         }
     }
@@ -95,10 +107,18 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             }
             context.logger.warning("no secret configured: the HTTP receiver accepts unauthenticated requests, on loopback only")
         }
+        if options.tls == nil, !options.address.isLoopback {
+            guard options.allowPlaintextNetwork else { throw ConfigurationError.plaintextNetwork(options.address) }
+            context.logger.warning(
+                "serving plain HTTP beyond loopback, as allowed: the bearer secret and payloads cross the network in clear",
+                metadata: ["address": "\(options.address)"])
+        }
         self.context = context
         try await context.loop.submit {
-            let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) {
-                [unowned self] connection in
+            let listener = ReceiverListener(
+                context: context, maximumConnections: self.options.maximumConnections, security: self.options.tls,
+                applicationProtocols: Self.applicationProtocols
+            ) { [unowned self] connection in
                 HTTPSession(connection: connection, receiver: self, context: context)
             }
             try listener.listen(on: [self.options.address])
@@ -113,6 +133,9 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             self.listener = nil
         }
     }
+
+    /// What the sessions speak, offered to TLS clients by ALPN.
+    static let applicationProtocols = ["http/1.1"]
 
     public var openConnections: Int { listener?.connectionCount ?? 0 }
 

@@ -27,7 +27,7 @@ final class MetricsEndpoint {
         server = try StreamServer.listen(on: context.loop, at: options.address) { accept?($0) }
         accept = { [weak self] connection in self?.serve(connection) }
         server.logAcceptFailures(to: context.logger)
-        context.logger.info("serving /metrics", metadata: ["address": "\(server.localAddress)"])
+        context.logger.info("serving /metrics", metadata: ["address": "\(server.localAddress)", "tls": "\(options.tls != nil)"])
     }
 
     func close() {
@@ -56,6 +56,8 @@ final class MetricsEndpoint {
             idle?.cancel()
             self?.connections[key] = nil
         }
+        // With TLS the handshake comes first; the callbacks below see the decrypted requests.
+        options.tls?.secure(connection, applicationProtocols: ["http/1.1"], established: nil)
         connection.onEnd = { connection.close() }
         connection.onRead = { [weak self] bytes in
             guard let self else { return }
