@@ -45,6 +45,11 @@ final class SSLContext: @unchecked Sendable {
         }
         try Self.checkReadable(keyFile, what: "key file")
         guard SSL_CTX_use_PrivateKey_file(pointer, keyFile, SSL_FILETYPE_PEM) == 1 else {
+            let code = ERR_peek_last_error()
+            if ERR_GET_LIB(code) == ERR_LIB_X509, ERR_GET_REASON(code) == X509_R_KEY_VALUES_MISMATCH {
+                ERR_clear_error()
+                throw .keyMismatch(certificate: certificateFile, key: keyFile)
+            }
             throw .invalid(what: "key file", path: keyFile, reason: openSSLError())
         }
         guard SSL_CTX_check_private_key(pointer) == 1 else {

@@ -100,19 +100,28 @@ struct TLSServerTests {
             #expect(context.certificate.serial == "AA01")
             try await withLoop { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
-                // The TLS session of a raw client held open across the reload: s_client in the background.
+                // A TLS connection held open across the reload: Python's ssl module, told when to go on.
+                let script = """
+                    import socket, ssl, sys
+                    context = ssl.create_default_context(cafile=sys.argv[1])
+                    stream = context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[2]))), server_hostname="localhost")
+                    lines = stream.makefile("rwb")
+                    for word in ("before", "after"):
+                        lines.write(word.encode() + b"\\n"); lines.flush()
+                        print(lines.readline().decode().strip(), flush=True)
+                        sys.stdin.readline()
+                    """
                 let process = Process()
-                process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-                process.arguments = ["s_client", "-connect", "127.0.0.1:\(server.port)", "-CAfile", certificates.caFile, "-quiet"]
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+                process.arguments = ["-c", script, certificates.caFile, "\(server.port)"]
                 let input = Pipe()
                 let output = Pipe()
                 process.standardInput = input
                 process.standardOutput = output
-                process.standardError = FileHandle.nullDevice
                 try process.run()
                 let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-                input.fileHandleForWriting.write(Data("before\n".utf8))
-                #expect(lines.line()?.hasPrefix("before alpn=none") == true)
+                let before = lines.line()
+                #expect(before?.hasPrefix("before alpn=none") == true && before?.hasSuffix("serial=AA01") == true, "\(before ?? "nothing")")
 
                 // The files replaced by a certificate of another serial, then reloaded.
                 try certificates.issue(name: "server", serial: "BB02")
@@ -122,7 +131,7 @@ struct TLSServerTests {
                 #expect(fresh.output.contains("serial=BB02"), "\(fresh.output)")
 
                 // The old connection still works, on the certificate it began with.
-                input.fileHandleForWriting.write(Data("after\n".utf8))
+                input.fileHandleForWriting.write(Data("go\n".utf8))
                 let after = lines.line()
                 #expect(after?.hasPrefix("after alpn=none") == true && after?.hasSuffix("serial=AA01") == true, "\(after ?? "nothing")")
                 try input.fileHandleForWriting.close()
