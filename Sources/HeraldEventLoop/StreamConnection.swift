@@ -21,8 +21,10 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     public internal(set) var label: String
     private var closeError: UVError?
     private var reading = false
-    /// TLS (or another filter) between the socket and the user; `nil` for a plain connection.
-    package private(set) var filter: (any StreamFilter)?
+    /// TLS (or another filter) between the socket and the user; `nil` for a plain connection. Read on every read and
+    /// flush: unchecked for exclusivity (loop thread only, set once before reading), so a plain connection pays a
+    /// test of the optional and no runtime access check.
+    @exclusivity(unchecked) package private(set) var filter: (any StreamFilter)?
 
     enum Kind { case tcp, unix }
 

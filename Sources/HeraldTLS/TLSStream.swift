@@ -1,5 +1,5 @@
-import COpenSSL
 import CLibUV
+import COpenSSL
 public import HeraldEventLoop
 
 /// TLS on one accepted connection: an SSL object between two memory BIOs. The ciphertext the connection reads is

@@ -77,12 +77,16 @@ struct ServeTLSTests {
             let body = #"{"message": {"token": "\#(token)", "data": {"over": "tls"}}}"#
             let curl = try runExecutable(
                 URL(fileURLWithPath: "/usr/bin/curl"),
-                ["-sS", "--cacert", certificates.caFile, "-H", "Content-Type: application/json", "-d", body, "-w", "\n%{http_code} %{http_version}", url])
+                [
+                    "-sS", "--cacert", certificates.caFile, "-H", "Content-Type: application/json", "-d", body, "-w",
+                    "\n%{http_code} %{http_version}", url,
+                ])
             #expect(curl.status == 0 && curl.output.contains("projects/demo/messages/"), "\(curl.output) \(curl.error)")
             #expect(curl.output.hasSuffix("200 1.1"), "\(curl.output)")
             #expect(daemon.event()?["event"]?.stringValue != nil, "\(daemon.log)")
             // Plain HTTP on the TLS port is refused.
-            let plain = try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-sS", "-m", "10", "http://127.0.0.1:\(daemon.httpPort)/healthz"])
+            let plain = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/curl"), ["-sS", "-m", "10", "http://127.0.0.1:\(daemon.httpPort)/healthz"])
             #expect(plain.status != 0, "\(plain.output)")
 
             try certificates.issue(name: "server", serial: "5002")
@@ -127,9 +131,11 @@ struct ServeTLSTests {
             #expect(half.status == 64 && half.error.contains("both a certificate and its key"), "\(half.error)")
             let missing = try runHerald(
                 ["serve", "--data-dir", directory + "/data", "--tls-cert", certificate, "--tls-key", directory + "/nothing.key"])
-            #expect(missing.status == 1 && missing.error.contains("cannot read the TLS key file \(directory)/nothing.key"), "\(missing.error)")
+            #expect(
+                missing.status == 1 && missing.error.contains("cannot read the TLS key file \(directory)/nothing.key"), "\(missing.error)")
             let beyond = try runHerald(
-                ["serve", "--data-dir", directory + "/data", "--http", "0.0.0.0:0", "--socket", "none"], environment: ["HERALD_AUTH_TOKEN": "s3cret"])
+                ["serve", "--data-dir", directory + "/data", "--http", "0.0.0.0:0", "--socket", "none"],
+                environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(beyond.status == 1 && beyond.error.contains("without TLS"), "\(beyond.error)")
         }
     }

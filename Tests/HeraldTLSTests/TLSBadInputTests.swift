@@ -48,7 +48,9 @@ struct TLSBadInputTests {
             try await withLoop { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let hello = try await capturedClientHello(on: loop)
-                for garbage in ["GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\u{0}\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}", "\u{16}\u{3}\u{1}\u{0}\u{1}x"] {
+                for garbage in [
+                    "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\u{0}\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}", "\u{16}\u{3}\u{1}\u{0}\u{1}x",
+                ] {
                     let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
                     client.send(garbage)
                     client.send(String(decoding: hello, as: UTF8.self))

@@ -18,7 +18,8 @@ struct TLSServerTests {
                     #expect(result.status == 0, "\(version): \(result.output)")
                     #expect(result.output.contains("Verify return code: 0 (ok)"))
                     let expected = version == "-tls1_2" ? "TLSv1.2" : "TLSv1.3"
-                    #expect(result.output.contains("hello alpn=none sni=localhost version=\(expected) peer=no serial=1001"), "\(result.output)")
+                    #expect(
+                        result.output.contains("hello alpn=none sni=localhost version=\(expected) peer=no serial=1001"), "\(result.output)")
                 }
                 #expect(context.handshakeFailures.all == 0)
                 try await server.close()
@@ -50,7 +51,9 @@ struct TLSServerTests {
             let (certificates, context) = try makeContext(in: directory)
             try await withLoop { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
-                for (offer, chosen) in [("h2", "h2"), ("http/1.1", "http/1.1"), ("h2,http/1.1", "h2"), ("http/1.1,h2", "h2"), ("spdy/1", "none")] {
+                for (offer, chosen) in [
+                    ("h2", "h2"), ("http/1.1", "http/1.1"), ("h2,http/1.1", "h2"), ("http/1.1,h2", "h2"), ("spdy/1", "none"),
+                ] {
                     let result = try sClient(port: server.port, ["-alpn", offer, "-CAfile", certificates.caFile])
                     #expect(result.status == 0, "\(offer): \(result.output)")
                     #expect(result.output.contains("hello alpn=\(chosen) "), "\(offer): \(result.output)")
@@ -85,7 +88,9 @@ struct TLSServerTests {
                     let with = try sClient(
                         port: server.port, [version, "-CAfile", certificates.caFile, "-cert", client.certificate, "-key", client.key])
                     #expect(with.status == 0, "\(with.output)")
-                    #expect(with.output.contains("hello alpn=none sni=none version=TLSv1.") && with.output.contains("peer=yes"), "\(with.output)")
+                    #expect(
+                        with.output.contains("hello alpn=none sni=none version=TLSv1.") && with.output.contains("peer=yes"),
+                        "\(with.output)")
                 }
                 #expect(await eventually { context.handshakeFailures.refused == 4 })
                 try await server.close()

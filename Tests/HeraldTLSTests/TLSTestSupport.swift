@@ -20,7 +20,8 @@ final class TLSTestServer: Sendable {
         self.port = server.port ?? 0
     }
 
-    static func start(on loop: EventLoop, context: TLSServerContext, protocols: [String] = ["h2", "http/1.1"]) async throws -> TLSTestServer {
+    static func start(on loop: EventLoop, context: TLSServerContext, protocols: [String] = ["h2", "http/1.1"]) async throws -> TLSTestServer
+    {
         let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { connection in
             context.secure(connection, applicationProtocols: protocols, established: nil)
             var line: [UInt8] = []
@@ -72,7 +73,8 @@ func makeContext(
 ) throws -> (TestCertificates, TLSServerContext) {
     let certificates = try TestCertificates(directory: directory)
     let (certificate, key) = try certificates.issue(name: "server", serial: serial)
-    var configuration = TLSServerContext.Configuration(certificateFile: certificate, keyFile: key, clientCAFile: clientCA ? certificates.caFile : nil)
+    var configuration = TLSServerContext.Configuration(
+        certificateFile: certificate, keyFile: key, clientCAFile: clientCA ? certificates.caFile : nil)
     configuration.handshakeTimeout = handshakeTimeout
     return (certificates, try TLSServerContext(configuration: configuration, logger: logger))
 }
