@@ -140,3 +140,48 @@ struct ServeTLSTests {
         }
     }
 }
+
+@Suite("herald serve: TLS on the socket receiver's TCP address and on /metrics")
+struct ServeTLSListenersTests {
+    @Test("a JSON line over TLS to the socket receiver is answered; /metrics over https shows the failed handshakes")
+    func socketAndMetrics() async throws {
+        try await withTemporaryDirectory(prefix: "herald-tls") { directory in
+            let certificates = try TestCertificates(directory: directory)
+            let (certificate, key) = try certificates.issue(name: "server", serial: "8001")
+            let socketPort = try freeLoopbackPort()
+            let metricsPort = try freeLoopbackPort()
+            let daemon = try DaemonProcess(
+                directory: directory + "/data",
+                arguments: [
+                    "--socket", "127.0.0.1:\(socketPort)", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate,
+                    "--tls-key", key,
+                ])
+            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let line = #"{"message": {"token": "\#(token)", "data": {"over": "tls"}}}"#
+            let script = """
+                import socket, ssl, sys
+                context = ssl.create_default_context(cafile=sys.argv[1])
+                stream = context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[2]))), server_hostname="localhost")
+                stream.sendall(sys.argv[3].encode() + b"\\n")
+                print(stream.makefile("rb").readline().decode().strip(), flush=True)
+                """
+            let answer = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/python3"), ["-c", script, certificates.caFile, "\(socketPort)", line])
+            #expect(answer.output.contains("projects/demo/messages/"), "\(answer.output) \(answer.error)")
+
+            // Plain HTTP to the TLS port of /metrics: a refused handshake, counted on the page.
+            let curl = URL(fileURLWithPath: "/usr/bin/curl")
+            _ = try runExecutable(curl, ["-sS", "-m", "10", "http://127.0.0.1:\(metricsPort)/metrics"])
+            let page = await eventuallyValue { () -> String? in
+                let scrape = try? runExecutable(
+                    curl, ["-sS", "-m", "10", "--cacert", certificates.caFile, "https://localhost:\(metricsPort)/metrics"])
+                guard let output = scrape?.output, output.contains(#"herald_tls_handshake_failures_total{reason="refused"} 1"#) else {
+                    return nil
+                }
+                return output
+            }
+            #expect(page != nil, "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+}
