@@ -246,10 +246,14 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
 
     /// Starts reading again after ``pauseReading()``.
     public func resumeReading() {
+        guard let filter else {
+            startReading()
+            return
+        }
         loop.preconditionInEventLoop()
         let wasReading = reading
         startReading()
-        if !wasReading, reading, let filter { filter.readingResumed() }
+        if !wasReading, reading { filter.readingResumed() }
     }
 
     /// Whether bytes are being delivered (``startReading()`` called and not paused).
