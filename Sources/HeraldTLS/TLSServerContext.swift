@@ -6,7 +6,7 @@ public import Logging
 /// TLS for the connections a listener accepts, on OpenSSL 3 through memory BIOs: the handshake and the records
 /// run on the connection's own loop, in the read and flush callbacks it already has (no thread of its own).
 ///
-/// TLS 1.2 and 1.3 only; ALPN chosen from what each listener offers (``StreamSecurity/secure(_:applicationProtocols:established:)``);
+/// TLS 1.2 and 1.3 only; ALPN chosen from what each listener offers (``secure(_:applicationProtocols:established:)``);
 /// SNI accepted (the name the client asked for is in ``TLSDetails/serverName``); client certificates required and
 /// checked against a CA file when ``Configuration/clientCAFile`` is set (mutual TLS).
 ///

@@ -15,7 +15,7 @@ extension ReceiverSession {
 }
 
 /// What stream receivers share: listening on addresses, accepting within a connection limit, securing TCP
-/// connections with TLS when given a ``StreamSecurity``, pausing and resuming reading on every connection for the
+/// connections with TLS when given a `StreamSecurity`, pausing and resuming reading on every connection for the
 /// bus's backpressure, and closing everything at stop. Loop thread only, like the sockets it owns.
 public final class ReceiverListener<Session: ReceiverSession> {
     private let context: PluginContext
@@ -31,7 +31,7 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// - Parameters:
     ///   - security: TLS for the connections accepted on TCP addresses (Unix sockets stay plain); `nil`: none.
     ///     A TLS connection's session is made once its handshake is done, so `makeSession` can choose by
-    ///     ``StreamConnection/applicationProtocol``. Connections in their handshake count against the limit.
+    ///     `StreamConnection.applicationProtocol`. Connections in their handshake count against the limit.
     ///   - applicationProtocols: what the sessions speak, offered to TLS clients (ALPN), in order of preference.
     public init(
         context: PluginContext, maximumConnections: Int, security: (any StreamSecurity)? = nil, applicationProtocols: [String] = [],
