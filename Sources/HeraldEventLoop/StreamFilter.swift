@@ -38,7 +38,10 @@ public protocol StreamSecurity: AnyObject, Sendable {
     /// (its `onClose` runs). Set ``StreamConnection/onRead`` before the handshake ends, at the latest in
     /// `established`.
     ///
-    /// - Parameter applicationProtocols: the protocols the listener speaks, in order of preference, for the peer
-    ///   to choose from (ALPN: `["h2", "http/1.1"]`); empty for a protocol without a name (no ALPN).
+    /// - Parameters:
+    ///   - connection: the connection just accepted.
+    ///   - applicationProtocols: the protocols the listener speaks, in order of preference, for the peer to choose
+    ///     from (ALPN: `["h2", "http/1.1"]`); empty for a protocol without a name (no ALPN).
+    ///   - established: runs once the handshake is complete; `nil` when the user waits for nothing.
     func secure(_ connection: StreamConnection, applicationProtocols: [String], established: (() -> Void)?)
 }

@@ -45,7 +45,9 @@ public final class TLSServerContext: StreamSecurity, @unchecked Sendable {
 
     /// Reads the certificate, the key and the client CA file.
     ///
-    /// - Parameter logger: where failed handshakes are reported (once per stretch) and reloads logged.
+    /// - Parameters:
+    ///   - configuration: the files and the handshake timeout.
+    ///   - logger: where failed handshakes are reported (once per stretch).
     /// - Throws: ``TLSConfigurationError`` naming the file that cannot be read or used, or a key that does not
     ///   belong to the certificate.
     public init(configuration: Configuration, logger: Logger = Logger(label: "herald.tls")) throws(TLSConfigurationError) {

@@ -29,10 +29,13 @@ public final class ReceiverListener<Session: ReceiverSession> {
     private var paused = false
 
     /// - Parameters:
+    ///   - context: the plugin's context: its loop and logger.
+    ///   - maximumConnections: the most connections open at once; more are closed as they are accepted.
     ///   - security: TLS for the connections accepted on TCP addresses (Unix sockets stay plain); `nil`: none.
     ///     A TLS connection's session is made once its handshake is done, so `makeSession` can choose by
     ///     `StreamConnection.applicationProtocol`. Connections in their handshake count against the limit.
     ///   - applicationProtocols: what the sessions speak, offered to TLS clients (ALPN), in order of preference.
+    ///   - makeSession: makes the session of a connection (once its TLS handshake is done).
     public init(
         context: PluginContext, maximumConnections: Int, security: (any StreamSecurity)? = nil, applicationProtocols: [String] = [],
         makeSession: @escaping (StreamConnection) -> Session
