@@ -4,7 +4,7 @@ public import HeraldTLS
 
 /// The FCM-compatible HTTP endpoint on Herald's loop, served by HeraldHTTP's session and its route table: HTTP/1.1
 /// (Node's field-proven `http_parser`, with RFC 9112's checks, pipelining and the limits below) and HTTP/2 (nghttp2;
-/// by prior knowledge in clear).
+/// by prior knowledge in clear, by ALPN `h2` over TLS).
 ///
 /// Routes: `POST /v1/projects/{project}/messages:send` (an FCM v1 send body; `{"name": ...}` or Google's error
 /// shape); FCM v1 topic management (`POST /v1/projects/{project}/registrations/{token}/topicSubscriptions?topic_name=T`,
@@ -46,7 +46,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// when one is set, and answers APNs' 403 reasons otherwise. Empty (the default): the secret alone, as for
         /// every route.
         public var apnsKeys: [APNsProviderKey] = []
-        /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `http/1.1`.
+        /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `h2` and `http/1.1`, and
+        /// the protocol the client picks serves the connection.
         public var tls: TLSServerContext?
         /// Plain HTTP beyond loopback sends the bearer secret and every payload in clear: an address that is not
         /// loopback is refused at start without ``tls`` unless this is `true` (a network you trust, or TLS ended in
@@ -163,8 +164,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         }
     }
 
-    /// What the sessions speak, offered to TLS clients by ALPN.
-    static let applicationProtocols = ["http/1.1"]
+    /// What the sessions speak, offered to TLS clients by ALPN in this order of preference.
+    static let applicationProtocols = ["h2", "http/1.1"]
 
     public var openConnections: Int { listener?.connectionCount ?? 0 }
 
