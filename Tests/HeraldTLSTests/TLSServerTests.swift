@@ -27,6 +27,25 @@ struct TLSServerTests {
         }
     }
 
+    @Test("sessions resume: a client back with the session it was given (an ID in TLS 1.2, a ticket in 1.3) skips the full handshake")
+    func resumption() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try makeContext(in: directory)
+            try await withLoop { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                for version in ["-tls1_2", "-tls1_3"] {
+                    let session = "\(directory)/session\(version)"
+                    let first = try sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_out", session])
+                    #expect(first.output.contains("\nNew, TLSv1."), "\(version): \(first.output)")
+                    let again = try sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_in", session])
+                    #expect(again.status == 0 && again.output.contains("\nReused, TLSv1."), "\(version): \(again.output)")
+                    #expect(again.output.contains("hello alpn=none"), "\(version): \(again.output)")
+                }
+                try await server.close()
+            }
+        }
+    }
+
     @Test("TLS 1.0 and 1.1 are refused (the client allowed to offer them), and the refusals counted")
     func oldVersionsRefused() async throws {
         try await withTemporaryDirectory { directory in
