@@ -345,8 +345,10 @@ final class Daemon: Service, Sendable {
             try makeDirectories(settings.dataDirectory)
             lock = try DataDirectoryLock.acquire(
                 directory: settings.dataDirectory,
+                // Over TLS the address is written as an https URL, so that `herald topics` speaks TLS to it.
                 owner: .init(
-                    http: settings.http, projectID: settings.projectID, socket: settings.socket))
+                    http: settings.http.map { settings.tlsCertificate == nil ? $0 : "https://\($0)" }, projectID: settings.projectID,
+                    socket: settings.socket))
         } catch {
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }

@@ -118,9 +118,12 @@ struct ServeTLSTests {
             #expect(sent.status == 0 && sent.output.contains("projects/demo/messages/"), "\(sent.output) \(sent.error)")
             #expect(daemon.event()?["userInfo"]?["over"] == "https", "\(daemon.log)")
 
-            let subscribed = try runHerald(["topics", "subscribe", "--data-dir", data] + http + ["--project-id", "demo", "storms"])
+            // No --http: the daemon's lock names its https address.
+            let subscribed = try runHerald(["topics", "subscribe", "--data-dir", data, "--ca-file", certificates.caFile, "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
-            #expect(subscribed.output.hasPrefix("subscribed to storms (through the running daemon"), "\(subscribed.output)")
+            #expect(
+                subscribed.output == "subscribed to storms (through the running daemon at https://127.0.0.1:\(daemon.httpPort))\n",
+                "\(subscribed.output)")
             let toTopic = try runHerald(["send"] + http + ["--project-id", "demo", "--topic", "storms", "--data", "n=1"])
             #expect(toTopic.status == 0, "\(toTopic.output) \(toTopic.error)")
             #expect(daemon.event()?["userInfo"]?["n"] == "1", "\(daemon.log)")
