@@ -14,7 +14,7 @@ final class TLSHarness: Sendable {
 
     init() {
         let directory = try! makeTemporaryDirectory(prefix: "herald-fuzz-tls")
-        let certificates = try! TestCertificates(directory: directory)
+        let certificates = try! TestCertificates(in: directory)
         let (certificate, key) = try! certificates.issue(name: "server", serial: "F022")
         var configuration = TLSServerContext.Configuration(certificateFile: certificate, keyFile: key)
         configuration.handshakeTimeout = .seconds(5)
