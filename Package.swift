@@ -53,6 +53,7 @@ let package = Package(
         .library(name: "HeraldTokenWebhook", targets: ["HeraldTokenWebhook"]),
         .library(name: "HeraldExecFetchWorker", targets: ["HeraldExecFetchWorker"]),
         .library(name: "HeraldDesktopPresenter", targets: ["HeraldDesktopPresenter"]),
+        .library(name: "HeraldImageAttachment", targets: ["HeraldImageAttachment"]),
         // The daemon.
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
@@ -279,6 +280,13 @@ let package = Package(
             path: "Plugins/DesktopPresenter",
             swiftSettings: swiftSettings
         ),
+        // A content modifier: downloads a notification's image (fcm_options.image) and attaches it.
+        .target(
+            name: "HeraldImageAttachment",
+            dependencies: ["Herald", "HeraldHTTPClient", .product(name: "Logging", package: "swift-log")],
+            path: "Plugins/ImageAttachment",
+            swiftSettings: swiftSettings
+        ),
 
         // MARK: The command: `herald serve`, `send`, `token`, `topics`, `report`, `quarantine`.
 
@@ -298,6 +306,7 @@ let package = Package(
                 "HeraldHTTPClient",
                 "HeraldDesktopPresenter",
                 "HeraldTLS",
+                "HeraldImageAttachment",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -321,6 +330,13 @@ let package = Package(
             name: "EchoReceiver",
             dependencies: ["Herald", "HeraldSocketReceiver"],
             path: "Examples/EchoReceiver",
+            swiftSettings: swiftSettings
+        ),
+        // A desktop daemon: the desktop presenter, a category with actions and a text reply, the responses printed.
+        .executableTarget(
+            name: "DesktopNotifier",
+            dependencies: ["Herald", "HeraldDesktopPresenter", "HeraldSocketReceiver"],
+            path: "Examples/DesktopNotifier",
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -479,7 +495,15 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldDesktopPresenterTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", "DesktopNotifier",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldImageAttachmentTests",
+            dependencies: ["Herald", "HeraldTesting", "HeraldImageAttachment", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

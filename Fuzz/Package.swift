@@ -90,7 +90,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // herald serve's config file loader. ServeConfiguration.swift lives in the `herald` executable, which no
-        // other package can import: Sources/FuzzConfig/ServeConfiguration.swift is a symbolic link to it, so the
+        // other package can import: Sources/FuzzConfig/ServeConfiguration.swift (and the two files of settings it uses,
+        // APNsKeySetting.swift and CategoriesConfiguration.swift) are symbolic links to those files, so the
         // loader is compiled here from the same file, not copied.
         .executableTarget(
             name: "FuzzConfig",
@@ -98,6 +99,7 @@ let package = Package(
                 "FuzzSupport",
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldNATSReceiver", package: "Herald"),
+                .product(name: "HeraldHTTPReceiver", package: "Herald"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),
             ],

@@ -51,11 +51,12 @@ bench_build() {
     BIN=$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)
 }
 
-# wait_ready LOG PID [TRIES] [INTERVAL]: waits for the server's `ready` line; exits when it dies or never says it.
+# wait_ready LOG PID [TRIES] [INTERVAL] [PATTERN]: waits for the server's `ready` line (a line matching PATTERN);
+# exits when it dies or never says it.
 wait_ready() {
-    local tries=${3:-200} interval=${4:-0.05}
+    local tries=${3:-200} interval=${4:-0.05} pattern=${5:-^ready}
     for _ in $(seq 1 "$tries"); do
-        grep -q '^ready' "$1" 2>/dev/null && return 0
+        grep -q "$pattern" "$1" 2>/dev/null && return 0
         kill -0 "$2" 2>/dev/null || { echo "server exited:"; cat "$1"; exit 1; }
         sleep "$interval"
     done

@@ -6,11 +6,21 @@
 // - Data-only messages: written to standard error; one with a data key `fail` fails (Herald records it).
 // - Silent messages: answered `.newData`, or what their data key `result` says (`noData`, `failed`).
 // - Responses: written to standard error.
+// - Categories: `weather` (notifications with `aps.category: weather`) offers "Details" and a text reply; Herald
+//   registers it when it loads the plugin.
 import Glibc
 import HeraldPluginKit
 
 final class ExampleHandler: DynamicNotificationHandler, DynamicMessageHandler, DynamicFetchWorker {
     static let name = "example"
+    static let categories: JSONObject = [
+        "weather": [
+            "actions": [
+                ["identifier": "details", "title": "Details", "foreground": true],
+                ["identifier": "comment", "title": "Comment", "text-input": ["button-title": "Send", "placeholder": "Your comment"]],
+            ]
+        ]
+    ]
 
     /// Put before every line this plugin writes; configurable (`{"prefix": "..."}`).
     let prefix: String

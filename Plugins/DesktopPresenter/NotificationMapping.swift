@@ -58,6 +58,9 @@ struct NotifyRequest: Sendable, Hashable {
                     textActionIdentifier = action.identifier
                     actions += [Self.inlineReplyKey, action.title]
                     if !placeholder.isEmpty { hints.append(DBusEntry("x-kde-reply-placeholder-text", .string(placeholder))) }
+                    if let button = action.textInputButtonTitle, !button.isEmpty {
+                        hints.append(DBusEntry("x-kde-reply-submit-button-text", .string(button)))
+                    }
                 } else {
                     actions += [action.identifier, action.title]
                 }
@@ -129,9 +132,11 @@ struct NotifyRequest: Sendable, Hashable {
         return String(name[..<dot])
     }
 
-    /// The message's image (`fcm_options.image`) when it is a local file (`file://` URL or absolute path); an
+    /// The message's image: its first attachment (a content modifier's, such as the downloaded
+    /// `fcm_options.image`), or `fcm_options.image` when it is a local file (`file://` URL or absolute path); an
     /// image on the web needs downloading first, which presenting does not do.
     static func localImagePath(_ message: RemoteMessage) -> String? {
+        if let attachment = message.attachments.first { return attachment.path }
         guard let image = message.userInfo["fcm_options"]?["image"]?.stringValue else { return nil }
         if image.hasPrefix("file://") { return String(image.dropFirst("file://".count)).removingPercentEncodingIfAny }
         return image.hasPrefix("/") ? image : nil

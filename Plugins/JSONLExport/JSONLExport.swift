@@ -310,7 +310,7 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
         if let name = fcmEventName(for: event) { return name }
         guard selection == .messageEvents else { return nil }
         switch event.name {
-        case .notificationForeground, .notificationDismiss:
+        case .notificationForeground, .notificationBackground, .notificationDismiss:
             return event.name.rawValue
         case .backgroundFetch:
             return qualified(event.name, event.parameters["result"])
@@ -422,6 +422,8 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
             return selection == .messageEvents ? RecordEventName(name: "message_dropped", qualifier: reason) : nil
         case .notificationForeground:
             return selection == .messageEvents ? RecordEventName(name: "notification_foreground") : nil
+        case .notificationBackground:
+            return selection == .messageEvents ? RecordEventName(name: "notification_background") : nil
         case .notificationDismiss:
             return selection == .messageEvents ? RecordEventName(name: "notification_dismiss") : nil
         case .backgroundFetch:

@@ -11,13 +11,18 @@ public import Herald
 ///   published to JetStream on `herald.<project>.token.<token>` and the sender answered only once the stream has
 ///   stored it, with the ID the instance will give the message (`nats-<stream>-<sequence>-<Nats-Msg-Id>`): stored means it reaches
 ///   the instance, at least once, even if the instance is down now (within the stream's limits).
-/// - **topic**: published on core NATS (`herald.<project>.topic.<topic>`, where the instances subscribe) and
-///   flushed: the answer means the NATS server has it; every instance subscribed and connected at that moment gets
-///   it (one of a queue group, with shared delivery). At most once; an instance that is disconnected misses it, as
-///   FCM's own topic sends reach only current subscribers. The ID is one the gateway makes; instances give their
-///   own IDs to topic messages.
+/// - **topic**: published on `herald.<project>.topic.<topic>`, through JetStream when a stream takes topic subjects
+///   (instances with stored topic delivery make one): answered once stored, with the stored message's ID, and every
+///   subscribed instance gets it, also one away now, within its time to live. Without such a stream, on core NATS and
+///   flushed: every instance subscribed and connected at that moment gets it (one of a queue group, with shared
+///   delivery), at most once; the ID is one the gateway makes.
 /// - **condition**: refused, `400 INVALID_ARGUMENT`: the gateway does not know the instances' subscriptions, so it
 ///   cannot evaluate one. Send to each topic instead.
+///
+/// Every publish carries a `Nats-Msg-Id` made from the send (a hash of its subject and body), so a sender's retry
+/// through this gateway or another is stored once. Registrations are read from a copy of the bucket a KV watch keeps
+/// (``NATSPublisher/watchRegistrations(bucket:)``): an unknown token is answered without a round trip. A gateway
+/// holds nothing else: several are interchangeable behind a balancer.
 ///
 /// `validate_only` checks the request (and a token's registration) and publishes nothing. NATS unreachable (down,
 /// reconnecting, or no answer within ``NATSReceiver/Options/requestTimeout``): `503 UNAVAILABLE`; the sender retries.
@@ -29,6 +34,8 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
 
     public let options: NATSReceiver.Options
     private let shared = Locked<(publisher: NATSPublisher?, context: PluginContext?)>((nil, nil))
+    /// Whether the topic stream exists (a cache: once seen it is assumed to stay), and when it was last looked for.
+    private let topicStream = Locked<(exists: Bool, checked: ContinuousClock.Instant?)>((false, nil))
 
     public init(options: NATSReceiver.Options) {
         self.options = options
@@ -47,6 +54,8 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             try publisher.ensureStream(project: project, options: options)
             return publisher
         }
+        // Registrations are read from a watched copy of the bucket: an unknown token is answered without a round trip.
+        publisher.watchRegistrations(bucket: options.registrationBucket ?? NATSSubjects.registrationBucket(project: project))
         shared.withLock { $0 = (publisher, context) }
         context.logger.info(
             "gateway mode: sends go to NATS",
@@ -57,8 +66,12 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     }
 
     public func stop() async {
-        // The publisher's connection closes when its last reference (a send in progress, perhaps) goes.
-        shared.withLock { $0 = (nil, nil) }
+        // The publisher's connection closes when its last reference (a send in progress, the watch) goes.
+        let publisher = shared.withLock { shared in
+            defer { shared = (nil, nil) }
+            return shared.publisher
+        }
+        publisher?.stopWatchingRegistrations()
     }
 
     /// Healthy while connected to NATS.
@@ -86,10 +99,13 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             if request.validateOnly { return .success(localID) }
             guard publisher.isConnected else { return .failure(Self.unavailable("not connected to NATS")) }
             do {
-                try await context.loop.offload {
-                    try publisher.publish(NATSSubjects.topic(project: project, topic: topic), body: body, flush: true)
+                let subject = NATSSubjects.topic(project: project, topic: topic)
+                let messageID = Self.idempotencyKey(subject: subject, body: body)
+                let store = try await storesTopics(publisher, project: project, loop: context.loop)
+                let stored = try await context.loop.offload {
+                    try publisher.publishTopic(subject, body: body, messageID: messageID, stored: store)
                 }
-                return .success(localID)
+                return .success(stored ?? localID)
             } catch {
                 return .failure(Self.unavailable("\(error)"))
             }
@@ -105,7 +121,11 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         do {
             let key =
                 if case .installation(let id) = target { NATSSubjects.sanitized(id) } else { NATSSubjects.registrationKey(token: token) }
-            registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
+            if let cached = publisher.cachedRegistration(key: key) {
+                registered = cached
+            } else {
+                registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
+            }
         } catch {
             return .failure(Self.unavailable("\(error)"))
         }
@@ -116,10 +136,39 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         if request.validateOnly { return .success(localID) }
         do {
             let subject = NATSSubjects.token(project: project, token: registered)
-            return .success(try await context.loop.offload { try publisher.publishStored(subject, body: body) })
+            let messageID = Self.idempotencyKey(subject: subject, body: body)
+            return .success(try await context.loop.offload { try publisher.publishStored(subject, body: body, messageID: messageID) })
         } catch {
             return .failure(Self.unavailable("\(error)"))
         }
+    }
+
+    /// Whether topic messages go to JetStream: the topic stream (which instances with stored topic delivery make)
+    /// exists. Looked for at most every 5 seconds until it is found.
+    private func storesTopics(_ publisher: NATSPublisher, project: String, loop: EventLoop) async throws -> Bool {
+        let now = ContinuousClock.now
+        let known = topicStream.withLock { state -> Bool? in
+            if state.exists { return true }
+            if let checked = state.checked, now - checked < .seconds(5) { return false }
+            return nil
+        }
+        if let known { return known }
+        let name = options.stream.map { $0 + "_TOPICS" } ?? NATSSubjects.topicStreamName(project: project)
+        let exists = try await loop.offload { try publisher.streamExists(name) }
+        topicStream.withLock { $0 = (exists, now) }
+        return exists
+    }
+
+    /// The `Nats-Msg-Id` of a send: a hash of its subject and body (64-bit FNV-1a), so that a sender's retry of a
+    /// send (after a timeout, a 503, or through another gateway) is stored once within the stream's duplicate
+    /// window and answered with the first one's ID. Two identical sends to one token within the window are one.
+    static func idempotencyKey(subject: String, body: [UInt8]) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        func mix(_ byte: UInt8) { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        for byte in subject.utf8 { mix(byte) }
+        mix(0)
+        for byte in body { mix(byte) }
+        return "h" + String(hash, radix: 16)
     }
 
     private static func unavailable(_ detail: String) -> MessageError {

@@ -1,4 +1,5 @@
 import CNATS
+import Glibc
 import Herald
 
 /// Publishes send bodies to Herald's NATS subjects (``NATSSubjects``), as `herald send --nats` does: token
@@ -16,6 +17,10 @@ public final class NATSPublisher: @unchecked Sendable {
     /// Key-value buckets opened so far, by name: opening one is a round trip (stream info), so a gateway, which reads
     /// a registration per send, opens each once.
     private let buckets = Locked<[String: OpaquePointer]>([:])
+    /// The registrations bucket as a watch keeps it (``watchRegistrations(bucket:)``): the keys and tokens, whether
+    /// the watch has caught up, the watcher to stop, and whether it was stopped.
+    private let watched = Locked<(tokens: [String: String], caughtUp: Bool, watcher: OpaquePointer?, stopped: Bool)>(
+        ([:], false, nil, false))
 
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
     /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
@@ -62,8 +67,9 @@ public final class NATSPublisher: @unchecked Sendable {
         var code = jsErrCode(rawValue: 0)
         let stream = options.stream ?? NATSSubjects.streamName(project: project)
         let status = herald_nats_ensure_stream(
-            jetStream, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
-            Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+            jetStream, stream, NATSSubjects.allTokens(project: project), true, options.streamMaxAge.nanoseconds,
+            Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds,
+            Int64(options.effectiveReplicas), &code
         )
         guard status == NATS_OK else {
             throw NATSReceiverError.jetStream(
@@ -75,7 +81,32 @@ public final class NATSPublisher: @unchecked Sendable {
     /// (`nats-<stream>-<sequence>-<message ID>`) once the stream has stored it. `messageID` (the `Nats-Msg-Id`
     /// header; a random one when `nil`) makes retries within the stream's duplicate window one message.
     public func publishStored(_ subject: String, body: [UInt8], messageID: String? = nil) throws -> String {
-        let messageID = messageID ?? String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        try store(subject, body: body, messageID: messageID ?? String(UInt64.random(in: 1...UInt64.max), radix: 16))
+    }
+
+    /// A topic message: with `stored` (a stream takes topic subjects), stored as ``publishStored(_:body:messageID:)``
+    /// does, so that instances with stored topic delivery get it also when they are away, and its ID; else a core
+    /// publish (flushed), and `nil`. Instances with core fan-out get it either way.
+    public func publishTopic(_ subject: String, body: [UInt8], messageID: String, stored: Bool) throws -> String? {
+        if stored { return try store(subject, body: body, messageID: messageID) }
+        try publish(subject, body: body, flush: true)
+        return nil
+    }
+
+    /// Whether the stream `name` exists.
+    public func streamExists(_ name: String) throws -> Bool {
+        var count: UInt64 = 0
+        var code = jsErrCode(rawValue: 0)
+        let status = herald_nats_stream_messages(jetStream, name, &count, &code)
+        if status == NATS_NOT_FOUND || code == JSStreamNotFoundErr { return false }
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(
+                operation: "read the stream \(name)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+        return true
+    }
+
+    private func store(_ subject: String, body: [UInt8], messageID: String) throws -> String {
         var sequence: UInt64 = 0
         var code = jsErrCode(rawValue: 0)
         var stream = [CChar](repeating: 0, count: 256)
@@ -162,6 +193,77 @@ public final class NATSPublisher: @unchecked Sendable {
         return kvEntry_ValueString(entry).map { String(cString: $0) }
     }
 
+    /// Keeps a copy of the registrations bucket `bucket` up to date with a KV watch on a thread of its own, so that
+    /// ``cachedRegistration(key:)`` answers without a round trip (a gateway answers an unknown token at once). A
+    /// bucket that does not exist yet is looked for again every second; a watch that fails is opened again. Runs
+    /// until ``stopWatchingRegistrations()``.
+    public func watchRegistrations(bucket: String) {
+        detachThread { [self] in
+            while !watched.withLock({ $0.stopped }) {
+                followRegistrations(bucket: bucket)
+                if watched.withLock({ $0.stopped }) { break }
+                usleep(1_000_000)
+            }
+        }
+    }
+
+    /// One watch of `bucket`, until it fails or is stopped.
+    private func followRegistrations(bucket: String) {
+        var store: OpaquePointer?
+        let opened = js_KeyValue(&store, jetStream, bucket)
+        if opened == NATS_NOT_FOUND {
+            // No bucket: no instance registered yet; known for sure, so answered from the (empty) copy.
+            watched.withLock { $0.caughtUp = true }
+            return
+        }
+        guard opened == NATS_OK, let store else { return }
+        defer { kvStore_Destroy(store) }
+        var watcherPointer: OpaquePointer?
+        guard kvStore_WatchAll(&watcherPointer, store, nil) == NATS_OK, let watcher = watcherPointer else { return }
+        defer { kvWatcher_Destroy(watcher) }
+        let started = watched.withLock { watched in
+            guard !watched.stopped else { return false }
+            watched = ([:], false, watcher, false)
+            return true
+        }
+        guard started else { return }
+        defer {
+            watched.withLock {
+                $0.watcher = nil
+                $0.caughtUp = false
+            }
+        }
+        while true {
+            var entry: OpaquePointer?
+            let status = kvWatcher_Next(&entry, watcher, 1000)
+            if status == NATS_TIMEOUT { continue }
+            guard status == NATS_OK else { return }
+            guard let entry else {
+                // The watch has delivered every key the bucket held: from now on, updates.
+                watched.withLock { $0.caughtUp = true }
+                continue
+            }
+            let key = String(cString: kvEntry_Key(entry))
+            let token = kvEntry_Operation(entry) == kvOp_Put ? kvEntry_ValueString(entry).map { String(cString: $0) } : nil
+            kvEntry_Destroy(entry)
+            watched.withLock { $0.tokens[key] = token }
+        }
+    }
+
+    /// Ends the watch ``watchRegistrations(bucket:)`` started.
+    public func stopWatchingRegistrations() {
+        watched.withLock { watched in
+            watched.stopped = true
+            if let watcher = watched.watcher { kvWatcher_Stop(watcher) }
+        }
+    }
+
+    /// What the watched copy of the registrations bucket holds under `key`: `.some(token)` (or `.some(nil)`: no
+    /// such registration), or `nil` while the watch has not caught up (then ask the bucket).
+    public func cachedRegistration(key: String) -> String?? {
+        watched.withLock { $0.caughtUp ? .some($0.tokens[key]) : nil }
+    }
+
     /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
     /// receivers write it) holds it under its installation ID. A gateway answers `UNREGISTERED` when it is not.
     public func isRegistered(token: String, project: String, bucket: String? = nil) throws -> Bool {
@@ -178,5 +280,26 @@ public final class NATSPublisher: @unchecked Sendable {
                 operation: "read the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
         }
         return count
+    }
+}
+
+/// Runs `body` on a detached thread of its own (a watch that blocks for as long as the publisher lives).
+private func detachThread(_ body: @escaping @Sendable () -> Void) {
+    final class Body: Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+    let argument = Unmanaged.passRetained(Body(body)).toOpaque()
+    var thread = pthread_t()
+    let status = pthread_create(
+        &thread, nil,
+        { argument in
+            Unmanaged<Body>.fromOpaque(argument!).takeRetainedValue().run()
+            return nil
+        }, argument)
+    if status == 0 {
+        pthread_detach(thread)
+    } else {
+        Unmanaged<Body>.fromOpaque(argument).release()
     }
 }

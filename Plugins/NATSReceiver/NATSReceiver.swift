@@ -1,5 +1,6 @@
 import CLibUV
 import CNATS
+import Glibc
 public import Herald
 import Logging
 
@@ -21,6 +22,9 @@ import Logging
 ///   a message published while an instance is disconnected does not reach it.
 /// - **Shared work** (``TopicDelivery/shared(group:)``): the same topic subjects in a NATS queue group: each
 ///   message goes to exactly one connected instance of the group. Also at most once.
+/// - **Stored topics** (``TopicDelivery/stored``): topic messages stored by JetStream, a durable consumer per
+///   subscribed topic: each subscribed instance handles each once, also after being away, within the message's time
+///   to live (counted from when it was stored); of the messages with one collapse key that wait together, the newest.
 ///
 /// A body that is not a valid send request is dropped with a log line and a `message_dropped` event (reason
 /// `invalid`): on JetStream it is terminated (never redelivered); a core NATS request gets the FCM error on its
@@ -37,6 +41,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         case fanOut
         /// The instances of the queue group `group` share the topic messages: each goes to one of them.
         case shared(group: String)
+        /// Every subscribed instance receives each topic message once, also one that was away when it was sent and
+        /// comes back within the message's time to live: the stream ``NATSSubjects/topicStreamName(project:)``
+        /// (`<stream>_TOPICS`) stores topic messages, and the instance has a durable consumer per subscribed topic.
+        case stored
     }
 
     /// TLS files: the CA to trust, and a client certificate with its key for servers that ask for one.
@@ -92,6 +100,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var streamMaxBytes: Int = -1
         /// Publishes with the same `Nats-Msg-Id` within this window are stored once.
         public var duplicateWindow: Duration = .seconds(120)
+        /// Copies a cluster keeps of the streams and the registrations bucket Herald creates; `nil` for
+        /// ``effectiveReplicas``'s default (3 when ``servers`` names three servers or more, else 1).
+        public var replicas: Int?
         /// How long connecting to one server may take.
         public var connectTimeout: Duration = .seconds(2)
         /// How long a JetStream request (stream and consumer set-up) may take.
@@ -120,6 +131,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public init(servers: [String]) {
             self.servers = servers
         }
+
+        /// ``replicas``, or 3 when ``servers`` names three servers or more (a cluster: each message on a majority
+        /// before it is confirmed, one server's loss survived), else 1.
+        public var effectiveReplicas: Int { replicas ?? (servers.count >= 3 ? 3 : 1) }
     }
 
     /// Where the connection is.
@@ -158,6 +173,13 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var place: OpaquePointer?
     private var reconnectLimits: UnsafeMutablePointer<Int64>?
     private var topicSubscriptions: [String: OpaquePointer] = [:]
+    /// Stored topic delivery: whether the stream exists (consumers can be made), and the subscription to each
+    /// topic's durable consumer.
+    private var topicStreamReady = false
+    private var storedTopicSubscriptions: [String: OpaquePointer] = [:]
+    /// Stored topic messages with a collapse key held while more messages wait for their consumer (by subject):
+    /// of those with one collapse key, only the newest is handled.
+    private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?)]] = [:]
     private var wantedTopics: Set<String> = []
     /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
     private var held: [OpaquePointer] = []
@@ -196,6 +218,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
                 .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
                 .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
+                .init(name: "replicas", defaultValue: "1 (3 with three servers)", help: "copies of the streams and bucket in a cluster"),
                 .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
                 .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
                 .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
@@ -248,8 +271,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let status: (natsStatus, jsErrCode, String) = try await context.loop.offload {
                 var code = jsErrCode(rawValue: 0)
                 let status = herald_nats_ensure_stream(
-                    jetStream.pointer, stream, NATSSubjects.allTokens(project: project), options.streamMaxAge.nanoseconds,
-                    Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, &code
+                    jetStream.pointer, stream, NATSSubjects.allTokens(project: project), true, options.streamMaxAge.nanoseconds,
+                    Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds,
+                    Int64(options.effectiveReplicas), &code
                 )
                 return (status, code, String(cString: herald_nats_last_error(status)))
             }
@@ -257,6 +281,33 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 throw NATSReceiverError.jetStream(operation: "create the stream \(stream)", detail: status.2, code: Int(status.1.rawValue))
             }
             try await changeTokenSubscription(to: context.topics.token())
+        }
+        if options.topicDelivery == .stored {
+            try await ensureTopicStream(jetStream: jetStream, context: context)
+            try await context.loop.submit { self.topicStreamReady = true }
+            try await tokenChanges.run { try await self.changeStoredTopics() }
+        }
+    }
+
+    /// The stream of stored topic messages.
+    private var topicStreamName: String { streamName + "_TOPICS" }
+
+    /// Creates the stream of topic messages (limits retention: each instance's consumer acknowledges its own copy)
+    /// when it is missing.
+    private func ensureTopicStream(jetStream: UnsafeHandle, context: PluginContext) async throws {
+        let stream = topicStreamName
+        let project = context.projectID
+        let options = self.options
+        let failure: (natsStatus, jsErrCode, String)? = try await context.loop.offload {
+            var code = jsErrCode(rawValue: 0)
+            let status = herald_nats_ensure_stream(
+                jetStream.pointer, stream, NATSSubjects.allTopics(project: project), false, options.streamMaxAge.nanoseconds,
+                Int64(options.streamMaxMessages), Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds,
+                Int64(options.effectiveReplicas), &code)
+            return status == NATS_OK ? nil : (status, code, String(cString: herald_nats_last_error(status)))
+        }
+        if let failure {
+            throw NATSReceiverError.jetStream(operation: "create the stream \(stream)", detail: failure.2, code: Int(failure.1.rawValue))
         }
     }
 
@@ -352,6 +403,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             self.heldStart = 0
             for subscription in self.topicSubscriptions.values { Self.close(subscription) }
             self.topicSubscriptions.removeAll()
+            for subscription in self.storedTopicSubscriptions.values { Self.close(subscription) }
+            self.storedTopicSubscriptions.removeAll()
+            for message in self.collapsing.values.joined() { natsMsg_Destroy(message.message) }
+            self.collapsing.removeAll()
             if let subscription = self.tokenSubscription { Self.close(subscription) }
             self.tokenSubscription = nil
             natsConnection_Close(connection.pointer)
@@ -379,6 +434,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// change, acks — or `timeout` passed. Callable from any context except the loop thread.
     public func flush(timeout: Duration = .seconds(2)) async throws {
         guard let context else { throw NATSReceiverError.notConnected }
+        // Consumer changes under way (stored topics, the token) first.
+        await tokenChanges.wait()
         let connection: UnsafeHandle? = try await context.loop.submit { self.stopping ? nil : self.connection.map(UnsafeHandle.init) }
         guard let connection else { throw NATSReceiverError.notConnected }
         let status = try await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, timeout.milliseconds) }
@@ -435,39 +492,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
             let durable = self.options.consumer ?? NATSSubjects.consumerName(token: token)
             let filter = NATSSubjects.token(project: project, token: token)
-            let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
-            let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .jetStream)
-            let options = self.options
-            let result: Result<UnsafeHandle, NATSReceiverError> = try await context.loop.offload {
-                var code = jsErrCode(rawValue: 0)
-                var status = herald_nats_ensure_consumer(
-                    jetStream.pointer, stream, durable, filter, deliver, options.ackWait.nanoseconds,
-                    Int64(options.maxAckPending), Int64(options.maxDeliver), &code
-                )
-                guard status == NATS_OK else {
-                    return .failure(
-                        .jetStream(
-                            operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
-                            code: Int(code.rawValue)))
-                }
-                var subscription: OpaquePointer?
-                let closure = Unmanaged.passRetained(relay).toOpaque()
-                status = herald_nats_subscribe_durable(
-                    &subscription, jetStream.pointer, stream, durable, filter,
-                    { _, _, message, closure in
-                        SubscriptionRelay.from(closure).received(message)
-                    }, closure, &code)
-                guard status == NATS_OK, let subscription else {
-                    Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
-                    return .failure(
-                        .jetStream(
-                            operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
-                            code: Int(code.rawValue)))
-                }
-                Self.prepare(subscription, closure: closure, options: options)
-                return .success(UnsafeHandle(subscription))
-            }
-            let subscription = try result.get()
+            let subscription = try await self.subscribeDurable(
+                stream: stream, durable: durable, filter: filter, deliverNew: false, jetStream: jetStream, context: context)
             try await context.loop.submit {
                 if self.stopping {
                     Self.close(subscription.pointer)
@@ -483,12 +509,104 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
+    /// The longest single wait (µs) before subscribing again to a consumer still bound to an ended connection's
+    /// subscription; the waits double from 50 ms, so about 3 s in all.
+    private static let boundConsumerPatience: UInt32 = 1_600_000
+
+    /// Makes the durable consumer `durable` on `stream` (or keeps it, with what waits for it) and subscribes to it.
+    private func subscribeDurable(
+        stream: String, durable: String, filter: String, deliverNew: Bool, jetStream: UnsafeHandle, context: PluginContext
+    ) async throws -> UnsafeHandle {
+        let project = context.projectID
+        let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
+        let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .jetStream)
+        let options = self.options
+        let result: Result<UnsafeHandle, NATSReceiverError> = try await context.loop.offload {
+            var code = jsErrCode(rawValue: 0)
+            var status = herald_nats_ensure_consumer(
+                jetStream.pointer, stream, durable, filter, deliver, deliverNew, options.ackWait.nanoseconds,
+                Int64(options.maxAckPending), Int64(options.maxDeliver), &code
+            )
+            guard status == NATS_OK else {
+                return .failure(
+                    .jetStream(
+                        operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
+                        code: Int(code.rawValue)))
+            }
+            var subscription: OpaquePointer?
+            let closure = Unmanaged.passRetained(relay).toOpaque()
+            // A consumer still bound to the subscription of a connection that just ended (this instance's before a
+            // restart) is freed when the server has seen that connection go: until then, try again, for a while.
+            var wait: UInt32 = 50_000
+            while true {
+                status = herald_nats_subscribe_durable(
+                    &subscription, jetStream.pointer, stream, durable, filter,
+                    { _, _, message, closure in
+                        SubscriptionRelay.from(closure).received(message)
+                    }, closure, &code)
+                guard status != NATS_OK, wait <= Self.boundConsumerPatience,
+                    String(cString: herald_nats_last_error(status)).contains("already bound")
+                else { break }
+                usleep(wait)
+                wait *= 2
+            }
+            guard status == NATS_OK, let subscription else {
+                Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+                return .failure(
+                    .jetStream(
+                        operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
+                        code: Int(code.rawValue)))
+            }
+            Self.prepare(subscription, closure: closure, options: options)
+            return .success(UnsafeHandle(subscription))
+        }
+        return try result.get()
+    }
+
+    /// Stored topic delivery: a durable consumer per wanted topic (made from the next message on: a subscriber gets
+    /// what is sent from its subscription on, as with FCM), deleted when the topic is left. The consumers are named
+    /// after the instance (``NATSSubjects/topicConsumerName(instance:topic:)``), so they outlive a restart.
+    private func changeStoredTopics() async throws {
+        guard let context else { return }
+        let (wanted, current, jetStream): (Set<String>, Set<String>, UnsafeHandle?) = try await context.loop.submit {
+            (self.wantedTopics, Set(self.storedTopicSubscriptions.keys), self.stopping ? nil : self.jetStream.map(UnsafeHandle.init))
+        }
+        guard let jetStream, wanted != current, let token = try await context.topics.token() else { return }
+        let instance = options.consumer ?? NATSSubjects.consumerName(token: token)
+        let stream = topicStreamName
+        for topic in current.subtracting(wanted) {
+            try await context.loop.submit {
+                if let subscription = self.storedTopicSubscriptions.removeValue(forKey: topic) { Self.close(subscription) }
+            }
+            let durable = NATSSubjects.topicConsumerName(instance: instance, topic: topic)
+            _ = try await context.loop.offload {
+                var code = jsErrCode(rawValue: 0)
+                return herald_nats_delete_consumer(jetStream.pointer, stream, durable, &code)
+            }
+        }
+        for topic in wanted.subtracting(current) {
+            let subscription = try await subscribeDurable(
+                stream: stream, durable: NATSSubjects.topicConsumerName(instance: instance, topic: topic),
+                filter: NATSSubjects.topic(project: context.projectID, topic: topic), deliverNew: true, jetStream: jetStream,
+                context: context)
+            try await context.loop.submit {
+                if self.stopping {
+                    Self.close(subscription.pointer)
+                } else {
+                    self.storedTopicSubscriptions[topic] = subscription.pointer
+                }
+            }
+        }
+        context.logger.info("receiving topic messages from JetStream", metadata: ["stream": "\(stream)", "topics": "\(wanted.sorted())"])
+    }
+
     /// Writes `token` to the registrations bucket under `key` (deletes the key for `nil`), so a gateway knows it.
     private func register(_ token: String?, key: String, jetStream: UnsafeHandle, context: PluginContext) async throws {
         let bucket = options.registrationBucket ?? NATSSubjects.registrationBucket(project: context.projectID)
+        let replicas = Int64(options.effectiveReplicas)
         let failure: String? = try await context.loop.offload {
             var code = jsErrCode(rawValue: 0)
-            let status = herald_nats_put_registration(jetStream.pointer, bucket, key, token, &code)
+            let status = herald_nats_put_registration(jetStream.pointer, bucket, key, token, replicas, &code)
             return status == NATS_OK ? nil : String(cString: herald_nats_last_error(status))
         }
         if let failure {
@@ -516,6 +634,19 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// Subscribes to the wanted topics not subscribed yet and unsubscribes from the others. Loop thread.
     private func applyTopics() {
         guard let connection, let context, !stopping else { return }
+        if options.topicDelivery == .stored {
+            // Before the stream exists, start makes the consumers once it is there.
+            guard topicStreamReady else { return }
+            // Consumers are made and deleted with JetStream requests: one change at a time, off the loop.
+            tokenChanges.start {
+                do {
+                    try await self.changeStoredTopics()
+                } catch {
+                    context.logger.error("cannot follow the topics on NATS", metadata: ["error": "\(error)"])
+                }
+            }
+            return
+        }
         for (topic, subscription) in topicSubscriptions where !wantedTopics.contains(topic) {
             Self.close(subscription)
             topicSubscriptions[topic] = nil
@@ -530,6 +661,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 switch options.topicDelivery {
                 case .fanOut: natsConnection_Subscribe(&subscription, connection, subject, handler, closure)
                 case .shared(let group): natsConnection_QueueSubscribe(&subscription, connection, subject, group, handler, closure)
+                case .stored: NATS_ERR
                 }
             guard status == NATS_OK, let subscription else {
                 Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
@@ -555,12 +687,14 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         shared.withLock { $0.statistics.received += 1 }
         let length = Int(natsMsg_GetDataLength(message))
         let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
-        let reply: String? = kind == .core ? natsMsg_GetReply(message).map { String(cString: $0) } : nil
+        let reply = Self.replySubject(message, kind: kind)
 
         switch kind {
         case .jetStream where context.bus.isFull:
             settle(message, .redeliverLater)
             return
+        case .jetStream where options.topicDelivery == .stored && Self.isTopicSubject(message, project: context.projectID):
+            takeStoredTopicMessage(message, body: body, context: context)
         case .core where (context.bus.isFull || heldCount > 0) && heldCount < options.maxHeldMessages:
             // Core NATS cannot be asked to wait: hold the message (in order) until the bus has room.
             held.append(message)
@@ -585,7 +719,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             heldStart += 1
             let length = Int(natsMsg_GetDataLength(message))
             let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
-            offer(message, kind: .core, body: body, reply: natsMsg_GetReply(message).map { String(cString: $0) }, context: context)
+            offer(message, kind: .core, body: body, reply: Self.replySubject(message, kind: .core), context: context)
         }
         if heldStart > 1024, heldStart * 2 > held.count {
             held.removeFirst(heldStart)
@@ -593,12 +727,73 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
+    /// Where to answer a core message: its reply subject, unless it was published to a stream (it has a
+    /// `Nats-Msg-Id`): then the reply subject is the publisher's, waiting for the stream's acknowledgement.
+    private static func replySubject(_ message: OpaquePointer, kind: SubscriptionRelay.Kind) -> String? {
+        guard kind == .core, herald_nats_stored_message_id(message) == nil else { return nil }
+        return natsMsg_GetReply(message).map { String(cString: $0) }
+    }
+
+    /// A stored topic message: it expires its time to live after it was stored (`android.ttl`, else FCM's default
+    /// of 4 weeks; `apns-expiration` is the bus's own). One with a collapse key is held while more messages wait for
+    /// its consumer, so that of several with one key only the newest is handled (the others are acknowledged and
+    /// recorded as `message_dropped`, reason `collapsed`). Loop thread.
+    private func takeStoredTopicMessage(_ message: OpaquePointer, body: [UInt8], context: PluginContext) {
+        let subject = String(cString: natsMsg_GetSubject(message))
+        var storedAt = Int64(0)
+        var pending = UInt64(0)
+        var messageID: String?
+        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
+        if natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata {
+            storedAt = metadata.pointee.Timestamp / 1_000_000_000
+            pending = metadata.pointee.NumPending
+            messageID = Self.storedMessageID(message, metadata: metadata)
+            jsMsgMetaData_Destroy(metadata)
+        }
+        let fields = StoredTopicFields(body)
+        let expiresAt = storedAt + (fields.timeToLive ?? Self.defaultTimeToLive)
+        var waiting = collapsing[subject] ?? []
+        if let key = fields.collapseKey, let index = waiting.firstIndex(where: { $0.key == key }) {
+            let replaced = waiting.remove(at: index)
+            context.bus.recordDropped(.collapsed, detail: "replaced by a newer message with collapse key \(key) while waiting")
+            settle(replaced.message, .acknowledge)
+        }
+        if let key = fields.collapseKey, pending > 0, waiting.count < max(1, options.maxAckPending / 2) {
+            waiting.append((key, message, expiresAt, messageID))
+            collapsing[subject] = waiting
+            return
+        }
+        collapsing[subject] = nil
+        for held in waiting {
+            let length = Int(natsMsg_GetDataLength(held.message))
+            let heldBody: [UInt8] = natsMsg_GetData(held.message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+            offer(
+                held.message, kind: .jetStream, body: heldBody, reply: nil, context: context, expiresAt: held.expiresAt,
+                storedID: held.messageID)
+        }
+        offer(message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, storedID: messageID)
+    }
+
+    /// Whether `message` came on a topic subject (`herald.<project>.topic.…`).
+    private static func isTopicSubject(_ message: OpaquePointer, project: String) -> Bool {
+        guard let subject = natsMsg_GetSubject(message) else { return false }
+        let prefix = "herald." + project + ".topic."
+        return prefix.withCString { strncmp(subject, $0, strlen($0)) == 0 }
+    }
+
+    /// FCM's default time to live: 4 weeks.
+    static let defaultTimeToLive: Int64 = 28 * 24 * 3600
+
     /// Submits `message` to the bus; acknowledges, refuses or answers it with the bus's answer.
-    private func offer(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext) {
+    private func offer(
+        _ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext,
+        expiresAt: Int64? = nil, storedID: String? = nil
+    ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
-        let messageID = kind == .jetStream ? Self.storedMessageID(message) : nil
+        let messageID = kind == .jetStream ? storedID ?? Self.storedMessageID(message) : nil
         let project = context.projectID
-        context.bus.submit(body, SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream)) { [self] outcome in
+        let sendContext = SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream, expiresAt: expiresAt)
+        context.bus.submit(body, sendContext) { [self] outcome in
             if case .invalid(let error) = outcome {
                 shared.withLock { $0.statistics.invalid += 1 }
                 // Debug, not warning: each one is recorded (message_dropped `invalid`, the statistics); a warning per
@@ -670,6 +865,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         var metadata: UnsafeMutablePointer<jsMsgMetaData>?
         guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
         defer { jsMsgMetaData_Destroy(metadata) }
+        return storedMessageID(message, metadata: metadata)
+    }
+
+    private static func storedMessageID(_ message: OpaquePointer, metadata: UnsafeMutablePointer<jsMsgMetaData>) -> String {
         let stream = metadata.pointee.Stream.map { String(cString: $0) } ?? ""
         let unique = herald_nats_stored_message_id(message).map { String(cString: $0) } ?? "\(metadata.pointee.Timestamp)"
         return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)-\(unique)"
@@ -699,6 +898,34 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         case .connected: logger.notice("reconnected to NATS; subscriptions restored", metadata: ["url": "\(url ?? "?")"])
         case .closed: logger.notice("the NATS connection is closed")
         case .connecting: break
+        }
+    }
+}
+
+/// What a stored topic message's body says of its waiting: `android.ttl` (`"3.5s"`) and its collapse key
+/// (`android.collapse_key`, else the `apns-collapse-id` header). The body is parsed only when it names either.
+struct StoredTopicFields {
+    var timeToLive: Int64?
+    var collapseKey: String?
+
+    init(_ body: [UInt8]) {
+        guard Self.contains(body, "ttl") || Self.contains(body, "collapse"),
+            let message = (try? JSONParser.parse(body))?["message"]
+        else { return }
+        if let ttl = message["android"]?["ttl"]?.stringValue, ttl.hasSuffix("s"), let seconds = Double(ttl.dropLast()), seconds >= 0 {
+            timeToLive = Int64(seconds.rounded(.down))
+        }
+        collapseKey = message["android"]?["collapse_key"]?.stringValue ?? message["apns"]?["headers"]?["apns-collapse-id"]?.stringValue
+    }
+
+    private static func contains(_ body: [UInt8], _ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        return body.withUnsafeBufferPointer { bytes in
+            guard let base = bytes.baseAddress, bytes.count >= count else { return false }
+            for start in 0...(bytes.count - count) where base[start] == word.utf8Start[0] {
+                if memcmp(base + start, word.utf8Start, count) == 0 { return true }
+            }
+            return false
         }
     }
 }

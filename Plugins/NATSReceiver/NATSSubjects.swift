@@ -12,6 +12,21 @@ public enum NATSSubjects {
     /// The subject of messages for topic `topic`.
     public static func topic(project: String, topic: String) -> String { "herald.\(project).topic.\(topic)" }
 
+    /// The subjects of all topic messages of a project, which the topic stream stores.
+    public static func allTopics(project: String) -> String { "herald.\(project).topic.>" }
+
+    /// The stream of stored topic messages (``NATSReceiver/TopicDelivery/stored``): `HERALD_<PROJECT>_TOPICS`.
+    public static func topicStreamName(project: String) -> String { streamName(project: project) + "_TOPICS" }
+
+    /// An instance's durable consumer of one topic: `<instance's consumer>-t-<topic>-<hash>`, the topic with
+    /// anything but letters, digits, `-` and `_` replaced by `_`, and a hash of the topic that keeps apart topics
+    /// that read alike then (`a.b` and `a_b`).
+    public static func topicConsumerName(instance: String, topic: String) -> String {
+        var hash: UInt32 = 0x811c_9dc5
+        for byte in topic.utf8 { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        return "\(instance)-t-\(sanitized(topic))-\(String(hash, radix: 16))"
+    }
+
     /// The subjects of all token messages of a project, which the stream stores.
     public static func allTokens(project: String) -> String { "herald.\(project).token.>" }
 

@@ -6,17 +6,24 @@ final class SerialTasks: Sendable {
 
     func run(_ body: @escaping @Sendable () async throws -> Void) async throws {
         let result = Locked<Result<Void, any Error>>(.success(()))
-        let task: Task<Void, Never> = tail.withLock { tail in
+        await start {
+            do { try await body() } catch { result.withLock { $0 = .failure(error) } }
+        }.value
+        try result.withLock { $0 }.get()
+    }
+
+    /// Queues `body` after the bodies queued so far, at once (``wait()`` called after this waits for it too).
+    @discardableResult
+    func start(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        tail.withLock { tail in
             let previous = tail
             let task = Task {
                 await previous?.value
-                do { try await body() } catch { result.withLock { $0 = .failure(error) } }
+                await body()
             }
             tail = task
             return task
         }
-        await task.value
-        try result.withLock { $0 }.get()
     }
 
     func wait() async {

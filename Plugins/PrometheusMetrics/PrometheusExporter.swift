@@ -173,7 +173,7 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         for event in events {
             switch event.name {
             case .notificationReceive: received[event.messageType ?? "DATA_MESSAGE"]?.increment()
-            case .notificationForeground: presented.increment()
+            case .notificationForeground, .notificationBackground: presented.increment()
             case .notificationOpen: opened.increment()
             case .notificationDismiss: dismissed.increment()
             case .backgroundFetch:
@@ -202,7 +202,7 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
                 case .data, .none: counts.receivedData += 1
                 case .other: break  // received[type] has no counter for another type
                 }
-            case .notificationForeground: counts.presented += 1
+            case .notificationForeground, .notificationBackground: counts.presented += 1
             case .notificationOpen: counts.opened += 1
             case .notificationDismiss: counts.dismissed += 1
             case .backgroundFetch:

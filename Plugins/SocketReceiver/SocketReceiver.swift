@@ -12,6 +12,9 @@ public import HeraldTLS
 /// is a text-input action's text. It is answered `{"responded": {"message_id": "…", "action": "…"}}`, or with
 /// `NOT_FOUND` naming an unknown message and `INVALID_ARGUMENT` naming an unknown action or a bad request.
 ///
+/// A line `{"app_state": "active"}` or `{"app_state": "background"}` tells the bus whether the host's app is in use
+/// (`MessageBus.applicationState`); it is answered `{"app_state": "…"}`, or `INVALID_ARGUMENT` for another value.
+///
 /// With the durable inbox the answer is written once the message is committed. A line longer than
 /// ``Options/maximumLineBytes`` is answered with `INVALID_ARGUMENT` and the connection is closed; a client
 /// silent for ``Options/idleTimeout`` is closed; a client that half-closes gets its remaining answers and then
@@ -268,6 +271,10 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             respond(sequence)
             return
         }
+        if ResponseRequest.startsWithMember(buffer, "app_state") {
+            setApplicationState(sequence)
+            return
+        }
         context.bus.submit(buffer, SendContext()) { [weak self] outcome in
             switch outcome {
             case .accepted(let id): self?.answerSent(sequence, messageID: id)
@@ -296,6 +303,22 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
                 self?.answer(sequence, ResponseRequest.errorBody(code: 400, status: "INVALID_ARGUMENT", "\(error)"))
             }
         }
+    }
+
+    /// An `app_state` line: the bus's application state is set; the answer repeats it.
+    private func setApplicationState(_ sequence: Int) {
+        guard let value = try? JSONParser.parse(buffer), case .object(let root) = value, root.count == 1,
+            let name = root["app_state"]?.stringValue, let state = ApplicationState(rawValue: name)
+        else {
+            answer(
+                sequence,
+                ResponseRequest.errorBody(
+                    code: 400, status: "INVALID_ARGUMENT",
+                    #"an app_state request is {"app_state": "active"} or {"app_state": "background"} and nothing else"#))
+            return
+        }
+        context.bus.applicationState = state
+        answer(sequence, ["app_state": .string(state.rawValue)])
     }
 
     /// `{"name":"projects/{project}/messages/{id}"}` and a newline, written straight into the connection's
@@ -370,13 +393,18 @@ struct ResponseRequest: Equatable {
     /// Whether `line` is a respond request: its first member is `"respond"` (checked without parsing, so that
     /// send lines pay nothing for it).
     static func isRespondLine(_ line: [UInt8]) -> Bool {
+        startsWithMember(line, "respond")
+    }
+
+    /// Whether `line` is a JSON object whose first member is `name`, checked without parsing.
+    static func startsWithMember(_ line: [UInt8], _ name: String) -> Bool {
         var index = line.startIndex
         func skipSpace() { while index < line.endIndex, [0x20, 0x09, 0x0D, 0x0A].contains(line[index]) { index += 1 } }
         skipSpace()
         guard index < line.endIndex, line[index] == UInt8(ascii: "{") else { return false }
         index += 1
         skipSpace()
-        return line[index...].starts(with: #""respond""#.utf8)
+        return line[index...].starts(with: "\"\(name)\"".utf8)
     }
 
     /// The request, or what is wrong with it.

@@ -3,9 +3,9 @@
 #include <string.h>
 #include "CNATS.h"
 
-natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *subject, int64_t maxAge,
-                                     int64_t maxMessages, int64_t maxBytes, int64_t duplicateWindow,
-                                     jsErrCode *errorCode) {
+natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *subject, bool workQueue,
+                                     int64_t maxAge, int64_t maxMessages, int64_t maxBytes, int64_t duplicateWindow,
+                                     int64_t replicas, jsErrCode *errorCode) {
     jsStreamInfo *info = NULL;
     *errorCode = 0;
     natsStatus status = js_GetStreamInfo(&info, js, name, NULL, errorCode);
@@ -20,7 +20,8 @@ natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *su
     config.Name = name;
     config.Subjects = subjects;
     config.SubjectsLen = 1;
-    config.Retention = js_WorkQueuePolicy;
+    config.Retention = workQueue ? js_WorkQueuePolicy : js_LimitsPolicy;
+    config.Replicas = replicas;
     config.Storage = js_FileStorage;
     config.MaxAge = maxAge;
     config.MaxMsgs = maxMessages;
@@ -35,8 +36,8 @@ natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *su
 }
 
 natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char *durable, const char *filter,
-                                       const char *deliverSubject, int64_t ackWait, int64_t maxAckPending,
-                                       int64_t maxDeliver, jsErrCode *errorCode) {
+                                       const char *deliverSubject, bool deliverNew, int64_t ackWait,
+                                       int64_t maxAckPending, int64_t maxDeliver, jsErrCode *errorCode) {
     jsConsumerInfo *info = NULL;
     *errorCode = 0;
     natsStatus status = js_GetConsumerInfo(&info, js, stream, durable, NULL, errorCode);
@@ -57,7 +58,7 @@ natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char
     config.Durable = durable;
     config.FilterSubject = filter;
     config.DeliverSubject = deliverSubject;
-    config.DeliverPolicy = js_DeliverAll;
+    config.DeliverPolicy = deliverNew ? js_DeliverNew : js_DeliverAll;
     config.AckPolicy = js_AckExplicit;
     config.AckWait = ackWait;
     config.MaxAckPending = maxAckPending;
@@ -125,7 +126,7 @@ natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *
 }
 
 natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const char *key, const char *token,
-                                        jsErrCode *errorCode) {
+                                        int64_t replicas, jsErrCode *errorCode) {
     kvStore *kv = NULL;
     *errorCode = 0;
     natsStatus status = js_KeyValue(&kv, js, bucket);
@@ -135,6 +136,7 @@ natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const cha
         config.Bucket = bucket;
         config.History = 1;
         config.StorageType = js_FileStorage;
+        config.Replicas = (int)replicas;
         status = js_CreateKeyValue(&kv, js, &config);
     }
     if (status != NATS_OK) return status;

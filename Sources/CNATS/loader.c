@@ -31,11 +31,17 @@
     X(js_Subscribe) \
     X(kvConfig_Init) \
     X(kvEntry_Destroy) \
+    X(kvEntry_Key) \
+    X(kvEntry_Operation) \
     X(kvEntry_ValueString) \
     X(kvStore_Delete) \
     X(kvStore_Destroy) \
     X(kvStore_Get) \
     X(kvStore_PutString) \
+    X(kvStore_WatchAll) \
+    X(kvWatcher_Destroy) \
+    X(kvWatcher_Next) \
+    X(kvWatcher_Stop) \
     X(natsConnection_Close) \
     X(natsConnection_Connect) \
     X(natsConnection_Destroy) \
@@ -140,11 +146,17 @@ natsStatus js_Publish(jsPubAck **pubAck, jsCtx *js, const char *subj, const void
 natsStatus js_Subscribe(natsSubscription **sub, jsCtx *js, const char *subject, natsMsgHandler cb, void* cbClosure, jsOptions *opts, jsSubOptions *subOpts, jsErrCode *errCode) { return herald_nats_load() ? loaded_js_Subscribe(sub, js, subject, cb, cbClosure, opts, subOpts, errCode) : NATS_ERR; }
 natsStatus kvConfig_Init(kvConfig *cfg) { return herald_nats_load() ? loaded_kvConfig_Init(cfg) : NATS_ERR; }
 void kvEntry_Destroy(kvEntry *e) { if (herald_nats_load()) loaded_kvEntry_Destroy(e); }
+const char* kvEntry_Key(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_Key(e) : "(libnats not loaded)"; }
+kvOperation kvEntry_Operation(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_Operation(e) : (kvOperation)0; }
 const char* kvEntry_ValueString(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_ValueString(e) : "(libnats not loaded)"; }
 natsStatus kvStore_Delete(kvStore *kv, const char *key) { return herald_nats_load() ? loaded_kvStore_Delete(kv, key) : NATS_ERR; }
 void kvStore_Destroy(kvStore *kv) { if (herald_nats_load()) loaded_kvStore_Destroy(kv); }
 natsStatus kvStore_Get(kvEntry **new_entry, kvStore *kv, const char *key) { return herald_nats_load() ? loaded_kvStore_Get(new_entry, kv, key) : NATS_ERR; }
 natsStatus kvStore_PutString(uint64_t *rev, kvStore *kv, const char *key, const char *data) { return herald_nats_load() ? loaded_kvStore_PutString(rev, kv, key, data) : NATS_ERR; }
+natsStatus kvStore_WatchAll(kvWatcher **new_watcher, kvStore *kv, kvWatchOptions *opts) { return herald_nats_load() ? loaded_kvStore_WatchAll(new_watcher, kv, opts) : NATS_ERR; }
+void kvWatcher_Destroy(kvWatcher *w) { if (herald_nats_load()) loaded_kvWatcher_Destroy(w); }
+natsStatus kvWatcher_Next(kvEntry **new_entry, kvWatcher *w, int64_t timeout) { return herald_nats_load() ? loaded_kvWatcher_Next(new_entry, w, timeout) : NATS_ERR; }
+natsStatus kvWatcher_Stop(kvWatcher *w) { return herald_nats_load() ? loaded_kvWatcher_Stop(w) : NATS_ERR; }
 void natsConnection_Close(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_Close(nc); }
 natsStatus natsConnection_Connect(natsConnection **nc, natsOptions *options) { return herald_nats_load() ? loaded_natsConnection_Connect(nc, options) : NATS_ERR; }
 void natsConnection_Destroy(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_Destroy(nc); }

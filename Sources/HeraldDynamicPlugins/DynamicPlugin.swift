@@ -61,6 +61,9 @@ public class DynamicPlugin: HeraldPlugin, @unchecked Sendable {
     public var name: String { library.name }
     /// Whether the plugin asked to be called from one thread at a time (`HERALD_PLUGIN_SERIAL`).
     public var isSerial: Bool { library.isSerial }
+    /// The notification categories the plugin declares (`categories_json`, plugin ABI 1.1): register them with
+    /// `Herald.register(category:)` (`herald serve` does). Empty for a plugin without.
+    public var categories: [NotificationCategory] { library.categories }
 
     required init(library: PluginLibrary) {
         self.library = library

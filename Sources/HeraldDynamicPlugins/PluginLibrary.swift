@@ -17,6 +17,8 @@ final class PluginLibrary: @unchecked Sendable {
     let path: String
     let name: String
     let descriptor: herald_plugin_v1
+    /// The categories of the descriptor's `categories_json` (ABI 1.1); empty without.
+    let categories: [NotificationCategory]
     let isSerial: Bool
     private let handle: UnsafeMutableRawPointer
     private let context: UnsafeMutableRawPointer?
@@ -101,6 +103,17 @@ final class PluginLibrary: @unchecked Sendable {
                     "\(name) sets none of will_present, did_receive_response, did_receive_message, fetch, did_receive_token: it would never be called"
             )
         }
+        // Version 1.1's fields, read only when the flag says the descriptor has them.
+        var categories: [NotificationCategory] = []
+        if descriptor.flags & UInt32(HERALD_PLUGIN_V1_1) != 0,
+            let json = UnsafeRawPointer(descriptorPointer).load(as: herald_plugin_v1_1.self).categories_json
+        {
+            do {
+                categories = try CategoriesJSON.read(String(cString: json))
+            } catch {
+                throw .invalidDescriptor(path: path, reason: "its categories_json: \(error.message)")
+            }
+        }
         var context: UnsafeMutableRawPointer?
         if let initPlugin = descriptor.init_plugin {
             let status = configuration.withCString { initPlugin($0, &context) }
@@ -110,6 +123,7 @@ final class PluginLibrary: @unchecked Sendable {
         self.path = path
         self.name = name
         self.descriptor = descriptor
+        self.categories = categories
         self.isSerial = descriptor.flags & UInt32(HERALD_PLUGIN_SERIAL) != 0
         self.handle = handle
         self.context = context

@@ -61,7 +61,8 @@ public final class BlockingPool: Sendable {
     /// and ``EventLoopError/shutDown`` after ``shutdown()``. If the pool shuts down before the job starts,
     /// `onCancel` runs instead. Callable from any thread.
     public func submit(_ work: @escaping @Sendable () -> Void, onCancel: @escaping @Sendable () -> Void = {}) throws(EventLoopError) {
-        let outcome: EventLoopError? = state.withLockBroadcasting { state in
+        // One job wakes one idle thread (each wakeup of a thread that then finds no job costs two context switches).
+        let outcome: EventLoopError? = state.withLockSignalling { state in
             guard state.running else { return .shutDown }
             guard state.queued < queueLimit else { return .poolExhausted(limit: queueLimit) }
             state.jobs.append(Job(run: work, cancel: onCancel))

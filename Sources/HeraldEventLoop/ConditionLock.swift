@@ -31,6 +31,17 @@ final class ConditionLock<State>: @unchecked Sendable {
         return try body(&state)
     }
 
+    /// Runs `body` with the lock held and wakes one waiter afterwards: for a change only one waiter can act on (a job
+    /// queued for one of the pool's threads), where waking all of them would make the rest find nothing and sleep again.
+    func withLockSignalling<R>(_ body: (inout State) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer {
+            pthread_cond_signal(condition)
+            pthread_mutex_unlock(mutex)
+        }
+        return try body(&state)
+    }
+
     /// Waits until `ready` holds, then runs `body` with the lock held.
     func wait<R>(until ready: (State) -> Bool, then body: (inout State) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)

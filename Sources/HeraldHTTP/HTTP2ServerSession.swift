@@ -65,6 +65,9 @@ public final class HTTP2ServerSession {
         var headerListBytes = 0
         var body: [UInt8] = []
         var refused = false
+        /// The request arrived whole and is the handler's: the request timeout no longer applies (as in HTTP/1.1,
+        /// it bounds the request's arrival, not the handler's work).
+        var arrived = false
         /// The answer's HEADERS are submitted: a reset after that is an ordinary cancel, not an abuse.
         var answered = false
         /// The answer's body, handed to nghttp2 chunk by chunk as flow control allows.
@@ -223,13 +226,13 @@ public final class HTTP2ServerSession {
     }
 
     /// Refuses (408) every stream whose request has not arrived whole within `timeout` of its first HEADERS.
-    /// Returns the earliest time a stream still incomplete will pass the timeout, if any.
+    /// Returns the earliest time a stream whose request has not arrived whole will pass the timeout, if any.
     public func expireRequests() -> ContinuousClock.Instant? {
         let timeout = limits.requestTimeout
         let now = clock()
         var next: ContinuousClock.Instant?
         var expired: [Int32] = []
-        for (id, stream) in streams where !stream.refused && !stream.answered {
+        for (id, stream) in streams where !stream.refused && !stream.arrived && !stream.answered {
             let deadline = stream.opened + timeout
             if deadline <= now {
                 expired.append(id)
@@ -326,6 +329,7 @@ public final class HTTP2ServerSession {
                 return 0
             }
             requestsTaken += 1
+            stream.arrived = true
             // The last request a connection may make: the GOAWAY that ends it goes out with its answer.
             if requestsTaken == limits.maximumRequestsPerConnection { shutdown() }
             completed.append(

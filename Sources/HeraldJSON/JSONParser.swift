@@ -53,13 +53,7 @@ public struct JSONParser: Sendable {
         _ bytes: UnsafeRawBufferPointer,
         limits: Limits = .default
     ) throws(JSONParseError) -> JSONValue {
-        guard bytes.count <= limits.maximumInputLength else {
-            throw JSONParseError(.inputTooLarge(limit: limits.maximumInputLength), at: limits.maximumInputLength)
-        }
-        guard let base = bytes.baseAddress, !bytes.isEmpty else {
-            throw JSONParseError(.unexpectedEnd, at: 0)
-        }
-        var reader = JSONReader(base: base, count: bytes.count, limits: limits)
+        var reader = try JSONReader(bytes, limits: limits)
         return try reader.parseDocument()
     }
 
@@ -94,23 +88,36 @@ public struct JSONParser: Sendable {
 }
 
 /// The parser's state for one input: a cursor over borrowed bytes.
-private struct JSONReader: ~Copyable {
+///
+/// Besides the whole-document parse behind ``JSONParser``, decoders of a known shape pull from it member by member
+/// (``enterObject()``, ``readKey()``, ``readColon()``, ``readValue()``, ``closesObject()``, ``finish()``), so
+/// that they make only the values they keep. Read in the same order, the pull methods check exactly what the
+/// parser checks and throw the same errors at the same offsets; what the parser does with an object's keys
+/// (refusing one that appears twice) is then the caller's job.
+package struct JSONReader: ~Copyable {
     private let base: UnsafeRawPointer
     private let count: Int
     private let limits: JSONParser.Limits
     private var position = 0
     private var depth = 0
     /// Unescaped UTF-8 of the string being read, used only by strings that contain escapes.
-    private var scratch: [UInt8] = []
+    private var scratch = ParseStack<UInt8>()
     /// Elements of the arrays being read, innermost last; each array takes its elements off the top when it
     /// closes, so it is allocated once, at its final size.
     private var elements = ParseStack<JSONValue>()
     /// Members of the objects being read, in the same way.
     private var members = ParseStack<JSONObject.Member>()
 
-    init(base: UnsafeRawPointer, count: Int, limits: JSONParser.Limits) {
+    /// A reader of `bytes`, which must stay valid while it is used. Refuses an input over the limit or empty.
+    package init(_ bytes: UnsafeRawBufferPointer, limits: JSONParser.Limits = .default) throws(JSONParseError) {
+        guard bytes.count <= limits.maximumInputLength else {
+            throw JSONParseError(.inputTooLarge(limit: limits.maximumInputLength), at: limits.maximumInputLength)
+        }
+        guard let base = bytes.baseAddress, !bytes.isEmpty else {
+            throw JSONParseError(.unexpectedEnd, at: 0)
+        }
         self.base = base
-        self.count = count
+        self.count = bytes.count
         self.limits = limits
     }
 
@@ -131,6 +138,75 @@ private struct JSONReader: ~Copyable {
                 return
             }
         }
+    }
+
+    // MARK: Pulling
+
+    /// The offset of the next byte to read.
+    package var offset: Int { position }
+
+    /// The next byte to read, or `nil` at the end of the input.
+    package var nextByte: UInt8? { position < count ? byte(at: position) : nil }
+
+    /// Enters the object whose `{` is the next byte and skips the whitespace after it; returns `false`, having
+    /// left it again, when it is empty.
+    package mutating func enterObject() throws(JSONParseError) -> Bool {
+        try enterContainer()
+        position += 1
+        skipWhitespace()
+        if position < count && byte(at: position) == .closeBrace {
+            position += 1
+            depth -= 1
+            return false
+        }
+        return true
+    }
+
+    /// Reads the key that starts at ``offset`` and returns its unescaped UTF-8, valid until the next string is read.
+    package mutating func readKey() throws(JSONParseError) -> UnsafeRawBufferPointer {
+        guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+        guard byte(at: position) == .quote else {
+            throw JSONParseError(.unexpectedByte(byte(at: position)), at: position)
+        }
+        return try scanString()
+    }
+
+    /// Reads the string that starts at ``offset``, with the checks ``readValue()`` makes of a string.
+    package mutating func readString() throws(JSONParseError) -> String {
+        String(decoding: try readKey(), as: UTF8.self)
+    }
+
+    /// Reads the `:` after a key and the whitespace around it.
+    package mutating func readColon() throws(JSONParseError) {
+        skipWhitespace()
+        guard position < count else { throw JSONParseError(.unexpectedEnd, at: position) }
+        guard byte(at: position) == .colon else {
+            throw JSONParseError(.unexpectedByte(byte(at: position)), at: position)
+        }
+        position += 1
+        skipWhitespace()
+    }
+
+    /// Reads the value that starts at ``offset``, whole.
+    package mutating func readValue() throws(JSONParseError) -> JSONValue {
+        try parseValue()
+    }
+
+    /// After a member's value: reads the `,` and the whitespace after it and returns `false`, or reads the `}`
+    /// that closes the object and returns `true`.
+    package mutating func closesObject() throws(JSONParseError) -> Bool {
+        try closesAfterMember(.closeBrace)
+    }
+
+    /// After the document's value: only whitespace may follow.
+    package mutating func finish() throws(JSONParseError) {
+        skipWhitespace()
+        guard position == count else { throw JSONParseError(.trailingData, at: position) }
+    }
+
+    /// Skips whitespace before the document's value.
+    package mutating func start() {
+        skipWhitespace()
     }
 
     // MARK: Values
@@ -274,6 +350,12 @@ private struct JSONReader: ~Copyable {
 
     /// Parses the string whose opening quote is at `position`.
     private mutating func parseString() throws(JSONParseError) -> String {
+        String(decoding: try scanString(), as: UTF8.self)
+    }
+
+    /// Reads the string whose opening quote is at `position` and returns its unescaped UTF-8: the input's own
+    /// bytes, or for a string with escapes the scratch buffer's, valid until the next string is read.
+    private mutating func scanString() throws(JSONParseError) -> UnsafeRawBufferPointer {
         let quote = position
         let start = quote + 1
         var offset = start
@@ -298,7 +380,7 @@ private struct JSONReader: ~Copyable {
             throw JSONParseError(.stringTooLong(limit: limits.maximumStringLength), at: quote)
         }
         position = offset + 1
-        return String(decoding: UnsafeRawBufferPointer(start: base + start, count: length), as: UTF8.self)
+        return UnsafeRawBufferPointer(start: base + start, count: length)
     }
 
     /// The offset of the first byte from `offset` that needs a closer look in a string (`"`, `\`, a control
@@ -334,9 +416,9 @@ private struct JSONReader: ~Copyable {
     }
 
     /// Continues a string after its first backslash, collecting the unescaped UTF-8 in `scratch`.
-    private mutating func parseEscapedString(quote: Int, escape: Int) throws(JSONParseError) -> String {
+    private mutating func parseEscapedString(quote: Int, escape: Int) throws(JSONParseError) -> UnsafeRawBufferPointer {
         let start = quote + 1
-        scratch.removeAll(keepingCapacity: true)
+        scratch.removeAll()
         scratch.append(contentsOf: UnsafeRawBufferPointer(start: base + start, count: escape - start))
         var offset = escape
         var runStart = escape
@@ -366,7 +448,7 @@ private struct JSONReader: ~Copyable {
             throw JSONParseError(.stringTooLong(limit: limits.maximumStringLength), at: quote)
         }
         position = offset + 1
-        return String(decoding: scratch, as: UTF8.self)
+        return scratch.bytes
     }
 
     /// Appends the character of the escape whose backslash is at `offset`; returns the offset after it.
@@ -684,6 +766,25 @@ private struct ParseStack<Element>: ~Copyable {
         }
         storage = newStorage
         capacity = newCapacity
+    }
+}
+
+extension ParseStack where Element == UInt8 {
+    /// The bytes held, valid until the stack changes.
+    var bytes: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: storage, count: count)
+    }
+
+    mutating func append(contentsOf bytes: UnsafeRawBufferPointer) {
+        guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+        while capacity - count < bytes.count { grow() }
+        UnsafeMutableRawPointer(storage.unsafelyUnwrapped + count).copyMemory(from: source, byteCount: bytes.count)
+        count += bytes.count
+    }
+
+    /// Empties the stack, keeping its storage.
+    mutating func removeAll() {
+        count = 0
     }
 }
 

@@ -294,14 +294,35 @@ public struct JSONObject: Sendable {
     @inlinable
     package var members: [Member] { entries }
 
+    /// Whether the object has a member named `key` (without copying its value, as the subscript does).
+    @inlinable
+    package func containsKey(_ key: String) -> Bool {
+        position(of: key) != nil
+    }
+
     /// Appends a member whose key the caller knows is not present yet.
     @inlinable
-    mutating func appendNew(key: String, value: JSONValue) {
+    package mutating func appendNew(key: String, value: JSONValue) {
         entries.append(Member(key: key, value: value))
         if index != nil {
             index![key] = entries.count - 1
         } else if entries.count > Self.linearSearchLimit {
             rebuildIndex()
+        }
+    }
+
+    /// Puts the member named `key` at `position`: the member there is moved when the object has one (keeping
+    /// its value), otherwise a new one with `value` is inserted. The members before `position` stay in place.
+    package mutating func place(key: String, at position: Int, orInsert value: @autoclosure () -> JSONValue) {
+        if let current = self.position(of: key) {
+            entries.insert(entries.remove(at: current), at: position)
+        } else {
+            entries.insert(Member(key: key, value: value()), at: position)
+        }
+        if entries.count > Self.linearSearchLimit {
+            rebuildIndex()
+        } else {
+            index = nil
         }
     }
 

@@ -1,5 +1,6 @@
 import CHeraldPluginABI
 import Glibc
+import HeraldJSON
 
 /// The descriptor Herald reads from `herald_plugin_entry_v1`, for `Handler`: call it from the shared object's
 /// entry point and return what it returns.
@@ -42,11 +43,17 @@ private final class Exported: @unchecked Sendable {
                 "HeraldPluginKit.export: this shared object already exports \(handlerType!); one handler type per plugin")
             return descriptor
         }
-        // Lives as long as the library, which Herald never unloads.
-        let made = UnsafeMutablePointer<herald_plugin_v1>.allocate(capacity: 1)
-        made.initialize(to: herald_plugin_v1())
+        // Lives as long as the library, which Herald never unloads. Always version 1.1's layout; the flag says
+        // whether its field is used, so a plugin without categories reads as version 1.0.
+        let full = UnsafeMutablePointer<herald_plugin_v1_1>.allocate(capacity: 1)
+        full.initialize(to: herald_plugin_v1_1())
+        let made = UnsafeMutableRawPointer(full).assumingMemoryBound(to: herald_plugin_v1.self)
         made.pointee.abi_version = HERALD_PLUGIN_ABI_VERSION
         made.pointee.flags = Handler.isSerial ? UInt32(HERALD_PLUGIN_SERIAL) : 0
+        if let notification = Handler.self as? any DynamicNotificationHandler.Type, !notification.categories.isEmpty {
+            made.pointee.flags |= UInt32(HERALD_PLUGIN_V1_1)
+            full.pointee.categories_json = UnsafePointer(strdup(JSONValue.object(notification.categories).jsonString()))
+        }
         made.pointee.name = UnsafePointer(strdup(Handler.name))
         made.pointee.init_plugin = initPlugin
         made.pointee.deinit_plugin = deinitPlugin

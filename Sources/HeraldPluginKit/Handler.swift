@@ -44,9 +44,15 @@ public protocol DynamicNotificationHandler: DynamicHandler {
     func willPresent(_ message: PluginMessage) -> PresentationOptions
     /// A person opened, dismissed or acted on a notification. Default: nothing.
     func didReceive(_ response: PluginResponse)
+    /// The notification categories this plugin's notifications name in `aps.category`, registered by Herald when
+    /// it loads the plugin (plugin ABI 1.1, `categories_json`): an object of categories by identifier, as
+    /// `herald_plugin.h` shows, e.g. `["message": ["actions": [["identifier": "reply", "title": "Reply",
+    /// "text-input": ["placeholder": "Your answer"]]]]]`. Default: none.
+    static var categories: JSONObject { get }
 }
 
 extension DynamicNotificationHandler {
+    public static var categories: JSONObject { [:] }
     public func willPresent(_ message: PluginMessage) -> PresentationOptions { [] }
     public func didReceive(_ response: PluginResponse) {}
 }

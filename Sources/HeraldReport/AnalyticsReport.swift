@@ -208,7 +208,8 @@ public struct AnalyticsReport: Sendable, Equatable {
             var figures = cells[LabelKey(rowLabel), default: [:]][day, default: Figures()]
             switch name {
             case AnalyticsEvent.Name.notificationReceive.rawValue: figures.received += messages
-            case AnalyticsEvent.Name.notificationForeground.rawValue: figures.impressions += messages
+            case AnalyticsEvent.Name.notificationForeground.rawValue, AnalyticsEvent.Name.notificationBackground.rawValue:
+                figures.impressions += messages
             case AnalyticsEvent.Name.notificationOpen.rawValue: figures.opens += messages
             case AnalyticsEvent.Name.notificationDismiss.rawValue: figures.dismissals += messages
             case AnalyticsEvent.Name.backgroundFetch.rawValue:

@@ -115,3 +115,12 @@ private final class Spawn: @unchecked Sendable {
     var error: (any Error)?
     let done = DispatchSemaphore(value: 0)
 }
+
+/// Runs `work` — a blocking call, such as a client process the test waits for — on a thread of its own and returns
+/// its result. Blocking inside a `Task` instead would hold one of the few threads of Swift's cooperative pool (two on
+/// a two-core machine): two such tests at once would leave none for the test bodies that must answer the clients.
+public func onOwnThread<Result: Sendable>(_ work: @escaping @Sendable () throws -> Result) async throws -> Result {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Swift.Result { try work() }) }.start()
+    }
+}

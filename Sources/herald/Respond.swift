@@ -29,25 +29,31 @@ struct Respond: AsyncParsableCommand {
     var text: String?
 
     func run() async throws {
-        let path = socket ?? "\(dataDirectory)/herald.sock"
-        guard let address = SocketAddress(parsing: path.contains("/") || path.contains(":") ? path : "./\(path)") else {
-            throw ValidationError("--socket must be a path or HOST:PORT, not '\(path)'")
-        }
         var request: JSONObject = ["message_id": .string(messageID), "action": .string(action)]
         if let text { request["text"] = .string(text) }
-        var line = JSONValue.object(["respond": .object(request)]).jsonBytes()
-        line.append(UInt8(ascii: "\n"))
-        let loop = EventLoop(name: "herald-respond")
-        try loop.start()
-        defer { loop.shutdown() }
-        let answer: [UInt8]
-        do {
-            let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
-            answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
-        } catch {
-            throw CommandFailure(message: "herald: \(error)")
-        }
-        print(String(decoding: answer, as: UTF8.self))
+        let answer = try await socketRequest(["respond": .object(request)], socket: socket ?? "\(dataDirectory)/herald.sock")
         if (try? JSONParser.parse(answer))?["responded"] == nil { throw ExitCode(1) }
     }
+}
+
+/// Sends `request` as one line to a running daemon's socket receiver (a path or HOST:PORT), prints the one-line
+/// answer, and returns it: what `herald respond` and `herald app-state` share.
+func socketRequest(_ request: JSONObject, socket path: String) async throws -> [UInt8] {
+    guard let address = SocketAddress(parsing: path.contains("/") || path.contains(":") ? path : "./\(path)") else {
+        throw ValidationError("--socket must be a path or HOST:PORT, not '\(path)'")
+    }
+    var line = JSONValue.object(request).jsonBytes()
+    line.append(UInt8(ascii: "\n"))
+    let loop = EventLoop(name: "herald-socket-request")
+    try loop.start()
+    defer { loop.shutdown() }
+    let answer: [UInt8]
+    do {
+        let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
+        answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
+    } catch {
+        throw CommandFailure(message: "herald: \(error)")
+    }
+    print(String(decoding: answer, as: UTF8.self))
+    return answer
 }

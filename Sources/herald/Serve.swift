@@ -6,6 +6,7 @@ import HeraldDesktopPresenter
 import HeraldDynamicPlugins
 import HeraldEchoHandler
 import HeraldHTTPReceiver
+import HeraldImageAttachment
 import HeraldJSONLExport
 import HeraldNATSReceiver
 import HeraldPrometheusMetrics
@@ -77,6 +78,9 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("max-replays"), help: ArgumentHelp(ServeOption.maxReplays.help, valueName: "starts"))
     var maxReplays: Int?
+    @Option(
+        name: .customLong("content-modifier-deadline"), help: ArgumentHelp(ServeOption.contentModifierDeadline.help, valueName: "seconds"))
+    var contentModifierDeadline: Int?
 
     @Flag(name: .customLong("analytics-store"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.analyticsStore.help))
     var analyticsStore: Bool?
@@ -187,6 +191,7 @@ struct Serve: AsyncParsableCommand {
         add(.logLevel, logLevel.map { .string($0) })
         add(.shutdownGrace, shutdownGrace.map { .integer($0) })
         add(.maxReplays, maxReplays.map { .integer($0) })
+        add(.contentModifierDeadline, contentModifierDeadline.map { .integer($0) })
         add(
             .analyticsStore, analyticsStore.map { .boolean($0) },
             flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
@@ -253,6 +258,15 @@ struct Serve: AsyncParsableCommand {
             writeLine(settings.rendered(environment: environment))
             return
         }
+        // The string catalogs of localized alerts: a broken one stops the start, as a bad setting does.
+        let localization: AlertLocalization
+        do {
+            localization = try AlertLocalization.load(
+                directory: "\(settings.dataDirectory)/Localizable", locale: AlertLocalization.locale(environment: environment))
+        } catch {
+            writeLine("herald: \(error)", to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
         let level = settings.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -264,7 +278,7 @@ struct Serve: AsyncParsableCommand {
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
         let daemon = Daemon(
             settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken,
-            tls: try tlsContext(settings, logger: logger), logger: logger)
+            tls: try tlsContext(settings, logger: logger), localization: localization, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -322,13 +336,18 @@ final class Daemon: Service, Sendable {
     private let secret: String?
     private let natsToken: String?
     private let tls: TLSServerContext?
+    private let localization: AlertLocalization
     private let logger: Logger
 
-    init(settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, logger: Logger) {
+    init(
+        settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, localization: AlertLocalization,
+        logger: Logger
+    ) {
         self.settings = settings
         self.secret = secret
         self.natsToken = natsToken
         self.tls = tls
+        self.localization = localization
         self.logger = logger
     }
 
@@ -338,6 +357,8 @@ final class Daemon: Service, Sendable {
         configuration.projectID = settings.projectID
         configuration.shutdownGracePeriod = .seconds(settings.shutdownGrace)
         configuration.maxReplays = settings.maxReplays
+        configuration.contentModifierDeadline = .seconds(settings.contentModifierDeadline)
+        configuration.alertLocalization = localization
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
         // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
         let lock: DataDirectoryLock
@@ -497,7 +518,12 @@ final class Daemon: Service, Sendable {
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
             try herald.register(plugin)
+            for category in plugin.categories { try herald.register(category: category) }
         }
+        // The config file's categories win over a plugin's of the same identifier: the operator has the last word.
+        for category in settings.categories { try herald.register(category: category) }
+        // mutable-content notifications with an https image (FCM's notification.image) get it attached.
+        try herald.register(ImageAttachment(options: .init(directory: "\(settings.dataDirectory)/attachments")))
         switch settings.presenter {
         case "desktop": try herald.register(DesktopPresenter())
         case "none": try herald.register(SilentPresenter())

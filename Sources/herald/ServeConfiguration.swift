@@ -136,6 +136,10 @@ struct ServeOption: Sendable {
         "max-replays", .integer(1...1_000), default: .integer(3), "3", allowed: "a whole number from 1 to 1000",
         meaning:
             "Starts that may replay a message still pending; past it the message is quarantined (its handling likely crashes the daemon).")
+    static let contentModifierDeadline = ServeOption(
+        "content-modifier-deadline", .integer(1...600), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 600",
+        meaning:
+            "Seconds content modifiers (the image download) may take with a mutable-content notification before it is presented as it is.")
     static let analyticsStore = ServeOption(
         "analytics-store", .boolean, default: .boolean(true), "true", allowed: "true or false",
         meaning: "Keep analytics events in DATA-DIR/analytics.sqlite (herald report reads them).")
@@ -181,9 +185,12 @@ struct ServeOption: Sendable {
         "nats-servers", .list, default: .list([]), "none (NATS off)",
         allowed: "a list of nats://HOST:PORT or tls://HOST:PORT URLs (environment: separated by ',')",
         meaning:
-            "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable. Set, the instance takes messages from NATS.",
+            "NATS servers to connect to, tried in turn (more are learnt from a cluster); repeatable or comma-separated: name every server of a cluster. Set, the instance takes messages from NATS.",
         flag: "--nats-server", environmentSeparator: ",",
-        accepts: { $0.hasPrefix("nats://") || $0.hasPrefix("tls://") })
+        accepts: { $0.split(separator: ",").allSatisfy { $0.hasPrefix("nats://") || $0.hasPrefix("tls://") } })
+    static let natsReplicas = ServeOption(
+        "nats-replicas", .integer(1...5), default: nil, "1, or 3 with three servers or more", allowed: "a whole number from 1 to 5",
+        meaning: "Copies a NATS cluster keeps of the streams and the registrations bucket Herald creates.")
     static let natsCredentials = ServeOption(
         "nats-credentials", .string, default: nil, "none", allowed: "a non-empty file path",
         meaning: "A NATS credentials file (JWT and NKey seed), for servers with decentralised auth.")
@@ -207,7 +214,8 @@ struct ServeOption: Sendable {
         meaning: "This instance's durable JetStream consumer.", accepts: isNATSName)
     static let natsTopicDelivery = ServeOption(
         "nats-topic-delivery", .string, default: .string("fan-out"), "fan-out",
-        allowed: "fan-out (every subscribed instance), or shared:GROUP (one instance of the queue group GROUP)",
+        allowed:
+            "fan-out (every subscribed instance connected now), stored (every subscribed instance, also one back within the TTL), or shared:GROUP",
         meaning: "How topic messages reach the instances.", accepts: { ServeSettings.topicDelivery($0) != nil })
     static let natsAckWait = ServeOption(
         "nats-ack-wait", .integer(1...86_400), default: .integer(30), "30", allowed: "a whole number of seconds from 1 to 86400",
@@ -245,9 +253,9 @@ struct ServeOption: Sendable {
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
         http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
-        analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, allowPlaintextNetwork,
-        tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
-        natsServers, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
+        contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork,
+        allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
+        natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
     ]
@@ -269,6 +277,8 @@ struct ServeSettings: Sendable {
     /// Every key's value (absent: not set) and where it came from.
     private(set) var values: [String: SettingValue] = [:]
     private(set) var sources: [String: SettingSource] = [:]
+    /// The config file's `categories` section (``CategoriesConfiguration``).
+    var categories: [NotificationCategory] = []
 
     init() {
         for option in ServeOption.all {
@@ -314,6 +324,7 @@ struct ServeSettings: Sendable {
     var logLevel: Logger.Level { string(ServeOption.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(ServeOption.shutdownGrace) }
     var maxReplays: Int { integer(ServeOption.maxReplays) }
+    var contentModifierDeadline: Int { integer(ServeOption.contentModifierDeadline) }
     var analyticsStore: Bool { boolean(ServeOption.analyticsStore) }
     var analyticsRetentionDays: Int { integer(ServeOption.analyticsRetentionDays) }
     var plugins: [String] {
@@ -333,7 +344,9 @@ struct ServeSettings: Sendable {
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
 
     var natsServers: [String] {
-        if case .list(let servers)? = values[ServeOption.natsServers.key] { return servers }
+        if case .list(let servers)? = values[ServeOption.natsServers.key] {
+            return servers.flatMap { $0.split(separator: ",").map(String.init) }
+        }
         return []
     }
     var gateway: Bool { boolean(ServeOption.gateway) }
@@ -364,12 +377,14 @@ struct ServeSettings: Sendable {
         options.maxHeldMessages = integer(ServeOption.natsMaxHeldMessages)
         options.pingInterval = .seconds(integer(ServeOption.natsPingInterval))
         options.maxPingsOut = integer(ServeOption.natsMaxPingsOut)
+        if values[ServeOption.natsReplicas.key] != nil { options.replicas = integer(ServeOption.natsReplicas) }
         return options
     }
 
     /// `fan-out`, or `shared:GROUP` (a queue group name: no spaces, '*' or '>').
     static func topicDelivery(_ text: String) -> NATSReceiver.TopicDelivery? {
         if text == "fan-out" { return .fanOut }
+        if text == "stored" { return .stored }
         guard text.hasPrefix("shared:") else { return nil }
         let group = String(text.dropFirst("shared:".count))
         guard !group.isEmpty, !group.contains(where: { " \t*>".contains($0) }) else { return nil }
@@ -449,12 +464,16 @@ enum ServeConfiguration {
             guard let key = keyNode.scalar?.string else {
                 throw ConfigurationError(message: "herald: config file \(path), line \(line): a key must be a plain name")
             }
+            if key == "categories" {
+                settings.categories = try CategoriesConfiguration.read(valueNode, path: path)
+                continue
+            }
             guard let option = ServeOption.all.first(where: { $0.key == key }) else {
                 let suggestion = nearest(to: key, among: ServeOption.all.map(\.key)).map { " (did you mean '\($0)'?)" } ?? ""
                 throw ConfigurationError(
                     message: """
                         herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
-                        \(ServeOption.all.map(\.key).joined(separator: ", "))
+                        \(ServeOption.all.map(\.key).joined(separator: ", ")), categories
                         """)
             }
             let source = SettingSource.file(path: path, line: line)
@@ -655,6 +674,7 @@ extension ServeSettings {
             }
             lines.append("\(option.key): \(value)  # \(origin)")
         }
+        if !categories.isEmpty { lines += CategoriesConfiguration.rendered(categories) }
         return lines.joined(separator: "\n")
     }
 

@@ -6,7 +6,8 @@ Cases: rapid-reset (HEADERS then RST_STREAM, over and over: CVE-2023-44487), con
 in endless CONTINUATION frames: CVE-2024-27316's class), settings-flood (SETTINGS frames sent without reading the
 acknowledgements), too-many-streams (one stream past SETTINGS_MAX_CONCURRENT_STREAMS), hpack-bomb (one large
 dynamic table entry referenced a thousand times), large-headers (a header list a little over the limit); and
-wait-goaway (one request, then the GOAWAY of a server that stops), slow-request (a body that never comes),
+wait-goaway (one request, then the GOAWAY of a server that stops), slow-answer (one request answered late),
+slow-request (a body that never comes),
 split-preface (the preface in two writes), idle (a connection with no stream, left to the idle timeout).
 
 Frames are made with hyperframe and hpack (h2's own dependencies), not h2's connection, which would refuse to send
@@ -235,6 +236,13 @@ def wait_goaway(client):
     client.read_frames(20, until=lambda: client.goaway is not None and 1 in client.statuses)
 
 
+def slow_answer(client):
+    # Not abuse: one whole request to a path the test server answers when told (after the request timeout), and its
+    # answer awaited.
+    client.send(client.headers(1, client.request_headers("/slow")))
+    client.read_frames(20, until=lambda: 1 in client.statuses)
+
+
 CASES = {
     "rapid-reset": rapid_reset,
     "continuation-flood": continuation_flood,
@@ -243,6 +251,7 @@ CASES = {
     "hpack-bomb": hpack_bomb,
     "large-headers": large_headers,
     "wait-goaway": wait_goaway,
+    "slow-answer": slow_answer,
     "slow-request": slow_request,
     "split-preface": split_preface,
     "idle": idle,

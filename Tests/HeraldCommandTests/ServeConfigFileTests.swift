@@ -126,6 +126,10 @@ struct ServeConfigFileTests {
                 ("echo: true\n", ["HERALD_SHUTDOWN_GRACE": "soon"], [], "herald: environment HERALD_SHUTDOWN_GRACE: 'soon' is not valid"),
                 ("echo: true\n", [:], ["--metrics", "9464"], "herald: flag --metrics: '9464' is not valid; allowed: HOST:PORT"),
                 (
+                    "categories:\n  message:\n    actions:\n      - {identifier: archive}\n", [:], [],
+                    "herald: config file \(file), line 4, key categories.message.actions[0].title: is missing"
+                ),
+                (
                     "echo: true\n", [:], ["--presenter", "popup"],
                     "herald: flag --presenter: 'popup' is not valid; allowed: desktop, log or none"
                 ),

@@ -165,6 +165,43 @@ struct ServeConfigurationTests {
         ("metrics: 9464\n", ["key metrics: '9464' is not valid; allowed: HOST:PORT"]),
         ("socket: 'a:b:c'\n", ["key socket: 'a:b:c' is not valid; allowed: a path, unix:PATH, HOST:PORT, or none"]),
         ("log-level: loud\n", ["key log-level: 'loud' is not valid; allowed: trace, debug, info, notice, warning, error, critical"]),
+        // Categories.
+        ("categories: [a]\n", ["line 1, key categories: must be a mapping of category identifiers"]),
+        ("categories:\n  m: [a]\n", ["line 2, key categories.m: must be a mapping with actions"]),
+        (
+            "categories:\n  m:\n    dismiss: true\n",
+            ["line 3, key categories.m: unknown key 'dismiss'; the keys are custom-dismiss-action, actions"]
+        ),
+        (
+            "categories:\n  m:\n    custom-dismiss-action: sometimes\n",
+            ["line 3, key categories.m.custom-dismiss-action: 'sometimes' is not valid; allowed: true or false"]
+        ),
+        ("categories:\n  m:\n    actions: archive\n", ["line 3, key categories.m.actions: must be a list of actions"]),
+        ("categories:\n  m:\n    actions:\n      - {title: Archive}\n", ["line 4, key categories.m.actions[0].identifier: is missing"]),
+        (
+            "categories:\n  m:\n    actions:\n      - {identifier: a, title: ''}\n",
+            ["line 4, key categories.m.actions[0].title: '' is not valid; allowed: a non-empty string"]
+        ),
+        (
+            "categories:\n  m:\n    actions:\n      - {identifier: a, title: A, colour: red}\n",
+            ["line 4, key categories.m.actions[0]: unknown key 'colour'"]
+        ),
+        (
+            "categories:\n  m:\n    actions:\n      - {identifier: a, title: A, destructive: very}\n",
+            ["key categories.m.actions[0].destructive: 'very' is not valid"]
+        ),
+        (
+            "categories:\n  m:\n    actions:\n      - {identifier: a, title: A, text-input: Send}\n",
+            ["key categories.m.actions[0].text-input: must be a mapping"]
+        ),
+        (
+            "categories:\n  m:\n    actions:\n      - {identifier: a, title: A, text-input: {hint: x}}\n",
+            ["key categories.m.actions[0].text-input: unknown key 'hint'"]
+        ),
+        (
+            "categories:\n  m:\n    actions:\n      - {identifier: a, title: A}\n      - {identifier: a, title: B}\n",
+            ["line 3, key categories.m.actions: the action identifier 'a' is given more than once"]
+        ),
         // Malformed files.
         ("http: [127.0.0.1:1\n", ["herald: config file FILE, line 2, column 1: not valid YAML:"]),
         ("http: a\n  b: c\n", ["herald: config file FILE, line 2", "not valid YAML"]),
@@ -173,6 +210,41 @@ struct ServeConfigurationTests {
         ("just words\n", ["herald: config file FILE: the top level must be a mapping"]),
         ("? [a, b]\n: c\n", ["herald: config file FILE, line 1: a key must be a plain name"]),
     ]
+
+    @Test("categories and their actions from the config file, every option")
+    func categories() throws {
+        let yaml = """
+            echo: true
+            categories:
+              message:
+                custom-dismiss-action: yes
+                actions:
+                  - {identifier: archive, title: Archive, destructive: true, authentication-required: true}
+                  - {identifier: open, title: Open, foreground: true}
+                  - identifier: reply
+                    title: Reply
+                    text-input: {button-title: Send, placeholder: Your answer}
+                  - {identifier: note, title: Note, text-input: }
+              plain:
+                actions: []
+            """
+        let settings = try resolve(yaml).settings
+        #expect(settings.echo)
+        #expect(
+            settings.categories == [
+                NotificationCategory(
+                    identifier: "message",
+                    actions: [
+                        NotificationAction(identifier: "archive", title: "Archive", options: [.destructive, .authenticationRequired]),
+                        NotificationAction(identifier: "open", title: "Open", options: .foreground),
+                        NotificationAction(
+                            identifier: "reply", title: "Reply", textInputPlaceholder: "Your answer", textInputButtonTitle: "Send"),
+                        NotificationAction(identifier: "note", title: "Note", textInputPlaceholder: ""),
+                    ],
+                    options: .customDismissAction),
+                NotificationCategory(identifier: "plain", actions: []),
+            ])
+    }
 
     @Test("a bad config file names the file, the line, the key, the value and what is allowed", arguments: 0..<badFiles.count)
     func badFile(_ index: Int) throws {
@@ -247,6 +319,15 @@ struct ServeConfigurationTests {
             project-id: "has space: and colon"
             plugins: [/a.so, "/b c.so"]
             analytics-retention-days: 0
+            categories:
+              "chat: direct":
+                custom-dismiss-action: true
+                actions:
+                  - {identifier: reply, title: "Reply, now", text-input: {button-title: Send, placeholder: "Say: hi"}}
+                  - {identifier: note, title: Note, text-input: }
+                  - {identifier: delete, title: Delete, destructive: true, authentication-required: true, foreground: true}
+              empty:
+                actions: []
             """, environment: ["HERALD_SENDER_ID": "123", "HERALD_AUTH_TOKEN": "secret"], flags: [("echo", .boolean(true), "--echo")])
         let text = settings.rendered(environment: ["HERALD_AUTH_TOKEN": "secret"])
         #expect(text.contains("http: none  # config file"))
@@ -260,6 +341,8 @@ struct ServeConfigurationTests {
             #expect(again.values[option.key] == settings.values[option.key], "\(option.key)")
         }
         #expect(again.socket == settings.socket)
+        #expect(again.categories == settings.categories)
+        #expect(settings.categories.count == 2)
     }
 
     @Test("the edit distance and the suggestion")
@@ -269,5 +352,21 @@ struct ServeConfigurationTests {
         #expect(ServeConfiguration.nearest(to: "data-directory", among: ServeOption.all.map(\.key)) == nil)
         #expect(ServeConfiguration.nearest(to: "datadir", among: ServeOption.all.map(\.key)) == "data-dir")
         #expect(ServeConfiguration.nearest(to: "loglevel", among: ServeOption.all.map(\.key)) == "log-level")
+    }
+
+    @Test(
+        "NATS servers repeatable and comma-separated; replicas 3 with three servers unless set; stored topic delivery; bad values refused")
+    func natsCluster() throws {
+        let three = try resolve(flags: [("nats-servers", .list(["nats://a:4222,nats://b:4222", "nats://c:4222"]), "--nats-server")])
+            .settings
+        #expect(three.natsServers == ["nats://a:4222", "nats://b:4222", "nats://c:4222"])
+        #expect(three.natsOptions(authToken: nil)?.effectiveReplicas == 3)
+        let one = try resolve("nats-servers: [nats://a:4222]\nnats-topic-delivery: stored").settings.natsOptions(authToken: nil)
+        #expect(one?.effectiveReplicas == 1)
+        #expect(one?.topicDelivery == .stored)
+        let set = try resolve("nats-servers: [nats://a:4222, nats://b:4222, nats://c:4222]\nnats-replicas: 1").settings
+        #expect(set.natsOptions(authToken: nil)?.effectiveReplicas == 1)
+        #expect(failure("nats-replicas: 7")?.contains("nats-replicas") == true)
+        #expect(failure(nil, flags: [("nats-servers", .list(["nats://a:4222,http://b"]), "--nats-server")]) != nil)
     }
 }

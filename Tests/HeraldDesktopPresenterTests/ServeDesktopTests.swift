@@ -35,4 +35,81 @@ struct ServeDesktopTests {
             #expect(daemon.terminate() == 0)
         }
     }
+
+    @Test("categories declared in the config file reach the presenter: their buttons in Notify, a named action echoed as a response")
+    func configCategories() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        try await session.startMockServer(capabilities: ["actions", "body", "inline-reply"])
+        try await withTemporaryDirectory(prefix: "herald-serve-categories") { directory in
+            let config = "\(directory)/herald.yaml"
+            try """
+            categories:
+              message:
+                actions:
+                  - {identifier: archive, title: Archive, destructive: true}
+                  - identifier: reply
+                    title: Reply
+                    text-input: {button-title: Send, placeholder: Your answer}
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data", arguments: ["--presenter", "desktop", "--config", config],
+                environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
+            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let apns = #"{"payload": {"aps": {"alert": {"title": "Hi", "body": "there"}, "category": "message"}}}"#
+            let sent = try httpRequest(
+                port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
+            #expect(sent.status == 200, "\(sent.body)")
+            let mockCalls: @Sendable () -> String = {
+                (try? session.run(
+                    "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
+                    "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")) ?? ""
+            }
+            #expect(await eventually { mockCalls().contains("Notify") }, "\(daemon.log)")
+            let calls = mockCalls()
+            #expect(calls.contains("['default', 'Open', 'archive', 'Archive', 'inline-reply', 'Reply']"), "\(calls)")
+            #expect(calls.contains("'x-kde-reply-placeholder-text': <'Your answer'>"), "\(calls)")
+            #expect(calls.contains("'x-kde-reply-submit-button-text': <'Send'>"), "\(calls)")
+            try session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
+            var response: JSONValue?
+            while let event = daemon.event() {
+                if event["event"] == "didReceiveResponse" {
+                    response = event
+                    break
+                }
+            }
+            #expect(response?["action"]?.stringValue == "archive", "\(daemon.log)")
+            #expect(daemon.terminate() == 0)
+        }
+    }
+
+    @Test("a dynamic plugin's categories (plugin ABI 1.1) reach the presenter through herald serve --plugin")
+    func pluginCategories() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        try await session.startMockServer(capabilities: ["actions", "body", "inline-reply"])
+        try await withTemporaryDirectory(prefix: "herald-serve-plugin-categories") { directory in
+            let plugin = buildProductsDirectory.appendingPathComponent("libHeraldExamplePlugin.so").path
+            let daemon = try DaemonProcess(
+                directory: directory, arguments: ["--presenter", "desktop", "--plugin", plugin],
+                environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
+            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let apns = #"{"payload": {"aps": {"alert": {"title": "Storm", "body": "at six"}, "category": "weather"}}}"#
+            let sent = try httpRequest(
+                port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
+            #expect(sent.status == 200, "\(sent.body)")
+            let mockCalls: @Sendable () -> String = {
+                (try? session.run(
+                    "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
+                    "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")) ?? ""
+            }
+            #expect(await eventually { mockCalls().contains("Notify") }, "\(daemon.log)")
+            let calls = mockCalls()
+            #expect(calls.contains("['default', 'Open', 'details', 'Details', 'inline-reply', 'Comment']"), "\(calls)")
+            #expect(calls.contains("'x-kde-reply-submit-button-text': <'Send'>"), "\(calls)")
+            #expect(daemon.terminate() == 0)
+        }
+    }
 }

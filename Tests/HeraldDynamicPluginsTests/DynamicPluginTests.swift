@@ -1,8 +1,9 @@
 import Foundation
 import Herald
-import HeraldDynamicPlugins
 import HeraldTesting
 import Testing
+
+@testable import HeraldDynamicPlugins
 
 @Suite("DynamicPlugin: shared objects loaded with dlopen and called through the C ABI")
 struct DynamicPluginTests {
@@ -44,6 +45,42 @@ struct DynamicPluginTests {
             #expect(failures.first?.parameters["plugin"] == "example")
             #expect(failures.first?.parameters["error"] == "plugin example: did_receive_message failed with status 1")
             #expect(!failures.contains { $0.messageID == data })
+        }
+    }
+
+    @Test("a plugin's categories (plugin ABI 1.1) are read at load and registered by the host")
+    func examplePluginCategories() async throws {
+        let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldExamplePlugin"))
+        let expected = NotificationCategory(
+            identifier: "weather",
+            actions: [
+                NotificationAction(identifier: "details", title: "Details", options: .foreground),
+                NotificationAction(
+                    identifier: "comment", title: "Comment", textInputPlaceholder: "Your comment", textInputButtonTitle: "Send"),
+            ])
+        #expect(plugin.categories == [expected])
+        // A plugin of ABI 1.0 (the C test plugin, without HERALD_PLUGIN_V1_1) declares none.
+        #expect(try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin")).categories.isEmpty)
+    }
+
+    @Test(
+        "categories_json that Herald cannot read names the member",
+        arguments: [
+            ("[]", "must be a JSON object of categories by identifier"),
+            (#"{"c": {"actions": [{"title": "T"}]}}"#, "c.actions[0].identifier is missing"),
+            (
+                #"{"c": {"actions": [{"identifier": "a", "title": "T", "destructive": "yes"}]}}"#,
+                "c.actions[0].destructive must be true or false"
+            ),
+            (#"{"c": {"actions": [{"identifier": "a", "title": "T", "colour": 1}]}}"#, "c.actions[0].colour is not a member Herald knows"),
+            (#"{"c": {"dismiss": true}}"#, "c.dismiss is not a member Herald knows"),
+        ])
+    func badCategoriesJSON(json: String, problem: String) {
+        do {
+            _ = try CategoriesJSON.read(json)
+            Issue.record("\(json) was accepted")
+        } catch {
+            #expect(error.message.hasPrefix(problem), "\(error.message)")
         }
     }
 

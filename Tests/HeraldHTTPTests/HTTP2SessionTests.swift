@@ -195,7 +195,7 @@ struct HTTP2SessionTests {
     @Test("a graceful shutdown sends GOAWAY NO_ERROR, answers the stream already taken, then closes")
     func shutdownSendsGoAway() async throws {
         let server = try await HTTPTestServer()
-        let client = Task { try Self.abuse("wait-goaway", port: server.port) }
+        let client = Task { try await onOwnThread { try Self.abuse("wait-goaway", port: server.port) } }
         #expect(try await eventually(timeout: .seconds(10)) { try await server.loop.submit { server.handler.held.count == 1 } })
         try await server.shutdownSessions()
         try await server.releaseSlow()
@@ -203,6 +203,19 @@ struct HTTP2SessionTests {
         #expect(outcome.goaway == 0, "\(outcome)")
         #expect(outcome.statuses == ["1": 200], "\(outcome)")
         #expect(try await eventually(timeout: .seconds(10)) { try await server.openConnections == 0 })
+        await server.stop()
+    }
+
+    @Test("a request that arrived whole is answered by its handler however long it takes: the request timeout bounds its arrival only")
+    func handlerLongerThanTheRequestTimeout() async throws {
+        let server = try await HTTPTestServer(limits: HTTPServerLimits(requestTimeout: .milliseconds(200)))
+        let client = Task { try await onOwnThread { try Self.abuse("slow-answer", port: server.port) } }
+        #expect(try await eventually(timeout: .seconds(10)) { try await server.loop.submit { server.handler.held.count == 1 } })
+        // Past the request timeout, by the session's own clock: no 408 may have gone out meanwhile.
+        try await Task.sleep(for: .milliseconds(600))
+        try await server.releaseSlow()
+        let outcome = try await client.value
+        #expect(outcome.statuses == ["1": 200], "\(outcome)")
         await server.stop()
     }
 

@@ -141,6 +141,7 @@ struct JSONLExportTests {
         #expect(name(AnalyticsEvent(name: .notificationReceive, messageID: "m")) == "MESSAGE_DELIVERED")
         #expect(name(AnalyticsEvent(name: .notificationOpen, messageID: "m")) == "MESSAGE_OPEN")
         #expect(name(AnalyticsEvent(name: .notificationForeground, messageID: "m")) == "notification_foreground")
+        #expect(name(AnalyticsEvent(name: .notificationBackground, messageID: "m")) == "notification_background")
         #expect(name(AnalyticsEvent(name: .notificationDismiss, messageID: "m")) == "notification_dismiss")
         #expect(
             name(AnalyticsEvent(name: .backgroundFetch, messageID: "m", parameters: ["result": "newData"])) == "background_fetch:newData")
@@ -157,7 +158,7 @@ struct JSONLExportTests {
         #expect(name(AnalyticsEvent(name: .notificationForeground, messageID: "m"), .fcmEventsOnly) == nil)
         #expect(name(AnalyticsEvent(name: .notificationReceive, messageID: "m"), .fcmEventsOnly) == "MESSAGE_DELIVERED")
         // Every name and reason is decided (a new one fails here until it is).
-        #expect(AnalyticsEvent.Name.allCases.count == 10)
+        #expect(AnalyticsEvent.Name.allCases.count == 11)
         #expect(AnalyticsEvent.DropReason.allCases.count == 8)
     }
 

@@ -140,11 +140,79 @@ struct GatewayTests {
             let instance = try FleetInstance(server: server)
             try await withFleet([instance]) {
                 let token = try await instance.token()
-                let answer = try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: token, n: 2), secret: "s3cret")
-                #expect(answer.status == 200, "\(answer.body)")
+                // The gateway's watch of the registrations bucket sees the new instance within moments.
+                let port = gateway.httpPort
+                #expect(
+                    try await eventually {
+                        try httpRequest(port: port, "POST", send, body: body(token: token, n: 2), secret: "s3cret").status == 200
+                    })
                 #expect(await eventually { instance.collector.numbers == ["2"] })
             }
             #expect(gateway.terminate() == 0)
+        }
+    }
+
+    @Test(
+        "two gateways are interchangeable: one SIGKILLed mid-campaign, the sender's retries to the other succeed, each message handled once; an unknown token is answered from the watched bucket"
+    )
+    func twoGateways() async throws {
+        let server = try NATSServerProcess()
+        let instances = try (0..<3).map { _ in try FleetInstance(server: server) }
+        try await withFleet(instances) {
+            try await withTemporaryDirectory(prefix: "herald-gateways") { directory in
+                for name in ["one", "two"] {
+                    try FileManager.default.createDirectory(atPath: "\(directory)/\(name)", withIntermediateDirectories: true)
+                }
+                let one = try startGateway(server: server, directory: "\(directory)/one", secret: "s3cret")
+                let two = try startGateway(server: server, directory: "\(directory)/two", secret: "s3cret")
+                let ports = [one.httpPort, two.httpPort]
+                let tokens = try await instances.asyncMap { try await $0.token() }
+                let send = "/v1/projects/demo/messages:send"
+                let total = 600
+                let answered = Locked<[Int: String]>([:])
+                let refused = Locked(0)
+                // Four senders behind a round-robin "balancer": a send that fails (connection refused or reset, 503)
+                // is retried on the next gateway, with the same body.
+                let campaign = Task {
+                    await onThreads(4) { sender in
+                        for n in stride(from: sender, to: total, by: 4) {
+                            for attempt in 0..<20 {
+                                let port = ports[(n + attempt) % 2]
+                                if let answer = try? httpRequest(
+                                    port: port, "POST", send, body: body(token: tokens[n % 3], n: n), secret: "s3cret"),
+                                    answer.status == 200
+                                {
+                                    answered.withLock { $0[n] = answer.body }
+                                    break
+                                }
+                                refused.withLock { $0 += 1 }
+                            }
+                        }
+                    }
+                }
+                #expect(await eventually { answered.withLock { $0.count } >= 200 })
+                kill(one.process.processIdentifier, SIGKILL)
+                await campaign.value
+                #expect(answered.withLock { $0.count } == total)
+                #expect(
+                    await eventually {
+                        instances.map { $0.collector.numbers.count }.reduce(0, +) >= total
+                    })
+                for instance in instances { try await instance.herald.waitUntilIdle() }
+                for (index, instance) in instances.enumerated() {
+                    let numbers = instance.collector.numbers
+                    #expect(numbers.count == Set(numbers).count, "instance \(index) handled a message twice")
+                    #expect(Set(numbers) == Set(stride(from: index, to: total, by: 3).map(String.init)))
+                }
+                print("two gateways, one SIGKILLed after 200 of \(total) sends: \(refused.withLock { $0 }) sends retried on the other")
+
+                // The registrations are a watched copy: with the NATS server frozen, an unknown token is still answered.
+                server.pause()
+                let unknown = try httpRequest(port: two.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret")
+                server.resume()
+                #expect(unknown.status == 404, "\(unknown.body)")
+                #expect(two.terminate() == 0)
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Herald
 import HeraldNATSReceiver
+import HeraldSQLite
 import HeraldTesting
 import Testing
 
@@ -183,6 +184,29 @@ struct NATSReceiverTests {
         await instance.herald.shutdown()
         #expect(instance.receiver.state == .closed)
         #expect(instance.herald.loop.statistics.liveHandles == 0)
+    }
+
+    @Test("a restarted instance whose consumer is still bound to its old connection subscribes once the server lets that go")
+    func consumerStillBound() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-bound") { directory in
+            // Two instances of one installation (one data directory): the second starts while the first still holds
+            // the token's consumer, as a restarted daemon can before the server has seen the old connection end.
+            let old = try FleetInstance(server: server, store: try SQLiteStore(directory: directory))
+            try await old.start()
+            let oldToken = try await old.token()
+            let new = try FleetInstance(server: server, store: try SQLiteStore(directory: directory))
+            async let started: Void = new.start()
+            try await Task.sleep(for: .milliseconds(300))
+            await old.herald.shutdown()
+            try await started
+            #expect(new.receiver.state == .connected)
+            let token = try await new.token()
+            #expect(token == oldToken)
+            try NATSPublisher(url: server.url).publishStored(try await new.tokenSubject(), body(token: token, n: 1))
+            #expect(await eventually { new.collector.numbers == ["1"] })
+            await new.herald.shutdown()
+        }
     }
 
     @Test("a deleted token (auto-init off) leaves the registrations bucket and the stream's consumers")

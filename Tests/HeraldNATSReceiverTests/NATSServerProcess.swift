@@ -15,14 +15,17 @@ final class NATSServerProcess: @unchecked Sendable {
 
     /// Whether the server runs JetStream.
     let jetStream: Bool
+    /// More arguments (a cluster node's name, cluster port and routes).
+    let extraArguments: [String]
 
-    /// Starts a server on a free loopback port with a fresh store under /tmp, and waits until it accepts.
-    init(jetStream: Bool = true) throws {
+    /// Starts a server on a free loopback port (or `port`) with a fresh store under /tmp, and waits until it accepts.
+    init(jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true) throws {
         self.jetStream = jetStream
-        port = try freeLoopbackPort()
+        self.extraArguments = extraArguments
+        self.port = try port ?? freeLoopbackPort()
         storeDirectory = "/tmp/herald-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: storeDirectory, withIntermediateDirectories: true)
-        try start()
+        if start { try self.start() }
     }
 
     deinit {
@@ -35,7 +38,7 @@ final class NATSServerProcess: @unchecked Sendable {
         precondition(process == nil, "the server is running")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable)
-        process.arguments = (jetStream ? ["-js"] : []) + ["-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory]
+        process.arguments = (jetStream ? ["-js"] : []) + ["-a", "127.0.0.1", "-p", "\(port)", "-sd", storeDirectory] + extraArguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
@@ -63,6 +66,18 @@ final class NATSServerProcess: @unchecked Sendable {
         self.process = nil
         _ = log?.bytes()
         log = nil
+    }
+
+    /// CPU time the server used so far (user and system), from /proc; zero when it is not running.
+    var cpuTime: Duration {
+        guard let process,
+            let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return .zero }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3, utime and stime fields 14 and 15 (in clock ticks).
+        let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+        return .milliseconds(ticks * 1000 / sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// SIGKILL, and waits.

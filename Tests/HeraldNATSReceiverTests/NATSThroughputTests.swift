@@ -61,4 +61,44 @@ struct NATSThroughputTests {
             print("NATS core queue group of \(size): \(Self.count) messages in \(elapsed): \(Int(Double(Self.count) / seconds)) messages/s")
         }
     }
+
+    @Test("topic fan-out to 3 instances: core NATS against stored (JetStream, a durable consumer per instance), same run")
+    func fanOutCost() async throws {
+        let count = 5_000
+        var figures: [String: (wall: Duration, herald: Duration, server: Duration)] = [:]
+        for delivery in [NATSReceiver.TopicDelivery.fanOut, .stored] {
+            let server = try NATSServerProcess()
+            let instances = try (0..<3).map { _ in try FleetInstance(server: server) { $0.topicDelivery = delivery } }
+            try await withFleet(instances) {
+                for instance in instances { try await instance.subscribe("load") }
+                let client = try NATSPublisher(url: server.url)
+                let subject = NATSSubjects.topic(project: "demo", topic: "load")
+                let clock = ContinuousClock()
+                let (startCPU, startServerCPU, start) = (processCPUTime(), server.cpuTime, clock.now)
+                // Plain publishes in both cases: the stream stores them; what differs is the path to the instances.
+                for n in 0..<count { try client.publish(subject, body(topic: "load", n: n), flush: false) }
+                #expect(
+                    await eventually(timeout: .seconds(300)) {
+                        instances.allSatisfy { $0.collector.messages.withLock { $0.count } >= count }
+                    })
+                let wall = clock.now - start
+                figures["\(delivery)"] = (wall, processCPUTime() - startCPU, server.cpuTime - startServerCPU)
+            }
+        }
+        for (name, figure) in figures.sorted(by: { $0.key < $1.key }) {
+            print(
+                "topic fan-out to 3 instances, \(name): \(count) messages in \(figure.wall); per message: CPU \((figure.herald + figure.server) / count) (Herald's 3 instances and the sender \(figure.herald / count), nats-server \(figure.server / count)), wall \(figure.wall / count)"
+            )
+        }
+    }
+}
+
+/// CPU time this process used so far (user and system).
+func processCPUTime() -> Duration {
+    var usage = rusage()
+    getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
+    let microseconds =
+        (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1_000_000 + Int(usage.ru_utime.tv_usec)
+        + Int(usage.ru_stime.tv_usec)
+    return .microseconds(microseconds)
 }

@@ -63,4 +63,24 @@ struct SocketRespondTests {
             )
         }
     }
+
+    @Test("an app_state line sets the bus's application state and is answered with it; another value is refused")
+    func appState() async throws {
+        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let receiver = SocketReceiver(options: .init(addresses: [.unix(path: socketPath())]))
+        try await withStarted(herald, plugins: [receiver]) { herald in
+            let client = try TestSocketClient(try await receiver.listeningAddresses()[0])
+            client.send(#"{"app_state": "background"}"# + "\n")
+            client.send(#"{"app_state": "asleep"}"# + "\n")
+            client.send(#"{"app_state": "active", "extra": 1}"# + "\n")
+            let answers = client.readLines(3).compactMap { try? JSONParser.parse(Array($0.utf8)) }
+            #expect(answers.count == 3)
+            #expect(answers.first?["app_state"] == "background")
+            #expect(herald.applicationState == .background)
+            for refused in answers.dropFirst() {
+                #expect(refused["error"]?["status"] == "INVALID_ARGUMENT")
+                #expect(refused["error"]?["message"]?.stringValue?.contains(#"{"app_state": "active"}"#) == true)
+            }
+        }
+    }
 }

@@ -1,7 +1,7 @@
 // CBaseline: the practical ceiling of scripts/peers: libuv, http_parser and simdjson (On-Demand) doing the work
 // Herald does for an FCM v1 token message, with nothing else.
 //
-//     cbaseline [--socket PATH] [--http PORT] [--project ID] [--token TOKEN]
+//     cbaseline [--socket PATH] [--http PORT] [--project ID] [--token TOKEN] [--durable FILE]
 //     cbaseline --decode N --body FILE [--token TOKEN]
 //
 // Server mode: one libuv loop on the main thread serves a Unix socket of JSON lines (`--socket`, one answer line per
@@ -17,7 +17,18 @@
 // charset=UTF-8`, `Content-Length`), or Google's error shape with Herald's status, code and message. `android`,
 // `webpush`, `apns` and `fcm_options` are only checked for being objects (the benchmark body has none of them).
 //
-// Answers are gathered per read and written once per read (as the NIO servers flush once per read burst). Prints
+// Answers are gathered per read and written once per read (as the NIO servers flush once per read burst).
+//
+// With `--durable FILE` (the durable ceiling: what "acknowledged means on disk" costs at the least): each accepted
+// message (its ID and body, one line) is appended to an in-memory journal, and the answers wait; once per loop turn,
+// after the turn's reads (a check handle), the journal is written to FILE (created or truncated at start) with one
+// write and one fdatasync, and only then are the waiting answers written. A failed write or fdatasync ends the
+// process (nothing is acknowledged that is not on disk). FILE is filled with zeros ahead of the writes, 64 MiB at a
+// time (fsynced once per extension), so that an fdatasync flushes data only: on ext4 a write that grows a file, or
+// that lands in space fallocate reserved, changes metadata, and each fdatasync would then wait for a journal commit
+// as well (SQLite's write-ahead log avoids it the same way, by reusing its file).
+//
+// Prints
 // `token=<token>` and `ready`; SIGUSR1 prints `handled=<n>`; SIGINT / SIGTERM print it and exit.
 //
 // Decode mode (scenario 2's ceiling): decodes and validates FILE (its first line) N times in this process with one
@@ -30,6 +41,9 @@
 #include <http_parser.h>
 #include <simdjson.h>
 #include <uv.h>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -53,6 +67,10 @@ std::string g_token = "bench-token";
 std::string g_sender = "1234567890";
 uint64_t g_next_id = 0;
 uint64_t g_handled = 0;
+int g_durable_fd = -1;    // --durable: the journal file
+off_t g_journal_end = 0;  // --durable: where the next write goes
+off_t g_journal_zeroed = 0;  // --durable: the file's length, zeros after g_journal_end
+std::string g_journal;    // --durable: the accepted messages of this loop turn, not yet written
 
 // The no-op handler Herald's benchmark servers have: counts the message.
 __attribute__((noinline)) void handle_message(std::string_view /*token*/, const char* /*id*/) {
@@ -294,7 +312,15 @@ int process(ondemand::parser& parser, const char* bytes, size_t length, size_t c
     }
     char id[24];
     snprintf(id, sizeof id, "%llu", static_cast<unsigned long long>(++g_next_id));
-    if (!decoded.validate_only) handle_message(decoded.token, id);
+    if (!decoded.validate_only) {
+        if (g_durable_fd >= 0) {
+            g_journal += id;
+            g_journal += ' ';
+            g_journal.append(bytes, length);
+            g_journal += '\n';
+        }
+        handle_message(decoded.token, id);
+    }
     out += "{\"name\":\"projects/";
     append_escaped(out, g_project);
     out += "/messages/";
@@ -310,6 +336,7 @@ struct Connection {
     bool http = false;
     bool closing = false;
     bool close_after_write = false;
+    bool waiting = false;      // --durable: answers held until this turn's journal is on disk
     std::vector<char> input;   // unconsumed bytes, with SIMDJSON_PADDING readable after them
     size_t used = 0;
     std::string output;        // answers gathered during one read
@@ -329,8 +356,14 @@ struct WriteRequest {
     Connection* connection;
 };
 
+std::vector<Connection*> g_waiting;   // --durable: connections whose answers wait for the fdatasync
+
 void on_close(uv_handle_t* handle) {
     auto* connection = static_cast<Connection*>(handle->data);
+    if (connection->waiting) {
+        for (auto& waiting : g_waiting)
+            if (waiting == connection) waiting = nullptr;
+    }
     delete connection;
     free(handle);
 }
@@ -434,7 +467,63 @@ void on_read(uv_stream_t* stream, ssize_t count, const uv_buf_t* /*buffer*/) {
     } else {
         lines_read(connection, static_cast<size_t>(count));
     }
-    flush(connection);
+    if (g_durable_fd < 0) {
+        flush(connection);
+    } else if (!connection->waiting) {
+        connection->waiting = true;
+        g_waiting.push_back(connection);
+    }
+}
+
+// --durable: 64 MiB more zeros at the end of the journal file, on disk with its new length.
+void extend_journal() {
+    static const std::vector<char> zeros(1 << 20);
+    const off_t target = g_journal_zeroed + (off_t(64) << 20);
+    while (g_journal_zeroed < target) {
+        ssize_t n = pwrite(g_durable_fd, zeros.data(), zeros.size(), g_journal_zeroed);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            perror("cbaseline: extending the journal");
+            exit(1);
+        }
+        g_journal_zeroed += n;
+    }
+    if (fsync(g_durable_fd) != 0) {
+        perror("cbaseline: fsync of the journal");
+        exit(1);
+    }
+}
+
+// --durable, once per loop turn after its reads: the turn's journal to disk (one write, one fdatasync), then the
+// answers that waited for it.
+void on_check(uv_check_t* /*handle*/) {
+    if (g_waiting.empty()) return;
+    if (!g_journal.empty()) {
+        if (g_journal_end + static_cast<off_t>(g_journal.size()) > g_journal_zeroed) extend_journal();
+        size_t done = 0;
+        while (done < g_journal.size()) {
+            ssize_t n = pwrite(g_durable_fd, g_journal.data() + done, g_journal.size() - done, g_journal_end);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                perror("cbaseline: write to the journal");
+                exit(1);
+            }
+            done += static_cast<size_t>(n);
+            g_journal_end += n;
+        }
+        if (fdatasync(g_durable_fd) != 0) {
+            perror("cbaseline: fdatasync of the journal");
+            exit(1);
+        }
+        g_journal.clear();
+    }
+    std::vector<Connection*> waiting;
+    waiting.swap(g_waiting);
+    for (Connection* connection : waiting) {
+        if (!connection) continue;
+        connection->waiting = false;
+        flush(connection);
+    }
 }
 
 int http_on_message_begin(http_parser* parser) {
@@ -623,8 +712,16 @@ int main(int argc, char** argv) {
     const char* socket_path = option(argc, argv, "--socket");
     const char* http_port = option(argc, argv, "--http");
     if (!socket_path && !http_port) {
-        fprintf(stderr, "usage: cbaseline [--socket PATH] [--http PORT] [--project ID] [--token TOKEN]\n");
+        fprintf(stderr, "usage: cbaseline [--socket PATH] [--http PORT] [--project ID] [--token TOKEN] [--durable FILE]\n");
         return 2;
+    }
+    if (const char* journal = option(argc, argv, "--durable")) {
+        g_durable_fd = open(journal, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (g_durable_fd < 0) {
+            perror(journal);
+            return 1;
+        }
+        extend_journal();
     }
     signal(SIGPIPE, SIG_IGN);
     memset(&g_http_settings, 0, sizeof g_http_settings);
@@ -662,6 +759,11 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; i++) {
         uv_signal_init(loop, &signals[i]);
         uv_signal_start(&signals[i], on_signal, numbers[i]);
+    }
+    uv_check_t check;
+    if (g_durable_fd >= 0) {
+        uv_check_init(loop, &check);
+        uv_check_start(&check, on_check);
     }
     printf("token=%s\nready\n", g_token.c_str());
     fflush(stdout);

@@ -26,3 +26,9 @@ public func fuzz(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
 public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
     fuzzerMain(argc, argv, fuzz)
 }
+
+/// The command's error type, which the linked APNsKeySetting.swift throws when it loads a key file; the loader
+/// fuzzed here only parses settings and never loads a key, so the type is all it needs of the command.
+struct CommandFailure: Error {
+    let message: String
+}

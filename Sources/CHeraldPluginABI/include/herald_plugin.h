@@ -61,6 +61,25 @@
  *    or a status (HERALD_PLUGIN_OK = 0; anything else is an error Herald logs and records).
  *  - Versions. abi_version must be HERALD_PLUGIN_ABI_VERSION (1); any other value is refused before any
  *    other field is read. An incompatible future ABI gets a new entry point symbol (herald_plugin_entry_v2).
+ *    Compatible additions raise HERALD_PLUGIN_ABI_MINOR and come as a longer descriptor that begins with
+ *    herald_plugin_v1, announced by a flag: a plugin that sets HERALD_PLUGIN_V1_1 returns a herald_plugin_v1_1
+ *    (cast to herald_plugin_v1 *). A Herald that predates the flag ignores it and reads version 1.0's fields; a
+ *    plugin without it is read as version 1.0. Version 1.1 adds notification categories.
+ *
+ * Categories (1.1). categories_json, when not NULL, is a NUL-terminated JSON object of the notification
+ * categories the plugin's notifications name in aps.category (UNNotificationCategory), read once after
+ * init_plugin and registered as if the host had registered them (the daemon's own config file wins for an
+ * identifier both declare). The same shape as herald serve's config file section:
+ *
+ *     {"message": {"custom-dismiss-action": true,
+ *                  "actions": [{"identifier": "reply", "title": "Reply",
+ *                               "text-input": {"button-title": "Send", "placeholder": "Your answer"}},
+ *                              {"identifier": "delete", "title": "Delete", "destructive": true,
+ *                               "authentication-required": true},
+ *                              {"identifier": "open", "title": "Open", "foreground": true}]}}
+ *
+ * A member Herald does not know, or a value of the wrong type, refuses the library with an error naming the
+ * file and the member.
  */
 #ifndef HERALD_PLUGIN_H
 #define HERALD_PLUGIN_H
@@ -74,6 +93,8 @@ extern "C" {
 
 /* The version of this header's ABI. */
 #define HERALD_PLUGIN_ABI_VERSION 1u
+/* The compatible additions to version 1 this header has (see Versions above). */
+#define HERALD_PLUGIN_ABI_MINOR 1u
 
 /* The name of the entry point every plugin exports. */
 #define HERALD_PLUGIN_ENTRY_SYMBOL "herald_plugin_entry_v1"
@@ -81,7 +102,9 @@ extern "C" {
 /* Descriptor flags. */
 enum {
     /* Call into this plugin from one thread at a time (per context). Without it calls may be concurrent. */
-    HERALD_PLUGIN_SERIAL = 1u << 0
+    HERALD_PLUGIN_SERIAL = 1u << 0,
+    /* The descriptor is a herald_plugin_v1_1: it has version 1.1's fields after version 1.0's. */
+    HERALD_PLUGIN_V1_1 = 1u << 1
 };
 
 /* Presentation options answered by will_present: the raw values of UNNotificationPresentationOptions and of
@@ -139,6 +162,15 @@ typedef struct herald_plugin_v1 {
      * one is minted. */
     void (*did_receive_token)(const char *token, void *ctx);
 } herald_plugin_v1;
+
+/* Version 1.1's descriptor: version 1.0's, then the fields 1.1 added. Set HERALD_PLUGIN_V1_1 in base.flags and
+ * return &descriptor.base from the entry point. */
+typedef struct herald_plugin_v1_1 {
+    herald_plugin_v1 base;
+    /* The plugin's notification categories as JSON (see Categories above), or NULL. Must stay valid while the
+     * library is loaded. */
+    const char *categories_json;
+} herald_plugin_v1_1;
 
 /* Mark the entry point with this, so that it is exported even with -fvisibility=hidden:
  *     HERALD_PLUGIN_EXPORT const herald_plugin_v1 *herald_plugin_entry_v1(void) { return &my_descriptor; } */

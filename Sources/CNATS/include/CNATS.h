@@ -43,18 +43,20 @@ int64_t herald_nats_reconnect_delay(natsConnection *nc, int attempts, void *clos
    to the server: call them off the loop thread (the loop must keep reading for the answer to arrive). On failure
    `*errorCode` holds JetStream's error code when the server gave one (0 otherwise). */
 
-/* Creates the stream `name` on `subject` (work-queue retention, file storage) unless it exists; an existing
-   stream is left as it is. Ages and windows in nanoseconds; limits of -1 mean none. */
-natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *subject, int64_t maxAge,
-                                     int64_t maxMessages, int64_t maxBytes, int64_t duplicateWindow,
-                                     jsErrCode *errorCode);
+/* Creates the stream `name` on `subject` (work-queue retention, or limits retention when `workQueue` is false;
+   file storage; `replicas` copies in a cluster) unless it exists; an existing stream is left as it is. Ages and
+   windows in nanoseconds; limits of -1 mean none. */
+natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *subject, bool workQueue,
+                                     int64_t maxAge, int64_t maxMessages, int64_t maxBytes, int64_t duplicateWindow,
+                                     int64_t replicas, jsErrCode *errorCode);
 
 /* Creates the durable push consumer `durable` on `stream`, filtered on `filter`, delivering to `deliverSubject`
-   with explicit acks. An existing consumer with another filter (the token rotated) is deleted first; one with
-   this filter is kept (with its unacknowledged messages). Ack wait in nanoseconds; maxDeliver -1 for no limit. */
+   with explicit acks, from the stream's first message on (or, with `deliverNew`, from the next one stored). An
+   existing consumer with another filter (the token rotated) is deleted first; one with this filter is kept (with
+   its unacknowledged messages). Ack wait in nanoseconds; maxDeliver -1 for no limit. */
 natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char *durable, const char *filter,
-                                       const char *deliverSubject, int64_t ackWait, int64_t maxAckPending,
-                                       int64_t maxDeliver, jsErrCode *errorCode);
+                                       const char *deliverSubject, bool deliverNew, int64_t ackWait,
+                                       int64_t maxAckPending, int64_t maxDeliver, jsErrCode *errorCode);
 
 /* Deletes the durable consumer `durable` of `stream`; a consumer that does not exist is not an error. */
 natsStatus herald_nats_delete_consumer(jsCtx *js, const char *stream, const char *durable, jsErrCode *errorCode);
@@ -78,9 +80,9 @@ natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *
 const char *herald_nats_stored_message_id(natsMsg *message);
 
 /* Writes `token` as the value of `key` in the key-value bucket `bucket` (created when missing, file storage, one
-   revision kept), or deletes `key` when `token` is NULL. */
+   revision kept, `replicas` copies), or deletes `key` when `token` is NULL. */
 natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const char *key, const char *token,
-                                        jsErrCode *errorCode);
+                                        int64_t replicas, jsErrCode *errorCode);
 
 /* Reads `key` of the key-value bucket `bucket` into `token` (`capacity` bytes, NUL-terminated); `*found` is false
    when the key (or the bucket) does not exist or was deleted. */

@@ -408,6 +408,7 @@ extension AnalyticsEvent.Name {
         case .topicUnsubscribe: 7
         case .messageDropped: 8
         case .diagnostic: 9
+        case .notificationBackground: 10
         }
     }
 
@@ -423,6 +424,7 @@ extension AnalyticsEvent.Name {
             case 6: .topicSubscribe
             case 7: .topicUnsubscribe
             case 8: .messageDropped
+            case 10: .notificationBackground
             default: .diagnostic
             }
     }

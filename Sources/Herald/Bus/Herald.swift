@@ -26,6 +26,16 @@ public final class Herald: @unchecked Sendable {
         public var maxInFlight: Int = 1024
         /// How long a background-fetch worker may take before it is cancelled and counted `.failed`.
         public var backgroundFetchDeadline: Duration = .seconds(30)
+        /// How long finished inbox entries wait for a commit of accepted messages to take them along before they are
+        /// committed on their own (tests lengthen it to see the ride-along whatever the machine's pace).
+        package var finishedEntriesCommitDelay: Duration = .milliseconds(100)
+        /// The string catalogs alerts' localization keys (`loc-key`, `title-loc-key`, `subtitle-loc-key`) are
+        /// resolved from; with none, a key is shown as itself, as on an Apple device.
+        public var alertLocalization = AlertLocalization(tables: [])
+        /// How long the content modifiers may take with a `mutable-content` notification (Apple gives a
+        /// notification service extension about 30 s); at the deadline the one running is told
+        /// (``ContentModifier/serviceExtensionTimeWillExpire(_:)``) and the content as it is then is presented.
+        public var contentModifierDeadline: Duration = .seconds(30)
         /// How many background-fetch workers run at once; more wait their turn.
         public var maxConcurrentFetches: Int = 16
         /// Which message IDs are remembered to drop duplicates: at most this many, none older than this
@@ -95,6 +105,7 @@ public final class Herald: @unchecked Sendable {
     public let store: any HeraldStore
     private let state: Locked<Lifecycle> = Locked(.registering(PluginSet(), [:]))
     private let messageIDs = MessageIDGenerator()
+    private let applicationStateBox = Locked(ApplicationState.active)
 
     /// Creates an instance. With no `loop`, the instance makes one and runs it on a thread of its own.
     /// `store` keeps identity, topics and the inbox: `SQLiteStore` from `HeraldSQLite` for a daemon (the
@@ -165,7 +176,8 @@ public final class Herald: @unchecked Sendable {
         let bus = MessageBus(
             loop: loop, timeSource: timeSource, configuration: configuration, logger: logger,
             plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
-            topics: stored.topics, seenMessageIDs: stored.seenMessageIDs, pendingMessageIDs: stored.pending.map(\.messageID)
+            topics: stored.topics, seenMessageIDs: stored.seenMessageIDs, pendingMessageIDs: stored.pending.map(\.messageID),
+            applicationState: applicationStateBox
         )
         let stillStarting = state.withLock { state in
             guard case .starting = state else { return false }
@@ -351,6 +363,24 @@ public final class Herald: @unchecked Sendable {
     /// Waits until every accepted message has been handled.
     public func waitUntilIdle() async throws {
         try await runningBus().waitUntilIdle()
+    }
+
+    /// Whether the host's app is active — a window focused, a UI attached: the host decides — or in the background,
+    /// as `UIApplication.applicationState`. ``ApplicationState/active`` (the default): each notification's
+    /// ``NotificationHandler/willPresent(_:)`` decides how it is presented. ``ApplicationState/background``: a
+    /// notification is presented as its payload asks (an alert as a banner in the list, `sound`, `badge`) without
+    /// asking the handlers, who see it only when a person opens or answers it (``NotificationHandler/didReceive(_:)``);
+    /// silent messages still wake the background-fetch workers, and data messages still reach the message handlers.
+    /// Settable before and after ``start()``, from any thread.
+    public var applicationState: ApplicationState {
+        get { applicationStateBox.withLock { $0 } }
+        set {
+            if case .started(let bus) = state.withLock({ $0 }) {
+                bus.applicationState = newValue
+            } else {
+                applicationStateBox.withLock { $0 = newValue }
+            }
+        }
     }
 
     /// A person acted on the presented notification `messageID`: `action` is

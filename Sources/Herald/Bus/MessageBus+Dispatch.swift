@@ -24,7 +24,7 @@ extension MessageBus {
     private func finished(_ message: RemoteMessage) {
         if let id = message.messageID, durable || replayedIDs.remove(id) != nil {
             batch.finished.append(id)
-            scheduleCommit()
+            scheduleFinishedCommit()
         }
         inFlight -= 1
         if paused, inFlight <= configuration.maxInFlight / 2 { resumeReceivers() }
@@ -47,13 +47,29 @@ extension MessageBus {
         }
     }
 
-    private func present(_ message: RemoteMessage) async {
-        var options: PresentationOptions = []
-        let stage = beginManualStage(.presenting, for: message)
-        for handler in pluginSet.notificationHandlers {
-            options.formUnion(await handler.willPresent(message))
+    private func present(_ arrived: RemoteMessage) async {
+        var message = arrived
+        if let alert = message.aps.alert, let resolved = configuration.alertLocalization.resolved(alert) {
+            var content = message.content
+            (content.title, content.subtitle, content.body) = (resolved.title, resolved.subtitle, resolved.body)
+            message.apply(content)
         }
-        endManualStage(stage, for: message)
+        if message.aps.mutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
+        var options: PresentationOptions = []
+        let foreground = applicationState == .active
+        if foreground {
+            let stage = beginManualStage(.presenting, for: message)
+            for handler in pluginSet.notificationHandlers {
+                options.formUnion(await handler.willPresent(message))
+            }
+            endManualStage(stage, for: message)
+        } else {
+            // In the background the system shows what the payload asks for, and the app is not asked.
+            let aps = message.aps
+            if aps.alert != nil { options.formUnion([.banner, .list]) }
+            if aps.sound != nil { options.insert(.sound) }
+            if aps.badge != nil { options.insert(.badge) }
+        }
         var actions: [NotificationAction] = []
         if let categoryID = message.apsCategory {
             if let category = categories[categoryID] {
@@ -77,9 +93,61 @@ extension MessageBus {
         for presenter in pluginSet.presenters {
             await presenter.present(message, options: options, actions: actions)
         }
-        if configuration.analyticsWiring == .automatic, !options.isEmpty {
-            analytics.record(.notificationForeground, for: message, parameters: ["options": "\(options)"])
+        if configuration.analyticsWiring == .automatic {
+            if !foreground {
+                analytics.record(.notificationBackground, for: message, parameters: ["options": "\(options)"])
+            } else if !options.isEmpty {
+                analytics.record(.notificationForeground, for: message, parameters: ["options": "\(options)"])
+            }
         }
+    }
+
+    /// Runs the content modifiers on a `mutable-content` notification, off the loop, within the deadline for all of
+    /// them; returns the message with the content they left (at the deadline: what it held when the running
+    /// modifier's `serviceExtensionTimeWillExpire` returned).
+    private func modifyContent(_ message: RemoteMessage) async -> RemoteMessage {
+        let modifiers = pluginSet.contentModifiers
+        let request = ContentModificationRequest(message: message)
+        let running = Locked<(any ContentModifier)?>(nil)
+        let resolved = Locked(false)
+        let (timeSource, deadline) = (timeSource, configuration.contentModifierDeadline)
+        let final: (content: NotificationContent, expired: String?) = await withCheckedContinuation { continuation in
+            let task = Locked<Task<Void, Never>?>(nil)
+            let started = Task(executorPreference: globalConcurrentExecutor) {
+                // The deadline counts from when the modifiers start, as an extension's time counts from its launch:
+                // a task that waited for a thread (a busy machine) has not used any of it.
+                running.withLock { $0 = modifiers.first }
+                let timer = timeSource.scheduleTask(in: deadline) {
+                    guard resolved.setFirst() else { return }
+                    let modifier = running.withLock { $0 }
+                    modifier?.serviceExtensionTimeWillExpire(request)
+                    let content = request.content
+                    task.withLock { $0 }?.cancel()
+                    continuation.resume(returning: (content, modifier?.descriptor.name ?? ""))
+                }
+                for modifier in modifiers where !Task.isCancelled {
+                    running.withLock { $0 = modifier }
+                    await modifier.modify(request)
+                }
+                timer.cancel()
+                guard resolved.setFirst() else { return }
+                continuation.resume(returning: (request.content, nil))
+            }
+            task.withLock { $0 = started }
+            if resolved.withLock({ $0 }) { started.cancel() }
+        }
+        for (detail, parameters) in request.diagnostics {
+            analytics.record(.diagnostic, for: message, parameters: parameters.merging(["detail": detail]) { _, new in new })
+        }
+        if let plugin = final.expired {
+            logger.warning(
+                "content modifier ran past its deadline; presenting its best attempt",
+                metadata: ["plugin": "\(plugin)", "message_id": "\(message.messageID ?? "")"])
+            analytics.record(.diagnostic, for: message, parameters: ["detail": "content_modifier_deadline", "plugin": plugin])
+        }
+        var modified = message
+        modified.apply(final.content)
+        return modified
     }
 
     private func backgroundFetch(_ message: RemoteMessage) async {

@@ -1,5 +1,7 @@
 // The durable inbox: accepted messages are committed in groups (one transaction, one fsync, for every message of
-// a loop turn) off the loop, their senders answered after; what the inbox held at start is replayed.
+// a loop turn) off the loop, their senders answered after; what the inbox held at start is replayed. Finished
+// entries leave the inbox with the next group of accepted messages (or on their own a moment later when none
+// comes): nobody waits for their removal, so it never costs a commit of its own on the senders' path.
 
 extension MessageBus {
     /// Commits the current batch at the end of this loop turn, so that every message accepted in the turn (and
@@ -12,6 +14,22 @@ extension MessageBus {
             runCommit()
         }
     }
+
+    /// Finished entries (and nothing else) wait: the next commit of accepted messages takes them along, and when
+    /// none comes within the configuration's `finishedEntriesCommitDelay` they are committed on their own. Their removal answers nobody,
+    /// so a commit of its own would only delay the next group of accepted messages by one fsync. A crash in the
+    /// meantime replays them at the next start, as it would a removal whose commit had not ended yet.
+    func scheduleFinishedCommit() {
+        guard !finishedCommitScheduled else { return }
+        finishedCommitScheduled = true
+        loop.scheduleTask(in: configuration.finishedEntriesCommitDelay) { [self] in
+            finishedCommitScheduled = false
+            if !batch.isEmpty { scheduleCommit() }
+        }
+    }
+
+    /// Whether the batch holds more than finished entries: accepted messages (whose senders wait) or quarantined ones.
+    private var batchNeedsCommit: Bool { !batch.accepted.isEmpty || !batch.quarantined.isEmpty }
 
     private func runCommit() {
         guard !commitRunning else { return }
@@ -44,8 +62,10 @@ extension MessageBus {
                 if !batch.isEmpty {
                     if commitRetryDelay > .zero {
                         loop.scheduleTask(in: commitRetryDelay) { [self] in scheduleCommit() }
-                    } else {
+                    } else if batchNeedsCommit {
                         scheduleCommit()
+                    } else {
+                        scheduleFinishedCommit()
                     }
                 }
             })

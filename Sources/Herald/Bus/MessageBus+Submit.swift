@@ -21,14 +21,20 @@ public struct SendContext: Sendable {
     /// Gateway mode: a valid send goes to this forwarder instead of this instance's bus, and the forwarder's
     /// answer is the outcome.
     public var forwarder: (any SendForwarder)?
+    /// The latest the message may be delivered, in seconds since 1970, when the transport knows more than the body
+    /// (a message stored since it was sent, whose time to live counts from then): the message expires at the
+    /// earlier of this and its own expiration, and is dropped (`message_dropped`, reason `expired`) after it.
+    public var expiresAt: Int64?
 
     public init(
-        format: Format = .fcm, messageID: String? = nil, answerWhenHandled: Bool = false, forwarder: (any SendForwarder)? = nil
+        format: Format = .fcm, messageID: String? = nil, answerWhenHandled: Bool = false, forwarder: (any SendForwarder)? = nil,
+        expiresAt: Int64? = nil
     ) {
         self.format = format
         self.messageID = messageID
         self.answerWhenHandled = answerWhenHandled
         self.forwarder = forwarder
+        self.expiresAt = expiresAt
     }
 }
 
@@ -59,7 +65,7 @@ extension MessageBus {
     /// the loop thread. The receiver keeps only its transport: framing, and writing the answer in its wire shape.
     public func submit(_ body: [UInt8], _ context: SendContext, completion: @escaping (SendOutcome) -> Void) {
         loop.preconditionInEventLoop()
-        let request: FCMSendRequest
+        var request: FCMSendRequest
         do {
             request = try decode(body, context)
         } catch {
@@ -77,6 +83,7 @@ extension MessageBus {
             }
             return
         }
+        if let limit = context.expiresAt { request.message.expiration = min(request.message.expiration ?? limit, limit) }
         deliver(
             request.message, validateOnly: request.validateOnly, answerWhenHandled: context.answerWhenHandled,
             answer: .submission(completion)

@@ -41,6 +41,7 @@ public final class MessageBus: @unchecked Sendable {
     var batch = StoreBatch()
     var batchAcks: [PendingAck] = []
     var commitScheduled = false
+    var finishedCommitScheduled = false
     var commitRunning = false
     var committingAcks: [PendingAck] = []
     var commitWaiters: [CommitWaiter] = []
@@ -59,6 +60,7 @@ public final class MessageBus: @unchecked Sendable {
     var draining = false
     var seenIDs = BoundedSet<String>(capacity: 1)
     var presented = BoundedDictionary<String, RemoteMessage>(capacity: 1)
+    private let applicationStateBox: Locked<ApplicationState>
     var fetchesRunning = 0
     var fetchQueue: [() -> Void] = []
     private var idleWaiters: [@Sendable () -> Void] = []
@@ -67,8 +69,9 @@ public final class MessageBus: @unchecked Sendable {
         loop: EventLoop, timeSource: any EventLoopScheduler, configuration: Herald.Configuration, logger: Logger,
         plugins: PluginSet, categories: [String: NotificationCategory], identity: StoredIdentity,
         store: any HeraldStore, messageIDs: MessageIDGenerator, topics: Set<String> = [], seenMessageIDs: [String] = [],
-        pendingMessageIDs: [String] = []
+        pendingMessageIDs: [String] = [], applicationState: Locked<ApplicationState> = Locked(.active)
     ) {
+        self.applicationStateBox = applicationState
         self.messageIDs = messageIDs
         self.decoding = DecodingContext(senderID: configuration.senderID, makeMessageID: { [messageIDs] in messageIDs.make() })
         self.loop = loop
@@ -217,6 +220,21 @@ public final class MessageBus: @unchecked Sendable {
         draining = true
     }
 
+    /// Whether the host's app is active (`willPresent` decides how notifications are presented) or in the background
+    /// (they are presented as their payload asks, and handlers see them when a person opens them), as
+    /// ``Herald/applicationState``; receivers that take the state from outside (the socket receiver) set it here.
+    /// Callable from any thread; the change applies to notifications presented from then on.
+    public var applicationState: ApplicationState {
+        get { applicationStateBox.withLock { $0 } }
+        set {
+            let old = applicationStateBox.withLock { state in
+                defer { state = newValue }
+                return state
+            }
+            if old != newValue { logger.info("application state changed", metadata: ["state": "\(newValue.rawValue)"]) }
+        }
+    }
+
     // MARK: Analytics
 
     func dropped(_ message: RemoteMessage, reason: AnalyticsEvent.DropReason, detail: String) {
@@ -229,6 +247,13 @@ public final class MessageBus: @unchecked Sendable {
         analytics.record(
             AnalyticsEvent(
                 name: .messageDropped, parameters: ["reason": AnalyticsEvent.DropReason.invalid.rawValue, "detail": error.message]))
+    }
+
+    /// Records a message a receiver dropped before it reached the bus (a stored message that a newer one with its
+    /// collapse key replaced while both waited, say): a `message_dropped` event with `reason` and `detail`. Loop thread only.
+    public func recordDropped(_ reason: AnalyticsEvent.DropReason, detail: String) {
+        loop.preconditionInEventLoop()
+        analytics.record(AnalyticsEvent(name: .messageDropped, parameters: ["reason": reason.rawValue, "detail": detail]))
     }
 
     /// Records a `diagnostic` event for a plugin's own news (a receiver's connection state, say): `detail` names
@@ -262,6 +287,7 @@ struct PluginSet: Sendable {
     var tokenHandlers: [any TokenHandler] = []
     var analyticsSinks: [any AnalyticsSink] = []
     var presenters: [any Presenter] = []
+    var contentModifiers: [any ContentModifier] = []
 
     mutating func add(_ plugin: any HeraldPlugin) {
         all.append(plugin)
@@ -272,5 +298,6 @@ struct PluginSet: Sendable {
         if let handler = plugin as? any TokenHandler { tokenHandlers.append(handler) }
         if let sink = plugin as? any AnalyticsSink { analyticsSinks.append(sink) }
         if let presenter = plugin as? any Presenter { presenters.append(presenter) }
+        if let modifier = plugin as? any ContentModifier { contentModifiers.append(modifier) }
     }
 }

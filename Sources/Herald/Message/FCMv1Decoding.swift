@@ -11,21 +11,49 @@ public struct FCMSendRequest: Sendable, Hashable {
     /// `aps.alert.title/body`; `apns.payload` is merged over that (its values win); each `data` entry becomes a
     /// top-level key; `gcm.message_id`, `from` (the sender ID, or `/topics/<name>`) and, with an analytics
     /// label, `google.c.a.m_l` are added. `apns.headers` give priority, expiration and collapse ID.
+    ///
+    /// The body is read in one pass straight into the message: the strings and values it keeps are made once,
+    /// and only the members kept as they are (`apns`, `android`, `webpush`, `fcm_options`) become `JSONValue`s.
+    /// Nothing is checked for meaning before the whole body is known to be JSON, so a body that is both malformed
+    /// and wrong is refused as malformed, and of several faults the one reported is the first in the order of
+    /// the checks below, wherever each is in the body.
     public static func decode(_ body: [UInt8], context: DecodingContext) throws(MessageError) -> FCMSendRequest {
         guard !body.isEmpty else { throw MessageError(.emptyPayload) }
-        let root: JSONValue
+        let decoded = body.withUnsafeBytes { bytes in
+            Result { () throws(MessageError) in try decode(bytes, context: context) }
+        }
+        return try decoded.get()
+    }
+
+    private static func decode(_ body: UnsafeRawBufferPointer, context: DecodingContext) throws(MessageError) -> FCMSendRequest {
+        var request = ScannedRequest()
         do {
-            root = try JSONParser.parse(body)
+            var reader = try JSONReader(body)
+            try request.scan(&reader)
         } catch {
             throw MessageError(.malformedJSON(error))
         }
-        let request = try StrictObject(root, fields: Fields.request)
-        guard let messageValue = request.value("message") else { throw MessageError(.missingField("message")) }
-        let message = try decodeMessage(messageValue, context: context)
-        return FCMSendRequest(message: message, validateOnly: try request.bool("validate_only") ?? false)
+        // The only reference to the data entries' storage, so that adding to them does not copy it.
+        var userInfo = JSONObject()
+        swap(&userInfo, &request.userInfo)
+        guard request.isObject else { throw MessageError(.wrongType(field: "", expected: "an object")) }
+        if let key = request.unknownKey { throw MessageError(.unknownField(key)) }
+        let message: RemoteMessage
+        switch request.messageKind {
+        case .absent: throw MessageError(.missingField("message"))
+        case .notObject: throw MessageError(.wrongType(field: "message", expected: "an object"))
+        case .object: message = try decodeMessage(request.message, userInfo: &userInfo, bodySize: body.count, context: context)
+        }
+        var validateOnly = false
+        if let value = request.validateOnly {
+            guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: "validate_only", expected: "true or false")) }
+            validateOnly = bool
+        }
+        return FCMSendRequest(message: message, validateOnly: validateOnly)
     }
 
-    /// The fields of each object of the FCM v1 send request.
+    /// The fields of each object of the FCM v1 send request. The order of `request`, `message` and
+    /// `notification` is that of the positions `ScannedRequest` reads them by.
     enum Fields {
         static let request = FieldSet(["message", "validate_only"])
         static let message = FieldSet([
@@ -42,64 +70,98 @@ public struct FCMSendRequest: Sendable, Hashable {
         static let targets = ["token", "fid", "topic", "condition"]
     }
 
-    // One function on purpose: every field of FCM's `Message` read in one pass over the parsed object, on every message's path (fuzzed, ratcheted).
-    static func decodeMessage(_ value: JSONValue, context: DecodingContext) throws(MessageError) -> RemoteMessage {
-        let message = try StrictObject(value, name: "message", fields: Fields.message)
+    // One function on purpose: every field of FCM's `Message` checked in one place, in the order the errors are
+    // reported, on every message's path (fuzzed, ratcheted).
+    //
+    // `userInfo` holds the data entries when it is called.
+    static func decodeMessage(
+        _ message: ScannedMessage, userInfo: inout JSONObject, bodySize: Int, context: DecodingContext
+    ) throws(MessageError) -> RemoteMessage {
+        if let key = message.unknownKey { throw MessageError(.unknownField("message.\(key)")) }
 
         // Exactly one target.
-        var targetName: String?
-        for name in Fields.targets where message.has(name) {
-            guard targetName == nil else { throw MessageError(.multipleTargets(Fields.targets.filter { message.has($0) })) }
-            targetName = name
+        var targetIndex: Int?
+        for index in Fields.targets.indices where message.target(index).isPresent {
+            guard targetIndex == nil else {
+                let present = Fields.targets.indices.filter { message.target($0).isPresent }
+                throw MessageError(.multipleTargets(present.map { Fields.targets[$0] }))
+            }
+            targetIndex = index
         }
-        guard let targetName else { throw MessageError(.noTarget) }
+        guard let targetIndex else { throw MessageError(.noTarget) }
+        guard case .string(let targetString) = message.target(targetIndex) else {
+            throw MessageError(.wrongType(field: "message.\(Fields.targets[targetIndex])", expected: "a string"))
+        }
         let target: MessageTarget
-        switch targetName {
-        case "token":
-            let token = try message.string("token") ?? ""
-            guard !token.isEmpty else { throw MessageError(.invalidToken(token)) }
-            target = .token(token)
-        case "fid":
-            let fid = try message.string("fid") ?? ""
-            guard !fid.isEmpty else { throw MessageError(.invalidToken(fid)) }
-            target = .installation(fid)
-        case "topic":
-            target = .topic(try TopicName.validate(try message.string("topic") ?? ""))
+        switch targetIndex {
+        case 0:
+            guard !targetString.isEmpty else { throw MessageError(.invalidToken(targetString)) }
+            target = .token(targetString)
+        case 1:
+            guard !targetString.isEmpty else { throw MessageError(.invalidToken(targetString)) }
+            target = .installation(targetString)
+        case 2:
+            target = .topic(try TopicName.validate(targetString))
         default:
-            let condition = try message.string("condition") ?? ""
-            _ = try TopicCondition.parse(condition)
-            target = .condition(condition)
+            _ = try TopicCondition.parse(targetString)
+            target = .condition(targetString)
         }
 
-        var userInfo = JSONObject()
-        // aps, fcm_options, the data keys, the message ID, from and a label: one allocation for all of them.
-        userInfo.reserveCapacity((message.value("data")?.objectValue?.count ?? 0) + 5)
-        // notification → aps.alert
-        if let notification = try message.object("notification", fields: Fields.notification) {
-            var alert = JSONObject()
-            if let title = try notification.string("title") { alert["title"] = .string(title) }
-            if let body = try notification.string("body") { alert["body"] = .string(body) }
-            if !alert.isEmpty { userInfo["aps"] = .object(["alert": .object(alert)]) }
-            if let image = try notification.string("image") { userInfo["fcm_options"] = .object(["image": .string(image)]) }
+        // The data entries are already in place; aps, fcm_options, the message ID, from and a label: room for them.
+        userInfo.reserveCapacity(userInfo.count + 5)
+        // notification → aps.alert, ahead of the data keys (a data key of the same name keeps its value)
+        var placed = 0
+        switch message.notification {
+        case .absent: break
+        case .notObject: throw MessageError(.wrongType(field: "message.notification", expected: "an object"))
+        case .object(let notification):
+            if let key = notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
+            let title = try string(notification.title, field: "message.notification.title")
+            let body = try string(notification.body, field: "message.notification.body")
+            if title != nil || body != nil {
+                var alert = JSONObject()
+                alert.reserveCapacity(title != nil && body != nil ? 2 : 1)
+                if let title { alert.appendNew(key: "title", value: .string(title)) }
+                if let body { alert.appendNew(key: "body", value: .string(body)) }
+                var aps = JSONObject()
+                aps.reserveCapacity(1)
+                aps.appendNew(key: "alert", value: .object(alert))
+                userInfo.place(key: UserInfoKey.aps, at: placed, orInsert: .object(aps))
+                placed += 1
+            }
+            if let image = try string(notification.image, field: "message.notification.image") {
+                userInfo.place(key: "fcm_options", at: placed, orInsert: ["image": .string(image)])
+            }
         }
 
         // data → top-level keys
-        for (key, value) in try message.stringMap("data") ?? JSONObject() {
-            guard !UserInfoKey.isReservedDataKey(key) else { throw MessageError(.reservedKey(key)) }
-            userInfo[key] = value
+        switch message.data {
+        case .absent: break
+        case .notObject: throw MessageError(.wrongType(field: "message.data", expected: "an object of strings"))
+        case .object(let nonString):
+            if let key = nonString {
+                throw MessageError(.wrongType(field: "message.data.\(key)", expected: "a string (FCM map values are strings)"))
+            }
+            for member in userInfo.members where UserInfoKey.isReservedDataKey(member.key) {
+                throw MessageError(.reservedKey(member.key))
+            }
         }
 
         var priority = MessagePriority.high
         var expiration: Int64?
         var collapseKey: String?
         var analyticsLabel: String?
+        var payloadMerged = false
 
-        _ = try message.object("android", fields: Fields.android)
-        if let webpush = message.value("webpush") {
+        if let android = message.android {
+            _ = try StrictObject(android, parentPath: "message", name: "android", fields: Fields.android)
+        }
+        if let webpush = message.webpush {
             guard case .object = webpush else { throw MessageError(.wrongType(field: "message.webpush", expected: "an object")) }
         }
 
-        if let apns = try message.object("apns", fields: Fields.apns) {
+        if let apnsValue = message.apns {
+            let apns = try StrictObject(apnsValue, parentPath: "message", name: "apns", fields: Fields.apns)
             var headers: [String: String] = [:]
             for (key, value) in try apns.stringMap("headers") ?? JSONObject() {
                 if case .string(let string) = value { headers[key.lowercased()] = string }
@@ -114,32 +176,47 @@ public struct FCMSendRequest: Sendable, Hashable {
                     throw MessageError(.reservedKey(key))
                 }
                 userInfo.merge(payload)
+                payloadMerged = true
             }
             if let options = try apns.object("fcm_options", fields: Fields.apnsOptions) {
                 analyticsLabel = try options.string("analytics_label")
             }
-            if parsed.pushType == "background", parsed.priority == .high {
-                throw MessageError(.badPriority("10"))
-            }
         }
-        if let options = try message.object("fcm_options", fields: Fields.options) {
+        if let optionsValue = message.fcmOptions {
+            let options = try StrictObject(optionsValue, parentPath: "message", name: "fcm_options", fields: Fields.options)
             analyticsLabel = try options.string("analytics_label") ?? analyticsLabel
         }
 
-        let size = payloadSize(userInfo)
         let limit = (target.isTopicLike ? PayloadLimits.topicMessage : PayloadLimits.message)
-        guard size <= limit else { throw MessageError(.payloadTooLarge(size: size, limit: limit)) }
+        // Without `apns.payload`, `userInfo` written compactly is shorter than the body plus 64 bytes: each string is
+        // written in at most the bytes the body spent on it (the writer escapes only what a body must escape), and
+        // the only structure added is `aps` and `alert` around the title and body and `fcm_options` around the image
+        // (under 50 bytes more than `notification`'s keys). Counting is needed only when that could pass the limit.
+        if payloadMerged || bodySize + 64 > limit {
+            let size = payloadSize(userInfo)
+            guard size <= limit else { throw MessageError(.payloadTooLarge(size: size, limit: limit)) }
+        }
 
-        if let analyticsLabel { userInfo[UserInfoKey.analyticsLabel] = .string(analyticsLabel) }
-        userInfo[UserInfoKey.messageID] = .string(context.makeMessageID())
+        // None of the keys Herald adds can be there yet: data and apns.payload keys of those names were refused above.
+        if let analyticsLabel { userInfo.appendNew(key: UserInfoKey.analyticsLabel, value: .string(analyticsLabel)) }
+        userInfo.appendNew(key: UserInfoKey.messageID, value: .string(context.makeMessageID()))
         switch target {
-        case .topic(let name): userInfo[UserInfoKey.from] = .string("/topics/\(name)")
-        default: userInfo[UserInfoKey.from] = .string(context.senderID)
+        case .topic(let name): userInfo.appendNew(key: UserInfoKey.from, value: .string("/topics/\(name)"))
+        default: userInfo.appendNew(key: UserInfoKey.from, value: .string(context.senderID))
         }
         return RemoteMessage(
             userInfo: userInfo, target: target, collapseKey: collapseKey, priority: priority,
             expiration: expiration, receivedAt: context.now()
         )
+    }
+
+    /// The string `value` is (`nil` when it is absent), or the error that names `field`.
+    private static func string(_ value: ScannedString, field: String) throws(MessageError) -> String? {
+        switch value {
+        case .absent: return nil
+        case .string(let string): return string
+        case .other: throw MessageError(.wrongType(field: field, expected: "a string"))
+        }
     }
 }
 
@@ -155,8 +232,9 @@ extension MessageTarget {
 
 extension FCMSendRequest {
     /// The FCM v1 send body for this request, such that decoding it gives the same message back (with a new
-    /// message ID): string custom keys go to `data`, `aps` and other custom keys to `apns.payload`, priority,
-    /// expiration and collapse key to `apns.headers`, the analytics label to `fcm_options`.
+    /// message ID): string values go to `data` (a string `aps` too, which only `data` gives), other values (`aps` among
+    /// them) to `apns.payload`, priority, expiration and collapse key to `apns.headers`, the analytics label to
+    /// `fcm_options`.
     public func jsonBody() -> [UInt8] {
         var fields = JSONObject()
         switch message.target {
@@ -171,9 +249,8 @@ extension FCMSendRequest {
             switch key {
             case UserInfoKey.messageID, UserInfoKey.from, UserInfoKey.analyticsLabel:
                 continue
-            case UserInfoKey.aps:
-                payload[key] = value
             default:
+                // `aps` too: an object goes to the payload, a string can only have come from `data`.
                 if case .string = value { data[key] = value } else { payload[key] = value }
             }
         }

@@ -34,6 +34,18 @@ final class FieldSet: Sendable {
     /// For each UTF-8 length, the fields one of whose names has that length: a key is compared with one or two
     /// names at most (decoding looks fields up many times per message).
     private let byLength: [[Int]]
+    /// The names as `match` compares them: ordered by length, with where each length starts in `candidates`.
+    private let candidates: [Candidate]
+    private let candidatesByLength: [Int]
+
+    /// A name's length and first 16 bytes as two words (see `FieldSet.words`); a name that is longer is compared as
+    /// a `String`.
+    private struct Candidate {
+        var low: UInt64
+        var high: UInt64
+        var position: Int
+        var camelCase: Bool
+    }
 
     init(_ names: [String]) {
         precondition(names.count <= 64, "a field set holds at most 64 fields")
@@ -47,6 +59,22 @@ final class FieldSet: Sendable {
             }
         }
         self.byLength = byLength
+        var candidates: [Candidate] = []
+        var candidatesByLength: [Int] = []
+        for length in byLength.indices {
+            candidatesByLength.append(candidates.count)
+            for position in byLength[length] {
+                // The name before its lowerCamelCase form, so that a name that is its own form matches as the name.
+                for (camelCase, name) in [(false, names[position]), (true, camelCaseNames[position])] where name.utf8.count == length {
+                    let bytes = Array(name.utf8)
+                    let (low, high) = bytes.withUnsafeBytes { FieldSet.words($0) }
+                    candidates.append(Candidate(low: low, high: high, position: position, camelCase: camelCase))
+                }
+            }
+        }
+        candidatesByLength.append(candidates.count)
+        self.candidates = candidates
+        self.candidatesByLength = candidatesByLength
     }
 
     func index(of key: String) -> Int? {
@@ -56,6 +84,58 @@ final class FieldSet: Sendable {
             return position
         }
         return nil
+    }
+
+    /// The position of the field whose name (`camelCase` false) or lowerCamelCase name (`camelCase` true) is the
+    /// UTF-8 `key`; a name that is its own lowerCamelCase form matches as the name.
+    func match(_ key: UnsafeRawBufferPointer) -> (position: Int, camelCase: Bool)? {
+        let length = key.count
+        guard length < byLength.count else { return nil }
+        guard length <= 16 else {
+            let name = String(decoding: key, as: UTF8.self)
+            for position in byLength[length] {
+                if names[position] == name { return (position, false) }
+                if camelCaseNames[position] == name { return (position, true) }
+            }
+            return nil
+        }
+        let (low, high) = Self.words(key)
+        for index in candidatesByLength[length]..<candidatesByLength[length + 1] {
+            let candidate = candidates[index]
+            if candidate.low == low && candidate.high == high { return (candidate.position, candidate.camelCase) }
+        }
+        return nil
+    }
+
+    /// The first 16 bytes of `bytes` as two little-endian words, zero past its end: two names of the same length up
+    /// to 16 bytes are equal when their words are. Reads only inside `bytes` (overlapping loads, no loop).
+    @inline(__always)
+    static func words(_ bytes: UnsafeRawBufferPointer) -> (UInt64, UInt64) {
+        guard let start = bytes.baseAddress else { return (0, 0) }
+        let length = bytes.count
+        if length <= 8 { return (word(start, length), 0) }
+        return (word(start, 8), word(start + 8, Swift.min(length - 8, 8)))
+    }
+
+    /// The `length` (0 to 8) bytes at `start` as a little-endian word.
+    @inline(__always)
+    private static func word(_ start: UnsafeRawPointer, _ length: Int) -> UInt64 {
+        switch length {
+        case 8:
+            return UInt64(littleEndian: start.loadUnaligned(as: UInt64.self))
+        case 4...7:
+            // Two four-byte loads that overlap: the bytes they share are the same in both.
+            let first = UInt64(UInt32(littleEndian: start.loadUnaligned(as: UInt32.self)))
+            let last = UInt64(UInt32(littleEndian: start.loadUnaligned(fromByteOffset: length - 4, as: UInt32.self)))
+            return first | last << UInt64(8 * (length - 4))
+        case 1...3:
+            let first = UInt64(start.load(as: UInt8.self))
+            let middle = UInt64(start.load(fromByteOffset: length / 2, as: UInt8.self))
+            let last = UInt64(start.load(fromByteOffset: length - 1, as: UInt8.self))
+            return first | middle << UInt64(8 * (length / 2)) | last << UInt64(8 * (length - 1))
+        default:
+            return 0
+        }
     }
 
     static func camelCase(_ name: String) -> String {
@@ -135,18 +215,10 @@ struct StrictObject {
         return found
     }
 
-    func has(_ name: String) -> Bool { value(name) != nil }
-
     func string(_ name: String) throws(MessageError) -> String? {
         guard let value = value(name) else { return nil }
         guard case .string(let string) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "a string")) }
         return string
-    }
-
-    func bool(_ name: String) throws(MessageError) -> Bool? {
-        guard let value = value(name) else { return nil }
-        guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: fieldPath(name), expected: "true or false")) }
-        return bool
     }
 
     func object(_ name: String, fields: FieldSet) throws(MessageError) -> StrictObject? {

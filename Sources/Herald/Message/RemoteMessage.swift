@@ -24,6 +24,9 @@ public struct RemoteMessage: Sendable, Hashable {
     /// `true` when the message is delivered again after a restart (the durable inbox replays what was
     /// accepted but not finished), so a handler can tell.
     public var isReplay: Bool
+    /// Files to show with the notification, which a ``ContentModifier`` attached (`UNNotificationContent`'s
+    /// `attachments`); not part of `userInfo`.
+    public var attachments: [NotificationAttachment] = []
 
     public init(
         userInfo: JSONObject,
@@ -41,6 +44,33 @@ public struct RemoteMessage: Sendable, Hashable {
         self.expiration = expiration
         self.receivedAt = receivedAt
         self.isReplay = isReplay
+    }
+
+    /// What the notification shows: `aps.alert`'s title, subtitle and body, and ``attachments``.
+    public var content: NotificationContent {
+        let alert = aps.alert
+        return NotificationContent(title: alert?.title, subtitle: alert?.subtitle, body: alert?.body, attachments: attachments)
+    }
+
+    /// Writes `content` into `aps.alert` (its other members, such as `launch-image`, stay; a string alert becomes an
+    /// object) and ``attachments``.
+    public mutating func apply(_ content: NotificationContent) {
+        attachments = content.attachments
+        guard content.title != aps.alert?.title || content.subtitle != aps.alert?.subtitle || content.body != aps.alert?.body else {
+            return
+        }
+        var aps = userInfo[UserInfoKey.aps]?.objectValue ?? [:]
+        var alert: JSONObject
+        switch aps["alert"] {
+        case .object(let object)?: alert = object
+        case .string(let body)?: alert = ["body": .string(body)]
+        default: alert = [:]
+        }
+        for (key, value) in [("title", content.title), ("subtitle", content.subtitle), ("body", content.body)] {
+            alert[key] = value.map { .string($0) }
+        }
+        aps["alert"] = .object(alert)
+        userInfo[UserInfoKey.aps] = .object(aps)
     }
 
     /// `gcm.message_id`: the message's ID, unique per sender.
@@ -121,7 +151,9 @@ public enum UserInfoKey {
 
     /// Keys a sender may not use in `data` (FCM's reserved words and prefixes).
     public static func isReservedDataKey(_ key: String) -> Bool {
-        key == from || key == messageType || key == "notification" || key.hasPrefix("google.") || key.hasPrefix("gcm.")
+        // The prefixes are looked for only after a "g": most keys are not reserved, and this runs for each of them.
+        key == from || key == messageType || key == "notification"
+            || (key.utf8.first == UInt8(ascii: "g") && (key.hasPrefix("google.") || key.hasPrefix("gcm.")))
     }
 
     /// Top-level keys that are not custom keys.

@@ -3,6 +3,9 @@ public struct AnalyticsEvent: Sendable, Hashable {
     public enum Name: String, Sendable, Hashable, CaseIterable {
         case notificationReceive = "notification_receive"
         case notificationForeground = "notification_foreground"
+        /// A notification presented while the app was in the background (``ApplicationState/background``): as its
+        /// payload asked, without `willPresent`.
+        case notificationBackground = "notification_background"
         case notificationOpen = "notification_open"
         case notificationDismiss = "notification_dismiss"
         case backgroundFetch = "background_fetch"

@@ -57,12 +57,19 @@ public struct NotificationAction: Sendable, Hashable {
     public var options: Options
     /// For a text-input action: the placeholder; `nil` for a plain button.
     public var textInputPlaceholder: String?
+    /// For a text-input action: the title of the button that sends the text (`UNTextInputNotificationAction`'s
+    /// `textInputButtonTitle`); `nil` leaves it to the platform.
+    public var textInputButtonTitle: String?
 
-    public init(identifier: String, title: String, options: Options = [], textInputPlaceholder: String? = nil) {
+    public init(
+        identifier: String, title: String, options: Options = [], textInputPlaceholder: String? = nil,
+        textInputButtonTitle: String? = nil
+    ) {
         self.identifier = identifier
         self.title = title
         self.options = options
         self.textInputPlaceholder = textInputPlaceholder
+        self.textInputButtonTitle = textInputButtonTitle
     }
 }
 
@@ -114,4 +121,81 @@ public struct NotificationResponse: Sendable, Hashable {
     public var isDefaultAction: Bool { actionIdentifier == Self.defaultActionIdentifier }
     /// Whether the notification was dismissed.
     public var isDismissal: Bool { actionIdentifier == Self.dismissActionIdentifier }
+}
+
+/// A local file shown with a notification, as `UNNotificationAttachment` (an image, for the desktop presenter's
+/// `image-path`).
+public struct NotificationAttachment: Sendable, Hashable {
+    /// A name for the attachment, unique in its notification.
+    public var identifier: String
+    /// The file's absolute path.
+    public var path: String
+    /// Its media type (`image/png`), when known.
+    public var type: String?
+
+    public init(identifier: String, path: String, type: String? = nil) {
+        self.identifier = identifier
+        self.path = path
+        self.type = type
+    }
+}
+
+/// What a notification shows, as `UNMutableNotificationContent`: what a ``ContentModifier`` may change.
+public struct NotificationContent: Sendable, Hashable {
+    /// `aps.alert.title`.
+    public var title: String?
+    /// `aps.alert.subtitle`.
+    public var subtitle: String?
+    /// `aps.alert.body`.
+    public var body: String?
+    /// Files shown with the notification.
+    public var attachments: [NotificationAttachment]
+
+    public init(title: String? = nil, subtitle: String? = nil, body: String? = nil, attachments: [NotificationAttachment] = []) {
+        self.title = title
+        self.subtitle = subtitle
+        self.body = body
+        self.attachments = attachments
+    }
+}
+
+/// One `mutable-content` notification handed to the ``ContentModifier``s: the message as it arrived and the
+/// content they change. Thread-safe: a modifier may change the content from any task, and the bus reads it at the
+/// end or at the deadline (later changes are ignored).
+public final class ContentModificationRequest: Sendable {
+    /// The message as it arrived.
+    public let message: RemoteMessage
+    private let state: Locked<(content: NotificationContent, diagnostics: [(String, [String: String])])>
+
+    public init(message: RemoteMessage) {
+        self.message = message
+        state = Locked((message.content, []))
+    }
+
+    /// The content to present; starts as the message's.
+    public var content: NotificationContent {
+        get { state.withLock { $0.content } }
+        set { state.withLock { $0.content = newValue } }
+    }
+
+    /// Changes the content in one step (no change of another task's comes between reading and writing it).
+    public func update(_ change: (inout NotificationContent) -> Void) {
+        state.withLock { change(&$0.content) }
+    }
+
+    /// Records a `diagnostic` analytics event for this message, `detail` naming what happened (an image not
+    /// downloaded, say) and `parameters` adding to it; the bus records it when the modification ends.
+    public func recordDiagnostic(_ detail: String, parameters: [String: String] = [:]) {
+        state.withLock { $0.diagnostics.append((detail, parameters)) }
+    }
+
+    var diagnostics: [(String, [String: String])] { state.withLock { $0.diagnostics } }
+}
+
+/// Whether the host's app is in use, as `UIApplication.State` (see ``Herald/applicationState``).
+public enum ApplicationState: String, Sendable, Hashable, CaseIterable {
+    /// In use: `willPresent` decides how each notification is presented.
+    case active
+    /// Not in use: notifications are presented as their payload asks; handlers see them when opened.
+    case background
 }

@@ -55,6 +55,7 @@ public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertibl
     public static let tokenHandler = PluginRoles(rawValue: 1 << 4)
     public static let analyticsSink = PluginRoles(rawValue: 1 << 5)
     public static let presenter = PluginRoles(rawValue: 1 << 6)
+    public static let contentModifier = PluginRoles(rawValue: 1 << 7)
 
     /// The roles `plugin` conforms to.
     public static func of(_ plugin: any HeraldPlugin) -> PluginRoles {
@@ -66,6 +67,7 @@ public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertibl
         if plugin is any TokenHandler { roles.insert(.tokenHandler) }
         if plugin is any AnalyticsSink { roles.insert(.analyticsSink) }
         if plugin is any Presenter { roles.insert(.presenter) }
+        if plugin is any ContentModifier { roles.insert(.contentModifier) }
         return roles
     }
 
@@ -73,7 +75,7 @@ public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertibl
         let names: [(PluginRoles, String)] = [
             (.receiver, "receiver"), (.notificationHandler, "notification-handler"), (.messageHandler, "message-handler"),
             (.backgroundFetchWorker, "background-fetch-worker"), (.tokenHandler, "token-handler"),
-            (.analyticsSink, "analytics-sink"), (.presenter, "presenter"),
+            (.analyticsSink, "analytics-sink"), (.presenter, "presenter"), (.contentModifier, "content-modifier"),
         ]
         return names.filter { contains($0.0) }.map(\.1).joined(separator: ",")
     }
@@ -193,4 +195,21 @@ public protocol Presenter: HeraldPlugin {
 
 extension Presenter {
     public func present(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) async {}
+}
+
+/// Changes a notification before it is presented, as an Apple notification service extension: called for each
+/// notification whose `aps` has `mutable-content: 1`, before ``NotificationHandler/willPresent(_:)``, in the order
+/// the modifiers were registered, within ``Herald/Configuration/contentModifierDeadline`` for all of them.
+public protocol ContentModifier: HeraldPlugin {
+    /// `didReceive(_:withContentHandler:)`: change `request.content` (title, subtitle, body, attachments). What it
+    /// holds when the last modifier returns, or at the deadline, is what handlers and presenters get. Runs off the
+    /// loop; cancelled at the deadline.
+    func modify(_ request: ContentModificationRequest) async
+    /// `serviceExtensionTimeWillExpire()`: the deadline has passed while ``modify(_:)`` ran; put the best attempt in
+    /// `request.content` now (it is read when this returns). Default: nothing, the content stays as it is.
+    func serviceExtensionTimeWillExpire(_ request: ContentModificationRequest)
+}
+
+extension ContentModifier {
+    public func serviceExtensionTimeWillExpire(_ request: ContentModificationRequest) {}
 }

@@ -1,0 +1,1 @@
+../../../Sources/herald/CategoriesConfiguration.swift

@@ -1,0 +1,96 @@
+import GRDB
+import GRDBSQLite
+
+/// A cached GRDB statement driven through the sqlite3 C API, for the statements run per message: the inbox's
+/// commits (`SQLiteStore`) and the analytics store's inserts (`SQLiteAnalyticsStore`).
+///
+/// Binding through GRDB's `StatementArguments` (an array of existential values, each converted to a
+/// `DatabaseValue`) costs more than SQLite's own execution of these small statements; here each value is bound
+/// directly (`SQLITE_TRANSIENT`: SQLite copies it into the statement's reused buffers). GRDB still prepares, caches
+/// and finalizes the statement. Use it only inside a GRDB database access, on the connection's queue.
+struct RawStatement {
+    let handle: SQLiteStatement
+    let connection: SQLiteConnection
+
+    init(_ db: Database, sql: String) throws {
+        guard let connection = db.sqliteConnection else {
+            throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "the database connection is closed", sql: sql)
+        }
+        self.connection = connection
+        handle = try db.cachedStatement(sql: sql).sqliteStatement
+    }
+
+    /// Binds `value` as TEXT, up to its first NUL (as GRDB binds a `String`).
+    func bind(_ index: Int32, _ value: String) throws {
+        try check(sqlite3_bind_text(handle, index, value, -1, sqliteTransient))
+    }
+
+    func bind(_ index: Int32, _ value: String?) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(index, value)
+    }
+
+    func bind(_ index: Int32, _ value: Int64) throws {
+        try check(sqlite3_bind_int64(handle, index, value))
+    }
+
+    func bind(_ index: Int32, _ value: Int64?) throws {
+        guard let value else { return try check(sqlite3_bind_null(handle, index)) }
+        try bind(index, value)
+    }
+
+    /// Binds `bytes` as a BLOB; an empty array is an empty BLOB, never `NULL`.
+    func bind(_ index: Int32, _ bytes: [UInt8]) throws {
+        let code = bytes.withUnsafeBytes { buffer in
+            if let base = buffer.baseAddress, buffer.count > 0 {
+                sqlite3_bind_blob64(handle, index, base, sqlite3_uint64(buffer.count), sqliteTransient)
+            } else {
+                sqlite3_bind_zeroblob(handle, index, 0)
+            }
+        }
+        try check(code)
+    }
+
+    /// Drops the bound values (SQLite keeps a copy of each until it is rebound).
+    func clearBindings() {
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Runs the statement to completion and resets it (the bindings stay); returns the number of rows it changed.
+    @discardableResult
+    func execute() throws -> Int {
+        defer { sqlite3_reset(handle) }
+        while true {
+            switch sqlite3_step(handle) {
+            case SQLITE_DONE: return Int(sqlite3_changes(connection))
+            case SQLITE_ROW: continue
+            default: throw lastError()
+            }
+        }
+    }
+
+    /// The first column of the first row as an integer (`nil` for no row or `NULL`); resets the statement.
+    func int64() throws -> Int64? {
+        defer { sqlite3_reset(handle) }
+        switch sqlite3_step(handle) {
+        case SQLITE_ROW: return sqlite3_column_type(handle, 0) == SQLITE_NULL ? nil : sqlite3_column_int64(handle, 0)
+        case SQLITE_DONE: return nil
+        default: throw lastError()
+        }
+    }
+
+    private func check(_ code: Int32) throws {
+        if code != SQLITE_OK { throw lastError(code) }
+    }
+
+    /// The connection's last error, with its extended result code, as the `DatabaseError` GRDB would throw.
+    private func lastError(_ code: Int32? = nil) -> DatabaseError {
+        let extended = code ?? sqlite3_extended_errcode(connection)
+        let message = sqlite3_errmsg(connection).map { String(cString: $0) }
+        return DatabaseError(
+            resultCode: ResultCode(rawValue: extended), message: message, sql: sqlite3_sql(handle).map { String(cString: $0) })
+    }
+}
+
+/// `SQLITE_TRANSIENT`: SQLite copies a bound value before the call returns.
+private var sqliteTransient: sqlite3_destructor_type { unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self) }

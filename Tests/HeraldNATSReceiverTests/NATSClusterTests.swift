@@ -1,0 +1,243 @@
+import Foundation
+import Herald
+import HeraldNATSReceiver
+import HeraldTesting
+import Testing
+
+/// Three nats-servers with JetStream in one cluster (`herald`), each on loopback ports of its own (client, route,
+/// monitoring) with a store of its own, routed to the others: a fleet's broker as an operator runs it.
+final class NATSCluster: TestNATSServer, @unchecked Sendable {
+    // @unchecked Sendable: the nodes are started and stopped by the test's task only, one call at a time.
+    let nodes: [NATSServerProcess]
+    let monitorPorts: [Int]
+
+    /// Every node's client URL, as an instance's `servers` lists them.
+    var urls: [String] { nodes.map(\.url) }
+    var url: String { urls.joined(separator: ",") }
+
+    init(size: Int = 3) throws {
+        let clientPorts = try (0..<size).map { _ in try freeLoopbackPort() }
+        let routePorts = try (0..<size).map { _ in try freeLoopbackPort() }
+        let monitorPorts = try (0..<size).map { _ in try freeLoopbackPort() }
+        self.monitorPorts = monitorPorts
+        let routes = routePorts.map { "nats://127.0.0.1:\($0)" }.joined(separator: ",")
+        nodes = try (0..<size).map { index in
+            try NATSServerProcess(
+                port: clientPorts[index],
+                extraArguments: [
+                    "-n", "node\(index)", "--cluster_name", "herald", "--cluster", "nats://127.0.0.1:\(routePorts[index])",
+                    "--routes", routes, "-m", "\(monitorPorts[index])",
+                ], start: false)
+        }
+        for node in nodes { try node.start() }
+    }
+
+    /// Node `index`'s monitoring of JetStream (`/jsz`, its streams), with curl (the server answers chunked).
+    func monitoring(node index: Int) throws -> JSONValue {
+        let result = try runExecutable(
+            URL(fileURLWithPath: "/usr/bin/curl"), ["-sf", "--max-time", "5", "http://127.0.0.1:\(monitorPorts[index])/jsz?streams=true"])
+        return try JSONParser.parse(Array(result.output.utf8))
+    }
+
+    /// What node `index`'s monitoring says of its copy of `stream`: (last sequence, messages), or `nil` when it has none.
+    func streamState(node index: Int, stream: String) throws -> (lastSequence: Int, messages: Int)? {
+        let json = try monitoring(node: index)
+        for account in json["account_details"]?.arrayValue ?? [] {
+            for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
+                guard let state = detail["state"] else { return nil }
+                return (Int(state["last_seq"]?.intValue ?? -1), Int(state["messages"]?.intValue ?? -1))
+            }
+        }
+        return nil
+    }
+
+    /// The node that leads `stream`'s replicas now (by its monitoring), or `nil` when none says.
+    func streamLeader(_ stream: String) throws -> Int? {
+        for index in nodes.indices {
+            guard let json = try? monitoring(node: index) else { continue }
+            for account in json["account_details"]?.arrayValue ?? [] {
+                for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
+                    if let leader = detail["cluster"]?["leader"]?.stringValue, leader.hasPrefix("node") {
+                        return Int(leader.dropFirst(4))
+                    }
+                }
+            }
+        }
+        return nil
+    }
+}
+
+/// Runs `body(index)` on `count` threads of their own (blocking NATS calls stay off Swift's cooperative pool, which
+/// the instances' tasks need), and returns once all have finished.
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            Thread {
+                body(index)
+                group.leave()
+            }.start()
+        }
+        group.notify(queue: .global()) { continuation.resume() }
+    }
+}
+
+@Suite("A 3-node nats-server cluster: replicated streams survive a node's loss", .serialized)
+struct NATSClusterTests {
+    @Test(
+        "10,000 token and 1,000 stored topic messages to 3 instances while the stream's leader is SIGKILLed: every acknowledged message handled exactly once; the node restarted catches up"
+    )
+    func nodeLostUnderLoad() async throws {
+        let cluster = try NATSCluster()
+        let project = "demo"
+        var senderOptions = NATSReceiver.Options(servers: cluster.urls)
+        senderOptions.reconnectWait = .milliseconds(50)
+        #expect(senderOptions.effectiveReplicas == 3)
+        let options = senderOptions
+        // The cluster elects its JetStream leader a moment after the nodes are ready.
+        let ready = await eventually(timeout: .seconds(30)) {
+            (try? NATSPublisher(options: options, reconnect: true).ensureStream(project: project, options: options)) != nil
+        }
+        try #require(ready)
+        let instances = try (0..<3).map { _ in
+            try FleetInstance(server: cluster) {
+                $0.servers = cluster.urls
+                $0.topicDelivery = .stored
+            }
+        }
+        try await withFleet(instances) {
+            let tokens = try await instances.asyncMap { try await $0.token() }
+            for instance in instances { try await instance.subscribe("news") }
+            #expect(try cluster.streamState(node: 0, stream: "HERALD_DEMO") != nil)
+            #expect(try cluster.streamState(node: 1, stream: "HERALD_DEMO") != nil)
+            #expect(try cluster.streamState(node: 2, stream: "HERALD_DEMO") != nil)
+
+            let total = 10_000
+            let senders = 4
+            let acknowledged = Locked<[Int: String]>([:])
+            let topics = 1_000
+            let topicBase = 100_000
+            let acknowledgedTopics = Locked<[Int: String]>([:])
+            let retries = Locked(0)
+            let killedAt = Locked<ContinuousClock.Instant?>(nil)
+            let acknowledgedAt = Locked<[ContinuousClock.Instant]>([])
+            let publishers = try (0..<senders).map { _ in try NATSPublisher(options: options, timeout: .seconds(2), reconnect: true) }
+            let sending = Task {
+                await onThreads(senders) { sender in
+                    for n in stride(from: sender, to: total, by: senders) {
+                        if n % (total / topics) == 0 {
+                            // One topic message per ten token messages, to all three instances.
+                            let k = topicBase + n / (total / topics)
+                            let subject = NATSSubjects.topic(project: project, topic: "news")
+                            for _ in 0..<3000 {
+                                if let id = try? publishers[sender].publishTopic(
+                                    subject, body: Array(topicBody("news", n: k).utf8), messageID: "t\(k)", stored: true)
+                                {
+                                    acknowledgedTopics.withLock { $0[k] = id }
+                                    break
+                                }
+                                retries.withLock { $0 += 1 }
+                                usleep(20_000)
+                            }
+                        }
+                        let token = tokens[n % 3]
+                        let subject = NATSSubjects.token(project: project, token: token)
+                        let deadline = ContinuousClock.now + .seconds(60)
+                        while ContinuousClock.now < deadline {
+                            // A retry carries the same Nats-Msg-Id: JetStream stores it once, and answers the first ID.
+                            if let id = try? publishers[sender].publishStored(subject, body(token: token, n: n), messageID: "m\(n)") {
+                                acknowledged.withLock { $0[n] = id }
+                                acknowledgedAt.withLock { $0.append(.now) }
+                                break
+                            }
+                            retries.withLock { $0 += 1 }
+                            // A failed publish (no leader yet) fails fast: wait a little before the next attempt.
+                            usleep(20_000)
+                        }
+                    }
+                }
+            }
+            #expect(await eventually(timeout: .seconds(120)) { acknowledged.withLock { $0.count } >= 3_000 })
+            let victim = try cluster.streamLeader("HERALD_DEMO") ?? 0
+            killedAt.withLock { $0 = .now }
+            cluster.nodes[victim].kill()
+            #expect(await eventually(timeout: .seconds(120)) { acknowledged.withLock { $0.count } >= 7_000 })
+            try cluster.nodes[victim].start()
+            await sending.value
+            let answered = acknowledged.withLock { $0 }
+            #expect(answered.count == total)
+            let answeredTopics = acknowledgedTopics.withLock { $0 }
+            #expect(answeredTopics.count == topics)
+
+            let handled = await eventually(timeout: .seconds(120)) {
+                instances.map { $0.collector.numbers.count }.reduce(0, +) >= total + 3 * topics
+            }
+            #expect(handled)
+            for instance in instances { try await instance.herald.waitUntilIdle() }
+            for (index, instance) in instances.enumerated() {
+                let all = instance.collector.numbers
+                let numbers = all.filter { Int($0)! < topicBase }
+                let topicNumbers = all.filter { Int($0)! >= topicBase }
+                #expect(topicNumbers.count == topics, "instance \(index) handled \(topicNumbers.count) topic messages, \(topics) expected")
+                #expect(Set(topicNumbers) == Set((topicBase..<(topicBase + topics)).map(String.init)))
+                let expected = Set(stride(from: index, to: total, by: 3).map(String.init))
+                #expect(numbers.count == expected.count, "instance \(index) handled \(numbers.count), \(expected.count) expected")
+                #expect(Set(numbers) == expected)
+                // Exactly the IDs the sender was answered with.
+                let ids = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
+                #expect(ids == Set(stride(from: index, to: total, by: 3).compactMap { answered[$0] }).union(answeredTopics.values))
+            }
+            // The restarted node caught up: its copy of the stream ends where the others' do.
+            let survivor = (victim + 1) % 3
+            let seen = Locked("")
+            let caughtUp = await eventually(timeout: .seconds(60)) {
+                let mine = try? cluster.streamState(node: victim, stream: "HERALD_DEMO")
+                let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
+                seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }
+                guard let mine, let theirs else { return false }
+                return mine.lastSequence == theirs.lastSequence && theirs.messages == 0
+            }
+            #expect(caughtUp, "\(seen.withLock { $0 })")
+            // And it serves: with another node lost now, the stream's majority needs it. 300 more, each handled once.
+            cluster.nodes[survivor].kill()
+            await onThreads(1) { _ in
+                for n in total..<(total + 300) {
+                    let token = tokens[n % 3]
+                    let subject = NATSSubjects.token(project: project, token: token)
+                    for _ in 0..<3000 {
+                        if let id = try? publishers[0].publishStored(subject, body(token: token, n: n), messageID: "m\(n)") {
+                            acknowledged.withLock { $0[n] = id }
+                            break
+                        }
+                        usleep(20_000)
+                    }
+                }
+            }
+            #expect(acknowledged.withLock { $0.count } == total + 300)
+            #expect(
+                await eventually(timeout: .seconds(120)) {
+                    instances.map { $0.collector.numbers.count }.reduce(0, +) >= total + 3 * topics + 300
+                })
+            for instance in instances { try await instance.herald.waitUntilIdle() }
+            for instance in instances {
+                #expect(instance.collector.numbers.count == Set(instance.collector.numbers).count)
+            }
+            // The longest wait between two acknowledged publishes once the leader was killed: the sender's outage.
+            let times = acknowledgedAt.withLock { $0 }.sorted()
+            let killed = try #require(killedAt.withLock { $0 })
+            let outage = zip(times, times.dropFirst()).filter { $0.1 > killed }.map { $0.1 - $0.0 }.max() ?? .zero
+            print(
+                "cluster: node\(victim) (stream leader) SIGKILLed after 3,000 of \(total): longest pause in acknowledged publishes \(outage), \(retries.withLock { $0 }) failed attempts retried; the restarted node's copy after catching up: \(seen.withLock { $0 })"
+            )
+        }
+    }
+}
+
+extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var results: [T] = []
+        for element in self { results.append(try await transform(element)) }
+        return results
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import Herald
+import HeraldNATSReceiver
+import HeraldSQLite
+import HeraldTesting
+import Testing
+
+func topicBody(_ topic: String, n: Int, android: String = "") -> String {
+    #"{"message": {"topic": "\#(topic)", "data": {"n": "\#(n)"}\#(android.isEmpty ? "" : #", "android": {\#(android)}"#)}}"#
+}
+
+@Suite("Stored topic delivery: topic messages wait in JetStream for subscribed instances, within their TTL", .serialized)
+struct NATSStoredTopicTests {
+    @Test(
+        "each subscribed instance handles each topic message once; one that was stopped gets, once back, what was sent within the TTL, the newest of a collapse key; expired ones are dropped as expired"
+    )
+    func instanceBackWithinTTL() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-stored-topics") { directory in
+            let stored: (inout NATSReceiver.Options) -> Void = { $0.topicDelivery = .stored }
+            let online = try FleetInstance(server: server, configure: stored)
+            let away = try FleetInstance(server: server, store: try SQLiteStore(directory: directory), configure: stored)
+            let publisher = try NATSPublisher(url: server.url)
+            func send(_ topic: String, _ n: Int, android: String = "") throws {
+                let body = Array(topicBody(topic, n: n, android: android).utf8)
+                let id = try publisher.publishTopic(
+                    NATSSubjects.topic(project: "demo", topic: topic), body: body, messageID: "t\(n)", stored: true)
+                #expect(id?.hasPrefix("nats-HERALD_DEMO_TOPICS-") == true)
+            }
+            try await withFleet([online]) {
+                try await online.subscribe("news")
+                try await withFleet([away]) {
+                    try await away.subscribe("news")
+                    for n in 1...3 { try send("news", n) }
+                    #expect(await eventually { online.collector.numbers == ["1", "2", "3"] && away.collector.numbers == ["1", "2", "3"] })
+                }
+                // Sent while `away` is stopped: kept for it.
+                try send("news", 4)
+                try send("news", 5, android: #""ttl": "1s""#)
+                let expiring = Int64(Date().timeIntervalSince1970)
+                try send("news", 6, android: #""collapse_key": "score""#)
+                try send("news", 7, android: #""collapse_key": "score""#)
+                try send("news", 8)
+                try send("other", 9)
+                #expect(await eventually { Set(online.collector.numbers).isSuperset(of: ["4", "5", "7", "8"]) })
+                // The 1 s TTL of message 5 runs out while `away` is stopped.
+                #expect(await eventually { Int64(Date().timeIntervalSince1970) > expiring + 2 })
+
+                let sink = RecordingSink()
+                let back = try FleetInstance(
+                    server: server, store: try SQLiteStore(directory: directory), plugins: [sink], configure: stored)
+                try await withFleet([back]) {
+                    #expect(await eventually { back.collector.numbers == ["4", "8", "7"] || back.collector.numbers == ["4", "7", "8"] })
+                    try await back.herald.waitUntilIdle()
+                    try await back.receiver.flush()
+                    #expect(Set(back.collector.numbers) == ["4", "7", "8"])
+                    #expect(back.collector.numbers.count == 3)
+                }
+                let drops = sink.events(named: .messageDropped).compactMap { $0.parameters["reason"] }
+                #expect(drops.contains("expired"), "\(drops)")
+                #expect(drops.contains("collapsed"), "\(drops)")
+                // Nothing twice at the instance that stayed.
+                #expect(online.collector.numbers.count == Set(online.collector.numbers).count)
+            }
+        }
+    }
+
+    @Test("a topic left is not kept: after unsubscribing, messages sent to it wait for no one and reach no one")
+    func unsubscribeDeletesConsumer() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server) { $0.topicDelivery = .stored }
+        try await withFleet([instance]) {
+            let publisher = try NATSPublisher(url: server.url)
+            try await instance.subscribe("news")
+            _ = try publisher.publishTopic(
+                "herald.demo.topic.news", body: Array(topicBody("news", n: 1).utf8), messageID: "a", stored: true)
+            #expect(await eventually { instance.collector.numbers == ["1"] })
+            try await instance.herald.unsubscribe(fromTopic: "news")
+            try await instance.receiver.flush()
+            _ = try publisher.publishTopic(
+                "herald.demo.topic.news", body: Array(topicBody("news", n: 2).utf8), messageID: "b", stored: true)
+            try await instance.subscribe("news")
+            _ = try publisher.publishTopic(
+                "herald.demo.topic.news", body: Array(topicBody("news", n: 3).utf8), messageID: "c", stored: true)
+            #expect(await eventually { instance.collector.numbers.contains("3") })
+            try await instance.herald.waitUntilIdle()
+            #expect(instance.collector.numbers == ["1", "3"])
+        }
+    }
+
+    @Test(
+        "a topic send through the gateway is stored: answered with the stored ID, and handled by an instance that was stopped when it was sent"
+    )
+    func throughGateway() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-stored-gateway") { directory in
+            try FileManager.default.createDirectory(atPath: "\(directory)/store", withIntermediateDirectories: true)
+            let stored: (inout NATSReceiver.Options) -> Void = { $0.topicDelivery = .stored }
+            let first = try FleetInstance(server: server, store: try SQLiteStore(directory: "\(directory)/store"), configure: stored)
+            try await withFleet([first]) { try await first.subscribe("news") }
+            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let answer = try httpRequest(
+                port: gateway.httpPort, "POST", "/v1/projects/demo/messages:send", body: topicBody("news", n: 1), secret: "s3cret")
+            #expect(answer.status == 200, "\(answer.body)")
+            #expect(answer.body.contains("/messages/nats-HERALD_DEMO_TOPICS-"), "\(answer.body)")
+            let back = try FleetInstance(server: server, store: try SQLiteStore(directory: "\(directory)/store"), configure: stored)
+            try await withFleet([back]) {
+                #expect(await eventually { back.collector.numbers == ["1"] })
+                let id = back.collector.messages.withLock { $0.first?.messageID } ?? "none"
+                #expect(answer.body.contains(id), "\(answer.body) against \(id)")
+                try await back.herald.waitUntilIdle()
+                #expect(back.collector.numbers == ["1"])
+            }
+            #expect(gateway.terminate() == 0)
+        }
+    }
+}
