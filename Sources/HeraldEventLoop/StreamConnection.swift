@@ -270,9 +270,16 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
                 onRead?(UnsafeRawBufferPointer(start: buffer.pointee.base, count: count))
             }
         } else if count == Int(UV_EOF.rawValue) {
-            reading = false
             uv_read_stop(stream)
-            if let filter { filter.receivedEnd() } else { onEnd?() }
+            if let filter {
+                // Still reading while the filter decrypts what is left and delivers the end: it delivers only to a
+                // reading user, and a TLS stream ended without close_notify would otherwise never be ended.
+                filter.receivedEnd()
+                reading = false
+            } else {
+                reading = false
+                onEnd?()
+            }
         } else if count < 0 {
             fail(UVError(code: Int32(count), operation: "read from \(label)"))
         }
