@@ -34,6 +34,7 @@ let package = Package(
         .library(name: "HeraldJSON", targets: ["HeraldJSON"]),
         // The HTTP server layer (sessions, routes, limits) under every HTTP listener.
         .library(name: "HeraldHTTP", targets: ["HeraldHTTP"]),
+        .library(name: "HeraldTLS", targets: ["HeraldTLS"]),
         // Adapters.
         .library(name: "HeraldSQLite", targets: ["HeraldSQLite"]),
         .library(name: "HeraldReport", targets: ["HeraldReport"]),
@@ -111,6 +112,13 @@ let package = Package(
             pkgConfig: "libnghttp2",
             providers: [.apt(["libnghttp2-dev"])]
         ),
+        // OpenSSL 3's libssl and libcrypto: TLS on Herald's listeners (HeraldTLS).
+        .systemLibrary(
+            name: "COpenSSL",
+            path: "Sources/COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // The NATS C client (Debian's libnats-dev) with its libuv adapter compiled once, for the NATS receiver. Not
         // linked: loader.c loads libnats with dlopen when a NATS function is first called (scripts/generate-nats-loader).
         .target(
@@ -135,6 +143,13 @@ let package = Package(
         // The strict JSON parser and writer (JSONValue, JSONObject): the one JSON implementation.
         .target(
             name: "HeraldJSON",
+            swiftSettings: swiftSettings
+        ),
+
+        // TLS for the loop's stream connections: OpenSSL through memory BIOs, on the connection's own loop.
+        .target(
+            name: "HeraldTLS",
+            dependencies: ["HeraldEventLoop", "COpenSSL", "CLibUV", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
 
@@ -205,13 +220,13 @@ let package = Package(
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
             name: "HeraldHTTPReceiver",
-            dependencies: ["Herald", "HeraldHTTP", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["Herald", "HeraldHTTP", "HeraldTLS", .product(name: "Crypto", package: "swift-crypto")],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
         .target(
             name: "HeraldSocketReceiver",
-            dependencies: ["Herald"],
+            dependencies: ["Herald", "HeraldTLS"],
             path: "Plugins/SocketReceiver",
             swiftSettings: swiftSettings
         ),
@@ -233,6 +248,7 @@ let package = Package(
             dependencies: [
                 "Herald",
                 "HeraldHTTP",
+                "HeraldTLS",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -289,6 +305,7 @@ let package = Package(
                 "HeraldPrometheusMetrics",
                 "HeraldHTTPClient",
                 "HeraldDesktopPresenter",
+                "HeraldTLS",
                 "HeraldImageAttachment",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -389,6 +406,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "HeraldTLSTests",
+            dependencies: ["HeraldTLS", "HeraldEventLoop", "HeraldTesting", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "HeraldJSONTests",
             dependencies: ["HeraldJSON", "HeraldTesting"],
             swiftSettings: swiftSettings
@@ -436,12 +458,14 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldHTTPReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldHTTPReceiver", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "Herald", "HeraldTesting", "HeraldHTTPReceiver", "HeraldTLS", .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "HeraldSocketReceiverTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldSocketReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldSocketReceiver", "HeraldTLS"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -451,7 +475,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldPrometheusMetricsTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldPrometheusMetrics", "HeraldSocketReceiver"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldPrometheusMetrics", "HeraldSocketReceiver", "HeraldTLS"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -77,6 +77,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // A server-side TLS connection (HeraldTLS) reading a client's first flight: the handshake, its failures, the
+        // records, over a Unix socket with the input's bytes in the input's chunks.
+        .executableTarget(
+            name: "FuzzTLS",
+            dependencies: [
+                "FuzzSupport",
+                .product(name: "HeraldEventLoop", package: "Herald"),
+                .product(name: "HeraldTLS", package: "Herald"),
+                .product(name: "HeraldTesting", package: "Herald"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // herald serve's config file loader. ServeConfiguration.swift lives in the `herald` executable, which no
         // other package can import: Sources/FuzzConfig/ServeConfiguration.swift (and the two files of settings it uses,
         // APNsKeySetting.swift and CategoriesConfiguration.swift) are symbolic links to those files, so the

@@ -167,6 +167,9 @@ write("config", [c.encode() for c in configs])
 write("http", [c + s for s in http for c in chunkings[:1]] + [chunkings[1] + http[0], chunkings[2] + http[-4]])
 write("http2", [c + s for s in http2 for c in chunkings[:1]] + [chunkings[1] + http2[1], chunkings[2] + http2[-3]])
 write("socket", [c + s for s in socket for c in chunkings[:1]] + [chunkings[1] + socket[0], chunkings[2] + socket[-1]])
+# tls: ClientHellos of Python's ssl module (TLS 1.3 and 1.2, with and without ALPN and SNI), whole, cut and after
+# garbage, made once and kept as they are: a ClientHello holds random bytes, so making them here would change them
+# at every run.
 for target in sorted(os.listdir(corpus)):
     files = os.listdir(os.path.join(corpus, target))
     size = sum(os.path.getsize(os.path.join(corpus, target, f)) for f in files)

@@ -1,8 +1,10 @@
 public import Herald
 import HeraldHTTP
+public import HeraldTLS
 
-/// The FCM-compatible HTTP endpoint: HTTP/1.1 on Herald's loop, served by HeraldHTTP's session (Node's field-proven
-/// `http_parser`, with RFC 9112's checks, pipelining and the limits below) and its route table.
+/// The FCM-compatible HTTP endpoint on Herald's loop, served by HeraldHTTP's session and its route table: HTTP/1.1
+/// (Node's field-proven `http_parser`, with RFC 9112's checks, pipelining and the limits below) and HTTP/2 (nghttp2;
+/// by prior knowledge in clear, by ALPN `h2` over TLS).
 ///
 /// Routes: `POST /v1/projects/{project}/messages:send` (an FCM v1 send body; `{"name": ...}` or Google's error
 /// shape); FCM v1 topic management (`POST /v1/projects/{project}/registrations/{token}/topicSubscriptions?topic_name=T`,
@@ -10,8 +12,9 @@ import HeraldHTTP
 /// `/iid/v1:batchRemove`, which older Admin SDK topic calls use; APNs provider style `POST /3/device/{token}`;
 /// and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
-/// the receiver refuses to listen on anything but loopback. With ``Options/forwarder`` set (gateway mode), valid
-/// sends go to the forwarder instead of this instance's bus, and the other routes answer 501.
+/// the receiver refuses to listen on anything but loopback. With ``Options/tls`` the endpoint speaks HTTPS; beyond
+/// loopback it must, unless ``Options/allowPlaintextNetwork`` says otherwise. With ``Options/forwarder`` set
+/// (gateway mode), valid sends go to the forwarder instead of this instance's bus, and the other routes answer 501.
 public final class HTTPReceiver: Receiver, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the rest is touched on the loop thread only.
 
@@ -43,6 +46,13 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// when one is set, and answers APNs' 403 reasons otherwise. Empty (the default): the secret alone, as for
         /// every route.
         public var apnsKeys: [APNsProviderKey] = []
+        /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `h2` and `http/1.1`, and
+        /// the protocol the client picks serves the connection.
+        public var tls: TLSServerContext?
+        /// Plain HTTP beyond loopback sends the bearer secret and every payload in clear: an address that is not
+        /// loopback is refused at start without ``tls`` unless this is `true` (a network you trust, or TLS ended in
+        /// front of Herald), and the start then says so in the log.
+        public var allowPlaintextNetwork = false
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address
@@ -63,12 +73,16 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         case secretRequired(SocketAddress)
         /// An empty secret would let `Authorization: Bearer ` in.
         case emptySecret
+        /// An address beyond loopback without TLS and without ``Options/allowPlaintextNetwork``.
+        case plaintextNetwork(SocketAddress)
         public var description: String {
             switch self {
             case .secretRequired(let address):
                 "refusing to listen on \(address) without a secret: set one, or listen on a loopback address (127.0.0.1, ::1) only"
             case .emptySecret:
                 "refusing an empty secret: set a real one, or none (nil) to listen on loopback only"
+            case .plaintextNetwork(let address):
+                "refusing to serve plain HTTP on \(address) without TLS: the bearer secret and every payload would cross the network in clear; set a TLS certificate and key, listen on loopback, or allow it (allowPlaintextNetwork)"
             }
         }
     }
@@ -113,12 +127,23 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             }
             context.logger.warning("no secret configured: the HTTP receiver accepts unauthenticated requests, on loopback only")
         }
+        if options.tls == nil, !options.address.isLoopback {
+            guard options.allowPlaintextNetwork else { throw ConfigurationError.plaintextNetwork(options.address) }
+            context.logger.warning(
+                "serving plain HTTP beyond loopback, as allowed: the bearer secret and payloads cross the network in clear",
+                metadata: ["address": "\(options.address)"])
+        }
         self.context = context
         try await context.loop.submit {
             let api = HTTPAPI(receiver: self, context: context)
             let limits = self.options.limits
-            let listener = ReceiverListener(context: context, maximumConnections: limits.maximumConnections) { [unowned self] connection in
-                let session = HTTPConnection(HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits))
+            let listener = ReceiverListener(
+                context: context, maximumConnections: limits.maximumConnections, security: self.options.tls,
+                applicationProtocols: Self.applicationProtocols
+            ) { [unowned self] connection in
+                let session = HTTPConnection(
+                    HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits),
+                    negotiatedProtocol: connection.applicationProtocol)
                 let key = ObjectIdentifier(session)
                 self.connections[key] = session
                 session.onClosed = { [weak self] in self?.connections[key] = nil }
@@ -138,6 +163,9 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             self.listener = nil
         }
     }
+
+    /// What the sessions speak, offered to TLS clients by ALPN in this order of preference.
+    static let applicationProtocols = ["h2", "http/1.1"]
 
     public var openConnections: Int { listener?.connectionCount ?? 0 }
 
@@ -165,13 +193,18 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 /// that begins with its preface), which knows nothing of receivers.
 final class HTTPConnection: ReceiverSession {
     private let session: HTTPServerSession
+    /// The protocol the TLS handshake agreed on (ALPN); `nil` in clear, where the first bytes decide.
+    private let negotiatedProtocol: String?
 
     /// Runs once the connection has closed.
     var onClosed: () -> Void = {}
 
-    init(_ session: HTTPServerSession) { self.session = session }
+    init(_ session: HTTPServerSession, negotiatedProtocol: String?) {
+        self.session = session
+        self.negotiatedProtocol = negotiatedProtocol
+    }
 
-    func start() { session.start() }
+    func start() { session.start(negotiatedProtocol: negotiatedProtocol) }
 
     func closed() {
         session.closed()

@@ -1,5 +1,6 @@
 import Herald
 import HeraldHTTP
+import HeraldTLS
 
 /// A small HTTP endpoint on Herald's loop for scrapers: `GET /metrics` answers the text format
 /// (`text/plain; version=0.0.4`), `GET /healthz` answers the receivers' health as JSON (200, or 503 when one is not
@@ -10,6 +11,7 @@ final class MetricsEndpoint {
     private let server: StreamServer
     private let context: PluginContext
     private let limits: HTTPServerLimits
+    private let tls: TLSServerContext?
     private let router = HTTPRouter()
     private var connections: [ObjectIdentifier: StreamConnection] = [:]
 
@@ -20,6 +22,7 @@ final class MetricsEndpoint {
         health: @escaping () -> (healthy: Bool, body: [UInt8])
     ) throws {
         self.context = context
+        tls = options.tls
         // Scrapes carry no body worth reading: one as large as the head is allowed, no more.
         limits = HTTPServerLimits(
             maximumHeaderBytes: options.maximumRequestBytes, maximumBodyBytes: options.maximumRequestBytes,
@@ -41,7 +44,7 @@ final class MetricsEndpoint {
         server = try StreamServer.listen(on: context.loop, at: options.address) { accept?($0) }
         accept = { [weak self] connection in self?.serve(connection) }
         server.logAcceptFailures(to: context.logger)
-        context.logger.info("serving /metrics", metadata: ["address": "\(server.localAddress)"])
+        context.logger.info("serving /metrics", metadata: ["address": "\(server.localAddress)", "tls": "\(options.tls != nil)"])
     }
 
     func close() {
@@ -63,6 +66,8 @@ final class MetricsEndpoint {
             session.closed()
             self?.connections[key] = nil
         }
+        // With TLS the handshake comes first; the session sees the decrypted requests.
+        tls?.secure(connection, applicationProtocols: ["http/1.1"], established: nil)
         session.start()
     }
 }

@@ -1,5 +1,6 @@
 import CoreMetrics
 public import Herald
+public import HeraldTLS
 public import Prometheus
 
 /// Herald's metrics in the Prometheus text format, served as `GET /metrics` on an address of its own.
@@ -25,6 +26,7 @@ public import Prometheus
 /// | `herald_receiver_healthy` | gauge (1 or 0) | `receiver` (receivers that report health: NATS) |
 /// | `herald_analytics_events_queued` | gauge | `sink` |
 /// | `herald_analytics_events_lost_total`, `herald_analytics_sink_failures_total` | counter | `sink` |
+/// | `herald_tls_handshake_failures_total` | counter | `reason` (`refused`, `timed-out`, `closed`), with ``Options/tls`` |
 public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unchecked Sendable {
     // @unchecked Sendable: `options`, `registry`, `factory` and the metric handles are immutable and
     // thread-safe; `server` and `context` are set in start() and used on the loop thread; the sampled
@@ -42,6 +44,12 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         /// `/metrics` and `/healthz` have no authentication, so an address that is not loopback is refused at start
         /// unless this is `true` (for a scraper on another machine, on a network you trust).
         public var allowUnauthenticatedNetwork = false
+        /// TLS for `/metrics` (HTTPS, ALPN `http/1.1`); `nil`: plain HTTP. Its failed handshakes — of every listener
+        /// that shares the context — are on the page as `herald_tls_handshake_failures_total`.
+        public var tls: TLSServerContext?
+        /// Plain HTTP beyond loopback shows the metrics to anyone on the path: an address that is not loopback is
+        /// refused at start without ``tls`` unless this is `true` too, and the start then says so in the log.
+        public var allowPlaintextNetwork = false
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 9464)) {
             self.address = address
@@ -123,10 +131,14 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
     public enum ConfigurationError: Error, CustomStringConvertible {
         /// An address beyond loopback without ``Options/allowUnauthenticatedNetwork``.
         case unauthenticatedNetworkAddress(SocketAddress)
+        /// An address beyond loopback without TLS and without ``Options/allowPlaintextNetwork``.
+        case plaintextNetwork(SocketAddress)
         public var description: String {
             switch self {
             case .unauthenticatedNetworkAddress(let address):
                 "refusing to serve /metrics on \(address): it has no authentication, so it listens on loopback addresses only unless allowed to listen beyond them (allowUnauthenticatedNetwork)"
+            case .plaintextNetwork(let address):
+                "refusing to serve /metrics on \(address) without TLS: set a TLS certificate and key, listen on loopback, or allow plain HTTP there (allowPlaintextNetwork)"
             }
         }
     }
@@ -134,6 +146,12 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
     public func start(_ context: PluginContext) async throws {
         if !options.allowUnauthenticatedNetwork, !options.address.isLoopback {
             throw ConfigurationError.unauthenticatedNetworkAddress(options.address)
+        }
+        if options.tls == nil, !options.address.isLoopback {
+            guard options.allowPlaintextNetwork else { throw ConfigurationError.plaintextNetwork(options.address) }
+            context.logger.warning(
+                "serving /metrics in plain HTTP beyond loopback, as allowed: the metrics cross the network in clear",
+                metadata: ["address": "\(options.address)"])
         }
         self.context = context
         try await context.loop.submit {
@@ -250,6 +268,11 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
                 advance("herald_analytics_sink_failures_total", sink: sink, to: figures.failures)
             }
         }
+        if let failures = options.tls?.handshakeFailures {
+            for reason in [HandshakeFailureReason.refused, .timedOut, .closed] {
+                advance("herald_tls_handshake_failures_total", label: ("reason", reason.rawValue), to: failures[reason])
+            }
+        }
         return registry.emitToBuffer()
     }
 
@@ -268,8 +291,12 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
 
     /// Moves a counter that mirrors one of the pipeline's running totals up to `value`.
     private func advance(_ label: String, sink: String, to value: Int) {
-        let key = "\(label)|\(sink)"
-        let counter = CoreMetrics.Counter(label: label, dimensions: [("sink", sink)], factory: factory)
+        advance(label, label: ("sink", sink), to: value)
+    }
+
+    private func advance(_ label: String, label dimension: (String, String), to value: Int) {
+        let key = "\(label)|\(dimension.0)=\(dimension.1)"
+        let counter = CoreMetrics.Counter(label: label, dimensions: [dimension], factory: factory)
         let delta = value - sampled[key, default: 0]
         if delta > 0 { counter.increment(by: delta) }
         sampled[key] = value

@@ -1,5 +1,6 @@
 import Glibc
 public import Herald
+public import HeraldTLS
 
 /// Receives FCM v1 send bodies over Unix or TCP stream sockets, one JSON object per line
 /// (`{"message": {...}, "validate_only": false}`), and answers one JSON line per message, in order:
@@ -42,6 +43,9 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
         /// address that is not loopback is refused at start unless this is `true`: set it only on a network where
         /// everyone who can connect may send.
         public var allowUnauthenticatedNetwork = false
+        /// TLS for the TCP addresses (Unix sockets stay plain); `nil`: none. The lines are the same inside TLS; no
+        /// application protocol is negotiated (the protocol has no ALPN name).
+        public var tls: TLSServerContext?
 
         public init(addresses: [SocketAddress]) {
             self.addresses = addresses
@@ -96,7 +100,9 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
             context.logger.notice("removed a stale socket file left by a process that ended", metadata: ["path": "\(path)"])
         }
         try await context.loop.submit {
-            let listener = ReceiverListener(context: context, maximumConnections: self.options.maximumConnections) { connection in
+            let listener = ReceiverListener(
+                context: context, maximumConnections: self.options.maximumConnections, security: self.options.tls
+            ) { connection in
                 LineSession(connection: connection, context: context, options: self.options)
             }
             try listener.listen(on: self.options.addresses, unixMode: self.options.unixSocketMode)

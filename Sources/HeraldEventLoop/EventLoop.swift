@@ -74,7 +74,8 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     private var timers = TimerHeap()
     private var armedDeadline: Deadline?
     private var spareBatch: [Work] = []
-    private(set) var readBuffer = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    /// Where libuv reads into, and where a filter may decode into once it has taken what was read (loop thread).
+    package private(set) var readBuffer = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     private var loopIsClosing = false
 
     /// Creates a loop; nothing runs until ``start()`` or ``run()``.

@@ -21,6 +21,10 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     public internal(set) var label: String
     private var closeError: UVError?
     private var reading = false
+    /// TLS (or another filter) between the socket and the user; `nil` for a plain connection. Read on every read and
+    /// flush: unchecked for exclusivity (loop thread only, set once before reading), so a plain connection pays a
+    /// test of the optional and no runtime access check.
+    @exclusivity(unchecked) package private(set) var filter: (any StreamFilter)?
 
     enum Kind { case tcp, unix }
 
@@ -76,6 +80,52 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             uv_tcp_getpeername(raw.assumingMemoryBound(to: uv_tcp_t.self), $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), &length)
         }
         return result == 0 ? SocketAddress.fromStorage(&storage) : nil
+    }
+
+    /// The application protocol agreed with the peer during the TLS handshake (ALPN: `h2`, `http/1.1`), once the
+    /// handshake is done; `nil` for a plain connection or when none was agreed.
+    public var applicationProtocol: String? {
+        loop.preconditionInEventLoop()
+        return filter?.applicationProtocol
+    }
+
+    // MARK: Filters
+
+    /// Puts `filter` between the socket and the user. Once, before reading starts.
+    package func install(_ filter: any StreamFilter) {
+        loop.preconditionInEventLoop()
+        precondition(self.filter == nil && !reading, "a filter is installed once, before the connection reads")
+        self.filter = filter
+    }
+
+    /// The loop the connection is on (for a filter's timers).
+    package var eventLoop: EventLoop { loop }
+
+    /// A filter hands decoded bytes to the user.
+    package func deliver(_ bytes: UnsafeRawBufferPointer) {
+        onRead?(bytes)
+    }
+
+    /// A filter tells the user that the peer's stream ended: reading stops, as at end of file.
+    package func deliverEnd() {
+        if reading {
+            reading = false
+            uv_read_stop(stream)
+        }
+        onEnd?()
+    }
+
+    /// A filter sends encoded bytes now, behind the bytes already handed to the kernel or queued.
+    package func send(_ bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)?) {
+        guard !isClosing else {
+            completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
+            return
+        }
+        guard bytes.count > 0 else {
+            completion?(nil)
+            return
+        }
+        writeNow(bytes, completion: completion)
     }
 
     // MARK: Connecting
@@ -195,7 +245,16 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     }
 
     /// Starts reading again after ``pauseReading()``.
-    public func resumeReading() { startReading() }
+    public func resumeReading() {
+        guard let filter else {
+            startReading()
+            return
+        }
+        loop.preconditionInEventLoop()
+        let wasReading = reading
+        startReading()
+        if !wasReading, reading { filter.readingResumed() }
+    }
 
     /// Whether bytes are being delivered (``startReading()`` called and not paused).
     public var isReading: Bool {
@@ -205,11 +264,22 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
 
     private func didRead(count: Int, buffer: UnsafePointer<uv_buf_t>) {
         if count > 0 {
-            onRead?(UnsafeRawBufferPointer(start: buffer.pointee.base, count: count))
+            if let filter {
+                filter.received(UnsafeRawBufferPointer(start: buffer.pointee.base, count: count))
+            } else {
+                onRead?(UnsafeRawBufferPointer(start: buffer.pointee.base, count: count))
+            }
         } else if count == Int(UV_EOF.rawValue) {
-            reading = false
             uv_read_stop(stream)
-            onEnd?()
+            if let filter {
+                // Still reading while the filter decrypts what is left and delivers the end: it delivers only to a
+                // reading user, and a TLS stream ended without close_notify would otherwise never be ended.
+                filter.receivedEnd()
+                reading = false
+            } else {
+                reading = false
+                onEnd?()
+            }
         } else if count < 0 {
             fail(UVError(code: Int32(count), operation: "read from \(label)"))
         }
@@ -300,7 +370,11 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
             return
         }
-        bytes.withUnsafeBytes { writeNow($0, completion: completion) }
+        if let filter {
+            bytes.withUnsafeBytes { filter.write($0, completion: completion) }
+        } else {
+            bytes.withUnsafeBytes { writeNow($0, completion: completion) }
+        }
         // Keep the buffer for the next turn unless a write came in meanwhile (a completion wrote again).
         if gathered.isEmpty, bytes.capacity <= Self.keptGatherCapacity {
             bytes.removeAll(keepingCapacity: true)
@@ -382,6 +456,7 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             return
         }
         flushGatheredWrites()  // uv_shutdown waits for queued writes, not for gathered ones
+        filter?.finishWriting()
         guard !isClosing else {
             completion?(UVError(code: Int32(UV_ENOTCONN.rawValue), operation: "half-close a closed connection"))
             return
@@ -437,6 +512,8 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             for completion in completions { completion(error) }
         }
         gathered = []
+        filter?.closed()
+        filter = nil
         let callback = onClose
         let error = closeError
         onRead = nil

@@ -33,7 +33,8 @@ public func runExecutable(
     process.standardOutput = output
     process.standardError = error
     process.standardInput = stdin
-    try process.run()
+    // As a shell would start it: a child that runs `timeout` (or is sent a signal) must be able to receive it.
+    try runWithNoSignalsBlocked(process)
     let errorText = PipeDrain(error.fileHandleForReading.fileDescriptor)
     if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
     try stdin.fileHandleForWriting.close()

@@ -57,7 +57,8 @@ public final class DaemonProcess {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: "\(directory)/stderr.log", contents: nil)
         process.standardError = FileHandle(forWritingAtPath: "\(directory)/stderr.log")
-        try process.run()
+        // As systemd would start it, so the daemon gets the signals it watches (SIGHUP reloads its TLS certificate).
+        try runWithNoSignalsBlocked(process)
     }
 
     /// The next line of standard output, or `nil` at end of file or after 10 s without one.

@@ -1,43 +1,5 @@
 public import Foundation
 
-/// Certificates for TLS tests, made with the `openssl` command in a directory of the test's: a test CA, a server
-/// certificate it signed for `127.0.0.1`, `::1` and `localhost`, and a self-signed certificate for the same names
-/// that no one trusts.
-public struct TestCertificates: Sendable {
-    public let directory: String
-    /// The test CA's certificate (PEM): the file a client trusts.
-    public var caFile: String { "\(directory)/ca.pem" }
-    /// The server certificate signed by the test CA.
-    public var certificateFile: String { "\(directory)/server.pem" }
-    /// The key of ``certificateFile``.
-    public var keyFile: String { "\(directory)/server-key.pem" }
-    /// A self-signed certificate for the same names.
-    public var untrustedCertificateFile: String { "\(directory)/untrusted.pem" }
-    /// The key of ``untrustedCertificateFile``.
-    public var untrustedKeyFile: String { "\(directory)/untrusted-key.pem" }
-
-    /// Makes the files in `directory` (P-256 keys, valid for a day). Throws ``TestSetupError`` with
-    /// openssl's output when it fails.
-    public init(in directory: String) throws {
-        self.directory = directory
-        func openssl(_ arguments: [String]) throws {
-            let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/env"), ["openssl"] + arguments)
-            guard result.status == 0 else {
-                throw TestSetupError(message: "openssl \(arguments.joined(separator: " ")) failed: \(result.error)")
-            }
-        }
-        let newKey = ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
-        let names = ["-addext", "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost"]
-        try openssl(newKey + ["-keyout", "\(directory)/ca-key.pem", "-out", caFile, "-subj", "/CN=Herald Test CA"])
-        try openssl(
-            newKey + [
-                "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-keyout", keyFile, "-out", certificateFile, "-subj", "/CN=localhost",
-            ]
-                + names)
-        try openssl(newKey + ["-keyout", untrustedKeyFile, "-out", untrustedCertificateFile, "-subj", "/CN=localhost"] + names)
-    }
-}
-
 /// A test certificate or test server that could not be set up: what went wrong, with the tool's output.
 public struct TestSetupError: Error, CustomStringConvertible {
     public let message: String

@@ -12,6 +12,7 @@ import HeraldNATSReceiver
 import HeraldPrometheusMetrics
 import HeraldSQLite
 import HeraldSocketReceiver
+import HeraldTLS
 import Logging
 import ServiceLifecycle
 
@@ -97,6 +98,20 @@ struct Serve: AsyncParsableCommand {
         name: .customLong("allow-unauthenticated-network"), inversion: .prefixedNo,
         help: ArgumentHelp(ServeOption.allowUnauthenticatedNetwork.help))
     var allowUnauthenticatedNetwork: Bool?
+
+    @Flag(
+        name: .customLong("allow-plaintext-network"), inversion: .prefixedNo,
+        help: ArgumentHelp(ServeOption.allowPlaintextNetwork.help))
+    var allowPlaintextNetwork: Bool?
+
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp(ServeOption.tlsCertificate.help, valueName: "file"))
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp(ServeOption.tlsKey.help, valueName: "file"))
+    var tlsKey: String?
+
+    @Option(name: .customLong("tls-client-ca"), help: ArgumentHelp(ServeOption.tlsClientCA.help, valueName: "file"))
+    var tlsClientCA: String?
 
     @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
     var deliveryMetrics: String?
@@ -186,6 +201,12 @@ struct Serve: AsyncParsableCommand {
         add(
             .allowUnauthenticatedNetwork, allowUnauthenticatedNetwork.map { .boolean($0) },
             flag: allowUnauthenticatedNetwork == false ? "--no-allow-unauthenticated-network" : "--allow-unauthenticated-network")
+        add(
+            .allowPlaintextNetwork, allowPlaintextNetwork.map { .boolean($0) },
+            flag: allowPlaintextNetwork == false ? "--no-allow-plaintext-network" : "--allow-plaintext-network")
+        add(.tlsCertificate, tlsCertificate.map { .string($0) })
+        add(.tlsKey, tlsKey.map { .string($0) })
+        add(.tlsClientCA, tlsClientCA.map { .string($0) })
         add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
         add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
         add(.natsCredentials, natsCredentials.map { .string($0) })
@@ -226,6 +247,12 @@ struct Serve: AsyncParsableCommand {
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
+        if (settings.tlsCertificate == nil) != (settings.tlsKey == nil) || (settings.tlsClientCA != nil && settings.tlsCertificate == nil) {
+            writeLine(
+                "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca needs them too",
+                to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
         if printConfig {
             for warning in warnings { writeLine("herald: warning: \(warning)", to: STDERR_FILENO) }
             writeLine(settings.rendered(environment: environment))
@@ -251,7 +278,7 @@ struct Serve: AsyncParsableCommand {
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
         let daemon = Daemon(
             settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken,
-            localization: localization, logger: logger)
+            tls: try tlsContext(settings, logger: logger), localization: localization, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -263,6 +290,28 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw CommandFailure(message: "herald: \(error)")
         }
+    }
+}
+
+/// The TLS context of every TCP listener, from tls-cert, tls-key and tls-client-ca; `nil` without them. Its files are
+/// read now, so a missing or wrong one stops the start with the file named.
+func tlsContext(_ settings: ServeSettings, logger: Logger) throws -> TLSServerContext? {
+    guard let certificate = settings.tlsCertificate, let key = settings.tlsKey else { return nil }
+    do {
+        var tlsLogger = logger
+        tlsLogger[metadataKey: "component"] = "tls"
+        let context = try TLSServerContext(
+            configuration: .init(certificateFile: certificate, keyFile: key, clientCAFile: settings.tlsClientCA), logger: tlsLogger)
+        let summary = context.certificate
+        logger.info(
+            "TLS certificate loaded",
+            metadata: [
+                "serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)",
+                "clientCertificates": "\(settings.tlsClientCA != nil ? "required" : "not asked for")",
+            ])
+        return context
+    } catch {
+        throw CommandFailure(message: "herald: \(error)")
     }
 }
 
@@ -286,13 +335,18 @@ final class Daemon: Service, Sendable {
     private let settings: ServeSettings
     private let secret: String?
     private let natsToken: String?
+    private let tls: TLSServerContext?
     private let localization: AlertLocalization
     private let logger: Logger
 
-    init(settings: ServeSettings, secret: String?, natsToken: String?, localization: AlertLocalization, logger: Logger) {
+    init(
+        settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, localization: AlertLocalization,
+        logger: Logger
+    ) {
         self.settings = settings
         self.secret = secret
         self.natsToken = natsToken
+        self.tls = tls
         self.localization = localization
         self.logger = logger
     }
@@ -312,8 +366,10 @@ final class Daemon: Service, Sendable {
             try makeDirectories(settings.dataDirectory)
             lock = try DataDirectoryLock.acquire(
                 directory: settings.dataDirectory,
+                // Over TLS the address is written as an https URL, so that `herald topics` speaks TLS to it.
                 owner: .init(
-                    http: settings.http, projectID: settings.projectID, socket: settings.socket))
+                    http: settings.http.map { settings.tlsCertificate == nil ? $0 : "https://\($0)" }, projectID: settings.projectID,
+                    socket: settings.socket))
         } catch {
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
@@ -336,6 +392,7 @@ final class Daemon: Service, Sendable {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
+        if let tls { try await reloadOnHangup(tls, loop: loop) }
         let watchdog = Systemd.startWatchdog(on: loop)
         Systemd.notify("READY=1\nSTATUS=receiving")
         let logger = self.logger
@@ -361,6 +418,27 @@ final class Daemon: Service, Sendable {
             logger.warning("could not checkpoint the store at stop; it stays in its write-ahead log", metadata: ["error": "\(error)"])
         }
         logger.notice("stopped")
+    }
+
+    /// SIGHUP reads the TLS certificate and key again (on a pool thread: they are files): new handshakes use them,
+    /// connections already open keep theirs. A failed reload keeps the certificate in use and logs why.
+    private func reloadOnHangup(_ tls: TLSServerContext, loop: EventLoop) async throws {
+        let logger = self.logger
+        try await loop.submit {
+            _ = try SignalWatcher.watch(SIGHUP, on: loop) { _ in
+                Task {
+                    do {
+                        try await loop.offload { try tls.reload() }
+                        let summary = tls.certificate
+                        logger.notice(
+                            "TLS certificate reloaded (SIGHUP); new handshakes use it",
+                            metadata: ["serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)"])
+                    } catch {
+                        logger.error("TLS reload failed (SIGHUP); the certificate in use stays", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
+        }
     }
 
     /// The data directory's store and, unless it is turned off, its analytics store. Refuses a directory whose store
@@ -414,17 +492,22 @@ final class Daemon: Service, Sendable {
             var options = HTTPReceiver.Options(address: address, secret: secret)
             options.forwarder = forwarder
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
+            options.tls = tls
+            options.allowPlaintextNetwork = settings.allowPlaintextNetwork
             try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
             var options = SocketReceiver.Options(addresses: [address])
             options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
+            options.tls = tls
             try herald.register(SocketReceiver(options: options))
         }
         if let analyticsStore { try herald.register(analyticsStore) }
         if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics) {
             var options = PrometheusExporter.Options(address: address)
             options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
+            options.allowPlaintextNetwork = settings.allowPlaintextNetwork
+            options.tls = tls
             try herald.register(PrometheusExporter(options: options))
         }
         if let deliveryMetrics = settings.deliveryMetrics {

@@ -161,6 +161,21 @@ struct ServeOption: Sendable {
         meaning:
             "Let the listeners without authentication (a TCP socket address, metrics) listen beyond loopback; the HTTP endpoint needs a secret there regardless."
     )
+    static let allowPlaintextNetwork = ServeOption(
+        "allow-plaintext-network", .boolean, default: .boolean(false), "false", allowed: "true or false",
+        meaning:
+            "Let the HTTP listeners (the HTTP endpoint, metrics) serve plain HTTP beyond loopback without TLS; the log says so at start."
+    )
+    static let tlsCertificate = ServeOption(
+        "tls-cert", .string, default: nil, "none (no TLS)", allowed: "a non-empty file path",
+        meaning:
+            "The TLS certificate chain (PEM) of every TCP listener (HTTP, a TCP socket, metrics); with tls-key. SIGHUP reads it again.")
+    static let tlsKey = ServeOption(
+        "tls-key", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "The TLS certificate's private key (PEM); with tls-cert. SIGHUP reads it again.")
+    static let tlsClientCA = ServeOption(
+        "tls-client-ca", .string, default: nil, "none (no client certificates)", allowed: "a non-empty file path",
+        meaning: "CA certificates (PEM): TLS clients must present a certificate one of them signed (mutual TLS); needs tls-cert.")
     static let deliveryMetrics = ServeOption(
         "delivery-metrics", .string, default: .string("none"), "none", allowed: "a file path, or none",
         meaning: "Write FCM's delivery-metrics export as JSON lines to this file (rotated by size); 'none' turns it off.")
@@ -238,7 +253,8 @@ struct ServeOption: Sendable {
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
         http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
-        contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork, deliveryMetrics,
+        contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork,
+        allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
         natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
@@ -321,6 +337,10 @@ struct ServeSettings: Sendable {
     }
     var metrics: String? { string(ServeOption.metrics).flatMap { $0 == "none" ? nil : $0 } }
     var allowUnauthenticatedNetwork: Bool { boolean(ServeOption.allowUnauthenticatedNetwork) }
+    var allowPlaintextNetwork: Bool { boolean(ServeOption.allowPlaintextNetwork) }
+    var tlsCertificate: String? { string(ServeOption.tlsCertificate) }
+    var tlsKey: String? { string(ServeOption.tlsKey) }
+    var tlsClientCA: String? { string(ServeOption.tlsClientCA) }
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
 
     var natsServers: [String] {

@@ -1,6 +1,7 @@
 """APNs token-based authentication against a running `herald serve`, as a provider does it: httpx posts to
 POST /3/device/{token} with `authorization: bearer <JWT>`, the JWT made by PyJWT (ES256, `kid` header, `iss` and
-`iat` claims) with the .p8 key the daemon was given (Tests/HeraldCommandTests, APNsTokenTests).
+`iat` claims) with the .p8 key the daemon was given (Tests/HeraldCommandTests, APNsTokenTests). With an https URL
+and --ca-file, over HTTP/2 (ALPN `h2`, as APNs providers speak), each answer checked to have come over HTTP/2.
 
 Every reason Herald implements is exercised: a good token (and the bearer secret) accepted with `apns-id` and
 `apns-unique-id`; MissingProviderToken, ExpiredProviderToken and InvalidProviderToken (another key, an unknown key
@@ -9,6 +10,7 @@ line per check; exits 1 when any differs from what APNs answers.
 """
 import argparse
 import json
+import ssl
 import sys
 import time
 import uuid
@@ -26,7 +28,9 @@ def main():
     parser.add_argument("--key-id", required=True)
     parser.add_argument("--team-id", required=True)
     parser.add_argument("--secret", required=True)
+    parser.add_argument("--ca-file", help="the CA of the daemon's certificate: HTTP/2 over TLS")
     args = parser.parse_args()
+    over_tls = args.ca_file is not None
     with open(args.key) as file:
         p8 = file.read()
     stranger = ec.generate_private_key(ec.SECP256R1())
@@ -39,6 +43,8 @@ def main():
 
     def check(name, response, status, reason=None, apns_id=None):
         problems = []
+        if over_tls and response.http_version != "HTTP/2":
+            problems.append(f"{response.http_version}, expected HTTP/2")
         if response.status_code != status:
             problems.append(f"status {response.status_code}, expected {status}")
         got_id = response.headers.get("apns-id")
@@ -66,7 +72,8 @@ def main():
         if problems:
             failures.append(f"{name}: {'; '.join(problems)}")
 
-    with httpx.Client(base_url=args.url, timeout=10) as client:
+    tls = {"http1": False, "http2": True, "verify": ssl.create_default_context(cafile=args.ca_file)} if over_tls else {}
+    with httpx.Client(base_url=args.url, timeout=10, **tls) as client:
 
         def push(authorization, apns_id=None, device=args.device_token):
             headers = {"apns-topic": "com.example.weather", "apns-push-type": "alert", "apns-priority": "10"}

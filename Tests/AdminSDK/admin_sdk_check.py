@@ -5,10 +5,14 @@ Run by HeraldHTTPReceiverTests' AdminSDKTests with the venv scripts/python-env m
     .build-python/bin/python Tests/AdminSDK/admin_sdk_check.py --url http://127.0.0.1:PORT \
         --secret S --token T --fid F --project P
 
+or with --url https://127.0.0.1:PORT and the test CA in SSL_CERT_FILE (httpx, the async calls) and
+REQUESTS_CA_BUNDLE (requests, the others), as an operator trusts a private CA.
+
 The SDK is used as an app server uses it; only its service URLs are pointed at Herald, and its credential is a
 static one whose access token is Herald's bearer secret (no network, no service account). Every message that
 should be delivered carries data {"check": <name>}; the Swift test compares the names its handlers saw with the
-`delivered:` line this script prints last. Exit status 0 when every check passed, 1 otherwise.
+`delivered:` line this script prints last, after an `async HTTP versions:` line (what the asynchronous calls'
+httpx client spoke: HTTP/2 over TLS, where ALPN offers it). Exit status 0 when every check passed, 1 otherwise.
 """
 
 import argparse
@@ -21,16 +25,30 @@ import traceback
 import warnings
 
 # Nothing may reach Google by accident: any https:// request goes to a proxy that refuses the connection.
-# Herald's URL is plain http:// on loopback and bypasses it.
+# Herald's URL is on loopback and bypasses it.
 os.environ["HTTPS_PROXY"] = os.environ["https_proxy"] = "http://127.0.0.1:9"
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 
 try:
     import firebase_admin
     import google.auth.credentials
+    import httpx
     from firebase_admin import credentials, exceptions, messaging
 except ImportError as missing:
     sys.exit(f"{missing}: this Python has no firebase-admin; run scripts/python-env and use .build-python/bin/python")
+
+# The HTTP versions of the answers the asynchronous calls got: every httpx.AsyncClient request goes through send.
+async_versions = set()
+_send = httpx.AsyncClient.send
+
+
+async def _recording_send(self, request, **kwargs):
+    response = await _send(self, request, **kwargs)
+    async_versions.add(response.http_version)
+    return response
+
+
+httpx.AsyncClient.send = _recording_send
 
 
 class StaticAccessToken(google.auth.credentials.Credentials):
@@ -297,6 +315,7 @@ def main():
     version = firebase_admin.__version__
     print(f"firebase-admin {version}: {len(failures)} of {len(checks)} checks failed" if failures
           else f"firebase-admin {version}: all {len(checks)} checks passed")
+    print("async HTTP versions: " + json.dumps(sorted(async_versions)))
     print("delivered: " + json.dumps(sorted(delivered)))
     return 1 if failures else 0
 

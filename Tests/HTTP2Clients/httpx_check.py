@@ -1,8 +1,9 @@
-"""httpx over HTTP/2 in clear (prior knowledge) against the HTTP receiver: sends one after another on one
-connection, then many at once multiplexed (the async client, as the Admin SDK's async path uses it), /healthz and
-an error answer.
+"""httpx over HTTP/2 against the HTTP receiver, in clear (prior knowledge) or over TLS (h2 by ALPN, the server's
+certificate checked against --ca-file): sends one after another on one connection, then many at once multiplexed
+(the async client, as the Admin SDK's async path uses it), /healthz and an error answer.
 
     python httpx_check.py --url http://127.0.0.1:PORT --secret SECRET --token TOKEN --project PROJECT
+    python httpx_check.py --url https://127.0.0.1:PORT --ca-file CA.pem --secret SECRET --token TOKEN --project PROJECT
 
 Prints one JSON object: the HTTP versions seen, the statuses, and how many sends were accepted.
 """
@@ -10,6 +11,7 @@ Prints one JSON object: the HTTP versions seen, the statuses, and how many sends
 import argparse
 import asyncio
 import json
+import ssl
 
 import httpx
 
@@ -18,8 +20,8 @@ def send_body(token, n):
     return {"message": {"token": token, "data": {"n": str(n)}}}
 
 
-async def concurrent_sends(url, headers, token, count):
-    async with httpx.AsyncClient(http1=False, http2=True, headers=headers) as client:
+async def concurrent_sends(url, headers, token, count, verify):
+    async with httpx.AsyncClient(http1=False, http2=True, headers=headers, verify=verify) as client:
         answers = await asyncio.gather(*(client.post(url, json=send_body(token, "async-%d" % n)) for n in range(count)))
     return [(answer.http_version, answer.status_code, answer.json().get("name", "")) for answer in answers]
 
@@ -30,12 +32,14 @@ def main():
     parser.add_argument("--secret", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--project", required=True)
+    parser.add_argument("--ca-file", help="the CA that signed the server's certificate (https URLs)")
     arguments = parser.parse_args()
+    verify = ssl.create_default_context(cafile=arguments.ca_file) if arguments.ca_file else True
     headers = {"authorization": "Bearer " + arguments.secret}
     send_url = "%s/v1/projects/%s/messages:send" % (arguments.url, arguments.project)
     result = {"versions": set(), "statuses": [], "accepted": 0}
 
-    with httpx.Client(http1=False, http2=True, headers=headers) as client:
+    with httpx.Client(http1=False, http2=True, headers=headers, verify=verify) as client:
         for n in range(20):
             answer = client.post(send_url, json=send_body(arguments.token, "sync-%d" % n))
             result["versions"].add(answer.http_version)
@@ -49,7 +53,7 @@ def main():
         result["versions"].add(wrong.http_version)
         result["error"] = [wrong.status_code, wrong.json()["error"]["status"]]
 
-    for version, status, name in asyncio.run(concurrent_sends(send_url, headers, arguments.token, 50)):
+    for version, status, name in asyncio.run(concurrent_sends(send_url, headers, arguments.token, 50, verify)):
         result["versions"].add(version)
         result["statuses"].append(status)
         if name.startswith("projects/%s/messages/" % arguments.project):

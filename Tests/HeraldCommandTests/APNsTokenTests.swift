@@ -4,8 +4,11 @@ import Testing
 
 @Suite("herald serve --apns-key: APNs token-based authentication, with httpx and PyJWT as the provider")
 struct APNsTokenTests {
-    @Test("a provider's ES256 tokens are accepted; missing, expired and invalid ones get APNs' 403 reasons")
-    func providerTokens() async throws {
+    /// In clear the provider speaks HTTP/1.1; over TLS, as APNs providers do, HTTP/2 negotiated by ALPN.
+    @Test(
+        "a provider's ES256 tokens are accepted; missing, expired and invalid ones get APNs' 403 reasons",
+        arguments: [false, true])
+    func providerTokens(overTLS: Bool) async throws {
         let python = try pythonEnvironment(with: "httpx and PyJWT")
         try await withTemporaryDirectory { directory in
             let key = "\(directory)/AuthKey_KEY1234567.p8"
@@ -15,17 +18,20 @@ struct APNsTokenTests {
             try #require(made.status == 0, "\(made.error)")
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
+            let certificates = try TestCertificates(in: directory)
+            let tls = overTLS ? ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile] : []
             let daemon = try DaemonProcess(
-                directory: "\(directory)/data", arguments: ["--auth-token-file", secretFile, "--apns-key", "KEY1234567:TEAM123456:\(key)"])
+                directory: "\(directory)/data",
+                arguments: ["--auth-token-file", secretFile, "--apns-key", "KEY1234567:TEAM123456:\(key)"] + tls)
             let token = try #require(daemon.event()?["token"]?.stringValue)
 
             let script = repositoryRoot.appendingPathComponent("Tests/APNsPy/apns_token_check.py").path
             let result = try runExecutable(
                 python,
                 [
-                    script, "--url", "http://127.0.0.1:\(daemon.httpPort)", "--device-token", token, "--key", key, "--key-id", "KEY1234567",
-                    "--team-id", "TEAM123456", "--secret", "s3cret",
-                ])
+                    script, "--url", "\(overTLS ? "https" : "http")://127.0.0.1:\(daemon.httpPort)", "--device-token", token, "--key", key,
+                    "--key-id", "KEY1234567", "--team-id", "TEAM123456", "--secret", "s3cret",
+                ] + (overTLS ? ["--ca-file", certificates.caFile] : []))
             #expect(result.status == 0, "apns_token_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)")
             for _ in 0..<4 { #expect(daemon.event()?["event"] == "willPresent", "each accepted alert is presented") }
             #expect(daemon.terminate() == 0)

@@ -15,19 +15,21 @@ struct ListenerSecurityTests {
                 (["--http", "0.0.0.0:0", "--socket", "none"], "without a secret"),
                 (["--http", "none", "--socket", "0.0.0.0:0"], "the socket receiver has no authentication"),
                 (["--http", "none", "--socket", "none", "--metrics", "0.0.0.0:0"], "/metrics"),
+                (["--http", "none", "--socket", "none", "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network"], "without TLS"),
             ]
             for (arguments, says) in cases {
                 let result = try runHerald(["serve", "--data-dir", directory + "/data"] + arguments)
                 #expect(result.status == 1, "\(arguments): \(result.output) \(result.error)")
                 #expect(result.error.contains(says) && result.error.contains("0.0.0.0"), "\(arguments): \(result.error)")
             }
-            // Allowed on purpose, the socket receiver and /metrics start (HTTP still needs its secret).
+            // Allowed on purpose (and /metrics in plain HTTP), the socket receiver and /metrics start (HTTP still needs its
+            // secret).
             let port = try freeLoopbackPort()
             let daemon = try DaemonProcess(
                 directory: directory + "/allowed", httpPort: port,
                 arguments: [
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "127.0.0.1:\(port)", "--socket", "0.0.0.0:0",
-                    "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network",
+                    "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network", "--allow-plaintext-network",
                 ])
             #expect(echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(daemon.terminate() == 0, "\(daemon.log)")

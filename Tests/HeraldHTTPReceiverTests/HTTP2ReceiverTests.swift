@@ -1,6 +1,7 @@
 import Foundation
 import Herald
 import HeraldHTTPReceiver
+import HeraldTLS
 import HeraldTesting
 import Testing
 
@@ -35,7 +36,53 @@ private struct CurlAnswer: Equatable, CustomStringConvertible {
     var description: String { "\(version) \(status) \(contentType ?? "-") \(wwwAuthenticate ?? "-") apns-id:\(hasAPNsID) \(body)" }
 }
 
-@Suite("HTTPReceiver over HTTP/2 in clear (prior knowledge): the same answers as over HTTP/1.1", .serialized)
+/// How a test's client reaches the receiver: in clear (HTTP/2 by prior knowledge), or over TLS with a test CA's
+/// server certificate, which the clients check, and the protocol negotiated by ALPN (`h2` or `http/1.1`).
+enum Transport: String, Sendable, CaseIterable, CustomTestStringConvertible {
+    case clear
+    case tls
+
+    var testDescription: String { self == .clear ? "in clear" : "over TLS" }
+}
+
+/// The receiver a test's clients talk to: its port, its base URL and, over TLS, the CA its certificate is signed by.
+struct Endpoint: Sendable {
+    let port: Int
+    let transport: Transport
+    let caFile: String?
+
+    /// `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT` (the test certificate names 127.0.0.1).
+    var baseURL: String { "\(transport == .tls ? "https" : "http")://127.0.0.1:\(port)" }
+    /// curl's options for HTTP/2 and for trusting the server: `--http2-prior-knowledge` in clear, `--http2` (ALPN)
+    /// with `--cacert` over TLS.
+    var curlHTTP2: [String] { caFile.map { ["--http2", "--cacert", $0] } ?? ["--http2-prior-knowledge"] }
+    /// curl's options for HTTP/1.1 (over TLS, ALPN offers `http/1.1` only).
+    var curlHTTP1: [String] { ["--http1.1"] + (caFile.map { ["--cacert", $0] } ?? []) }
+}
+
+/// ``withHTTPHerald(options:plugins:_:)`` reached by `transport`: over TLS, the receiver serves a test CA's
+/// certificate made in a temporary directory.
+func withHTTPHerald(
+    _ transport: Transport, options: HTTPReceiver.Options, plugins: [any HeraldPlugin] = [],
+    _ body: (Herald, Collected, Endpoint) async throws -> Void
+) async throws {
+    try await withTemporaryDirectory { directory in
+        var options = options
+        var caFile: String?
+        if transport == .tls {
+            let certificates = try TestCertificates(in: directory)
+            options.tls = try TLSServerContext(
+                configuration: .init(certificateFile: certificates.certificateFile, keyFile: certificates.keyFile))
+            caFile = certificates.caFile
+        }
+        try await withHTTPHerald(options: options, plugins: plugins) { herald, collected, address in
+            guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
+            try await body(herald, collected, Endpoint(port: port, transport: transport, caFile: caFile))
+        }
+    }
+}
+
+@Suite("HTTPReceiver over HTTP/2, in clear (prior knowledge) and over TLS (ALPN): the same answers as over HTTP/1.1", .serialized)
 struct HTTP2ReceiverTests {
     static let secret = "h2-secret"
 
@@ -45,26 +92,27 @@ struct HTTP2ReceiverTests {
         return options
     }
 
-    /// curl's answer to one request, in `version` (`--http1.1` or `--http2-prior-knowledge`).
-    private func curl(_ version: String, port: Int, _ method: String, _ path: String, body: String? = nil, headers: [String] = [])
-        throws -> CurlAnswer
-    {
-        var arguments = ["-sS", "-i", version, "-X", method]
+    /// curl's answer to one request, in `version` (``Endpoint/curlHTTP1`` or ``Endpoint/curlHTTP2``).
+    private func curl(
+        _ version: [String], _ endpoint: Endpoint, _ method: String, _ path: String, body: String? = nil, headers: [String] = []
+    ) throws -> CurlAnswer {
+        var arguments = ["-sS", "-i"] + version + ["-X", method]
         for header in headers { arguments += ["-H", header] }
         if let body {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("herald-h2-body-\(UUID().uuidString)")
             try Data(body.utf8).write(to: file)
             arguments += ["-H", "content-type: application/json", "--data-binary", "@\(file.path)"]
         }
-        let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments + ["http://127.0.0.1:\(port)\(path)"])
+        let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments + [endpoint.baseURL + path])
         #expect(result.status == 0, "curl \(version) \(method) \(path): \(result.error)")
         return CurlAnswer(result.output)
     }
 
-    @Test("every route (FCM v1 send, APNs, IID, topics, /healthz) and its errors answer over HTTP/2 as over HTTP/1.1")
-    func sameAnswers() async throws {
-        try await withHTTPHerald(options: Self.options()) { herald, collected, address in
-            guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
+    @Test(
+        "every route (FCM v1 send, APNs, IID, topics, /healthz) and its errors answer over HTTP/2 as over HTTP/1.1",
+        arguments: Transport.allCases)
+    func sameAnswers(transport: Transport) async throws {
+        try await withHTTPHerald(transport, options: Self.options()) { herald, collected, endpoint in
             let token = try await herald.token()
             let auth = "authorization: Bearer \(Self.secret)"
             // Every request once per protocol, the whole list in HTTP/1.1 first: the topic routes leave the
@@ -91,10 +139,10 @@ struct HTTP2ReceiverTests {
                 ]
             }
             let answers1 = try requests("h1").map {
-                try curl("--http1.1", port: port, $0.method, $0.path, body: $0.body, headers: $0.headers)
+                try curl(endpoint.curlHTTP1, endpoint, $0.method, $0.path, body: $0.body, headers: $0.headers)
             }
             let answers2 = try requests("h2").map {
-                try curl("--http2-prior-knowledge", port: port, $0.method, $0.path, body: $0.body, headers: $0.headers)
+                try curl(endpoint.curlHTTP2, endpoint, $0.method, $0.path, body: $0.body, headers: $0.headers)
             }
             for (request, (http1, http2)) in zip(requests("h2"), zip(answers1, answers2)) {
                 #expect(http1.version == "HTTP/1.1")
@@ -110,15 +158,18 @@ struct HTTP2ReceiverTests {
         }
     }
 
-    @Test("httpx with http2=True: sends on one connection, 50 at once multiplexed, /healthz and an error, all over HTTP/2")
-    func httpx() async throws {
+    @Test(
+        "httpx with http2=True: sends on one connection, 50 at once multiplexed, /healthz and an error, all over HTTP/2",
+        arguments: Transport.allCases)
+    func httpx(transport: Transport) async throws {
         let python = try pythonEnvironment(with: "httpx")
         let script = repositoryRoot.appendingPathComponent("Tests/HTTP2Clients/httpx_check.py")
-        try await withHTTPHerald(options: Self.options()) { herald, collected, address in
-            guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
+        try await withHTTPHerald(transport, options: Self.options()) { herald, collected, endpoint in
             let token = try await herald.token()
             let child = try await runChild(
-                python, [script.path, "--url", "http://127.0.0.1:\(port)", "--secret", Self.secret, "--token", token, "--project", "demo"])
+                python,
+                [script.path, "--url", endpoint.baseURL, "--secret", Self.secret, "--token", token, "--project", "demo"]
+                    + (endpoint.caFile.map { ["--ca-file", $0] } ?? []))
             #expect(child.status == 0, "httpx_check.py: \(child.output)")
             let line = try #require(child.output.split(separator: "\n").last)
             let result = try JSONParser.parse(Array(line.utf8))
@@ -132,10 +183,9 @@ struct HTTP2ReceiverTests {
         }
     }
 
-    @Test("h2load: 4 connections x 10 streams, 1,000 FCM v1 sends, all 2xx")
-    func h2load() async throws {
-        try await withHTTPHerald(options: Self.options()) { herald, collected, address in
-            guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
+    @Test("h2load: 4 connections x 10 streams, 1,000 FCM v1 sends, all 2xx", arguments: Transport.allCases)
+    func h2load(transport: Transport) async throws {
+        try await withHTTPHerald(transport, options: Self.options()) { herald, collected, endpoint in
             let token = try await herald.token()
             let body = FileManager.default.temporaryDirectory.appendingPathComponent("herald-h2load-\(UUID().uuidString).json")
             try Data(#"{"message": {"token": "\#(token)", "data": {"n": "load"}}}"#.utf8).write(to: body)
@@ -144,12 +194,12 @@ struct HTTP2ReceiverTests {
                 URL(fileURLWithPath: "/usr/bin/h2load"),
                 [
                     "-n", "1000", "-c", "4", "-m", "10", "-d", body.path, "-H", "authorization: Bearer \(Self.secret)",
-                    "-H", "content-type: application/json", "http://127.0.0.1:\(port)/v1/projects/demo/messages:send",
+                    "-H", "content-type: application/json", endpoint.baseURL + "/v1/projects/demo/messages:send",
                 ])
             #expect(result.status == 0, "\(result.error)")
             #expect(result.output.contains("1000 succeeded, 0 failed, 0 errored"), "\(result.output)")
             #expect(result.output.contains("status codes: 1000 2xx"), "\(result.output)")
-            #expect(result.output.contains("Application protocol: h2c"), "\(result.output)")
+            #expect(result.output.contains("Application protocol: \(transport == .tls ? "h2" : "h2c")\n"), "\(result.output)")
             try await herald.waitUntilIdle()
             #expect(collected.messages.withLock { $0.count } == 1000)
         }

@@ -185,6 +185,7 @@ struct PrometheusExporterLimitTests {
 
         var options = PrometheusExporter.Options(address: .tcp(host: "0.0.0.0", port: 0))
         options.allowUnauthenticatedNetwork = true
+        options.allowPlaintextNetwork = true
         let herald = Herald()
         let exporter = PrometheusExporter(options: options)
         try herald.register(exporter)

@@ -14,20 +14,36 @@ extension ReceiverSession {
     public func resumed() {}
 }
 
-/// What stream receivers share: listening on addresses, accepting within a connection limit, pausing and
-/// resuming reading on every connection for the bus's backpressure, and closing everything at stop.
-/// Loop thread only, like the sockets it owns.
+/// What stream receivers share: listening on addresses, accepting within a connection limit, securing TCP
+/// connections with TLS when given a `StreamSecurity`, pausing and resuming reading on every connection for the
+/// bus's backpressure, and closing everything at stop. Loop thread only, like the sockets it owns.
 public final class ReceiverListener<Session: ReceiverSession> {
     private let context: PluginContext
     private let maximumConnections: Int
+    private let security: (any StreamSecurity)?
+    private let applicationProtocols: [String]
     private let makeSession: (StreamConnection) -> Session
     private var servers: [StreamServer] = []
-    private var sessions: [ObjectIdentifier: (connection: StreamConnection, session: Session)] = [:]
+    /// Every open connection; its session once it has one (a TLS connection gets it when its handshake is done).
+    private var sessions: [ObjectIdentifier: (connection: StreamConnection, session: Session?)] = [:]
     private var paused = false
 
-    public init(context: PluginContext, maximumConnections: Int, makeSession: @escaping (StreamConnection) -> Session) {
+    /// - Parameters:
+    ///   - context: the plugin's context: its loop and logger.
+    ///   - maximumConnections: the most connections open at once; more are closed as they are accepted.
+    ///   - security: TLS for the connections accepted on TCP addresses (Unix sockets stay plain); `nil`: none.
+    ///     A TLS connection's session is made once its handshake is done, so `makeSession` can choose by
+    ///     `StreamConnection.applicationProtocol`. Connections in their handshake count against the limit.
+    ///   - applicationProtocols: what the sessions speak, offered to TLS clients (ALPN), in order of preference.
+    ///   - makeSession: makes the session of a connection (once its TLS handshake is done).
+    public init(
+        context: PluginContext, maximumConnections: Int, security: (any StreamSecurity)? = nil, applicationProtocols: [String] = [],
+        makeSession: @escaping (StreamConnection) -> Session
+    ) {
         self.context = context
         self.maximumConnections = maximumConnections
+        self.security = security
+        self.applicationProtocols = applicationProtocols
         self.makeSession = makeSession
     }
 
@@ -37,12 +53,13 @@ public final class ReceiverListener<Session: ReceiverSession> {
         context.loop.preconditionInEventLoop()
         do {
             for address in addresses {
+                let security = address.port == nil ? nil : self.security
                 let server = try StreamServer.listen(on: context.loop, at: address, unixMode: unixMode) { [weak self] connection in
-                    self?.accept(connection)
+                    self?.accept(connection, security: security)
                 }
                 server.logAcceptFailures(to: context.logger)
                 servers.append(server)
-                context.logger.info("listening", metadata: ["address": "\(server.localAddress)"])
+                context.logger.info("listening", metadata: ["address": "\(server.localAddress)", "tls": "\(security != nil)"])
             }
         } catch {
             close()
@@ -56,18 +73,19 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// Connections open now.
     public var connectionCount: Int { sessions.count }
 
-    /// Stops reading every connection (the bus is full); new connections start paused.
+    /// Stops reading every connection with a session (the bus is full); new sessions start paused. Handshakes go on.
     public func pause() {
         paused = true
-        for entry in sessions.values { entry.connection.pauseReading() }
+        for entry in sessions.values where entry.session != nil { entry.connection.pauseReading() }
     }
 
     /// Reads every connection again.
     public func resume() {
         paused = false
         for entry in sessions.values {
+            guard let session = entry.session else { continue }
             entry.connection.resumeReading()
-            entry.session.resumed()
+            session.resumed()
         }
     }
 
@@ -84,7 +102,7 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// connection storm would flood the log).
     private var refusedAtLimit: Int?
 
-    private func accept(_ connection: StreamConnection) {
+    private func accept(_ connection: StreamConnection, security: (any StreamSecurity)?) {
         guard sessions.count < maximumConnections else {
             if let refused = refusedAtLimit {
                 refusedAtLimit = refused + 1
@@ -96,11 +114,29 @@ public final class ReceiverListener<Session: ReceiverSession> {
             connection.close()
             return
         }
-        let session = makeSession(connection)
         let key = ObjectIdentifier(connection)
+        guard let security else {
+            begin(connection, key: key)
+            return
+        }
+        sessions[key] = (connection, nil)
+        connection.onClose = closeHandler(key: key, session: nil)
+        security.secure(connection, applicationProtocols: applicationProtocols) { [weak self] in
+            self?.begin(connection, key: key)
+        }
+    }
+
+    private func begin(_ connection: StreamConnection, key: ObjectIdentifier) {
+        let session = makeSession(connection)
         sessions[key] = (connection, session)
-        connection.onClose = { [weak self] _ in
-            session.closed()
+        connection.onClose = closeHandler(key: key, session: session)
+        session.start()
+        if paused { connection.pauseReading() }
+    }
+
+    private func closeHandler(key: ObjectIdentifier, session: Session?) -> (UVError?) -> Void {
+        { [weak self] _ in
+            session?.closed()
             guard let self else { return }
             self.sessions[key] = nil
             if let refused = self.refusedAtLimit {
@@ -109,8 +145,6 @@ public final class ReceiverListener<Session: ReceiverSession> {
                     "below the connection limit again", metadata: ["limit": "\(self.maximumConnections)", "refused": "\(refused)"])
             }
         }
-        session.start()
-        if paused { connection.pauseReading() }
     }
 }
 

@@ -1,0 +1,331 @@
+import CLibUV
+import COpenSSL
+public import HeraldEventLoop
+
+/// TLS on one accepted connection: an SSL object between two memory BIOs. The ciphertext the connection reads is
+/// written into the input BIO; what OpenSSL decrypts is handed to the connection's user; what the user writes in a
+/// turn of the loop is encrypted at the connection's flush (one record for a small answer) and what lands in the
+/// output BIO is sent at once. Loop thread only, as its connection.
+final class TLSStream: StreamFilter, @unchecked Sendable {
+    // @unchecked Sendable: only the handshake timer's closure crosses into a @Sendable context, and it runs on the
+    // loop thread, where all of the stream's state lives.
+
+    private enum State { case handshaking, open, failed }
+
+    /// Keeps the SSL_CTX the handshake began with (the SSL holds a reference too; this one is for ``details``).
+    private let context: SSLContext
+    private let ssl: OpaquePointer
+    private let input: OpaquePointer
+    private let output: OpaquePointer
+    /// The listener's ALPN offer, which the C select callback reads through the SSL's app data.
+    private let offer: UnsafeMutablePointer<herald_alpn_offer>
+    private let offerBytes: UnsafeMutableBufferPointer<UInt8>
+    private weak var connection: StreamConnection?
+    private let onFailure: (HandshakeFailureReason, String, String) -> Void
+    private var state = State.handshaking
+    private var timer: ScheduledTask?
+    /// Runs once when the handshake completes.
+    var established: (() -> Void)?
+    /// What the user wrote before the handshake was complete, sent once it is.
+    private var early: [UInt8] = []
+    private var earlyCompletions: [(UVError?) -> Void] = []
+    /// The peer's end (close_notify or end of file) has been seen, and told to the user.
+    private var peerEnded = false
+    private var endDelivered = false
+    private var drainScheduled = false
+    private(set) var applicationProtocol: String?
+
+    init(
+        context: SSLContext, connection: StreamConnection, applicationProtocols: [String],
+        onFailure: @escaping (HandshakeFailureReason, String, String) -> Void
+    ) throws(TLSConfigurationError) {
+        let wire = applicationProtocols.flatMap { name -> [UInt8] in
+            let bytes = Array(name.utf8)
+            precondition((1...255).contains(bytes.count), "an ALPN protocol name has 1 to 255 bytes: '\(name)'")
+            return [UInt8(bytes.count)] + bytes
+        }
+        ERR_clear_error()
+        guard let ssl = SSL_new(context.pointer) else { throw .openSSL("cannot begin a TLS session: \(openSSLError())") }
+        guard let input = BIO_new(BIO_s_mem()), let output = BIO_new(BIO_s_mem()) else {
+            SSL_free(ssl)
+            throw .openSSL("cannot create the TLS session's buffers")
+        }
+        herald_bio_retry_when_empty(input)
+        herald_bio_retry_when_empty(output)
+        SSL_set_bio(ssl, input, output)  // the SSL owns both from here
+        SSL_set_accept_state(ssl)
+        self.context = context
+        self.ssl = ssl
+        self.input = input
+        self.output = output
+        self.connection = connection
+        self.onFailure = onFailure
+        offerBytes = .allocate(capacity: max(wire.count, 1))
+        _ = offerBytes.initialize(from: wire)
+        offer = .allocate(capacity: 1)
+        offer.initialize(to: herald_alpn_offer(protocols: UnsafePointer(offerBytes.baseAddress), length: UInt32(wire.count)))
+        _ = herald_ssl_set_alpn_offer(ssl, offer)
+    }
+
+    deinit {
+        SSL_free(ssl)
+        offer.deallocate()
+        offerBytes.deallocate()
+    }
+
+    /// Arms the handshake timeout.
+    func start(timeout: Duration) {
+        guard let connection else { return }
+        timer = connection.eventLoop.scheduleTask(in: timeout) { [weak self] in
+            guard let self, self.state == .handshaking else { return }
+            self.fail(.timedOut, "no complete handshake within \(timeout) of the connection")
+        }
+    }
+
+    // MARK: StreamFilter
+
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        guard let connection, state != .failed, let base = bytes.baseAddress else { return }
+        _ = BIO_write(input, base, Int32(bytes.count))
+        process(connection)
+    }
+
+    func receivedEnd() {
+        guard let connection else { return }
+        switch state {
+        case .handshaking:
+            fail(.closed, "the client closed the connection during the handshake")
+        case .open:
+            peerEnded = true
+            process(connection)
+        case .failed:
+            connection.close()
+        }
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer, completion: ((UVError?) -> Void)?) {
+        guard let connection, let base = bytes.baseAddress else {
+            completion?(Self.cancelled)
+            return
+        }
+        switch state {
+        case .handshaking:
+            early.append(contentsOf: bytes)
+            if let completion { earlyCompletions.append(completion) }
+        case .failed:
+            completion?(Self.cancelled)
+        case .open:
+            ERR_clear_error()
+            let written = SSL_write(ssl, base, Int32(bytes.count))
+            guard written > 0 else {
+                let error = UVError(code: Int32(UV_EPROTO.rawValue), operation: "encrypt for \(connection.label): \(openSSLError())")
+                sendOutput(connection)
+                completion?(error)
+                state = .failed
+                connection.close()
+                return
+            }
+            sendOutput(connection, completion: completion)
+        }
+    }
+
+    func finishWriting() {
+        guard state == .open, let connection else { return }
+        ERR_clear_error()
+        _ = SSL_shutdown(ssl)  // 0: close_notify sent, the peer's not yet seen; nothing to wait for here
+        sendOutput(connection)
+    }
+
+    func readingResumed() {
+        guard state == .open, !drainScheduled, let connection else { return }
+        guard peerEnded || BIO_ctrl_pending(input) > 0 || SSL_pending(ssl) > 0 else { return }
+        drainScheduled = true
+        // Later, not inside resumeReading(): the user that resumed may be in the middle of its own work.
+        connection.eventLoop.execute { [weak self] in
+            guard let self, let connection = self.connection else { return }
+            self.drainScheduled = false
+            if connection.isOpen { self.process(connection) }
+        }
+    }
+
+    func closed() {
+        timer?.cancel()
+        timer = nil
+        established = nil
+        if state == .handshaking { state = .failed }
+        let completions = earlyCompletions
+        earlyCompletions = []
+        early = []
+        for completion in completions { completion(Self.cancelled) }
+    }
+
+    // MARK: The handshake and the records
+
+    private static let cancelled = UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection")
+
+    /// Moves the handshake on, then hands the user what has been decrypted while it reads.
+    private func process(_ connection: StreamConnection) {
+        if state == .handshaking {
+            handshake(connection)
+            guard state == .open, connection.isOpen else { return }
+        }
+        readRecords(connection)
+    }
+
+    private func handshake(_ connection: StreamConnection) {
+        ERR_clear_error()
+        let result = SSL_do_handshake(ssl)
+        if result == 1 {
+            sendOutput(connection)
+            state = .open
+            timer?.cancel()
+            timer = nil
+            var selected: UnsafePointer<UInt8>?
+            var length: UInt32 = 0
+            SSL_get0_alpn_selected(ssl, &selected, &length)
+            if let selected, length > 0 {
+                applicationProtocol = String(decoding: UnsafeBufferPointer(start: selected, count: Int(length)), as: UTF8.self)
+            }
+            let established = self.established
+            self.established = nil
+            established?()
+            guard connection.isOpen else { return }
+            if !early.isEmpty {
+                let bytes = early
+                let completions = earlyCompletions
+                early = []
+                earlyCompletions = []
+                bytes.withUnsafeBytes { write($0, completion: completions.isEmpty ? nil : { error in completions.forEach { $0(error) } }) }
+            }
+            return
+        }
+        let error = SSL_get_error(ssl, result)
+        if error == SSL_ERROR_WANT_READ {
+            sendOutput(connection)
+            return
+        }
+        let detail = error == SSL_ERROR_SSL ? openSSLError() : "TLS error \(error): \(openSSLError())"
+        // The alert OpenSSL wrote goes out before the connection closes.
+        sendOutput(connection)
+        fail(.refused, detail)
+    }
+
+    /// Decrypts into the loop's read buffer (free again: the ciphertext was copied into the input BIO) and delivers
+    /// up to a buffer's worth per call, as a plain connection delivers a read, while the user reads.
+    private func readRecords(_ connection: StreamConnection) {
+        let buffer = connection.eventLoop.readBuffer
+        while connection.isOpen, connection.isReading {
+            var filled = 0
+            var status = SSL_ERROR_NONE
+            while filled < buffer.count {
+                ERR_clear_error()
+                let count = SSL_read(ssl, buffer.baseAddress! + filled, Int32(buffer.count - filled))
+                if count > 0 {
+                    filled += Int(count)
+                } else {
+                    status = SSL_get_error(ssl, count)
+                    break
+                }
+            }
+            // TLS 1.3 may answer records (a key update): what OpenSSL wrote goes out now.
+            sendOutput(connection)
+            if filled > 0 { connection.deliver(UnsafeRawBufferPointer(start: buffer.baseAddress, count: filled)) }
+            guard connection.isOpen else { return }
+            switch status {
+            case SSL_ERROR_NONE:
+                continue  // the buffer was full: more may be waiting
+            case SSL_ERROR_WANT_READ:
+                if peerEnded, !endDelivered, connection.isReading {
+                    endDelivered = true
+                    connection.deliverEnd()
+                }
+                return
+            case SSL_ERROR_ZERO_RETURN:
+                // close_notify: the peer's stream ends here, whatever follows it.
+                peerEnded = true
+                if !endDelivered {
+                    endDelivered = true
+                    connection.deliverEnd()
+                }
+                return
+            default:
+                // A damaged or forged record: the stream cannot go on.
+                ERR_clear_error()
+                state = .failed
+                connection.close()
+                return
+            }
+        }
+    }
+
+    /// Sends what OpenSSL wrote into the output BIO.
+    private func sendOutput(_ connection: StreamConnection, completion: ((UVError?) -> Void)? = nil) {
+        var data: UnsafeMutablePointer<CChar>?
+        let count = herald_bio_contents(output, &data)
+        guard count > 0, let data else {
+            completion?(nil)
+            return
+        }
+        connection.send(UnsafeRawBufferPointer(start: data, count: count), completion: completion)
+        _ = herald_bio_reset(output)
+    }
+
+    private func fail(_ reason: HandshakeFailureReason, _ detail: String) {
+        guard state != .failed else { return }
+        state = .failed
+        timer?.cancel()
+        timer = nil
+        established = nil
+        guard let connection else { return }
+        onFailure(reason, detail, connection.label)
+        connection.close()
+    }
+
+    // MARK: Details
+
+    var details: TLSDetails? {
+        guard state == .open else { return nil }
+        let version = SSL_get_version(ssl).map { String(cString: $0) } ?? ""
+        let cipher = SSL_get_current_cipher(ssl).flatMap { SSL_CIPHER_get_name($0) }.map { String(cString: $0) } ?? ""
+        let serverName = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name).map { String(cString: $0) }
+        var peerCertificate: [UInt8]?
+        if let certificate = SSL_get0_peer_certificate(ssl) {
+            let length = i2d_X509(certificate, nil)
+            if length > 0 {
+                var bytes = [UInt8](repeating: 0, count: Int(length))
+                bytes.withUnsafeMutableBufferPointer { buffer in
+                    var cursor: UnsafeMutablePointer<UInt8>? = buffer.baseAddress
+                    _ = i2d_X509(certificate, &cursor)
+                }
+                peerCertificate = bytes
+            }
+        }
+        return TLSDetails(
+            protocolVersion: version, cipher: cipher, applicationProtocol: applicationProtocol, serverName: serverName,
+            peerCertificate: peerCertificate, certificate: context.certificate)
+    }
+}
+
+/// What a connection's TLS handshake agreed on.
+public struct TLSDetails: Sendable, Equatable {
+    /// `TLSv1.2` or `TLSv1.3`.
+    public let protocolVersion: String
+    /// OpenSSL's name of the cipher suite (`TLS_AES_256_GCM_SHA384`).
+    public let cipher: String
+    /// The protocol chosen by ALPN (`h2`, `http/1.1`), or `nil` when the client offered none the listener speaks.
+    public let applicationProtocol: String?
+    /// The host name the client asked for (SNI), if it sent one.
+    public let serverName: String?
+    /// The client's certificate (DER) when it sent one (it must, with a client CA configured).
+    public let peerCertificate: [UInt8]?
+    /// The server certificate this connection's handshake used.
+    public let certificate: CertificateSummary
+}
+
+extension StreamConnection {
+    /// What the TLS handshake agreed on, once it is complete; `nil` for a plain connection or before then. Loop
+    /// thread.
+    public var tls: TLSDetails? {
+        (filter as? TLSStream)?.details
+    }
+}

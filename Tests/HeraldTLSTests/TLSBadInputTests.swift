@@ -1,0 +1,137 @@
+import Foundation
+import HeraldEventLoop
+import HeraldTLS
+import HeraldTesting
+import Logging
+import Testing
+
+/// A real client's first flight (its ClientHello record), caught by a plain listener that `openssl s_client` connects to.
+func capturedClientHello(on loop: EventLoop) async throws -> [UInt8] {
+    let caught = Locked<[UInt8]>([])
+    let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { connection in
+        connection.onRead = { bytes in caught.withLock { $0.append(contentsOf: bytes) } }
+        connection.startReading()
+    }
+    // The client waits for a ServerHello that never comes; `timeout` ends it.
+    _ = try runExecutable(
+        URL(fileURLWithPath: "/usr/bin/timeout"),
+        ["2", "openssl", "s_client", "-connect", "127.0.0.1:\(server.port ?? 0)", "-servername", "localhost", "-alpn", "h2,http/1.1"],
+        input: "")
+    let hello = await eventuallyValue { () -> [UInt8]? in
+        let bytes = caught.withLock { $0 }
+        guard bytes.count >= 5 else { return nil }
+        let length = 5 + Int(bytes[3]) << 8 + Int(bytes[4])
+        return bytes.count >= length ? Array(bytes[..<length]) : nil
+    }
+    try await loop.submit { server.close() }
+    return try #require(hello)
+}
+
+/// A value behind a lock, for the tests' callbacks.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}
+
+@Suite("TLS: bad input from clients")
+struct TLSBadInputTests {
+    @Test("garbage before a ClientHello is refused and counted; the server goes on")
+    func garbage() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try makeContext(in: directory)
+            try await withLoop { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                let hello = try await capturedClientHello(on: loop)
+                for garbage in [
+                    "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\u{0}\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}", "\u{16}\u{3}\u{1}\u{0}\u{1}x",
+                ] {
+                    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                    client.send(garbage)
+                    client.send(String(decoding: hello, as: UTF8.self))
+                    _ = client.read { _ in false }  // an alert, perhaps, then the end
+                    #expect(client.readsClosed(), "\(garbage.debugDescription) not closed")
+                }
+                #expect(await eventually { context.handshakeFailures.refused == 3 })
+                let result = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                #expect(result.output.contains("hello alpn=none"), "\(result.output)")
+                try await server.close()
+            }
+        }
+    }
+
+    @Test("a handshake cut in half and closed is counted as closed; one left half done is closed at the timeout")
+    func cutHandshake() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try makeContext(in: directory, handshakeTimeout: .milliseconds(500))
+            try await withLoop { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                let hello = try await capturedClientHello(on: loop)
+                let half = Array(hello[..<(hello.count / 2)])
+                do {
+                    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                    half.withUnsafeBytes { _ = send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    client.halfClose()
+                    #expect(client.readsEndOfFile())
+                }
+                #expect(await eventually { context.handshakeFailures.closed == 1 })
+                let stalled = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                half.withUnsafeBytes { _ = send(stalled.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                // Nothing more is sent: the server closes it at its handshake timeout.
+                #expect(stalled.readsEndOfFile())
+                let silent = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                #expect(silent.readsEndOfFile())
+                #expect(await eventually { context.handshakeFailures.timedOut == 2 })
+                let result = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                #expect(result.output.contains("hello alpn=none"), "\(result.output)")
+                try await server.close()
+            }
+        }
+    }
+
+    @Test("1,000 half-open handshakes: the server stays up, serves another client, and closes them all at the timeout")
+    func manyHalfOpen() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try makeContext(in: directory, handshakeTimeout: .seconds(3))
+            try await withLoop { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                let hello = try await capturedClientHello(on: loop)
+                var clients: [TestSocketClient] = []
+                for _ in 0..<1_000 {
+                    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                    hello.withUnsafeBytes { _ = send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    clients.append(client)
+                }
+                let result = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                #expect(result.output.contains("hello alpn=none"), "\(result.output)")
+                #expect(await eventually { context.handshakeFailures.timedOut == 1_000 })
+                try await server.close()
+            }
+        }
+    }
+
+    @Test("failed handshakes are logged once per stretch, not once per connection")
+    func logOncePerStretch() async throws {
+        try await withTemporaryDirectory { directory in
+            let collector = LogCollector()
+            let (_, context) = try makeContext(in: directory, logger: collector.logger())
+            try await withLoop { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                for _ in 0..<20 {
+                    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                    client.send("not TLS at all\r\n\r\n")
+                    #expect(client.readsClosed())
+                }
+                #expect(await eventually { context.handshakeFailures.refused == 20 })
+                let lines = collector.all.filter { $0.message.contains("TLS handshake") }
+                #expect(lines.count == 1, "\(lines)")
+                try await server.close()
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import HeraldEventLoop
+import HeraldTLS
+import HeraldTesting
+import Logging
+import Testing
+
+/// A TLS server for the tests: each connection answers every line it reads with a line describing its TLS session
+/// (`alpn=... sni=... version=... peer=yes|no serial=...`), and an `end` line with that answer and its close.
+final class TLSTestServer: Sendable {
+    let loop: EventLoop
+    let context: TLSServerContext
+    let server: StreamServer
+    let port: Int
+
+    private init(loop: EventLoop, context: TLSServerContext, server: StreamServer) {
+        self.loop = loop
+        self.context = context
+        self.server = server
+        self.port = server.port ?? 0
+    }
+
+    static func start(on loop: EventLoop, context: TLSServerContext, protocols: [String] = ["h2", "http/1.1"]) async throws -> TLSTestServer
+    {
+        let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { connection in
+            context.secure(connection, applicationProtocols: protocols, established: nil)
+            var line: [UInt8] = []
+            connection.onRead = { bytes in
+                for byte in bytes {
+                    guard byte == UInt8(ascii: "\n") else {
+                        line.append(byte)
+                        continue
+                    }
+                    let text = String(decoding: line, as: UTF8.self)
+                    line = []
+                    let tls = connection.tls
+                    let answer =
+                        "\(text) alpn=\(connection.applicationProtocol ?? "none") sni=\(tls?.serverName ?? "none")"
+                        + " version=\(tls?.protocolVersion ?? "none") peer=\(tls?.peerCertificate == nil ? "no" : "yes")"
+                        + " serial=\(tls?.certificate.serial ?? "none")\n"
+                    connection.write(Array(answer.utf8))
+                    if text == "end" { connection.shutdownWriting { _ in connection.close() } }
+                }
+            }
+            connection.onEnd = { connection.shutdownWriting { _ in connection.close() } }
+            connection.startReading()
+        }
+        return TLSTestServer(loop: loop, context: context, server: server)
+    }
+
+    func close() async throws {
+        try await loop.submit { self.server.close() }
+    }
+}
+
+/// Starts a loop, runs `body`, shuts the loop down.
+func withLoop(_ body: (EventLoop) async throws -> Void) async throws {
+    let loop = EventLoop(name: "tls-test")
+    try loop.start()
+    do {
+        try await body(loop)
+    } catch {
+        await loop.shutdownGracefully()
+        throw error
+    }
+    await loop.shutdownGracefully()
+}
+
+/// A CA and a server certificate (serial `serial`) in a new temporary directory, and a context serving it.
+func makeContext(
+    in directory: String, serial: String = "1001", clientCA: Bool = false, handshakeTimeout: Duration = .seconds(10),
+    logger: Logger = Logger(label: "tls-test")
+) throws -> (TestCertificates, TLSServerContext) {
+    let certificates = try TestCertificates(in: directory)
+    let (certificate, key) = try certificates.issue(name: "server", serial: serial)
+    var configuration = TLSServerContext.Configuration(
+        certificateFile: certificate, keyFile: key, clientCAFile: clientCA ? certificates.caFile : nil)
+    configuration.handshakeTimeout = handshakeTimeout
+    return (certificates, try TLSServerContext(configuration: configuration, logger: logger))
+}
+
+/// `openssl s_client` to 127.0.0.1:`port` with `arguments`, the lines `input` sent after the handshake; waits for the
+/// server to close (at most 20 s). Returns the exit status and what it printed (standard output and error).
+func sClient(port: Int, _ arguments: [String], input: String = "hello\nend\n") throws -> (status: Int32, output: String) {
+    let result = try runExecutable(
+        URL(fileURLWithPath: "/usr/bin/timeout"),
+        ["20", "openssl", "s_client", "-connect", "127.0.0.1:\(port)", "-ign_eof"] + arguments, input: input)
+    return (result.status, result.output + result.error)
+}
