@@ -76,6 +76,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif path.endswith("/messages:send"):
             self.answer(200, json.dumps({"name": "projects/demo/messages/42", "bearer": self.headers.get("Authorization")}).encode())
         elif path == "/slow":
+            # A server that answers late, not a wait: the client's timeout must end the exchange first.
             time.sleep(30)
             self.answer(200, b"{}")
         else:
