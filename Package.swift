@@ -301,6 +301,8 @@ let package = Package(
                 "HeraldSocketReceiver",
                 "HeraldNATSReceiver",
                 "HeraldEchoHandler",
+                "HeraldExecFetchWorker",
+                "HeraldTokenWebhook",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
                 "HeraldHTTPClient",
