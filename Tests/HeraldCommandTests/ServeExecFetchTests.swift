@@ -32,7 +32,8 @@ struct ServeExecFetchTests {
         #expect(sent.status == 0, "\(sent.error)")
         let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
         #expect(
-            await eventually { daemon.log.components(separatedBy: "result=\(result)").count > before }, "no result=\(result): \(daemon.log)"
+            await eventuallyValue { daemon.log.components(separatedBy: "result=\(result)").count > before ? true : nil } == true,
+            "no result=\(result): \(daemon.log)"
         )
         return String(name.split(separator: "/").last!)
     }
