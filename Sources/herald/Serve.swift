@@ -425,7 +425,7 @@ final class Daemon: Service, Sendable {
         } catch {
             await herald.shutdown()
             await loop.shutdownGracefully()
-            throw CommandFailure(message: "herald: \(error)")
+            throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
         if !settings.echo {
             let token = try await herald.token()

@@ -3,58 +3,14 @@ import Herald
 import HeraldTesting
 import Testing
 
-/// A Python `http.server` on a free loopback port (port 0) that answers 200 to every POST and appends one line per
-/// request to `log`: the path, the `Authorization` header and the body.
-final class PythonWebhookServer {
-    let process = Process()
-    let port: Int
-    let log: String
-
-    init(log: String) throws {
-        self.log = log
-        let script = """
-            import http.server, json, sys
-            class Handler(http.server.BaseHTTPRequestHandler):
-                def do_POST(self):
-                    body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
-                    with open(sys.argv[1], "a") as f:
-                        f.write(json.dumps({"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}) + "\\n")
-                    self.send_response(200)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                def log_message(self, *args):
-                    pass
-            server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-            print(server.server_address[1], flush=True)
-            server.serve_forever()
-            """
-        let output = Pipe()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, log]
-        process.standardOutput = output
-        try process.run()
-        let line = try #require(LineReader(output.fileHandleForReading.fileDescriptor).line())
-        port = try #require(Int(line))
-    }
-
-    /// The requests received so far, each a JSON object.
-    var requests: [JSONValue] {
-        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
-    }
-
-    deinit {
-        process.terminate()
-        process.waitUntilExit()
-    }
-}
-
 @Suite("herald serve posts its token to an app server (TokenWebhook)")
 struct ServeTokenWebhookTests {
     @Test("at start the daemon POSTs its token with the secret from the file; --print-config shows the file, never the secret")
     func postsTheToken() async throws {
         try await withTemporaryDirectory { directory in
-            let server = try PythonWebhookServer(log: "\(directory)/requests.jsonl")
+            let record = "\(directory)/requests.jsonl"
+            let server = try PythonHTTPServer(record: record)
+            defer { server.stop() }
             let secretFile = "\(directory)/webhook-secret"
             try "s3cret-webhook\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let url = "http://127.0.0.1:\(server.port)/hooks/token"
@@ -68,9 +24,10 @@ struct ServeTokenWebhookTests {
 
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: arguments)
             let (token, installationID) = try #require(echoedToken(daemon), "\(daemon.log)")
-            let request = try #require(await eventuallyValue { server.requests.first }, "no request; log: \(daemon.log)")
+            let request = try #require(
+                await eventuallyValue { PythonHTTPServer.recordedRequests(in: record).first }, "no request; log: \(daemon.log)")
             #expect(request["path"] == "/hooks/token")
-            #expect(request["authorization"] == "Bearer s3cret-webhook")
+            #expect(request["headers"]?["authorization"] == "Bearer s3cret-webhook")
             let body = try JSONParser.parse(Array(try #require(request["body"]?.stringValue).utf8))
             #expect(body["token"] == .string(token))
             #expect(body["installationID"] == .string(installationID))
@@ -97,6 +54,7 @@ struct ServeTokenWebhookTests {
             ])
             #expect(missing.status == 1)
             #expect(missing.error.contains("/nonexistent/webhook-secret"), "\(missing.error)")
+            #expect(!missing.error.contains("herald: herald:"), "\(missing.error)")
         }
     }
 }
