@@ -419,9 +419,18 @@ final class Daemon: Service, Sendable {
         let loop = EventLoop(name: "herald", blockingThreads: settings.gateway ? 32 : 4)
         try loop.start()
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
+        let inherited = Systemd.offerInheritedSockets()
+        if !inherited.isEmpty {
+            logger.info("listening sockets from the service manager", metadata: ["addresses": "\(inherited.map { "\($0)" })"])
+        }
         do {
             try register(on: herald, analyticsStore: analyticsStore)
             try await herald.start()
+            for address in InheritedSockets.closeUntaken() {
+                logger.warning(
+                    "a listening socket from the service manager matches no listener of the configuration, and is closed: give the listener exactly this address",
+                    metadata: ["address": "\(address)"])
+            }
         } catch {
             await herald.shutdown()
             await loop.shutdownGracefully()
@@ -591,6 +600,15 @@ private final class SilentPresenter: Presenter {
 enum Systemd {
     static func notify(_ state: String) {
         _ = sd_notify(0, state)
+    }
+
+    /// The listening sockets systemd passed (socket activation: `LISTEN_FDS`, checked against `LISTEN_PID`), offered
+    /// to the listeners whose addresses they have; the variables are then unset, so children never see them.
+    /// Returns the sockets' addresses, for the log.
+    static func offerInheritedSockets() -> [SocketAddress] {
+        let count = sd_listen_fds(1)
+        guard count > 0 else { return [] }
+        return (0..<count).compactMap { InheritedSockets.offer(SD_LISTEN_FDS_START + $0) }
     }
 
     /// With `WatchdogSec=` set (systemd passes `WATCHDOG_USEC`), pings `WATCHDOG=1` from the event loop at half
