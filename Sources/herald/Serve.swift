@@ -306,18 +306,21 @@ struct Serve: AsyncParsableCommand {
             writeLine("herald: \(error)", to: STDERR_FILENO)
             throw ExitCode(64)
         }
-        let level = settings.logLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        let level = LiveLogLevel(settings.logLevel)
+        LoggingSystem.bootstrap { label in LiveLevelLogHandler(label: label, level: level) }
         let logger = Logger(label: "herald")
         for warning in warnings { logger.warning("\(warning)") }
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
+        let tls = try tlsContext(settings, logger: logger)
+        let file = config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }
+        let flags = flagValues
+        let reload = ConfigurationReload(
+            running: settings,
+            resolve: { try ServeConfiguration.resolve(file: file, environment: environment, flags: flags).settings }, logLevel: level,
+            tls: tls, logger: logger)
         let daemon = Daemon(
             settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken,
-            tls: try tlsContext(settings, logger: logger), localization: localization, logger: logger)
+            tls: tls, reload: reload, localization: localization, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -375,17 +378,19 @@ final class Daemon: Service, Sendable {
     private let secret: String?
     private let natsToken: String?
     private let tls: TLSServerContext?
+    private let reload: ConfigurationReload
     private let localization: AlertLocalization
     private let logger: Logger
 
     init(
-        settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, localization: AlertLocalization,
-        logger: Logger
+        settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, reload: ConfigurationReload,
+        localization: AlertLocalization, logger: Logger
     ) {
         self.settings = settings
         self.secret = secret
         self.natsToken = natsToken
         self.tls = tls
+        self.reload = reload
         self.localization = localization
         self.logger = logger
     }
@@ -440,7 +445,7 @@ final class Daemon: Service, Sendable {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
-        if let tls { try await reloadOnHangup(tls, loop: loop) }
+        try await reloadOnHangup(loop: loop)
         let watchdog = Systemd.startWatchdog(on: loop)
         Systemd.notify("READY=1\nSTATUS=receiving")
         let logger = self.logger
@@ -468,23 +473,13 @@ final class Daemon: Service, Sendable {
         logger.notice("stopped")
     }
 
-    /// SIGHUP reads the TLS certificate and key again (on a pool thread: they are files): new handshakes use them,
-    /// connections already open keep theirs. A failed reload keeps the certificate in use and logs why.
-    private func reloadOnHangup(_ tls: TLSServerContext, loop: EventLoop) async throws {
-        let logger = self.logger
+    /// SIGHUP reloads the configuration (``ConfigurationReload``), on a pool thread: it reads files. New TLS
+    /// handshakes use a reloaded certificate; connections already open keep theirs. SIGHUPs are taken one at a time.
+    private func reloadOnHangup(loop: EventLoop) async throws {
+        let reload = self.reload
         try await loop.submit {
             _ = try SignalWatcher.watch(SIGHUP, on: loop) { _ in
-                Task {
-                    do {
-                        try await loop.offload { try tls.reload() }
-                        let summary = tls.certificate
-                        logger.notice(
-                            "TLS certificate reloaded (SIGHUP); new handshakes use it",
-                            metadata: ["serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)"])
-                    } catch {
-                        logger.error("TLS reload failed (SIGHUP); the certificate in use stays", metadata: ["error": "\(error)"])
-                    }
-                }
+                Task { try? await loop.offload { reload.reload() } }
             }
         }
     }

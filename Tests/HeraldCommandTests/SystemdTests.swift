@@ -67,6 +67,38 @@ struct SystemdTests {
         }
     }
 
+    @Test(
+        "SIGHUP: RELOADING=1 then READY=1; the config file's new log level applies at once, other changes are named for a restart, a broken file changes nothing"
+    )
+    func reload() async throws {
+        try await withTemporaryDirectory { directory in
+            let notify = try NotifySocket(directory: directory)
+            let file = "\(directory)/herald.yaml"
+            try "log-level: error\nmax-replays: 5\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data", arguments: ["--config", file], environment: ["NOTIFY_SOCKET": notify.path])
+            #expect(daemon.event()?["event"] == "token")
+            #expect(notify.until("READY=1").last?.contains("READY=1") == true)
+            #expect(!daemon.log.contains("herald started"), "info lines under log-level error: \(daemon.log)")
+
+            try "log-level: info\nmax-replays: 7\n".write(toFile: file, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            let reloading = notify.until("READY=1")
+            #expect(reloading.first?.contains("RELOADING=1") == true, "\(reloading)")
+            #expect(reloading.first?.contains("MONOTONIC_USEC=") == true, "\(reloading)")
+            #expect(reloading.last?.contains("READY=1") == true, "\(reloading)")
+            // Written at notice, so seen only because the level is info now.
+            #expect(daemon.log.contains(#"applied=["log-level"] needsRestart=["max-replays"]"#), "\(daemon.log)")
+
+            try "log-level: loud\n".write(toFile: file, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(notify.until("READY=1").last?.contains("READY=1") == true)
+            #expect(daemon.log.contains("configuration reload failed"), "\(daemon.log)")
+            #expect(daemon.log.contains("key log-level: 'loud' is not valid"), "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
     @Test("without NOTIFY_SOCKET nothing is sent and nothing fails")
     func notUnderSystemd() async throws {
         try await withTemporaryDirectory { directory in
