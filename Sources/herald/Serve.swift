@@ -553,6 +553,7 @@ final class Daemon: Service, Sendable {
             options.tls = tls
             try herald.register(PrometheusExporter(options: options))
         }
+        if Systemd.listening { try herald.register(SystemdStatus()) }
         if let deliveryMetrics = settings.deliveryMetrics {
             try herald.register(
                 JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() })
@@ -596,6 +597,9 @@ enum Systemd {
     static func notify(_ state: String) {
         _ = sd_notify(0, state)
     }
+
+    /// Whether systemd (or anything standing in for it) takes notifications: `NOTIFY_SOCKET` is set.
+    static var listening: Bool { getenv("NOTIFY_SOCKET").map { $0.pointee != 0 } ?? false }
 
     /// The listening sockets systemd passed (socket activation: `LISTEN_FDS`, checked against `LISTEN_PID`), offered
     /// to the listeners whose addresses they have; the variables are then unset, so children never see them.

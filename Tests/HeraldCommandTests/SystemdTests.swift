@@ -54,11 +54,18 @@ struct SystemdTests {
                 environment: [
                     "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
                 ])
-            #expect(daemon.event()?["event"] == "token")
+            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
             let beforeReady = notify.until("READY=1")
             #expect(beforeReady.last?.contains("READY=1") == true, "\(beforeReady)")
             let pings = (0..<3).compactMap { _ in notify.next() }
             #expect(pings.filter { $0 == "WATCHDOG=1" }.count == 3, "\(pings)")
+            // Counts in the STATUS= line systemctl status shows, sent when they changed.
+            for index in 0..<2 {
+                let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=\(index)"])
+                #expect(sent.status == 0, "\(sent.error)")
+            }
+            let status = notify.until("STATUS=receiving: 2 messages received, 0 dropped, 0 background fetches")
+            #expect(status.last == "STATUS=receiving: 2 messages received, 0 dropped, 0 background fetches", "\(status)")
             kill(daemon.process.processIdentifier, SIGINT)
             let stopping = notify.until("STOPPING=1")
             #expect(stopping.last?.contains("STOPPING=1") == true, "\(stopping)")
