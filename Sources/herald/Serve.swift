@@ -142,6 +142,13 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("token-webhook-ca"), help: ArgumentHelp(ServeOption.tokenWebhookCA.help, valueName: "file"))
     var tokenWebhookCA: String?
 
+    @Option(name: .customLong("image-attachment-ca"), help: ArgumentHelp(ServeOption.imageAttachmentCA.help, valueName: "file"))
+    var imageAttachmentCA: String?
+
+    @Option(
+        name: .customLong("image-attachment-max-bytes"), help: ArgumentHelp(ServeOption.imageAttachmentMaxBytes.help, valueName: "bytes"))
+    var imageAttachmentMaxBytes: Int?
+
     @Option(
         name: .customLong("token-webhook-max-attempts"), help: ArgumentHelp(ServeOption.tokenWebhookMaxAttempts.help, valueName: "count"))
     var tokenWebhookMaxAttempts: Int?
@@ -246,6 +253,8 @@ struct Serve: AsyncParsableCommand {
         add(.tokenWebhookURL, tokenWebhookURL.map { .string($0) })
         add(.tokenWebhookSecretFile, tokenWebhookSecretFile.map { .string($0) })
         add(.tokenWebhookCA, tokenWebhookCA.map { .string($0) })
+        add(.imageAttachmentCA, imageAttachmentCA.map { .string($0) })
+        add(.imageAttachmentMaxBytes, imageAttachmentMaxBytes.map { .integer($0) })
         add(.tokenWebhookMaxAttempts, tokenWebhookMaxAttempts.map { .integer($0) })
         add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
         add(.natsCredentials, natsCredentials.map { .string($0) })
@@ -574,7 +583,11 @@ final class Daemon: Service, Sendable {
         // The config file's categories win over a plugin's of the same identifier: the operator has the last word.
         for category in settings.categories { try herald.register(category: category) }
         // mutable-content notifications with an https image (FCM's notification.image) get it attached.
-        try herald.register(ImageAttachment(options: .init(directory: "\(settings.dataDirectory)/attachments")))
+        try herald.register(
+            ImageAttachment(
+                options: .init(
+                    directory: "\(settings.dataDirectory)/attachments", maximumBytes: settings.imageAttachmentMaxBytes,
+                    caFile: settings.imageAttachmentCA)))
         switch settings.presenter {
         case "desktop": try herald.register(DesktopPresenter())
         case "none": try herald.register(SilentPresenter())

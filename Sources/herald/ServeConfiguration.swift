@@ -218,6 +218,15 @@ struct ServeOption: Sendable {
     static let tokenWebhookCA = ServeOption(
         "token-webhook-ca", .string, default: nil, "the system's CAs", allowed: "a non-empty file path",
         meaning: "A PEM file of the CAs that sign the app server's certificate, instead of the system's.")
+    static let imageAttachmentCA = ServeOption(
+        "image-attachment-ca", .string, default: nil, "the system's CAs", allowed: "a non-empty file path",
+        meaning:
+            "A PEM file of the CAs that sign the certificates of the servers notification images (fcm_options.image) are downloaded from, instead of the system's."
+    )
+    static let imageAttachmentMaxBytes = ServeOption(
+        "image-attachment-max-bytes", .integer(1...1_073_741_824), default: .integer(10 * 1024 * 1024), "10485760",
+        allowed: "a whole number of bytes from 1 to 1073741824",
+        meaning: "The largest notification image downloaded; a larger one is not attached (logged and counted).")
     static let tokenWebhookMaxAttempts = ServeOption(
         "token-webhook-max-attempts", .integer(0...1_000_000), default: .integer(0), "0",
         allowed: "a whole number from 0 (no limit) to 1000000",
@@ -299,7 +308,7 @@ struct ServeOption: Sendable {
         contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork,
         allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
         execFetchCommand, execFetchArguments, execFetchEnvironment, execFetchTimeout, execFetchConcurrency,
-        tokenWebhookURL, tokenWebhookSecretFile, tokenWebhookCA, tokenWebhookMaxAttempts,
+        tokenWebhookURL, tokenWebhookSecretFile, tokenWebhookCA, tokenWebhookMaxAttempts, imageAttachmentCA, imageAttachmentMaxBytes,
         natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
@@ -406,6 +415,8 @@ struct ServeSettings: Sendable {
     var tokenWebhookURL: String? { string(ServeOption.tokenWebhookURL) }
     var tokenWebhookSecretFile: String? { string(ServeOption.tokenWebhookSecretFile) }
     var tokenWebhookCA: String? { string(ServeOption.tokenWebhookCA) }
+    var imageAttachmentCA: String? { string(ServeOption.imageAttachmentCA) }
+    var imageAttachmentMaxBytes: Int { integer(ServeOption.imageAttachmentMaxBytes) }
     /// `nil`: no limit.
     var tokenWebhookMaxAttempts: Int? {
         let attempts = integer(ServeOption.tokenWebhookMaxAttempts)
