@@ -101,6 +101,14 @@ final class DesktopSession: @unchecked Sendable {
         try await waitForService()
     }
 
+    /// Starts GNOME's notification-daemon (Debian's `notification-daemon`, which draws a notification's actions as
+    /// buttons) on the bus and the display, for the documentation's screenshot.
+    func startNotificationDaemon() async throws {
+        if display == nil { try startDisplay() }
+        server = try launch("/usr/lib/notification-daemon/notification-daemon", [], waitForLine: false).process
+        try await waitForService()
+    }
+
     /// Stops dunst (or the mock).
     func stopServer() {
         end(&server)
