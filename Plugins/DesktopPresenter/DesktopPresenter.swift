@@ -1,5 +1,6 @@
 import Glibc
 public import Herald
+import HeraldDBus
 import HeraldEventLoop
 import Logging
 

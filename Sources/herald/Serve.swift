@@ -13,6 +13,7 @@ import HeraldPrometheusMetrics
 import HeraldSQLite
 import HeraldSocketReceiver
 import HeraldTLS
+import HeraldUnifiedPush
 import Logging
 import ServiceLifecycle
 
@@ -63,6 +64,13 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp(ServeOption.presenter.help, valueName: "desktop|log|none"))
     var presenter: String?
+
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.unifiedPush.help))
+    var unifiedpush: Bool?
+
+    @Option(
+        name: .customLong("unifiedpush-endpoint-url"), help: ArgumentHelp(ServeOption.unifiedPushEndpointURL.help, valueName: "url"))
+    var unifiedPushEndpointURL: String?
 
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
     var authTokenFile: String?
@@ -186,6 +194,8 @@ struct Serve: AsyncParsableCommand {
         add(.dataDirectory, dataDirectory.map { .string($0) })
         add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
         add(.presenter, presenter.map { .string($0) })
+        add(.unifiedPush, unifiedpush.map { .boolean($0) }, flag: unifiedpush == false ? "--no-unifiedpush" : "--unifiedpush")
+        add(.unifiedPushEndpointURL, unifiedPushEndpointURL.map { .string($0) })
         add(.authTokenFile, authTokenFile.map { .string($0) })
         add(.apnsKeys, apnsKeys.isEmpty ? nil : .list(apnsKeys))
         add(.logLevel, logLevel.map { .string($0) })
@@ -381,7 +391,7 @@ final class Daemon: Service, Sendable {
         try loop.start()
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
         do {
-            try register(on: herald, analyticsStore: analyticsStore)
+            try register(on: herald, store: store, analyticsStore: analyticsStore)
             try await herald.start()
         } catch {
             await herald.shutdown()
@@ -473,8 +483,12 @@ final class Daemon: Service, Sendable {
         )
     }
 
-    private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
+    private func register(on herald: Herald, store: SQLiteStore, analyticsStore: SQLiteAnalyticsStore?) throws {
         let settings = self.settings
+        // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
+        let distributor =
+            settings.unifiedPush
+            ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
         let nats = settings.natsOptions(authToken: natsToken)
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
@@ -494,6 +508,7 @@ final class Daemon: Service, Sendable {
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
             options.tls = tls
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
+            options.webPush = distributor
             try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
@@ -529,6 +544,7 @@ final class Daemon: Service, Sendable {
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
+        if let distributor { try herald.register(distributor) }
         if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }

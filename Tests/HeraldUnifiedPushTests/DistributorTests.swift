@@ -1,0 +1,131 @@
+import Foundation
+import HeraldSQLite
+import HeraldTesting
+import HeraldUnifiedPush
+import Testing
+
+/// Herald as a UnifiedPush distributor and push provider, end to end: a private `dbus-daemon`, a UnifiedPush app in
+/// Python on dbus-next, Herald with the distributor and the HTTP receiver, pushes POSTed with curl.
+@Suite("UnifiedPush distributor")
+struct DistributorTests {
+    @Test(
+        "Distributor1 and Distributor2: register, NewEndpoint, pushes delivered with Message (encrypted bodies untouched), unregister, then 404",
+        arguments: [1, 2])
+    func registerPushUnregister(version: Int) async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald { base, _ in
+            let app = try world.app("org.example.UpApp\(version)", version: version, register: "app-token")
+            let registered = try await app.next("registered")
+            #expect(registered["result"] == "REGISTRATION_SUCCEEDED")
+            let endpoint = try await app.next("endpoint")
+            #expect(endpoint["token"] == "app-token")
+            #expect(endpoint["endpoint"]?.hasPrefix("http://127.0.0.1:8080/up/") == true)
+            let url = "\(base)/up/\(try endpointToken(endpoint["endpoint"]))"
+
+            let answer = try await post(url, Array("hello".utf8), in: world.directory)
+            #expect(answer.status == 201)
+            let location = try #require(answer.headers["location"])
+            let message = try await app.next("message")
+            #expect(message["token"] == "app-token")
+            #expect(message["body"] == Array("hello".utf8).hex)
+            #expect(location.hasSuffix("/" + (message["id"] ?? "?")))
+
+            // An RFC 8291 body is the app's to decrypt: its bytes arrive as they were sent.
+            let encrypted = (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
+            let sealed = try await post(
+                url, encrypted, headers: ["TTL: 60", "Content-Encoding: aes128gcm", "Urgency: high"], in: world.directory)
+            #expect(sealed.status == 201)
+            #expect(try await app.next("message")["body"] == encrypted.hex)
+
+            app.send("unregister app-token")
+            #expect(try await app.next("unregistered")["token"] == "app-token")
+            #expect(try await post(url, Array("late".utf8), in: world.directory).status == 404)
+            #expect(app.messages.count == 2)
+        }
+    }
+
+    @Test("Distributor2 keeps the VAPID key; registering again returns the same endpoint")
+    func vapidStoredAndRegistrationIdempotent() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald { _, _ in
+            let app = try world.app("org.example.Vapid", version: 2, register: "t1")
+            let first = try await app.next("endpoint")
+            app.send("register t1")
+            #expect(try await app.next("registered")["result"] == "REGISTRATION_SUCCEEDED")
+            let second = try await app.next("endpoint")
+            #expect(first["endpoint"] == second["endpoint"])
+            let registrations = try SQLiteStore.unifiedPushSnapshot(directory: world.dataDirectory)
+            #expect(registrations.count == 1)
+            #expect(registrations.first?.vapid == "BTestVapidKey")
+            #expect(registrations.first?.version == 2)
+            #expect(registrations.first?.service == "org.example.Vapid")
+        }
+    }
+
+    @Test("Register for a service name the caller does not own is refused")
+    func registerForeignName() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald { _, _ in
+            let app = try world.app("org.example.Honest", version: 1)
+            _ = try await app.next("ready")
+            app.send("register-as org.example.Someone t")
+            let registered = try await app.next("registered")
+            #expect(registered["result"] == "REGISTRATION_FAILED")
+            #expect(registered["reason"]?.hasPrefix("UNAUTHORIZED") == true)
+            #expect(try SQLiteStore.unifiedPushSnapshot(directory: world.dataDirectory).isEmpty)
+        }
+    }
+
+    @Test("Bad pushes: too large 413, TTL not a number 400, bad Urgency or Topic 400, unknown token 404")
+    func badInput() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald { base, _ in
+            let app = try world.app("org.example.Bad", version: 1, register: "t")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            #expect(try await post(url, [UInt8](repeating: 1, count: 4097), in: world.directory).status == 413)
+            #expect(try await post(url, [UInt8](repeating: 1, count: 4096), in: world.directory).status == 201)
+            #expect(try await post(url, [1], headers: ["TTL: soon"], in: world.directory).status == 400)
+            #expect(try await post(url, [1], headers: ["TTL: -5"], in: world.directory).status == 400)
+            #expect(try await post(url, [1], headers: ["Urgency: now"], in: world.directory).status == 400)
+            #expect(try await post(url, [1], headers: ["Topic: not/base64url"], in: world.directory).status == 400)
+            #expect(try await post("\(base)/up/0123456789abcdef", [1], in: world.directory).status == 404)
+            // The one good push arrives, and only it.
+            _ = try await app.next("message")
+            #expect(try await post(url, [2], in: world.directory).status == 201)
+            #expect(try await app.next("message")["body"] == "02")
+            #expect(app.messages.count == 2)
+        }
+    }
+
+    @Test("An app that is not running gets its pushes when it comes back, also after the daemon restarts; Topic replaces, TTL 0 drops")
+    func waitsForTheAppAcrossRestart() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        var url = ""
+        try await world.withHerald { base, _ in
+            let app = try world.app("org.example.Away", version: 2, register: "away")
+            url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            try await app.stopped()
+            #expect(try await post(url, Array("one".utf8), headers: ["TTL: 600", "Topic: weather"], in: world.directory).status == 201)
+            #expect(try await post(url, Array("two".utf8), headers: ["TTL: 600", "Topic: weather"], in: world.directory).status == 201)
+            #expect(try await post(url, Array("now-or-never".utf8), headers: ["TTL: 0"], in: world.directory).status == 201)
+            #expect(try await post(url, Array("kept".utf8), headers: ["TTL: 600"], in: world.directory).status == 201)
+        }
+        // A new daemon on the same data directory: the registration and the waiting pushes are still there.
+        try await world.withHerald { base, _ in
+            url = "\(base)/up/\(url.split(separator: "/").last ?? "")"
+            let app = try world.app("org.example.Away", version: 2)
+            let first = try await app.next("message")
+            let second = try await app.next("message")
+            #expect([first["body"], second["body"]] == [Array("two".utf8).hex, Array("kept".utf8).hex])
+            #expect(try await post(url, Array("after".utf8), in: world.directory).status == 201)
+            #expect(try await app.next("message")["body"] == Array("after".utf8).hex)
+            // Everything sent before "after" came before it: "one" was replaced and "now-or-never" dropped.
+            #expect(app.messages.count == 3)
+        }
+    }
+}
