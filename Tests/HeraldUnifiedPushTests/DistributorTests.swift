@@ -129,3 +129,33 @@ struct DistributorTests {
         }
     }
 }
+
+/// An app that is not running when its push arrives: the bus starts it from its `.service` file.
+@Suite("UnifiedPush activation")
+struct ActivationTests {
+    @Test("A push for an app that is not running starts it (D-Bus activation) and is handed to it")
+    func activatesTheApp() async throws {
+        let world = try UnifiedPushWorld()
+        let services = world.directory + "/services"
+        let events = world.directory + "/events.jsonl"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        let python = try pythonEnvironment(with: "dbus-next")
+        try """
+        [D-BUS Service]
+        Name=org.example.Activated
+        Exec=\(python.path) \(PushApp.script.path) org.example.Activated 2 --events \(events)
+        """.write(toFile: services + "/org.example.Activated.service", atomically: true, encoding: .utf8)
+        try world.bus.start(serviceDirectory: services, environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+        try await world.withHerald { base, _ in
+            let app = try world.app("org.example.Activated", version: 2, register: "sleepy")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            try await app.stopped()
+            #expect(try await post(url, Array("wake up".utf8), in: world.directory).status == 201)
+            let delivered = await eventually {
+                let text = (try? String(contentsOfFile: events, encoding: .utf8)) ?? ""
+                return text.contains(#""body": "\#(Array("wake up".utf8).hex)""#)
+            }
+            #expect(delivered, "the activated app did not get the push")
+        }
+    }
+}

@@ -1,12 +1,14 @@
 """A UnifiedPush app written against the D-Bus specification with dbus-next, for the distributor's tests.
 
-    up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME]
+    up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME] [--events FILE]
 
 Owns SERVICE_NAME on the session bus (DBUS_SESSION_BUS_ADDRESS), serves org.unifiedpush.Connector<VERSION> at
 /org/unifiedpush/Connector, registers TOKEN with the distributor through org.unifiedpush.Distributor<VERSION> when
 asked, and prints one JSON object per line for everything that happens: ready, registered, endpoint, message
 (with the body in hex and the time it arrived, ns since 1970), unregistered. Reads commands from standard input,
 one a line: `unregister TOKEN`, `register TOKEN`, `register-as OTHER_NAME TOKEN` (a name it does not own).
+With --events it appends the events to FILE instead, reads no commands and runs until the bus goes away: so it
+runs when the bus starts it (D-Bus activation).
 """
 
 import asyncio
@@ -23,9 +25,16 @@ DISTRIBUTOR_PATH = "/org/unifiedpush/Distributor"
 CONNECTOR_PATH = "/org/unifiedpush/Connector"
 
 
+EVENTS = sys.argv[sys.argv.index("--events") + 1] if "--events" in sys.argv else None
+
+
 def say(event, **fields):
     fields["event"] = event
-    print(json.dumps(fields), flush=True)
+    if EVENTS:
+        with open(EVENTS, "a") as events:
+            events.write(json.dumps(fields) + "\n")
+    else:
+        print(json.dumps(fields), flush=True)
 
 
 class Connector1(ServiceInterface):
@@ -121,6 +130,9 @@ async def main():
     say("ready", service=service)
     if "--register" in options:
         await register(bus, distributor, version, service, options[options.index("--register") + 1])
+    if EVENTS:
+        await bus.wait_for_disconnect()
+        return
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
