@@ -525,7 +525,7 @@ let package = Package(
             name: "HeraldUnifiedPushTests",
             dependencies: [
                 "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "herald",
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
             ],
             exclude: ["Resources"],
             swiftSettings: swiftSettings

@@ -21,6 +21,8 @@ final class DistributorEngine: @unchecked Sendable {
     private let options: UnifiedPushDistributor.Options
     private let store: SQLiteStore
     private let logger: Logger
+    /// The push service's origin, the `aud` of VAPID tokens: the endpoint URL's.
+    private let audience: String
 
     private var registrations: [String: UnifiedPushRegistration] = [:]
     /// The pushes waiting, by endpoint token, oldest first.
@@ -42,6 +44,7 @@ final class DistributorEngine: @unchecked Sendable {
         self.loop = context.loop
         self.logger = context.logger
         self.reconnectDelay = options.reconnectDelay
+        self.audience = VAPID.origin(of: options.endpointURL)
     }
 
     func load(registrations: [UnifiedPushRegistration], messages: [UnifiedPushMessage]) {
@@ -214,6 +217,9 @@ final class DistributorEngine: @unchecked Sendable {
         done: @escaping (String?) -> Void
     ) {
         guard !service.isEmpty, !token.isEmpty else { return done("INTERNAL_ERROR: a registration needs a service name and a token") }
+        if let vapid, !VAPID.isPublicKey(vapid) {
+            return done("VAPID_REQUIRED: the vapid key is not a P-256 public key (the uncompressed point, base64url)")
+        }
         ownerCheck(service: service, sender: sender) { [self] owned in
             guard owned else { return done("UNAUTHORIZED: the caller does not own the service name \(service)") }
             var registration =
@@ -313,6 +319,13 @@ final class DistributorEngine: @unchecked Sendable {
 
     func receive(_ push: WebPush, answer: @escaping (WebPushAnswer) -> Void) {
         guard let registration = registrations[push.token], !registration.dropped else { return answer(.notFound) }
+        if let key = registration.vapid {
+            do {
+                try VAPID.verify(authorization: push.authorization, key: key, audience: audience, now: Int64(time(nil)))
+            } catch {
+                return answer(.refused(status: error.status, reason: error.description))
+            }
+        }
         let now = Self.now()
         let message = UnifiedPushMessage(
             messageID: Self.randomToken(), endpointToken: registration.endpointToken, body: push.body, topic: push.topic,

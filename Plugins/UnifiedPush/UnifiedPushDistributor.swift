@@ -22,7 +22,9 @@ import Logging
 /// (the call answered). An app that is not running gets it when its name appears on the bus (or the bus starts it,
 /// when it is activatable); a push waits at most its `TTL` (0: now or never), a newer push with the same `Topic`
 /// replaces a waiting one, and pushes still waiting at a stop are handed over after the next start, with the same
-/// message ID. Unknown or unregistered tokens are answered 404, so that the app server forgets them.
+/// message ID. Unknown or unregistered tokens are answered 404, so that the app server forgets them. A Distributor2
+/// registration with a VAPID key restricts its endpoint to pushes with a valid RFC 8292 token of that key (401
+/// without one, 403 for an invalid one; the audience is the origin of ``Options/endpointURL``).
 ///
 /// Everything runs on the Herald loop: sd-bus polled by the loop, the store's writes on its blocking pool.
 public final class UnifiedPushDistributor: HeraldPlugin, WebPushEndpoint, @unchecked Sendable {

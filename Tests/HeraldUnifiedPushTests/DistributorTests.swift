@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HeraldSQLite
 import HeraldTesting
@@ -50,7 +51,8 @@ struct DistributorTests {
         let world = try UnifiedPushWorld()
         try world.bus.start()
         try await world.withHerald { _, _ in
-            let app = try world.app("org.example.Vapid", version: 2, register: "t1")
+            let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64URL
+            let app = try world.app("org.example.Vapid", version: 2, register: "t1", options: ["--vapid", key])
             let first = try await app.next("endpoint")
             app.send("register t1")
             #expect(try await app.next("registered")["result"] == "REGISTRATION_SUCCEEDED")
@@ -58,7 +60,7 @@ struct DistributorTests {
             #expect(first["endpoint"] == second["endpoint"])
             let registrations = try SQLiteStore.unifiedPushSnapshot(directory: world.dataDirectory)
             #expect(registrations.count == 1)
-            #expect(registrations.first?.vapid == "BTestVapidKey")
+            #expect(registrations.first?.vapid == key)
             #expect(registrations.first?.version == 2)
             #expect(registrations.first?.service == "org.example.Vapid")
         }

@@ -48,8 +48,8 @@ final class UnifiedPushWorld: @unchecked Sendable {
     }
 
     /// Starts the UnifiedPush app (Resources/up_app.py) as `service`, speaking `version`; registers `token` when given.
-    func app(_ service: String, version: Int, register token: String? = nil) throws -> PushApp {
-        try PushApp(service: service, version: version, register: token, bus: bus)
+    func app(_ service: String, version: Int, register token: String? = nil, options: [String] = []) throws -> PushApp {
+        try PushApp(service: service, version: version, register: token, options: options, bus: bus)
     }
 }
 
@@ -65,11 +65,11 @@ final class PushApp: @unchecked Sendable {
     /// Every event read so far, in order.
     let seen = Locked<[[String: String]]>([])
 
-    init(service: String, version: Int, register token: String?, bus: PrivateSessionBus) throws {
+    init(service: String, version: Int, register token: String?, options: [String], bus: PrivateSessionBus) throws {
         let python = try pythonEnvironment(with: "dbus-next")
         process = Process()
         process.executableURL = python
-        process.arguments = [Self.script.path, service, String(version)] + (token.map { ["--register", $0] } ?? [])
+        process.arguments = [Self.script.path, service, String(version)] + (token.map { ["--register", $0] } ?? []) + options
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
         process.environment = environment

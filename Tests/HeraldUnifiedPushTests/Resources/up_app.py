@@ -1,6 +1,6 @@
 """A UnifiedPush app written against the D-Bus specification with dbus-next, for the distributor's tests.
 
-    up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME] [--events FILE]
+    up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME] [--events FILE] [--vapid KEY]
 
 Owns SERVICE_NAME on the session bus (DBUS_SESSION_BUS_ADDRESS), serves org.unifiedpush.Connector<VERSION> at
 /org/unifiedpush/Connector, registers TOKEN with the distributor through org.unifiedpush.Distributor<VERSION> when
@@ -91,6 +91,9 @@ async def call(bus, distributor, version, member, signature, body):
     return reply.body
 
 
+VAPID = sys.argv[sys.argv.index("--vapid") + 1] if "--vapid" in sys.argv else None
+
+
 async def register(bus, distributor, version, service, token):
     if version == 1:
         body = await call(bus, distributor, 1, "Register", "sss", [service, token, "a test app"])
@@ -101,8 +104,9 @@ async def register(bus, distributor, version, service, token):
             "service": Variant("s", service),
             "token": Variant("s", token),
             "description": Variant("s", "a test app"),
-            "vapid": Variant("s", "BTestVapidKey"),
         }
+        if VAPID:
+            arguments["vapid"] = Variant("s", VAPID)
         body = await call(bus, distributor, 2, "Register", "a{sv}", [arguments])
         if body is not None:
             result = body[0]
