@@ -17,7 +17,7 @@ import Logging
 /// calls the app's `NewEndpoint` (`org.unifiedpush.Connector1` or `2`, at `/org/unifiedpush/Connector` on the app's
 /// service) with ``Options/endpointURL`` followed by the token.
 ///
-/// As the HTTP receiver's ``HTTPReceiver/Options/webPush``, it takes `POST /up/{token}`: the push is committed to the
+/// As the HTTP receiver's `HTTPReceiver.Options.webPush`, it takes `POST /up/{token}`: the push is committed to the
 /// store before `201 Created` is answered, then handed to the app with `Message`, and forgotten once the app took it
 /// (the call answered). An app that is not running gets it when its name appears on the bus (or the bus starts it,
 /// when it is activatable); a push waits at most its `TTL` (0: now or never), a newer push with the same `Topic`

@@ -257,6 +257,12 @@ struct Serve: AsyncParsableCommand {
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
+        if settings.unifiedPush, settings.http == nil || settings.gateway {
+            writeLine(
+                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway): its apps' servers push to it",
+                to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
         if (settings.tlsCertificate == nil) != (settings.tlsKey == nil) || (settings.tlsClientCA != nil && settings.tlsCertificate == nil) {
             writeLine(
                 "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca needs them too",

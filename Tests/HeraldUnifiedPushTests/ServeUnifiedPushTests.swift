@@ -76,6 +76,18 @@ struct ServeUnifiedPushTests {
         let last = Sendably(daemon)
         #expect(try await onOwnThread { last.value.terminate() } == 0)
     }
+    @Test("--unifiedpush without this instance's HTTP endpoint stops the start with exit status 64")
+    func needsHTTP() async throws {
+        try await withTemporaryDirectory(prefix: "herald-up-config") { directory in
+            for extra in [["--http", "none"], ["--gateway", "--nats-server", "nats://127.0.0.1:4222"]] {
+                let result = try await onOwnThread {
+                    try runExecutable(heraldExecutable, ["serve", "--unifiedpush", "--data-dir", directory, "--socket", "none"] + extra)
+                }
+                #expect(result.status == 64, "\(extra): \(result.error)")
+                #expect(result.error.contains("unifiedpush needs"), "\(extra): \(result.error)")
+            }
+        }
+    }
 }
 
 /// A daemon handed to a thread of its own (``onOwnThread``) while the test waits for it: used by one side at a time.
