@@ -54,12 +54,7 @@ final class DistributorEngine: @unchecked Sendable {
 
     // MARK: The bus
 
-    private var address: String? {
-        if let address = options.busAddress, !address.isEmpty { return address }
-        if let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty { return address }
-        if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty { return "unix:path=\(runtime)/bus" }
-        return nil
-    }
+    private var address: String? { sessionBusAddress(configured: options.busAddress) }
 
     func connect() {
         reconnectTask = nil
@@ -325,6 +320,11 @@ final class DistributorEngine: @unchecked Sendable {
             } catch {
                 return answer(.refused(status: error.status, reason: error.description))
             }
+        }
+        let count = waiting[registration.endpointToken]?.count ?? 0
+        guard count < options.maximumWaitingPerEndpoint else {
+            return answer(
+                .refused(status: 429, reason: "\(count) pushes already wait for this endpoint's app; try again once it took some."))
         }
         let now = Self.now()
         let message = UnifiedPushMessage(

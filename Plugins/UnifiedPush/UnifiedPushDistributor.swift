@@ -42,6 +42,8 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushEndpoint, @unche
         public var endpointURL = "http://127.0.0.1:8080/up/"
         /// How long a call to an app may take before it counts as not answered.
         public var callTimeout: Duration = .seconds(5)
+        /// The most pushes that may wait for one endpoint's app; more are answered 429 until it takes some.
+        public var maximumWaitingPerEndpoint = 1000
         /// How often pushes an app did not take are offered again (besides when its name appears on the bus).
         public var retryInterval: Duration = .seconds(30)
         /// The first wait before reconnecting to a lost bus; doubled after each failed attempt.

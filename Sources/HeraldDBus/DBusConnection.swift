@@ -178,6 +178,15 @@ package final class DBusIncomingCall {
     }
 }
 
+/// The session bus to connect to: `configured` when given and not empty, else `DBUS_SESSION_BUS_ADDRESS`, else
+/// `$XDG_RUNTIME_DIR/bus`; `nil` when none of them is set.
+package func sessionBusAddress(configured: String?) -> String? {
+    if let configured, !configured.isEmpty { return configured }
+    if let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty { return address }
+    if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty { return "unix:path=\(runtime)/bus" }
+    return nil
+}
+
 /// The type code `character` as sd-bus takes it.
 private func code(_ character: Unicode.Scalar) -> CChar { CChar(UInt8(ascii: character)) }
 

@@ -132,6 +132,27 @@ struct DistributorTests {
     }
 }
 
+extension DistributorTests {
+    @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
+    func waitingBound() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald(maximumWaiting: 2) { base, _ in
+            let app = try world.app("org.example.Busy", version: 1, register: "busy")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            try await app.stopped()
+            #expect(try await post(url, [1], in: world.directory).status == 201)
+            #expect(try await post(url, [2], in: world.directory).status == 201)
+            #expect(try await post(url, [3], in: world.directory).status == 429)
+            let back = try world.app("org.example.Busy", version: 1)
+            #expect(try await back.next("message")["body"] == "01")
+            #expect(try await back.next("message")["body"] == "02")
+            #expect(try await eventually { try await post(url, [4], in: world.directory).status == 201 })
+            #expect(try await back.next("message")["body"] == "04")
+        }
+    }
+}
+
 /// An app that is not running when its push arrives: the bus starts it from its `.service` file.
 @Suite("UnifiedPush activation")
 struct ActivationTests {
