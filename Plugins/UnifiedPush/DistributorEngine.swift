@@ -272,13 +272,18 @@ final class DistributorEngine: @unchecked Sendable {
     /// Drops the registration `token` of the app that calls (of `service` when given, which the caller must own).
     private func unregister(token: String, service: String?, sender: String, done: @escaping () -> Void) {
         let candidates = registrations.values.filter { $0.token == token && (service == nil || $0.service == service) }
-        guard let registration = candidates.first else { return done() }
+        unregister(candidates[...], sender: sender, done: done)
+    }
+
+    /// Drops the first of `candidates` whose service `sender` owns; none: nothing changes (an app cannot drop
+    /// another's registration).
+    private func unregister(_ candidates: ArraySlice<UnifiedPushRegistration>, sender: String, done: @escaping () -> Void) {
+        guard let registration = candidates.first else {
+            logger.debug("Unregister of no registration of the caller's; ignored", metadata: ["sender": "\(sender)"])
+            return done()
+        }
         ownerCheck(service: registration.service, sender: sender) { [self] owned in
-            guard owned else {
-                logger.warning(
-                    "Unregister from a caller that does not own the app's name; ignored", metadata: ["service": "\(registration.service)"])
-                return done()
-            }
+            guard owned else { return unregister(candidates.dropFirst(), sender: sender, done: done) }
             drop(registration, done: done)
         }
     }

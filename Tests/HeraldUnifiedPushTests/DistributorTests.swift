@@ -133,6 +133,32 @@ struct DistributorTests {
 }
 
 extension DistributorTests {
+    @Test("Unregister from an app that does not own the registration changes nothing, even with the same token")
+    func unregisterForeign() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald { base, _ in
+            let owner = try world.app("org.example.Owner", version: 1, register: "shared")
+            let mine = try await owner.next("endpoint")["endpoint"]
+            let url = "\(base)/up/\(try endpointToken(mine))"
+            let intruder = try world.app("org.example.Intruder", version: 1)
+            _ = try await intruder.next("ready")
+            intruder.send("unregister shared")
+            _ = try await intruder.next("unregister-sent")
+            #expect(try await post(url, Array("still mine".utf8), in: world.directory).status == 201)
+            #expect(try await owner.next("message")["body"] == Array("still mine".utf8).hex)
+            // The intruder registers the same token for itself: its own endpoint, and unregistering it leaves the owner's.
+            intruder.send("register shared")
+            let other = try await intruder.next("endpoint")["endpoint"]
+            #expect(other != nil && other != mine)
+            intruder.send("unregister shared")
+            #expect(try await intruder.next("unregistered")["token"] == "shared")
+            #expect(try await post(url, Array("mine again".utf8), in: world.directory).status == 201)
+            #expect(try await owner.next("message")["body"] == Array("mine again".utf8).hex)
+            #expect(try await post("\(base)/up/\(try endpointToken(other))", [1], in: world.directory).status == 404)
+        }
+    }
+
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()
