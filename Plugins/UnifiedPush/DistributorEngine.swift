@@ -29,6 +29,10 @@ final class DistributorEngine: @unchecked Sendable {
     private var waiting: [String: [UnifiedPushMessage]] = [:]
     /// Pushes whose `Message` call is in flight.
     private var inFlight: Set<String> = []
+    /// Pushes accepted and waiting for their commit, with their senders' answers; pushes to forget at the next one.
+    private var adding: [(message: UnifiedPushMessage, answer: (WebPushAnswer) -> Void)] = []
+    private var finishing: [String] = []
+    private var committing = false
     /// Pushes offered at least once (a push with TTL 0 is dropped after its first attempt).
     private var attempted: Set<String> = []
     private var connection: DBusConnection?
@@ -326,7 +330,8 @@ final class DistributorEngine: @unchecked Sendable {
                 return answer(.refused(status: error.status, reason: error.description))
             }
         }
-        let count = waiting[registration.endpointToken]?.count ?? 0
+        let count =
+            (waiting[registration.endpointToken]?.count ?? 0) + adding.count { $0.message.endpointToken == registration.endpointToken }
         guard count < options.maximumWaitingPerEndpoint else {
             return answer(
                 .refused(status: 429, reason: "\(count) pushes already wait for this endpoint's app; try again once it took some."))
@@ -335,25 +340,45 @@ final class DistributorEngine: @unchecked Sendable {
         let message = UnifiedPushMessage(
             messageID: Self.randomToken(), endpointToken: registration.endpointToken, body: push.body, topic: push.topic,
             urgency: push.urgency, expiresAt: now + push.ttl * 1000, receivedAt: now)
+        adding.append((message, answer))
+        commit()
+    }
+
+    /// Writes what is queued (pushes to keep, pushes to forget) in one transaction, on the blocking pool; what is
+    /// queued meanwhile goes in the next one, started as this one ends. The senders of the pushes kept are answered
+    /// once their transaction is committed.
+    private func commit() {
+        guard !committing, !adding.isEmpty || !finishing.isEmpty else { return }
+        committing = true
+        let batch = Unchecked(adding)
+        let messages = adding.map(\.message)
+        let finished = finishing
+        adding = []
+        finishing = []
         let store = store
-        let reply = Unchecked(answer)
         loop.offload {
-            try store.addUnifiedPushMessage(message)
+            try store.commitUnifiedPush(adding: messages, finishing: finished)
         } then: { [self] result in
+            committing = false
             switch result {
-            case .success(let replaced):
-                if !replaced.isEmpty { waiting[message.endpointToken]?.removeAll { replaced.contains($0.messageID) } }
-                guard registrations[message.endpointToken] != nil else {
-                    // Unregistered while the push was being saved: its row went with the registration.
-                    return reply.value(.notFound)
+            case .success(let outcomes):
+                for ((message, answer), replaced) in zip(batch.value, outcomes) {
+                    guard let replaced, registrations[message.endpointToken] != nil else {
+                        // Unregistered while the push waited for its commit.
+                        answer(.notFound)
+                        continue
+                    }
+                    if !replaced.isEmpty { waiting[message.endpointToken]?.removeAll { replaced.contains($0.messageID) } }
+                    waiting[message.endpointToken, default: []].append(message)
+                    answer(.created(messageID: message.messageID))
                 }
-                waiting[message.endpointToken, default: []].append(message)
-                reply.value(.created(messageID: message.messageID))
-                deliver(endpointToken: message.endpointToken)
+                for token in Set(messages.map(\.endpointToken)) { deliver(endpointToken: token) }
             case .failure(let error):
-                logger.error("cannot keep a UnifiedPush message", metadata: ["error": "\(error)"])
-                reply.value(.refused(status: 503, reason: "The push could not be kept; try again later."))
+                logger.error("cannot write UnifiedPush messages to the store", metadata: ["error": "\(error)"])
+                for (_, answer) in batch.value { answer(.refused(status: 503, reason: "The push could not be kept; try again later.")) }
+            // Pushes handed over but not forgotten are offered again after a restart, with their IDs.
             }
+            commit()
         }
     }
 
@@ -407,14 +432,8 @@ final class DistributorEngine: @unchecked Sendable {
         waiting[endpointToken]?.removeAll { messageIDs.contains($0.messageID) }
         if waiting[endpointToken]?.isEmpty == true { waiting[endpointToken] = nil }
         for id in messageIDs { attempted.remove(id) }
-        let store = store
-        loop.offload {
-            try store.finishUnifiedPushMessages(messageIDs)
-        } then: { [self] result in
-            if case .failure(let error) = result {
-                logger.error("cannot forget a delivered UnifiedPush message", metadata: ["error": "\(error)"])
-            }
-        }
+        finishing += messageIDs
+        commit()
     }
 
     // MARK: Helpers

@@ -116,41 +116,47 @@ extension SQLiteStore {
         return dropped
     }
 
-    /// Keeps `message` until ``finishUnifiedPushMessages(_:)``; a waiting push with the same registration and topic is
-    /// replaced (deleted), and its ID returned.
-    @discardableResult
-    public func addUnifiedPushMessage(_ message: UnifiedPushMessage) throws(StoreError) -> [String] {
-        var replaced: [String] = []
+    /// One group commit of the distributor: forgets the pushes `finishing` (handed over, or expired), then keeps each
+    /// of `adding`, in order, until a later commit finishes it. A waiting push with the same registration and topic
+    /// as an added one is replaced (deleted). Returns, for each added push, the IDs it replaced, or `nil` when its
+    /// registration is gone (the push is not kept).
+    public func commitUnifiedPush(adding: [UnifiedPushMessage], finishing: [String]) throws(StoreError) -> [[String]?] {
+        var results: [[String]?] = []
         try write { db in
-            if let topic = message.topic {
-                replaced = try String.fetchAll(
-                    db, sql: "SELECT message_id FROM unifiedpush_message WHERE endpoint_token = ? AND topic = ?",
-                    arguments: [message.endpointToken, topic])
-                try db.execute(
-                    sql: "DELETE FROM unifiedpush_message WHERE endpoint_token = ? AND topic = ?",
-                    arguments: [message.endpointToken, topic])
-            }
-            try db.execute(
-                sql: """
-                    INSERT INTO unifiedpush_message (message_id, endpoint_token, body, topic, urgency, expires_at, received_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [
-                    message.messageID, message.endpointToken, Data(message.body), message.topic, message.urgency, message.expiresAt,
-                    message.receivedAt,
-                ])
-        }
-        return replaced
-    }
-
-    /// Forgets the pushes `messageIDs` (handed over, or expired).
-    public func finishUnifiedPushMessages(_ messageIDs: [String]) throws(StoreError) {
-        guard !messageIDs.isEmpty else { return }
-        try write { db in
-            for messageID in messageIDs {
+            results = []
+            for messageID in finishing {
                 try db.execute(sql: "DELETE FROM unifiedpush_message WHERE message_id = ?", arguments: [messageID])
             }
+            for message in adding {
+                let registered = try Bool.fetchOne(
+                    db, sql: "SELECT count(*) > 0 FROM unifiedpush_registration WHERE endpoint_token = ?",
+                    arguments: [message.endpointToken])
+                guard registered == true else {
+                    results.append(nil)
+                    continue
+                }
+                var replaced: [String] = []
+                if let topic = message.topic {
+                    replaced = try String.fetchAll(
+                        db, sql: "SELECT message_id FROM unifiedpush_message WHERE endpoint_token = ? AND topic = ?",
+                        arguments: [message.endpointToken, topic])
+                    try db.execute(
+                        sql: "DELETE FROM unifiedpush_message WHERE endpoint_token = ? AND topic = ?",
+                        arguments: [message.endpointToken, topic])
+                }
+                try db.execute(
+                    sql: """
+                        INSERT INTO unifiedpush_message (message_id, endpoint_token, body, topic, urgency, expires_at, received_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        message.messageID, message.endpointToken, Data(message.body), message.topic, message.urgency, message.expiresAt,
+                        message.receivedAt,
+                    ])
+                results.append(replaced)
+            }
         }
+        return results
     }
 
     /// The pushes waiting, in acceptance order.
