@@ -265,7 +265,7 @@ final class DistributorEngine: @unchecked Sendable {
             ? [.string(registration.token), .string(endpoint)]
             : [.dictionary([DBusEntry("token", .string(registration.token)), DBusEntry("endpoint", .string(endpoint))])]
         callConnector(registration, "NewEndpoint", arguments) { [self] result in
-            if case .failure(let error) = result, error.name != "org.freedesktop.DBus.Error.NoReply" {
+            if case .failure(let error) = result, !stopped, error.name != "org.freedesktop.DBus.Error.NoReply" {
                 logger.warning(
                     "the app did not take its new endpoint", metadata: ["service": "\(registration.service)", "error": "\(error)"])
             }

@@ -159,6 +159,24 @@ extension DistributorTests {
         }
     }
 
+    @Test("the session bus restarts: the distributor reconnects, owns its name again and hands over what waited")
+    func busRestart() async throws {
+        let world = try UnifiedPushWorld()
+        try world.bus.start()
+        try await world.withHerald { base, _ in
+            let app = try world.app("org.example.Loyal", version: 2, register: "loyal")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            try await app.stopped()
+            world.bus.stop()
+            #expect(try await post(url, Array("kept".utf8), in: world.directory).status == 201)
+            try world.bus.start()
+            let owned = try await eventually { try await world.distributorOwnsName() }
+            #expect(owned, "the distributor did not own its name again")
+            let back = try world.app("org.example.Loyal", version: 2)
+            #expect(try await back.next("message")["body"] == Array("kept".utf8).hex)
+        }
+    }
+
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()

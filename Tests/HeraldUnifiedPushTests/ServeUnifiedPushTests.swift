@@ -19,17 +19,7 @@ struct ServeUnifiedPushTests {
                 directory: data, httpPort: port,
                 arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--unifiedpush", "--socket", "none"],
                 environment: environment)
-            let owned = try await eventually {
-                let reply = try await onOwnThread {
-                    try runExecutable(
-                        URL(fileURLWithPath: "/usr/bin/dbus-send"),
-                        [
-                            "--session", "--print-reply=literal", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
-                            "org.freedesktop.DBus.NameHasOwner", "string:org.unifiedpush.Distributor.herald",
-                        ], environment: environment)
-                }
-                return reply.output.contains("true")
-            }
+            let owned = try await eventually { try await world.distributorOwnsName() }
             try #require(owned, "the daemon did not own the distributor's name: \(daemon.log)")
             return daemon
         }

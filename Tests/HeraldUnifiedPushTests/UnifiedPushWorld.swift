@@ -48,6 +48,20 @@ final class UnifiedPushWorld: @unchecked Sendable {
         }
     }
 
+    /// Whether someone owns the distributor's name on the bus now (asked with dbus-send).
+    func distributorOwnsName() async throws -> Bool {
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
+        let reply = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/dbus-send"),
+                [
+                    "--session", "--print-reply=literal", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.NameHasOwner", "string:org.unifiedpush.Distributor.herald",
+                ], environment: environment)
+        }
+        return reply.output.contains("true")
+    }
+
     /// Starts the UnifiedPush app (Resources/up_app.py) as `service`, speaking `version`; registers `token` when given.
     func app(_ service: String, version: Int, register token: String? = nil, options: [String] = []) throws -> PushApp {
         try PushApp(service: service, version: version, register: token, options: options, bus: bus)
