@@ -14,7 +14,7 @@ struct DistributorTests {
         arguments: [1, 2])
     func registerPushUnregister(version: Int) async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { base, _ in
             let app = try world.app("org.example.UpApp\(version)", version: version, register: "app-token")
             let registered = try await app.next("registered")
@@ -49,7 +49,7 @@ struct DistributorTests {
     @Test("Distributor2 keeps the VAPID key; registering again returns the same endpoint")
     func vapidStoredAndRegistrationIdempotent() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { _, _ in
             let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64URL
             let app = try world.app("org.example.Vapid", version: 2, register: "t1", options: ["--vapid", key])
@@ -69,7 +69,7 @@ struct DistributorTests {
     @Test("Register for a service name the caller does not own is refused")
     func registerForeignName() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { _, _ in
             let app = try world.app("org.example.Honest", version: 1)
             _ = try await app.next("ready")
@@ -84,7 +84,7 @@ struct DistributorTests {
     @Test("Bad pushes: too large 413, TTL not a number 400, bad Urgency or Topic 400, unknown token 404")
     func badInput() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { base, _ in
             let app = try world.app("org.example.Bad", version: 1, register: "t")
             let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
@@ -106,7 +106,7 @@ struct DistributorTests {
     @Test("An app that is not running gets its pushes when it comes back, also after the daemon restarts; Topic replaces, TTL 0 drops")
     func waitsForTheAppAcrossRestart() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         var url = ""
         try await world.withHerald { base, _ in
             let app = try world.app("org.example.Away", version: 2, register: "away")
@@ -136,7 +136,7 @@ extension DistributorTests {
     @Test("Unregister from an app that does not own the registration changes nothing, even with the same token")
     func unregisterForeign() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { base, _ in
             let owner = try world.app("org.example.Owner", version: 1, register: "shared")
             let mine = try await owner.next("endpoint")["endpoint"]
@@ -162,14 +162,14 @@ extension DistributorTests {
     @Test("the session bus restarts: the distributor reconnects, owns its name again and hands over what waited")
     func busRestart() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { base, _ in
             let app = try world.app("org.example.Loyal", version: 2, register: "loyal")
             let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
             try await app.stopped()
-            world.bus.stop()
+            try await world.stopBus()
             #expect(try await post(url, Array("kept".utf8), in: world.directory).status == 201)
-            try world.bus.start()
+            try await world.startBus()
             let owned = try await eventually { try await world.distributorOwnsName() }
             #expect(owned, "the distributor did not own its name again")
             let back = try world.app("org.example.Loyal", version: 2)
@@ -180,7 +180,7 @@ extension DistributorTests {
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald(maximumWaiting: 2) { base, _ in
             let app = try world.app("org.example.Busy", version: 1, register: "busy")
             let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
@@ -212,7 +212,7 @@ struct ActivationTests {
         Name=org.example.Activated
         Exec=\(python.path) \(PushApp.script.path) org.example.Activated 2 --events \(events)
         """.write(toFile: services + "/org.example.Activated.service", atomically: true, encoding: .utf8)
-        try world.bus.start(serviceDirectory: services, environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+        try await world.startBus(serviceDirectory: services, environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
         try await world.withHerald { base, _ in
             let app = try world.app("org.example.Activated", version: 2, register: "sleepy")
             let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"

@@ -9,7 +9,7 @@ struct ServeUnifiedPushTests {
     @Test("a push accepted while the app is away survives SIGKILL and is handed over once after restart; up list and up unregister")
     func serveKillRestartUnregister() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         let data = world.dataDirectory
         let environment = ["DBUS_SESSION_BUS_ADDRESS": world.bus.address]
         // One port for every start: the endpoint the app got stays valid across restarts.

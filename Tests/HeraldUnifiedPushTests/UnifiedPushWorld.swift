@@ -16,7 +16,7 @@ final class UnifiedPushWorld: @unchecked Sendable {
     let bus: PrivateSessionBus
     let dataDirectory: String
 
-    init(activatable: Bool = false) throws {
+    init() throws {
         directory = try makeTemporaryDirectory(prefix: "herald-up")
         bus = PrivateSessionBus(directory: directory)
         dataDirectory = directory + "/data"
@@ -46,6 +46,16 @@ final class UnifiedPushWorld: @unchecked Sendable {
             try #require(owned, "the distributor did not get its name on the bus")
             try await body("http://127.0.0.1:\(port)", distributor)
         }
+    }
+
+    /// Starts the private bus (waiting for it on a thread of its own); see `PrivateSessionBus.start`.
+    func startBus(serviceDirectory: String? = nil, environment: [String: String] = [:]) async throws {
+        try await onOwnThread { try self.bus.start(serviceDirectory: serviceDirectory, environment: environment) }
+    }
+
+    /// Stops the private bus (waiting for it on a thread of its own).
+    func stopBus() async throws {
+        try await onOwnThread { self.bus.stop() }
     }
 
     /// Whether someone owns the distributor's name on the bus now (asked with dbus-send).

@@ -25,7 +25,7 @@ struct VAPIDTests {
     @Test("no authorization 401; expired, wrong key, wrong audience, bad signature, malformed 403; a valid token 201 and delivered")
     func vapidRestrictedEndpoint() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         let server = P256.Signing.PrivateKey()
         let other = P256.Signing.PrivateKey()
         try await world.withHerald { base, _ in
@@ -52,7 +52,7 @@ struct VAPIDTests {
     @Test("a token PyJWT signed with an application server's key is taken")
     func pyJWTSignedToken() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         let python = try pythonEnvironment(with: "PyJWT")
         let script = PushApp.script.deletingLastPathComponent().appendingPathComponent("vapid_sign.py").path
         let signed = try await onOwnThread {
@@ -78,7 +78,7 @@ struct VAPIDTests {
     @Test("a Distributor2 registration whose VAPID key is not a P-256 public key is refused")
     func badVAPIDKey() async throws {
         let world = try UnifiedPushWorld()
-        try world.bus.start()
+        try await world.startBus()
         try await world.withHerald { _, _ in
             let app = try world.app("org.example.BadKey", version: 2, register: "b", options: ["--vapid", "BNotAKey"])
             let registered = try await app.next("registered")
