@@ -320,6 +320,8 @@ let package = Package(
                 "HeraldSocketReceiver",
                 "HeraldNATSReceiver",
                 "HeraldEchoHandler",
+                "HeraldExecFetchWorker",
+                "HeraldTokenWebhook",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
                 "HeraldHTTPClient",

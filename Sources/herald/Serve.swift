@@ -5,6 +5,7 @@ import Herald
 import HeraldDesktopPresenter
 import HeraldDynamicPlugins
 import HeraldEchoHandler
+import HeraldExecFetchWorker
 import HeraldHTTPReceiver
 import HeraldImageAttachment
 import HeraldJSONLExport
@@ -13,6 +14,7 @@ import HeraldPrometheusMetrics
 import HeraldSQLite
 import HeraldSocketReceiver
 import HeraldTLS
+import HeraldTokenWebhook
 import HeraldUnifiedPush
 import Logging
 import ServiceLifecycle
@@ -124,6 +126,34 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
     var deliveryMetrics: String?
 
+    @Option(name: .customLong("exec-fetch-command"), help: ArgumentHelp(ServeOption.execFetchCommand.help, valueName: "program"))
+    var execFetchCommand: String?
+
+    @Option(name: .customLong("exec-fetch-argument"), help: ArgumentHelp(ServeOption.execFetchArguments.help, valueName: "argument"))
+    var execFetchArguments: [String] = []
+
+    @Option(name: .customLong("exec-fetch-env"), help: ArgumentHelp(ServeOption.execFetchEnvironment.help, valueName: "name=value"))
+    var execFetchEnvironment: [String] = []
+
+    @Option(name: .customLong("exec-fetch-timeout"), help: ArgumentHelp(ServeOption.execFetchTimeout.help, valueName: "seconds"))
+    var execFetchTimeout: Int?
+
+    @Option(name: .customLong("exec-fetch-concurrency"), help: ArgumentHelp(ServeOption.execFetchConcurrency.help, valueName: "count"))
+    var execFetchConcurrency: Int?
+
+    @Option(name: .customLong("token-webhook-url"), help: ArgumentHelp(ServeOption.tokenWebhookURL.help, valueName: "url"))
+    var tokenWebhookURL: String?
+
+    @Option(name: .customLong("token-webhook-secret-file"), help: ArgumentHelp(ServeOption.tokenWebhookSecretFile.help, valueName: "file"))
+    var tokenWebhookSecretFile: String?
+
+    @Option(name: .customLong("token-webhook-ca"), help: ArgumentHelp(ServeOption.tokenWebhookCA.help, valueName: "file"))
+    var tokenWebhookCA: String?
+
+    @Option(
+        name: .customLong("token-webhook-max-attempts"), help: ArgumentHelp(ServeOption.tokenWebhookMaxAttempts.help, valueName: "count"))
+    var tokenWebhookMaxAttempts: Int?
+
     @Option(name: .customLong("nats-server"), help: ArgumentHelp(ServeOption.natsServers.help, valueName: "url"))
     var natsServers: [String] = []
 
@@ -218,6 +248,15 @@ struct Serve: AsyncParsableCommand {
         add(.tlsKey, tlsKey.map { .string($0) })
         add(.tlsClientCA, tlsClientCA.map { .string($0) })
         add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
+        add(.execFetchCommand, execFetchCommand.map { .string($0) })
+        add(.execFetchArguments, execFetchArguments.isEmpty ? nil : .list(execFetchArguments))
+        add(.execFetchEnvironment, execFetchEnvironment.isEmpty ? nil : .list(execFetchEnvironment))
+        add(.execFetchTimeout, execFetchTimeout.map { .integer($0) })
+        add(.execFetchConcurrency, execFetchConcurrency.map { .integer($0) })
+        add(.tokenWebhookURL, tokenWebhookURL.map { .string($0) })
+        add(.tokenWebhookSecretFile, tokenWebhookSecretFile.map { .string($0) })
+        add(.tokenWebhookCA, tokenWebhookCA.map { .string($0) })
+        add(.tokenWebhookMaxAttempts, tokenWebhookMaxAttempts.map { .integer($0) })
         add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
         add(.natsCredentials, natsCredentials.map { .string($0) })
         add(.natsTokenFile, natsTokenFile.map { .string($0) })
@@ -396,13 +435,22 @@ final class Daemon: Service, Sendable {
         let loop = EventLoop(name: "herald", blockingThreads: settings.gateway ? 32 : 4)
         try loop.start()
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
+        let inherited = Systemd.offerInheritedSockets()
+        if !inherited.isEmpty {
+            logger.info("listening sockets from the service manager", metadata: ["addresses": "\(inherited.map { "\($0)" })"])
+        }
         do {
             try register(on: herald, store: store, analyticsStore: analyticsStore)
             try await herald.start()
+            for address in InheritedSockets.closeUntaken() {
+                logger.warning(
+                    "a listening socket from the service manager matches no listener of the configuration, and is closed: give the listener exactly this address",
+                    metadata: ["address": "\(address)"])
+            }
         } catch {
             await herald.shutdown()
             await loop.shutdownGracefully()
-            throw CommandFailure(message: "herald: \(error)")
+            throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
         if !settings.echo {
             let token = try await herald.token()
@@ -536,6 +584,13 @@ final class Daemon: Service, Sendable {
                 JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() })
             )
         }
+        if let execFetch = settings.execFetchOptions { try herald.register(ExecFetchWorker(options: execFetch)) }
+        if let url = settings.tokenWebhookURL {
+            let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }
+            let options = TokenWebhook.Options(
+                url: url, secret: secret, maximumAttempts: settings.tokenWebhookMaxAttempts, caFile: settings.tokenWebhookCA)
+            try herald.register(TokenWebhook(options: options, herald: herald))
+        }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
             try herald.register(plugin)
@@ -567,6 +622,15 @@ private final class SilentPresenter: Presenter {
 enum Systemd {
     static func notify(_ state: String) {
         _ = sd_notify(0, state)
+    }
+
+    /// The listening sockets systemd passed (socket activation: `LISTEN_FDS`, checked against `LISTEN_PID`), offered
+    /// to the listeners whose addresses they have; the variables are then unset, so children never see them.
+    /// Returns the sockets' addresses, for the log.
+    static func offerInheritedSockets() -> [SocketAddress] {
+        let count = sd_listen_fds(1)
+        guard count > 0 else { return [] }
+        return (0..<count).compactMap { InheritedSockets.offer(SD_LISTEN_FDS_START + $0) }
     }
 
     /// With `WatchdogSec=` set (systemd passes `WATCHDOG_USEC`), pings `WATCHDOG=1` from the event loop at half
