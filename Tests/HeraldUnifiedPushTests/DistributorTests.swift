@@ -177,6 +177,19 @@ extension DistributorTests {
         }
     }
 
+    @Test("with a bearer secret on the receiver, endpoints stay open to app servers while the FCM route needs the secret")
+    func endpointsOpenBesideSecret() async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await world.withHerald(secret: "s3cret") { base, _ in
+            let app = try world.app("org.example.Open", version: 1, register: "open")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            #expect(try await post(url, Array("no secret needed".utf8), in: world.directory).status == 201)
+            #expect(try await app.next("message")["body"] == Array("no secret needed".utf8).hex)
+            #expect(try await post("\(base)/v1/projects/herald/messages:send", Array("{}".utf8), in: world.directory).status == 401)
+        }
+    }
+
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()

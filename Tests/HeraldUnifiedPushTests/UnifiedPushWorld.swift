@@ -28,14 +28,16 @@ final class UnifiedPushWorld: @unchecked Sendable {
     }
 
     /// Starts Herald on the data directory with the distributor and the receiver; runs `body` with the receiver's
-    /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound.
-    func withHerald(maximumWaiting: Int = 1000, _ body: (String, UnifiedPushDistributor) async throws -> Void) async throws {
+    /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound; `secret`: the receiver's.
+    func withHerald(
+        maximumWaiting: Int = 1000, secret: String? = nil, _ body: (String, UnifiedPushDistributor) async throws -> Void
+    ) async throws {
         let store = try SQLiteStore(directory: dataDirectory)
         var distributorOptions = UnifiedPushDistributor.Options(busAddress: bus.address)
         distributorOptions.reconnectDelay = .milliseconds(50)
         distributorOptions.maximumWaitingPerEndpoint = maximumWaiting
         let distributor = UnifiedPushDistributor(options: distributorOptions, store: store)
-        var receiverOptions = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0))
+        var receiverOptions = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: secret)
         receiverOptions.webPush = distributor
         let receiver = HTTPReceiver(options: receiverOptions)
         let herald = Herald(configuration: .init(senderID: "1234567890"), store: store)
