@@ -190,6 +190,28 @@ extension DistributorTests {
         }
     }
 
+    @Test("a Topic replaces the push waiting with it while the daemon runs; other topics and other endpoints are kept")
+    func topicReplacesWhileRunning() async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await world.withHerald { base, _ in
+            let app = try world.app("org.example.Topics", version: 1, register: "topics")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            try await app.stopped()
+            for (body, topic) in [("a1", "a"), ("b1", "b"), ("a2", "a"), ("none", "")] {
+                let headers = topic.isEmpty ? ["TTL: 600"] : ["TTL: 600", "Topic: \(topic)"]
+                #expect(try await post(url, Array(body.utf8), headers: headers, in: world.directory).status == 201)
+            }
+            let back = try world.app("org.example.Topics", version: 1)
+            var bodies: [String] = []
+            for _ in 0..<3 { bodies.append(try await back.next("message")["body"] ?? "") }
+            #expect(bodies == ["b1", "a2", "none"].map { Array($0.utf8).hex })
+            #expect(try await post(url, Array("last".utf8), in: world.directory).status == 201)
+            #expect(try await back.next("message")["body"] == Array("last".utf8).hex)
+            #expect(back.messages.count == 4)
+        }
+    }
+
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()
