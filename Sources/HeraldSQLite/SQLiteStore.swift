@@ -20,7 +20,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// The path of the database file, `<directory>/herald.sqlite`.
     public let path: String
 
-    private let database: DatabaseQueue
+    let database: DatabaseQueue
 
     /// Opens the store in `directory`, creating the directory (mode 0700) and the database file when missing, and
     /// brings the schema up to date.
@@ -381,7 +381,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
     // MARK: - Implementation
 
     /// Runs `body` in one immediate write transaction, mapping failures to ``StoreError``.
-    private func write(_ body: (Database) throws -> Void) throws(StoreError) {
+    func write(_ body: (Database) throws -> Void) throws(StoreError) {
         do {
             try database.writeWithoutTransaction { db in
                 try db.inTransaction(.immediate) {

@@ -15,6 +15,7 @@ import HeraldSQLite
 import HeraldSocketReceiver
 import HeraldTLS
 import HeraldTokenWebhook
+import HeraldUnifiedPush
 import Logging
 import ServiceLifecycle
 
@@ -65,6 +66,13 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp(ServeOption.presenter.help, valueName: "desktop|log|none"))
     var presenter: String?
+
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.unifiedPush.help))
+    var unifiedpush: Bool?
+
+    @Option(
+        name: .customLong("unifiedpush-endpoint-url"), help: ArgumentHelp(ServeOption.unifiedPushEndpointURL.help, valueName: "url"))
+    var unifiedPushEndpointURL: String?
 
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
     var authTokenFile: String?
@@ -223,6 +231,8 @@ struct Serve: AsyncParsableCommand {
         add(.dataDirectory, dataDirectory.map { .string($0) })
         add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
         add(.presenter, presenter.map { .string($0) })
+        add(.unifiedPush, unifiedpush.map { .boolean($0) }, flag: unifiedpush == false ? "--no-unifiedpush" : "--unifiedpush")
+        add(.unifiedPushEndpointURL, unifiedPushEndpointURL.map { .string($0) })
         add(.authTokenFile, authTokenFile.map { .string($0) })
         add(.apnsKeys, apnsKeys.isEmpty ? nil : .list(apnsKeys))
         add(.logLevel, logLevel.map { .string($0) })
@@ -292,6 +302,12 @@ struct Serve: AsyncParsableCommand {
         if settings.gateway, settings.natsServers.isEmpty || settings.http == nil {
             writeLine(
                 "herald: gateway mode needs NATS servers (nats-servers / --nats-server) and the HTTP endpoint (http not none)",
+                to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
+        if settings.unifiedPush, settings.http == nil || settings.gateway {
+            writeLine(
+                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway): its apps' servers push to it",
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
@@ -438,7 +454,7 @@ final class Daemon: Service, Sendable {
             logger.info("listening sockets from the service manager", metadata: ["addresses": "\(inherited.map { "\($0)" })"])
         }
         do {
-            try register(on: herald, analyticsStore: analyticsStore)
+            try register(on: herald, store: store, analyticsStore: analyticsStore)
             try await herald.start()
             for address in InheritedSockets.closeUntaken() {
                 logger.warning(
@@ -525,8 +541,12 @@ final class Daemon: Service, Sendable {
         )
     }
 
-    private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
+    private func register(on herald: Herald, store: SQLiteStore, analyticsStore: SQLiteAnalyticsStore?) throws {
         let settings = self.settings
+        // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
+        let distributor =
+            settings.unifiedPush
+            ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
         let nats = settings.natsOptions(authToken: natsToken)
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
@@ -546,6 +566,7 @@ final class Daemon: Service, Sendable {
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
             options.tls = tls
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
+            options.webPush = distributor
             try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
@@ -593,6 +614,7 @@ final class Daemon: Service, Sendable {
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
+        if let distributor { try herald.register(distributor) }
         if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }

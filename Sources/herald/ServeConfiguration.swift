@@ -116,6 +116,16 @@ struct ServeOption: Sendable {
         meaning:
             "Where notifications are shown: 'desktop' through org.freedesktop.Notifications on the session bus, 'log' as a log line, 'none' nowhere.",
         accepts: { ["desktop", "log", "none"].contains($0) })
+    static let unifiedPush = ServeOption(
+        "unifiedpush", .boolean, default: .boolean(false), "false", allowed: "true or false",
+        meaning:
+            "Be a UnifiedPush distributor: own org.unifiedpush.Distributor.herald on the session bus, and take pushes to its endpoints on the HTTP endpoint (POST /up/{token})."
+    )
+    static let unifiedPushEndpointURL = ServeOption(
+        "unifiedpush-endpoint-url", .string, default: nil, "http://{http}/up/ (https with TLS)",
+        allowed: "an http or https URL ending in /",
+        meaning: "What the apps' servers POST pushes to: this URL followed by the endpoint token (Herald's /up/ route as they reach it).",
+        accepts: { ($0.hasPrefix("http://") || $0.hasPrefix("https://")) && $0.hasSuffix("/") })
     static let authTokenFile = ServeOption(
         "auth-token-file", .string, default: nil, "none: HERALD_AUTH_TOKEN, when set, is the secret",
         allowed: "a non-empty file path",
@@ -304,7 +314,8 @@ struct ServeOption: Sendable {
 
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
-        http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
+        http, socket, projectID, senderID, dataDirectory, echo, presenter, unifiedPush, unifiedPushEndpointURL, authTokenFile, apnsKeys,
+        logLevel, shutdownGrace, maxReplays,
         contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork,
         allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
         execFetchCommand, execFetchArguments, execFetchEnvironment, execFetchTimeout, execFetchConcurrency,
@@ -374,6 +385,11 @@ struct ServeSettings: Sendable {
     var dataDirectory: String { string(ServeOption.dataDirectory) ?? "herald-data" }
     var echo: Bool { boolean(ServeOption.echo) }
     var presenter: String { string(ServeOption.presenter) ?? "log" }
+    var unifiedPush: Bool { boolean(ServeOption.unifiedPush) }
+    /// The UnifiedPush endpoint URL prefix: as set, or the HTTP endpoint's `/up/`.
+    var unifiedPushEndpointURL: String {
+        string(ServeOption.unifiedPushEndpointURL) ?? "\(tlsCertificate == nil ? "http" : "https")://\(http ?? "127.0.0.1:8080")/up/"
+    }
     var authTokenFile: String? { string(ServeOption.authTokenFile) }
     var logLevel: Logger.Level { string(ServeOption.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(ServeOption.shutdownGrace) }
