@@ -212,7 +212,7 @@ let package = Package(
         // For tests of an app built on Herald: an in-memory receiver, manual time, child processes, waiting on events.
         .target(
             name: "HeraldTesting",
-            dependencies: ["Herald", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Herald", "HeraldEventLoop", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
 

@@ -96,18 +96,28 @@ public func freeLoopbackPort() throws -> Int {
 /// thread that spawns it, and the test threads (Dispatch's) block SIGINT and SIGTERM among others, so a child
 /// started from one would never see a signal its libuv loop watches; this spawns from a thread of its own with an
 /// empty mask.
+///
+/// Spawns are also taken one at a time across the test process. Foundation's `Process.run` closes in the child the
+/// descriptors it finds open just before it spawns; one another thread opens meanwhile — such as the socket through
+/// which Foundation learns that another child ended — would be inherited, and a long-lived child holding it keeps
+/// `waitUntilExit` of that other child waiting forever. Every test helper that starts a child goes through here.
 public func runWithNoSignalsBlocked(_ process: Process) throws {
     let spawn = Spawn()
     Thread {
         var none = sigset_t()
         sigemptyset(&none)
         pthread_sigmask(SIG_SETMASK, &none, nil)
+        spawnLock.lock()
         do { try process.run() } catch { spawn.error = error }
+        spawnLock.unlock()
         spawn.done.signal()
     }.start()
     spawn.done.wait()
     if let error = spawn.error { throw error }
 }
+
+/// Held while a child is spawned (see ``runWithNoSignalsBlocked(_:)``).
+private let spawnLock = NSLock()
 
 /// The outcome of one spawn on the thread of ``runWithNoSignalsBlocked(_:)``.
 private final class Spawn: @unchecked Sendable {

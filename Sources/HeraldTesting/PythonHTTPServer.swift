@@ -34,7 +34,7 @@ public final class PythonHTTPServer: Sendable {
         let input = Pipe()
         process.standardOutput = output
         process.standardInput = input
-        try process.run()
+        try runWithNoSignalsBlocked(process)
         let line = LineReader(output.fileHandleForReading.fileDescriptor).line()
         guard let line, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5)) else {
             process.terminate()

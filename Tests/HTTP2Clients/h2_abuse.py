@@ -233,14 +233,15 @@ def wait_goaway(client):
     # Not abuse: one request (to a path the test server answers when told), then the server's GOAWAY and the
     # answer awaited (the server is stopping gracefully).
     client.send(client.headers(1, client.request_headers("/slow")))
-    client.read_frames(20, until=lambda: client.goaway is not None and 1 in client.statuses)
+    # Long enough for a loaded machine: the answer waits for the test, which may itself wait for a thread.
+    client.read_frames(90, until=lambda: client.goaway is not None and 1 in client.statuses)
 
 
 def slow_answer(client):
     # Not abuse: one whole request to a path the test server answers when told (after the request timeout), and its
     # answer awaited.
     client.send(client.headers(1, client.request_headers("/slow")))
-    client.read_frames(20, until=lambda: 1 in client.statuses)
+    client.read_frames(90, until=lambda: 1 in client.statuses)
 
 
 CASES = {

@@ -486,7 +486,7 @@ final class PrivateMount {
             ] + arguments
         process.standardOutput = output
         process.standardError = output
-        try process.run()
+        try runWithNoSignalsBlocked(process)
         let reply = PipeLine(output.fileHandleForReading.fileDescriptor).next()
         guard let reply, !reply.isEmpty, process.isRunning else {
             throw MountError(description: "cannot mount \(arguments): \(reply ?? "no answer")")

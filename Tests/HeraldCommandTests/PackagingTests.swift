@@ -108,7 +108,7 @@ struct PackagingTests {
             process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HERALD_") }
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
-            try process.run()
+            try runWithNoSignalsBlocked(process)
             defer {
                 process.interrupt()
                 process.waitUntilExit()

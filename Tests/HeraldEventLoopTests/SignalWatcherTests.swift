@@ -1,4 +1,5 @@
 import Glibc
+import HeraldTesting
 import Testing
 
 @testable import HeraldEventLoop

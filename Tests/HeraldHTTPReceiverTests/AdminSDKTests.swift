@@ -42,7 +42,7 @@ func runChild(
     let status: Int32 = try await withCheckedThrowingContinuation { continuation in
         process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
         do {
-            try process.run()
+            try runWithNoSignalsBlocked(process)
         } catch {
             process.terminationHandler = nil
             continuation.resume(throwing: error)

@@ -55,7 +55,7 @@ struct NATSCrashTests {
         process.arguments = [server.url, directory]
         process.standardOutput = FileHandle.nullDevice
         try? FileManager.default.removeItem(atPath: directory + "/token")
-        try process.run()
+        try runWithNoSignalsBlocked(process)
         return process
     }
 

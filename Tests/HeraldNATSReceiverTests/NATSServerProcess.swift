@@ -42,7 +42,7 @@ final class NATSServerProcess: @unchecked Sendable {
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
-        try process.run()
+        try runWithNoSignalsBlocked(process)
         self.process = process
         // nats-server says "Server is ready" once it listens (JetStream restored): wait for that line, with a bound.
         let reader = LineReader(output.fileHandleForReading.fileDescriptor)

@@ -30,7 +30,7 @@ func parseWithPrometheusClient(_ page: String) throws -> [Sample] {
     process.standardInput = input
     process.standardOutput = output
     process.standardError = error
-    try process.run()
+    try runWithNoSignalsBlocked(process)
     input.fileHandleForWriting.write(Data(page.utf8))
     try input.fileHandleForWriting.close()
     let lines = output.fileHandleForReading.readDataToEndOfFile()

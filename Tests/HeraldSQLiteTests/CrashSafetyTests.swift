@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTesting
 import Testing
 
 /// Runs the CrashProbe executable (built beside the test bundle) with `arguments`.
@@ -20,7 +21,7 @@ struct CrashSafetyTests {
             let accept = try crashProbe(["accept", "\(count)", directory])
             let output = Pipe()
             accept.standardOutput = output
-            try accept.run()
+            try runWithNoSignalsBlocked(accept)
             var seen = Data()
             while !String(decoding: seen, as: UTF8.self).contains("accepted \(count)") {
                 let chunk = output.fileHandleForReading.availableData
@@ -35,7 +36,7 @@ struct CrashSafetyTests {
             let recover = try crashProbe(["recover", "\(count)", directory])
             let result = Pipe()
             recover.standardOutput = result
-            try recover.run()
+            try runWithNoSignalsBlocked(recover)
             let data = result.fileHandleForReading.readDataToEndOfFile()
             recover.waitUntilExit()
             #expect(recover.terminationStatus == 0)

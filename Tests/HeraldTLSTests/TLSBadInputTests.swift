@@ -45,7 +45,7 @@ struct TLSBadInputTests {
     func garbage() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let hello = try await capturedClientHello(on: loop)
                 for garbage in [
@@ -69,7 +69,7 @@ struct TLSBadInputTests {
     func cutHandshake() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory, handshakeTimeout: .milliseconds(500))
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let hello = try await capturedClientHello(on: loop)
                 let half = Array(hello[..<(hello.count / 2)])
@@ -98,7 +98,7 @@ struct TLSBadInputTests {
     func manyHalfOpen() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory, handshakeTimeout: .seconds(3))
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let hello = try await capturedClientHello(on: loop)
                 // 300, not more: with some 1,300 descriptors open, Foundation's Process.run (its scan of
@@ -123,7 +123,7 @@ struct TLSBadInputTests {
         try await withTemporaryDirectory { directory in
             let collector = LogCollector()
             let (_, context) = try makeContext(in: directory, logger: collector.logger())
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for _ in 0..<20 {
                     let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))

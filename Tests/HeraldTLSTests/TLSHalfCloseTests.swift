@@ -34,7 +34,7 @@ struct TLSHalfCloseTests {
     func halfClose(version: String, talk: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let result = try runExecutable(
                     URL(fileURLWithPath: "/usr/bin/python3"),

@@ -10,7 +10,7 @@ struct TLSServerTests {
     func modernVersions() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1_2", "-tls1_3"] {
                     let result = try sClient(
@@ -31,7 +31,7 @@ struct TLSServerTests {
     func resumption() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1_2", "-tls1_3"] {
                     let session = "\(directory)/session\(version)"
@@ -50,7 +50,7 @@ struct TLSServerTests {
     func oldVersionsRefused() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1", "-tls1_1"] {
                     // Security level 0: OpenSSL's client would refuse to offer these versions itself otherwise.
@@ -68,7 +68,7 @@ struct TLSServerTests {
     func alpn() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for (offer, chosen) in [
                     ("h2", "h2"), ("http/1.1", "http/1.1"), ("h2,http/1.1", "h2"), ("http/1.1,h2", "h2"), ("spdy/1", "none"),
@@ -96,7 +96,7 @@ struct TLSServerTests {
             try FileManager.default.createDirectory(atPath: "\(directory)/other", withIntermediateDirectories: true)
             let other = try TestCertificates(in: "\(directory)/other")
             let stranger = try other.issue(name: "stranger", serial: "3001", client: true)
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1_2", "-tls1_3"] {
                     let without = try sClient(port: server.port, [version, "-CAfile", certificates.caFile])
@@ -122,7 +122,7 @@ struct TLSServerTests {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory, serial: "AA01")
             #expect(context.certificate.serial == "AA01")
-            try await withLoop { loop in
+            try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 // A TLS connection held open across the reload: Python's ssl module, told when to go on.
                 let script = """
@@ -142,7 +142,7 @@ struct TLSServerTests {
                 let output = Pipe()
                 process.standardInput = input
                 process.standardOutput = output
-                try process.run()
+                try runWithNoSignalsBlocked(process)
                 let lines = LineReader(output.fileHandleForReading.fileDescriptor)
                 let before = lines.line()
                 #expect(before?.hasPrefix("before alpn=none") == true && before?.hasSuffix("serial=AA01") == true, "\(before ?? "nothing")")

@@ -53,19 +53,6 @@ final class TLSTestServer: Sendable {
     }
 }
 
-/// Starts a loop, runs `body`, shuts the loop down.
-func withLoop(_ body: (EventLoop) async throws -> Void) async throws {
-    let loop = EventLoop(name: "tls-test")
-    try loop.start()
-    do {
-        try await body(loop)
-    } catch {
-        await loop.shutdownGracefully()
-        throw error
-    }
-    await loop.shutdownGracefully()
-}
-
 /// A CA and a server certificate (serial `serial`) in a new temporary directory, and a context serving it.
 func makeContext(
     in directory: String, serial: String = "1001", clientCA: Bool = false, handshakeTimeout: Duration = .seconds(10),

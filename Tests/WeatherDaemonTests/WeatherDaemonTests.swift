@@ -127,7 +127,7 @@ final class WeatherProcess {
         process.standardError = err
         output = LineReader(out.fileHandleForReading.fileDescriptor)
         errors = LineReader(err.fileHandleForReading.fileDescriptor)
-        try process.run()
+        try runWithNoSignalsBlocked(process)
     }
 
     /// The token from the line the daemon prints once it is ready.

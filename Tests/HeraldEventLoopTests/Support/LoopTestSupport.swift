@@ -4,24 +4,6 @@ import Testing
 
 @testable import HeraldEventLoop
 
-/// Starts a loop on its own thread, runs `body`, shuts the loop down and checks that no handle is left.
-func withRunningLoop(
-    name: String = "test-loop",
-    _ body: (EventLoop) async throws -> Void
-) async throws {
-    let loop = EventLoop(name: name)
-    try loop.start()
-    do {
-        try await body(loop)
-    } catch {
-        await loop.shutdownGracefully()
-        throw error
-    }
-    await loop.shutdownGracefully()
-    #expect(loop.statistics.liveHandles == 0)
-    #expect(loop.lifecycle == .closed)
-}
-
 /// Collects bytes from any thread and lets a test wait until enough have arrived.
 final class ByteCollector: Sendable {
     private struct State {

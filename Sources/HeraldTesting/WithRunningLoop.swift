@@ -1,0 +1,20 @@
+public import HeraldEventLoop
+public import Testing
+
+/// Starts an event loop on its own thread, runs `body` with it, shuts the loop down (also when `body` throws) and
+/// checks that no handle was left open.
+public func withRunningLoop(
+    name: String = "test-loop", sourceLocation: SourceLocation = #_sourceLocation, _ body: (EventLoop) async throws -> Void
+) async throws {
+    let loop = EventLoop(name: name)
+    try loop.start()
+    do {
+        try await body(loop)
+    } catch {
+        await loop.shutdownGracefully()
+        throw error
+    }
+    await loop.shutdownGracefully()
+    #expect(loop.statistics.liveHandles == 0, sourceLocation: sourceLocation)
+    #expect(loop.lifecycle == .closed, sourceLocation: sourceLocation)
+}
