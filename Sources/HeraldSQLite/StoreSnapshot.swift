@@ -56,7 +56,7 @@ extension SQLiteStore {
 
     /// Runs `body` on a read-only connection to the Herald store in `directory`, after checking that it is one this
     /// Herald can read.
-    private static func readOnly<T>(directory: String, _ body: (Database) throws -> T) throws(StoreError) -> T {
+    static func readOnly<T>(directory: String, _ body: (Database) throws -> T) throws(StoreError) -> T {
         let path = path(inDirectory: directory)
         var info = stat()
         if stat(path, &info) != 0 {

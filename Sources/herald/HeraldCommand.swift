@@ -9,7 +9,9 @@ struct HeraldCommand: AsyncParsableCommand {
         commandName: "herald",
         abstract: "Receive and handle push messages on Linux.",
         version: HeraldBuild.version,
-        subcommands: [Serve.self, Send.self, Respond.self, AppState.self, Token.self, Topics.self, Quarantine.self, Report.self]
+        subcommands: [
+            Serve.self, Send.self, Respond.self, AppState.self, Token.self, Topics.self, Quarantine.self, Report.self, Credentials.self,
+        ]
     )
 }
 
