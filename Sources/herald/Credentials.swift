@@ -129,14 +129,24 @@ struct Credentials: AsyncParsableCommand {
     struct CertificateAuthority: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "ca",
-            abstract: "Print the path of the FCM proxy's CA certificate (PEM), creating the CA when there is none; app servers trust it.")
+            abstract:
+                "Print the path of the FCM proxy's CA certificate (PEM), creating the CA when there is none; app servers trust it.",
+            discussion: """
+                Beside it, server.pem and server-key.pem: a certificate the CA issued for fcm.googleapis.com, \
+                iid.googleapis.com and oauth2.googleapis.com (made when missing), for serving those names without the \
+                proxy (tls-cert and tls-key, the names resolving to Herald).
+                """)
 
         @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
         var dataDirectory: String = "herald-data"
 
         func run() async throws {
             do {
-                writeLine(try ServiceAccountCredentials.authority(directory: dataDirectory).certificateFile)
+                let authority = try ServiceAccountCredentials.authority(directory: dataDirectory)
+                if access(authority.serverCertificateFile, R_OK) != 0 || access(authority.serverKeyFile, R_OK) != 0 {
+                    try authority.issueServerCertificate(names: ServiceAccountCredentials.proxyHosts)
+                }
+                writeLine(authority.certificateFile)
             } catch {
                 throw CommandFailure(message: "herald: \(error)")
             }

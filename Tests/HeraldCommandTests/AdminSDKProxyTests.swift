@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Herald
 import HeraldTesting
 import Testing
@@ -8,13 +9,14 @@ import Testing
 @Suite("herald credentials and --fcm-proxy: an unmodified Admin SDK app server sends through Herald", .serialized)
 struct AdminSDKProxyTests {
     /// Runs Tests/AdminSDK/proxy_check.py through the daemon's proxy; its exit status and output.
-    private func runCheck(port: Int, caFile: String, credentials: String, token: String, extra: [String] = []) async throws -> (
-        status: Int32, output: String
-    ) {
+    private func runCheck(
+        port: Int, caFile: String, credentials: String, token: String, extra: [String] = [], proxy: Bool = true
+    ) async throws -> (status: Int32, output: String) {
         let python = try pythonEnvironment(with: "firebase-admin")
         let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/proxy_check.py").path
+        let proxyURL = proxy ? "http://127.0.0.1:\(port)" : ""
         let environment = [
-            "HTTPS_PROXY": "http://127.0.0.1:\(port)", "https_proxy": "http://127.0.0.1:\(port)", "NO_PROXY": "", "no_proxy": "",
+            "HTTPS_PROXY": proxyURL, "https_proxy": proxyURL, "NO_PROXY": "", "no_proxy": "",
             "REQUESTS_CA_BUNDLE": caFile, "SSL_CERT_FILE": caFile, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
         ]
         let result = try await onOwnThread {
@@ -97,6 +99,45 @@ struct AdminSDKProxyTests {
                     .status == 0
             }
             #expect(refused)
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
+    @Test(
+        "without a proxy: Google's names resolving to Herald on 443 with the CA's certificate for them; send_each_async (HTTP/2) too",
+        .enabled(if: geteuid() == 0, "listens on port 443 (root)"))
+    func namesPointingAtHerald() async throws {
+        try await withTemporaryDirectory { directory in
+            let secretFile = "\(directory)/secret"
+            try "e2e-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
+            let account = "\(directory)/service-account.json"
+            let created = try runHerald(["credentials", "create", "--data-dir", directory, "--out", account, "--project-id", "demo"])
+            #expect(created.status == 0, "\(created.error)")
+            let ca = try runHerald(["credentials", "ca", "--data-dir", directory])
+            let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
+            // Port 443 on an address of 127.0.0.0/8 of this test's own, so that tests running at once do not meet.
+            let address = "127.\(Int.random(in: 1...254)).\(Int.random(in: 1...254)).\(Int.random(in: 1...254))"
+            let daemon = try DaemonProcess(
+                directory: directory, httpPort: 443,
+                arguments: [
+                    "serve", "--http", "\(address):443", "--data-dir", directory, "--project-id", "demo", "--echo",
+                    "--auth-token-file", secretFile, "--socket", "none", "--tls-cert", "\(directory)/fcm-proxy/server.pem",
+                    "--tls-key", "\(directory)/fcm-proxy/server-key.pem",
+                ])
+            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let check = try await runCheck(
+                port: daemon.httpPort, caFile: caFile, credentials: account, token: token, extra: ["--resolve", address],
+                proxy: false)
+            #expect(check.status == 0, "proxy_check.py --resolve failed (exit \(check.status)):\n\(check.output)")
+            let expected = [
+                "multicast", "send", "send-each-1", "send-each-2", "send-each-async", "send-notification", "topic-news",
+            ]
+            var handled: [String] = []
+            while handled.count < expected.count {
+                guard let event = daemon.event() else { break }
+                if let name = event["userInfo"]?["check"]?.stringValue { handled.append(name) }
+            }
+            #expect(handled.sorted() == expected, "\(daemon.log)")
             #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
