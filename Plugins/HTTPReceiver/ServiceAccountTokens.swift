@@ -12,6 +12,7 @@ public struct ServiceAccountPublicKey: Sendable, Hashable {
     /// A revoked key signs no new token, and the tokens it got stop working.
     public var revoked: Bool
 
+    /// A key as the store lists it.
     public init(keyID: String, clientEmail: String, publicKeyPEM: String, revoked: Bool = false) {
         self.keyID = keyID
         self.clientEmail = clientEmail
@@ -36,6 +37,7 @@ public struct ServiceAccountOptions: Sendable {
     /// How often the keys are read again: a key revoked stops working within this (and a second).
     public var refreshInterval: Duration = .seconds(30)
 
+    /// Options reading the keys with `loadKeys`, the other settings at their defaults.
     public init(loadKeys: @escaping @Sendable () throws -> [ServiceAccountPublicKey]) {
         self.loadKeys = loadKeys
     }

@@ -16,6 +16,7 @@ public struct ServiceAccountKey: Sendable, Hashable {
     /// When it was revoked (seconds since 1970); `nil` while it is valid.
     public var revokedAt: Int64?
 
+    /// A key as issued (`revokedAt` `nil`) or as read back.
     public init(keyID: String, name: String, clientEmail: String, publicKeyPEM: String, createdAt: Int64, revokedAt: Int64? = nil) {
         self.keyID = keyID
         self.name = name

@@ -22,7 +22,9 @@ public enum KeyError: Error, Equatable, CustomStringConvertible {
 /// A new RSA key pair, as a Google service-account file holds its private half: the private key as PKCS#8 PEM
 /// (`-----BEGIN PRIVATE KEY-----`), the public key as SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
 public struct RSAKeyPair: Sendable {
+    /// The private key, PKCS#8 PEM.
     public let privateKeyPEM: String
+    /// The public key, SubjectPublicKeyInfo PEM.
     public let publicKeyPEM: String
 
     /// Generates a key of `bits` (2048 unless told).
@@ -89,8 +91,9 @@ public struct LocalCertificateAuthority: Sendable {
     public var certificateFile: String { directory + "/ca.pem" }
     /// The CA's private key, PEM, mode 0600.
     public var keyFile: String { directory + "/ca-key.pem" }
-    /// The last server certificate issued, and its key (mode 0600).
+    /// The last server certificate issued (PEM).
     public var serverCertificateFile: String { directory + "/server.pem" }
+    /// The last server certificate's private key (PEM, mode 0600).
     public var serverKeyFile: String { directory + "/server-key.pem" }
 
     /// The authority in `directory` (created, mode 0700, when missing), its key and certificate made the first time
