@@ -36,6 +36,9 @@ public struct ServiceAccountOptions: Sendable {
     public var accessTokenLifetime: Int64 = 3600
     /// How often the keys are read again: a key revoked stops working within this (and a second).
     public var refreshInterval: Duration = .seconds(30)
+    /// An assertion naming an unknown key reads the keys again at once, unless they were read less than this ago
+    /// (so that a client sending made-up key IDs does not make every request read the store).
+    public var unknownKeyReadInterval: Duration = .seconds(1)
 
     /// Options reading the keys with `loadKeys`, the other settings at their defaults.
     public init(loadKeys: @escaping @Sendable () throws -> [ServiceAccountPublicKey]) {
@@ -103,9 +106,11 @@ final class ServiceAccountTokens: Sendable {
         }
     }
 
-    /// Whether the keys were read less than a second ago (an unknown `kid` does not read them again then).
+    /// Whether the keys were read less than ``ServiceAccountOptions/unknownKeyReadInterval`` ago (an unknown `kid`
+    /// does not read them again then).
     var loadedRecently: Bool {
-        state.withLock { state in state.lastLoad.map { .now - $0 < .seconds(1) } ?? false }
+        let interval = options.unknownKeyReadInterval
+        return state.withLock { state in state.lastLoad.map { .now - $0 < interval } ?? false }
     }
 
     /// Whether `token` is an access token issued, not expired, whose key is not revoked.

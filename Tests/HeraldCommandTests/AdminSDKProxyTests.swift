@@ -141,4 +141,29 @@ struct AdminSDKProxyTests {
             #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
+
+    @Test(
+        "refused: fcm-proxy with TLS on the endpoint or without it (64); credentials create over an existing file, a bad name; revoke of no key"
+    )
+    func refusals() async throws {
+        try await withTemporaryDirectory { directory in
+            let withTLS = try runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--tls-cert", "c.pem", "--tls-key", "k.pem"])
+            #expect(withTLS.status == 64)
+            #expect(withTLS.error.contains("FCM proxy needs the HTTP endpoint"), "\(withTLS.error)")
+            let withoutHTTP = try runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--http", "none"])
+            #expect(withoutHTTP.status == 64)
+            let file = "\(directory)/taken.json"
+            try "{}".write(toFile: file, atomically: true, encoding: .utf8)
+            let over = try runHerald(["credentials", "create", "--data-dir", directory, "--out", file])
+            #expect(over.status == 1 && over.error.contains("cannot create \(file)"), "\(over.error)")
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "{}")
+            #expect(try runHerald(["credentials", "list", "--data-dir", directory]).output.isEmpty)
+            let badName = try runHerald([
+                "credentials", "create", "--data-dir", directory, "--out", "\(directory)/x.json", "--name", "Bad Name",
+            ])
+            #expect(badName.status == 64)
+            let none = try runHerald(["credentials", "revoke", "--data-dir", directory, "nobody"])
+            #expect(none.status == 1 && none.error.contains("no valid key nobody"), "\(none.error)")
+        }
+    }
 }

@@ -8,6 +8,7 @@ import Testing
 /// A receiver with service accounts and the FCM proxy on, the keys in memory (read again every 200 ms), its CA in a
 /// temporary directory; `body` gets the receiver's port, the CA file, the issued key pair and the key list.
 private func withProxyHerald(
+    refreshInterval: Duration = .milliseconds(200),
     _ body: (Herald, Collected, _ port: Int, _ caFile: String, _ pair: RSAKeyPair, _ keys: Locked<[ServiceAccountPublicKey]>) async throws
         -> Void
 ) async throws {
@@ -19,7 +20,8 @@ private func withProxyHerald(
         try authority.issueServerCertificate(names: ["fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"])
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "proxy-secret")
         var accounts = ServiceAccountOptions { keys.withLock { $0 } }
-        accounts.refreshInterval = .milliseconds(200)
+        accounts.refreshInterval = refreshInterval
+        accounts.unknownKeyReadInterval = .zero
         options.serviceAccounts = accounts
         options.fcmProxy = try TLSServerContext(
             configuration: .init(certificateFile: authority.serverCertificateFile, keyFile: authority.serverKeyFile))
@@ -177,7 +179,8 @@ struct ServiceAccountTests {
 
     @Test("a key issued while running is found at once by the token request that names it")
     func newKeyFoundAtOnce() async throws {
-        try await withProxyHerald { _, _, port, caFile, _, keys in
+        // No periodic read during the test: only the token request can find the new key.
+        try await withProxyHerald(refreshInterval: .seconds(3600)) { _, _, port, caFile, _, keys in
             let fresh = try RSAKeyPair.generate()
             keys.withLock {
                 $0.append(ServiceAccountPublicKey(keyID: "key-2", clientEmail: Self.email, publicKeyPEM: fresh.publicKeyPEM))
