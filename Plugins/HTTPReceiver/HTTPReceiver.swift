@@ -155,18 +155,6 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             let tokens = ServiceAccountTokens(options: accounts)
             try tokens.reload()
             serviceAccountTokens = tokens
-            let logger = context.logger
-            refresher = Task.detached {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: accounts.refreshInterval)
-                    do {
-                        try tokens.reload()
-                    } catch {
-                        logger.warning(
-                            "cannot read the service-account keys; the last ones read stay in use", metadata: ["error": "\(error)"])
-                    }
-                }
-            }
         }
         self.context = context
         try await context.loop.submit {
@@ -188,6 +176,21 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             }
             try listener.listen(on: [self.options.address])
             self.listener = listener
+        }
+        if let tokens = serviceAccountTokens {
+            let logger = context.logger
+            let interval = tokens.options.refreshInterval
+            refresher = Task.detached {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    do {
+                        try tokens.reload()
+                    } catch {
+                        logger.warning(
+                            "cannot read the service-account keys; the last ones read stay in use", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
         }
     }
 
@@ -217,10 +220,11 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         guard let secret = options.secret else { return true }
         let scheme = "bearer "
         guard let header, header.utf8.count >= scheme.utf8.count, header.prefix(scheme.count).lowercased() == scheme else { return false }
-        if let tokens = serviceAccountTokens, header.utf8.count > scheme.utf8.count + 12,
-            header.dropFirst(scheme.count).hasPrefix("ya29.herald.")
+        // An access token of a service account; anything else, the secret (which may look like one).
+        if let tokens = serviceAccountTokens, header.dropFirst(scheme.count).hasPrefix("ya29.herald."),
+            tokens.isValid(header.dropFirst(scheme.count), now: Int64(time(nil)))
         {
-            return tokens.isValid(header.dropFirst(scheme.count), now: Int64(time(nil)))
+            return true
         }
         let expected = Array(secret.utf8)
         let given = Array(header.utf8.dropFirst(scheme.utf8.count))
