@@ -8,7 +8,7 @@ import Testing
 /// A receiver with service accounts and the FCM proxy on, the keys in memory (read again every 200 ms), its CA in a
 /// temporary directory; `body` gets the receiver's port, the CA file, the issued key pair and the key list.
 private func withProxyHerald(
-    refreshInterval: Duration = .milliseconds(200),
+    refreshInterval: Duration = .milliseconds(200), requestTimeout: Duration = .seconds(10),
     _ body: (Herald, Collected, _ port: Int, _ caFile: String, _ pair: RSAKeyPair, _ keys: Locked<[ServiceAccountPublicKey]>) async throws
         -> Void
 ) async throws {
@@ -19,6 +19,7 @@ private func withProxyHerald(
         let authority = try LocalCertificateAuthority.openOrCreate(directory: directory + "/ca")
         try authority.issueServerCertificate(names: ["fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"])
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "proxy-secret")
+        options.requestTimeout = requestTimeout
         var accounts = ServiceAccountOptions { keys.withLock { $0 } }
         accounts.refreshInterval = refreshInterval
         accounts.unknownKeyReadInterval = .zero
@@ -209,6 +210,29 @@ struct ServiceAccountTests {
                 try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-sS", "http://127.0.0.1:\(port)/healthz"])
             }
             #expect(direct.output.contains("ready"))
+        }
+    }
+
+    @Test("a malformed CONNECT line is answered 400, a CONNECT head over the limit 431, one that never ends is closed")
+    func malformedConnect() async throws {
+        try await withProxyHerald(requestTimeout: .seconds(1)) { _, _, port, _, _, _ in
+            for (head, status) in [
+                ("CONNECT fcm.googleapis.com:443\r\n\r\n", 400), ("CONNECT a b c HTTP/1.1\r\n\r\n", 400),
+                ("CONNECT fcm.googleapis.com:443 SPDY/3\r\nHost: x\r\n\r\n", 400),
+                ("CONNECT fcm.googleapis.com:443 HTTP/1.1\r\nX: " + String(repeating: "y", count: 20_000), 431),
+                ("CONNECT iid.googleapis.com:80 HTTP/1.1\r\nHost: iid.googleapis.com:80\r\n\r\n", 403),
+            ] {
+                let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: port))
+                client.send(head)
+                let answer = responses(in: client.read { responses(in: $0).count >= 1 })
+                #expect(answer.first?.status == status, "\(head.prefix(60))")
+                #expect(answer.first?.body?["error"]?["code"]?.intValue == Int64(status))
+                #expect(client.readsClosed())
+            }
+            // A head cut short is closed after the request timeout, unanswered.
+            let slow = try TestSocketClient(.tcp(host: "127.0.0.1", port: port))
+            slow.send("CONNECT fcm.googleapis.com:443 HTTP/1.1\r\nHost: fcm")
+            #expect(slow.readsClosed())
         }
     }
 }
