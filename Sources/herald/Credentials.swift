@@ -32,19 +32,22 @@ struct Credentials: AsyncParsableCommand {
         @Option(help: "A name for the key (the account's name in client_email, and what list shows).")
         var name: String = "herald-sender"
 
-        @Option(name: .customLong("project-id"), help: "The daemon's project ID (its project-id setting).")
-        var projectID: String = "herald"
+        @Option(
+            name: .customLong("project-id"),
+            help: "The daemon's project ID (its project-id setting; default: what the running daemon's herald.lock says, else herald).")
+        var projectID: String?
 
         func validate() throws {
             let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-".utf8)
             guard !name.isEmpty, name.utf8.count <= 30, name.utf8.allSatisfy(allowed.contains) else {
                 throw ValidationError("--name: 1 to 30 lower-case letters, digits and '-'")
             }
-            guard !projectID.isEmpty else { throw ValidationError("--project-id: a non-empty project ID") }
+            if projectID?.isEmpty == true { throw ValidationError("--project-id: a non-empty project ID") }
         }
 
         func run() async throws {
             do {
+                let projectID = self.projectID ?? DataDirectoryLock.inspect(directory: dataDirectory).owner?.projectID ?? "herald"
                 let pair = try RSAKeyPair.generate(bits: 2048)
                 let keyID = hex((0..<20).map { _ in UInt8.random(in: 0...255) })
                 let clientID = String(

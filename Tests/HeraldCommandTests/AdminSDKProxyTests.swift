@@ -62,6 +62,10 @@ struct AdminSDKProxyTests {
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            // While the daemon runs, a file is for its project without --project-id.
+            let second = "\(directory)/second.json"
+            #expect(try runHerald(["credentials", "create", "--data-dir", directory, "--out", second, "--name", "second"]).status == 0)
+            #expect(try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: second))))["project_id"] == "demo")
             let check = try await runCheck(port: daemon.httpPort, caFile: caFile, credentials: account, token: token)
             #expect(check.status == 0, "proxy_check.py failed (exit \(check.status)):\n\(check.output)")
             let expected = [
