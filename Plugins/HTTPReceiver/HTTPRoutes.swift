@@ -83,6 +83,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
                 routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
             }
+            router.add(nil, "/iid/info/{token}") { [unowned(unsafe) self] request, match, responder in
+                routeInstanceIDInfo(request, token: HTTPAPI.percentDecoded(String(match["token"] ?? "")), responder: responder)
+            }
             for (path, add) in [("/iid/v1:batchAdd", true), ("/iid/v1:batchRemove", false)] {
                 router.add(nil, path) { [unowned(unsafe) self] request, _, responder in
                     routeInstanceID(request, add: add, responder: responder)

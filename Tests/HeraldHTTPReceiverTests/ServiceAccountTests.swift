@@ -92,7 +92,7 @@ struct ServiceAccountTests {
             form: "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)")
     }
 
-    @Test("a valid assertion gets an access token through the proxy, which sends over HTTP/1.1 and HTTP/2 and changes topics")
+    @Test("a valid assertion gets an access token through the proxy, which sends over HTTP/1.1 and HTTP/2, changes topics, reads IID info")
     func tokenSendsThroughTheProxy() async throws {
         try await withProxyHerald { herald, collected, port, caFile, pair, _ in
             let answer = try await token(port: port, caFile: caFile, try Self.assertion(pair.privateKeyPEM))
@@ -115,6 +115,19 @@ struct ServiceAccountTests {
                 json: #"{"to": "/topics/news", "registration_tokens": ["\#(registration)"]}"#, headers: ["authorization: Bearer \(access)"])
             #expect(added.status == 200, "\(added.body)")
             #expect(try await herald.subscribedTopics() == ["news"])
+            let info = try await curl(
+                port: port, caFile: caFile, "https://iid.googleapis.com/iid/info/\(registration)?details=true",
+                headers: ["authorization: Bearer \(access)"], extra: ["--http2"])
+            #expect(info.status == 200, "\(info.body)")
+            #expect(info.json == ["platform": "LINUX", "rel": ["topics": ["news": [:]]]])
+            let brief = try await curl(
+                port: port, caFile: caFile, "https://iid.googleapis.com/iid/info/\(registration)",
+                headers: ["authorization: Bearer \(access)"])
+            #expect(brief.json == ["platform": "LINUX"])
+            let stranger = try await curl(
+                port: port, caFile: caFile, "https://iid.googleapis.com/iid/info/someone-else", headers: ["authorization: Bearer \(access)"]
+            )
+            #expect(stranger.status == 404)
             #expect(await eventually { collected.messages.withLock { $0.count } == 2 })
             // Without a token, or with one made up, the routes answer 401 as they do without the secret.
             let refused = try await curl(
