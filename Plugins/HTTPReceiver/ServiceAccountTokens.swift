@@ -81,6 +81,8 @@ final class ServiceAccountTokens: Sendable {
     ]
     /// The clock skew allowed on `iat` and `exp`.
     static let skew: Int64 = 300
+    /// The most access tokens kept at once.
+    static let tokenLimit = 65_536
 
     init(options: ServiceAccountOptions) {
         self.options = options
@@ -191,8 +193,15 @@ final class ServiceAccountTokens: Sendable {
         let token = "ya29.herald." + Self.base64URLEncoded(bytes)
         let lifetime = options.accessTokenLifetime
         state.withLock { state in
-            // Expired tokens are dropped as new ones are issued, so the table holds only live ones.
-            if state.tokens.count >= 1024 { state.tokens = state.tokens.filter { $0.value.expires > now } }
+            // Expired tokens are dropped as new ones are issued; past the limit (a client asking for tokens in a
+            // loop), the half closest to expiry goes too: their clients get 401 and ask again.
+            if state.tokens.count >= Self.tokenLimit {
+                state.tokens = state.tokens.filter { $0.value.expires > now }
+                if state.tokens.count >= Self.tokenLimit {
+                    let kept = state.tokens.sorted { $0.value.expires > $1.value.expires }.prefix(Self.tokenLimit / 2)
+                    state.tokens = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
+                }
+            }
             state.tokens[token] = (signer, now + lifetime)
         }
         return (token, lifetime)
