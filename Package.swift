@@ -54,6 +54,7 @@ let package = Package(
         .library(name: "HeraldExecFetchWorker", targets: ["HeraldExecFetchWorker"]),
         .library(name: "HeraldDesktopPresenter", targets: ["HeraldDesktopPresenter"]),
         .library(name: "HeraldImageAttachment", targets: ["HeraldImageAttachment"]),
+        .library(name: "HeraldUnifiedPush", targets: ["HeraldUnifiedPush"]),
         // The daemon.
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
@@ -215,6 +216,14 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
+        // A D-Bus connection with sd-bus on the Herald loop (calls, signals, served objects): the desktop presenter's
+        // and the UnifiedPush distributor's. Its API is `package`: shared by the plugins, not published.
+        .target(
+            name: "HeraldDBus",
+            dependencies: ["HeraldEventLoop", "CLibUV", "CSystemd"],
+            swiftSettings: swiftSettings
+        ),
+
         // MARK: First-party plugins: one module each, under Plugins/<Name>.
 
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
@@ -276,7 +285,7 @@ let package = Package(
         // Notifications on the Linux desktop: org.freedesktop.Notifications over sd-bus, on the Herald loop.
         .target(
             name: "HeraldDesktopPresenter",
-            dependencies: ["Herald", "CLibUV", "CSystemd", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Herald", "HeraldDBus", .product(name: "Logging", package: "swift-log")],
             path: "Plugins/DesktopPresenter",
             swiftSettings: swiftSettings
         ),
@@ -285,6 +294,16 @@ let package = Package(
             name: "HeraldImageAttachment",
             dependencies: ["Herald", "HeraldHTTPClient", .product(name: "Logging", package: "swift-log")],
             path: "Plugins/ImageAttachment",
+            swiftSettings: swiftSettings
+        ),
+        // UnifiedPush on the Linux desktop: the distributor on the session bus (HeraldDBus), the Web Push endpoints
+        // behind the HTTP receiver, registrations and waiting pushes in the SQLite store.
+        .target(
+            name: "HeraldUnifiedPush",
+            dependencies: [
+                "Herald", "HeraldDBus", "HeraldHTTPReceiver", "HeraldSQLite", .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Plugins/UnifiedPush",
             swiftSettings: swiftSettings
         ),
 
@@ -301,12 +320,15 @@ let package = Package(
                 "HeraldSocketReceiver",
                 "HeraldNATSReceiver",
                 "HeraldEchoHandler",
+                "HeraldExecFetchWorker",
+                "HeraldTokenWebhook",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
                 "HeraldHTTPClient",
                 "HeraldDesktopPresenter",
                 "HeraldTLS",
                 "HeraldImageAttachment",
+                "HeraldUnifiedPush",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -496,9 +518,18 @@ let package = Package(
         .testTarget(
             name: "HeraldDesktopPresenterTests",
             dependencies: [
-                "Herald", "HeraldTesting", "HeraldDesktopPresenter", "herald", "DesktopNotifier",
+                "Herald", "HeraldTesting", "HeraldDesktopPresenter", "HeraldDBus", "herald", "DesktopNotifier",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "HeraldUnifiedPushTests",
+            dependencies: [
+                "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "herald",
+                .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            exclude: ["Resources"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,5 +1,6 @@
 import Glibc
 public import Herald
+import HeraldDBus
 import HeraldEventLoop
 import Logging
 
@@ -183,12 +184,7 @@ final class PresenterSession: @unchecked Sendable {
 
     // MARK: Connection
 
-    private var address: String? {
-        if let address = options.busAddress, !address.isEmpty { return address }
-        if let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty { return address }
-        if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty { return "unix:path=\(runtime)/bus" }
-        return nil
-    }
+    private var address: String? { sessionBusAddress(configured: options.busAddress) }
 
     func connect() {
         reconnectTask = nil

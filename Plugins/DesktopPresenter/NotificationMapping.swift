@@ -1,4 +1,5 @@
 import Herald
+import HeraldDBus
 
 /// The arguments of one `Notify` call, worked out from a message, its presentation options, its category and
 /// what the notification server can do. Pure: the presenter sends it; tests read it.

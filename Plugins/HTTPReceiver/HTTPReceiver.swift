@@ -11,7 +11,7 @@ public import HeraldTLS
 /// shape); FCM v1 topic management (`POST /v1/projects/{project}/registrations/{token}/topicSubscriptions?topic_name=T`,
 /// `DELETE .../topicSubscriptions/{T}?allow_missing=true`); the Instance ID API's `POST /iid/v1:batchAdd` and
 /// `/iid/v1:batchRemove`, which older Admin SDK topic calls use; APNs provider style `POST /3/device/{token}`;
-/// and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
+/// `POST /up/{token}` for UnifiedPush endpoints when ``Options/webPush`` is set; and `GET /healthz` (`ready`, or `draining` with 503 while the instance shuts down). With a secret,
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
 /// the receiver refuses to listen on anything but loopback. With ``Options/tls`` the endpoint speaks HTTPS; beyond
 /// loopback it must, unless ``Options/allowPlaintextNetwork`` says otherwise. With ``Options/forwarder`` set
@@ -63,6 +63,9 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// loopback is refused at start without ``tls`` unless this is `true` (a network you trust, or TLS ended in
         /// front of Herald), and the start then says so in the log.
         public var allowPlaintextNetwork = false
+        /// Where pushes to UnifiedPush endpoints go (`POST /up/{token}`, open to any sender: an app server knows its
+        /// endpoint's URL, not the secret); `nil` (the default): no such route.
+        public var webPush: (any WebPushEndpoint)?
 
         public init(address: SocketAddress = .tcp(host: "127.0.0.1", port: 8080), secret: String? = nil) {
             self.address = address

@@ -95,6 +95,12 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                 [unowned(unsafe) self] request, match, responder in
                 routeTopics(request, parts: match.segments.map(String.init), responder: responder)
             }
+            if let endpoint = options.webPush {
+                // An app server knows its endpoint's URL, not the receiver's secret.
+                router.add(nil, "/up/{token}", open: true) { [unowned(unsafe) self] request, match, responder in
+                    routeWebPush(request, token: String(match["token"] ?? ""), endpoint: endpoint, responder: responder)
+                }
+            }
             router.notFound = { [unowned(unsafe) self] request, responder in
                 respond(
                     responder, status: 404, body: googleError(404, "NOT_FOUND", "No route for \(request.method) \(request.path)."))

@@ -41,6 +41,9 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
     ///
     /// A Unix socket file gets `unixMode` (default 0600: only the owner may connect), set between bind and
     /// listen, so no one can connect before the mode is in place.
+    ///
+    /// When the service manager passed a listening socket on exactly `address` (``InheritedSockets``), the server
+    /// listens on that one and binds nothing.
     public static func listen(
         on loop: EventLoop,
         at address: SocketAddress,
@@ -100,7 +103,11 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
         }
         adopt()
         do {
-            try bindAndListen(requested, backlog: backlog, unixMode: unixMode, operation: operation)
+            if let inherited = InheritedSockets.take(requested) {
+                try listenOnInherited(inherited, requested, backlog: backlog, operation: operation)
+            } else {
+                try bindAndListen(requested, backlog: backlog, unixMode: unixMode, operation: operation)
+            }
         } catch {
             closeHandle()
             throw error
@@ -122,11 +129,7 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
                 throw UVError(code: -errno, operation: "set mode \(String(unixMode, radix: 8)) on \(address)")
             }
         }
-        try UVError.check(
-            uv_listen(herald_as_stream(raw), backlog) { server, status in
-                let owner = Unmanaged<LoopHandle>.fromOpaque(server!.pointee.data).takeUnretainedValue() as! StreamServer
-                owner.acceptOne(status: status)
-            }, operation)
+        try startListening(backlog: backlog, operation: operation)
         if case .tcp = address {
             var storage = sockaddr_storage()
             var length = Int32(MemoryLayout<sockaddr_storage>.size)
@@ -137,6 +140,24 @@ public final class StreamServer: LoopHandle, @unchecked Sendable {
             try UVError.check(result, "read the address of \(address)")
             localAddress = SocketAddress.fromStorage(&storage) ?? address
         }
+    }
+
+    /// Listens on a socket the service manager bound already (``InheritedSockets``); its file, for a Unix socket,
+    /// is the service manager's and stays when the server closes.
+    private func listenOnInherited(_ descriptor: Int32, _ address: SocketAddress, backlog: Int32, operation: String) throws {
+        switch address {
+        case .tcp: try UVError.check(uv_tcp_open(raw.assumingMemoryBound(to: uv_tcp_t.self), uv_os_sock_t(descriptor)), operation)
+        case .unix: try UVError.check(uv_pipe_open(raw.assumingMemoryBound(to: uv_pipe_t.self), uv_file(descriptor)), operation)
+        }
+        try startListening(backlog: backlog, operation: operation)
+    }
+
+    private func startListening(backlog: Int32, operation: String) throws {
+        try UVError.check(
+            uv_listen(herald_as_stream(raw), backlog) { server, status in
+                let owner = Unmanaged<LoopHandle>.fromOpaque(server!.pointee.data).takeUnretainedValue() as! StreamServer
+                owner.acceptOne(status: status)
+            }, operation)
     }
 
     /// The TCP port the server listens on; `nil` for a Unix socket.

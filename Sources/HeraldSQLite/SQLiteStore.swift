@@ -20,7 +20,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// The path of the database file, `<directory>/herald.sqlite`.
     public let path: String
 
-    private let database: DatabaseQueue
+    let database: DatabaseQueue
 
     /// Opens the store in `directory`, creating the directory (mode 0700) and the database file when missing, and
     /// brings the schema up to date.

@@ -11,7 +11,8 @@ enum Schema {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1", migrate: v1)
         migrator.registerMigration("v2-quarantine", migrate: v2)
-        migrator.registerMigration("v3-service-account-keys", migrate: v3)
+        migrator.registerMigration("v3-unifiedpush", migrate: v3)
+        migrator.registerMigration("v4-service-account-keys", migrate: v4)
         return migrator
     }()
 
@@ -92,10 +93,49 @@ enum Schema {
                 """)
     }
 
+    /// UnifiedPush: the apps registered with the distributor and the pushes waiting for them.
+    ///
+    /// `unifiedpush_registration` holds one row per registration, keyed by the endpoint token Herald minted (the last
+    /// segment of the endpoint URL the app's server POSTs to). `service` and `token` are the app's D-Bus name and its
+    /// own token for the registration (unique together: registering again returns the same endpoint); `version` is
+    /// the Connector interface the app speaks (1 or 2); `vapid` the public key a Distributor2 registration carried.
+    /// `dropped` marks a registration `herald up unregister` dropped while the daemon was stopped: its next start
+    /// tells the app (`Unregistered`) and deletes the row.
+    ///
+    /// `unifiedpush_message` holds the pushes accepted and not yet handed to the app, in acceptance order (`seq`),
+    /// each until the app took it or `expires_at` (ms since 1970) passed; deleting a registration deletes its pushes.
+    private static func v3(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE unifiedpush_registration (
+                    endpoint_token TEXT NOT NULL PRIMARY KEY,
+                    service TEXT NOT NULL,
+                    token TEXT NOT NULL,
+                    description TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    vapid TEXT,
+                    registered_at INTEGER NOT NULL,
+                    dropped INTEGER NOT NULL DEFAULT 0,
+                    UNIQUE (service, token)
+                ) STRICT;
+                CREATE TABLE unifiedpush_message (
+                    seq INTEGER PRIMARY KEY,
+                    message_id TEXT NOT NULL UNIQUE,
+                    endpoint_token TEXT NOT NULL REFERENCES unifiedpush_registration (endpoint_token) ON DELETE CASCADE,
+                    body BLOB NOT NULL,
+                    topic TEXT,
+                    urgency TEXT NOT NULL,
+                    expires_at INTEGER NOT NULL,
+                    received_at INTEGER NOT NULL
+                ) STRICT;
+                CREATE INDEX unifiedpush_message_endpoint ON unifiedpush_message (endpoint_token);
+                """)
+    }
+
     /// Service-account keys Herald issued (`herald credentials create`): only the public half (SubjectPublicKeyInfo
     /// PEM), the `private_key_id` that names it in a JWT's `kid`, the account's `client_email`, a name for people, and
     /// when it was issued and revoked (seconds since 1970; a revoked key's row stays, so that `list` shows it).
-    private static func v3(_ db: Database) throws {
+    private static func v4(_ db: Database) throws {
         try db.execute(
             sql: """
                 CREATE TABLE service_account_key (

@@ -1,4 +1,5 @@
 public import Foundation
+public import Herald
 
 /// A test certificate or test server that could not be set up: what went wrong, with the tool's output.
 public struct TestSetupError: Error, CustomStringConvertible {
@@ -19,13 +20,16 @@ public final class PythonHTTPServer: Sendable {
     private let input: FileHandle
 
     /// Starts the server, over TLS with `certificate` and `key` when given; with `http2`, the HTTP/2 server (which
-    /// needs both, and a `python` with the h2 library: ``pythonEnvironment(with:sourceLocation:)``'s). Throws when
-    /// it does not come up.
-    public init(certificate: String? = nil, key: String? = nil, http2: Bool = false, python: URL? = nil) throws {
+    /// needs both, and a `python` with the h2 library: ``pythonEnvironment(with:sourceLocation:)``'s). With
+    /// `record` (HTTP/1.1 server only), every request is appended to that file too: ``recordedRequests(in:)``.
+    /// Throws when it does not come up.
+    public init(certificate: String? = nil, key: String? = nil, http2: Bool = false, python: URL? = nil, record: String? = nil) throws {
         let script = repositoryRoot.appendingPathComponent("Tests/HTTPClientPy/\(http2 ? "h2_server.py" : "test_http_server.py")").path
         let process = Process()
         process.executableURL = python ?? URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = (python == nil ? ["python3"] : []) + [script] + (certificate.map { ["--cert", $0, "--key", key ?? ""] } ?? [])
+        process.arguments =
+            (python == nil ? ["python3"] : []) + [script] + (certificate.map { ["--cert", $0, "--key", key ?? ""] } ?? [])
+            + (record.map { ["--record", $0] } ?? [])
         let output = Pipe()
         let input = Pipe()
         process.standardOutput = output
@@ -40,6 +44,13 @@ public final class PythonHTTPServer: Sendable {
         self.input = input.fileHandleForWriting
         self.port = port
         self.baseURL = certificate == nil ? "http://127.0.0.1:\(port)" : "https://localhost:\(port)"
+    }
+
+    /// The requests a server started with `record: file` received so far, oldest first, each a JSON object with
+    /// `method`, `path`, `headers` (names in lower case) and `body`.
+    public static func recordedRequests(in file: String) -> [JSONValue] {
+        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
     }
 
     /// Stops the server (closes its standard input) and waits for it to exit.

@@ -10,7 +10,8 @@ struct HeraldCommand: AsyncParsableCommand {
         abstract: "Receive and handle push messages on Linux.",
         version: HeraldBuild.version,
         subcommands: [
-            Serve.self, Send.self, Respond.self, AppState.self, Token.self, Topics.self, Quarantine.self, Report.self, Credentials.self,
+            Serve.self, Send.self, Respond.self, AppState.self, Token.self, Topics.self, Quarantine.self, UnifiedPush.self, Report.self,
+            Credentials.self,
         ]
     )
 }

@@ -5,6 +5,7 @@ import Herald
 import HeraldDesktopPresenter
 import HeraldDynamicPlugins
 import HeraldEchoHandler
+import HeraldExecFetchWorker
 import HeraldHTTPReceiver
 import HeraldImageAttachment
 import HeraldJSONLExport
@@ -13,6 +14,8 @@ import HeraldPrometheusMetrics
 import HeraldSQLite
 import HeraldSocketReceiver
 import HeraldTLS
+import HeraldTokenWebhook
+import HeraldUnifiedPush
 import Logging
 import ServiceLifecycle
 
@@ -63,6 +66,13 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp(ServeOption.presenter.help, valueName: "desktop|log|none"))
     var presenter: String?
+
+    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.unifiedPush.help))
+    var unifiedpush: Bool?
+
+    @Option(
+        name: .customLong("unifiedpush-endpoint-url"), help: ArgumentHelp(ServeOption.unifiedPushEndpointURL.help, valueName: "url"))
+    var unifiedPushEndpointURL: String?
 
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
     var authTokenFile: String?
@@ -118,6 +128,41 @@ struct Serve: AsyncParsableCommand {
 
     @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
     var deliveryMetrics: String?
+
+    @Option(name: .customLong("exec-fetch-command"), help: ArgumentHelp(ServeOption.execFetchCommand.help, valueName: "program"))
+    var execFetchCommand: String?
+
+    @Option(name: .customLong("exec-fetch-argument"), help: ArgumentHelp(ServeOption.execFetchArguments.help, valueName: "argument"))
+    var execFetchArguments: [String] = []
+
+    @Option(name: .customLong("exec-fetch-env"), help: ArgumentHelp(ServeOption.execFetchEnvironment.help, valueName: "name=value"))
+    var execFetchEnvironment: [String] = []
+
+    @Option(name: .customLong("exec-fetch-timeout"), help: ArgumentHelp(ServeOption.execFetchTimeout.help, valueName: "seconds"))
+    var execFetchTimeout: Int?
+
+    @Option(name: .customLong("exec-fetch-concurrency"), help: ArgumentHelp(ServeOption.execFetchConcurrency.help, valueName: "count"))
+    var execFetchConcurrency: Int?
+
+    @Option(name: .customLong("token-webhook-url"), help: ArgumentHelp(ServeOption.tokenWebhookURL.help, valueName: "url"))
+    var tokenWebhookURL: String?
+
+    @Option(name: .customLong("token-webhook-secret-file"), help: ArgumentHelp(ServeOption.tokenWebhookSecretFile.help, valueName: "file"))
+    var tokenWebhookSecretFile: String?
+
+    @Option(name: .customLong("token-webhook-ca"), help: ArgumentHelp(ServeOption.tokenWebhookCA.help, valueName: "file"))
+    var tokenWebhookCA: String?
+
+    @Option(name: .customLong("image-attachment-ca"), help: ArgumentHelp(ServeOption.imageAttachmentCA.help, valueName: "file"))
+    var imageAttachmentCA: String?
+
+    @Option(
+        name: .customLong("image-attachment-max-bytes"), help: ArgumentHelp(ServeOption.imageAttachmentMaxBytes.help, valueName: "bytes"))
+    var imageAttachmentMaxBytes: Int?
+
+    @Option(
+        name: .customLong("token-webhook-max-attempts"), help: ArgumentHelp(ServeOption.tokenWebhookMaxAttempts.help, valueName: "count"))
+    var tokenWebhookMaxAttempts: Int?
 
     @Option(name: .customLong("nats-server"), help: ArgumentHelp(ServeOption.natsServers.help, valueName: "url"))
     var natsServers: [String] = []
@@ -189,6 +234,8 @@ struct Serve: AsyncParsableCommand {
         add(.dataDirectory, dataDirectory.map { .string($0) })
         add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
         add(.presenter, presenter.map { .string($0) })
+        add(.unifiedPush, unifiedpush.map { .boolean($0) }, flag: unifiedpush == false ? "--no-unifiedpush" : "--unifiedpush")
+        add(.unifiedPushEndpointURL, unifiedPushEndpointURL.map { .string($0) })
         add(.authTokenFile, authTokenFile.map { .string($0) })
         add(.apnsKeys, apnsKeys.isEmpty ? nil : .list(apnsKeys))
         add(.logLevel, logLevel.map { .string($0) })
@@ -212,6 +259,17 @@ struct Serve: AsyncParsableCommand {
         add(.tlsKey, tlsKey.map { .string($0) })
         add(.tlsClientCA, tlsClientCA.map { .string($0) })
         add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
+        add(.execFetchCommand, execFetchCommand.map { .string($0) })
+        add(.execFetchArguments, execFetchArguments.isEmpty ? nil : .list(execFetchArguments))
+        add(.execFetchEnvironment, execFetchEnvironment.isEmpty ? nil : .list(execFetchEnvironment))
+        add(.execFetchTimeout, execFetchTimeout.map { .integer($0) })
+        add(.execFetchConcurrency, execFetchConcurrency.map { .integer($0) })
+        add(.tokenWebhookURL, tokenWebhookURL.map { .string($0) })
+        add(.tokenWebhookSecretFile, tokenWebhookSecretFile.map { .string($0) })
+        add(.tokenWebhookCA, tokenWebhookCA.map { .string($0) })
+        add(.imageAttachmentCA, imageAttachmentCA.map { .string($0) })
+        add(.imageAttachmentMaxBytes, imageAttachmentMaxBytes.map { .integer($0) })
+        add(.tokenWebhookMaxAttempts, tokenWebhookMaxAttempts.map { .integer($0) })
         add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
         add(.natsCredentials, natsCredentials.map { .string($0) })
         add(.natsTokenFile, natsTokenFile.map { .string($0) })
@@ -251,6 +309,12 @@ struct Serve: AsyncParsableCommand {
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
+        if settings.unifiedPush, settings.http == nil || settings.gateway {
+            writeLine(
+                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway): its apps' servers push to it",
+                to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
         if (settings.tlsCertificate == nil) != (settings.tlsKey == nil) || (settings.tlsClientCA != nil && settings.tlsCertificate == nil) {
             writeLine(
                 "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca needs them too",
@@ -277,18 +341,21 @@ struct Serve: AsyncParsableCommand {
             writeLine("herald: \(error)", to: STDERR_FILENO)
             throw ExitCode(64)
         }
-        let level = settings.logLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        let level = LiveLogLevel(settings.logLevel)
+        LoggingSystem.bootstrap { label in LiveLevelLogHandler(label: label, level: level) }
         let logger = Logger(label: "herald")
         for warning in warnings { logger.warning("\(warning)") }
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
+        let tls = try tlsContext(settings, logger: logger)
+        let file = config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }
+        let flags = flagValues
+        let reload = ConfigurationReload(
+            running: settings,
+            resolve: { try ServeConfiguration.resolve(file: file, environment: environment, flags: flags).settings }, logLevel: level,
+            tls: tls, logger: logger)
         let daemon = Daemon(
             settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken,
-            tls: try tlsContext(settings, logger: logger), localization: localization, logger: logger)
+            tls: tls, reload: reload, localization: localization, logger: logger)
         // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
         // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
         var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
@@ -346,17 +413,19 @@ final class Daemon: Service, Sendable {
     private let secret: String?
     private let natsToken: String?
     private let tls: TLSServerContext?
+    private let reload: ConfigurationReload
     private let localization: AlertLocalization
     private let logger: Logger
 
     init(
-        settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, localization: AlertLocalization,
-        logger: Logger
+        settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, reload: ConfigurationReload,
+        localization: AlertLocalization, logger: Logger
     ) {
         self.settings = settings
         self.secret = secret
         self.natsToken = natsToken
         self.tls = tls
+        self.reload = reload
         self.localization = localization
         self.logger = logger
     }
@@ -390,19 +459,28 @@ final class Daemon: Service, Sendable {
         let loop = EventLoop(name: "herald", blockingThreads: settings.gateway ? 32 : 4)
         try loop.start()
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
+        let inherited = Systemd.offerInheritedSockets()
+        if !inherited.isEmpty {
+            logger.info("listening sockets from the service manager", metadata: ["addresses": "\(inherited.map { "\($0)" })"])
+        }
         do {
-            try register(on: herald, analyticsStore: analyticsStore)
+            try register(on: herald, store: store, analyticsStore: analyticsStore)
             try await herald.start()
+            for address in InheritedSockets.closeUntaken() {
+                logger.warning(
+                    "a listening socket from the service manager matches no listener of the configuration, and is closed: give the listener exactly this address",
+                    metadata: ["address": "\(address)"])
+            }
         } catch {
             await herald.shutdown()
             await loop.shutdownGracefully()
-            throw CommandFailure(message: "herald: \(error)")
+            throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
         if !settings.echo {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
-        if let tls { try await reloadOnHangup(tls, loop: loop) }
+        try await reloadOnHangup(loop: loop)
         let watchdog = Systemd.startWatchdog(on: loop)
         Systemd.notify("READY=1\nSTATUS=receiving")
         let logger = self.logger
@@ -430,23 +508,13 @@ final class Daemon: Service, Sendable {
         logger.notice("stopped")
     }
 
-    /// SIGHUP reads the TLS certificate and key again (on a pool thread: they are files): new handshakes use them,
-    /// connections already open keep theirs. A failed reload keeps the certificate in use and logs why.
-    private func reloadOnHangup(_ tls: TLSServerContext, loop: EventLoop) async throws {
-        let logger = self.logger
+    /// SIGHUP reloads the configuration (``ConfigurationReload``), on a pool thread: it reads files. New TLS
+    /// handshakes use a reloaded certificate; connections already open keep theirs. SIGHUPs are taken one at a time.
+    private func reloadOnHangup(loop: EventLoop) async throws {
+        let reload = self.reload
         try await loop.submit {
             _ = try SignalWatcher.watch(SIGHUP, on: loop) { _ in
-                Task {
-                    do {
-                        try await loop.offload { try tls.reload() }
-                        let summary = tls.certificate
-                        logger.notice(
-                            "TLS certificate reloaded (SIGHUP); new handshakes use it",
-                            metadata: ["serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)"])
-                    } catch {
-                        logger.error("TLS reload failed (SIGHUP); the certificate in use stays", metadata: ["error": "\(error)"])
-                    }
-                }
+                Task { try? await loop.offload { reload.reload() } }
             }
         }
     }
@@ -483,8 +551,12 @@ final class Daemon: Service, Sendable {
         )
     }
 
-    private func register(on herald: Herald, analyticsStore: SQLiteAnalyticsStore?) throws {
+    private func register(on herald: Herald, store: SQLiteStore, analyticsStore: SQLiteAnalyticsStore?) throws {
         let settings = self.settings
+        // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
+        let distributor =
+            settings.unifiedPush
+            ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
         let nats = settings.natsOptions(authToken: natsToken)
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
@@ -504,6 +576,7 @@ final class Daemon: Service, Sendable {
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
             options.tls = tls
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
+            options.webPush = distributor
             let directory = settings.dataDirectory
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
@@ -523,10 +596,18 @@ final class Daemon: Service, Sendable {
             options.tls = tls
             try herald.register(PrometheusExporter(options: options))
         }
+        if Systemd.listening { try herald.register(SystemdStatus()) }
         if let deliveryMetrics = settings.deliveryMetrics {
             try herald.register(
                 JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() })
             )
+        }
+        if let execFetch = settings.execFetchOptions { try herald.register(ExecFetchWorker(options: execFetch)) }
+        if let url = settings.tokenWebhookURL {
+            let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }
+            let options = TokenWebhook.Options(
+                url: url, secret: secret, maximumAttempts: settings.tokenWebhookMaxAttempts, caFile: settings.tokenWebhookCA)
+            try herald.register(TokenWebhook(options: options, herald: herald))
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
@@ -536,12 +617,17 @@ final class Daemon: Service, Sendable {
         // The config file's categories win over a plugin's of the same identifier: the operator has the last word.
         for category in settings.categories { try herald.register(category: category) }
         // mutable-content notifications with an https image (FCM's notification.image) get it attached.
-        try herald.register(ImageAttachment(options: .init(directory: "\(settings.dataDirectory)/attachments")))
+        try herald.register(
+            ImageAttachment(
+                options: .init(
+                    directory: "\(settings.dataDirectory)/attachments", maximumBytes: settings.imageAttachmentMaxBytes,
+                    caFile: settings.imageAttachmentCA)))
         switch settings.presenter {
         case "desktop": try herald.register(DesktopPresenter())
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
+        if let distributor { try herald.register(distributor) }
         if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
@@ -558,6 +644,18 @@ private final class SilentPresenter: Presenter {
 enum Systemd {
     static func notify(_ state: String) {
         _ = sd_notify(0, state)
+    }
+
+    /// Whether systemd (or anything standing in for it) takes notifications: `NOTIFY_SOCKET` is set.
+    static var listening: Bool { getenv("NOTIFY_SOCKET").map { $0.pointee != 0 } ?? false }
+
+    /// The listening sockets systemd passed (socket activation: `LISTEN_FDS`, checked against `LISTEN_PID`), offered
+    /// to the listeners whose addresses they have; the variables are then unset, so children never see them.
+    /// Returns the sockets' addresses, for the log.
+    static func offerInheritedSockets() -> [SocketAddress] {
+        let count = sd_listen_fds(1)
+        guard count > 0 else { return [] }
+        return (0..<count).compactMap { InheritedSockets.offer(SD_LISTEN_FDS_START + $0) }
     }
 
     /// With `WatchdogSec=` set (systemd passes `WATCHDOG_USEC`), pings `WATCHDOG=1` from the event loop at half

@@ -1,5 +1,6 @@
 import Glibc
 import Herald
+import HeraldExecFetchWorker
 import HeraldNATSReceiver
 import Logging
 import Yams
@@ -115,6 +116,16 @@ struct ServeOption: Sendable {
         meaning:
             "Where notifications are shown: 'desktop' through org.freedesktop.Notifications on the session bus, 'log' as a log line, 'none' nowhere.",
         accepts: { ["desktop", "log", "none"].contains($0) })
+    static let unifiedPush = ServeOption(
+        "unifiedpush", .boolean, default: .boolean(false), "false", allowed: "true or false",
+        meaning:
+            "Be a UnifiedPush distributor: own org.unifiedpush.Distributor.herald on the session bus, and take pushes to its endpoints on the HTTP endpoint (POST /up/{token})."
+    )
+    static let unifiedPushEndpointURL = ServeOption(
+        "unifiedpush-endpoint-url", .string, default: nil, "http://{http}/up/ (https with TLS)",
+        allowed: "an http or https URL ending in /",
+        meaning: "What the apps' servers POST pushes to: this URL followed by the endpoint token (Herald's /up/ route as they reach it).",
+        accepts: { ($0.hasPrefix("http://") || $0.hasPrefix("https://")) && $0.hasSuffix("/") })
     static let authTokenFile = ServeOption(
         "auth-token-file", .string, default: nil, "none: HERALD_AUTH_TOKEN, when set, is the secret",
         allowed: "a non-empty file path",
@@ -184,6 +195,57 @@ struct ServeOption: Sendable {
     static let deliveryMetrics = ServeOption(
         "delivery-metrics", .string, default: .string("none"), "none", allowed: "a file path, or none",
         meaning: "Write FCM's delivery-metrics export as JSON lines to this file (rotated by size); 'none' turns it off.")
+
+    // Background fetch (ExecFetchWorker). Off unless exec-fetch-command names a program.
+    static let execFetchCommand = ServeOption(
+        "exec-fetch-command", .string, default: nil, "none (no background-fetch command)",
+        allowed: "a program: an absolute path, or a name looked up in PATH at start (no shell)",
+        meaning:
+            "Run this program for each silent (content-available) message: the message as JSON on its standard input; exit 0 is new data, 3 no data, anything else failed."
+    )
+    static let execFetchArguments = ServeOption(
+        "exec-fetch-arguments", .list, default: .list([]), "none",
+        allowed: "a list of arguments (environment: separated by ',')",
+        meaning: "An argument of the background-fetch command; repeatable, in order.",
+        flag: "--exec-fetch-argument", environmentSeparator: ",", accepts: { _ in true })
+    static let execFetchEnvironment = ServeOption(
+        "exec-fetch-environment", .list, default: .list([]), "none",
+        allowed: "a list of NAME=value (environment: separated by ',')",
+        meaning: "A variable added to the background-fetch command's environment; repeatable.",
+        flag: "--exec-fetch-env", environmentSeparator: ",",
+        accepts: { ServeSettings.environmentEntry($0) != nil })
+    static let execFetchTimeout = ServeOption(
+        "exec-fetch-timeout", .integer(1...3_600), default: .integer(25), "25", allowed: "a whole number of seconds from 1 to 3600",
+        meaning: "Seconds one run of the background-fetch command may take before it is ended (SIGTERM, then SIGKILL) and counted failed.")
+    static let execFetchConcurrency = ServeOption(
+        "exec-fetch-concurrency", .integer(1...256), default: .integer(4), "4", allowed: "a whole number from 1 to 256",
+        meaning: "How many background-fetch commands run at once; further fetches wait their turn.")
+
+    // The token webhook (TokenWebhook). Off unless token-webhook-url is set.
+    static let tokenWebhookURL = ServeOption(
+        "token-webhook-url", .string, default: nil, "none (the token is not posted)",
+        allowed: "an http:// or https:// URL",
+        meaning: "POST the registration token (JSON) to this URL at every start and whenever it changes.",
+        accepts: { $0.hasPrefix("http://") || $0.hasPrefix("https://") })
+    static let tokenWebhookSecretFile = ServeOption(
+        "token-webhook-secret-file", .string, default: nil, "none", allowed: "a non-empty file path",
+        meaning: "A file holding the bearer secret the token webhook sends (the secret itself is never logged or printed).")
+    static let tokenWebhookCA = ServeOption(
+        "token-webhook-ca", .string, default: nil, "the system's CAs", allowed: "a non-empty file path",
+        meaning: "A PEM file of the CAs that sign the app server's certificate, instead of the system's.")
+    static let imageAttachmentCA = ServeOption(
+        "image-attachment-ca", .string, default: nil, "the system's CAs", allowed: "a non-empty file path",
+        meaning:
+            "A PEM file of the CAs that sign the certificates of the servers notification images (fcm_options.image) are downloaded from, instead of the system's."
+    )
+    static let imageAttachmentMaxBytes = ServeOption(
+        "image-attachment-max-bytes", .integer(1...1_073_741_824), default: .integer(10 * 1024 * 1024), "10485760",
+        allowed: "a whole number of bytes from 1 to 1073741824",
+        meaning: "The largest notification image downloaded; a larger one is not attached (logged and counted).")
+    static let tokenWebhookMaxAttempts = ServeOption(
+        "token-webhook-max-attempts", .integer(0...1_000_000), default: .integer(0), "0",
+        allowed: "a whole number from 0 (no limit) to 1000000",
+        meaning: "Attempts per token, the first included, before the token webhook gives it up; 0 retries without limit.")
 
     // NATS (NATSReceiver; NATSGateway in gateway mode). Off unless nats-servers names at least one server.
     static let natsServers = ServeOption(
@@ -257,9 +319,12 @@ struct ServeOption: Sendable {
 
     /// Every setting, in the order `--print-config` and the documentation list them.
     static let all: [ServeOption] = [
-        http, socket, projectID, senderID, dataDirectory, echo, presenter, authTokenFile, apnsKeys, logLevel, shutdownGrace, maxReplays,
+        http, socket, projectID, senderID, dataDirectory, echo, presenter, unifiedPush, unifiedPushEndpointURL, authTokenFile, apnsKeys,
+        logLevel, shutdownGrace, maxReplays,
         contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork,
         allowPlaintextNetwork, fcmProxy, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
+        execFetchCommand, execFetchArguments, execFetchEnvironment, execFetchTimeout, execFetchConcurrency,
+        tokenWebhookURL, tokenWebhookSecretFile, tokenWebhookCA, tokenWebhookMaxAttempts, imageAttachmentCA, imageAttachmentMaxBytes,
         natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
         natsTopicDelivery, natsAckWait, natsMaxAckPending, natsMaxDeliver, natsStreamMaxAgeDays, natsStreamMaxMessages,
         natsStreamMaxBytes, natsMaxHeldMessages, natsPingInterval, natsMaxPingsOut, gateway,
@@ -325,6 +390,11 @@ struct ServeSettings: Sendable {
     var dataDirectory: String { string(ServeOption.dataDirectory) ?? "herald-data" }
     var echo: Bool { boolean(ServeOption.echo) }
     var presenter: String { string(ServeOption.presenter) ?? "log" }
+    var unifiedPush: Bool { boolean(ServeOption.unifiedPush) }
+    /// The UnifiedPush endpoint URL prefix: as set, or the HTTP endpoint's `/up/`.
+    var unifiedPushEndpointURL: String {
+        string(ServeOption.unifiedPushEndpointURL) ?? "\(tlsCertificate == nil ? "http" : "https")://\(http ?? "127.0.0.1:8080")/up/"
+    }
     var authTokenFile: String? { string(ServeOption.authTokenFile) }
     var logLevel: Logger.Level { string(ServeOption.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(ServeOption.shutdownGrace) }
@@ -347,6 +417,38 @@ struct ServeSettings: Sendable {
     var tlsKey: String? { string(ServeOption.tlsKey) }
     var tlsClientCA: String? { string(ServeOption.tlsClientCA) }
     var deliveryMetrics: String? { string(ServeOption.deliveryMetrics).flatMap { $0 == "none" ? nil : $0 } }
+
+    /// The background-fetch worker's options, `nil` when no command is set.
+    var execFetchOptions: ExecFetchWorker.Options? {
+        guard let command = string(ServeOption.execFetchCommand) else { return nil }
+        var arguments: [String] = []
+        if case .list(let items)? = values[ServeOption.execFetchArguments.key] { arguments = items }
+        var environment: [String: String] = [:]
+        if case .list(let items)? = values[ServeOption.execFetchEnvironment.key] {
+            for item in items { if let (name, value) = Self.environmentEntry(item) { environment[name] = value } }
+        }
+        return ExecFetchWorker.Options(
+            command: command, arguments: arguments, environment: environment,
+            timeout: .seconds(integer(ServeOption.execFetchTimeout)), maxConcurrent: integer(ServeOption.execFetchConcurrency))
+    }
+
+    /// The token webhook's URL, `nil` when off.
+    var tokenWebhookURL: String? { string(ServeOption.tokenWebhookURL) }
+    var tokenWebhookSecretFile: String? { string(ServeOption.tokenWebhookSecretFile) }
+    var tokenWebhookCA: String? { string(ServeOption.tokenWebhookCA) }
+    var imageAttachmentCA: String? { string(ServeOption.imageAttachmentCA) }
+    var imageAttachmentMaxBytes: Int { integer(ServeOption.imageAttachmentMaxBytes) }
+    /// `nil`: no limit.
+    var tokenWebhookMaxAttempts: Int? {
+        let attempts = integer(ServeOption.tokenWebhookMaxAttempts)
+        return attempts == 0 ? nil : attempts
+    }
+
+    /// `NAME=value`, NAME a non-empty name without `=`; `nil` otherwise.
+    static func environmentEntry(_ text: String) -> (String, String)? {
+        guard let equals = text.firstIndex(of: "="), equals != text.startIndex else { return nil }
+        return (String(text[..<equals]), String(text[text.index(after: equals)...]))
+    }
 
     var natsServers: [String] {
         if case .list(let servers)? = values[ServeOption.natsServers.key] {

@@ -10,6 +10,9 @@ Serves on 127.0.0.1, in clear or over TLS (--cert, --key), keeps connections ope
     /chunked/N     200 with N bytes of body, chunked
     /.../messages:send   200 with an FCM answer ({"name": ...}) and the Authorization header it got
     /slow          answers after 30 s
+
+With --record FILE, every request is also appended to FILE as one JSON line (method, path, headers, body), for
+tests that check what a daemon sent.
 """
 import argparse
 import http.server
@@ -22,6 +25,8 @@ import threading
 import time
 
 connection_numbers = itertools.count(1)
+record_file = None
+record_lock = threading.Lock()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -48,6 +53,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         path = self.path.split("?")[0]
+        if record_file:
+            line = {
+                "method": self.command,
+                "path": self.path,
+                "headers": {name.lower(): value for name, value in self.headers.items()},
+                "body": body.decode("utf-8", "replace"),
+            }
+            with record_lock, open(record_file, "a") as f:
+                f.write(json.dumps(line) + "\n")
         if path == "/echo":
             seen = {
                 "method": self.command,
@@ -97,7 +111,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cert")
     parser.add_argument("--key")
+    parser.add_argument("--record")
     args = parser.parse_args()
+    global record_file
+    record_file = args.record
     server = Server(("127.0.0.1", 0), Handler)
     if args.cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -264,7 +264,12 @@ struct FaultInjectionTests {
             let id = String(name.split(separator: "/").last ?? "")
 
             // herald quarantine list (the daemon may run), and release (it must not).
-            let listed = try runHerald(["quarantine", "list", "--data-dir", directory])
+            // The quarantine is written with the store's next group commit, which may follow the log line.
+            let listed = try #require(
+                await eventuallyValue { () -> (status: Int32, output: String, error: String)? in
+                    let listed = try? runHerald(["quarantine", "list", "--data-dir", directory])
+                    return listed?.output.isEmpty == false ? listed : nil
+                }, "nothing quarantined; log: \(survivor.log)")
             #expect(listed.status == 0, "\(listed.error)")
             let line = try JSONParser.parse(Array(listed.output.utf8))
             #expect(line["messageID"]?.stringValue == id && line["starts"] == .int(3) && line["userInfo"]?["n"] == "66", "\(listed.output)")

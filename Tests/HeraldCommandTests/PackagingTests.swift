@@ -19,13 +19,27 @@ private let systemdAnalyze = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
 
 @Suite("The shipped systemd unit and the Debian package")
 struct PackagingTests {
-    @Test("systemd-analyze verify accepts the unit")
+    @Test("systemd-analyze verify accepts the unit and its socket unit")
     func verify() throws {
         try withTemporaryDirectory { directory in
             let unit = try unitForBuiltHerald(in: directory)
             let result = try runExecutable(systemdAnalyze, ["verify", "--man=no", unit])
             #expect(result.status == 0, "\(result.error)")
+            let socket = "\(directory)/herald.socket"
+            try FileManager.default.copyItem(
+                atPath: repository.appendingPathComponent("packaging/systemd/herald.socket").path, toPath: socket)
+            let socketResult = try runExecutable(systemdAnalyze, ["verify", "--man=no", socket])
+            #expect(socketResult.status == 0, "\(socketResult.error)")
         }
+    }
+
+    @Test("the socket unit listens where the shipped configuration's HTTP listener does")
+    func socketMatchesConfiguration() throws {
+        let socket = try String(contentsOf: repository.appendingPathComponent("packaging/systemd/herald.socket"), encoding: .utf8)
+        let configuration = try String(contentsOf: repository.appendingPathComponent("packaging/herald.yaml"), encoding: .utf8)
+        let listen = socket.split(separator: "\n").first { $0.hasPrefix("ListenStream=") }?.dropFirst("ListenStream=".count)
+        let http = configuration.split(separator: "\n").first { $0.hasPrefix("http:") }?.dropFirst("http:".count)
+        #expect(listen.map(String.init) == http.map { String($0).trimmingCharacters(in: .whitespaces) })
     }
 
     @Test("systemd-analyze security rates the unit OK or better (exposure below 2.0)")
@@ -59,7 +73,7 @@ struct PackagingTests {
             let extracted = try await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-x", deb, root]) }
             #expect(extracted.status == 0, "\(extracted.error)")
             for file in [
-                "usr/bin/herald", "lib/systemd/system/herald.service", "etc/herald/herald.yaml",
+                "usr/bin/herald", "lib/systemd/system/herald.service", "lib/systemd/system/herald.socket", "etc/herald/herald.yaml",
                 "usr/include/herald/herald_plugin.h", "usr/share/man/man1/herald.1.gz",
                 "usr/share/bash-completion/completions/herald", "usr/share/zsh/vendor-completions/_herald",
                 "usr/share/fish/vendor_completions.d/herald.fish", "usr/share/doc/herald/copyright",

@@ -220,4 +220,39 @@ struct ServeTLSListenersTests {
             #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
+
+    @Test(
+        "openssl s_time's clients, which end TCP without close_notify, leave no connection open on the daemon (TLS 1.3, and 1.2 reusing sessions)"
+    )
+    func sTimeLeavesNothingOpen() async throws {
+        try await withTemporaryDirectory(prefix: "herald-tls") { directory in
+            let certificates = try TestCertificates(in: directory)
+            let (certificate, key) = try certificates.issue(name: "server", serial: "8002")
+            let metricsPort = try freeLoopbackPort()
+            let daemon = try DaemonProcess(
+                directory: directory + "/data",
+                arguments: ["--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate, "--tls-key", key])
+            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            let port = daemon.httpPort
+            let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
+            for variant in [["-new"], ["-reuse", "-tls1_2"]] {
+                let run = try await onOwnThread {
+                    try runExecutable(
+                        openssl,
+                        ["s_time", "-connect", "127.0.0.1:\(port)", "-CAfile", certificates.caFile, "-time", "2"] + variant)
+                }
+                #expect(run.status == 0, "\(run.output) \(run.error)")
+                #expect(run.output.contains("connections in"), "\(run.output)")
+            }
+            let curl = URL(fileURLWithPath: "/usr/bin/curl")
+            let metrics = "https://localhost:\(metricsPort)/metrics"
+            let caFile = certificates.caFile
+            let closed = await eventually {
+                let scrape = try? runExecutable(curl, ["-sS", "-m", "10", "--cacert", caFile, metrics])
+                return scrape?.output.contains(#"herald_receiver_connections{receiver="http"} 0"#) == true
+            }
+            #expect(closed, "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
 }

@@ -54,16 +54,55 @@ struct SystemdTests {
                 environment: [
                     "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
                 ])
-            #expect(daemon.event()?["event"] == "token")
+            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
             let beforeReady = notify.until("READY=1")
             #expect(beforeReady.last?.contains("READY=1") == true, "\(beforeReady)")
             let pings = (0..<3).compactMap { _ in notify.next() }
             #expect(pings.filter { $0 == "WATCHDOG=1" }.count == 3, "\(pings)")
+            // Counts in the STATUS= line systemctl status shows, sent when they changed.
+            for index in 0..<2 {
+                let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=\(index)"])
+                #expect(sent.status == 0, "\(sent.error)")
+            }
+            let status = notify.until("STATUS=receiving: 2 messages received, 0 dropped, 0 background fetches")
+            #expect(status.last == "STATUS=receiving: 2 messages received, 0 dropped, 0 background fetches", "\(status)")
             kill(daemon.process.processIdentifier, SIGINT)
             let stopping = notify.until("STOPPING=1")
             #expect(stopping.last?.contains("STOPPING=1") == true, "\(stopping)")
             daemon.process.waitUntilExit()
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
+        }
+    }
+
+    @Test(
+        "SIGHUP: RELOADING=1 then READY=1; the config file's new log level applies at once, other changes are named for a restart, a broken file changes nothing"
+    )
+    func reload() async throws {
+        try await withTemporaryDirectory { directory in
+            let notify = try NotifySocket(directory: directory)
+            let file = "\(directory)/herald.yaml"
+            try "log-level: error\nmax-replays: 5\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data", arguments: ["--config", file], environment: ["NOTIFY_SOCKET": notify.path])
+            #expect(daemon.event()?["event"] == "token")
+            #expect(notify.until("READY=1").last?.contains("READY=1") == true)
+            #expect(!daemon.log.contains("herald started"), "info lines under log-level error: \(daemon.log)")
+
+            try "log-level: info\nmax-replays: 7\n".write(toFile: file, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            let reloading = notify.until("READY=1")
+            #expect(reloading.first?.contains("RELOADING=1") == true, "\(reloading)")
+            #expect(reloading.first?.contains("MONOTONIC_USEC=") == true, "\(reloading)")
+            #expect(reloading.last?.contains("READY=1") == true, "\(reloading)")
+            // Written at notice, so seen only because the level is info now.
+            #expect(daemon.log.contains(#"applied=["log-level"] needsRestart=["max-replays"]"#), "\(daemon.log)")
+
+            try "log-level: loud\n".write(toFile: file, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(notify.until("READY=1").last?.contains("READY=1") == true)
+            #expect(daemon.log.contains("configuration reload failed"), "\(daemon.log)")
+            #expect(daemon.log.contains("key log-level: 'loud' is not valid"), "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 

@@ -6,8 +6,7 @@ import HeraldTesting
 import Logging
 import Testing
 
-/// A private desktop for one test: its own session bus (`dbus-daemon` with a configuration of its own, no service
-/// activation), its own X display (`Xvfb` on a display number it chose itself) and, when started, dunst on both —
+/// A private desktop for one test: its own session bus (HeraldTesting's `PrivateSessionBus`, no service activation), its own X display (`Xvfb` on a display number it chose itself) and, when started, dunst on both —
 /// or python-dbusmock's notification daemon in dunst's place. Everything is stopped by ``stop()``.
 final class DesktopSession: @unchecked Sendable {
     // @unchecked Sendable: the processes are started and stopped by the test's task, one step at a time.
@@ -15,45 +14,28 @@ final class DesktopSession: @unchecked Sendable {
     /// The bus address, also before the bus runs (it listens on a fixed path in ``directory``).
     let address: String
     private(set) var display: String?
-    private var bus: Process?
+    private let sessionBus: PrivateSessionBus
     private var xvfb: Process?
     private var server: Process?
     private var monitors: [Process] = []
 
     init() throws {
         directory = try makeTemporaryDirectory(prefix: "herald-desktop")
-        address = "unix:path=\(directory)/bus"
+        sessionBus = PrivateSessionBus(directory: directory)
+        address = sessionBus.address
     }
 
     deinit { stop() }
 
     /// Starts the bus and returns once it accepts connections.
     func startBus() throws {
-        let config = "\(directory)/bus.conf"
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>\(address)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """.write(toFile: config, atomically: true, encoding: .utf8)
-        let (process, firstLine) = try launch("/usr/bin/dbus-daemon", ["--config-file=\(config)", "--nofork", "--print-address"])
-        guard firstLine?.hasPrefix("unix:") == true else { throw SessionError.didNotStart("dbus-daemon") }
-        bus = process
+        try sessionBus.start()
     }
 
     /// Stops the bus (everyone on it loses the connection).
     func stopBus() {
         stopServer()
-        end(&bus)
-        unlink("\(directory)/bus")
+        sessionBus.stop()
     }
 
     /// Starts an X server on a free display.
@@ -98,6 +80,14 @@ final class DesktopSession: @unchecked Sendable {
         server = try launch(
             "/usr/bin/python3", ["-m", "dbusmock", "--template", "notification_daemon", "-p", parameters], waitForLine: false
         ).process
+        try await waitForService()
+    }
+
+    /// Starts GNOME's notification-daemon (Debian's `notification-daemon`, which draws a notification's actions as
+    /// buttons) on the bus and the display, for the documentation's screenshot.
+    func startNotificationDaemon() async throws {
+        if display == nil { try startDisplay() }
+        server = try launch("/usr/lib/notification-daemon/notification-daemon", [], waitForLine: false).process
         try await waitForService()
     }
 
@@ -197,21 +187,10 @@ final class DesktopSession: @unchecked Sendable {
         return environment
     }
 
-    /// Starts `path`; with `waitForLine`, returns its first line of standard output (bounded) too.
+    /// Starts `path` with this session's bus and display; with `waitForLine`, returns its first line of standard
+    /// output (bounded) too.
     private func launch(_ path: String, _ arguments: [String], waitForLine: Bool = true) throws -> (process: Process, firstLine: String?) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        var merged = ProcessInfo.processInfo.environment
-        for (key, value) in environment { merged[key] = value }
-        process.environment = merged
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try runWithNoSignalsBlocked(process)
-        guard waitForLine else { return (process, nil) }
-        let line = LineReader(output.fileHandleForReading.fileDescriptor).line(timeout: 20_000)
-        return (process, line)
+        try PrivateSessionBus.launch(path, arguments, environment: environment, waitForLine: waitForLine)
     }
 
     private func end(_ process: inout Process?) {
@@ -230,7 +209,7 @@ final class DesktopSession: @unchecked Sendable {
         }
         monitors = []
         end(&server)
-        end(&bus)
+        sessionBus.stop()
         end(&xvfb)
         removeTemporaryDirectory(directory)
     }

@@ -1,4 +1,5 @@
 import Herald
+import HeraldDBus
 import Testing
 
 @testable import HeraldDesktopPresenter

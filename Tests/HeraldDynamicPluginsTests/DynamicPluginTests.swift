@@ -63,6 +63,20 @@ struct DynamicPluginTests {
         #expect(try DynamicPlugin.load(path: try sharedObject("HeraldTestPlugin")).categories.isEmpty)
     }
 
+    @Test("a C plugin of ABI 1.1 (a herald_plugin_v1_1 descriptor with HERALD_PLUGIN_V1_1) declares its categories")
+    func cPluginCategories() throws {
+        let plugin = try DynamicPlugin.load(path: try sharedObject("HeraldTestPluginSerial"))
+        let expected = NotificationCategory(
+            identifier: "invite",
+            actions: [
+                NotificationAction(identifier: "accept", title: "Accept", options: .foreground),
+                NotificationAction(identifier: "decline", title: "Decline", options: .destructive),
+                NotificationAction(identifier: "note", title: "Note", textInputPlaceholder: "Why", textInputButtonTitle: "Send"),
+            ], options: .customDismissAction)
+        #expect(plugin.categories == [expected])
+        #expect(plugin.isSerial)
+    }
+
     @Test(
         "categories_json that Herald cannot read names the member",
         arguments: [

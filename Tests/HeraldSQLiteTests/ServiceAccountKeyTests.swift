@@ -34,7 +34,7 @@ struct ServiceAccountKeyTests {
         }
     }
 
-    @Test("a store from before the keys (schema v2) is migrated and has none; a reader of such a store finds none")
+    @Test("a store from before the keys (schema v3) is migrated and has none; a reader of such a store finds none")
     func migratesV2Store() throws {
         try withTemporaryDirectory { directory in
             do {
@@ -42,7 +42,7 @@ struct ServiceAccountKeyTests {
                 try store.execute(
                     sql: """
                         DROP TABLE service_account_key;
-                        DELETE FROM grdb_migrations WHERE identifier = 'v3-service-account-keys';
+                        DELETE FROM grdb_migrations WHERE identifier = 'v4-service-account-keys';
                         """)
                 #expect(try SQLiteStore.serviceAccountKeys(directory: directory).isEmpty)
             }

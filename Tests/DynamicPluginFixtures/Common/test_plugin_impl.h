@@ -161,19 +161,35 @@ static void fixture_did_receive_token(const char *token, void *ctx) {
     leave(ctx);
 }
 
-static const herald_plugin_v1 fixture_descriptor = {
-    .abi_version = HERALD_PLUGIN_ABI_VERSION,
-    .flags = FIXTURE_FLAGS,
-    .name = FIXTURE_NAME,
-    .init_plugin = fixture_init,
-    .deinit_plugin = fixture_deinit,
-    .will_present = fixture_will_present,
-    .did_receive_response = fixture_did_receive_response,
-    .did_receive_message = fixture_did_receive_message,
-    .fetch = fixture_fetch,
-    .did_receive_token = fixture_did_receive_token,
+#define FIXTURE_BASE_DESCRIPTOR(flag_bits)                     \
+    {                                                          \
+        .abi_version = HERALD_PLUGIN_ABI_VERSION,              \
+        .flags = (flag_bits),                                  \
+        .name = FIXTURE_NAME,                                  \
+        .init_plugin = fixture_init,                           \
+        .deinit_plugin = fixture_deinit,                       \
+        .will_present = fixture_will_present,                  \
+        .did_receive_response = fixture_did_receive_response,  \
+        .did_receive_message = fixture_did_receive_message,    \
+        .fetch = fixture_fetch,                                \
+        .did_receive_token = fixture_did_receive_token,        \
+    }
+
+#ifdef FIXTURE_CATEGORIES
+// ABI 1.1: the longer descriptor, announced by HERALD_PLUGIN_V1_1, with the plugin's categories.
+static const herald_plugin_v1_1 fixture_descriptor = {
+    .base = FIXTURE_BASE_DESCRIPTOR(FIXTURE_FLAGS | HERALD_PLUGIN_V1_1),
+    .categories_json = FIXTURE_CATEGORIES,
 };
+
+HERALD_PLUGIN_EXPORT const herald_plugin_v1 *herald_plugin_entry_v1(void) {
+    return &fixture_descriptor.base;
+}
+#else
+// ABI 1.0: the descriptor as version 1.0 defined it.
+static const herald_plugin_v1 fixture_descriptor = FIXTURE_BASE_DESCRIPTOR(FIXTURE_FLAGS);
 
 HERALD_PLUGIN_EXPORT const herald_plugin_v1 *herald_plugin_entry_v1(void) {
     return &fixture_descriptor;
 }
+#endif

@@ -1,10 +1,10 @@
 import CLibUV
 import CSystemd
 import Glibc
-import HeraldEventLoop
+package import HeraldEventLoop
 
-/// A D-Bus argument value, for the few signatures the presenter sends.
-enum DBusValue: Sendable, Hashable {
+/// A D-Bus argument value, for the few signatures Herald's D-Bus plugins send.
+package enum DBusValue: Sendable, Hashable {
     case string(String)
     case uint32(UInt32)
     case int32(Int32)
@@ -12,10 +12,12 @@ enum DBusValue: Sendable, Hashable {
     case byte(UInt8)
     case boolean(Bool)
     case stringArray([String])
+    /// `ay`: a byte array.
+    case bytes([UInt8])
     /// `a{sv}`: each value is sent as a variant.
     case dictionary([DBusEntry])
 
-    var signature: String {
+    package var signature: String {
         switch self {
         case .string: "s"
         case .uint32: "u"
@@ -24,32 +26,34 @@ enum DBusValue: Sendable, Hashable {
         case .byte: "y"
         case .boolean: "b"
         case .stringArray: "as"
+        case .bytes: "ay"
         case .dictionary: "a{sv}"
         }
     }
 }
 
 /// One entry of an `a{sv}` dictionary.
-struct DBusEntry: Sendable, Hashable {
-    var key: String
-    var value: DBusValue
+package struct DBusEntry: Sendable, Hashable {
+    package var key: String
+    package var value: DBusValue
 
-    init(_ key: String, _ value: DBusValue) {
+    package init(_ key: String, _ value: DBusValue) {
         self.key = key
         self.value = value
     }
 }
 
 /// A failed method call: the error the peer (or sd-bus, for a timeout or a lost connection) answered.
-struct DBusCallError: Error, Sendable, Hashable, CustomStringConvertible {
+package struct DBusCallError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The D-Bus error name (`org.freedesktop.DBus.Error.ServiceUnknown`, ...).
-    var name: String
-    var message: String
+    package var name: String
+    package var message: String
 
-    static let disconnected = DBusCallError(name: "org.freedesktop.DBus.Error.Disconnected", message: "the bus connection was closed")
+    package static let disconnected = DBusCallError(
+        name: "org.freedesktop.DBus.Error.Disconnected", message: "the bus connection was closed")
 
     /// The peer went away, or was never there: worth trying again with the next service.
-    var isUnreachable: Bool {
+    package var isUnreachable: Bool {
         [
             "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.ServiceUnknown",
             "org.freedesktop.DBus.Error.NameHasNoOwner", "org.freedesktop.DBus.Error.Spawn.ChildExited",
@@ -57,45 +61,130 @@ struct DBusCallError: Error, Sendable, Hashable, CustomStringConvertible {
         ].contains(name)
     }
 
-    var description: String { "\(name): \(message)" }
+    package var description: String { "\(name): \(message)" }
 }
 
 /// Why a connection could not be made.
-struct DBusConnectError: Error, Sendable, CustomStringConvertible {
-    var address: String
-    var operation: String
-    var code: Int32
+package struct DBusConnectError: Error, Sendable, CustomStringConvertible {
+    package var address: String
+    package var operation: String
+    package var code: Int32
 
-    var description: String { "cannot \(operation) \(address): \(String(cString: strerror(code)))" }
+    package var description: String { "cannot \(operation) \(address): \(String(cString: strerror(code)))" }
 }
 
 /// A received message (a reply or a signal), read in order; valid only inside the callback that got it.
-struct DBusMessage {
-    let raw: OpaquePointer
+package struct DBusMessage {
+    package let raw: OpaquePointer
 
-    var sender: String? { sd_bus_message_get_sender(raw).map { String(cString: $0) } }
-    var member: String? { sd_bus_message_get_member(raw).map { String(cString: $0) } }
-    var interface: String? { sd_bus_message_get_interface(raw).map { String(cString: $0) } }
+    package var sender: String? { sd_bus_message_get_sender(raw).map { String(cString: $0) } }
+    package var member: String? { sd_bus_message_get_member(raw).map { String(cString: $0) } }
+    package var interface: String? { sd_bus_message_get_interface(raw).map { String(cString: $0) } }
 
-    func string() -> String? {
+    package func string() -> String? {
         var value: UnsafePointer<CChar>?
         guard sd_bus_message_read_basic(raw, code("s"), &value) > 0, let value else { return nil }
         return String(cString: value)
     }
 
-    func uint32() -> UInt32? {
+    package func uint32() -> UInt32? {
         var value: UInt32 = 0
         guard sd_bus_message_read_basic(raw, code("u"), &value) > 0 else { return nil }
         return value
     }
 
-    func stringArray() -> [String]? {
+    /// The message's object path.
+    package var path: String? { sd_bus_message_get_path(raw).map { String(cString: $0) } }
+
+    /// Reads an `a{sv}` dictionary; of the values, strings and byte arrays are kept, others skipped.
+    package func dictionary() -> [String: DBusValue]? {
+        guard sd_bus_message_enter_container(raw, code("a"), "{sv}") > 0 else { return nil }
+        var entries: [String: DBusValue] = [:]
+        while sd_bus_message_enter_container(raw, code("e"), "sv") > 0 {
+            guard let key = string() else { return nil }
+            var type: CChar = 0
+            var contents: UnsafePointer<CChar>?
+            guard sd_bus_message_peek_type(raw, &type, &contents) > 0, let contents else { return nil }
+            let signature = String(cString: contents)
+            guard sd_bus_message_enter_container(raw, code("v"), contents) > 0 else { return nil }
+            switch signature {
+            case "s": entries[key] = string().map(DBusValue.string)
+            case "ay": entries[key] = bytes().map(DBusValue.bytes)
+            default: guard sd_bus_message_skip(raw, contents) >= 0 else { return nil }
+            }
+            guard sd_bus_message_exit_container(raw) >= 0, sd_bus_message_exit_container(raw) >= 0 else { return nil }
+        }
+        guard sd_bus_message_exit_container(raw) >= 0 else { return nil }
+        return entries
+    }
+
+    /// Reads an `ay` byte array.
+    package func bytes() -> [UInt8]? {
+        var pointer: UnsafeRawPointer?
+        var size = 0
+        guard sd_bus_message_read_array(raw, code("y"), &pointer, &size) >= 0 else { return nil }
+        guard let pointer, size > 0 else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: size))
+    }
+
+    package func stringArray() -> [String]? {
         guard sd_bus_message_enter_container(raw, code("a"), "s") > 0 else { return nil }
         var values: [String] = []
         while let value = string() { values.append(value) }
         guard sd_bus_message_exit_container(raw) >= 0 else { return nil }
         return values
     }
+}
+
+/// A method call received on an object added with ``DBusConnection/addObject(path:handler:)``, kept (referenced) so
+/// that it can be answered later, once: with ``reply(_:)`` or ``fail(name:message:)``. Loop thread only.
+package final class DBusIncomingCall {
+    private let raw: OpaquePointer
+    private var answered = false
+
+    init(_ message: OpaquePointer) {
+        raw = sd_bus_message_ref(message)
+    }
+
+    deinit { sd_bus_message_unref(raw) }
+
+    /// The call's message, to read its arguments.
+    package var message: DBusMessage { DBusMessage(raw: raw) }
+
+    /// Whether the caller waits for an answer.
+    package var expectsReply: Bool { sd_bus_message_get_expect_reply(raw) > 0 }
+
+    /// Answers with `arguments`.
+    package func reply(_ arguments: [DBusValue]) {
+        guard !answered else { return }
+        answered = true
+        var reply: OpaquePointer?
+        guard sd_bus_message_new_method_return(raw, &reply) >= 0, let reply else { return }
+        defer { sd_bus_message_unref(reply) }
+        guard DBusConnection.append(arguments, to: reply) >= 0 else { return }
+        sd_bus_send(nil, reply, nil)
+    }
+
+    /// Answers with the D-Bus error `name` (`org.freedesktop.DBus.Error.InvalidArgs`, ...).
+    package func fail(name: String, message text: String) {
+        guard !answered else { return }
+        answered = true
+        name.withCString { name in
+            text.withCString { text in
+                var error = sd_bus_error(name: name, message: text, _need_free: 0)
+                _ = sd_bus_reply_method_error(raw, &error)
+            }
+        }
+    }
+}
+
+/// The session bus to connect to: `configured` when given and not empty, else `DBUS_SESSION_BUS_ADDRESS`, else
+/// `$XDG_RUNTIME_DIR/bus`; `nil` when none of them is set.
+package func sessionBusAddress(configured: String?) -> String? {
+    if let configured, !configured.isEmpty { return configured }
+    if let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty { return address }
+    if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty { return "unix:path=\(runtime)/bus" }
+    return nil
 }
 
 /// The type code `character` as sd-bus takes it.
@@ -105,27 +194,28 @@ private func code(_ character: Unicode.Scalar) -> CChar { CChar(UInt8(ascii: cha
 /// for the events sd-bus asks for and a `uv_timer_t` for its next timeout; each wake-up runs `sd_bus_process` until
 /// it has nothing left. Everything happens on the loop thread: no thread of its own, no blocking call (connecting
 /// and authenticating proceed as the socket allows).
-final class DBusConnection {
-    typealias Reply = (Result<DBusMessage, DBusCallError>) -> Void
+package final class DBusConnection {
+    package typealias Reply = (Result<DBusMessage, DBusCallError>) -> Void
 
-    let loop: EventLoop
-    let address: String
+    package let loop: EventLoop
+    package let address: String
     /// A signal arrived (one of the matches added with ``addMatch(_:)``).
-    var onSignal: (DBusMessage) -> Void = { _ in }
+    package var onSignal: (DBusMessage) -> Void = { _ in }
     /// The connection broke; it is closed when this runs.
-    var onLost: (String) -> Void = { _ in }
+    package var onLost: (String) -> Void = { _ in }
 
     private var bus: OpaquePointer?
     private var poll: ExternalHandle?
     private var timer: ExternalHandle?
     private var replies: [UInt64: Reply] = [:]
+    private var objectHandlers: [String: (DBusIncomingCall) -> Bool] = [:]
     private var processing = false
     private var closeRequested = false
     private var polledEvents: Int32 = -1
 
     /// Starts connecting to `address` (a D-Bus address, `unix:path=...`): sends `Hello` once authenticated. Throws
     /// when the address cannot be reached now (no socket there, refused). Call on the loop thread.
-    init(loop: EventLoop, address: String) throws {
+    package init(loop: EventLoop, address: String) throws {
         self.loop = loop
         self.address = address
         var bus: OpaquePointer?
@@ -160,10 +250,10 @@ final class DBusConnection {
         if result < 0 { throw DBusConnectError(address: address, operation: operation, code: -result) }
     }
 
-    var isOpen: Bool { bus != nil }
+    package var isOpen: Bool { bus != nil }
 
     /// Receives the signals `rule` matches (a D-Bus match rule), through ``onSignal``.
-    func addMatch(_ rule: String) {
+    package func addMatch(_ rule: String) {
         guard let bus else { return }
         let result = sd_bus_add_match_async(
             bus, nil, rule,
@@ -179,9 +269,32 @@ final class DBusConnection {
         kick()
     }
 
+    /// Takes the method calls to `path`: `handler` runs on the loop thread for each and answers whether it took it
+    /// (a call it does not take is answered `UnknownMethod` by sd-bus).
+    package func addObject(path: String, handler: @escaping (DBusIncomingCall) -> Bool) {
+        guard let bus else { return }
+        objectHandlers[path] = handler
+        let result = sd_bus_add_object(
+            bus, nil, path,
+            { message, userdata, _ in
+                let connection = Unmanaged<DBusConnection>.fromOpaque(userdata!).takeUnretainedValue()
+                let call = DBusIncomingCall(message!)
+                guard let path = call.message.path, let handler = connection.objectHandlers[path] else { return 0 }
+                return handler(call) ? 1 : 0
+            }, Unmanaged.passUnretained(self).toOpaque())
+        if result < 0 {
+            lose("cannot add the object \(path): \(String(cString: strerror(-result)))")
+            return
+        }
+        kick()
+    }
+
+    /// Runs sd-bus now: what a handler answered outside sd-bus's own processing (a deferred reply) is sent.
+    package func flush() { kick() }
+
     /// Calls `member`; `reply` runs on the loop thread with the reply or the error (a timeout after `timeout`, or
     /// ``DBusCallError/disconnected`` when the connection closes first).
-    func call(
+    package func call(
         destination: String, path: String, interface: String, member: String, arguments: [DBusValue] = [], timeout: Duration,
         reply: @escaping Reply
     ) {
@@ -216,7 +329,7 @@ final class DBusConnection {
     }
 
     /// Emits a signal from this connection.
-    func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue]) {
+    package func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue]) {
         guard let bus else { return }
         var message: OpaquePointer?
         var result = sd_bus_message_new_signal(bus, &message, path, interface, member)
@@ -302,11 +415,12 @@ final class DBusConnection {
     }
 
     /// Closes the connection: pending calls fail with ``DBusCallError/disconnected``. Idempotent.
-    func close() {
+    package func close() {
         if processing {
             closeRequested = true
             return
         }
+        objectHandlers = [:]
         poll?.close()
         poll = nil
         timer?.close()
@@ -322,7 +436,7 @@ final class DBusConnection {
 
     // MARK: Writing arguments
 
-    private static func append(_ values: [DBusValue], to message: OpaquePointer) -> Int32 {
+    static func append(_ values: [DBusValue], to message: OpaquePointer) -> Int32 {
         for value in values {
             let result = append(value, to: message)
             if result < 0 { return result }
@@ -345,6 +459,8 @@ final class DBusConnection {
         case .boolean(let flag):
             var number: Int32 = flag ? 1 : 0
             return sd_bus_message_append_basic(message, code("b"), &number)
+        case .bytes(let bytes):
+            return bytes.withUnsafeBytes { sd_bus_message_append_array(message, code("y"), $0.baseAddress, $0.count) }
         case .stringArray(let strings):
             var result = sd_bus_message_open_container(message, code("a"), "s")
             for string in strings where result >= 0 { result = append(.string(string), to: message) }

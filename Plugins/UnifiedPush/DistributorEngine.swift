@@ -1,0 +1,471 @@
+import Glibc
+import Herald
+import HeraldDBus
+import HeraldHTTPReceiver
+import HeraldSQLite
+import Logging
+
+/// The distributor's state and its bus connection, on the loop thread: the registrations by endpoint token, the
+/// pushes waiting for their apps, the calls in flight.
+final class DistributorEngine: @unchecked Sendable {
+    // @unchecked Sendable: loop thread only; captured by the blocking pool's completions, which run on the loop.
+
+    static let busService = "org.freedesktop.DBus"
+    static let busPath = "/org/freedesktop/DBus"
+    static let distributorPath = "/org/unifiedpush/Distributor"
+    static let connectorPath = "/org/unifiedpush/Connector"
+    static let succeeded = "REGISTRATION_SUCCEEDED"
+    static let failed = "REGISTRATION_FAILED"
+
+    let loop: EventLoop
+    private let options: UnifiedPushDistributor.Options
+    private let store: SQLiteStore
+    private let logger: Logger
+    /// The push service's origin, the `aud` of VAPID tokens: the endpoint URL's.
+    private let audience: String
+
+    private var registrations: [String: UnifiedPushRegistration] = [:]
+    /// The pushes waiting, by endpoint token, oldest first.
+    private var waiting: [String: [UnifiedPushMessage]] = [:]
+    /// Pushes whose `Message` call is in flight.
+    private var inFlight: Set<String> = []
+    /// Pushes accepted and waiting for their commit, with their senders' answers; pushes to forget at the next one.
+    private var adding: [(message: UnifiedPushMessage, answer: (WebPushAnswer) -> Void)] = []
+    private var finishing: [String] = []
+    private var committing = false
+    /// Pushes offered at least once (a push with TTL 0 is dropped after its first attempt).
+    private var attempted: Set<String> = []
+    private var connection: DBusConnection?
+    private(set) var ownsName = false
+    private var reconnectDelay: Duration
+    private var reconnectTask: ScheduledTask?
+    private var retryTask: ScheduledTask?
+    private var stopped = false
+
+    init(options: UnifiedPushDistributor.Options, store: SQLiteStore, context: PluginContext) {
+        self.options = options
+        self.store = store
+        self.loop = context.loop
+        self.logger = context.logger
+        self.reconnectDelay = options.reconnectDelay
+        self.audience = VAPID.origin(of: options.endpointURL)
+    }
+
+    func load(registrations: [UnifiedPushRegistration], messages: [UnifiedPushMessage]) {
+        for registration in registrations { self.registrations[registration.endpointToken] = registration }
+        for message in messages { waiting[message.endpointToken, default: []].append(message) }
+    }
+
+    // MARK: The bus
+
+    private var address: String? { sessionBusAddress(configured: options.busAddress) }
+
+    func connect() {
+        reconnectTask = nil
+        guard !stopped, connection == nil else { return }
+        guard let address else { return unavailable("no session bus address (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR are not set)") }
+        let connection: DBusConnection
+        do {
+            connection = try DBusConnection(loop: loop, address: address)
+        } catch {
+            return unavailable("\(error)")
+        }
+        self.connection = connection
+        connection.onLost = { [unowned self] reason in
+            self.connection = nil
+            ownsName = false
+            inFlight = []
+            unavailable("connection lost: \(reason)")
+        }
+        connection.onSignal = { [unowned self] signal in nameOwnerChanged(signal) }
+        connection.addObject(path: Self.distributorPath) { [unowned self] call in handle(call) }
+        connection.addMatch("type='signal',sender='\(Self.busService)',path='\(Self.busPath)',member='NameOwnerChanged'")
+        // DBUS_NAME_FLAG_DO_NOT_QUEUE (4): owned now, or refused.
+        callBus("RequestName", [.string(options.serviceName), .uint32(4)]) { [unowned self] result in
+            switch result {
+            case .success(let reply) where reply.uint32() == 1 || reply.uint32() == 4:
+                ownsName = true
+                reconnectDelay = options.reconnectDelay
+                logger.info("UnifiedPush distributor on the session bus", metadata: ["name": "\(options.serviceName)"])
+                dropUnregistered()
+                deliverAll()
+            case .success:
+                logger.error(
+                    "another process owns the distributor's name on the bus: apps cannot register with Herald",
+                    metadata: ["name": "\(options.serviceName)"])
+            case .failure(let error):
+                logger.error("cannot own the distributor's name on the bus", metadata: ["error": "\(error)"])
+            }
+        }
+        scheduleRetry()
+    }
+
+    private func unavailable(_ reason: String) {
+        guard !stopped else { return }
+        logger.warning("no session bus for the UnifiedPush distributor; trying again with backoff", metadata: ["reason": "\(reason)"])
+        guard reconnectTask == nil else { return }
+        let delay = reconnectDelay
+        reconnectDelay = min(reconnectDelay * 2, options.maxReconnectDelay)
+        reconnectTask = loop.scheduleTask(in: delay) { [self] in connect() }
+    }
+
+    private func scheduleRetry() {
+        guard !stopped, retryTask == nil else { return }
+        retryTask = loop.scheduleTask(in: options.retryInterval) { [self] in
+            retryTask = nil
+            deliverAll()
+            scheduleRetry()
+        }
+    }
+
+    func stop() {
+        stopped = true
+        _ = reconnectTask?.cancel()
+        reconnectTask = nil
+        _ = retryTask?.cancel()
+        retryTask = nil
+        connection?.onLost = { _ in }
+        connection?.close()
+        connection = nil
+        ownsName = false
+    }
+
+    private func callBus(_ member: String, _ arguments: [DBusValue], reply: @escaping DBusConnection.Reply) {
+        guard let connection else { return reply(.failure(.disconnected)) }
+        connection.call(
+            destination: Self.busService, path: Self.busPath, interface: Self.busService, member: member, arguments: arguments,
+            timeout: options.callTimeout, reply: reply)
+    }
+
+    /// Calls `member` of the app's Connector (the interface of the registration's version).
+    private func callConnector(
+        _ registration: UnifiedPushRegistration, _ member: String, _ arguments: [DBusValue], reply: @escaping DBusConnection.Reply
+    ) {
+        guard let connection else { return reply(.failure(.disconnected)) }
+        connection.call(
+            destination: registration.service, path: Self.connectorPath, interface: "org.unifiedpush.Connector\(registration.version)",
+            member: member, arguments: arguments, timeout: options.callTimeout, reply: reply)
+    }
+
+    /// An app's name got an owner: what waits for it is offered now.
+    private func nameOwnerChanged(_ signal: DBusMessage) {
+        guard signal.member == "NameOwnerChanged", let name = signal.string(), signal.string() != nil, let owner = signal.string(),
+            !owner.isEmpty
+        else { return }
+        for (token, registration) in registrations where registration.service == name { deliver(endpointToken: token) }
+    }
+
+    // MARK: Distributor1 and Distributor2
+
+    /// One call to `/org/unifiedpush/Distributor`; whether it is one of ours.
+    private func handle(_ call: DBusIncomingCall) -> Bool {
+        let message = call.message
+        guard let sender = message.sender else { return false }
+        switch (message.interface, message.member) {
+        case ("org.unifiedpush.Distributor1", "Register"):
+            guard let service = message.string(), let token = message.string(), let description = message.string() else {
+                call.fail(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "Register takes (serviceName, token, description)")
+                return true
+            }
+            register(service: service, token: token, description: description, version: 1, vapid: nil, sender: sender) { [self] failure in
+                call.reply([.string(failure == nil ? Self.succeeded : Self.failed), .string(failure ?? "")])
+                connection?.flush()
+            }
+        case ("org.unifiedpush.Distributor2", "Register"):
+            guard let arguments = message.dictionary() else {
+                call.fail(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "Register takes an a{sv} dictionary")
+                return true
+            }
+            register(
+                service: arguments.string("service") ?? "", token: arguments.string("token") ?? "",
+                description: arguments.string("description") ?? "", version: 2, vapid: arguments.string("vapid"), sender: sender
+            ) { [self] failure in
+                var result = [DBusEntry("success", .string(failure == nil ? Self.succeeded : Self.failed))]
+                if let failure { result.append(DBusEntry("reason", .string(failure))) }
+                call.reply([.dictionary(result)])
+                connection?.flush()
+            }
+        case ("org.unifiedpush.Distributor1", "Unregister"):
+            guard let token = message.string() else {
+                call.fail(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "Unregister takes (token)")
+                return true
+            }
+            unregister(token: token, service: nil, sender: sender) { [self] in
+                call.reply([])
+                connection?.flush()
+            }
+        case ("org.unifiedpush.Distributor2", "Unregister"):
+            guard let arguments = message.dictionary(), let token = arguments.string("token") else {
+                call.fail(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "Unregister takes an a{sv} dictionary with a token")
+                return true
+            }
+            unregister(token: token, service: arguments.string("service"), sender: sender) { [self] in
+                call.reply([.dictionary([])])
+                connection?.flush()
+            }
+        default:
+            return false
+        }
+        return true
+    }
+
+    /// Registers (or finds again) `service`'s registration `token`; `done` gets `nil` or why it failed (one of the
+    /// spec's reasons and a sentence).
+    private func register(
+        service: String, token: String, description: String, version: Int, vapid: String?, sender: String,
+        done: @escaping (String?) -> Void
+    ) {
+        guard !service.isEmpty, !token.isEmpty else { return done("INTERNAL_ERROR: a registration needs a service name and a token") }
+        if let vapid, !VAPID.isPublicKey(vapid) {
+            return done("VAPID_REQUIRED: the vapid key is not a P-256 public key (the uncompressed point, base64url)")
+        }
+        ownerCheck(service: service, sender: sender) { [self] owned in
+            guard owned else { return done("UNAUTHORIZED: the caller does not own the service name \(service)") }
+            var registration =
+                registrations.values.first { $0.service == service && $0.token == token && !$0.dropped }
+                ?? UnifiedPushRegistration(
+                    endpointToken: Self.randomToken(), service: service, token: token, description: description, version: version,
+                    vapid: vapid, registeredAt: Int64(time(nil)) * 1000)
+            registration.description = description
+            registration.version = version
+            registration.vapid = vapid
+            let saved = registration
+            let store = store
+            let done = Unchecked(done)
+            loop.offload {
+                try store.saveUnifiedPushRegistration(saved)
+            } then: { [self] result in
+                switch result {
+                case .success:
+                    registrations[saved.endpointToken] = saved
+                    done.value(nil)
+                    logger.info(
+                        "UnifiedPush app registered",
+                        metadata: ["service": "\(service)", "endpoint_token": "\(saved.endpointToken)", "version": "\(version)"])
+                    newEndpoint(saved)
+                case .failure(let error):
+                    logger.error("cannot save a UnifiedPush registration", metadata: ["error": "\(error)"])
+                    done.value("INTERNAL_ERROR: the registration could not be saved")
+                }
+            }
+        }
+    }
+
+    /// Whether `sender` (a unique name) owns `service`.
+    private func ownerCheck(service: String, sender: String, _ done: @escaping (Bool) -> Void) {
+        callBus("GetNameOwner", [.string(service)]) { result in
+            if case .success(let reply) = result { done(reply.string() == sender) } else { done(false) }
+        }
+    }
+
+    private func newEndpoint(_ registration: UnifiedPushRegistration) {
+        let endpoint = options.endpointURL + registration.endpointToken
+        let arguments: [DBusValue] =
+            registration.version == 1
+            ? [.string(registration.token), .string(endpoint)]
+            : [.dictionary([DBusEntry("token", .string(registration.token)), DBusEntry("endpoint", .string(endpoint))])]
+        callConnector(registration, "NewEndpoint", arguments) { [self] result in
+            if case .failure(let error) = result, !stopped, error.name != "org.freedesktop.DBus.Error.NoReply" {
+                logger.warning(
+                    "the app did not take its new endpoint", metadata: ["service": "\(registration.service)", "error": "\(error)"])
+            }
+        }
+        deliver(endpointToken: registration.endpointToken)
+    }
+
+    /// Drops the registration `token` of the app that calls (of `service` when given, which the caller must own).
+    private func unregister(token: String, service: String?, sender: String, done: @escaping () -> Void) {
+        let candidates = registrations.values.filter { $0.token == token && (service == nil || $0.service == service) }
+        unregister(candidates[...], sender: sender, done: done)
+    }
+
+    /// Drops the first of `candidates` whose service `sender` owns; none: nothing changes (an app cannot drop
+    /// another's registration).
+    private func unregister(_ candidates: ArraySlice<UnifiedPushRegistration>, sender: String, done: @escaping () -> Void) {
+        guard let registration = candidates.first else {
+            logger.debug("Unregister of no registration of the caller's; ignored", metadata: ["sender": "\(sender)"])
+            return done()
+        }
+        ownerCheck(service: registration.service, sender: sender) { [self] owned in
+            guard owned else { return unregister(candidates.dropFirst(), sender: sender, done: done) }
+            drop(registration, done: done)
+        }
+    }
+
+    /// Deletes `registration` (and its waiting pushes), then tells its app `Unregistered`.
+    private func drop(_ registration: UnifiedPushRegistration, done: @escaping () -> Void = {}) {
+        let store = store
+        let endpointToken = registration.endpointToken
+        let done = Unchecked(done)
+        registrations[endpointToken] = nil
+        waiting[endpointToken] = nil
+        loop.offload {
+            try store.deleteUnifiedPushRegistration(endpointToken: endpointToken)
+        } then: { [self] result in
+            if case .failure(let error) = result {
+                logger.error("cannot delete a UnifiedPush registration", metadata: ["error": "\(error)"])
+            }
+            done.value()
+            logger.info(
+                "UnifiedPush app unregistered", metadata: ["service": "\(registration.service)", "endpoint_token": "\(endpointToken)"])
+            let arguments: [DBusValue] =
+                registration.version == 1 ? [.string(registration.token)] : [.dictionary([DBusEntry("token", .string(registration.token))])]
+            callConnector(registration, "Unregistered", arguments) { _ in }
+        }
+    }
+
+    /// Registrations `herald up unregister` dropped while the daemon was stopped: their apps are told now.
+    private func dropUnregistered() {
+        for registration in registrations.values where registration.dropped { drop(registration) }
+    }
+
+    // MARK: Pushes
+
+    func receive(_ push: WebPush, answer: @escaping (WebPushAnswer) -> Void) {
+        guard let registration = registrations[push.token], !registration.dropped else { return answer(.notFound) }
+        if let key = registration.vapid {
+            do {
+                try VAPID.verify(authorization: push.authorization, key: key, audience: audience, now: Int64(time(nil)))
+            } catch {
+                return answer(.refused(status: error.status, reason: error.description))
+            }
+        }
+        let count =
+            (waiting[registration.endpointToken]?.count ?? 0) + adding.count { $0.message.endpointToken == registration.endpointToken }
+        guard count < options.maximumWaitingPerEndpoint else {
+            return answer(
+                .refused(status: 429, reason: "\(count) pushes already wait for this endpoint's app; try again once it took some."))
+        }
+        let now = Self.now()
+        let message = UnifiedPushMessage(
+            messageID: Self.randomToken(), endpointToken: registration.endpointToken, body: push.body, topic: push.topic,
+            urgency: push.urgency, expiresAt: now + push.ttl * 1000, receivedAt: now)
+        adding.append((message, answer))
+        commit()
+    }
+
+    /// Writes what is queued (pushes to keep, pushes to forget) in one transaction, on the blocking pool; what is
+    /// queued meanwhile goes in the next one, started as this one ends. The senders of the pushes kept are answered
+    /// once their transaction is committed.
+    private func commit() {
+        guard !committing, !adding.isEmpty || !finishing.isEmpty else { return }
+        committing = true
+        let batch = Unchecked(adding)
+        let messages = adding.map(\.message)
+        let finished = finishing
+        adding = []
+        finishing = []
+        let store = store
+        loop.offload {
+            try store.commitUnifiedPush(adding: messages, finishing: finished)
+        } then: { [self] result in
+            committing = false
+            switch result {
+            case .success(let outcomes):
+                for ((message, answer), replaced) in zip(batch.value, outcomes) {
+                    guard let replaced, registrations[message.endpointToken] != nil else {
+                        // Unregistered while the push waited for its commit.
+                        answer(.notFound)
+                        continue
+                    }
+                    if !replaced.isEmpty { waiting[message.endpointToken]?.removeAll { replaced.contains($0.messageID) } }
+                    waiting[message.endpointToken, default: []].append(message)
+                    answer(.created(messageID: message.messageID))
+                }
+                for token in Set(messages.map(\.endpointToken)) { deliver(endpointToken: token) }
+            case .failure(let error):
+                logger.error("cannot write UnifiedPush messages to the store", metadata: ["error": "\(error)"])
+                for (_, answer) in batch.value { answer(.refused(status: 503, reason: "The push could not be kept; try again later.")) }
+            // Pushes handed over but not forgotten are offered again after a restart, with their IDs.
+            }
+            commit()
+        }
+    }
+
+    private func deliverAll() {
+        for token in waiting.keys { deliver(endpointToken: token) }
+    }
+
+    /// Offers the waiting pushes of `endpointToken` to its app; expired ones are forgotten.
+    private func deliver(endpointToken: String) {
+        guard ownsName, let registration = registrations[endpointToken], !registration.dropped, let messages = waiting[endpointToken] else {
+            return
+        }
+        let now = Self.now()
+        var expired: [String] = []
+        for message in messages where !inFlight.contains(message.messageID) {
+            if message.expiresAt < now || (message.expiresAt == message.receivedAt && attempted.contains(message.messageID)) {
+                expired.append(message.messageID)
+                continue
+            }
+            inFlight.insert(message.messageID)
+            attempted.insert(message.messageID)
+            let arguments: [DBusValue] =
+                registration.version == 1
+                ? [.string(registration.token), .bytes(message.body), .string(message.messageID)]
+                : [
+                    .dictionary([
+                        DBusEntry("token", .string(registration.token)), DBusEntry("message", .bytes(message.body)),
+                        DBusEntry("id", .string(message.messageID)),
+                    ])
+                ]
+            callConnector(registration, "Message", arguments) { [self] result in
+                inFlight.remove(message.messageID)
+                switch result {
+                case .success:
+                    finish([message.messageID], endpointToken: endpointToken)
+                case .failure(let error) where registration.version == 1 && error.name == "org.freedesktop.DBus.Error.NoReply":
+                    // Connector1's Message is a no-reply method: an app that owns its name took it without answering.
+                    finish([message.messageID], endpointToken: endpointToken)
+                case .failure(let error):
+                    logger.debug(
+                        "the app did not take a push; it waits", metadata: ["service": "\(registration.service)", "error": "\(error)"])
+                    if message.expiresAt == message.receivedAt { finish([message.messageID], endpointToken: endpointToken) }
+                }
+            }
+        }
+        if !expired.isEmpty { finish(expired, endpointToken: endpointToken) }
+    }
+
+    /// Forgets `messageIDs`: in memory now, in the store on the blocking pool.
+    private func finish(_ messageIDs: [String], endpointToken: String) {
+        waiting[endpointToken]?.removeAll { messageIDs.contains($0.messageID) }
+        if waiting[endpointToken]?.isEmpty == true { waiting[endpointToken] = nil }
+        for id in messageIDs { attempted.remove(id) }
+        finishing += messageIDs
+        commit()
+    }
+
+    // MARK: Helpers
+
+    static func now() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+
+    /// 16 random bytes as 32 lower-case hex digits: endpoint tokens and message IDs.
+    static func randomToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        for _ in 0..<16 {
+            let byte = UInt8.random(in: 0...255, using: &generator)
+            text += [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}
+
+/// A value carried across a `@Sendable` boundary that only ever runs on the loop thread.
+private struct Unchecked<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+extension [String: DBusValue] {
+    fileprivate func string(_ key: String) -> String? {
+        if case .string(let value)? = self[key] { return value }
+        return nil
+    }
+}

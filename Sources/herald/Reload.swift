@@ -1,0 +1,138 @@
+import CSystemd
+import Glibc
+import HeraldTLS
+import Logging
+import Synchronization
+
+/// The daemon's log level, which a reload (SIGHUP) can change while every logger already made keeps working.
+final class LiveLogLevel: Sendable {
+    private let raw: Atomic<UInt8>
+
+    init(_ level: Logger.Level) { raw = Atomic(Self.code(level)) }
+
+    var level: Logger.Level {
+        get { Logger.Level.allCases[Int(raw.load(ordering: .relaxed))] }
+        set { raw.store(Self.code(newValue), ordering: .relaxed) }
+    }
+
+    private static func code(_ level: Logger.Level) -> UInt8 { UInt8(Logger.Level.allCases.firstIndex(of: level)!) }
+}
+
+/// swift-log's standard-error handler filtered by a ``LiveLogLevel`` instead of a level fixed at bootstrap; a logger
+/// that sets its own level keeps it.
+struct LiveLevelLogHandler: LogHandler {
+    private var base: StreamLogHandler
+    private let live: LiveLogLevel
+    private var own: Logger.Level?
+
+    init(label: String, level: LiveLogLevel) {
+        base = StreamLogHandler.standardError(label: label)
+        base.logLevel = .trace
+        live = level
+    }
+
+    var logLevel: Logger.Level {
+        get { own ?? live.level }
+        set { own = newValue }
+    }
+
+    var metadata: Logger.Metadata {
+        get { base.metadata }
+        set { base.metadata = newValue }
+    }
+
+    var metadataProvider: Logger.MetadataProvider? {
+        get { base.metadataProvider }
+        set { base.metadataProvider = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { base[metadataKey: key] }
+        set { base[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) { base.log(event: event) }
+}
+
+/// What SIGHUP does to a running `herald serve`: read the configuration again (the file; flags and the environment
+/// cannot change under a running process) and apply what can change live — the log level, and the TLS
+/// certificate and key read again from their files — telling systemd `RELOADING=1` first and `READY=1` after.
+/// Every other changed setting is named in the log as needing a restart; a configuration that no longer resolves
+/// changes nothing.
+final class ConfigurationReload: Sendable {
+    /// Settings that take effect on reload.
+    static let liveKeys: Set<String> = [ServeOption.logLevel.key]
+
+    private let resolve: @Sendable () throws -> ServeSettings
+    private let logLevel: LiveLogLevel
+    private let tls: TLSServerContext?
+    private let logger: Logger
+    /// The settings in force: those of the start with the live changes since. Reloads take turns on it.
+    private let inForce: Mutex<ServeSettings>
+
+    init(
+        running: ServeSettings, resolve: @escaping @Sendable () throws -> ServeSettings, logLevel: LiveLogLevel, tls: TLSServerContext?,
+        logger: Logger
+    ) {
+        inForce = Mutex(running)
+        self.resolve = resolve
+        self.logLevel = logLevel
+        self.tls = tls
+        self.logger = logger
+    }
+
+    /// The settings' keys whose values differ between `old` and `new` (the categories counted as one key).
+    static func changedKeys(_ old: ServeSettings, _ new: ServeSettings) -> [String] {
+        var changed = ServeOption.all.map(\.key).filter { old.values[$0] != new.values[$0] }
+        if old.categories != new.categories { changed.append("categories") }
+        return changed
+    }
+
+    /// Reloads (blocking: it reads files), comparing with the settings in force.
+    func reload() {
+        inForce.withLock { $0 = reload(running: $0) }
+    }
+
+    private func reload(running: ServeSettings) -> ServeSettings {
+        Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(Self.monotonicMicroseconds())\nSTATUS=reloading the configuration")
+        defer { Systemd.notify("READY=1\nSTATUS=receiving") }
+        let new: ServeSettings
+        do {
+            new = try resolve()
+        } catch {
+            let message = (error as? ConfigurationError)?.message ?? "\(error)"
+            logger.error("configuration reload failed (SIGHUP); the configuration in force stays", metadata: ["error": "\(message)"])
+            return running
+        }
+        let changed = Self.changedKeys(running, new)
+        let applied = changed.filter { Self.liveKeys.contains($0) }
+        let needRestart = changed.filter { !Self.liveKeys.contains($0) }
+        var inForce = running
+        if applied.contains(ServeOption.logLevel.key) {
+            logLevel.level = new.logLevel
+            inForce.set(ServeOption.logLevel, .string(new.logLevel.rawValue), from: new.sources[ServeOption.logLevel.key] ?? .defaultValue)
+        }
+        if let tls {
+            do {
+                try tls.reload()
+                let summary = tls.certificate
+                logger.notice(
+                    "TLS certificate reloaded (SIGHUP); new handshakes use it",
+                    metadata: ["serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)"])
+            } catch {
+                logger.error("TLS reload failed (SIGHUP); the certificate in use stays", metadata: ["error": "\(error)"])
+            }
+        }
+        logger.notice("configuration reloaded (SIGHUP)", metadata: ["applied": "\(applied)", "needsRestart": "\(needRestart)"])
+        if !needRestart.isEmpty {
+            logger.warning("changed settings take effect at the next start", metadata: ["settings": "\(needRestart)"])
+        }
+        return inForce
+    }
+
+    static func monotonicMicroseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+    }
+}

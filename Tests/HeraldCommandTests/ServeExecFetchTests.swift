@@ -1,0 +1,123 @@
+import Foundation
+import Herald
+import HeraldTesting
+import Testing
+
+@Suite("herald serve runs a background-fetch command (ExecFetchWorker)")
+struct ServeExecFetchTests {
+    /// A script that saves its standard input and environment variable `MARK` beside itself, named after the
+    /// message, then exits with the status the file `status` holds, or sleeps on `sleep`.
+    static func writeScript(in directory: String) throws -> String {
+        let path = "\(directory)/fetch.sh"
+        try """
+        #!/bin/sh
+        cat > "$1/$HERALD_MESSAGE_ID.json"
+        echo "$MARK" > "$1/$HERALD_MESSAGE_ID.mark"
+        status=$(cat "$1/status")
+        if [ "$status" = sleep ]; then exec sleep 60; fi
+        exit "$status"
+
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(chmod(path, 0o755) == 0)
+        return path
+    }
+
+    /// Sends a silent message and waits for the command's result line in the daemon's log.
+    static func fetch(_ daemon: DaemonProcess, token: String, status: String, work: String, expecting result: String) async throws
+        -> String
+    {
+        try status.write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
+        let before = daemon.log.components(separatedBy: "result=\(result)").count
+        let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "s=\(status)"])
+        #expect(sent.status == 0, "\(sent.error)")
+        let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
+        #expect(
+            await eventuallyValue { daemon.log.components(separatedBy: "result=\(result)").count > before ? true : nil } == true,
+            "no result=\(result): \(daemon.log)"
+        )
+        return String(name.split(separator: "/").last!)
+    }
+
+    @Test("exit 0 is new data, 3 no data, 7 failed; the message on standard input, the environment set; a timeout ends it, failed")
+    func runsTheCommand() async throws {
+        try await withTemporaryDirectory { directory in
+            let work = "\(directory)/work"
+            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+            let script = try Self.writeScript(in: work)
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data",
+                arguments: [
+                    "--exec-fetch-command", script, "--exec-fetch-argument", work, "--exec-fetch-timeout", "1",
+                    "--exec-fetch-concurrency", "2",
+                ],
+                environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "MARK=from-the-config"])
+            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+
+            let id = try await Self.fetch(daemon, token: token, status: "0", work: work, expecting: "newData")
+            let input = try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: "\(work)/\(id).json"))))
+            #expect(input["aps"] == ["content-available": 1])
+            #expect(input["s"] == "0")
+            #expect(try String(contentsOfFile: "\(work)/\(id).mark", encoding: .utf8) == "from-the-config\n")
+
+            _ = try await Self.fetch(daemon, token: token, status: "3", work: work, expecting: "noData")
+            _ = try await Self.fetch(daemon, token: token, status: "7", work: work, expecting: "failed")
+            #expect(daemon.log.contains("exit_status=7"))
+
+            let before = daemon.log.components(separatedBy: "ended_by=timeout").count
+            _ = try await Self.fetch(daemon, token: token, status: "sleep", work: work, expecting: "failed")
+            #expect(daemon.log.components(separatedBy: "ended_by=timeout").count > before, "\(daemon.log)")
+
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
+    @Test("the settings from a config file, shown by --print-config with their lines")
+    func configFile() async throws {
+        try await withTemporaryDirectory { directory in
+            let file = "\(directory)/herald.yaml"
+            try """
+            exec-fetch-command: /bin/true
+            exec-fetch-arguments: [--cache, /var/cache/weather]
+            exec-fetch-environment: [API=https://api.example.com]
+            exec-fetch-timeout: 20
+
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let printed = try runHerald(["serve", "--config", file, "--exec-fetch-concurrency", "2", "--print-config"])
+            #expect(printed.status == 0, "\(printed.error)")
+            #expect(printed.output.contains("exec-fetch-command: /bin/true  # config file \(file), line 1"), "\(printed.output)")
+            #expect(printed.output.contains("--cache"), "\(printed.output)")
+            #expect(printed.output.contains("API=https://api.example.com"), "\(printed.output)")
+            #expect(printed.output.contains("exec-fetch-timeout: 20  # config file \(file), line 4"), "\(printed.output)")
+            #expect(printed.output.contains("exec-fetch-concurrency: 2  # flag --exec-fetch-concurrency"), "\(printed.output)")
+        }
+    }
+
+    @Test("bad background-fetch settings stop the start with a message naming the setting")
+    func badSettings() throws {
+        let zero = try runHerald(["serve", "--exec-fetch-command", "/bin/true", "--exec-fetch-timeout", "0"])
+        #expect(zero.status == 64)
+        #expect(
+            zero.error.contains("flag --exec-fetch-timeout: '0' is not valid; allowed: a whole number of seconds from 1 to 3600"),
+            "\(zero.error)")
+        let noEquals = try runHerald(
+            ["serve", "--exec-fetch-command", "/bin/true"], environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "NOVALUE"])
+        #expect(noEquals.status == 64)
+        #expect(noEquals.error.contains("environment HERALD_EXEC_FETCH_ENVIRONMENT"), "\(noEquals.error)")
+        #expect(noEquals.error.contains("NAME=value"), "\(noEquals.error)")
+        let concurrency = try runHerald(["serve", "--exec-fetch-command", "/bin/true", "--exec-fetch-concurrency", "0"])
+        #expect(concurrency.status == 64)
+        #expect(concurrency.error.contains("--exec-fetch-concurrency"), "\(concurrency.error)")
+    }
+
+    @Test("a command that does not exist stops the start, naming it")
+    func missingCommand() async throws {
+        try await withTemporaryDirectory { directory in
+            let missing = try runHerald([
+                "serve", "--http", "127.0.0.1:0", "--socket", "none", "--data-dir", directory,
+                "--exec-fetch-command", "/nonexistent/fetch-command",
+            ])
+            #expect(missing.status != 0)
+            #expect(missing.error.contains("/nonexistent/fetch-command"), "\(missing.error)")
+        }
+    }
+}

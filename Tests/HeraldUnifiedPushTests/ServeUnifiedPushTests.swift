@@ -1,0 +1,87 @@
+import Foundation
+import Glibc
+import HeraldTesting
+import Testing
+
+/// `herald serve --unifiedpush` and `herald up` as child processes, with the Python app on a private bus.
+@Suite("herald serve --unifiedpush and herald up")
+struct ServeUnifiedPushTests {
+    @Test("a push accepted while the app is away survives SIGKILL and is handed over once after restart; up list and up unregister")
+    func serveKillRestartUnregister() async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        let data = world.dataDirectory
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": world.bus.address]
+        // One port for every start: the endpoint the app got stays valid across restarts.
+        let port = try freeLoopbackPort()
+        func serve() async throws -> DaemonProcess {
+            let daemon = try DaemonProcess(
+                directory: data, httpPort: port,
+                arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--unifiedpush", "--socket", "none"],
+                environment: environment)
+            let owned = try await eventually { try await world.distributorOwnsName() }
+            try #require(owned, "the daemon did not own the distributor's name: \(daemon.log)")
+            return daemon
+        }
+
+        var daemon = try await serve()
+        let app = try world.app("org.example.Served", version: 1, register: "served")
+        let endpoint = try #require(try await app.next("endpoint")["endpoint"])
+        #expect(endpoint.hasPrefix("http://127.0.0.1:\(daemon.httpPort)/up/"))
+        #expect(try await post(endpoint, Array("first".utf8), in: world.directory).status == 201)
+        #expect(try await app.next("message")["body"] == Array("first".utf8).hex)
+
+        try await app.stopped()
+        #expect(try await post(endpoint, Array("while away".utf8), in: world.directory).status == 201)
+        kill(daemon.process.processIdentifier, SIGKILL)
+        let killed = Sendably(daemon)
+        try await onOwnThread { killed.value.process.waitUntilExit() }
+
+        daemon = try await serve()
+        let back = try world.app("org.example.Served", version: 1)
+        #expect(try await back.next("message")["body"] == Array("while away".utf8).hex, "\(daemon.log)")
+        #expect(try await post(endpoint, Array("marker".utf8), in: world.directory).status == 201)
+        #expect(try await back.next("message")["body"] == Array("marker".utf8).hex)
+        #expect(back.messages.count == 2, "handed over more than once")
+
+        let list = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "list", "--data-dir", data]) }
+        #expect(list.status == 0, "\(list.error)")
+        let token = try endpointToken(endpoint)
+        #expect(list.output.contains(#""endpointToken":"\#(token)""#), "\(list.output)")
+        #expect(list.output.contains(#""service":"org.example.Served""#), "\(list.output)")
+
+        let refused = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, token]) }
+        #expect(refused.status != 0 && refused.error.contains("stop it first"), "\(refused.error)")
+        let running = Sendably(daemon)
+        #expect(try await onOwnThread { running.value.terminate() } == 0)
+        let unknown = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, "nope"]) }
+        #expect(unknown.status != 0 && unknown.error.contains("no such registration"), "\(unknown.error)")
+        let dropped = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, token]) }
+        #expect(dropped.status == 0, "\(dropped.error)")
+
+        // The next start tells the app, and the endpoint is gone.
+        daemon = try await serve()
+        #expect(try await back.next("unregistered")["token"] == "served", "\(daemon.log)")
+        #expect(try await post(endpoint, Array("late".utf8), in: world.directory).status == 404)
+        let last = Sendably(daemon)
+        #expect(try await onOwnThread { last.value.terminate() } == 0)
+    }
+    @Test("--unifiedpush without this instance's HTTP endpoint stops the start with exit status 64")
+    func needsHTTP() async throws {
+        try await withTemporaryDirectory(prefix: "herald-up-config") { directory in
+            for extra in [["--http", "none"], ["--gateway", "--nats-server", "nats://127.0.0.1:4222"]] {
+                let result = try await onOwnThread {
+                    try runExecutable(heraldExecutable, ["serve", "--unifiedpush", "--data-dir", directory, "--socket", "none"] + extra)
+                }
+                #expect(result.status == 64, "\(extra): \(result.error)")
+                #expect(result.error.contains("unifiedpush needs"), "\(extra): \(result.error)")
+            }
+        }
+    }
+}
+
+/// A daemon handed to a thread of its own (``onOwnThread``) while the test waits for it: used by one side at a time.
+private struct Sendably<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

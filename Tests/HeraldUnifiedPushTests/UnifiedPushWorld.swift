@@ -1,0 +1,196 @@
+import Foundation
+import Glibc
+import Herald
+import HeraldHTTPReceiver
+import HeraldSQLite
+import HeraldTesting
+import HeraldUnifiedPush
+import Logging
+import Testing
+
+/// One test's world: a private session bus, a data directory, and Herald serving the distributor on that bus with
+/// the HTTP receiver's Web Push route on a port of its own.
+final class UnifiedPushWorld: @unchecked Sendable {
+    // @unchecked Sendable: set up and torn down by the test's task, one step at a time.
+    let directory: String
+    let bus: PrivateSessionBus
+    let dataDirectory: String
+
+    init() throws {
+        directory = try makeTemporaryDirectory(prefix: "herald-up")
+        bus = PrivateSessionBus(directory: directory)
+        dataDirectory = directory + "/data"
+    }
+
+    deinit {
+        bus.stop()
+        removeTemporaryDirectory(directory)
+    }
+
+    /// Starts Herald on the data directory with the distributor and the receiver; runs `body` with the receiver's
+    /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound; `secret`: the receiver's.
+    func withHerald(
+        maximumWaiting: Int = 1000, secret: String? = nil, _ body: (String, UnifiedPushDistributor) async throws -> Void
+    ) async throws {
+        let store = try SQLiteStore(directory: dataDirectory)
+        var distributorOptions = UnifiedPushDistributor.Options(busAddress: bus.address)
+        distributorOptions.reconnectDelay = .milliseconds(50)
+        distributorOptions.maximumWaitingPerEndpoint = maximumWaiting
+        let distributor = UnifiedPushDistributor(options: distributorOptions, store: store)
+        var receiverOptions = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: secret)
+        receiverOptions.webPush = distributor
+        let receiver = HTTPReceiver(options: receiverOptions)
+        let herald = Herald(configuration: .init(senderID: "1234567890"), store: store)
+        try await withStarted(herald, plugins: [receiver, distributor]) { herald in
+            let address = try #require(try await receiver.listeningAddress())
+            let port = try #require(address.port)
+            let owned = try await eventually { try await herald.loop.submit { distributor.ownsName } }
+            try #require(owned, "the distributor did not get its name on the bus")
+            try await body("http://127.0.0.1:\(port)", distributor)
+        }
+    }
+
+    /// Starts the private bus (waiting for it on a thread of its own); see `PrivateSessionBus.start`.
+    func startBus(serviceDirectory: String? = nil, environment: [String: String] = [:]) async throws {
+        try await onOwnThread { try self.bus.start(serviceDirectory: serviceDirectory, environment: environment) }
+    }
+
+    /// Stops the private bus (waiting for it on a thread of its own).
+    func stopBus() async throws {
+        try await onOwnThread { self.bus.stop() }
+    }
+
+    /// Whether someone owns the distributor's name on the bus now (asked with dbus-send).
+    func distributorOwnsName() async throws -> Bool {
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
+        let reply = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/dbus-send"),
+                [
+                    "--session", "--print-reply=literal", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.NameHasOwner", "string:org.unifiedpush.Distributor.herald",
+                ], environment: environment)
+        }
+        return reply.output.contains("true")
+    }
+
+    /// Starts the UnifiedPush app (Resources/up_app.py) as `service`, speaking `version`; registers `token` when given.
+    func app(_ service: String, version: Int, register token: String? = nil, options: [String] = []) throws -> PushApp {
+        try PushApp(service: service, version: version, register: token, options: options, bus: bus)
+    }
+}
+
+/// The Python UnifiedPush app as a child process: what it prints, event by event; commands to its standard input.
+final class PushApp: @unchecked Sendable {
+    // @unchecked Sendable: read by one task at a time (through onOwnThread), the buffer behind a lock.
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Resources/up_app.py")
+
+    private let process: Process
+    private let input: Pipe
+    private let reader: LineReader
+    private let unread = Locked<[[String: String]]>([])
+    /// Every event read so far, in order.
+    let seen = Locked<[[String: String]]>([])
+
+    init(service: String, version: Int, register token: String?, options: [String], bus: PrivateSessionBus) throws {
+        let python = try pythonEnvironment(with: "dbus-next")
+        process = Process()
+        process.executableURL = python
+        process.arguments = [Self.script.path, service, String(version)] + (token.map { ["--register", $0] } ?? []) + options
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
+        process.environment = environment
+        input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try runWithNoSignalsBlocked(process)
+        reader = LineReader(output.fileHandleForReading.fileDescriptor)
+    }
+
+    deinit { stop() }
+
+    /// The next event named `name` (earlier events of other names are kept for later); fails after 30 seconds.
+    func next(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: String] {
+        let event = try await onOwnThread { self.read(name) }
+        return try #require(event, "the app printed no '\(name)' event", sourceLocation: sourceLocation)
+    }
+
+    private func read(_ name: String) -> [String: String]? {
+        let kept = unread.withLock { events -> [String: String]? in
+            guard let index = events.firstIndex(where: { $0["event"] == name }) else { return nil }
+            return events.remove(at: index)
+        }
+        if let kept { return kept }
+        while let line = reader.line(timeout: 30_000) {
+            guard case .object(let object)? = try? JSONParser.parse(line) else { continue }
+            var event: [String: String] = [:]
+            for (key, value) in object {
+                switch value {
+                case .string(let text): event[key] = text
+                case .int(let number): event[key] = String(number)
+                default: continue
+                }
+            }
+            seen.withLock { $0.append(event) }
+            if event["event"] == name { return event }
+            unread.withLock { $0.append(event) }
+        }
+        return nil
+    }
+
+    /// Sends `command` (a line) to the app.
+    func send(_ command: String) {
+        input.fileHandleForWriting.write(Data((command + "\n").utf8))
+    }
+
+    /// The message events read so far.
+    var messages: [[String: String]] { seen.withLock { $0.filter { $0["event"] == "message" } } }
+
+    /// Ends the app (its name leaves the bus).
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    /// Waits for the app to be gone.
+    func stopped() async throws {
+        try await onOwnThread { self.stop() }
+    }
+}
+
+/// What an endpoint answered a POST.
+struct PushAnswer {
+    var status: Int
+    var headers: [String: String]
+}
+
+/// POSTs `body` to `url` with `headers` (curl, on a thread of its own).
+func post(_ url: String, _ body: [UInt8], headers: [String] = ["TTL: 60"], in directory: String) async throws -> PushAnswer {
+    let file = directory + "/body-\(UInt64.random(in: 0...UInt64.max))"
+    try Data(body).write(to: URL(fileURLWithPath: file))
+    let arguments =
+        ["-s", "-o", "/dev/null", "-D", "-", "-X", "POST", "--data-binary", "@\(file)"] + headers.flatMap { ["-H", $0] } + [url]
+    let result = try await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments) }
+    unlink(file)
+    var answer = PushAnswer(status: 0, headers: [:])
+    for line in result.output.split(separator: "\r\n") {
+        if line.hasPrefix("HTTP/") {
+            answer.status = Int(line.split(separator: " ")[1]) ?? 0
+        } else if let colon = line.firstIndex(of: ":") {
+            answer.headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+    }
+    return answer
+}
+
+/// The endpoint token of an endpoint URL: its last segment.
+func endpointToken(_ endpoint: String?) throws -> String {
+    try #require(endpoint?.split(separator: "/").last.map(String.init))
+}
+
+extension [UInt8] {
+    var hex: String { map { String(format: "%02x", $0) }.joined() }
+}
