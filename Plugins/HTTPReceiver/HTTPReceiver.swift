@@ -1,3 +1,4 @@
+import Glibc
 public import Herald
 import HeraldHTTP
 public import HeraldTLS
@@ -49,6 +50,15 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `h2` and `http/1.1`, and
         /// the protocol the client picks serves the connection.
         public var tls: TLSServerContext?
+        /// Service accounts: `POST /token` exchanges an assertion signed with a key Herald issued for an access token,
+        /// which every route accepts beside the secret. `nil` (the default): the secret alone.
+        public var serviceAccounts: ServiceAccountOptions?
+        /// The FCM proxy: with a TLS context (a certificate for Google's FCM, IID and OAuth hosts, issued by a CA the
+        /// app servers trust), the listener accepts `CONNECT` to exactly `fcm.googleapis.com:443`,
+        /// `iid.googleapis.com:443` and `oauth2.googleapis.com:443` (any other target: 403), ends TLS inside the
+        /// tunnel with it, and serves the same routes there, HTTP/1.1 or HTTP/2 by ALPN. Needs a plain listener (no
+        /// ``tls``): `HTTPS_PROXY=http://...` is what HTTP clients take. `nil` (the default): `CONNECT` is refused.
+        public var fcmProxy: TLSServerContext?
         /// Plain HTTP beyond loopback sends the bearer secret and every payload in clear: an address that is not
         /// loopback is refused at start without ``tls`` unless this is `true` (a network you trust, or TLS ended in
         /// front of Herald), and the start then says so in the log.
@@ -78,12 +88,16 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         case emptySecret
         /// An address beyond loopback without TLS and without ``Options/allowPlaintextNetwork``.
         case plaintextNetwork(SocketAddress)
+        /// The FCM proxy on a listener with TLS: HTTP clients speak to a proxy in clear (`HTTPS_PROXY=http://...`).
+        case proxyNeedsPlainListener
         public var description: String {
             switch self {
             case .secretRequired(let address):
                 "refusing to listen on \(address) without a secret: set one, or listen on a loopback address (127.0.0.1, ::1) only"
             case .emptySecret:
                 "refusing an empty secret: set a real one, or none (nil) to listen on loopback only"
+            case .proxyNeedsPlainListener:
+                "the FCM proxy needs a listener without TLS: app servers reach a proxy in clear (HTTPS_PROXY=http://...) and TLS runs inside each tunnel"
             case .plaintextNetwork(let address):
                 "refusing to serve plain HTTP on \(address) without TLS: the bearer secret and every payload would cross the network in clear; set a TLS certificate and key, listen on loopback, or allow it (allowPlaintextNetwork)"
             }
@@ -94,6 +108,9 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     /// The verifier of ``Options/apnsKeys``, once started with some.
     private(set) var apnsTokens: APNsTokenVerifier?
     private var context: PluginContext?
+    /// The service-account keys and the access tokens issued, once started with ``Options/serviceAccounts``.
+    private(set) var serviceAccountTokens: ServiceAccountTokens?
+    private var refresher: Task<Void, Never>?
     private var listener: ReceiverListener<HTTPConnection>?
     /// The connections open, to be told of the end (loop thread).
     private var connections: [ObjectIdentifier: HTTPConnection] = [:]
@@ -136,17 +153,25 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
                 "serving plain HTTP beyond loopback, as allowed: the bearer secret and payloads cross the network in clear",
                 metadata: ["address": "\(options.address)"])
         }
+        if options.fcmProxy != nil, options.tls != nil { throw ConfigurationError.proxyNeedsPlainListener }
+        if let accounts = options.serviceAccounts {
+            let tokens = ServiceAccountTokens(options: accounts)
+            try tokens.reload()
+            serviceAccountTokens = tokens
+        }
         self.context = context
         try await context.loop.submit {
             let api = HTTPAPI(receiver: self, context: context)
             let limits = self.options.limits
+            let proxy = self.options.fcmProxy
             let listener = ReceiverListener(
                 context: context, maximumConnections: limits.maximumConnections, security: self.options.tls,
                 applicationProtocols: Self.applicationProtocols
             ) { [unowned self] connection in
                 let session = HTTPConnection(
-                    HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits),
-                    negotiatedProtocol: connection.applicationProtocol)
+                    HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits), connection: connection,
+                    negotiatedProtocol: connection.applicationProtocol,
+                    preamble: proxy.map { ConnectPreamble(connection: connection, loop: context.loop, tls: $0, limits: limits) })
                 let key = ObjectIdentifier(session)
                 self.connections[key] = session
                 session.onClosed = { [weak self] in self?.connections[key] = nil }
@@ -155,9 +180,25 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             try listener.listen(on: [self.options.address])
             self.listener = listener
         }
+        if let tokens = serviceAccountTokens {
+            let logger = context.logger
+            let interval = tokens.options.refreshInterval
+            refresher = Task.detached {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    do {
+                        try tokens.reload()
+                    } catch {
+                        logger.warning(
+                            "cannot read the service-account keys; the last ones read stay in use", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
+        }
     }
 
     public func stop() async {
+        refresher?.cancel()
         guard let context else { return }
         try? await context.loop.submit {
             // HTTP/2 clients are told with a GOAWAY, sent as the connections close.
@@ -177,11 +218,17 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     public func resume() { listener?.resume() }
 
     /// Whether `header` is `Bearer <secret>` (the scheme in any case, as RFC 7235 has it; the secret compared
-    /// in constant time).
+    /// in constant time), or `Bearer <access token>` of a service account (``Options/serviceAccounts``).
     func authorized(_ header: String?) -> Bool {
         guard let secret = options.secret else { return true }
         let scheme = "bearer "
         guard let header, header.utf8.count >= scheme.utf8.count, header.prefix(scheme.count).lowercased() == scheme else { return false }
+        // An access token of a service account; anything else, the secret (which may look like one).
+        if let tokens = serviceAccountTokens, header.dropFirst(scheme.count).hasPrefix("ya29.herald."),
+            tokens.isValid(header.dropFirst(scheme.count), now: Int64(time(nil)))
+        {
+            return true
+        }
         let expected = Array(secret.utf8)
         let given = Array(header.utf8.dropFirst(scheme.utf8.count))
         var difference = UInt8(expected.count == given.count ? 0 : 1)
@@ -196,20 +243,34 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 /// that begins with its preface), which knows nothing of receivers.
 final class HTTPConnection: ReceiverSession {
     private let session: HTTPServerSession
+    private let connection: StreamConnection
     /// The protocol the TLS handshake agreed on (ALPN); `nil` in clear, where the first bytes decide.
     private let negotiatedProtocol: String?
+    /// With the FCM proxy on: what comes before the session (a `CONNECT` and the tunnel's TLS handshake, or nothing).
+    private let preamble: ConnectPreamble?
 
     /// Runs once the connection has closed.
     var onClosed: () -> Void = {}
 
-    init(_ session: HTTPServerSession, negotiatedProtocol: String?) {
+    init(_ session: HTTPServerSession, connection: StreamConnection, negotiatedProtocol: String?, preamble: ConnectPreamble?) {
         self.session = session
+        self.connection = connection
         self.negotiatedProtocol = negotiatedProtocol
+        self.preamble = preamble
     }
 
-    func start() { session.start(negotiatedProtocol: negotiatedProtocol) }
+    func start() {
+        guard let preamble else { return session.start(negotiatedProtocol: negotiatedProtocol) }
+        preamble.start { [weak self] negotiated, initial in
+            guard let self else { return }
+            self.session.start(negotiatedProtocol: negotiated)
+            // The bytes the preamble read that were not a CONNECT go the way the session's own reads go.
+            if !initial.isEmpty, self.connection.isOpen { initial.withUnsafeBytes { self.connection.onRead?($0) } }
+        }
+    }
 
     func closed() {
+        preamble?.closed()
         session.closed()
         onClosed()
     }

@@ -67,6 +67,11 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         router.add(.post, sendPath) { [unowned(unsafe) self] request, _, responder in
             send(request, project: context.projectID, responder: responder)
         }
+        if let tokens = receiver.serviceAccountTokens {
+            router.add(.post, "/token", open: true) { [unowned(unsafe) self] request, _, responder in
+                routeToken(request, tokens: tokens, responder: responder)
+            }
+        }
         if options.forwarder != nil {
             router.notFound = { [unowned(unsafe) self] _, responder in
                 let message =
@@ -77,6 +82,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
             router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
                 routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
+            }
+            router.add(nil, "/iid/info/{token}") { [unowned(unsafe) self] request, match, responder in
+                routeInstanceIDInfo(request, token: HTTPAPI.percentDecoded(String(match["token"] ?? "")), responder: responder)
             }
             for (path, add) in [("/iid/v1:batchAdd", true), ("/iid/v1:batchRemove", false)] {
                 router.add(nil, path) { [unowned(unsafe) self] request, _, responder in
@@ -156,6 +164,39 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             case .invalid(let error), .refused(let error):
                 self.respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             }
+        }
+    }
+
+    /// `POST /token`: Google's OAuth 2.0 token endpoint for service accounts (the JWT-bearer grant). An assertion
+    /// naming a key not yet known reads the keys first (a key issued since the last read).
+    private func routeToken(_ request: HTTPRequest, tokens: ServiceAccountTokens, responder: HTTPResponder) {
+        // queryItems reads what follows the first "?": the form is a query string.
+        let form = HTTPAPI.queryItems("/token?" + String(decoding: request.body, as: UTF8.self))
+        let answer: @Sendable () -> Void = { [unowned(unsafe) self] in
+            do {
+                let issued = try tokens.exchange(form, now: Int64(time(nil)))
+                respond(
+                    responder, status: 200,
+                    body: ["access_token": .string(issued.token), "expires_in": .int(issued.expiresIn), "token_type": "Bearer"],
+                    extraHeaders: [("Cache-Control", "no-store")])
+            } catch let error as OAuthError {
+                respond(responder, status: error.error == "invalid_client" ? 401 : 400, body: error.body)
+            } catch {
+                respond(responder, status: 500, body: googleError(500, "INTERNAL", "\(error)"))
+            }
+        }
+        guard let keyID = ServiceAccountTokens.keyID(ofAssertionIn: form), !tokens.knows(keyID), !tokens.loadedRecently else {
+            return answer()
+        }
+        let loop = context.loop
+        let logger = context.logger
+        Task.detached {
+            do {
+                try tokens.reload()
+            } catch {
+                logger.warning("cannot read the service-account keys", metadata: ["error": "\(error)"])
+            }
+            loop.execute { answer() }
         }
     }
 

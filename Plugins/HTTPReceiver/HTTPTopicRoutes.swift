@@ -103,6 +103,37 @@ extension HTTPAPI {
         }
     }
 
+    /// The Instance ID API's `GET /iid/info/{token}`: `{"platform": "LINUX"}` for this instance's token, with
+    /// `?details=true` also `"rel": {"topics": {"T": {}, ...}}` (the subscribed topics; Herald keeps no date of
+    /// subscription, which Google's answer has as `addDate`); 404 with IID's `{"error": ...}` for any other token.
+    func routeInstanceIDInfo(_ request: HTTPRequest, token: String, responder: HTTPResponder) {
+        guard request.method == .get else {
+            respond(responder, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use GET."])
+            return
+        }
+        let details = HTTPAPI.queryItems(request.target)["details"] == "true"
+        let control = context.topics
+        Task(executorPreference: context.loop) { [weak self] in
+            do {
+                guard try await control.token() == token else {
+                    self?.respond(responder, status: 404, body: ["error": "No information found about this instance id."])
+                    return
+                }
+                var body: JSONObject = ["platform": "LINUX"]
+                if details {
+                    var topics = JSONObject()
+                    for topic in try await control.subscribed().sorted() { topics[topic] = .object([:]) }
+                    body["rel"] = ["topics": .object(topics)]
+                }
+                self?.respond(responder, status: 200, body: .object(body))
+            } catch {
+                let status = (error as? MessageError)?.status ?? .internal
+                self?.respond(
+                    responder, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")])
+            }
+        }
+    }
+
     /// The topic (without `/topics/`) and the tokens of an Instance ID batch request; at most 1000 tokens, as IID.
     static func decodeInstanceIDRequest(_ body: [UInt8]) throws(MessageError) -> (topic: String, tokens: [String]) {
         guard !body.isEmpty else { throw MessageError(.emptyPayload) }

@@ -6,6 +6,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "keys.h"
+
 /* OpenSSL's macros (Swift imports functions, not function-like macros), and the ALPN callback, in C. */
 
 /* TLS 1.2 at least; the highest the library knows (1.3) at most. */

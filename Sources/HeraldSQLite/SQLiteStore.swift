@@ -543,7 +543,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
     }
 
     /// Creates `directory` and its missing parents with mode 0700; an existing directory is left as it is.
-    static func makeDirectory(_ directory: String) throws(StoreError) {
+    package static func makeDirectory(_ directory: String) throws(StoreError) {
         guard !directory.isEmpty else {
             throw .cannotOpen(path: directory, detail: "the data directory path is empty")
         }

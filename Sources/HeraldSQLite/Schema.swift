@@ -12,6 +12,7 @@ enum Schema {
         migrator.registerMigration("v1", migrate: v1)
         migrator.registerMigration("v2-quarantine", migrate: v2)
         migrator.registerMigration("v3-unifiedpush", migrate: v3)
+        migrator.registerMigration("v4-service-account-keys", migrate: v4)
         return migrator
     }()
 
@@ -128,6 +129,23 @@ enum Schema {
                     received_at INTEGER NOT NULL
                 ) STRICT;
                 CREATE INDEX unifiedpush_message_endpoint ON unifiedpush_message (endpoint_token);
+                """)
+    }
+
+    /// Service-account keys Herald issued (`herald credentials create`): only the public half (SubjectPublicKeyInfo
+    /// PEM), the `private_key_id` that names it in a JWT's `kid`, the account's `client_email`, a name for people, and
+    /// when it was issued and revoked (seconds since 1970; a revoked key's row stays, so that `list` shows it).
+    private static func v4(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE service_account_key (
+                    key_id TEXT NOT NULL PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    client_email TEXT NOT NULL,
+                    public_key TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                ) STRICT, WITHOUT ROWID;
                 """)
     }
 }

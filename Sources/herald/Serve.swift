@@ -114,6 +114,9 @@ struct Serve: AsyncParsableCommand {
         help: ArgumentHelp(ServeOption.allowPlaintextNetwork.help))
     var allowPlaintextNetwork: Bool?
 
+    @Flag(name: .customLong("fcm-proxy"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.fcmProxy.help))
+    var fcmProxy: Bool?
+
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp(ServeOption.tlsCertificate.help, valueName: "file"))
     var tlsCertificate: String?
 
@@ -251,6 +254,7 @@ struct Serve: AsyncParsableCommand {
         add(
             .allowPlaintextNetwork, allowPlaintextNetwork.map { .boolean($0) },
             flag: allowPlaintextNetwork == false ? "--no-allow-plaintext-network" : "--allow-plaintext-network")
+        add(.fcmProxy, fcmProxy.map { .boolean($0) }, flag: fcmProxy == false ? "--no-fcm-proxy" : "--fcm-proxy")
         add(.tlsCertificate, tlsCertificate.map { .string($0) })
         add(.tlsKey, tlsKey.map { .string($0) })
         add(.tlsClientCA, tlsClientCA.map { .string($0) })
@@ -314,6 +318,12 @@ struct Serve: AsyncParsableCommand {
         if (settings.tlsCertificate == nil) != (settings.tlsKey == nil) || (settings.tlsClientCA != nil && settings.tlsCertificate == nil) {
             writeLine(
                 "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca needs them too",
+                to: STDERR_FILENO)
+            throw ExitCode(64)
+        }
+        if settings.fcmProxy, settings.http == nil || settings.tlsCertificate != nil {
+            writeLine(
+                "herald: the FCM proxy needs the HTTP endpoint (http not none) without TLS (no tls-cert): app servers reach a proxy in clear (HTTPS_PROXY=http://...) and TLS runs inside each tunnel",
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
@@ -567,6 +577,9 @@ final class Daemon: Service, Sendable {
             options.tls = tls
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
             options.webPush = distributor
+            let directory = settings.dataDirectory
+            options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
+            if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
             try herald.register(HTTPReceiver(options: options))
         }
         if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {

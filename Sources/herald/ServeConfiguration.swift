@@ -177,6 +177,11 @@ struct ServeOption: Sendable {
         meaning:
             "Let the HTTP listeners (the HTTP endpoint, metrics) serve plain HTTP beyond loopback without TLS; the log says so at start."
     )
+    static let fcmProxy = ServeOption(
+        "fcm-proxy", .boolean, default: .boolean(false), "false", allowed: "true or false",
+        meaning:
+            "Serve Google's FCM, IID and OAuth hosts to unmodified Admin SDK app servers: the HTTP endpoint accepts CONNECT to fcm.googleapis.com:443, iid.googleapis.com:443 and oauth2.googleapis.com:443 only, with TLS inside from a CA in the data directory (herald credentials ca); needs http without tls-cert."
+    )
     static let tlsCertificate = ServeOption(
         "tls-cert", .string, default: nil, "none (no TLS)", allowed: "a non-empty file path",
         meaning:
@@ -317,7 +322,7 @@ struct ServeOption: Sendable {
         http, socket, projectID, senderID, dataDirectory, echo, presenter, unifiedPush, unifiedPushEndpointURL, authTokenFile, apnsKeys,
         logLevel, shutdownGrace, maxReplays,
         contentModifierDeadline, analyticsStore, analyticsRetentionDays, plugins, metrics, allowUnauthenticatedNetwork,
-        allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
+        allowPlaintextNetwork, fcmProxy, tlsCertificate, tlsKey, tlsClientCA, deliveryMetrics,
         execFetchCommand, execFetchArguments, execFetchEnvironment, execFetchTimeout, execFetchConcurrency,
         tokenWebhookURL, tokenWebhookSecretFile, tokenWebhookCA, tokenWebhookMaxAttempts, imageAttachmentCA, imageAttachmentMaxBytes,
         natsServers, natsReplicas, natsCredentials, natsTokenFile, natsTLSCA, natsTLSCertificate, natsTLSKey, natsStream, natsConsumer,
@@ -452,6 +457,7 @@ struct ServeSettings: Sendable {
         return []
     }
     var gateway: Bool { boolean(ServeOption.gateway) }
+    var fcmProxy: Bool { boolean(ServeOption.fcmProxy) }
     var natsTokenFile: String? { string(ServeOption.natsTokenFile) }
 
     /// NATSReceiver's options from the nats-* settings (`authToken` read from nats-token-file by the caller), or

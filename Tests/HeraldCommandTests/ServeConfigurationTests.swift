@@ -104,6 +104,15 @@ struct ServeConfigurationTests {
         #expect(try resolve(yaml, environment: ["HERALD_PROJECT_ID": ""]).settings.projectID == "from-file")
     }
 
+    @Test("fcm-proxy from the file, HERALD_FCM_PROXY and --fcm-proxy; off by default")
+    func fcmProxySetting() throws {
+        #expect(try resolve().settings.fcmProxy == false)
+        #expect(try resolve("fcm-proxy: true\n").settings.fcmProxy == true)
+        #expect(try resolve(environment: ["HERALD_FCM_PROXY": "true"]).settings.fcmProxy == true)
+        #expect(try resolve("fcm-proxy: true\n", flags: [("fcm-proxy", .boolean(false), "--no-fcm-proxy")]).settings.fcmProxy == false)
+        #expect(failure("fcm-proxy: maybe\n")?.contains("fcm-proxy") == true)
+    }
+
     @Test("YAML scalars as people write them: a number where a string is expected, yes/no booleans, quoted values")
     func scalars() throws {
         let settings = try resolve(

@@ -5,11 +5,14 @@ import HeraldTesting
 import Testing
 
 /// `herald serve --gateway` as a child, on a free port, with the bearer secret `secret`.
-func startGateway(server: NATSServerProcess, directory: String, secret: String, metricsPort: Int? = nil) throws -> DaemonProcess {
+func startGateway(
+    server: NATSServerProcess, directory: String, secret: String, metricsPort: Int? = nil, extraArguments: [String] = []
+) throws -> DaemonProcess {
     let secretFile = "\(directory)/secret"
     try secret.write(toFile: secretFile, atomically: true, encoding: .utf8)
     var arguments = ["--gateway", "--nats-server", server.url, "--socket", "none", "--auth-token-file", secretFile]
     if let metricsPort { arguments += ["--metrics", "127.0.0.1:\(metricsPort)"] }
+    arguments += extraArguments
     let gateway = try DaemonProcess(directory: "\(directory)/gateway", arguments: arguments, echo: false)
     // Ready once it printed its own token (it is not an instance of the fleet, but it is a Herald).
     guard let line = gateway.line(), line.hasPrefix("registration token: ") else {
@@ -20,6 +23,46 @@ func startGateway(server: NATSServerProcess, directory: String, secret: String, 
 
 @Suite("Gateway mode: herald serve --gateway passes FCM v1 sends on to the fleet through NATS", .serialized)
 struct GatewayTests {
+    @Test("an unmodified Admin SDK app server sends through a gateway's FCM proxy, with a service-account file the gateway issued")
+    func adminSDKThroughGatewayProxy() async throws {
+        let python = try pythonEnvironment(with: "firebase-admin")
+        let server = try NATSServerProcess()
+        let a = try FleetInstance(server: server)
+        try await withFleet([a]) {
+            try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
+                let account = "\(directory)/service-account.json"
+                let created = try runBuiltExecutable(
+                    "herald", ["credentials", "create", "--data-dir", "\(directory)/gateway", "--out", account, "--project-id", "demo"])
+                #expect(created.status == 0, "\(created.error)")
+                let ca = try runBuiltExecutable("herald", ["credentials", "ca", "--data-dir", "\(directory)/gateway"])
+                let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
+                let gateway = try startGateway(
+                    server: server, directory: directory, secret: "gateway-secret", extraArguments: ["--fcm-proxy"])
+                let token = try await a.token()
+                let proxy = "http://127.0.0.1:\(gateway.httpPort)"
+                let arguments = [
+                    repositoryRoot.appendingPathComponent("Tests/AdminSDK/proxy_check.py").path, "--credentials", account, "--token", token,
+                    "--gateway",
+                ]
+                let environment = [
+                    "HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": caFile,
+                    "SSL_CERT_FILE": caFile,
+                ]
+                let result = try await onOwnThread { try runExecutable(python, arguments, environment: environment) }
+                #expect(
+                    result.status == 0, "proxy_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
+                #expect(result.output.contains(#"delivered: ["multicast", "send", "send-each-1", "send-each-2", "send-notification"]"#))
+                // The collector takes data messages (the notification goes to the presenter).
+                let expected = ["multicast", "send", "send-each-1", "send-each-2"]
+                @Sendable func checks() -> [String] {
+                    a.collector.messages.withLock { $0.compactMap { $0.userInfo["check"]?.stringValue } }.sorted()
+                }
+                #expect(await eventually { checks() == expected }, "\(checks())")
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
     @Test(
         "the Firebase Admin SDK for Python sends through the gateway: tokens reach their instance only, topics the subscribed ones; unknown tokens are UNREGISTERED"
     )

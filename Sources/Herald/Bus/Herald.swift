@@ -264,7 +264,8 @@ public final class Herald: @unchecked Sendable {
                     guard let self else { return nil }
                     let bus = try self.runningBus()
                     return try await self.loop.submit { bus.identity.token }
-                }
+                },
+                subscribed: { [weak self] in try await self?.subscribedTopics() ?? [] }
             ),
             categories: bus.categories
         )

@@ -29,15 +29,19 @@ public struct TopicControl: Sendable {
     public let unsubscribe: @Sendable (String) async throws -> Bool
     /// The current registration token.
     public let token: @Sendable () async throws -> String?
+    /// The topics subscribed to.
+    public let subscribed: @Sendable () async throws -> Set<String>
 
     public init(
         subscribe: @escaping @Sendable (String) async throws -> Void,
         unsubscribe: @escaping @Sendable (String) async throws -> Bool,
-        token: @escaping @Sendable () async throws -> String?
+        token: @escaping @Sendable () async throws -> String?,
+        subscribed: @escaping @Sendable () async throws -> Set<String> = { [] }
     ) {
         self.subscribe = subscribe
         self.unsubscribe = unsubscribe
         self.token = token
+        self.subscribed = subscribed
     }
 }
 

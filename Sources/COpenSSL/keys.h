@@ -1,0 +1,222 @@
+#ifndef HERALD_COPENSSL_KEYS_H
+#define HERALD_COPENSSL_KEYS_H
+
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keys, RS256 signatures and a small certificate authority, in C: a dozen OpenSSL calls each, most of them through
+   macros or out-parameters Swift cannot call well. Every text returned is malloc'ed (the caller frees it with free);
+   every function returns 1 on success and 0 on failure (OpenSSL's error queue says why). */
+
+/* What a memory BIO holds, as a NUL-terminated malloc'ed string. */
+static inline char *herald_bio_string(BIO *bio) {
+    char *data = NULL;
+    long length = BIO_get_mem_data(bio, &data);
+    if (length < 0 || data == NULL) return NULL;
+    char *text = (char *)malloc((size_t)length + 1);
+    if (text == NULL) return NULL;
+    memcpy(text, data, (size_t)length);
+    text[length] = 0;
+    return text;
+}
+
+static inline char *herald_private_key_pem(EVP_PKEY *key) {
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio == NULL) return NULL;
+    char *text = PEM_write_bio_PrivateKey(bio, key, NULL, NULL, 0, NULL, NULL) == 1 ? herald_bio_string(bio) : NULL;
+    BIO_free(bio);
+    return text;
+}
+
+static inline char *herald_public_key_pem(EVP_PKEY *key) {
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio == NULL) return NULL;
+    char *text = PEM_write_bio_PUBKEY(bio, key) == 1 ? herald_bio_string(bio) : NULL;
+    BIO_free(bio);
+    return text;
+}
+
+/* A new RSA key of `bits`: its private key as PKCS#8 PEM ("BEGIN PRIVATE KEY") and its public key as PEM
+   (SubjectPublicKeyInfo). */
+static inline int herald_rsa_generate(unsigned int bits, char **private_pem, char **public_pem) {
+    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)bits);
+    if (key == NULL) return 0;
+    *private_pem = herald_private_key_pem(key);
+    *public_pem = herald_public_key_pem(key);
+    EVP_PKEY_free(key);
+    if (*private_pem == NULL || *public_pem == NULL) {
+        free(*private_pem);
+        free(*public_pem);
+        return 0;
+    }
+    return 1;
+}
+
+/* The public key in `pem` (SubjectPublicKeyInfo); NULL when it is not one. Free it with EVP_PKEY_free. */
+static inline EVP_PKEY *herald_public_key_read(const char *pem) {
+    BIO *bio = BIO_new_mem_buf(pem, -1);
+    if (bio == NULL) return NULL;
+    EVP_PKEY *key = PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL);
+    BIO_free(bio);
+    return key;
+}
+
+/* Whether `key` is RSA (RS256 needs it). */
+static inline int herald_key_is_rsa(EVP_PKEY *key) { return EVP_PKEY_is_a(key, "RSA"); }
+
+/* RS256 (RSASSA-PKCS1-v1_5 with SHA-256): 1 when `signature` is `key`'s over `data`. */
+static inline int herald_rs256_verify(EVP_PKEY *key, const unsigned char *data, size_t length, const unsigned char *signature,
+                                      size_t signature_length) {
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    if (context == NULL) return 0;
+    int valid = EVP_DigestVerifyInit(context, NULL, EVP_sha256(), NULL, key) == 1 &&
+                EVP_DigestVerify(context, signature, signature_length, data, length) == 1;
+    EVP_MD_CTX_free(context);
+    return valid;
+}
+
+/* RS256 signature of `data` with the private key in `private_pem` (for tests and tools); `*signature` malloc'ed. */
+static inline int herald_rs256_sign(const char *private_pem, const unsigned char *data, size_t length, unsigned char **signature,
+                                    size_t *signature_length) {
+    BIO *bio = BIO_new_mem_buf(private_pem, -1);
+    if (bio == NULL) return 0;
+    EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
+    BIO_free(bio);
+    if (key == NULL) return 0;
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    int ok = 0;
+    size_t size = 0;
+    if (context != NULL && EVP_DigestSignInit(context, NULL, EVP_sha256(), NULL, key) == 1 &&
+        EVP_DigestSign(context, NULL, &size, data, length) == 1) {
+        *signature = (unsigned char *)malloc(size);
+        if (*signature != NULL && EVP_DigestSign(context, *signature, &size, data, length) == 1) {
+            *signature_length = size;
+            ok = 1;
+        } else {
+            free(*signature);
+        }
+    }
+    EVP_MD_CTX_free(context);
+    EVP_PKEY_free(key);
+    return ok;
+}
+
+/* Adds the extension `name` = `value` (openssl.cnf syntax) to `certificate`, issued by `issuer`. */
+static inline int herald_add_extension(X509 *certificate, X509 *issuer, int nid, const char *value) {
+    X509V3_CTX context;
+    X509V3_set_ctx(&context, issuer, certificate, NULL, NULL, 0);
+    X509_EXTENSION *extension = X509V3_EXT_conf_nid(NULL, &context, nid, value);
+    if (extension == NULL) return 0;
+    int ok = X509_add_ext(certificate, extension, -1);
+    X509_EXTENSION_free(extension);
+    return ok;
+}
+
+static inline char *herald_certificate_pem(X509 *certificate) {
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio == NULL) return NULL;
+    char *text = PEM_write_bio_X509(bio, certificate) == 1 ? herald_bio_string(bio) : NULL;
+    BIO_free(bio);
+    return text;
+}
+
+/* A certificate for `key` named `common_name`, valid from an hour ago for `days`, with a random serial number;
+   signed by `issuer_key` as `issuer` (NULL: self-signed). Its extensions are added by the caller before signing. */
+static inline X509 *herald_certificate_begin(EVP_PKEY *key, const char *common_name, int days, X509 *issuer) {
+    X509 *certificate = X509_new();
+    if (certificate == NULL) return NULL;
+    unsigned char serial[16];
+    BIGNUM *number = NULL;
+    int ok = X509_set_version(certificate, X509_VERSION_3) == 1 && RAND_bytes(serial, sizeof serial) == 1;
+    if (ok) {
+        serial[0] &= 0x7F; /* positive */
+        number = BN_bin2bn(serial, sizeof serial, NULL);
+        ok = number != NULL && BN_to_ASN1_INTEGER(number, X509_get_serialNumber(certificate)) != NULL;
+        BN_free(number);
+    }
+    X509_NAME *name = X509_get_subject_name(certificate);
+    ok = ok && X509_NAME_add_entry_by_txt(name, "O", MBSTRING_UTF8, (const unsigned char *)"Herald", -1, -1, 0) == 1 &&
+         X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)common_name, -1, -1, 0) == 1 &&
+         X509_set_issuer_name(certificate, issuer != NULL ? X509_get_subject_name(issuer) : name) == 1 &&
+         X509_gmtime_adj(X509_getm_notBefore(certificate), -3600) != NULL &&
+         X509_gmtime_adj(X509_getm_notAfter(certificate), (long)days * 86400) != NULL && X509_set_pubkey(certificate, key) == 1;
+    if (!ok) {
+        X509_free(certificate);
+        return NULL;
+    }
+    return certificate;
+}
+
+/* A new certificate authority: a P-256 key and a self-signed CA certificate (basic constraints critical, CA:TRUE,
+   path length 0; key usage keyCertSign and cRLSign), both PEM. */
+static inline int herald_ca_create(const char *common_name, int days, char **key_pem, char **certificate_pem) {
+    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    if (key == NULL) return 0;
+    X509 *certificate = herald_certificate_begin(key, common_name, days, NULL);
+    int ok = certificate != NULL &&
+             herald_add_extension(certificate, certificate, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
+             herald_add_extension(certificate, certificate, NID_key_usage, "critical,keyCertSign,cRLSign") &&
+             herald_add_extension(certificate, certificate, NID_subject_key_identifier, "hash") &&
+             X509_sign(certificate, key, EVP_sha256()) > 0;
+    *key_pem = ok ? herald_private_key_pem(key) : NULL;
+    *certificate_pem = ok ? herald_certificate_pem(certificate) : NULL;
+    X509_free(certificate);
+    EVP_PKEY_free(key);
+    if (*key_pem == NULL || *certificate_pem == NULL) {
+        free(*key_pem);
+        free(*certificate_pem);
+        return 0;
+    }
+    return 1;
+}
+
+/* A server certificate for the names in `alt_names` ("DNS:a,DNS:b"), named `common_name`, with a new P-256 key,
+   signed by the CA whose key and certificate are given (PEM): key usage digitalSignature, extended key usage
+   serverAuth, not a CA. */
+static inline int herald_ca_issue_server(const char *ca_key_pem, const char *ca_certificate_pem, const char *common_name,
+                                         const char *alt_names, int days, char **key_pem, char **certificate_pem) {
+    *key_pem = NULL;
+    *certificate_pem = NULL;
+    BIO *key_bio = BIO_new_mem_buf(ca_key_pem, -1);
+    BIO *certificate_bio = BIO_new_mem_buf(ca_certificate_pem, -1);
+    EVP_PKEY *ca_key = key_bio != NULL ? PEM_read_bio_PrivateKey(key_bio, NULL, NULL, NULL) : NULL;
+    X509 *ca = certificate_bio != NULL ? PEM_read_bio_X509(certificate_bio, NULL, NULL, NULL) : NULL;
+    BIO_free(key_bio);
+    BIO_free(certificate_bio);
+    EVP_PKEY *key = ca_key != NULL && ca != NULL ? EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256") : NULL;
+    X509 *certificate = key != NULL ? herald_certificate_begin(key, common_name, days, ca) : NULL;
+    int ok = certificate != NULL && X509_check_private_key(ca, ca_key) == 1 &&
+             herald_add_extension(certificate, ca, NID_basic_constraints, "critical,CA:FALSE") &&
+             herald_add_extension(certificate, ca, NID_key_usage, "critical,digitalSignature") &&
+             herald_add_extension(certificate, ca, NID_ext_key_usage, "serverAuth") &&
+             herald_add_extension(certificate, ca, NID_subject_alt_name, alt_names) &&
+             herald_add_extension(certificate, ca, NID_subject_key_identifier, "hash") &&
+             herald_add_extension(certificate, ca, NID_authority_key_identifier, "keyid:always") &&
+             X509_sign(certificate, ca_key, EVP_sha256()) > 0;
+    if (ok) {
+        *key_pem = herald_private_key_pem(key);
+        *certificate_pem = herald_certificate_pem(certificate);
+    }
+    X509_free(certificate);
+    EVP_PKEY_free(key);
+    X509_free(ca);
+    EVP_PKEY_free(ca_key);
+    if (*key_pem == NULL || *certificate_pem == NULL) {
+        free(*key_pem);
+        free(*certificate_pem);
+        *key_pem = NULL;
+        *certificate_pem = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+#endif

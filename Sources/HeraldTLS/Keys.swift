@@ -1,0 +1,173 @@
+import COpenSSL
+import Glibc
+
+/// Why a key, a signature or a certificate could not be made or read.
+public enum KeyError: Error, Equatable, CustomStringConvertible {
+    /// The text is not a PEM public key, or not an RSA one.
+    case invalidPublicKey(String)
+    /// OpenSSL failed (out of memory, no randomness).
+    case openSSL(String)
+    /// A file of the certificate authority cannot be read or written.
+    case file(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .invalidPublicKey(let reason): "not an RSA public key: \(reason)"
+        case .openSSL(let reason): "OpenSSL: \(reason)"
+        case .file(let path, let reason): "\(path): \(reason)"
+        }
+    }
+}
+
+/// A new RSA key pair, as a Google service-account file holds its private half: the private key as PKCS#8 PEM
+/// (`-----BEGIN PRIVATE KEY-----`), the public key as SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
+public struct RSAKeyPair: Sendable {
+    /// The private key, PKCS#8 PEM.
+    public let privateKeyPEM: String
+    /// The public key, SubjectPublicKeyInfo PEM.
+    public let publicKeyPEM: String
+
+    /// Generates a key of `bits` (2048 unless told).
+    public static func generate(bits: Int = 2048) throws(KeyError) -> RSAKeyPair {
+        ERR_clear_error()
+        var privatePEM: UnsafeMutablePointer<CChar>?
+        var publicPEM: UnsafeMutablePointer<CChar>?
+        guard herald_rsa_generate(UInt32(bits), &privatePEM, &publicPEM) == 1, let privatePEM, let publicPEM else {
+            throw .openSSL("cannot generate an RSA key: \(openSSLError())")
+        }
+        defer {
+            free(privatePEM)
+            free(publicPEM)
+        }
+        return RSAKeyPair(privateKeyPEM: String(cString: privatePEM), publicKeyPEM: String(cString: publicPEM))
+    }
+
+    /// The RS256 signature (RSASSA-PKCS1-v1_5 with SHA-256) of `data` with the private key in `privateKeyPEM`.
+    public static func signRS256(_ data: [UInt8], privateKeyPEM: String) throws(KeyError) -> [UInt8] {
+        ERR_clear_error()
+        var signature: UnsafeMutablePointer<UInt8>?
+        var length = 0
+        guard herald_rs256_sign(privateKeyPEM, data, data.count, &signature, &length) == 1, let signature else {
+            throw .openSSL("cannot sign: \(openSSLError())")
+        }
+        defer { free(signature) }
+        return Array(UnsafeBufferPointer(start: signature, count: length))
+    }
+}
+
+/// An RSA public key that checks RS256 signatures (JWTs signed with a service account's key). Immutable; any thread.
+public final class RS256PublicKey: @unchecked Sendable {
+    // @unchecked Sendable: the EVP_PKEY is only read after init; OpenSSL allows concurrent verifications with it.
+    private let key: OpaquePointer
+
+    /// Reads a SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`) holding an RSA key.
+    public init(pem: String) throws(KeyError) {
+        ERR_clear_error()
+        guard let key = herald_public_key_read(pem) else { throw .invalidPublicKey(openSSLError()) }
+        guard herald_key_is_rsa(key) == 1 else {
+            EVP_PKEY_free(key)
+            throw .invalidPublicKey("the key is not RSA")
+        }
+        self.key = key
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// Whether `signature` is this key's RS256 signature of `data`.
+    public func isValidSignature(_ signature: [UInt8], for data: [UInt8]) -> Bool {
+        let valid = herald_rs256_verify(key, data, data.count, signature, signature.count) == 1
+        ERR_clear_error()
+        return valid
+    }
+}
+
+/// A certificate authority of Herald's own, kept in a directory: `ca.pem` (its certificate, for clients to trust)
+/// and `ca-key.pem` (its P-256 key, mode 0600, readable by the daemon's user only). It issues the server certificate
+/// a listener presents for names that are not Herald's (``issueServerCertificate(names:)``).
+public struct LocalCertificateAuthority: Sendable {
+    /// The directory of the files.
+    public let directory: String
+    /// The CA certificate, PEM: what clients add to their trust.
+    public var certificateFile: String { directory + "/ca.pem" }
+    /// The CA's private key, PEM, mode 0600.
+    public var keyFile: String { directory + "/ca-key.pem" }
+    /// The last server certificate issued (PEM).
+    public var serverCertificateFile: String { directory + "/server.pem" }
+    /// The last server certificate's private key (PEM, mode 0600).
+    public var serverKeyFile: String { directory + "/server-key.pem" }
+
+    /// The authority in `directory` (created, mode 0700, when missing), its key and certificate made the first time
+    /// (valid ten years, named `name`).
+    public static func openOrCreate(directory: String, name: String = "Herald local CA") throws(KeyError) -> LocalCertificateAuthority {
+        let authority = LocalCertificateAuthority(directory: directory)
+        if mkdir(directory, 0o700) != 0, errno != EEXIST {
+            throw .file(path: directory, reason: String(cString: strerror(errno)))
+        }
+        if access(authority.certificateFile, R_OK) == 0, access(authority.keyFile, R_OK) == 0 { return authority }
+        ERR_clear_error()
+        var keyPEM: UnsafeMutablePointer<CChar>?
+        var certificatePEM: UnsafeMutablePointer<CChar>?
+        guard herald_ca_create(name, 3650, &keyPEM, &certificatePEM) == 1, let keyPEM, let certificatePEM else {
+            throw .openSSL("cannot create the certificate authority: \(openSSLError())")
+        }
+        defer {
+            free(keyPEM)
+            free(certificatePEM)
+        }
+        try writeFile(authority.keyFile, String(cString: keyPEM), mode: 0o600)
+        try writeFile(authority.certificateFile, String(cString: certificatePEM), mode: 0o644)
+        return authority
+    }
+
+    /// Issues a server certificate for `names` (DNS names; the first is its common name), valid a year, with a new
+    /// key, and writes both to ``serverCertificateFile`` and ``serverKeyFile`` (replacing the previous ones).
+    public func issueServerCertificate(names: [String]) throws(KeyError) {
+        let caKey = try readFile(keyFile)
+        let caCertificate = try readFile(certificateFile)
+        let altNames = names.map { "DNS:\($0)" }.joined(separator: ",")
+        ERR_clear_error()
+        var keyPEM: UnsafeMutablePointer<CChar>?
+        var certificatePEM: UnsafeMutablePointer<CChar>?
+        guard herald_ca_issue_server(caKey, caCertificate, names.first ?? "herald", altNames, 365, &keyPEM, &certificatePEM) == 1,
+            let keyPEM, let certificatePEM
+        else {
+            throw .openSSL("cannot issue a server certificate with the CA in \(directory): \(openSSLError())")
+        }
+        defer {
+            free(keyPEM)
+            free(certificatePEM)
+        }
+        try Self.writeFile(serverKeyFile, String(cString: keyPEM), mode: 0o600)
+        try Self.writeFile(serverCertificateFile, String(cString: certificatePEM), mode: 0o644)
+    }
+
+    private func readFile(_ path: String) throws(KeyError) -> String {
+        guard let file = fopen(path, "r") else { throw .file(path: path, reason: String(cString: strerror(errno))) }
+        defer { fclose(file) }
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, file)
+            if count == 0 { break }
+            text += buffer[..<count]
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// Writes `text` to `path` with `mode` from its first byte: a temporary file beside it, renamed over it.
+    static func writeFile(_ path: String, _ text: String, mode: mode_t) throws(KeyError) {
+        let temporary = path + ".tmp"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw .file(path: temporary, reason: String(cString: strerror(errno))) }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == bytes.count, synced, rename(temporary, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw .file(path: path, reason: reason)
+        }
+    }
+}
