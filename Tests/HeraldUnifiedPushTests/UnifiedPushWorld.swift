@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Herald
 import HeraldHTTPReceiver
+import HeraldJSONLExport
 import HeraldSQLite
 import HeraldTesting
 import HeraldUnifiedPush
@@ -15,6 +16,8 @@ final class UnifiedPushWorld: @unchecked Sendable {
     let directory: String
     let bus: PrivateSessionBus
     let dataDirectory: String
+    /// The delivery-metrics export of `withHerald(analytics: true)`.
+    var deliveryMetrics: String { directory + "/delivery-metrics.jsonl" }
 
     init() throws {
         directory = try makeTemporaryDirectory(prefix: "herald-up")
@@ -29,8 +32,10 @@ final class UnifiedPushWorld: @unchecked Sendable {
 
     /// Starts Herald on the data directory with the distributor and the receiver; runs `body` with the receiver's
     /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound; `secret`: the receiver's.
+    /// `analytics`: with the analytics store in the data directory and the delivery-metrics export in ``deliveryMetrics``.
     func withHerald(
-        maximumWaiting: Int = 1000, secret: String? = nil, _ body: (String, UnifiedPushDistributor) async throws -> Void
+        maximumWaiting: Int = 1000, secret: String? = nil, analytics: Bool = false,
+        _ body: (String, UnifiedPushDistributor) async throws -> Void
     ) async throws {
         let store = try SQLiteStore(directory: dataDirectory)
         var distributorOptions = UnifiedPushDistributor.Options(busAddress: bus.address)
@@ -41,7 +46,14 @@ final class UnifiedPushWorld: @unchecked Sendable {
         receiverOptions.webPush = distributor
         let receiver = HTTPReceiver(options: receiverOptions)
         let herald = Herald(configuration: .init(senderID: "1234567890"), store: store)
-        try await withStarted(herald, plugins: [receiver, distributor]) { herald in
+        var plugins: [any HeraldPlugin] = [receiver, distributor]
+        if analytics {
+            plugins += [
+                try SQLiteAnalyticsStore(directory: dataDirectory) as any HeraldPlugin,
+                JSONLExport(options: .init(path: deliveryMetrics)),
+            ]
+        }
+        try await withStarted(herald, plugins: plugins) { herald in
             let address = try #require(try await receiver.listeningAddress())
             let port = try #require(address.port)
             let owned = try await eventually { try await herald.loop.submit { distributor.ownsName } }
