@@ -1,4 +1,3 @@
-import Foundation
 import Herald
 import HeraldReport
 import HeraldSQLite
@@ -22,8 +21,8 @@ struct UnifiedPushAnalyticsTests {
             #expect(try await post(url, Array("one".utf8), headers: ["TTL: 60", "Urgency: high"], in: world.directory).status == 201)
             #expect(try await app.next("message")["body"] == Array("one".utf8).hex)
             // The app answered Message once the distributor counts the push as delivered.
-            let delivered = await eventually { deliveryMetrics(world).contains { $0["event"] == "MESSAGE_DELIVERED" } }
-            try #require(delivered, "no MESSAGE_DELIVERED line: \(deliveryMetrics(world))")
+            let delivered = await eventually { world.deliveryMetricLines().contains { $0["event"] == "MESSAGE_DELIVERED" } }
+            try #require(delivered, "no MESSAGE_DELIVERED line: \(world.deliveryMetricLines())")
 
             try await app.stopped()
             for (body, headers) in [
@@ -32,8 +31,8 @@ struct UnifiedPushAnalyticsTests {
                 #expect(try await post(url, Array(body.utf8), headers: headers, in: world.directory).status == 201)
             }
             // TTL 0 and the app away: dropped after the one attempt.
-            let expired = await eventually { deliveryMetrics(world).contains { $0["event"] == "message_dropped:expired" } }
-            #expect(expired, "\(deliveryMetrics(world))")
+            let expired = await eventually { world.deliveryMetricLines().contains { $0["event"] == "message_dropped:expired" } }
+            #expect(expired, "\(world.deliveryMetricLines())")
         }
 
         // As `herald up unregister` does while the daemon is stopped: the pushes still waiting are dropped at the next start.
@@ -54,7 +53,7 @@ struct UnifiedPushAnalyticsTests {
         #expect(table.contains("UnifiedPush pushes"), "\(table)")
         #expect(table.contains("collapsed 1, unregistered 3"), "\(table)")
 
-        let lines = deliveryMetrics(world)
+        let lines = world.deliveryMetricLines()
         #expect(lines.allSatisfy { $0["message_type"] == AnalyticsEvent.unifiedPush }, "\(lines)")
         let events = lines.compactMap { $0["event"] }
         #expect(events.filter { $0 == "MESSAGE_ACCEPTED" }.count == 5, "\(events)")
@@ -63,22 +62,5 @@ struct UnifiedPushAnalyticsTests {
         #expect(events.filter { $0 == "message_dropped:unregistered" }.count == 3, "\(events)")
         let accepted = try #require(lines.first { $0["event"] == "MESSAGE_ACCEPTED" })
         #expect(accepted["priority"] == "10" && accepted["ttl"] == "60", "\(accepted)")
-    }
-}
-
-/// The delivery-metrics export's lines, each as its string and number columns.
-private func deliveryMetrics(_ world: UnifiedPushWorld) -> [[String: String]] {
-    guard let text = try? String(contentsOfFile: world.deliveryMetrics, encoding: .utf8) else { return [] }
-    return text.split(separator: "\n").compactMap { line in
-        guard case .object(let object)? = try? JSONParser.parse(String(line)) else { return nil }
-        var columns: [String: String] = [:]
-        for (key, value) in object {
-            switch value {
-            case .string(let text): columns[key] = text
-            case .int(let number): columns[key] = String(number)
-            default: continue
-            }
-        }
-        return columns
     }
 }

@@ -62,6 +62,23 @@ final class UnifiedPushWorld: @unchecked Sendable {
         }
     }
 
+    /// The lines of the delivery-metrics export so far, each as its string and number columns.
+    func deliveryMetricLines() -> [[String: String]] {
+        guard let text = try? String(contentsOfFile: deliveryMetrics, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard case .object(let object)? = try? JSONParser.parse(String(line)) else { return nil }
+            var columns: [String: String] = [:]
+            for (key, value) in object {
+                switch value {
+                case .string(let text): columns[key] = text
+                case .int(let number): columns[key] = String(number)
+                default: continue
+                }
+            }
+            return columns
+        }
+    }
+
     /// Starts the private bus (waiting for it on a thread of its own); see `PrivateSessionBus.start`.
     func startBus(serviceDirectory: String? = nil, environment: [String: String] = [:]) async throws {
         try await onOwnThread { try self.bus.start(serviceDirectory: serviceDirectory, environment: environment) }
