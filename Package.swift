@@ -527,6 +527,7 @@ let package = Package(
             name: "HeraldUnifiedPushTests",
             dependencies: [
                 "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "HeraldReport", "HeraldJSONLExport",
+                "HeraldPrometheusMetrics",
                 "herald", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
             ],
             exclude: ["Resources"],

@@ -1,3 +1,4 @@
+import Foundation
 import Herald
 import HeraldReport
 import HeraldSQLite
@@ -33,6 +34,15 @@ struct UnifiedPushAnalyticsTests {
             // TTL 0 and the app away: dropped after the one attempt.
             let expired = await eventually { world.deliveryMetricLines().contains { $0["event"] == "message_dropped:expired" } }
             #expect(expired, "\(world.deliveryMetricLines())")
+            // Prometheus: the five pushes received by type, the one delivered.
+            let metricsURL = try #require(world.metricsURL)
+            let scraped = await eventually {
+                let page =
+                    (try? await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-s", metricsURL]) })?.output ?? ""
+                return page.contains(#"herald_messages_received_total{type="UNIFIEDPUSH"} 5"#)
+                    && page.contains("herald_unifiedpush_delivered_total 1")
+            }
+            #expect(scraped)
         }
 
         // As `herald up unregister` does while the daemon is stopped: the pushes still waiting are dropped at the next start.

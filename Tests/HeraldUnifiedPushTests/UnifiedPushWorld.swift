@@ -3,6 +3,7 @@ import Glibc
 import Herald
 import HeraldHTTPReceiver
 import HeraldJSONLExport
+import HeraldPrometheusMetrics
 import HeraldSQLite
 import HeraldTesting
 import HeraldUnifiedPush
@@ -18,6 +19,8 @@ final class UnifiedPushWorld: @unchecked Sendable {
     let dataDirectory: String
     /// The delivery-metrics export of `withHerald(analytics: true)`.
     var deliveryMetrics: String { directory + "/delivery-metrics.jsonl" }
+    /// The Prometheus page of the running `withHerald(analytics: true)`.
+    private(set) var metricsURL: String?
 
     init() throws {
         directory = try makeTemporaryDirectory(prefix: "herald-up")
@@ -32,7 +35,8 @@ final class UnifiedPushWorld: @unchecked Sendable {
 
     /// Starts Herald on the data directory with the distributor and the receiver; runs `body` with the receiver's
     /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound; `secret`: the receiver's.
-    /// `analytics`: with the analytics store in the data directory and the delivery-metrics export in ``deliveryMetrics``.
+    /// `analytics`: with the analytics store in the data directory, the delivery-metrics export in ``deliveryMetrics``
+    /// and the Prometheus page at ``metricsURL``.
     func withHerald(
         maximumWaiting: Int = 1000, secret: String? = nil, analytics: Bool = false,
         _ body: (String, UnifiedPushDistributor) async throws -> Void
@@ -47,10 +51,11 @@ final class UnifiedPushWorld: @unchecked Sendable {
         let receiver = HTTPReceiver(options: receiverOptions)
         let herald = Herald(configuration: .init(senderID: "1234567890"), store: store)
         var plugins: [any HeraldPlugin] = [receiver, distributor]
+        let metrics = PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0)))
         if analytics {
             plugins += [
                 try SQLiteAnalyticsStore(directory: dataDirectory) as any HeraldPlugin,
-                JSONLExport(options: .init(path: deliveryMetrics)),
+                JSONLExport(options: .init(path: deliveryMetrics)), metrics,
             ]
         }
         try await withStarted(herald, plugins: plugins) { herald in
@@ -58,6 +63,7 @@ final class UnifiedPushWorld: @unchecked Sendable {
             let port = try #require(address.port)
             let owned = try await eventually { try await herald.loop.submit { distributor.ownsName } }
             try #require(owned, "the distributor did not get its name on the bus")
+            if analytics, let port = try await metrics.listeningAddress()?.port { metricsURL = "http://127.0.0.1:\(port)/metrics" }
             try await body("http://127.0.0.1:\(port)", distributor)
         }
     }
