@@ -526,8 +526,9 @@ let package = Package(
         .testTarget(
             name: "HeraldUnifiedPushTests",
             dependencies: [
-                "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "herald",
-                .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "HeraldReport", "HeraldJSONLExport",
+                "HeraldPrometheusMetrics",
+                "herald", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
             ],
             exclude: ["Resources"],
             swiftSettings: swiftSettings

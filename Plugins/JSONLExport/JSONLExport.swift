@@ -26,7 +26,7 @@ public import Herald
 /// | `project_number` | INTEGER | ``Options/projectNumber``, else the instance's sender ID when it is a number |
 /// | `message_id` | STRING | `gcm.message_id` |
 /// | `instance_id` | STRING | the installation ID (FCM's `fid`) |
-/// | `message_type` | STRING | `DISPLAY_NOTIFICATION` or `DATA_MESSAGE` |
+/// | `message_type` | STRING | `DISPLAY_NOTIFICATION` or `DATA_MESSAGE`; `UNIFIEDPUSH` for a push to a UnifiedPush app |
 /// | `sdk_platform` | STRING | ``Options/sdkPlatform``, `LINUX` (FCM's own values are `ANDROID`, `IOS`, `WEB`) |
 /// | `app_name` | STRING | ``Options/appName`` (FCM: the app's package name or bundle ID) |
 /// | `collapse_key` | STRING | `apns-collapse-id` |
@@ -50,6 +50,12 @@ public import Herald
 /// ``EventSelection/fcmEventsOnly`` they are skipped. Events about the instance rather than a message
 /// (`token_refresh`, `topic_subscribe`, `topic_unsubscribe`) and `diagnostic` are never written: FCM's export
 /// has one row per message event.
+///
+/// **UnifiedPush.** Events about pushes Herald keeps for UnifiedPush apps (`message_type` `UNIFIEDPUSH`) take the
+/// names of FCM's server side, Herald being the push service there: a push accepted (`notification_receive`) →
+/// `MESSAGE_ACCEPTED`, taken by its app (`message_delivered`) → `MESSAGE_DELIVERED`; its drops are written as
+/// above (`message_dropped:expired`, `message_dropped:collapsed` for a push a newer one with its `Topic`
+/// replaced, `message_dropped:unregistered` for a push to an endpoint its app unregistered).
 ///
 /// **Files.** Lines are appended with POSIX `open(O_APPEND)` / `write`, one `write` per batch (per file when a
 /// batch spans a rotation), serialized: concurrent batches never interleave. The file is rotated by size
@@ -289,6 +295,8 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
     public static func fcmEventName(for event: AnalyticsEvent) -> String? {
         switch event.name {
         case .notificationReceive:
+            return event.messageType == AnalyticsEvent.unifiedPush ? "MESSAGE_ACCEPTED" : "MESSAGE_DELIVERED"
+        case .messageDelivered:
             return "MESSAGE_DELIVERED"
         case .notificationOpen:
             return "MESSAGE_OPEN"
@@ -316,7 +324,7 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
             return qualified(event.name, event.parameters["result"])
         case .messageDropped:
             return qualified(event.name, event.parameters["reason"])
-        case .notificationReceive, .notificationOpen, .tokenRefresh, .topicSubscribe, .topicUnsubscribe, .diagnostic:
+        case .notificationReceive, .notificationOpen, .messageDelivered, .tokenRefresh, .topicSubscribe, .topicUnsubscribe, .diagnostic:
             return nil
         }
     }
@@ -409,6 +417,11 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
     private static func exportedEventName(for record: AnalyticsRecord, selection: EventSelection) -> RecordEventName? {
         switch record.name {
         case .notificationReceive:
+            if record.messageTypeKind == .other, let type = record.messageType, equal(type, "UNIFIEDPUSH") {
+                return RecordEventName(name: "MESSAGE_ACCEPTED")
+            }
+            return RecordEventName(name: "MESSAGE_DELIVERED")
+        case .messageDelivered:
             return RecordEventName(name: "MESSAGE_DELIVERED")
         case .notificationOpen:
             return RecordEventName(name: "MESSAGE_OPEN")

@@ -13,7 +13,8 @@ public import Prometheus
 ///
 /// | metric | type | labels |
 /// |---|---|---|
-/// | `herald_messages_received_total` | counter | `type` (`DISPLAY_NOTIFICATION`, `DATA_MESSAGE`) |
+/// | `herald_messages_received_total` | counter | `type` (`DISPLAY_NOTIFICATION`, `DATA_MESSAGE`, `UNIFIEDPUSH`: pushes accepted for UnifiedPush apps) |
+/// | `herald_unifiedpush_delivered_total` | counter | (pushes UnifiedPush apps took) |
 /// | `herald_notifications_presented_total` | counter | |
 /// | `herald_notifications_opened_total` / `_dismissed_total` | counter | |
 /// | `herald_background_fetch_total` | counter | `result` (`newData`, `noData`, `failed`) |
@@ -63,6 +64,7 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
     public let factory: PrometheusMetricsFactory
 
     private let received: [String: CoreMetrics.Counter]
+    private let delivered: CoreMetrics.Counter
     private let presented: CoreMetrics.Counter
     private let opened: CoreMetrics.Counter
     private let dismissed: CoreMetrics.Counter
@@ -87,9 +89,10 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         self.registry = registry
         self.factory = factory
         received = Dictionary(
-            uniqueKeysWithValues: ["DISPLAY_NOTIFICATION", "DATA_MESSAGE"].map {
+            uniqueKeysWithValues: ["DISPLAY_NOTIFICATION", "DATA_MESSAGE", AnalyticsEvent.unifiedPush].map {
                 ($0, CoreMetrics.Counter(label: "herald_messages_received_total", dimensions: [("type", $0)], factory: factory))
             })
+        delivered = CoreMetrics.Counter(label: "herald_unifiedpush_delivered_total", factory: factory)
         presented = CoreMetrics.Counter(label: "herald_notifications_presented_total", factory: factory)
         opened = CoreMetrics.Counter(label: "herald_notifications_opened_total", factory: factory)
         dismissed = CoreMetrics.Counter(label: "herald_notifications_dismissed_total", factory: factory)
@@ -185,6 +188,7 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
             case .topicSubscribe: topicChanges["subscribe"]?.increment()
             case .topicUnsubscribe: topicChanges["unsubscribe"]?.increment()
             case .messageDropped: drops[event.parameters["reason"] ?? "invalid"]?.increment()
+            case .messageDelivered: delivered.increment()
             case .diagnostic: break
             }
         }
@@ -200,7 +204,10 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
                 switch record.messageTypeKind {
                 case .display: counts.receivedDisplay += 1
                 case .data, .none: counts.receivedData += 1
-                case .other: break  // received[type] has no counter for another type
+                case .other:
+                    if let type = record.messageType, String(decoding: type, as: UTF8.self) == AnalyticsEvent.unifiedPush {
+                        counts.receivedUnifiedPush += 1
+                    }
                 }
             case .notificationForeground, .notificationBackground: counts.presented += 1
             case .notificationOpen: counts.opened += 1
@@ -218,6 +225,7 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
             case .messageDropped:
                 let reason = record.parameter("reason").map { String(decoding: $0, as: UTF8.self) } ?? "invalid"
                 counts.drops[reason, default: 0] += 1
+            case .messageDelivered: counts.delivered += 1
             case .diagnostic: break
             }
         }
@@ -226,6 +234,8 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
         }
         add(counts.receivedDisplay, to: received["DISPLAY_NOTIFICATION"])
         add(counts.receivedData, to: received["DATA_MESSAGE"])
+        add(counts.receivedUnifiedPush, to: received[AnalyticsEvent.unifiedPush])
+        add(counts.delivered, to: delivered)
         add(counts.presented, to: presented)
         add(counts.opened, to: opened)
         add(counts.dismissed, to: dismissed)
@@ -239,6 +249,8 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
     private struct BatchCounts {
         var receivedDisplay = 0
         var receivedData = 0
+        var receivedUnifiedPush = 0
+        var delivered = 0
         var presented = 0
         var opened = 0
         var dismissed = 0

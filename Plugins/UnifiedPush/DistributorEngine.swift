@@ -18,6 +18,7 @@ final class DistributorEngine: @unchecked Sendable {
     static let failed = "REGISTRATION_FAILED"
 
     let loop: EventLoop
+    private let bus: MessageBus
     private let options: UnifiedPushDistributor.Options
     private let store: SQLiteStore
     private let logger: Logger
@@ -46,6 +47,7 @@ final class DistributorEngine: @unchecked Sendable {
         self.options = options
         self.store = store
         self.loop = context.loop
+        self.bus = context.bus
         self.logger = context.logger
         self.reconnectDelay = options.reconnectDelay
         self.audience = VAPID.origin(of: options.endpointURL)
@@ -298,6 +300,9 @@ final class DistributorEngine: @unchecked Sendable {
         let endpointToken = registration.endpointToken
         let done = Unchecked(done)
         registrations[endpointToken] = nil
+        for message in waiting[endpointToken] ?? [] {
+            record(.messageDropped, message, service: registration.service, reason: .unregistered)
+        }
         waiting[endpointToken] = nil
         loop.offload {
             try store.deleteUnifiedPushRegistration(endpointToken: endpointToken)
@@ -322,17 +327,22 @@ final class DistributorEngine: @unchecked Sendable {
     // MARK: Pushes
 
     func receive(_ push: WebPush, answer: @escaping (WebPushAnswer) -> Void) {
-        guard let registration = registrations[push.token], !registration.dropped else { return answer(.notFound) }
+        guard let registration = registrations[push.token], !registration.dropped else {
+            refused(.unregistered, detail: "unknown or unregistered endpoint")
+            return answer(.notFound)
+        }
         if let key = registration.vapid {
             do {
                 try VAPID.verify(authorization: push.authorization, key: key, audience: audience, now: Int64(time(nil)))
             } catch {
+                refused(.invalid, detail: error.description, service: registration.service)
                 return answer(.refused(status: error.status, reason: error.description))
             }
         }
         let count =
             (waiting[registration.endpointToken]?.count ?? 0) + adding.count { $0.message.endpointToken == registration.endpointToken }
         guard count < options.maximumWaitingPerEndpoint else {
+            refused(.rejectedBackpressure, detail: "too many pushes wait for the app", service: registration.service)
             return answer(
                 .refused(status: 429, reason: "\(count) pushes already wait for this endpoint's app; try again once it took some."))
         }
@@ -363,19 +373,31 @@ final class DistributorEngine: @unchecked Sendable {
             switch result {
             case .success(let outcomes):
                 for ((message, answer), replaced) in zip(batch.value, outcomes) {
-                    guard let replaced, registrations[message.endpointToken] != nil else {
+                    guard let replaced, let registration = registrations[message.endpointToken] else {
                         // Unregistered while the push waited for its commit.
+                        refused(.unregistered, detail: "endpoint unregistered while the push was being stored")
                         answer(.notFound)
                         continue
                     }
-                    if !replaced.isEmpty { waiting[message.endpointToken]?.removeAll { replaced.contains($0.messageID) } }
+                    record(.notificationReceive, message, service: registration.service)
+                    if !replaced.isEmpty {
+                        for old in waiting[message.endpointToken] ?? [] where replaced.contains(old.messageID) {
+                            record(.messageDropped, old, service: registration.service, reason: .collapsed)
+                        }
+                        waiting[message.endpointToken]?.removeAll { replaced.contains($0.messageID) }
+                    }
                     waiting[message.endpointToken, default: []].append(message)
                     answer(.created(messageID: message.messageID))
                 }
                 for token in Set(messages.map(\.endpointToken)) { deliver(endpointToken: token) }
             case .failure(let error):
                 logger.error("cannot write UnifiedPush messages to the store", metadata: ["error": "\(error)"])
-                for (_, answer) in batch.value { answer(.refused(status: 503, reason: "The push could not be kept; try again later.")) }
+                for (message, answer) in batch.value {
+                    record(
+                        .messageDropped, message, service: registrations[message.endpointToken]?.service, reason: .storeFailure,
+                        detail: "\(error)")
+                    answer(.refused(status: 503, reason: "The push could not be kept; try again later."))
+                }
             // Pushes handed over but not forgotten are offered again after a restart, with their IDs.
             }
             commit()
@@ -396,6 +418,7 @@ final class DistributorEngine: @unchecked Sendable {
         for message in messages where !inFlight.contains(message.messageID) {
             if message.expiresAt < now || (message.expiresAt == message.receivedAt && attempted.contains(message.messageID)) {
                 expired.append(message.messageID)
+                record(.messageDropped, message, service: registration.service, reason: .expired)
                 continue
             }
             inFlight.insert(message.messageID)
@@ -413,18 +436,57 @@ final class DistributorEngine: @unchecked Sendable {
                 inFlight.remove(message.messageID)
                 switch result {
                 case .success:
-                    finish([message.messageID], endpointToken: endpointToken)
+                    delivered(message, service: registration.service)
                 case .failure(let error) where registration.version == 1 && error.name == "org.freedesktop.DBus.Error.NoReply":
                     // Connector1's Message is a no-reply method: an app that owns its name took it without answering.
-                    finish([message.messageID], endpointToken: endpointToken)
+                    delivered(message, service: registration.service)
                 case .failure(let error):
                     logger.debug(
                         "the app did not take a push; it waits", metadata: ["service": "\(registration.service)", "error": "\(error)"])
-                    if message.expiresAt == message.receivedAt { finish([message.messageID], endpointToken: endpointToken) }
+                    if message.expiresAt == message.receivedAt {
+                        record(
+                            .messageDropped, message, service: registration.service, reason: .expired,
+                            detail: "TTL 0 and the app did not take it")
+                        finish([message.messageID], endpointToken: endpointToken)
+                    }
                 }
             }
         }
         if !expired.isEmpty { finish(expired, endpointToken: endpointToken) }
+    }
+
+    private func delivered(_ message: UnifiedPushMessage, service: String) {
+        // Not when it was dropped meanwhile (its app unregistered while the call was in flight): counted as that.
+        if waiting[message.endpointToken]?.contains(where: { $0.messageID == message.messageID }) == true {
+            record(.messageDelivered, message, service: service)
+        }
+        finish([message.messageID], endpointToken: message.endpointToken)
+    }
+
+    // MARK: Analytics
+
+    /// Records `name` about `message`: type `AnalyticsEvent.unifiedPush`, its `Topic` as the collapse key, its
+    /// urgency as the priority (`high` is high), the app's service name as a parameter.
+    private func record(
+        _ name: AnalyticsEvent.Name, _ message: UnifiedPushMessage, service: String?, reason: AnalyticsEvent.DropReason? = nil,
+        detail: String? = nil
+    ) {
+        var parameters = ["urgency": message.urgency]
+        parameters["service"] = service
+        parameters["reason"] = reason?.rawValue
+        parameters["detail"] = detail
+        bus.record(
+            AnalyticsEvent(
+                name: name, messageID: message.messageID, collapseKey: message.topic,
+                priority: message.urgency == "high" ? .high : .normal, messageType: AnalyticsEvent.unifiedPush,
+                ttl: (message.expiresAt - message.receivedAt) / 1000, receivedAt: message.receivedAt, parameters: parameters))
+    }
+
+    /// Records a push refused before it was kept: `message_dropped` with `reason` (about no message ID).
+    private func refused(_ reason: AnalyticsEvent.DropReason, detail: String, service: String? = nil) {
+        var parameters = ["reason": reason.rawValue, "detail": detail]
+        parameters["service"] = service
+        bus.record(AnalyticsEvent(name: .messageDropped, messageType: AnalyticsEvent.unifiedPush, parameters: parameters))
     }
 
     /// Forgets `messageIDs`: in memory now, in the store on the blocking pool.

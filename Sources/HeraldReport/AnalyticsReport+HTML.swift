@@ -68,7 +68,7 @@ extension AnalyticsReport {
     // MARK: - Sections
 
     private func summaryCards(_ page: inout HTMLPage) {
-        let cards: [(String, String, String, String)] = [
+        var cards: [(String, String, String, String)] = [
             ("received", Self.grouped(total.received), "messages", Self.Palette.received),
             ("impressions", Self.grouped(total.impressions), "presented", Self.Palette.impressions),
             ("opens", Self.grouped(total.opens), "\(Self.grouped(total.dismissals)) dismissed", Self.Palette.opens),
@@ -79,6 +79,14 @@ extension AnalyticsReport {
             ),
             ("dropped", Self.grouped(total.dropped), "messages or requests", Self.Palette.dropped),
         ]
+        if !unifiedPush.isEmpty {
+            cards.append(
+                (
+                    "UnifiedPush accepted", Self.grouped(unifiedPushTotal.accepted),
+                    "\(Self.grouped(unifiedPushTotal.delivered)) delivered, \(Self.grouped(unifiedPushTotal.dropped)) dropped",
+                    Self.Palette.received
+                ))
+        }
         page.raw("<section class=\"summary\">\n")
         for (title, value, note, colour) in cards {
             page.raw("<div class=\"stat\" style=\"border-top-color: \(colour)\"><div class=\"stat-title\">")

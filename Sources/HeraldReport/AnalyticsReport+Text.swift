@@ -10,7 +10,11 @@ extension AnalyticsReport {
         var lines = heading()
         lines.append("")
         guard !labels.isEmpty else {
-            lines.append(labelFilter.map { "No events for label \(Self.printable($0)) in this range." } ?? "No events in this range.")
+            if unifiedPush.isEmpty {
+                lines.append(labelFilter.map { "No events for label \(Self.printable($0)) in this range." } ?? "No events in this range.")
+            } else {
+                lines += unifiedPushBlock()
+            }
             return lines.joined(separator: "\n") + "\n"
         }
         var blocks: [(title: String, rows: [[String]])] = labels.map { section in
@@ -36,7 +40,32 @@ extension AnalyticsReport {
             lines.append(Self.line(Self.columns, widths))
             for row in block.rows { lines.append(Self.line(row, widths)) }
         }
+        if !unifiedPush.isEmpty {
+            lines.append("")
+            lines += unifiedPushBlock()
+        }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The column headers of the UnifiedPush table.
+    static let pushColumns = ["day", "accepted", "delivered", "dropped", "drops by reason"]
+
+    /// The UnifiedPush pushes (counted apart from the messages above): a row per day that had any, and a total row.
+    func unifiedPushBlock() -> [String] {
+        func cells(_ first: String, _ figures: PushFigures) -> [String] {
+            [
+                first, "\(figures.accepted)", "\(figures.delivered)", "\(figures.dropped)",
+                figures.dropsByReason.isEmpty
+                    ? "-" : figures.dropsByReason.map { "\(Self.printable($0.reason)) \($0.count)" }.joined(separator: ", "),
+            ]
+        }
+        let rows = unifiedPush.map { cells($0.date, $0.figures) } + [cells("total", unifiedPushTotal)]
+        var widths = Self.pushColumns.map(\.count)
+        for row in rows {
+            for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) }
+        }
+        return ["UnifiedPush pushes (to desktop apps, by when each push arrived)", Self.line(Self.pushColumns, widths)]
+            + rows.map { Self.line($0, widths) }
     }
 
     /// The lines above the table: the file, the range and the definitions.

@@ -20,6 +20,10 @@ import HeraldSQLite
 /// - **drops**: `message_dropped` events by `reason` (`invalid`, `duplicate`, `expired`, `not_targeted`,
 ///   `rejected_backpressure`, `collapsed`, `store_failure`), each event counted: a message retried twice and dropped
 ///   twice as a duplicate is two drops.
+/// - **UnifiedPush** pushes (events of type `AnalyticsEvent.unifiedPush`: Herald as the push service and distributor
+///   of other apps) are counted apart, per UTC day of their arrival, never in the figures above: **accepted** (pushes
+///   with `notification_receive`), **delivered** (pushes with `message_delivered`: their app took them) and their
+///   drops by reason (`expired`, `collapsed` by a newer push with the same `Topic`, `unregistered`, ...).
 public struct AnalyticsReport: Sendable, Equatable {
     /// The figures of one label (or all) over one day (or the whole range).
     public struct Figures: Sendable, Equatable {
@@ -85,6 +89,49 @@ public struct AnalyticsReport: Sendable, Equatable {
         }
     }
 
+    /// The UnifiedPush figures of one day (or the whole range).
+    public struct PushFigures: Sendable, Equatable {
+        public var accepted = 0
+        public var delivered = 0
+        /// `message_dropped` events by reason.
+        public var drops: [String: Int] = [:]
+
+        public init(accepted: Int = 0, delivered: Int = 0, drops: [String: Int] = [:]) {
+            self.accepted = accepted
+            self.delivered = delivered
+            self.drops = drops
+        }
+
+        /// Every drop, whatever its reason.
+        public var dropped: Int { drops.values.reduce(0, +) }
+        /// The drops, as ``Figures/dropsByReason`` orders them.
+        public var dropsByReason: [(reason: String, count: Int)] { Figures(drops: drops).dropsByReason }
+        /// Nothing happened.
+        public var isEmpty: Bool { self == PushFigures() }
+
+        public static func + (lhs: PushFigures, rhs: PushFigures) -> PushFigures {
+            var sum = lhs
+            sum.accepted += rhs.accepted
+            sum.delivered += rhs.delivered
+            sum.drops.merge(rhs.drops, uniquingKeysWith: +)
+            return sum
+        }
+    }
+
+    /// One UTC day's UnifiedPush figures.
+    public struct PushDay: Sendable, Equatable {
+        /// Days since 1970-01-01 (UTC).
+        public var day: Int64
+        /// `YYYY-MM-DD`.
+        public var date: String { AnalyticsReport.date(ofDay: day) }
+        public var figures: PushFigures
+
+        public init(day: Int64, figures: PushFigures) {
+            self.day = day
+            self.figures = figures
+        }
+    }
+
     /// One UTC day's figures.
     public struct Day: Sendable, Equatable {
         /// Days since 1970-01-01 (UTC).
@@ -126,6 +173,10 @@ public struct AnalyticsReport: Sendable, Equatable {
     public var daily: [Day]
     /// The whole range, all labels together.
     public var total: Figures
+    /// The days of the range with UnifiedPush pushes, oldest first (none without a UnifiedPush distributor).
+    public var unifiedPush: [PushDay] = []
+    /// The UnifiedPush pushes of the whole range.
+    public var unifiedPushTotal = PushFigures()
 
     /// The figures of `label` (`nil`: no label) on `date` (`YYYY-MM-DD`), or `nil` when it had none that day.
     public func figures(label: String?, date: String) -> Figures? {
@@ -180,20 +231,22 @@ public struct AnalyticsReport: Sendable, Equatable {
         let firstDay = today - Int64(max(days, 1)) + 1
         var sql = """
             SELECT analytics_label, cohort_at / \(millisecondsPerDay) AS day, name, reason, result,
-                   count(DISTINCT ifnull(message_id, id)), count(*), total(duration_ms), count(duration_ms)
+                   count(DISTINCT ifnull(message_id, id)), count(*), total(duration_ms), count(duration_ms),
+                   message_type IS '\(AnalyticsEvent.unifiedPush)' AS push
             FROM event
             WHERE cohort_at >= ?
               AND name IN ('notification_receive', 'notification_foreground', 'notification_open', 'notification_dismiss',
-                           'background_fetch', 'message_dropped')
+                           'background_fetch', 'message_dropped', 'message_delivered')
             """
         var arguments: [any DatabaseValueConvertible] = [firstDay * millisecondsPerDay]
         if let label {
             sql += " AND analytics_label = ?"
             arguments.append(label)
         }
-        sql += " GROUP BY analytics_label, day, name, reason, result"
+        sql += " GROUP BY analytics_label, day, name, reason, result, push"
 
         var cells: [LabelKey: [Int64: Figures]] = [:]
+        var pushes: [Int64: PushFigures] = [:]
         let rows = try GRDB.Row.fetchCursor(db, sql: sql, arguments: StatementArguments(arguments))
         while let row = try rows.next() {
             let rowLabel: String? = row[0]
@@ -205,6 +258,17 @@ public struct AnalyticsReport: Sendable, Equatable {
             let events: Int = row[6]
             let milliseconds: Double = row[7]
             let timed: Int = row[8]
+            let push: Bool = row[9]
+            if push {
+                switch name {
+                case AnalyticsEvent.Name.notificationReceive.rawValue: pushes[day, default: PushFigures()].accepted += messages
+                case AnalyticsEvent.Name.messageDelivered.rawValue: pushes[day, default: PushFigures()].delivered += messages
+                case AnalyticsEvent.Name.messageDropped.rawValue:
+                    pushes[day, default: PushFigures()].drops[reason ?? "unknown", default: 0] += events
+                default: break
+                }
+                continue
+            }
             var figures = cells[LabelKey(rowLabel), default: [:]][day, default: Figures()]
             switch name {
             case AnalyticsEvent.Name.notificationReceive.rawValue: figures.received += messages
@@ -212,6 +276,7 @@ public struct AnalyticsReport: Sendable, Equatable {
                 figures.impressions += messages
             case AnalyticsEvent.Name.notificationOpen.rawValue: figures.opens += messages
             case AnalyticsEvent.Name.notificationDismiss.rawValue: figures.dismissals += messages
+            case AnalyticsEvent.Name.messageDelivered.rawValue: continue
             case AnalyticsEvent.Name.backgroundFetch.rawValue:
                 switch result {
                 case BackgroundFetchResult.newData.rawValue: figures.fetchNewData += messages
@@ -226,7 +291,7 @@ public struct AnalyticsReport: Sendable, Equatable {
             cells[LabelKey(rowLabel), default: [:]][day] = figures
         }
 
-        let lastDay = max(today, cells.values.flatMap(\.keys).max() ?? today)
+        let lastDay = max(today, cells.values.flatMap(\.keys).max() ?? today, pushes.keys.max() ?? today)
         var sections = cells.map { key, days in
             let sorted = days.sorted { $0.key < $1.key }.map { Day(day: $0.key, figures: $0.value) }
             return LabelSection(label: key.label, days: sorted, total: sorted.reduce(Figures()) { $0 + $1.figures })
@@ -242,7 +307,9 @@ public struct AnalyticsReport: Sendable, Equatable {
         }
         return AnalyticsReport(
             path: path, firstDay: firstDay, lastDay: lastDay, labelFilter: label, labels: sections, daily: daily,
-            total: daily.reduce(Figures()) { $0 + $1.figures })
+            total: daily.reduce(Figures()) { $0 + $1.figures },
+            unifiedPush: pushes.sorted { $0.key < $1.key }.map { PushDay(day: $0.key, figures: $0.value) },
+            unifiedPushTotal: pushes.values.reduce(PushFigures()) { $0 + $1 })
     }
 
     /// `YYYY-MM-DD` of `day` (days since 1970-01-01, proleptic Gregorian, UTC).

@@ -148,7 +148,7 @@ struct JSONLExportTests {
         #expect(name(dropped(.invalid)) == "INVALID_PARAMETERS")
         #expect(name(dropped(.rejectedBackpressure)) == "QUOTA_EXCEEDED")
         #expect(name(dropped(.storeFailure)) == "MESSAGE_RECEIVED_INTERNAL_ERROR")
-        for reason: AnalyticsEvent.DropReason in [.duplicate, .expired, .notTargeted, .collapsed, .quarantined] {
+        for reason: AnalyticsEvent.DropReason in [.duplicate, .expired, .notTargeted, .collapsed, .quarantined, .unregistered] {
             #expect(name(dropped(reason)) == "message_dropped:\(reason.rawValue)")
             #expect(name(dropped(reason), .fcmEventsOnly) == nil)
         }
@@ -157,9 +157,14 @@ struct JSONLExportTests {
         }
         #expect(name(AnalyticsEvent(name: .notificationForeground, messageID: "m"), .fcmEventsOnly) == nil)
         #expect(name(AnalyticsEvent(name: .notificationReceive, messageID: "m"), .fcmEventsOnly) == "MESSAGE_DELIVERED")
+        // A UnifiedPush push: accepted by Herald as its push service, then delivered to its app.
+        let push = AnalyticsEvent(name: .notificationReceive, messageID: "p", messageType: AnalyticsEvent.unifiedPush)
+        #expect(name(push) == "MESSAGE_ACCEPTED")
+        #expect(
+            name(AnalyticsEvent(name: .messageDelivered, messageID: "p", messageType: AnalyticsEvent.unifiedPush)) == "MESSAGE_DELIVERED")
         // Every name and reason is decided (a new one fails here until it is).
-        #expect(AnalyticsEvent.Name.allCases.count == 11)
-        #expect(AnalyticsEvent.DropReason.allCases.count == 8)
+        #expect(AnalyticsEvent.Name.allCases.count == 12)
+        #expect(AnalyticsEvent.DropReason.allCases.count == 9)
     }
 
     @Test("event_timestamp is written as BigQuery writes a TIMESTAMP")

@@ -132,6 +132,8 @@ func awkwardEvents() -> [AnalyticsEvent] {
                 parameters: ["result": text, "duration_ms": "12"]))
     }
     add(AnalyticsEvent(name: .notificationReceive))  // nothing but the name
+    add(AnalyticsEvent(name: .notificationReceive, messageID: "up", priority: .high, messageType: AnalyticsEvent.unifiedPush, ttl: 60))
+    add(AnalyticsEvent(name: .messageDelivered, messageID: "up", messageType: AnalyticsEvent.unifiedPush, ttl: 60))
     add(AnalyticsEvent(name: .notificationReceive, messageType: "SOMETHING_ELSE", ttl: .max, receivedAt: .min))
     add(AnalyticsEvent(name: .notificationReceive, messageID: "x", priority: .high, ttl: .min))
     for reason in AnalyticsEvent.DropReason.allCases {

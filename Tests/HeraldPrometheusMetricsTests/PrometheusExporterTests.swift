@@ -114,7 +114,7 @@ struct PrometheusExporterTests {
     func recordsPathMatchesEventsPath() async throws {
         var events: [AnalyticsEvent] = []
         for index in 0..<300 {
-            let type = ["DISPLAY_NOTIFICATION", "DATA_MESSAGE", nil, "SOMETHING_ELSE"][index % 4]
+            let type = ["DISPLAY_NOTIFICATION", "DATA_MESSAGE", nil, "SOMETHING_ELSE", AnalyticsEvent.unifiedPush][index % 5]
             events.append(AnalyticsEvent(name: .notificationReceive, messageID: "m\(index)", priority: .high, messageType: type))
         }
         for name in AnalyticsEvent.Name.allCases {
@@ -141,7 +141,9 @@ struct PrometheusExporterTests {
             String(decoding: exporter.registry.emitToBuffer(), as: UTF8.self).split(separator: "\n").map(String.init).sorted()
         }
         let expected = lines(fromEvents)
-        #expect(expected.contains(#"herald_messages_received_total{type="DATA_MESSAGE"} 157"#), "\(expected)")
+        #expect(expected.contains(#"herald_messages_received_total{type="DATA_MESSAGE"} 126"#), "\(expected)")
+        #expect(expected.contains(#"herald_messages_received_total{type="UNIFIEDPUSH"} 62"#), "\(expected)")
+        #expect(expected.contains(#"herald_unifiedpush_delivered_total 2"#), "\(expected)")
         #expect(lines(fromRecords) == expected)
     }
 

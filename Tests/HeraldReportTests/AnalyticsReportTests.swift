@@ -192,6 +192,42 @@ struct AnalyticsReportTests {
         }
     }
 
+    @Test("UnifiedPush pushes are counted apart: never in the messages' figures, in a table of their own")
+    func unifiedPushApart() async throws {
+        try await withDataDirectory { directory in
+            let now = WallClock.nowMilliseconds()
+            let store = try SQLiteAnalyticsStore(directory: directory)
+            let push = AnalyticsEvent.unifiedPush
+            var events = [
+                AnalyticsEvent(name: .notificationReceive, messageID: "fcm", messageType: "DATA_MESSAGE", receivedAt: now),
+                AnalyticsEvent(name: .notificationReceive, messageID: "p1", messageType: push, receivedAt: now),
+                AnalyticsEvent(name: .notificationReceive, messageID: "p2", messageType: push, receivedAt: now),
+                AnalyticsEvent(name: .messageDelivered, messageID: "p1", messageType: push, receivedAt: now),
+                // Handed over again after a crash: the same push, counted once.
+                AnalyticsEvent(name: .messageDelivered, messageID: "p1", messageType: push, receivedAt: now),
+                AnalyticsEvent(
+                    name: .messageDropped, messageID: "p2", messageType: push, receivedAt: now, parameters: ["reason": "expired"]),
+                AnalyticsEvent(name: .messageDropped, messageType: push, parameters: ["reason": "unregistered"]),
+                AnalyticsEvent(
+                    name: .messageDropped, messageID: "fcm2", messageType: "DATA_MESSAGE", receivedAt: now,
+                    parameters: ["reason": "duplicate"]),
+            ]
+            for index in events.indices { events[index].id = UInt64(index + 1) }
+            try await store.record(events)
+
+            let report = try AnalyticsReport.read(directory: directory, days: 1)
+            #expect(report.total == AnalyticsReport.Figures(received: 1, drops: ["duplicate": 1]))
+            #expect(
+                report.unifiedPushTotal == AnalyticsReport.PushFigures(accepted: 2, delivered: 1, drops: ["expired": 1, "unregistered": 1]))
+            #expect(report.unifiedPush.map(\.date) == [AnalyticsReport.date(ofDay: AnalyticsReport.day(ofMilliseconds: now))])
+            let table = report.table()
+            #expect(table.contains("UnifiedPush pushes"), "\(table)")
+            #expect(table.contains("expired 1, unregistered 1"), "\(table)")
+            // Pushes carry no analytics label: --label narrows the report to labelled messages.
+            #expect(try AnalyticsReport.read(directory: directory, days: 1, label: "spring").unifiedPush.isEmpty)
+        }
+    }
+
     @Test("herald report prints the table; --html writes a self-contained page with the figures; --label narrows it")
     func reportCommand() async throws {
         try await withDataDirectory { directory in

@@ -216,13 +216,18 @@ extension DistributorTests {
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()
         try await world.startBus()
-        try await world.withHerald(maximumWaiting: 2) { base, _ in
+        try await world.withHerald(maximumWaiting: 2, analytics: true) { base, _ in
             let app = try world.app("org.example.Busy", version: 1, register: "busy")
             let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
             try await app.stopped()
             #expect(try await post(url, [1], in: world.directory).status == 201)
             #expect(try await post(url, [2], in: world.directory).status == 201)
             #expect(try await post(url, [3], in: world.directory).status == 429)
+            // The refusal is in the analytics, as a UnifiedPush push the sender was told to retry.
+            let counted = await eventually {
+                world.deliveryMetricLines().contains { $0["event"] == "QUOTA_EXCEEDED" && $0["message_type"] == "UNIFIEDPUSH" }
+            }
+            #expect(counted, "\(world.deliveryMetricLines())")
             let back = try world.app("org.example.Busy", version: 1)
             #expect(try await back.next("message")["body"] == "01")
             #expect(try await back.next("message")["body"] == "02")

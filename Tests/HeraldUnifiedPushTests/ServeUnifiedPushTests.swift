@@ -65,6 +65,17 @@ struct ServeUnifiedPushTests {
         #expect(try await post(endpoint, Array("late".utf8), in: world.directory).status == 404)
         let last = Sendably(daemon)
         #expect(try await onOwnThread { last.value.terminate() } == 0)
+
+        // The daemon's analytics store counts the pushes apart (what the first, SIGKILLed run had not flushed may
+        // be missing; "marker" and "while away" were delivered by the second, "late" refused by the third).
+        let report = try await onOwnThread { try runExecutable(heraldExecutable, ["report", "--data-dir", data]) }
+        #expect(report.status == 0, "\(report.error)")
+        #expect(report.output.contains("UnifiedPush pushes"), "\(report.output)")
+        let total = try #require(
+            report.output.split(separator: "\n").last { $0.contains("total") && $0.contains("unregistered") }, "\(report.output)")
+        let cells = total.split(separator: " ").map(String.init)
+        #expect(cells.count >= 5 && Int(cells[2]).map { $0 >= 2 } == true, "delivered: \(total)")
+        #expect(total.hasSuffix("unregistered 1"), "\(total)")
     }
     @Test("--unifiedpush without this instance's HTTP endpoint stops the start with exit status 64")
     func needsHTTP() async throws {

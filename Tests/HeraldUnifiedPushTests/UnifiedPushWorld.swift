@@ -2,6 +2,8 @@ import Foundation
 import Glibc
 import Herald
 import HeraldHTTPReceiver
+import HeraldJSONLExport
+import HeraldPrometheusMetrics
 import HeraldSQLite
 import HeraldTesting
 import HeraldUnifiedPush
@@ -15,6 +17,10 @@ final class UnifiedPushWorld: @unchecked Sendable {
     let directory: String
     let bus: PrivateSessionBus
     let dataDirectory: String
+    /// The delivery-metrics export of `withHerald(analytics: true)`.
+    var deliveryMetrics: String { directory + "/delivery-metrics.jsonl" }
+    /// The Prometheus page of the running `withHerald(analytics: true)`.
+    private(set) var metricsURL: String?
 
     init() throws {
         directory = try makeTemporaryDirectory(prefix: "herald-up")
@@ -29,8 +35,11 @@ final class UnifiedPushWorld: @unchecked Sendable {
 
     /// Starts Herald on the data directory with the distributor and the receiver; runs `body` with the receiver's
     /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound; `secret`: the receiver's.
+    /// `analytics`: with the analytics store in the data directory, the delivery-metrics export in ``deliveryMetrics``
+    /// and the Prometheus page at ``metricsURL``.
     func withHerald(
-        maximumWaiting: Int = 1000, secret: String? = nil, _ body: (String, UnifiedPushDistributor) async throws -> Void
+        maximumWaiting: Int = 1000, secret: String? = nil, analytics: Bool = false,
+        _ body: (String, UnifiedPushDistributor) async throws -> Void
     ) async throws {
         let store = try SQLiteStore(directory: dataDirectory)
         var distributorOptions = UnifiedPushDistributor.Options(busAddress: bus.address)
@@ -41,12 +50,38 @@ final class UnifiedPushWorld: @unchecked Sendable {
         receiverOptions.webPush = distributor
         let receiver = HTTPReceiver(options: receiverOptions)
         let herald = Herald(configuration: .init(senderID: "1234567890"), store: store)
-        try await withStarted(herald, plugins: [receiver, distributor]) { herald in
+        var plugins: [any HeraldPlugin] = [receiver, distributor]
+        let metrics = PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0)))
+        if analytics {
+            plugins += [
+                try SQLiteAnalyticsStore(directory: dataDirectory) as any HeraldPlugin,
+                JSONLExport(options: .init(path: deliveryMetrics)), metrics,
+            ]
+        }
+        try await withStarted(herald, plugins: plugins) { herald in
             let address = try #require(try await receiver.listeningAddress())
             let port = try #require(address.port)
             let owned = try await eventually { try await herald.loop.submit { distributor.ownsName } }
             try #require(owned, "the distributor did not get its name on the bus")
+            if analytics, let port = try await metrics.listeningAddress()?.port { metricsURL = "http://127.0.0.1:\(port)/metrics" }
             try await body("http://127.0.0.1:\(port)", distributor)
+        }
+    }
+
+    /// The lines of the delivery-metrics export so far, each as its string and number columns.
+    func deliveryMetricLines() -> [[String: String]] {
+        guard let text = try? String(contentsOfFile: deliveryMetrics, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard case .object(let object)? = try? JSONParser.parse(String(line)) else { return nil }
+            var columns: [String: String] = [:]
+            for (key, value) in object {
+                switch value {
+                case .string(let text): columns[key] = text
+                case .int(let number): columns[key] = String(number)
+                default: continue
+                }
+            }
+            return columns
         }
     }
 

@@ -409,6 +409,7 @@ extension AnalyticsEvent.Name {
         case .messageDropped: 8
         case .diagnostic: 9
         case .notificationBackground: 10
+        case .messageDelivered: 11
         }
     }
 
@@ -425,6 +426,7 @@ extension AnalyticsEvent.Name {
             case 7: .topicUnsubscribe
             case 8: .messageDropped
             case 10: .notificationBackground
+            case 11: .messageDelivered
             default: .diagnostic
             }
     }

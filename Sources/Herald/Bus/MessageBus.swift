@@ -256,6 +256,13 @@ public final class MessageBus: @unchecked Sendable {
         analytics.record(AnalyticsEvent(name: .messageDropped, parameters: ["reason": reason.rawValue, "detail": detail]))
     }
 
+    /// Records `event` as it is (its ``AnalyticsEvent/id`` is assigned here): for a plugin that keeps messages of
+    /// its own outside the bus (a UnifiedPush distributor's pushes, say). Loop thread only.
+    public func record(_ event: AnalyticsEvent) {
+        loop.preconditionInEventLoop()
+        analytics.record(event)
+    }
+
     /// Records a `diagnostic` event for a plugin's own news (a receiver's connection state, say): `detail` names
     /// what happened, `parameters` add to it. Loop thread only.
     public func recordDiagnostic(_ detail: String, parameters: [String: String] = [:]) {

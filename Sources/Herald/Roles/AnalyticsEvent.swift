@@ -16,7 +16,15 @@ public struct AnalyticsEvent: Sendable, Hashable {
         /// Something a person should look at that is not an error of the sender: an unknown category, a
         /// handler that threw, a worker that ran out of time.
         case diagnostic = "diagnostic"
+        /// A push Herald keeps for another app (a UnifiedPush distributor's `Message` call answered): handed over
+        /// to the app it was addressed to. Its ``AnalyticsEvent/messageType`` is ``AnalyticsEvent/unifiedPush``.
+        case messageDelivered = "message_delivered"
     }
+
+    /// The ``messageType`` of the events about a UnifiedPush push (Herald as the push service and distributor of
+    /// another app): `notification_receive` when a push was accepted, `message_delivered` when its app took it,
+    /// `message_dropped` when it was not delivered.
+    public static let unifiedPush = "UNIFIEDPUSH"
 
     /// Why a message was dropped (`message_dropped`).
     public enum DropReason: String, Sendable, Hashable, CaseIterable {
@@ -32,6 +40,9 @@ public struct AnalyticsEvent: Sendable, Hashable {
         /// Still pending after ``Herald/Configuration/maxReplays`` starts replayed it (its handling likely crashed
         /// the process each time): moved to the store's quarantine instead of being replayed again.
         case quarantined
+        /// Its UnifiedPush endpoint was unregistered (by its app, or `herald up unregister`) while it waited, or
+        /// before it arrived.
+        case unregistered
     }
 
     public var name: Name
@@ -46,7 +57,8 @@ public struct AnalyticsEvent: Sendable, Hashable {
     public var topic: String?
     public var collapseKey: String?
     public var priority: MessagePriority?
-    /// `DISPLAY_NOTIFICATION` or `DATA_MESSAGE`, as FCM's delivery export has it.
+    /// `DISPLAY_NOTIFICATION` or `DATA_MESSAGE`, as FCM's delivery export has it; ``unifiedPush`` for a push to
+    /// another app.
     public var messageType: String?
     /// Seconds the message was to live from its receipt (`ttl` / `apns-expiration`), when it expires.
     public var ttl: Int64?
