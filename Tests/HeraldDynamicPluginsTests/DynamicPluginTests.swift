@@ -136,6 +136,8 @@ struct DynamicPluginTests {
             try await herald.waitUntilIdle()
             try await herald.respond(to: display, action: "ANSWER", userText: "coming ✓")
             data = try await receiver.sendFCM(fcmBody(token: token, data: ["kind": "digest"]), to: herald).get()
+            // Handled before the next is sent: the plugin's calls may overlap, and the test checks their order.
+            try await herald.waitUntilIdle()
             silent = try await receiver.sendFCM(fcmBody(token: token, apns: silentAPNs), to: herald).get()
             try await herald.waitUntilIdle()
         } sinkAfterShutdown: { sink in
