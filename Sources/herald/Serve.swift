@@ -311,7 +311,7 @@ struct Serve: AsyncParsableCommand {
         }
         if settings.unifiedPush, settings.http == nil || settings.gateway {
             writeLine(
-                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway): its apps' servers push to it",
+                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway: a gateway takes the fleet's UnifiedPush pushes on its own, set unifiedpush-endpoint-url for their VAPID audience)",
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
@@ -561,13 +561,18 @@ final class Daemon: Service, Sendable {
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
         var forwarder: NATSGateway?
+        var webPush: (any WebPushEndpoint)? = distributor
         if let nats {
             if settings.gateway {
-                let gateway = NATSGateway(options: nats)
+                // The gateway also takes the fleet's UnifiedPush pushes (POST /up/{token}) and passes them on.
+                let gateway = NATSGateway(options: nats, webPushEndpointURL: settings.unifiedPushEndpointURL)
                 try herald.register(gateway)
                 forwarder = gateway
+                webPush = gateway
             } else {
                 try herald.register(NATSReceiver(options: nats))
+                // The distributor's endpoints are reached through the fleet's gateway too.
+                if let distributor { try herald.register(NATSWebPushRelay(options: nats, endpoint: distributor)) }
             }
         }
         if let http = settings.http, let address = SocketAddress(parsing: http) {
@@ -576,7 +581,7 @@ final class Daemon: Service, Sendable {
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
             options.tls = tls
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
-            options.webPush = distributor
+            options.webPush = webPush
             let directory = settings.dataDirectory
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
