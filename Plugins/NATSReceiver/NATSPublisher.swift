@@ -101,7 +101,7 @@ public final class NATSPublisher: @unchecked Sendable {
     }
 
     /// What the key-value bucket `bucket` holds under `key`; `nil` when nothing (or no bucket).
-    func value(key: String, bucket: String) throws -> String? {
+    public func value(key: String, bucket: String) throws -> String? {
         var text = [CChar](repeating: 0, count: 1024)
         var found = false
         let status = herald_nats_get_registration(jetStream, bucket, key, &text, text.count, &found)

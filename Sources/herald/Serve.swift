@@ -571,8 +571,6 @@ final class Daemon: Service, Sendable {
                 webPush = gateway
             } else {
                 try herald.register(NATSReceiver(options: nats))
-                // The distributor's endpoints are reached through the fleet's gateway too.
-                if let distributor { try herald.register(NATSWebPushRelay(options: nats, endpoint: distributor)) }
             }
         }
         if let http = settings.http, let address = SocketAddress(parsing: http) {
@@ -632,7 +630,11 @@ final class Daemon: Service, Sendable {
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
-        if let distributor { try herald.register(distributor) }
+        if let distributor {
+            try herald.register(distributor)
+            // Its endpoints are reached through the fleet's gateway too; stopped before it (plugins stop in reverse).
+            if let nats, !settings.gateway { try herald.register(NATSWebPushRelay(options: nats, endpoint: distributor)) }
+        }
         if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }

@@ -66,6 +66,17 @@ struct FleetTests {
             let message = try await app.next("message")
             #expect(message["body"] == Array("hello".utf8).hex)
             #expect(location.withLock { $0 }?.hasSuffix("/" + (message["id"] ?? "?")) == true, "Location names the message the app got")
+            // The instance acknowledged it to JetStream (work-queue retention: the stream forgets it), and one it cannot
+            // read is acknowledged and dropped, not offered forever.
+            let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+            let stream = NATSSubjects.webPushStreamName(project: "herald")
+            let instanceID = try #require(
+                try client.value(key: try endpointToken(endpoint), bucket: NATSSubjects.webPushBucket(project: "herald")))
+            _ = try client.publishStored(
+                NATSSubjects.webPush(project: "herald", instance: instanceID, endpoint: try endpointToken(endpoint)),
+                body: Array("junk".utf8))
+            let drained = try await eventually { try client.storedMessages(stream: stream) == 0 }
+            #expect(drained, "the instance left pushes unacknowledged in \(stream)")
 
             // Bad input, refused by the gateway itself.
             @Sendable func status(_ body: [UInt8], _ headers: [String], to target: String = url) async throws -> Int {
@@ -113,5 +124,54 @@ struct FleetTests {
             #expect(try await status([try VAPIDTests.authorization(signer: server, audience: audience)]) == 201)
             #expect(try await app.next("message")["body"] == Array("push".utf8).hex)
         }
+    }
+
+    @Test("herald serve --gateway and herald serve --unifiedpush with NATS: pushes POSTed to the gateway reach the app")
+    func serveGatewayAndInstance() async throws {
+        let nats = try NATSServerProcess()
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        let gatewayPort = try freeLoopbackPort()
+        let endpointURL = "http://127.0.0.1:\(gatewayPort)/up/"
+        let gatewayData = world.directory + "/gateway"
+        let gateway = try DaemonProcess(
+            directory: gatewayData, httpPort: gatewayPort,
+            arguments: [
+                "serve", "--gateway", "--nats-server", nats.url, "--http", "127.0.0.1:\(gatewayPort)", "--data-dir", gatewayData,
+                "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+            ])
+        let instancePort = try freeLoopbackPort()
+        let instance = try DaemonProcess(
+            directory: world.dataDirectory, httpPort: instancePort,
+            arguments: [
+                "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
+                world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+            ],
+            environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+        let owned = try await eventually { try await world.distributorOwnsName() }
+        try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
+
+        let app = try world.app("org.example.FleetServed", version: 1, register: "served")
+        let endpoint = try #require(try await app.next("endpoint")["endpoint"])
+        #expect(endpoint.hasPrefix(endpointURL))
+        let accepted = try await eventually { try await post(endpoint, Array("first".utf8), in: world.directory).status == 201 }
+        try #require(accepted, "gateway: \(gateway.log)\ninstance: \(instance.log)")
+        #expect(try await app.next("message")["body"] == Array("first".utf8).hex)
+
+        // POST-to-Message through the gateway, one push at a time (printed, not asserted).
+        var latencies: [Duration] = []
+        for index in 0..<40 {
+            let started = ContinuousClock.now
+            #expect(try await post(endpoint, Array("push \(index)".utf8), in: world.directory).status == 201)
+            #expect(try await app.next("message")["body"] == Array("push \(index)".utf8).hex)
+            latencies.append(ContinuousClock.now - started)
+        }
+        latencies.sort()
+        print("UnifiedPush through the gateway, POST to Message (curl included): p50 \(latencies[20]), max \(latencies[39])")
+
+        let stoppedInstance = Sendably(instance)
+        #expect(try await onOwnThread { stoppedInstance.value.terminate() } == 0)
+        let stoppedGateway = Sendably(gateway)
+        #expect(try await onOwnThread { stoppedGateway.value.terminate() } == 0)
     }
 }
