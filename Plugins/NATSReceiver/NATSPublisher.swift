@@ -112,6 +112,25 @@ public final class NATSPublisher: @unchecked Sendable {
         return found ? String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
     }
 
+    /// The keys the key-value bucket `bucket` holds (none when it does not exist).
+    func keys(bucket: String) throws -> [String] {
+        let failure = { (status: natsStatus) in
+            NATSReceiverError.jetStream(
+                operation: "list the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        }
+        var storePointer: OpaquePointer?
+        let opened = js_KeyValue(&storePointer, jetStream, bucket)
+        if opened == NATS_NOT_FOUND { return [] }
+        guard opened == NATS_OK, let store = storePointer else { throw failure(opened) }
+        defer { kvStore_Destroy(store) }
+        var list = kvKeysList()
+        let status = kvStore_Keys(&list, store, nil)
+        if status == NATS_NOT_FOUND { return [] }
+        guard status == NATS_OK else { throw failure(status) }
+        defer { kvKeysList_Destroy(&list) }
+        return (0..<Int(list.Count)).compactMap { list.Keys[$0].map { String(cString: $0) } }
+    }
+
     /// Makes the durable push consumer `durable` of `stream` on `filter` (kept when it exists) and subscribes to it
     /// with manual acks: `received` gets each message on cnats's thread, to acknowledge and destroy.
     func subscribeDurable(

@@ -144,7 +144,7 @@ enum WebPushMessageID {
 
 /// The instance's side of UnifiedPush through the fleet: it makes the endpoints of `endpoint` (the distributor)
 /// known in the endpoints bucket (``NATSSubjects/webPushBucket(project:)``, written at each registration, deleted at
-/// each unregistration), and takes the pushes a gateway published for this instance from its durable consumer
+/// each unregistration, and at the start for those the distributor no longer has), and takes the pushes a gateway published for this instance from its durable consumer
 /// (`herald-up-<installation ID>` on ``NATSSubjects/webPushStreamName(project:)``), handing each to `endpoint` as if
 /// POSTed here (its VAPID token already checked by the gateway, its message ID the one the gateway answered with).
 /// A push is acknowledged to JetStream once the distributor kept it (or answered that its endpoint is gone, which
@@ -158,8 +158,10 @@ public final class NATSWebPushRelay: HeraldPlugin, @unchecked Sendable {
     public let options: NATSReceiver.Options
     private let endpoint: any WebPushDirectory
     private let shared = Locked<(publisher: NATSPublisher?, subscription: StoredSubscription?)>((nil, nil))
-    /// The endpoints written to the bucket (token and value), and the writes queued one after another.
+    /// The endpoints written to the bucket (token and value), whether those of this instance the bucket held at the
+    /// start were read, and the writes queued one after another.
     private let written = Locked<[String: String]>([:])
+    private let readBucket = Locked(false)
     private let writes = SerialTasks()
 
     /// Relays the pushes of `endpoint`'s endpoints through the NATS fleet `options` names.
@@ -258,7 +260,23 @@ public final class NATSWebPushRelay: HeraldPlugin, @unchecked Sendable {
         _ endpoints: [WebPushRegistration], instance: String, bucket: String, publisher: NATSPublisher, loop: EventLoop, logger: Logger
     ) {
         let replicas = options.effectiveReplicas
-        writes.start { [written] in
+        writes.start { [written, readBucket] in
+            if !readBucket.withLock({ $0 }) {
+                // Endpoints dropped while the instance was stopped (`herald up unregister`) are still in the bucket.
+                do {
+                    let held = try await loop.offload {
+                        try publisher.keys(bucket: bucket).compactMap { key in
+                            try publisher.value(key: key, bucket: bucket).flatMap {
+                                $0.split(separator: " ").first == Substring(instance) ? (key, $0) : nil
+                            }
+                        }
+                    }
+                    written.withLock { written in for (key, value) in held { written[key] = value } }
+                    readBucket.withLock { $0 = true }
+                } catch {
+                    logger.warning("cannot read the UnifiedPush endpoints bucket", metadata: ["error": "\(error)"])
+                }
+            }
             let wanted = Dictionary(
                 endpoints.map { ($0.token, $0.vapid.map { "\(instance) \($0)" } ?? instance) }, uniquingKeysWith: { first, _ in first })
             let current = written.withLock { $0 }

@@ -126,7 +126,9 @@ struct FleetTests {
         }
     }
 
-    @Test("herald serve --gateway and herald serve --unifiedpush with NATS: pushes POSTed to the gateway reach the app")
+    @Test(
+        "herald serve --gateway and herald serve --unifiedpush with NATS: pushes POSTed to the gateway reach the app; unregistered offline, 404 once the instance is back"
+    )
     func serveGatewayAndInstance() async throws {
         let nats = try NATSServerProcess()
         let world = try UnifiedPushWorld()
@@ -141,13 +143,16 @@ struct FleetTests {
                 "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
             ])
         let instancePort = try freeLoopbackPort()
-        let instance = try DaemonProcess(
-            directory: world.dataDirectory, httpPort: instancePort,
-            arguments: [
-                "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
-                world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
-            ],
-            environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+        func serveInstance() throws -> DaemonProcess {
+            try DaemonProcess(
+                directory: world.dataDirectory, httpPort: instancePort,
+                arguments: [
+                    "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
+                    world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+                ],
+                environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+        }
+        let instance = try serveInstance()
         let owned = try await eventually { try await world.distributorOwnsName() }
         try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
 
@@ -171,6 +176,23 @@ struct FleetTests {
 
         let stoppedInstance = Sendably(instance)
         #expect(try await onOwnThread { stoppedInstance.value.terminate() } == 0)
+
+        // Unregistered offline, the endpoint leaves the bucket when the instance is back (no push needed to find out),
+        // and the gateway answers 404.
+        let token = try endpointToken(endpoint)
+        let dropped = try await onOwnThread {
+            try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", world.dataDirectory, token])
+        }
+        #expect(dropped.status == 0, "\(dropped.error)")
+        let again = try serveInstance()
+        #expect(try await app.next("unregistered")["token"] == "served", "\(again.log)")
+        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+        let left = try await eventually { try client.value(key: token, bucket: NATSSubjects.webPushBucket(project: "herald")) == nil }
+        #expect(left, "the endpoint unregistered offline is still in the bucket: \(again.log)")
+        #expect(try await post(endpoint, Array("late".utf8), in: world.directory).status == 404)
+        #expect(app.messages.count == 41)
+        let stoppedAgain = Sendably(again)
+        #expect(try await onOwnThread { stoppedAgain.value.terminate() } == 0)
         let stoppedGateway = Sendably(gateway)
         #expect(try await onOwnThread { stoppedGateway.value.terminate() } == 0)
     }
