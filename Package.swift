@@ -241,7 +241,7 @@ let package = Package(
         ),
         .target(
             name: "HeraldNATSReceiver",
-            dependencies: ["Herald", "CNATS", "CLibUV", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Herald", "HeraldHTTPReceiver", "CNATS", "CLibUV", .product(name: "Logging", package: "swift-log")],
             path: "Plugins/NATSReceiver",
             swiftSettings: swiftSettings
         ),
@@ -527,7 +527,7 @@ let package = Package(
             name: "HeraldUnifiedPushTests",
             dependencies: [
                 "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "HeraldReport", "HeraldJSONLExport",
-                "HeraldPrometheusMetrics",
+                "HeraldPrometheusMetrics", "HeraldNATSReceiver",
                 "herald", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
             ],
             exclude: ["Resources"],

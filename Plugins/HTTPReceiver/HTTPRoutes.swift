@@ -72,10 +72,16 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                 routeToken(request, tokens: tokens, responder: responder)
             }
         }
+        if let endpoint = options.webPush {
+            // An app server knows its endpoint's URL, not the receiver's secret. A gateway's endpoint passes pushes on.
+            router.add(nil, "/up/{token}", open: true) { [unowned(unsafe) self] request, match, responder in
+                routeWebPush(request, token: String(match["token"] ?? ""), endpoint: endpoint, responder: responder)
+            }
+        }
         if options.forwarder != nil {
             router.notFound = { [unowned(unsafe) self] _, responder in
                 let message =
-                    "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
+                    "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send (and POST /up/{token} when it takes UnifiedPush pushes) only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
                 respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
             }
         } else {
@@ -94,12 +100,6 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             router.add(nil, "/v1/projects/{project}/registrations/{token}/topicSubscriptions/**") {
                 [unowned(unsafe) self] request, match, responder in
                 routeTopics(request, parts: match.segments.map(String.init), responder: responder)
-            }
-            if let endpoint = options.webPush {
-                // An app server knows its endpoint's URL, not the receiver's secret.
-                router.add(nil, "/up/{token}", open: true) { [unowned(unsafe) self] request, match, responder in
-                    routeWebPush(request, token: String(match["token"] ?? ""), endpoint: endpoint, responder: responder)
-                }
             }
             router.notFound = { [unowned(unsafe) self] request, responder in
                 respond(

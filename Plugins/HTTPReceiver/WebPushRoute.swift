@@ -27,6 +27,11 @@ public struct WebPush: Sendable, Hashable {
     public var topic: String?
     /// The request's `Authorization` header (`vapid t=..., k=...` with RFC 8292), for the endpoint to check.
     public var authorization: String?
+    /// Whether the push's VAPID token was already checked against the registration's key (by a fleet's gateway,
+    /// which passes the push on); `false` for a push POSTed here.
+    public var authorized = false
+    /// The message ID to give the push (a gateway answered its sender with it); `nil`: the endpoint makes one.
+    public var messageID: String?
 
     public init(token: String, body: [UInt8], ttl: Int64, urgency: String = "normal", topic: String? = nil, authorization: String? = nil) {
         self.token = token
@@ -36,6 +41,27 @@ public struct WebPush: Sendable, Hashable {
         self.topic = topic
         self.authorization = authorization
     }
+}
+
+/// One endpoint a ``WebPushDirectory`` serves, as a fleet's gateway needs to know it.
+public struct WebPushRegistration: Sendable, Hashable {
+    /// The endpoint token.
+    public var token: String
+    /// The app's VAPID public key, when its endpoint is restricted to it.
+    public var vapid: String?
+
+    public init(token: String, vapid: String?) {
+        self.token = token
+        self.vapid = vapid
+    }
+}
+
+/// A ``WebPushEndpoint`` that tells which endpoints it serves, so that a fleet's gateway can take their pushes and
+/// pass them on to it.
+public protocol WebPushDirectory: WebPushEndpoint {
+    /// Calls `changed` with every endpoint served: once the endpoint runs, and again after each registration or
+    /// unregistration. Called on the loop thread.
+    func observeEndpoints(_ changed: @escaping @Sendable ([WebPushRegistration]) -> Void)
 }
 
 /// What a ``WebPushEndpoint`` answers a push with.

@@ -33,12 +33,17 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the publisher and the context sit behind a lock.
 
     public let options: NATSReceiver.Options
-    private let shared = Locked<(publisher: NATSPublisher?, context: PluginContext?)>((nil, nil))
+    /// The UnifiedPush endpoints' URL prefix as app servers reach this gateway: its origin is the audience VAPID tokens
+    /// must name. `nil`: no `POST /up/{token}` (see ``receive(_:answer:)``).
+    public let webPushEndpointURL: String?
+    let shared = Locked<(publisher: NATSPublisher?, context: PluginContext?)>((nil, nil))
     /// Whether the topic stream exists (a cache: once seen it is assumed to stay), and when it was last looked for.
     private let topicStream = Locked<(exists: Bool, checked: ContinuousClock.Instant?)>((false, nil))
 
-    public init(options: NATSReceiver.Options) {
+    /// A gateway publishing to the fleet `options` names; with `webPushEndpointURL`, also UnifiedPush pushes.
+    public init(options: NATSReceiver.Options, webPushEndpointURL: String? = nil) {
         self.options = options
+        self.webPushEndpointURL = webPushEndpointURL
     }
 
     public var descriptor: PluginDescriptor {
@@ -48,10 +53,16 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     public func start(_ context: PluginContext) async throws {
         let options = self.options
         let project = context.projectID
+        let webPushEndpointURL = self.webPushEndpointURL
         let publisher = try await context.loop.offload {
             let publisher = try NATSPublisher(options: options, timeout: options.requestTimeout, reconnect: true)
             // Token messages sent before any instance started are kept for it.
             try publisher.ensureStream(project: project, options: options)
+            if webPushEndpointURL != nil {
+                try publisher.ensureStream(
+                    NATSSubjects.webPushStreamName(project: project), subjects: NATSSubjects.allWebPushes(project: project),
+                    options: options)
+            }
             return publisher
         }
         // Registrations are read from a watched copy of the bucket: an unknown token is answered without a round trip.

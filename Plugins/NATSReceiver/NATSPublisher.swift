@@ -77,6 +77,98 @@ public final class NATSPublisher: @unchecked Sendable {
         }
     }
 
+    /// Creates the work-queue stream `name` on `subjects` with `options`' limits, unless it exists.
+    func ensureStream(_ name: String, subjects: String, options: NATSReceiver.Options) throws {
+        var code = jsErrCode(rawValue: 0)
+        let status = herald_nats_ensure_stream(
+            jetStream, name, subjects, true, options.streamMaxAge.nanoseconds, Int64(options.streamMaxMessages),
+            Int64(options.streamMaxBytes), options.duplicateWindow.nanoseconds, Int64(options.effectiveReplicas), &code)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(
+                operation: "create the stream \(name)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+    }
+
+    /// Writes `value` under `key` in the key-value bucket `bucket` (made when missing), or deletes `key` when `value`
+    /// is `nil`.
+    func put(_ value: String?, key: String, bucket: String, replicas: Int) throws {
+        var code = jsErrCode(rawValue: 0)
+        let status = herald_nats_put_registration(jetStream, bucket, key, value, Int64(replicas), &code)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(
+                operation: "write the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
+        }
+    }
+
+    /// What the key-value bucket `bucket` holds under `key`; `nil` when nothing (or no bucket).
+    public func value(key: String, bucket: String) throws -> String? {
+        var text = [CChar](repeating: 0, count: 1024)
+        var found = false
+        let status = herald_nats_get_registration(jetStream, bucket, key, &text, text.count, &found)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(
+                operation: "read the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        }
+        return found ? String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+    }
+
+    /// The keys the key-value bucket `bucket` holds (none when it does not exist).
+    func keys(bucket: String) throws -> [String] {
+        let failure = { (status: natsStatus) in
+            NATSReceiverError.jetStream(
+                operation: "list the bucket \(bucket)", detail: String(cString: herald_nats_last_error(status)), code: 0)
+        }
+        var storePointer: OpaquePointer?
+        let opened = js_KeyValue(&storePointer, jetStream, bucket)
+        if opened == NATS_NOT_FOUND { return [] }
+        guard opened == NATS_OK, let store = storePointer else { throw failure(opened) }
+        defer { kvStore_Destroy(store) }
+        var list = kvKeysList()
+        let status = kvStore_Keys(&list, store, nil)
+        if status == NATS_NOT_FOUND { return [] }
+        guard status == NATS_OK else { throw failure(status) }
+        defer { kvKeysList_Destroy(&list) }
+        return (0..<Int(list.Count)).compactMap { list.Keys[$0].map { String(cString: $0) } }
+    }
+
+    /// Makes the durable push consumer `durable` of `stream` on `filter` (kept when it exists) and subscribes to it
+    /// with manual acks: `received` gets each message on cnats's thread, to acknowledge and destroy.
+    func subscribeDurable(
+        stream: String, durable: String, filter: String, deliverSubject: String, options: NATSReceiver.Options,
+        received: @escaping @Sendable (StoredMessage) -> Void
+    ) throws -> StoredSubscription {
+        var code = jsErrCode(rawValue: 0)
+        var status = herald_nats_ensure_consumer(
+            jetStream, stream, durable, filter, deliverSubject, false, options.ackWait.nanoseconds, Int64(options.maxAckPending),
+            Int64(options.maxDeliver), &code)
+        guard status == NATS_OK else {
+            throw NATSReceiverError.jetStream(
+                operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
+                code: Int(code.rawValue))
+        }
+        let handler = Unmanaged.passRetained(StoredSubscription.Handler(received)).toOpaque()
+        var subscription: OpaquePointer?
+        status = herald_nats_subscribe_durable(
+            &subscription, jetStream, stream, durable, filter,
+            { _, _, message, closure in
+                guard let message, let closure else { return }
+                Unmanaged<StoredSubscription.Handler>.fromOpaque(closure).takeUnretainedValue().received(StoredMessage(message))
+            }, handler, &code)
+        guard status == NATS_OK, let subscription else {
+            Unmanaged<StoredSubscription.Handler>.fromOpaque(handler).release()
+            throw NATSReceiverError.jetStream(
+                operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
+                code: Int(code.rawValue))
+        }
+        // The handler goes once cnats is done with the subscription (no callback runs after that).
+        natsSubscription_SetOnCompleteCB(
+            subscription,
+            { closure in
+                if let closure { Unmanaged<StoredSubscription.Handler>.fromOpaque(closure).release() }
+            }, handler)
+        return StoredSubscription(subscription)
+    }
+
     /// Publishes `body` to `subject` through JetStream and returns the message's ID as the receiver will give it
     /// (`nats-<stream>-<sequence>-<message ID>`) once the stream has stored it. `messageID` (the `Nats-Msg-Id`
     /// header; a random one when `nil`) makes retries within the stream's duplicate window one message.
@@ -280,6 +372,54 @@ public final class NATSPublisher: @unchecked Sendable {
                 operation: "read the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
         }
         return count
+    }
+}
+
+/// A message of a durable consumer: acknowledge it (or not) once, then it is destroyed.
+struct StoredMessage: @unchecked Sendable {
+    // @unchecked Sendable: cnats messages may be acknowledged from any thread; this one is used once.
+    private let message: OpaquePointer
+
+    init(_ message: OpaquePointer) { self.message = message }
+
+    var subject: String { String(cString: natsMsg_GetSubject(message)) }
+
+    var data: [UInt8] {
+        let length = Int(natsMsg_GetDataLength(message))
+        return natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+    }
+
+    /// Acknowledged (`true`: JetStream forgets it) or offered again after `delay`; then destroyed.
+    func finish(acknowledged: Bool, delay: Duration = .seconds(1)) {
+        if acknowledged { natsMsg_Ack(message, nil) } else { natsMsg_NakWithDelay(message, delay.milliseconds, nil) }
+        natsMsg_Destroy(message)
+    }
+}
+
+/// A subscription to a durable consumer; ``close()`` ends it.
+final class StoredSubscription: @unchecked Sendable {
+    // @unchecked Sendable: closed once, behind a lock.
+    final class Handler: Sendable {
+        let received: @Sendable (StoredMessage) -> Void
+        init(_ received: @escaping @Sendable (StoredMessage) -> Void) { self.received = received }
+    }
+
+    private let state: Locked<OpaquePointer?>
+
+    init(_ subscription: OpaquePointer) {
+        state = Locked(subscription)
+    }
+
+    /// Unsubscribes (the durable consumer stays, with what waits for it).
+    func close() {
+        guard
+            let subscription = state.withLock({ state in
+                defer { state = nil }
+                return state
+            })
+        else { return }
+        natsSubscription_Unsubscribe(subscription)
+        natsSubscription_Destroy(subscription)
     }
 }
 

@@ -49,6 +49,26 @@ public enum NATSSubjects {
         sanitized(String(token.split(separator: ":", maxSplits: 1).first ?? Substring(token)))
     }
 
+    /// The subject of UnifiedPush pushes for the endpoint `endpoint` of the instance `instance` (its installation ID,
+    /// as ``registrationKey(token:)`` writes it): `herald.<project>.up.<instance>.<endpoint>`.
+    public static func webPush(project: String, instance: String, endpoint: String) -> String {
+        "herald.\(project).up.\(instance).\(endpoint)"
+    }
+
+    /// The subjects of the UnifiedPush pushes of one instance, which its consumer takes.
+    public static func webPushes(project: String, instance: String) -> String { "herald.\(project).up.\(instance).>" }
+
+    /// The subjects of all UnifiedPush pushes of a project, which ``webPushStreamName(project:)`` stores.
+    public static func allWebPushes(project: String) -> String { "herald.\(project).up.>" }
+
+    /// The stream of UnifiedPush pushes (work-queue retention): `HERALD_<PROJECT>_UP`, on `herald.<project>.up.>`.
+    public static func webPushStreamName(project: String) -> String { streamName(project: project) + "_UP" }
+
+    /// The key-value bucket of UnifiedPush endpoints: `HERALD_<PROJECT>_UP_ENDPOINTS`. An instance with the
+    /// distributor writes each endpoint token there, the value naming the instance and the app's VAPID key
+    /// (`<instance>` or `<instance> <key>`), and deletes it when the app unregisters.
+    public static func webPushBucket(project: String) -> String { streamName(project: project) + "_UP_ENDPOINTS" }
+
     /// Where the durable consumer `consumer` pushes its messages.
     public static func deliverSubject(project: String, consumer: String) -> String { "_herald.\(project).deliver.\(consumer)" }
 

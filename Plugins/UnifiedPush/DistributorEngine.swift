@@ -42,6 +42,8 @@ final class DistributorEngine: @unchecked Sendable {
     private var reconnectTask: ScheduledTask?
     private var retryTask: ScheduledTask?
     private var stopped = false
+    /// Told the endpoints served at every change.
+    private var observers: [@Sendable ([WebPushRegistration]) -> Void] = []
 
     init(options: UnifiedPushDistributor.Options, store: SQLiteStore, context: PluginContext) {
         self.options = options
@@ -56,6 +58,21 @@ final class DistributorEngine: @unchecked Sendable {
     func load(registrations: [UnifiedPushRegistration], messages: [UnifiedPushMessage]) {
         for registration in registrations { self.registrations[registration.endpointToken] = registration }
         for message in messages { waiting[message.endpointToken, default: []].append(message) }
+    }
+
+    /// Calls `changed` with the endpoints served now and after every change.
+    func observeEndpoints(_ changed: @escaping @Sendable ([WebPushRegistration]) -> Void) {
+        observers.append(changed)
+        changed(endpoints)
+    }
+
+    private var endpoints: [WebPushRegistration] {
+        registrations.values.filter { !$0.dropped }.map { WebPushRegistration(token: $0.endpointToken, vapid: $0.vapid) }
+    }
+
+    private func endpointsChanged() {
+        let endpoints = endpoints
+        for observer in observers { observer(endpoints) }
     }
 
     // MARK: The bus
@@ -240,6 +257,7 @@ final class DistributorEngine: @unchecked Sendable {
                 switch result {
                 case .success:
                     registrations[saved.endpointToken] = saved
+                    endpointsChanged()
                     done.value(nil)
                     logger.info(
                         "UnifiedPush app registered",
@@ -304,6 +322,7 @@ final class DistributorEngine: @unchecked Sendable {
             record(.messageDropped, message, service: registration.service, reason: .unregistered)
         }
         waiting[endpointToken] = nil
+        endpointsChanged()
         loop.offload {
             try store.deleteUnifiedPushRegistration(endpointToken: endpointToken)
         } then: { [self] result in
@@ -331,7 +350,14 @@ final class DistributorEngine: @unchecked Sendable {
             refused(.unregistered, detail: "unknown or unregistered endpoint")
             return answer(.notFound)
         }
-        if let key = registration.vapid {
+        // A push passed on by the fleet's gateway, which answered its sender with this ID: kept once.
+        if let id = push.messageID,
+            waiting[registration.endpointToken]?.contains(where: { $0.messageID == id }) == true
+                || adding.contains(where: { $0.message.messageID == id })
+        {
+            return answer(.created(messageID: id))
+        }
+        if let key = registration.vapid, !push.authorized {
             do {
                 try VAPID.verify(authorization: push.authorization, key: key, audience: audience, now: Int64(time(nil)))
             } catch {
@@ -348,7 +374,7 @@ final class DistributorEngine: @unchecked Sendable {
         }
         let now = Self.now()
         let message = UnifiedPushMessage(
-            messageID: Self.randomToken(), endpointToken: registration.endpointToken, body: push.body, topic: push.topic,
+            messageID: push.messageID ?? Self.randomToken(), endpointToken: registration.endpointToken, body: push.body, topic: push.topic,
             urgency: push.urgency, expiresAt: now + push.ttl * 1000, receivedAt: now)
         adding.append((message, answer))
         commit()

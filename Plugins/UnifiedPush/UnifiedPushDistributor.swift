@@ -27,7 +27,7 @@ import Logging
 /// without one, 403 for an invalid one; the audience is the origin of ``Options/endpointURL``).
 ///
 /// Everything runs on the Herald loop: sd-bus polled by the loop, the store's writes on its blocking pool.
-public final class UnifiedPushDistributor: HeraldPlugin, WebPushEndpoint, @unchecked Sendable {
+public final class UnifiedPushDistributor: HeraldPlugin, WebPushDirectory, @unchecked Sendable {
     // @unchecked Sendable: `options` and `store` are immutable; the state is touched on the loop thread only.
 
     public struct Options: Sendable {
@@ -60,6 +60,8 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushEndpoint, @unche
     public let options: Options
     private let store: SQLiteStore
     private var engine: DistributorEngine?
+    /// Observers added before the start, handed to the engine when it starts.
+    private var observers: [@Sendable ([WebPushRegistration]) -> Void] = []
 
     /// A distributor keeping its registrations and waiting pushes in `store` (the instance's store: `herald serve`
     /// passes its own).
@@ -83,6 +85,8 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushEndpoint, @unche
         try await context.loop.submit {
             let engine = DistributorEngine(options: self.options, store: store, context: context)
             engine.load(registrations: registrations, messages: messages)
+            for observer in self.observers { engine.observeEndpoints(observer) }
+            self.observers = []
             self.engine = engine
             engine.connect()
         }
@@ -96,6 +100,12 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushEndpoint, @unche
     public func receive(_ push: WebPush, answer: @escaping (WebPushAnswer) -> Void) {
         guard let engine else { return answer(.refused(status: 503, reason: "The UnifiedPush distributor is not running.")) }
         engine.receive(push, answer: answer)
+    }
+
+    /// Calls `changed` with the registered endpoints once the distributor runs, and after every change (an instance
+    /// of a fleet tells its gateway). Loop thread, or before the start.
+    public func observeEndpoints(_ changed: @escaping @Sendable ([WebPushRegistration]) -> Void) {
+        if let engine { engine.observeEndpoints(changed) } else { observers.append(changed) }
     }
 
     /// Whether the distributor owns its name on the bus now. Loop thread.

@@ -34,9 +34,11 @@
     X(kvEntry_Key) \
     X(kvEntry_Operation) \
     X(kvEntry_ValueString) \
+    X(kvKeysList_Destroy) \
     X(kvStore_Delete) \
     X(kvStore_Destroy) \
     X(kvStore_Get) \
+    X(kvStore_Keys) \
     X(kvStore_PutString) \
     X(kvStore_WatchAll) \
     X(kvWatcher_Destroy) \
@@ -149,9 +151,11 @@ void kvEntry_Destroy(kvEntry *e) { if (herald_nats_load()) loaded_kvEntry_Destro
 const char* kvEntry_Key(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_Key(e) : "(libnats not loaded)"; }
 kvOperation kvEntry_Operation(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_Operation(e) : (kvOperation)0; }
 const char* kvEntry_ValueString(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_ValueString(e) : "(libnats not loaded)"; }
+void kvKeysList_Destroy(kvKeysList *list) { if (herald_nats_load()) loaded_kvKeysList_Destroy(list); }
 natsStatus kvStore_Delete(kvStore *kv, const char *key) { return herald_nats_load() ? loaded_kvStore_Delete(kv, key) : NATS_ERR; }
 void kvStore_Destroy(kvStore *kv) { if (herald_nats_load()) loaded_kvStore_Destroy(kv); }
 natsStatus kvStore_Get(kvEntry **new_entry, kvStore *kv, const char *key) { return herald_nats_load() ? loaded_kvStore_Get(new_entry, kv, key) : NATS_ERR; }
+natsStatus kvStore_Keys(kvKeysList *list, kvStore *kv, kvWatchOptions *opts) { return herald_nats_load() ? loaded_kvStore_Keys(list, kv, opts) : NATS_ERR; }
 natsStatus kvStore_PutString(uint64_t *rev, kvStore *kv, const char *key, const char *data) { return herald_nats_load() ? loaded_kvStore_PutString(rev, kv, key, data) : NATS_ERR; }
 natsStatus kvStore_WatchAll(kvWatcher **new_watcher, kvStore *kv, kvWatchOptions *opts) { return herald_nats_load() ? loaded_kvStore_WatchAll(new_watcher, kv, opts) : NATS_ERR; }
 void kvWatcher_Destroy(kvWatcher *w) { if (herald_nats_load()) loaded_kvWatcher_Destroy(w); }

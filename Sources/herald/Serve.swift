@@ -311,7 +311,7 @@ struct Serve: AsyncParsableCommand {
         }
         if settings.unifiedPush, settings.http == nil || settings.gateway {
             writeLine(
-                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway): its apps' servers push to it",
+                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway: a gateway takes the fleet's UnifiedPush pushes on its own, set unifiedpush-endpoint-url for their VAPID audience)",
                 to: STDERR_FILENO)
             throw ExitCode(64)
         }
@@ -561,11 +561,14 @@ final class Daemon: Service, Sendable {
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
         var forwarder: NATSGateway?
+        var webPush: (any WebPushEndpoint)? = distributor
         if let nats {
             if settings.gateway {
-                let gateway = NATSGateway(options: nats)
+                // The gateway also takes the fleet's UnifiedPush pushes (POST /up/{token}) and passes them on.
+                let gateway = NATSGateway(options: nats, webPushEndpointURL: settings.unifiedPushEndpointURL)
                 try herald.register(gateway)
                 forwarder = gateway
+                webPush = gateway
             } else {
                 try herald.register(NATSReceiver(options: nats))
             }
@@ -576,7 +579,7 @@ final class Daemon: Service, Sendable {
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
             options.tls = tls
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
-            options.webPush = distributor
+            options.webPush = webPush
             let directory = settings.dataDirectory
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
@@ -627,7 +630,11 @@ final class Daemon: Service, Sendable {
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
-        if let distributor { try herald.register(distributor) }
+        if let distributor {
+            try herald.register(distributor)
+            // Its endpoints are reached through the fleet's gateway too; stopped before it (plugins stop in reverse).
+            if let nats, !settings.gateway { try herald.register(NATSWebPushRelay(options: nats, endpoint: distributor)) }
+        }
         if settings.echo {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }

@@ -124,7 +124,8 @@ struct ServeOption: Sendable {
     static let unifiedPushEndpointURL = ServeOption(
         "unifiedpush-endpoint-url", .string, default: nil, "http://{http}/up/ (https with TLS)",
         allowed: "an http or https URL ending in /",
-        meaning: "What the apps' servers POST pushes to: this URL followed by the endpoint token (Herald's /up/ route as they reach it).",
+        meaning:
+            "What the apps' servers POST pushes to: this URL followed by the endpoint token (Herald's /up/ route as they reach it; in a fleet, the gateway's). A gateway checks VAPID tokens against its origin.",
         accepts: { ($0.hasPrefix("http://") || $0.hasPrefix("https://")) && $0.hasSuffix("/") })
     static let authTokenFile = ServeOption(
         "auth-token-file", .string, default: nil, "none: HERALD_AUTH_TOKEN, when set, is the secret",
@@ -314,7 +315,8 @@ struct ServeOption: Sendable {
         meaning: "PINGs without a PONG before the NATS connection is called stale (and reconnected).")
     static let gateway = ServeOption(
         "gateway", .boolean, default: .boolean(false), "false", allowed: "true or false",
-        meaning: "Gateway mode: the HTTP endpoint's sends go to the fleet through NATS (needs nats-servers and http), not to this instance."
+        meaning:
+            "Gateway mode: the HTTP endpoint's sends go to the fleet through NATS (needs nats-servers and http), not to this instance; so do UnifiedPush pushes (POST /up/{token}) to the instances' endpoints."
     )
 
     /// Every setting, in the order `--print-config` and the documentation list them.

@@ -118,8 +118,3 @@ func readable(_ fd: Int32, within milliseconds: Int32) -> Bool {
     var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
     return poll(&entry, 1, milliseconds) > 0
 }
-
-/// The milliseconds left until `deadline`, at least 1 (a poll timeout).
-func millisecondsLeft(until deadline: ContinuousClock.Instant) -> Int32 {
-    Int32(max(1, (deadline - .now) / .milliseconds(1)))
-}

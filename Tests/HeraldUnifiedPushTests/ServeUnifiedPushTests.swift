@@ -92,7 +92,7 @@ struct ServeUnifiedPushTests {
 }
 
 /// A daemon handed to a thread of its own (``onOwnThread``) while the test waits for it: used by one side at a time.
-private struct Sendably<Value>: @unchecked Sendable {
+struct Sendably<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
 }

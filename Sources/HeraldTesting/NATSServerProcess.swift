@@ -1,25 +1,24 @@
 import Foundation
-import HeraldNATSReceiver
-import HeraldTesting
+import Glibc
 
-/// A real `nats-server` with JetStream, on a loopback port of its own and a store directory of its own, started
+/// A real `nats-server` for tests (Debian's `nats-server` package) with JetStream, on a loopback port of its own and a store directory of its own, started
 /// and stopped by the test (and restarted on the same port and store, for the reconnect test).
-final class NATSServerProcess: @unchecked Sendable {
+public final class NATSServerProcess: @unchecked Sendable {
     // @unchecked Sendable: `process` is touched by the test's task only, one call at a time.
-    let port: Int
-    let storeDirectory: String
+    public let port: Int
+    public let storeDirectory: String
     private var process: Process?
     private var log: PipeDrain?
 
-    var url: String { "nats://127.0.0.1:\(port)" }
+    public var url: String { "nats://127.0.0.1:\(port)" }
 
     /// Whether the server runs JetStream.
-    let jetStream: Bool
+    public let jetStream: Bool
     /// More arguments (a cluster node's name, cluster port and routes).
-    let extraArguments: [String]
+    public let extraArguments: [String]
 
     /// Starts a server on a free loopback port (or `port`) with a fresh store under /tmp, and waits until it accepts.
-    init(jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true) throws {
+    public init(jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true) throws {
         self.jetStream = jetStream
         self.extraArguments = extraArguments
         self.port = try port ?? freeLoopbackPort()
@@ -34,7 +33,7 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 
     /// Starts the server (again) on the same port and store, and waits until it accepts connections.
-    func start() throws {
+    public func start() throws {
         precondition(process == nil, "the server is running")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable)
@@ -59,7 +58,7 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 
     /// SIGTERM, and waits for the server to exit (it syncs its store first).
-    func stop() {
+    public func stop() {
         guard let process else { return }
         process.terminate()
         process.waitUntilExit()
@@ -69,7 +68,7 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 
     /// CPU time the server used so far (user and system), from /proc; zero when it is not running.
-    var cpuTime: Duration {
+    public var cpuTime: Duration {
         guard let process,
             let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
             let close = stat.lastIndex(of: ")")
@@ -81,7 +80,7 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 
     /// SIGKILL, and waits.
-    func kill() {
+    public func kill() {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)
         Glibc.kill(process.processIdentifier, SIGCONT)  // a paused server dies at once
@@ -92,13 +91,13 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 
     /// SIGSTOP: the server keeps its sockets open and answers nothing (as a hung host or a dropped network path).
-    func pause() {
+    public func pause() {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGSTOP)
     }
 
     /// SIGCONT after ``pause()``.
-    func resume() {
+    public func resume() {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGCONT)
     }
@@ -112,7 +111,7 @@ final class NATSServerProcess: @unchecked Sendable {
         return text
     }
 
-    static var executable: String {
+    public static var executable: String {
         ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].first {
             FileManager.default.isExecutableFile(atPath: $0)
         }
@@ -120,11 +119,11 @@ final class NATSServerProcess: @unchecked Sendable {
     }
 }
 
-enum NATSTestError: Error, CustomStringConvertible {
+public enum NATSTestError: Error, CustomStringConvertible {
     case serverDidNotStart(port: Int, log: String)
     case client(String)
 
-    var description: String {
+    public var description: String {
         switch self {
         case .serverDidNotStart(let port, let log): "nats-server did not start on port \(port): \(log)"
         case .client(let detail): "NATS test client: \(detail)"
@@ -132,23 +131,7 @@ enum NATSTestError: Error, CustomStringConvertible {
     }
 }
 
-/// The sender's side in the tests: NATSPublisher with string bodies.
-extension NATSPublisher {
-    convenience init(url: String) throws {
-        try self.init(options: NATSReceiver.Options(servers: [url]))
-    }
-
-    @discardableResult
-    func publishStored(_ subject: String, _ body: String, messageID: String? = nil) throws -> String {
-        try publishStored(subject, body: Array(body.utf8), messageID: messageID)
-    }
-
-    func publish(_ subject: String, _ body: String, flush: Bool = true) throws {
-        try publish(subject, body: Array(body.utf8), flush: flush)
-    }
-
-    func request(_ subject: String, _ body: String) throws -> String {
-        guard let answer = try request(subject, body: Array(body.utf8)) else { throw NATSTestError.client("no responders on \(subject)") }
-        return String(decoding: answer, as: UTF8.self)
-    }
+/// The milliseconds left until `deadline`, at least 1 (a poll timeout).
+public func millisecondsLeft(until deadline: ContinuousClock.Instant) -> Int32 {
+    Int32(max(1, (deadline - .now) / .milliseconds(1)))
 }
