@@ -19,7 +19,10 @@ struct SocketActivationTests {
             while kill -0 $child 2>/dev/null; do wait $child; status=$?; done
             exit $status
             """
-        return ["sh", "-c", script, "sh", "setpriv", "--pdeathsig", "KILL", "systemd-socket-activate"] + addresses.map { "--listen=\($0)" }
+        // systemd-socket-activate hands the daemon a few variables only; the sanitizers' options must get through.
+        let passed = ["ASAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"].filter { ProcessInfo.processInfo.environment[$0] != nil }
+        return ["sh", "-c", script, "sh", "setpriv", "--pdeathsig", "KILL", "systemd-socket-activate"] + passed.map { "--setenv=\($0)" }
+            + addresses.map { "--listen=\($0)" }
     }
 
     /// Whether systemd-socket-activate, which says so on standard error, has bound all its sockets.
