@@ -53,7 +53,7 @@ public final class PrivateSessionBus: @unchecked Sendable {
     public func stop() {
         if let process, process.isRunning {
             process.terminate()
-            process.waitUntilExit()
+            waitForExit(process)
         }
         process = nil
         unlink("\(directory)/bus")

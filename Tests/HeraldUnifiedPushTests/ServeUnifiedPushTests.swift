@@ -35,7 +35,7 @@ struct ServeUnifiedPushTests {
         #expect(try await post(endpoint, Array("while away".utf8), in: world.directory).status == 201)
         kill(daemon.process.processIdentifier, SIGKILL)
         let killed = Sendably(daemon)
-        try await onOwnThread { killed.value.process.waitUntilExit() }
+        try await onOwnThread { waitForExit(killed.value.process) }
 
         daemon = try await serve()
         let back = try world.app("org.example.Served", version: 1)

@@ -187,7 +187,7 @@ final class PushApp: @unchecked Sendable {
     func stop() {
         guard process.isRunning else { return }
         process.terminate()
-        process.waitUntilExit()
+        waitForExit(process)
     }
 
     /// Waits for the app to be gone.
