@@ -42,7 +42,7 @@ public func runExecutable(
     try stdin.fileHandleForWriting.close()
     let out = output.fileHandleForReading.readDataToEndOfFile()
     let err = errorText.bytes()
-    waitForExit(process)
+    process.waitUntilExit()
     return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
 }
 

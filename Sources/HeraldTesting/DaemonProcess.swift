@@ -78,7 +78,7 @@ public final class DaemonProcess {
     /// Sends SIGTERM and waits for the exit status.
     public func terminate() -> Int32 {
         kill(process.processIdentifier, SIGTERM)
-        waitForExit(process)
+        process.waitUntilExit()
         return process.terminationStatus
     }
 
@@ -88,7 +88,7 @@ public final class DaemonProcess {
     deinit {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            waitForExit(process)
+            process.waitUntilExit()
         }
     }
 }

@@ -61,7 +61,7 @@ public final class NATSServerProcess: @unchecked Sendable {
     public func stop() {
         guard let process else { return }
         process.terminate()
-        waitForExit(process)
+        process.waitUntilExit()
         self.process = nil
         _ = log?.bytes()
         log = nil
@@ -84,7 +84,7 @@ public final class NATSServerProcess: @unchecked Sendable {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)
         Glibc.kill(process.processIdentifier, SIGCONT)  // a paused server dies at once
-        waitForExit(process)
+        process.waitUntilExit()
         self.process = nil
         _ = log?.bytes()
         log = nil
@@ -104,7 +104,7 @@ public final class NATSServerProcess: @unchecked Sendable {
 
     private func stopAndReadLog() -> String {
         process?.terminate()
-        process.map { waitForExit($0) }
+        process?.waitUntilExit()
         process = nil
         let text = log.map { String(decoding: $0.bytes(), as: UTF8.self) } ?? ""
         log = nil
