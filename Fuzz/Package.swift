@@ -98,6 +98,7 @@ let package = Package(
             dependencies: [
                 "FuzzSupport",
                 .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldExecFetchWorker", package: "Herald"),
                 .product(name: "HeraldNATSReceiver", package: "Herald"),
                 .product(name: "HeraldHTTPReceiver", package: "Herald"),
                 .product(name: "Logging", package: "swift-log"),
