@@ -418,9 +418,6 @@ struct NumberedSender {
     }
 }
 
-/// Whether this test process runs under Thread Sanitizer (its runtime is linked in).
-let runningUnderThreadSanitizer = dlsym(nil, "__tsan_init") != nil  // nil: RTLD_DEFAULT on Linux
-
 /// The `data.n` of every `--echo` message line.
 func handledNumbers(_ lines: [String]) -> Set<Int> {
     Set(
