@@ -393,13 +393,25 @@ final class DistributorEngine: @unchecked Sendable {
         finishing = []
         let store = store
         loop.offload {
-            try store.commitUnifiedPush(adding: messages, finishing: finished)
+            try store.commitUnifiedPush(adding: messages, finishing: finished, now: Self.now())
         } then: { [self] result in
             committing = false
             switch result {
             case .success(let outcomes):
-                for ((message, answer), replaced) in zip(batch.value, outcomes) {
-                    guard let replaced, let registration = registrations[message.endpointToken] else {
+                for ((message, answer), outcome) in zip(batch.value, outcomes) {
+                    let replaced: [String]
+                    switch outcome {
+                    case .kept(let ids): replaced = ids
+                    case .alreadySeen:
+                        // Offered again after it was dealt with (JetStream redelivering what this instance took just
+                        // before its acknowledgement got through): kept once, handed over once.
+                        logger.debug(
+                            "a push offered again was already handed over; not kept again", metadata: ["id": "\(message.messageID)"])
+                        answer(.created(messageID: message.messageID))
+                        continue
+                    case .unregistered: replaced = []
+                    }
+                    guard outcome != .unregistered, let registration = registrations[message.endpointToken] else {
                         // Unregistered while the push waited for its commit.
                         refused(.unregistered, detail: "endpoint unregistered while the push was being stored")
                         answer(.notFound)

@@ -13,6 +13,7 @@ enum Schema {
         migrator.registerMigration("v2-quarantine", migrate: v2)
         migrator.registerMigration("v3-unifiedpush", migrate: v3)
         migrator.registerMigration("v4-service-account-keys", migrate: v4)
+        migrator.registerMigration("v5-unifiedpush-seen", migrate: v5)
         return migrator
     }()
 
@@ -146,6 +147,22 @@ enum Schema {
                     created_at INTEGER NOT NULL,
                     revoked_at INTEGER
                 ) STRICT, WITHOUT ROWID;
+                """)
+    }
+
+    /// `unifiedpush_seen` holds the IDs of pushes that left `unifiedpush_message` (handed to the app, expired, or
+    /// replaced by a newer one with their topic), in the order they left (`seq`), with when (`seen_at`, ms since
+    /// 1970). A push offered again with one of these IDs (JetStream redelivering what the fleet's gateway published,
+    /// after the instance took it but before its acknowledgement arrived) is answered as kept and not kept again.
+    /// Like the inbox's window, it is bounded by count and age.
+    private static func v5(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE unifiedpush_seen (
+                    seq INTEGER PRIMARY KEY,
+                    message_id TEXT NOT NULL UNIQUE,
+                    seen_at INTEGER NOT NULL
+                ) STRICT;
                 """)
     }
 }

@@ -116,23 +116,49 @@ extension SQLiteStore {
         return dropped
     }
 
-    /// One group commit of the distributor: forgets the pushes `finishing` (handed over, or expired), then keeps each
-    /// of `adding`, in order, until a later commit finishes it. A waiting push with the same registration and topic
-    /// as an added one is replaced (deleted). Returns, for each added push, the IDs it replaced, or `nil` when its
-    /// registration is gone (the push is not kept).
-    public func commitUnifiedPush(adding: [UnifiedPushMessage], finishing: [String]) throws(StoreError) -> [[String]?] {
-        var results: [[String]?] = []
+    /// What became of a push a ``commitUnifiedPush(adding:finishing:window:now:)`` was given.
+    public enum UnifiedPushOutcome: Sendable, Equatable {
+        /// Kept until a later commit finishes it; `replaced` are the IDs of the waiting pushes it replaced (same
+        /// registration and topic), now deleted.
+        case kept(replaced: [String])
+        /// Not kept: its registration is gone.
+        case unregistered
+        /// Not kept: its ID left the store within the window (handed over, expired or replaced) — an offer again of
+        /// a push already dealt with.
+        case alreadySeen
+    }
+
+    /// One group commit of the distributor: forgets the pushes `finishing` (handed over, or expired), remembering
+    /// their IDs in the window, then keeps each of `adding`, in order, until a later commit finishes it. A waiting
+    /// push with the same registration and topic as an added one is replaced (deleted, its ID remembered). The window
+    /// is pruned to `window`'s count and age at `now` (ms since 1970). Returns what became of each added push.
+    public func commitUnifiedPush(
+        adding: [UnifiedPushMessage], finishing: [String], window: DeduplicationWindow = DeduplicationWindow(), now: Int64
+    ) throws(StoreError) -> [UnifiedPushOutcome] {
+        var results: [UnifiedPushOutcome] = []
         try write { db in
             results = []
+            func remember(_ messageID: String) throws {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO unifiedpush_seen (message_id, seen_at) VALUES (?, ?)", arguments: [messageID, now])
+            }
             for messageID in finishing {
                 try db.execute(sql: "DELETE FROM unifiedpush_message WHERE message_id = ?", arguments: [messageID])
+                try remember(messageID)
             }
             for message in adding {
                 let registered = try Bool.fetchOne(
                     db, sql: "SELECT count(*) > 0 FROM unifiedpush_registration WHERE endpoint_token = ?",
                     arguments: [message.endpointToken])
                 guard registered == true else {
-                    results.append(nil)
+                    results.append(.unregistered)
+                    continue
+                }
+                let seen = try Bool.fetchOne(
+                    db, sql: "SELECT count(*) > 0 FROM unifiedpush_seen WHERE message_id = ? AND seen_at >= ?",
+                    arguments: [message.messageID, window.oldestKept(now: now)])
+                guard seen != true else {
+                    results.append(.alreadySeen)
                     continue
                 }
                 var replaced: [String] = []
@@ -143,6 +169,7 @@ extension SQLiteStore {
                     try db.execute(
                         sql: "DELETE FROM unifiedpush_message WHERE endpoint_token = ? AND topic = ?",
                         arguments: [message.endpointToken, topic])
+                    for old in replaced { try remember(old) }
                 }
                 try db.execute(
                     sql: """
@@ -153,8 +180,14 @@ extension SQLiteStore {
                         message.messageID, message.endpointToken, Data(message.body), message.topic, message.urgency, message.expiresAt,
                         message.receivedAt,
                     ])
-                results.append(replaced)
+                results.append(.kept(replaced: replaced))
             }
+            try db.execute(
+                sql: """
+                    DELETE FROM unifiedpush_seen
+                    WHERE seen_at < ? OR seq <= (SELECT max(seq) FROM unifiedpush_seen) - ?
+                    """,
+                arguments: [window.oldestKept(now: now), window.maximumCount])
         }
         return results
     }

@@ -51,11 +51,12 @@ struct UnifiedPushStoreTests {
             try store.saveUnifiedPushRegistration(Self.registration("a"))
             try store.saveUnifiedPushRegistration(Self.registration("b", service: "org.example.Other"))
             let first = try store.commitUnifiedPush(
-                adding: [Self.push("1", to: "a", topic: "t"), Self.push("2", to: "a"), Self.push("3", to: "b", topic: "t")], finishing: [])
-            #expect(first == [[], [], []])
+                adding: [Self.push("1", to: "a", topic: "t"), Self.push("2", to: "a"), Self.push("3", to: "b", topic: "t")], finishing: [],
+                now: 1)
+            #expect(first == [.kept(replaced: []), .kept(replaced: []), .kept(replaced: [])])
             let second = try store.commitUnifiedPush(
-                adding: [Self.push("4", to: "a", topic: "t"), Self.push("5", to: "nobody")], finishing: ["2"])
-            #expect(second == [["1"], nil])
+                adding: [Self.push("4", to: "a", topic: "t"), Self.push("5", to: "nobody")], finishing: ["2"], now: 2)
+            #expect(second == [.kept(replaced: ["1"]), .unregistered])
             #expect(try store.unifiedPushMessages().map(\.messageID) == ["3", "4"])
             #expect(try store.unifiedPushMessages().first?.body == Array("3".utf8))
         }
@@ -67,13 +68,48 @@ struct UnifiedPushStoreTests {
             let store = try SQLiteStore(directory: directory)
             try store.saveUnifiedPushRegistration(Self.registration("a"))
             try store.saveUnifiedPushRegistration(Self.registration("b"))
-            _ = try store.commitUnifiedPush(adding: [Self.push("1", to: "a"), Self.push("2", to: "b")], finishing: [])
+            _ = try store.commitUnifiedPush(adding: [Self.push("1", to: "a"), Self.push("2", to: "b")], finishing: [], now: 1)
             #expect(try store.deleteUnifiedPushRegistration(endpointToken: "e-a"))
             #expect(try !store.deleteUnifiedPushRegistration(endpointToken: "e-a"))
             #expect(try store.unifiedPushMessages().map(\.messageID) == ["2"])
             #expect(try store.dropUnifiedPushRegistration(endpointToken: "e-b"))
             #expect(try !store.dropUnifiedPushRegistration(endpointToken: "e-nope"))
             #expect(try store.unifiedPushRegistrations().map(\.dropped) == [true])
+        }
+    }
+
+    @Test("a push offered again after it was handed over, expired or replaced is not kept again, within the window's count and age")
+    func seenWindow() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            try store.saveUnifiedPushRegistration(Self.registration("a"))
+            let window = DeduplicationWindow(maximumCount: 3, maximumAge: .seconds(10))
+            _ = try store.commitUnifiedPush(adding: [Self.push("1", to: "a", topic: "t")], finishing: [], window: window, now: 1_000)
+            // "1" replaced by "2" (same topic), then "2" handed over: both remembered.
+            _ = try store.commitUnifiedPush(adding: [Self.push("2", to: "a", topic: "t")], finishing: [], window: window, now: 1_001)
+            _ = try store.commitUnifiedPush(adding: [], finishing: ["2"], window: window, now: 1_002)
+            let again = try store.commitUnifiedPush(
+                adding: [Self.push("1", to: "a"), Self.push("2", to: "a"), Self.push("3", to: "a")], finishing: [], window: window,
+                now: 1_003)
+            #expect(again == [.alreadySeen, .alreadySeen, .kept(replaced: [])])
+            #expect(try store.unifiedPushMessages().map(\.messageID) == ["3"])
+            // The window survives a restart (it is in the file).
+            let reopened = try SQLiteStore(directory: directory)
+            #expect(
+                try reopened.commitUnifiedPush(adding: [Self.push("2", to: "a")], finishing: [], window: window, now: 1_004) == [
+                    .alreadySeen
+                ])
+            // Count: three IDs at most — "3", "4" and "5" leaving push "1" out.
+            _ = try reopened.commitUnifiedPush(
+                adding: [Self.push("4", to: "a"), Self.push("5", to: "a")], finishing: ["3"], window: window, now: 1_005)
+            _ = try reopened.commitUnifiedPush(adding: [], finishing: ["4", "5"], window: window, now: 1_006)
+            let afterCount = try reopened.commitUnifiedPush(
+                adding: [Self.push("1", to: "a"), Self.push("5", to: "a")], finishing: [], window: window, now: 1_007)
+            #expect(afterCount == [.kept(replaced: []), .alreadySeen])
+            // Age: ten seconds after they left, "3" to "5" are forgotten too.
+            let afterAge = try reopened.commitUnifiedPush(
+                adding: [Self.push("5", to: "a")], finishing: ["1"], window: window, now: 1_006 + 10_001)
+            #expect(afterAge == [.kept(replaced: [])])
         }
     }
 }

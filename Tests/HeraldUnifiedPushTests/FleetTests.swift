@@ -101,6 +101,42 @@ struct FleetTests {
         }
     }
 
+    @Test(
+        "a push JetStream offers again after the instance handed it over (its acknowledgement lost) reaches the app once")
+    func redeliveredOnce() async throws {
+        let nats = try NATSServerProcess()
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await Self.withFleet(world, nats: nats) { _ in
+            let app = try world.app("org.example.FleetApp", version: 2, register: "again")
+            let endpoint = try #require(try await app.next("endpoint")["endpoint"])
+            let token = try endpointToken(endpoint)
+            let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+            let bucket = NATSSubjects.webPushBucket(project: "herald")
+            let written = try await eventually { try client.value(key: token, bucket: bucket) != nil }
+            try #require(written, "the instance never wrote its endpoint to \(bucket)")
+            let instanceID = try #require(try client.value(key: token, bucket: bucket)).split(separator: " ")[0]
+            let subject = NATSSubjects.webPush(project: "herald", instance: String(instanceID), endpoint: token)
+            let stream = NATSSubjects.webPushStreamName(project: "herald")
+            // As the gateway publishes a push (a new JetStream message ID each time, so that the stream keeps both):
+            // the same push twice, the second after the first was handed over and acknowledged.
+            func push(_ id: String, _ body: String) throws {
+                let sent = Int64(Date().timeIntervalSince1970 * 1000)
+                _ = try client.publishStored(subject, body: Array("id \(id)\nttl 600\nurgency normal\nsent \(sent)\n\n\(body)".utf8))
+            }
+            try push("offered-twice", "first")
+            #expect(try await app.next("message")["id"] == "offered-twice")
+            let acknowledged = try await eventually { try client.storedMessages(stream: stream) == 0 }
+            try #require(acknowledged)
+            try push("offered-twice", "first")
+            let drained = try await eventually { try client.storedMessages(stream: stream) == 0 }
+            #expect(drained, "the push offered again was not acknowledged")
+            try push("after", "second")
+            #expect(try await app.next("message")["id"] == "after")
+            #expect(app.messages.map { $0["id"] ?? "?" } == ["offered-twice", "after"])
+        }
+    }
+
     @Test("a VAPID-restricted endpoint: the gateway answers 401 without a token, 403 with a wrong one, 201 with a valid one")
     func vapidAtGateway() async throws {
         let nats = try NATSServerProcess()
