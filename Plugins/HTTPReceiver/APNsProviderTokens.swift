@@ -90,7 +90,7 @@ final class APNsTokenVerifier: Sendable {
             }
         }
         guard issued <= now + Self.allowedClockSkew else { throw .invalid }
-        guard now - issued <= Self.lifetime else { throw .expired }
+        guard issued >= now - Self.lifetime else { throw .expired }  // not `now - issued`: an `iat` far in the past would overflow it
     }
 
     /// Checks the token's form, key, team and signature; returns its `iat`.

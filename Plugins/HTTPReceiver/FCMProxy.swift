@@ -26,6 +26,8 @@ final class ConnectPreamble: @unchecked Sendable {
     /// that belong to it.
     private var serve: ((String?, [UInt8]) -> Void)?
     private var head: [UInt8] = []
+    /// How much of `head` was scanned for its end.
+    private var scanned = 0
     private var timer: ScheduledTask?
     private var isClosed = false
 
@@ -59,7 +61,11 @@ final class ConnectPreamble: @unchecked Sendable {
         head.append(contentsOf: bytes)
         let compared = min(head.count, Self.connectPrefix.count)
         guard head[..<compared].elementsEqual(Self.connectPrefix[..<compared]) else { return serveHere() }
-        guard let end = Self.endOfHead(head) else {
+        // Each read is scanned once: from where the last scan stopped (less the three bytes a "\r\n\r\n" split
+        // between reads may have begun with).
+        let found = Self.endOfHead(head, from: max(0, scanned - 3))
+        scanned = head.count
+        guard let end = found else {
             if head.count > limits.maximumHeaderBytes {
                 refuse(431, "Request Header Fields Too Large", "The CONNECT request's head is too large.")
             }
@@ -123,9 +129,9 @@ final class ConnectPreamble: @unchecked Sendable {
     }
 
     /// Where the blank line that ends a request head begins.
-    private static func endOfHead(_ bytes: [UInt8]) -> Int? {
-        guard bytes.count >= 4 else { return nil }
-        for index in 0...(bytes.count - 4)
+    private static func endOfHead(_ bytes: [UInt8], from start: Int) -> Int? {
+        guard bytes.count >= start + 4 else { return nil }
+        for index in start...(bytes.count - 4)
         where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
             return index
         }

@@ -188,16 +188,7 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         guard let keyID = ServiceAccountTokens.keyID(ofAssertionIn: form), !tokens.knows(keyID), !tokens.loadedRecently else {
             return answer()
         }
-        let loop = context.loop
-        let logger = context.logger
-        Task.detached {
-            do {
-                try tokens.reload()
-            } catch {
-                logger.warning("cannot read the service-account keys", metadata: ["error": "\(error)"])
-            }
-            loop.execute { answer() }
-        }
+        tokens.readKeys(on: context.loop, logger: context.logger, then: answer)
     }
 
     /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id` (the

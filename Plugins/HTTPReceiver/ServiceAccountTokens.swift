@@ -1,5 +1,6 @@
 import Herald
 import HeraldTLS
+import Logging
 
 /// A service-account key Herald issued, as the receiver checks assertions with it: only its public half.
 public struct ServiceAccountPublicKey: Sendable, Hashable {
@@ -39,6 +40,9 @@ public struct ServiceAccountOptions: Sendable {
     /// An assertion naming an unknown key reads the keys again at once, unless they were read less than this ago
     /// (so that a client sending made-up key IDs does not make every request read the store).
     public var unknownKeyReadInterval: Duration = .seconds(1)
+    /// The most access tokens one key holds at once: a client asking for tokens in a loop pushes out its own oldest,
+    /// not other clients'.
+    public var maximumTokensPerKey = 64
 
     /// Options reading the keys with `loadKeys`, the other settings at their defaults.
     public init(loadKeys: @escaping @Sendable () throws -> [ServiceAccountPublicKey]) {
@@ -69,7 +73,15 @@ final class ServiceAccountTokens: Sendable {
         var keys: [String: Key] = [:]
         /// Access token → the key it was issued to and when it expires (seconds since 1970).
         var tokens: [String: (keyID: String, expires: Int64)] = [:]
+        /// Each key's access tokens, oldest first (some may have left ``tokens`` already).
+        var tokensOfKey: [String: [String]] = [:]
         var lastLoad: ContinuousClock.Instant?
+        /// The reads of the keys started, and the newest one whose result is in use: an older read finishing
+        /// later (one that began before a revocation) changes nothing.
+        var readsStarted = 0
+        var readApplied = 0
+        /// Answers waiting for the read of the keys that a request with an unknown `kid` started.
+        var waitingForRead: [@Sendable () -> Void]?
     }
 
     let options: ServiceAccountOptions
@@ -83,6 +95,8 @@ final class ServiceAccountTokens: Sendable {
     static let skew: Int64 = 300
     /// The most access tokens kept at once.
     static let tokenLimit = 65_536
+    /// Without a `kid`, the most keys of the assertion's `iss` whose signature is tried.
+    static let candidatesWithoutKeyID = 2
 
     init(options: ServiceAccountOptions) {
         self.options = options
@@ -90,8 +104,11 @@ final class ServiceAccountTokens: Sendable {
 
     /// Reads the keys again (blocking). Keys whose public key cannot be read are left out.
     func reload() throws {
+        let (read, known) = state.withLock { state in
+            state.readsStarted += 1
+            return (state.readsStarted, state.keys)
+        }
         let loaded = try options.loadKeys()
-        let known = state.withLock { $0.keys }
         var keys: [String: Key] = [:]
         for key in loaded {
             if let existing = known[key.keyID], existing.clientEmail == key.clientEmail {
@@ -101,10 +118,41 @@ final class ServiceAccountTokens: Sendable {
             }
         }
         state.withLock { state in
+            guard read > state.readApplied else { return }
+            state.readApplied = read
             state.keys = keys
             state.lastLoad = .now
             // Tokens of revoked or removed keys go.
             state.tokens = state.tokens.filter { keys[$0.value.keyID]?.revoked == false }
+            state.tokensOfKey = state.tokensOfKey.filter { keys[$0.key]?.revoked == false }
+        }
+    }
+
+    /// Reads the keys again on `loop`'s blocking pool for a request whose `kid` is unknown, then runs `done` on the
+    /// loop. While one such read is under way, later requests wait for it instead of starting another: a client
+    /// sending assertions with made-up key IDs costs one read at a time, and at most one per
+    /// ``ServiceAccountOptions/unknownKeyReadInterval``.
+    func readKeys(on loop: EventLoop, logger: Logger, then done: @escaping @Sendable () -> Void) {
+        let start = state.withLock { state -> Bool in
+            if state.waitingForRead != nil {
+                state.waitingForRead?.append(done)
+                return false
+            }
+            state.waitingForRead = [done]
+            return true
+        }
+        guard start else { return }
+        loop.offload { [self] in
+            try reload()
+        } then: { [self] result in
+            if case .failure(let error) = result {
+                logger.warning("cannot read the service-account keys", metadata: ["error": "\(error)"])
+            }
+            let waiting = state.withLock { state in
+                defer { state.waitingForRead = nil }
+                return state.waitingForRead ?? []
+            }
+            for answer in waiting { answer() }
         }
     }
 
@@ -162,7 +210,11 @@ final class ServiceAccountTokens: Sendable {
         let keyID = header["kid"]?.stringValue
         let candidates: [(String, Key)] = state.withLock { state in
             if let keyID { return state.keys[keyID].map { [(keyID, $0)] } ?? [] }
-            return state.keys.filter { $0.value.clientEmail == issuer }.map { ($0.key, $0.value) }
+            // Without a `kid` (the Admin SDKs always send one): the issuer's keys still in force, a few at most, so
+            // that a guessed `iss` cannot make one request cost many signature checks.
+            return Array(
+                state.keys.filter { $0.value.clientEmail == issuer && !$0.value.revoked }.map { ($0.key, $0.value) }
+                    .prefix(Self.candidatesWithoutKeyID))
         }
         let signed = Array(assertion.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
         guard let (signer, key) = candidates.first(where: { $0.1.verifier.isValidSignature(signature, for: signed) }) else {
@@ -173,8 +225,9 @@ final class ServiceAccountTokens: Sendable {
         guard Self.audiences(claims["aud"]).contains(options.tokenURI) else {
             throw .grant("Invalid JWT: Failed audience check. The audience must be \(options.tokenURI).")
         }
+        // `iat` is bounded on both sides before `exp - iat` is taken, so that the difference cannot overflow.
         guard let issuedAt = claims["iat"]?.intValue, let expires = claims["exp"]?.intValue, issuedAt <= now + Self.skew,
-            expires > now - Self.skew, expires > issuedAt, expires - issuedAt <= 3600
+            issuedAt >= now - Self.skew - 3600, expires > now - Self.skew, expires > issuedAt, expires - issuedAt <= 3600
         else {
             throw .grant(
                 "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."
@@ -203,6 +256,14 @@ final class ServiceAccountTokens: Sendable {
                 }
             }
             state.tokens[token] = (signer, now + lifetime)
+            var own = state.tokensOfKey[signer, default: []].filter { state.tokens[$0] != nil }
+            own.append(token)
+            let limit = max(options.maximumTokensPerKey, 1)
+            if own.count > limit {
+                for old in own.prefix(own.count - limit) { state.tokens[old] = nil }
+                own.removeFirst(own.count - limit)
+            }
+            state.tokensOfKey[signer] = own
         }
         return (token, lifetime)
     }

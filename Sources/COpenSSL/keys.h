@@ -156,8 +156,10 @@ static inline X509 *herald_certificate_begin(EVP_PKEY *key, const char *common_n
 }
 
 /* A new certificate authority: a P-256 key and a self-signed CA certificate (basic constraints critical, CA:TRUE,
-   path length 0; key usage keyCertSign and cRLSign), both PEM. */
-static inline int herald_ca_create(const char *common_name, int days, char **key_pem, char **certificate_pem) {
+   path length 0; key usage keyCertSign and cRLSign), both PEM. With `name_constraints` ("permitted;DNS:a,
+   permitted;DNS:b"), critical name constraints: the CA can vouch for those names only, whoever holds its key. */
+static inline int herald_ca_create(const char *common_name, int days, const char *name_constraints, char **key_pem,
+                                   char **certificate_pem) {
     EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
     if (key == NULL) return 0;
     X509 *certificate = herald_certificate_begin(key, common_name, days, NULL);
@@ -165,6 +167,8 @@ static inline int herald_ca_create(const char *common_name, int days, char **key
              herald_add_extension(certificate, certificate, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") &&
              herald_add_extension(certificate, certificate, NID_key_usage, "critical,keyCertSign,cRLSign") &&
              herald_add_extension(certificate, certificate, NID_subject_key_identifier, "hash") &&
+             (name_constraints == NULL || *name_constraints == 0 ||
+              herald_add_extension(certificate, certificate, NID_name_constraints, name_constraints)) &&
              X509_sign(certificate, key, EVP_sha256()) > 0;
     *key_pem = ok ? herald_private_key_pem(key) : NULL;
     *certificate_pem = ok ? herald_certificate_pem(certificate) : NULL;

@@ -175,7 +175,8 @@ enum ServiceAccountCredentials {
     /// The CA in `<directory>/fcm-proxy`, created when missing (its key 0600).
     static func authority(directory: String) throws -> LocalCertificateAuthority {
         try SQLiteStore.makeDirectory(directory)
-        return try LocalCertificateAuthority.openOrCreate(directory: directory + "/fcm-proxy", name: "Herald FCM proxy CA")
+        return try LocalCertificateAuthority.openOrCreate(
+            directory: directory + "/fcm-proxy", name: "Herald FCM proxy CA", permittedNames: proxyHosts)
     }
 
     /// The TLS context of the proxy's tunnels: a server certificate for ``proxyHosts`` issued now by the CA.

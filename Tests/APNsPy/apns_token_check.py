@@ -93,6 +93,8 @@ def main():
         check("a bearer without a token", push("bearer"), 403, "MissingProviderToken")
         check("another scheme", push(f"Basic {args.secret}"), 403, "MissingProviderToken")
         check("issued 61 minutes ago", push(f"bearer {token(iat=int(time.time()) - 3660)}"), 403, "ExpiredProviderToken")
+        # now - iat would overflow a 64-bit integer: refused, and the daemon answers what follows.
+        check("issued at the smallest 64-bit integer", push(f"bearer {token(iat=-(2 ** 63))}"), 403, "ExpiredProviderToken")
         check("signed by another key", push(f"bearer {token(key=stranger)}"), 403, "InvalidProviderToken")
         check("an unknown key ID", push(f"bearer {token(kid='ZZZZZZZZZZ')}"), 403, "InvalidProviderToken")
         check("another team", push(f"bearer {token(iss='OTHERTEAM1')}"), 403, "InvalidProviderToken")

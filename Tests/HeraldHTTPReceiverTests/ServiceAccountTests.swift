@@ -8,7 +8,8 @@ import Testing
 /// A receiver with service accounts and the FCM proxy on, the keys in memory (read again every 200 ms), its CA in a
 /// temporary directory; `body` gets the receiver's port, the CA file, the issued key pair and the key list.
 private func withProxyHerald(
-    refreshInterval: Duration = .milliseconds(200), requestTimeout: Duration = .seconds(10),
+    refreshInterval: Duration = .milliseconds(200), requestTimeout: Duration = .seconds(10), tokensPerKey: Int = 64,
+    onRead: @escaping @Sendable () -> Void = {},
     _ body: (Herald, Collected, _ port: Int, _ caFile: String, _ pair: RSAKeyPair, _ keys: Locked<[ServiceAccountPublicKey]>) async throws
         -> Void
 ) async throws {
@@ -16,12 +17,17 @@ private func withProxyHerald(
         let pair = try RSAKeyPair.generate()
         let keys = Locked([ServiceAccountPublicKey(keyID: "key-1", clientEmail: ServiceAccountTests.email, publicKeyPEM: pair.publicKeyPEM)]
         )
-        let authority = try LocalCertificateAuthority.openOrCreate(directory: directory + "/ca")
+        let authority = try LocalCertificateAuthority.openOrCreate(
+            directory: directory + "/ca", permittedNames: ["fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"])
         try authority.issueServerCertificate(names: ["fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"])
         var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "proxy-secret")
         options.requestTimeout = requestTimeout
-        var accounts = ServiceAccountOptions { keys.withLock { $0 } }
+        var accounts = ServiceAccountOptions {
+            onRead()
+            return keys.withLock { $0 }
+        }
         accounts.refreshInterval = refreshInterval
+        accounts.maximumTokensPerKey = tokensPerKey
         accounts.unknownKeyReadInterval = .zero
         options.serviceAccounts = accounts
         options.fcmProxy = try TLSServerContext(
@@ -58,10 +64,11 @@ struct ServiceAccountTests {
     /// An RS256 JWT as google-auth makes it for a service account, with what a test changes.
     static func assertion(
         _ privateKeyPEM: String, kid: String = "key-1", iss: String = email, aud: String = tokenURI, scope: String = scope,
-        issuedAt: Int = Int(Date().timeIntervalSince1970), lifetime: Int = 3600
+        issuedAt: Int = Int(Date().timeIntervalSince1970), lifetime: Int = 3600, expiresAt: Int? = nil
     ) throws -> String {
         let header = #"{"alg":"RS256","typ":"JWT","kid":"\#(kid)"}"#
-        let claims = #"{"iss":"\#(iss)","aud":"\#(aud)","scope":"\#(scope)","iat":\#(issuedAt),"exp":\#(issuedAt + lifetime)}"#
+        let expires = expiresAt ?? issuedAt + lifetime
+        let claims = #"{"iss":"\#(iss)","aud":"\#(aud)","scope":"\#(scope)","iat":\#(issuedAt),"exp":\#(expires)}"#
         let signed = base64URL(Array(header.utf8)) + "." + base64URL(Array(claims.utf8))
         return signed + "." + base64URL(try RSAKeyPair.signRS256(Array(signed.utf8), privateKeyPEM: privateKeyPEM))
     }
@@ -153,6 +160,11 @@ struct ServiceAccountTests {
                 ("wrong issuer", try Self.assertion(pair.privateKeyPEM, iss: "other@demo.iam.gserviceaccount.com"), "invalid_grant"),
                 ("wrong scope", try Self.assertion(pair.privateKeyPEM, scope: "https://www.googleapis.com/auth/drive"), "invalid_scope"),
                 ("not a JWT", "not.a-jwt", "invalid_grant"),
+                // exp - iat would overflow: refused, and the daemon goes on (the requests after it are answered).
+                (
+                    "iat the smallest integer, exp now", try Self.assertion(pair.privateKeyPEM, issuedAt: Int.min, expiresAt: now),
+                    "invalid_grant"
+                ),
             ]
             for (what, assertion, error) in cases {
                 let answer = try await token(port: port, caFile: caFile, assertion)
@@ -188,6 +200,91 @@ struct ServiceAccountTests {
             // The bearer secret still works.
             #expect(
                 try await curl(port: port, caFile: caFile, url, json: send, headers: ["authorization: Bearer proxy-secret"]).status == 200)
+        }
+    }
+
+    @Test("one key asking for tokens in a loop pushes out its own oldest tokens, not another key's")
+    func tokensPerKey() async throws {
+        try await withProxyHerald(tokensPerKey: 3) { herald, _, port, _, pair, keys in
+            let other = try RSAKeyPair.generate()
+            keys.withLock { $0.append(ServiceAccountPublicKey(keyID: "key-2", clientEmail: Self.email, publicKeyPEM: other.publicKeyPEM)) }
+            func issue(_ privateKeyPEM: String, kid: String) throws -> String {
+                let form =
+                    "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion="
+                    + (try Self.assertion(privateKeyPEM, kid: kid))
+                let answer = try httpRequest(port: port, "POST", "/token", body: form)
+                return try #require(try JSONParser.parse(Array(answer.body.utf8))["access_token"]?.stringValue, "\(answer.body)")
+            }
+            let registration = try await herald.token()
+            func sends(_ access: String) throws -> Bool {
+                try httpRequest(
+                    port: port, "POST", "/v1/projects/demo/messages:send", body: #"{"message": {"token": "\#(registration)"}}"#,
+                    secret: access
+                ).status == 200
+            }
+            let kept = try issue(other.privateKeyPEM, kid: "key-2")
+            let looped = try (0..<5).map { _ in try issue(pair.privateKeyPEM, kid: "key-1") }
+            #expect(try looped.map(sends) == [false, false, true, true, true])
+            #expect(try sends(kept))
+        }
+    }
+
+    @Test("requests naming unknown keys read the keys one at a time, however many arrive at once")
+    func oneReadAtATime() async throws {
+        let reading = Locked((now: 0, most: 0, reads: 0))
+        let onRead: @Sendable () -> Void = {
+            reading.withLock {
+                $0.now += 1
+                $0.reads += 1
+                $0.most = max($0.most, $0.now)
+            }
+            // A slow store, so that requests arrive while a read is under way.
+            usleep(50_000)
+            reading.withLock { $0.now -= 1 }
+        }
+        try await withProxyHerald(refreshInterval: .seconds(3600), onRead: onRead) { _, _, port, _, pair, _ in
+            let started = reading.withLock { $0.reads }
+            let answers = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<20 {
+                    group.addTask {
+                        let form =
+                            "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion="
+                            + (try Self.assertion(pair.privateKeyPEM, kid: "made-up-\(index)"))
+                        return try await onOwnThread { try httpRequest(port: port, "POST", "/token", body: form).status }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(answers == Array(repeating: 400, count: 20))
+            let seen = reading.withLock { $0 }
+            #expect(seen.most == 1, "reads of the keys at once: \(seen.most)")
+            #expect(seen.reads - started < 20, "every request read the keys: \(seen.reads - started) reads")
+        }
+    }
+
+    @Test("the proxy's CA vouches for Google's three names only: a certificate it issues for another name fails verification")
+    func constrainedAuthority() throws {
+        try withTemporaryDirectory { directory in
+            let authority = try LocalCertificateAuthority.openOrCreate(
+                directory: directory + "/ca", permittedNames: ["fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"])
+            func verify(_ names: [String]) throws -> (status: Int32, output: String) {
+                try authority.issueServerCertificate(names: names)
+                let result = try runExecutable(
+                    URL(fileURLWithPath: "/usr/bin/openssl"),
+                    ["verify", "-CAfile", authority.certificateFile, "-purpose", "sslserver", authority.serverCertificateFile])
+                return (result.status, result.output + result.error)
+            }
+            #expect(try verify(["fcm.googleapis.com", "iid.googleapis.com"]).status == 0)
+            let other = try verify(["example.com"])
+            #expect(other.status != 0 && other.output.contains("subtree violation"), "\(other.output)")
+            // Half a pair left by a stop between the two writes: both are made again.
+            unlink(authority.certificateFile)
+            let again = try LocalCertificateAuthority.openOrCreate(directory: directory + "/ca", permittedNames: ["fcm.googleapis.com"])
+            #expect(FileManager.default.fileExists(atPath: again.certificateFile))
+            try again.issueServerCertificate(names: ["fcm.googleapis.com"])
+            let matched = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/openssl"), ["verify", "-CAfile", again.certificateFile, again.serverCertificateFile])
+            #expect(matched.status == 0, "\(matched.output)\(matched.error)")
         }
     }
 
