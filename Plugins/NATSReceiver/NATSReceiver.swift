@@ -160,6 +160,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var disconnects = 0
         /// Connections regained.
         public var reconnects = 0
+        /// Second stored copies of one publish (one `Nats-Msg-Id`, another stream sequence) acknowledged without
+        /// being handled again.
+        public var duplicatesDropped = 0
     }
 
     public let options: Options
@@ -181,6 +184,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// of those with one collapse key, only the newest is handled.
     private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?)]] = [:]
     private var wantedTopics: Set<String> = []
+    /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the ID Herald gave
+    /// each and when. A second stored copy of one publish (another stream sequence, the same `Nats-Msg-Id`) within
+    /// ``Options/duplicateWindow`` is the same message, as JetStream itself would have judged it.
+    private var recentPublishes: [String: (messageID: String, at: ContinuousClock.Instant)] = [:]
     /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
     private var held: [OpaquePointer] = []
     private var heldStart = 0
@@ -791,6 +798,21 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
         let messageID = kind == .jetStream ? storedID ?? Self.storedMessageID(message) : nil
+        let publish = kind == .jetStream ? Self.publishKey(message) : nil
+        if let publish, let messageID {
+            if let earlier = recentPublishes[publish], earlier.messageID != messageID,
+                ContinuousClock.now - earlier.at < options.duplicateWindow
+            {
+                // A publish JetStream stored twice: around a stream leader's change, a publisher's retry with the same
+                // `Nats-Msg-Id` can reach a leader that has not seen the first copy. Handled once.
+                shared.withLock { $0.statistics.duplicatesDropped += 1 }
+                context.logger.debug(
+                    "a second stored copy of a publish already taken; acknowledged, not handled again",
+                    metadata: ["message_id": "\(messageID)", "first": "\(earlier.messageID)"])
+                return settle(message, .acknowledge)
+            }
+            rememberPublish(publish, messageID: messageID)
+        }
         let project = context.projectID
         let sendContext = SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream, expiresAt: expiresAt)
         context.bus.submit(body, sendContext) { [self] outcome in
@@ -814,6 +836,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 settle(message, .done)
                 return
             }
+            let taken = if case .accepted = outcome { true } else { false }
+            if !taken, let publish, recentPublishes[publish]?.messageID == messageID {
+                // Not taken: another copy of it may be.
+                recentPublishes[publish] = nil
+            }
             switch outcome {
             case .accepted: settle(message, .acknowledge)
             case .invalid: settle(message, .terminate)
@@ -826,6 +853,30 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// The most publishes ``recentPublishes`` keeps; past it, those older than the window go, then the oldest half.
+    static let recentPublishLimit = 65_536
+
+    private func rememberPublish(_ key: String, messageID: String) {
+        let now = ContinuousClock.now
+        if recentPublishes.count >= Self.recentPublishLimit {
+            recentPublishes = recentPublishes.filter { now - $0.value.at < options.duplicateWindow }
+            if recentPublishes.count >= Self.recentPublishLimit {
+                let kept = recentPublishes.sorted { $0.value.at > $1.value.at }.prefix(Self.recentPublishLimit / 2)
+                recentPublishes = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
+            }
+        }
+        recentPublishes[key] = (messageID, now)
+    }
+
+    /// `<stream> <Nats-Msg-Id>` of a stored message that has a publisher ID.
+    private static func publishKey(_ message: OpaquePointer) -> String? {
+        guard let unique = herald_nats_stored_message_id(message) else { return nil }
+        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
+        guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
+        defer { jsMsgMetaData_Destroy(metadata) }
+        return (metadata.pointee.Stream.map { String(cString: $0) } ?? "") + " " + String(cString: unique)
     }
 
     private enum Settlement { case acknowledge, redeliverLater, terminate, done }

@@ -114,6 +114,34 @@ struct NATSReceiverTests {
         }
     }
 
+    @Test("one publish JetStream stored twice (one Nats-Msg-Id, two stream sequences, as around a leader's change) is handled once")
+    func secondStoredCopy() async throws {
+        let server = try NATSServerProcess()
+        // The stream made first with a one-second duplicate window, so that one publish can be stored twice.
+        var short = NATSReceiver.Options(servers: [server.url])
+        short.duplicateWindow = .seconds(1)
+        let client = try NATSPublisher(url: server.url)
+        try client.ensureStream(project: "demo", options: short)
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            let subject = try await instance.tokenSubject()
+            let token = try await instance.token()
+            let first = try client.publishStored(subject, body(token: token, n: 1), messageID: "campaign-1")
+            #expect(await eventually { instance.collector.numbers == ["1"] })
+            // The publisher's retry, until JetStream's window has passed and it stores the publish again.
+            let second = try await eventuallyValue {
+                let id = try client.publishStored(subject, body(token: token, n: 1), messageID: "campaign-1")
+                return id != first ? id : nil
+            }
+            try #require(second != nil, "JetStream never stored the publish a second time")
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 }, "the copy was not acknowledged")
+            #expect(instance.receiver.statistics.duplicatesDropped == 1)
+            try client.publishStored(subject, body(token: token, n: 2), messageID: "campaign-2")
+            #expect(await eventually { instance.collector.numbers.count == 2 })
+            #expect(instance.collector.numbers == ["1", "2"])
+        }
+    }
+
     @Test("start fails with an error naming the servers when none answers, and naming JetStream when it is off")
     func startFailures() async throws {
         let port = try freeLoopbackPort()
