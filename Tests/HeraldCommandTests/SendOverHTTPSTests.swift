@@ -32,7 +32,7 @@ struct SendOverHTTPSTests {
         }
     }
 
-    @Test("the proxy variables are honoured as curl honours them: https_proxy tunnels, http_proxy relays, no_proxy bypasses")
+    @Test("the proxy variables are honoured as curl honours them: https_proxy tunnels, http_proxy relays, no_proxy bypasses; --proxy")
     func proxyVariables() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try TestCertificates(in: directory)
@@ -73,6 +73,11 @@ struct SendOverHTTPSTests {
                 ["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url, "no_proxy": "127.0.0.1"])
             #expect(plainDirect.status == 0, "\(plainDirect.output)\(plainDirect.error)")
             #expect(proxy.requests == seen, "no_proxy bypasses the proxy: \(proxy.requests)")
+
+            // --proxy names one explicitly, whatever the environment says.
+            let explicit = try runHerald(https + ["--proxy", proxy.url], environment: ["https_proxy": "http://127.0.0.1:1"])
+            #expect(explicit.status == 0, "\(explicit.output)\(explicit.error)")
+            #expect(proxy.requests.dropFirst(seen.count) == ["CONNECT localhost:\(server.port) HTTP/1.1"], "\(proxy.requests)")
         }
     }
 }
