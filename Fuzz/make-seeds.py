@@ -3,7 +3,7 @@
 the project's copy of ../shared/testdata/payloads) and the test files' cases: the JSON bodies, APNs payloads,
 conditions and config files written in the tests, bad ones included. Run by scripts/fuzz; deterministic (each
 seed is named by its content's SHA-1), so running it again changes nothing."""
-import hashlib, os, re, shutil, sys
+import base64, hashlib, os, re, shutil, sys
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 corpus = os.path.join(root, "Fuzz", "Corpus")
@@ -167,6 +167,51 @@ write("config", [c.encode() for c in configs])
 write("http", [c + s for s in http for c in chunkings[:1]] + [chunkings[1] + http[0], chunkings[2] + http[-4]])
 write("http2", [c + s for s in http2 for c in chunkings[:1]] + [chunkings[1] + http2[1], chunkings[2] + http2[-3]])
 write("socket", [c + s for s in socket for c in chunkings[:1]] + [chunkings[1] + socket[0], chunkings[2] + socket[-1]])
+# auth: the first byte picks the parser (FuzzAuth), its high bit signing the rest as a token's claims.
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+def jwt(header, claims, signature=b"\x01" * 64):
+    return b".".join([b64url(header), b64url(claims), b64url(signature)])
+
+service_account_claims = [
+    b'{"iss":"fuzz@demo.iam.gserviceaccount.com","aud":"https://oauth2.googleapis.com/token","iat":1700000000,'
+    b'"exp":1700003600,"scope":"https://www.googleapis.com/auth/firebase.messaging"}',
+    b'{"iss":"fuzz@demo.iam.gserviceaccount.com","aud":["x","https://oauth2.googleapis.com/token"],"iat":1699999000,'
+    b'"exp":1700002000,"scope":"openid https://www.googleapis.com/auth/cloud-platform"}',
+    b'{"iss":"fuzz@demo.iam.gserviceaccount.com","aud":"https://oauth2.googleapis.com/token","iat":1700000000,"exp":1700007201}',
+    b'{"iss":"other@demo.iam.gserviceaccount.com","aud":"https://oauth2.googleapis.com/token"}',
+]
+apns_claims = [b'{"iss":"TEAM123456","iat":1700000000}', b'{"iss":"TEAM123456","iat":1699996399}',
+               b'{"iss":"TEAM123456","iat":1700000301}', b'{"iss":"TEAM000000","iat":1700000000}', b'{"iss":"TEAM123456","iat":"1700000000"}']
+vapid_claims = [b'{"aud":"https://push.example.com","exp":1700003600,"sub":"mailto:ops@example.com"}',
+                b'{"aud":"https://push.example.com:8443","exp":1700003600}', b'{"aud":"https://push.example.com","exp":1700086401}',
+                b'{"aud":"https://push.example.com"}', b"[]"]
+rs256 = b'{"alg":"RS256","typ":"JWT","kid":"fuzzkey"}'
+es256 = b'{"alg":"ES256","kid":"KEY1234567"}'
+vapid_key = b64url(b"\x04" + bytes(range(1, 65)))
+auth = [b"\x80" + c for c in service_account_claims] + [b"\x81" + c for c in apns_claims] + [b"\x82" + c for c in vapid_claims]
+auth += [b"\x00grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=" + jwt(rs256, c, b"\x02" * 256)
+         for c in service_account_claims[:2]]
+auth += [b"\x00grant_type=client_credentials", b"\x00grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=a.b",
+         b"\x00grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=" + jwt(b'{"alg":"none"}', service_account_claims[0], b"")]
+auth += [b"\x01bearer " + jwt(es256, c) for c in apns_claims[:2]] + [b"\x01Bearer  ", b"\x01basic dXNlcjpwYXNz"]
+auth += [b"\x02vapid t=" + jwt(b'{"typ":"JWT","alg":"ES256"}', c) + b", k=" + vapid_key for c in vapid_claims[:2]]
+auth += [b"\x02vapid t=a.b.c,k=" + vapid_key + b"==", b"\x02VAPID k=x", b"\x02WebPush abc"]
+auth += [b"\x03" + h for h in (b"60\nhigh\nnews_1", b"0\nvery-low", b"2419201\nLOW\n" + b"a" * 32, b"-1", b"60\nurgent",
+                                b"60\nnormal\n" + b"a" * 33, b"\n\n", b"1e3\nhigh\nno/slash")]
+connect = [b"CONNECT fcm.googleapis.com:443 HTTP/1.1\r\nHost: fcm.googleapis.com:443\r\n\r\n\x16\x03\x01\x00\x05hello",
+           b"CONNECT oauth2.googleapis.com:443 HTTP/1.0\r\n\r\n", b"CONNECT example.com:443 HTTP/1.1\r\n\r\n",
+           b"CONNECT fcm.googleapis.com:443\r\n\r\n", b"CONNECT  fcm.googleapis.com:443 HTTP/1.1\r\n\r\n",
+           b"CONNECT fcm.googleapis.com:443 HTTP/1.1\r\nX-Long: " + b"a" * 1100 + b"\r\n\r\n",
+           b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n", b"CONN"]
+auth += [b"\x04" + c + s for s in connect for c in chunkings[:1]] + [b"\x04" + chunkings[1] + connect[0], b"\x04" + chunkings[2] + connect[-3]]
+# Fuzz findings, kept as seeds (each also a test in the normal suite, AuthParserTests): an iat far in the past
+# overflowed the age and lifetime arithmetic of a signed provider token and a signed assertion.
+auth += [b'\x81{"iss":"TEAM123456","iat":-9223372036854775000}',
+         b'\x80{"iss":"fuzz@demo.iam.gserviceaccount.com","aud":"https://oauth2.googleapis.com/token","iat":-9223372036854775000,'
+         b'"exp":1700000000,"scope":"https://www.googleapis.com/auth/firebase.messaging"}']
+write("auth", auth)
 # tls: ClientHellos of Python's ssl module (TLS 1.3 and 1.2, with and without ALPN and SNI), whole, cut and after
 # garbage, made once and kept as they are: a ClientHello holds random bytes, so making them here would change them
 # at every run.

@@ -90,7 +90,8 @@ final class APNsTokenVerifier: Sendable {
             }
         }
         guard issued <= now + Self.allowedClockSkew else { throw .invalid }
-        guard issued >= now - Self.lifetime else { throw .expired }  // not `now - issued`: an `iat` far in the past would overflow it
+        // Not `now - issued`, which overflows for an `iat` far in the past (a signed token can hold any integer).
+        guard issued >= now - Self.lifetime else { throw .expired }
     }
 
     /// Checks the token's form, key, team and signature; returns its `iat`.

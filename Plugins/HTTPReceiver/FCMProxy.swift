@@ -59,31 +59,19 @@ final class ConnectPreamble: @unchecked Sendable {
 
     private func read(_ bytes: UnsafeRawBufferPointer) {
         head.append(contentsOf: bytes)
-        let compared = min(head.count, Self.connectPrefix.count)
-        guard head[..<compared].elementsEqual(Self.connectPrefix[..<compared]) else { return serveHere() }
+        let end: Int
         // Each read is scanned once: from where the last scan stopped (less the three bytes a "\r\n\r\n" split
         // between reads may have begun with).
-        let found = Self.endOfHead(head, from: max(0, scanned - 3))
+        let parsed = Self.parse(head, maximumHeaderBytes: limits.maximumHeaderBytes, scanningFrom: max(0, scanned - 3))
         scanned = head.count
-        guard let end = found else {
-            if head.count > limits.maximumHeaderBytes {
-                refuse(431, "Request Header Fields Too Large", "The CONNECT request's head is too large.")
-            }
-            return
-        }
-        let line = head[..<(head.firstIndex(of: UInt8(ascii: "\r")) ?? end)].split(separator: UInt8(ascii: " "))
-        guard line.count == 3, line[2].starts(with: Array("HTTP/1.".utf8)) else {
-            return refuse(400, "Bad Request", "A CONNECT request line is CONNECT host:port HTTP/1.1.")
-        }
-        let target = String(decoding: line[1], as: UTF8.self).lowercased()
-        guard Self.targets.contains(target) else {
-            return refuse(
-                403, "Forbidden",
-                "Herald tunnels to fcm.googleapis.com:443, iid.googleapis.com:443 and oauth2.googleapis.com:443 only; it is not a general proxy."
-            )
+        switch parsed {
+        case .incomplete: return
+        case .notConnect: return serveHere()
+        case .refused(let status, let reason, let message): return refuse(status, reason, message)
+        case .tunnel(_, let headEnd): end = headEnd
         }
         timer?.cancel()
-        let early = Array(head[(end + 4)...])
+        let early = Array(head[end...])
         head = []
         // Sent now, in clear: a write would wait for the end of the loop's turn and go through TLS by then.
         Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8).withUnsafeBytes { connection.send($0, completion: nil) }
@@ -126,6 +114,45 @@ final class ConnectPreamble: @unchecked Sendable {
         answer += body
         connection.write(answer)
         connection.shutdownWriting { [weak self] _ in self?.connection.close() }
+    }
+
+    /// What a connection's first bytes are, as far as they go.
+    enum Head: Equatable {
+        /// A CONNECT (or its first bytes) whose head has not ended yet.
+        case incomplete
+        /// Not a CONNECT: an HTTP request for the receiver itself.
+        case notConnect
+        /// A CONNECT refused with `status` (`reason` its reason phrase) and `message` (the JSON error's).
+        case refused(status: Int, reason: String, message: String)
+        /// A CONNECT to one of ``targets`` (lower case); the tunnel's bytes start at `end`, after the head.
+        case tunnel(target: String, end: Int)
+    }
+
+    /// Reads `bytes`, the connection's first bytes: a head longer than `maximumHeaderBytes` is refused 431, a
+    /// request line that is not `CONNECT host:port HTTP/1.x` 400, a target not in ``targets`` 403. The end of the
+    /// head is looked for from `start` on (what an earlier call already scanned is not scanned again).
+    static func parse(_ bytes: [UInt8], maximumHeaderBytes: Int, scanningFrom start: Int = 0) -> Head {
+        let compared = min(bytes.count, connectPrefix.count)
+        guard bytes[..<compared].elementsEqual(connectPrefix[..<compared]) else { return .notConnect }
+        guard let end = endOfHead(bytes, from: start) else {
+            if bytes.count > maximumHeaderBytes {
+                return .refused(status: 431, reason: "Request Header Fields Too Large", message: "The CONNECT request's head is too large.")
+            }
+            return .incomplete
+        }
+        let line = bytes[..<(bytes.firstIndex(of: UInt8(ascii: "\r")) ?? end)].split(separator: UInt8(ascii: " "))
+        guard line.count == 3, line[2].starts(with: Array("HTTP/1.".utf8)) else {
+            return .refused(status: 400, reason: "Bad Request", message: "A CONNECT request line is CONNECT host:port HTTP/1.1.")
+        }
+        let target = String(decoding: line[1], as: UTF8.self).lowercased()
+        guard targets.contains(target) else {
+            return .refused(
+                status: 403, reason: "Forbidden",
+                message:
+                    "Herald tunnels to fcm.googleapis.com:443, iid.googleapis.com:443 and oauth2.googleapis.com:443 only; it is not a general proxy."
+            )
+        }
+        return .tunnel(target: target, end: end + 4)
     }
 
     /// Where the blank line that ends a request head begins.

@@ -225,9 +225,10 @@ final class ServiceAccountTokens: Sendable {
         guard Self.audiences(claims["aud"]).contains(options.tokenURI) else {
             throw .grant("Invalid JWT: Failed audience check. The audience must be \(options.tokenURI).")
         }
-        // `iat` is bounded on both sides before `exp - iat` is taken, so that the difference cannot overflow.
+        // `expires - 3600`, not `expires - issuedAt`, which overflows for an `iat` far in the past (`expires`, checked
+        // to be later than a moment ago first, cannot).
         guard let issuedAt = claims["iat"]?.intValue, let expires = claims["exp"]?.intValue, issuedAt <= now + Self.skew,
-            issuedAt >= now - Self.skew - 3600, expires > now - Self.skew, expires > issuedAt, expires - issuedAt <= 3600
+            expires > now - Self.skew, expires > issuedAt, expires - 3600 <= issuedAt
         else {
             throw .grant(
                 "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."

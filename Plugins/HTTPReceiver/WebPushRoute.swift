@@ -74,9 +74,49 @@ public enum WebPushAnswer: Sendable, Hashable {
     case refused(status: Int, reason: String)
 }
 
+/// A push's RFC 8030 headers, checked: `TTL` a number of seconds (at most ``defaultTTL``, which is also what none
+/// gives), `Urgency` one of the four (`normal` when none), `Topic` 1 to 32 characters of the URL-safe base64 alphabet.
+struct WebPushHeaders: Equatable {
+    /// The TTL given when a push has none, and the most it may have: four weeks, what push services commonly keep a
+    /// message at most.
+    static let defaultTTL: Int64 = 28 * 24 * 3600
+
+    var ttl: Int64
+    var urgency: String
+    var topic: String?
+
+    /// The headers' values as received (`nil` for a header not sent); throws what to answer with 400.
+    init(ttl: String?, urgency: String?, topic: String?) throws(WebPushHeaderError) {
+        self.ttl = Self.defaultTTL
+        if let ttl {
+            guard let value = Int64(ttl), value >= 0 else {
+                throw WebPushHeaderError(message: "TTL must be a number of seconds (0 or more); got '\(ttl)'.")
+            }
+            self.ttl = min(value, Self.defaultTTL)
+        }
+        self.urgency = urgency?.lowercased() ?? "normal"
+        guard ["very-low", "low", "normal", "high"].contains(self.urgency) else {
+            throw WebPushHeaderError(message: "Urgency must be very-low, low, normal or high; got '\(self.urgency)'.")
+        }
+        if let topic {
+            let allowed = topic.utf8.allSatisfy { byte in
+                (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+            }
+            guard allowed, !topic.isEmpty, topic.utf8.count <= 32 else {
+                throw WebPushHeaderError(message: "Topic must be 1 to 32 characters of the URL-safe base64 alphabet; got '\(topic)'.")
+            }
+        }
+        self.topic = topic
+    }
+}
+
+/// Why a push's headers are refused: the text answered with `400 Bad Request`.
+struct WebPushHeaderError: Error, Equatable {
+    var message: String
+}
+
 extension HTTPAPI {
-    /// The TTL given when a push has none: four weeks, what push services commonly keep a message at most.
-    static let defaultWebPushTTL: Int64 = 28 * 24 * 3600
 
     /// `POST /up/{token}`: the push's headers checked (`TTL` a number, `Urgency` one of RFC 8030's four, `Topic` at
     /// most 32 URL-safe base64 characters), its size too, then handed to `endpoint`. Errors are plain text.
@@ -88,29 +128,17 @@ extension HTTPAPI {
         guard request.body.count <= WebPush.maximumBodyBytes else {
             return refuse(413, "The push is \(request.body.count) bytes; an endpoint takes at most \(WebPush.maximumBodyBytes).")
         }
-        var ttl = Self.defaultWebPushTTL
-        if let text = request.headers.value(of: "ttl") {
-            guard let value = Int64(text), value >= 0 else {
-                return refuse(400, "TTL must be a number of seconds (0 or more); got '\(text)'.")
-            }
-            ttl = min(value, Self.defaultWebPushTTL)
+        let headers: WebPushHeaders
+        do {
+            headers = try WebPushHeaders(
+                ttl: request.headers.value(of: "ttl"), urgency: request.headers.value(of: "urgency"),
+                topic: request.headers.value(of: "topic"))
+        } catch {
+            return refuse(400, error.message)
         }
-        let urgency = request.headers.value(of: "urgency")?.lowercased() ?? "normal"
-        guard ["very-low", "low", "normal", "high"].contains(urgency) else {
-            return refuse(400, "Urgency must be very-low, low, normal or high; got '\(urgency)'.")
-        }
-        let topic = request.headers.value(of: "topic")
-        if let topic {
-            let allowed = topic.utf8.allSatisfy { byte in
-                (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
-            }
-            guard allowed, !topic.isEmpty, topic.utf8.count <= 32 else {
-                return refuse(400, "Topic must be 1 to 32 characters of the URL-safe base64 alphabet; got '\(topic)'.")
-            }
-        }
+        let ttl = headers.ttl
         let push = WebPush(
-            token: token, body: request.body, ttl: ttl, urgency: urgency, topic: topic,
+            token: token, body: request.body, ttl: ttl, urgency: headers.urgency, topic: headers.topic,
             authorization: request.headers.value(of: "authorization"))
         endpoint.receive(push) { answer in
             switch answer {

@@ -70,7 +70,8 @@ final class CurlTransfer: @unchecked Sendable {
         set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         set(CURLOPT_PIPEWAIT, 1)
         if let caFile = configuration.caFile { set(CURLOPT_CAINFO, caFile) }
-        set(CURLOPT_PROXY, configuration.proxy ?? "")  // "": no proxy, whatever the environment says
+        // Without one, curl reads the proxy variables of the environment (http_proxy, https_proxy, no_proxy, ...).
+        if let proxy = configuration.proxy { set(CURLOPT_PROXY, proxy) }
         if maximumResponseBytes > 0, code == CURLE_OK {
             code = herald_curl_easy_setopt_offset(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(maximumResponseBytes))
         }

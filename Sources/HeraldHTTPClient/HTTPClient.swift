@@ -28,9 +28,11 @@ public final class HTTPClient: Sendable {
         /// The most connections open at once to one host and port; further requests wait for one of them (a
         /// request's timeout counts the wait). 0 for no limit.
         public var maximumConnectionsPerHost: Int
-        /// A proxy every request goes through (`http://HOST:PORT`, `socks5h://HOST:PORT`, ...); `nil` for none.
-        /// The `http_proxy` / `https_proxy` environment variables curl would read are never used: a daemon's
-        /// requests go where its configuration says.
+        /// A proxy every request goes through (`http://HOST:PORT`, `socks5h://HOST:PORT`, ...), but those to the
+        /// hosts `no_proxy` names; `nil` for the proxy the environment names, as curl reads it: `https_proxy` (or
+        /// `HTTPS_PROXY`) for `https` URLs, `http_proxy` (lower case only) for `http` ones, `all_proxy` (or
+        /// `ALL_PROXY`) for both, none for the hosts in `no_proxy` (or `NO_PROXY`: host names, domain suffixes,
+        /// addresses, CIDR ranges, `*` for all).
         public var proxy: String?
 
         public init(caFile: String? = nil, userAgent: String = "Herald", maximumConnectionsPerHost: Int = 16, proxy: String? = nil) {

@@ -24,6 +24,12 @@ struct Send: AsyncParsableCommand {
         help: ArgumentHelp("A PEM file of the CAs that sign the daemon's certificate (https), instead of the system's.", valueName: "file"))
     var caFile: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "The proxy to send through (http://HOST:PORT, socks5h://HOST:PORT), instead of what https_proxy, http_proxy and no_proxy say.",
+            valueName: "url"))
+    var proxy: String?
+
     @Option(help: ArgumentHelp("Send over the daemon's socket receiver instead (a Unix socket path or HOST:PORT).", valueName: "path"))
     var socket: String?
 
@@ -101,7 +107,8 @@ struct Send: AsyncParsableCommand {
             } else {
                 var headers = [(name: "Content-Type", value: "application/json")]
                 if let secret = try BearerSecret.load(file: authTokenFile) { headers.append(("Authorization", "Bearer \(secret)")) }
-                let client = HTTPClient(loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-send/\(HeraldBuild.version)"))
+                let client = HTTPClient(
+                    loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-send/\(HeraldBuild.version)", proxy: proxy))
                 let response = try await client.request(
                     "POST", "\(daemonURL(http))/v1/projects/\(percentEncoded(projectID))/messages:send", headers: headers, body: request)
                 answer = response.body

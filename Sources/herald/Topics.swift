@@ -81,6 +81,12 @@ struct TopicChangeOptions: ParsableArguments {
         help: ArgumentHelp("A PEM file of the CAs that sign the daemon's certificate (https), instead of the system's.", valueName: "file"))
     var caFile: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "The proxy to send through (http://HOST:PORT, socks5h://HOST:PORT), instead of what https_proxy, http_proxy and no_proxy say.",
+            valueName: "url"))
+    var proxy: String?
+
     @Option(name: .customLong("project-id"), help: "The running daemon's project ID (default: what its herald.lock says, else herald).")
     var projectID: String?
 
@@ -208,7 +214,8 @@ struct TopicChangeOptions: ParsableArguments {
         let loop = EventLoop(name: "herald-topics")
         try loop.start()
         defer { loop.shutdown() }
-        let client = HTTPClient(loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-topics/\(HeraldBuild.version)"))
+        let client = HTTPClient(
+            loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-topics/\(HeraldBuild.version)", proxy: proxy))
         let response: HTTPResponse
         do {
             response = try await client.request(subscribe ? "POST" : "DELETE", baseURL + target, headers: headers)

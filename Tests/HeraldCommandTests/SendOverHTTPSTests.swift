@@ -19,12 +19,6 @@ struct SendOverHTTPSTests {
             #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
             #expect(sent.output.contains("Bearer s3cret"), "the bearer secret went along: \(sent.output)")
 
-            // The proxy variables curl would read are not used: the request goes straight to the daemon.
-            let unproxied = try runHerald(
-                ["send", "--http", server.baseURL, "--ca-file", certificates.caFile] + message,
-                environment: ["https_proxy": "http://127.0.0.1:1", "HTTPS_PROXY": "http://127.0.0.1:1", "all_proxy": "http://127.0.0.1:1"])
-            #expect(unproxied.status == 0, "\(unproxied.output)\(unproxied.error)")
-
             let untrusted = try runHerald(["send", "--http", server.baseURL] + message)
             #expect(untrusted.status != 0)
             #expect(untrusted.error.contains("is not trusted"), "\(untrusted.error)")
@@ -35,6 +29,55 @@ struct SendOverHTTPSTests {
             let badTopicsURL = try runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "ftp://localhost:1", "storms"])
             #expect(badTopicsURL.status == 64)
             #expect(badTopicsURL.error.contains("--http must be HOST:PORT or an http:// or https:// URL"), "\(badTopicsURL.error)")
+        }
+    }
+
+    @Test("the proxy variables are honoured as curl honours them: https_proxy tunnels, http_proxy relays, no_proxy bypasses; --proxy")
+    func proxyVariables() async throws {
+        try await withTemporaryDirectory { directory in
+            let certificates = try TestCertificates(in: directory)
+            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            defer { server.stop() }
+            let plain = try PythonHTTPServer()
+            defer { plain.stop() }
+            let proxy = try await TinyProxy(directory: directory)
+            let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
+            let https = ["send", "--http", server.baseURL, "--ca-file", certificates.caFile] + message
+
+            // https: a CONNECT tunnel through the proxy, the daemon's certificate still checked at this end.
+            for variable in ["https_proxy", "HTTPS_PROXY", "all_proxy"] {
+                let before = proxy.requests.count
+                let sent = try runHerald(https, environment: [variable: proxy.url])
+                #expect(sent.status == 0, "\(variable): \(sent.output)\(sent.error)")
+                #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
+                #expect(proxy.requests.dropFirst(before) == ["CONNECT localhost:\(server.port) HTTP/1.1"], "\(variable): \(proxy.requests)")
+            }
+            let untrusted = try runHerald(["send", "--http", server.baseURL] + message, environment: ["https_proxy": proxy.url])
+            #expect(untrusted.status != 0)
+            #expect(untrusted.error.contains("is not trusted"), "through a proxy too: \(untrusted.error)")
+
+            // http: the request itself goes to the proxy.
+            let before = proxy.requests.count
+            let relayed = try runHerald(["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url])
+            #expect(relayed.status == 0, "\(relayed.output)\(relayed.error)")
+            #expect(
+                proxy.requests.dropFirst(before) == ["POST \(plain.baseURL)/v1/projects/demo/messages:send HTTP/1.1"], "\(proxy.requests)")
+
+            // no_proxy (a host, a list, *) and NO_PROXY: straight to the daemon.
+            let seen = proxy.requests
+            for bypass in [["no_proxy": "localhost"], ["NO_PROXY": "example.com,localhost"], ["no_proxy": "*"]] {
+                let direct = try runHerald(https, environment: bypass.merging(["https_proxy": proxy.url]) { $1 })
+                #expect(direct.status == 0, "\(bypass): \(direct.output)\(direct.error)")
+            }
+            let plainDirect = try runHerald(
+                ["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url, "no_proxy": "127.0.0.1"])
+            #expect(plainDirect.status == 0, "\(plainDirect.output)\(plainDirect.error)")
+            #expect(proxy.requests == seen, "no_proxy bypasses the proxy: \(proxy.requests)")
+
+            // --proxy names one explicitly, whatever the environment says.
+            let explicit = try runHerald(https + ["--proxy", proxy.url], environment: ["https_proxy": "http://127.0.0.1:1"])
+            #expect(explicit.status == 0, "\(explicit.output)\(explicit.error)")
+            #expect(proxy.requests.dropFirst(seen.count) == ["CONNECT localhost:\(server.port) HTTP/1.1"], "\(proxy.requests)")
         }
     }
 }
