@@ -13,6 +13,7 @@ enum Schema {
         migrator.registerMigration("v2-quarantine", migrate: v2)
         migrator.registerMigration("v3-unifiedpush", migrate: v3)
         migrator.registerMigration("v4-service-account-keys", migrate: v4)
+        migrator.registerMigration("v5-senders", migrate: v5)
         return migrator
     }()
 
@@ -146,6 +147,26 @@ enum Schema {
                     created_at INTEGER NOT NULL,
                     revoked_at INTEGER
                 ) STRICT, WITHOUT ROWID;
+                """)
+    }
+
+    /// Senders with credentials of their own (`herald senders add`): a name, the SHA-256 of the secret (hex; the
+    /// secret itself is kept nowhere), the scopes (comma-separated names), the rate limit (requests/s and burst,
+    /// `NULL` for none), and when it was made and revoked (seconds since 1970; a revoked sender's row stays, so that
+    /// `list` shows it). Service-account keys get scopes too: `NULL` (the keys issued before) is every scope.
+    private static func v5(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE sender (
+                    name TEXT NOT NULL PRIMARY KEY,
+                    secret_hash TEXT NOT NULL UNIQUE,
+                    scopes TEXT NOT NULL,
+                    rate REAL,
+                    burst INTEGER,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                ) STRICT, WITHOUT ROWID;
+                ALTER TABLE service_account_key ADD COLUMN scopes TEXT;
                 """)
     }
 }
