@@ -21,6 +21,9 @@ struct GatewaySendersTests {
                     "herald", ["senders", "add", "limited", "--scopes", "send", "--rate", "0.2", "--burst", "1"] + fleet)
                 let limited = limitedAdded.output.trimmingCharacters(in: .whitespacesAndNewlines)
                 #expect(limitedAdded.status == 0, "\(limitedAdded.error)")
+                for name in ["one", "two"] {
+                    try FileManager.default.createDirectory(atPath: "\(directory)/\(name)", withIntermediateDirectories: true)
+                }
                 let one = try startGateway(server: server, directory: "\(directory)/one", secret: "gateway-secret")
                 let two = try startGateway(server: server, directory: "\(directory)/two", secret: "gateway-secret")
                 let token = try await instance.token()
