@@ -73,6 +73,10 @@ struct SendersTests {
             #expect(try curlRequest(port: port, "POST", subscription, bearer: manager).status == 200)
             try expectDenied(try curlRequest(port: port, "POST", subscription, bearer: tokensOnly), scope: "manage-topics")
             try expectDenied(try curlRequest(port: port, "POST", send, body: tokenBody(token, "denied"), bearer: manager), scope: "send")
+            // APNs provider style pushes are sends to a token: refused as APNs refuses them.
+            let apns = try curlRequest(port: port, "POST", "/3/device/\(token)", body: #"{"aps":{"alert":"x"}}"#, bearer: topicsOnly)
+            #expect(apns.status == 403 && apns.body == #"{"reason":"Forbidden"}"#, "\(apns.body)")
+            #expect(try curlRequest(port: port, "POST", "/3/device/\(token)", body: #"{"check":"apns"}"#, bearer: tokensOnly).status == 200)
             // The bearer secret can do everything, as before.
             #expect(try curlRequest(port: port, "POST", send, body: tokenBody(token, "static"), bearer: "static-secret").status == 200)
             #expect(try curlRequest(port: port, "POST", "/iid/v1:batchRemove", body: batchAdd, bearer: "static-secret").status == 200)
@@ -81,10 +85,11 @@ struct SendersTests {
 
             // What was accepted was handled; nothing refused was.
             var handled: Set<String> = []
-            while !handled.isSuperset(of: ["tokens-only", "topic", "condition", "static"]), let event = daemon.event() {
+            let expected: Set = ["tokens-only", "topic", "condition", "static", "apns"]
+            while !handled.isSuperset(of: expected), let event = daemon.event() {
                 if let check = event["userInfo"]?["check"]?.stringValue { handled.insert(check) }
             }
-            #expect(handled.isSuperset(of: ["tokens-only", "topic", "condition", "static"]), "\(handled)")
+            #expect(handled.isSuperset(of: expected), "\(handled)")
             #expect(!handled.contains("denied"))
 
             // list: names, scopes, never the secret.
