@@ -33,7 +33,7 @@ public struct StoredSender: Sendable, Hashable {
 }
 
 extension SQLiteStore {
-    /// Keeps `sender`, a new one: a sender of the same name, revoked or not, is refused (``StoreError``). Any
+    /// Keeps `sender`, a new one: a sender of the same name, revoked or not, is refused (a `StoreError`). Any
     /// thread; a daemon may be running on the store.
     public func addSender(_ sender: StoredSender) throws(StoreError) {
         try write { db in
