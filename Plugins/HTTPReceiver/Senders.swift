@@ -62,7 +62,7 @@ public struct SenderCredential: Sendable, Hashable {
     public var scopes: SenderScopes
     /// The requests per second the sender may make, on average; `nil`: no limit.
     public var rate: Double?
-    /// The requests the sender may make at once, beyond the rate (the token bucket's size); `nil`: the rate rounded
+    /// The requests the sender may make at once after a pause (the token bucket's size); `nil`: the rate rounded
     /// up (at least 1).
     public var burst: Int?
     /// When it was made, seconds since 1970.

@@ -11,7 +11,7 @@ public struct StoredSender: Sendable, Hashable {
     public var scopes: String
     /// Requests per second allowed on average; `nil`: no limit.
     public var rate: Double?
-    /// Requests allowed at once beyond the rate; `nil`: the rate rounded up.
+    /// Requests allowed at once after a pause (the token bucket's size); `nil`: the rate rounded up.
     public var burst: Int?
     /// When it was made, seconds since 1970.
     public var createdAt: Int64

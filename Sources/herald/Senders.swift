@@ -72,7 +72,7 @@ struct Senders: AsyncParsableCommand {
         @Option(help: "Requests per second it may make on average (default: no limit).")
         var rate: Double?
 
-        @Option(help: "Requests it may make at once beyond the rate (default: the rate rounded up).")
+        @Option(help: "Requests it may make at once, after a pause (the bucket's size; default: the rate rounded up).")
         var burst: Int?
 
         @Option(name: .customLong("out"), help: "Write the secret to this new file (mode 0600) instead of printing it.")
