@@ -50,6 +50,11 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `h2` and `http/1.1`, and
         /// the protocol the client picks serves the connection.
         public var tls: TLSServerContext?
+        /// Senders with credentials of their own (``SenderCredential``): each presents its secret as
+        /// `Authorization: Bearer <secret>`, may do what its scopes allow (else 403 `PERMISSION_DENIED` naming the
+        /// scope missing) and as often as its rate limit allows (else 429 `RESOURCE_EXHAUSTED`, `QUOTA_EXCEEDED`, with
+        /// `Retry-After`). The bearer secret keeps every scope and no limit. `nil` (the default): no such senders.
+        public var senders: SenderOptions?
         /// Service accounts: `POST /token` exchanges an assertion signed with a key Herald issued for an access token,
         /// which every route accepts beside the secret. `nil` (the default): the secret alone.
         public var serviceAccounts: ServiceAccountOptions?
@@ -111,6 +116,9 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
     /// The service-account keys and the access tokens issued, once started with ``Options/serviceAccounts``.
     private(set) var serviceAccountTokens: ServiceAccountTokens?
     private var refresher: Task<Void, Never>?
+    private var sendersRefresher: Task<Void, Never>?
+    /// The senders not revoked, by the SHA-256 of their secret (loop thread).
+    private var senders: [String: KnownSender] = [:]
     private var listener: ReceiverListener<HTTPConnection>?
     /// The connections open, to be told of the end (loop thread).
     private var connections: [ObjectIdentifier: HTTPConnection] = [:]
@@ -159,8 +167,18 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             try tokens.reload()
             serviceAccountTokens = tokens
         }
+        // Senders that cannot be read yet (the fleet's bucket out of reach) are read again every refresh interval;
+        // until then only the secret and access tokens are taken.
+        let loadedSenders: [SenderCredential]?
+        do {
+            loadedSenders = try options.senders.map { try $0.loadSenders() }
+        } catch {
+            context.logger.warning("cannot read the senders yet; trying again shortly", metadata: ["error": "\(error)"])
+            loadedSenders = nil
+        }
         self.context = context
         try await context.loop.submit {
+            if let loadedSenders { self.install(loadedSenders) }
             let api = HTTPAPI(receiver: self, context: context)
             let limits = self.options.limits
             let proxy = self.options.fcmProxy
@@ -179,6 +197,22 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             }
             try listener.listen(on: [self.options.address])
             self.listener = listener
+        }
+        if let senders = options.senders {
+            let logger = context.logger
+            let loop = context.loop
+            // Ends at stop(), which cancels it.
+            sendersRefresher = Task.detached { [self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: senders.refreshInterval)
+                    do {
+                        let loaded = try senders.loadSenders()
+                        loop.execute { self.install(loaded) }
+                    } catch {
+                        logger.warning("cannot read the senders; the last ones read stay in use", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
         }
         if let tokens = serviceAccountTokens {
             let logger = context.logger
@@ -199,6 +233,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public func stop() async {
         refresher?.cancel()
+        sendersRefresher?.cancel()
         guard let context else { return }
         try? await context.loop.submit {
             // HTTP/2 clients are told with a GOAWAY, sent as the connections close.
@@ -217,25 +252,52 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public func resume() { listener?.resume() }
 
-    /// Whether `header` is `Bearer <secret>` (the scheme in any case, as RFC 7235 has it; the secret compared
-    /// in constant time), or `Bearer <access token>` of a service account (``Options/serviceAccounts``).
-    func authorized(_ header: String?) -> Bool {
-        guard let secret = options.secret else { return true }
+    /// Makes `loaded` the senders known (loop thread): those not revoked, a sender whose credential is unchanged
+    /// keeping its token bucket.
+    private func install(_ loaded: [SenderCredential]) {
+        let now = ContinuousClock.now
+        var known: [String: KnownSender] = [:]
+        for credential in loaded where credential.revokedAt == nil {
+            if let existing = senders[credential.secretHash], existing.credential == credential {
+                known[credential.secretHash] = existing
+            } else {
+                known[credential.secretHash] = KnownSender(credential, now: now)
+            }
+        }
+        senders = known
+    }
+
+    /// Who `header` says the request is from, and what it may do; `nil` when it is no one's: `Bearer <secret>` (the
+    /// scheme in any case, as RFC 7235 has it; the secret compared in constant time) may do everything, `Bearer
+    /// <access token>` of a service account (``Options/serviceAccounts``) what its key's scopes allow, `Bearer
+    /// <secret of a sender>` (``Options/senders``, found by its SHA-256) what the sender's allow. Without a secret
+    /// (loopback only), anyone may do anything, except that a sender's secret still has that sender's scopes and
+    /// limit. Loop thread.
+    func caller(_ header: String?) -> Caller? {
         let scheme = "bearer "
-        guard let header, header.utf8.count >= scheme.utf8.count, header.prefix(scheme.count).lowercased() == scheme else { return false }
-        // An access token of a service account; anything else, the secret (which may look like one).
-        if let tokens = serviceAccountTokens, header.dropFirst(scheme.count).hasPrefix("ya29.herald."),
-            tokens.isValid(header.dropFirst(scheme.count), now: Int64(time(nil)))
+        guard let header, header.utf8.count >= scheme.utf8.count, header.prefix(scheme.count).lowercased() == scheme else {
+            return options.secret == nil ? .everything : nil
+        }
+        let bearer = header.dropFirst(scheme.count)
+        if let secret = options.secret {
+            let expected = Array(secret.utf8)
+            let given = Array(bearer.utf8)
+            var difference = UInt8(expected.count == given.count ? 0 : 1)
+            for index in 0..<expected.count {
+                difference |= expected[index] ^ (index < given.count ? given[index] : 0)
+            }
+            if difference == 0 { return .everything }
+        }
+        // An access token of a service account; then a sender's secret (found by its hash).
+        if let tokens = serviceAccountTokens, bearer.hasPrefix("ya29.herald."),
+            let scopes = tokens.scopes(of: bearer, now: Int64(time(nil)))
         {
-            return true
+            return Caller(scopes: scopes, sender: nil)
         }
-        let expected = Array(secret.utf8)
-        let given = Array(header.utf8.dropFirst(scheme.utf8.count))
-        var difference = UInt8(expected.count == given.count ? 0 : 1)
-        for index in 0..<expected.count {
-            difference |= expected[index] ^ (index < given.count ? given[index] : 0)
+        if !senders.isEmpty, let sender = senders[SenderCredential.hash(secret: bearer)] {
+            return Caller(scopes: sender.credential.scopes, sender: sender)
         }
-        return difference == 0
+        return options.secret == nil ? .everything : nil
     }
 }
 

@@ -19,6 +19,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
     private let sendPathBytes: [UInt8]
     private let router = HTTPRouter()
+    /// Who the request being routed is from: set by ``authorization(_:)``, which the router (or ``handle(_:responder:)``)
+    /// calls just before the route, on the same thread at once; read by the route through ``refusal(needing:)``.
+    private var caller = Caller.everything
 
     init(receiver: HTTPReceiver, context: PluginContext) {
         self.receiver = receiver
@@ -114,13 +117,44 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         }
     }
 
-    /// 401 unless the request carries the bearer secret.
+    /// 401 unless the request carries the bearer secret, an access token or a sender's secret; who it is from is
+    /// then the route's ``caller``.
     private func authorization(_ request: HTTPRequest) -> HTTPResponse? {
-        guard receiver.authorized(request.headers.value(of: "authorization")) else {
+        guard let caller = receiver.caller(request.headers.value(of: "authorization")) else {
             let body = googleError(401, "UNAUTHENTICATED", "Request is missing or has an invalid bearer secret.")
             return .json(401, body, headers: [("WWW-Authenticate", "Bearer")])
         }
+        self.caller = caller
         return nil
+    }
+
+    /// The refusal of the request being routed when its ``caller`` lacks a scope of `scopes` (403
+    /// `PERMISSION_DENIED`, naming it) or is over its rate limit (429 `RESOURCE_EXHAUSTED`, FCM's `QUOTA_EXCEEDED`,
+    /// with `Retry-After`); `nil`: go on (the request is counted against the limit).
+    func refusal(needing scopes: SenderScopes) -> HTTPResponse? {
+        let missing = scopes.subtracting(caller.scopes)
+        guard missing.isEmpty else {
+            let who = caller.sender.map { "The sender \($0.credential.name)" } ?? "This credential"
+            let message = "\(who) lacks the scope \(missing) (it has: \(caller.scopes.names.joined(separator: ", ")))."
+            return .json(403, googleError(403, "PERMISSION_DENIED", message))
+        }
+        guard case .some(.some(let wait)) = caller.sender?.bucket?.take(now: .now), let sender = caller.sender else { return nil }
+        let message =
+            "The sender \(sender.credential.name) is over its rate limit (\(sender.bucket?.rate ?? 0) requests/s, bursts of \(Int(sender.bucket?.burst ?? 0))). Retry after \(wait) s."
+        let body: JSONValue = [
+            "error": [
+                "code": 429, "message": .string(message), "status": "RESOURCE_EXHAUSTED",
+                "details": [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "QUOTA_EXCEEDED"]],
+            ]
+        ]
+        return .json(429, body, headers: [("Retry-After", String(wait))])
+    }
+
+    /// The scope a send needs: ``SenderScopes/sendTopics`` for a topic or a condition, else ``SenderScopes/send``
+    /// (a body that is not JSON needs `send`, and the bus refuses it).
+    private static func scope(ofSend body: [UInt8]) -> SenderScopes {
+        guard let message = (try? JSONParser.parse(body))?["message"] else { return .send }
+        return message["topic"] != nil || message["condition"] != nil ? .sendTopics : .send
     }
 
     /// Answers with `body` as JSON (`nil`: no body, no `Content-Type`).
@@ -146,6 +180,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
 
     /// `POST /v1/projects/{project}/messages:send`: submitted to the bus (forwarded, as a gateway) and answered.
     private func send(_ request: HTTPRequest, project: String, responder: HTTPResponder) {
+        // Only a caller without both send scopes makes the body be read for its target.
+        let needed: SenderScopes = caller.scopes.isSuperset(of: [.send, .sendTopics]) ? [] : Self.scope(ofSend: request.body)
+        if let refusal = refusal(needing: needed) { return responder.respond(refusal) }
         guard project == context.projectID else {
             let error = MessageError(.senderMismatch(expected: context.projectID, got: project))
             respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
@@ -197,19 +234,27 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     private func routeAPNs(_ request: HTTPRequest, deviceToken: String, responder: HTTPResponder) {
         let given = request.headers.value(of: "apns-id")
         let apnsID = given.flatMap { try? APNsHeaders.parse(["apns-id": $0]).id } ?? Self.randomUUID()
-        func refuse(_ status: Int, _ reason: String) {
-            respond(responder, status: status, body: ["reason": .string(reason)], extraHeaders: [("apns-id", apnsID)])
+        func refuse(_ status: Int, _ reason: String, headers: [(name: String, value: String)] = []) {
+            respond(responder, status: status, body: ["reason": .string(reason)], extraHeaders: [("apns-id", apnsID)] + headers)
         }
         guard request.method == .post else { return refuse(405, "MethodNotAllowed") }
         if let tokens = receiver.apnsTokens {
+            // The route is open to the router: who the request is from is found here.
             let authorization = request.headers.value(of: "authorization")
-            if options.secret == nil || !receiver.authorized(authorization) {
+            if options.secret != nil, let caller = receiver.caller(authorization) {
+                self.caller = caller
+            } else {
                 do {
                     try tokens.verify(authorization: authorization, now: Int64(time(nil)))
                 } catch {
                     return refuse(403, error.rawValue)
                 }
+                caller = .everything
             }
+        }
+        if let refusal = refusal(needing: .send) {
+            let tooMany = refusal.status == 429
+            return refuse(refusal.status, tooMany ? "TooManyRequests" : "Forbidden", headers: tooMany ? refusal.headers : [])
         }
         let format = SendContext.Format.apns(headers: request.headers.dictionary(), deviceToken: deviceToken)
         context.bus.submit(request.body, SendContext(format: format, messageID: given == nil ? apnsID : nil)) { [weak self] outcome in

@@ -8,6 +8,7 @@ extension HTTPAPI {
     /// FCM topic management: `POST .../registrations/{token}/topicSubscriptions?topic_name=T` subscribes,
     /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes.
     func routeTopics(_ request: HTTPRequest, parts: [String], responder: HTTPResponder) {
+        if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         let method = request.method.rawValue
         let project = parts[2]
         guard project == context.projectID else {
@@ -64,6 +65,7 @@ extension HTTPAPI {
     /// instance's token, `{"error": "NOT_FOUND"}` for any other; a bad request gets 400 and `{"error": "INVALID_ARGUMENT",
     /// "message": ...}` (IID's `{"error": code}` shape, with the reason beside it).
     func routeInstanceID(_ request: HTTPRequest, add: Bool, responder: HTTPResponder) {
+        if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         guard request.method == .post else {
             respond(responder, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use POST."])
             return
@@ -107,6 +109,7 @@ extension HTTPAPI {
     /// `?details=true` also `"rel": {"topics": {"T": {}, ...}}` (the subscribed topics; Herald keeps no date of
     /// subscription, which Google's answer has as `addDate`); 404 with IID's `{"error": ...}` for any other token.
     func routeInstanceIDInfo(_ request: HTTPRequest, token: String, responder: HTTPResponder) {
+        if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         guard request.method == .get else {
             respond(responder, status: 405, body: ["error": "METHOD_NOT_ALLOWED", "message": "Use GET."])
             return

@@ -12,13 +12,16 @@ public struct ServiceAccountPublicKey: Sendable, Hashable {
     public var publicKeyPEM: String
     /// A revoked key signs no new token, and the tokens it got stop working.
     public var revoked: Bool
+    /// What the access tokens issued for the key may do.
+    public var scopes: SenderScopes
 
     /// A key as the store lists it.
-    public init(keyID: String, clientEmail: String, publicKeyPEM: String, revoked: Bool = false) {
+    public init(keyID: String, clientEmail: String, publicKeyPEM: String, revoked: Bool = false, scopes: SenderScopes = .all) {
         self.keyID = keyID
         self.clientEmail = clientEmail
         self.publicKeyPEM = publicKeyPEM
         self.revoked = revoked
+        self.scopes = scopes
     }
 }
 
@@ -67,6 +70,7 @@ final class ServiceAccountTokens: Sendable {
         var clientEmail: String
         var verifier: RS256PublicKey
         var revoked: Bool
+        var scopes: SenderScopes
     }
 
     private struct State {
@@ -112,9 +116,9 @@ final class ServiceAccountTokens: Sendable {
         var keys: [String: Key] = [:]
         for key in loaded {
             if let existing = known[key.keyID], existing.clientEmail == key.clientEmail {
-                keys[key.keyID] = Key(clientEmail: key.clientEmail, verifier: existing.verifier, revoked: key.revoked)
+                keys[key.keyID] = Key(clientEmail: key.clientEmail, verifier: existing.verifier, revoked: key.revoked, scopes: key.scopes)
             } else if let verifier = try? RS256PublicKey(pem: key.publicKeyPEM) {
-                keys[key.keyID] = Key(clientEmail: key.clientEmail, verifier: verifier, revoked: key.revoked)
+                keys[key.keyID] = Key(clientEmail: key.clientEmail, verifier: verifier, revoked: key.revoked, scopes: key.scopes)
             }
         }
         state.withLock { state in
@@ -163,15 +167,16 @@ final class ServiceAccountTokens: Sendable {
         return state.withLock { state in state.lastLoad.map { .now - $0 < interval } ?? false }
     }
 
-    /// Whether `token` is an access token issued, not expired, whose key is not revoked.
-    func isValid(_ token: some StringProtocol, now: Int64) -> Bool {
+    /// The scopes of `token` (its key's) when it is an access token issued, not expired, whose key is not revoked;
+    /// `nil` otherwise.
+    func scopes(of token: some StringProtocol, now: Int64) -> SenderScopes? {
         state.withLock { state in
-            guard let issued = state.tokens[String(token)] else { return false }
-            guard issued.expires > now, state.keys[issued.keyID]?.revoked == false else {
+            guard let issued = state.tokens[String(token)] else { return nil }
+            guard issued.expires > now, let key = state.keys[issued.keyID], !key.revoked else {
                 state.tokens[String(token)] = nil
-                return false
+                return nil
             }
-            return true
+            return key.scopes
         }
     }
 

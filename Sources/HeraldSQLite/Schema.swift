@@ -13,7 +13,8 @@ enum Schema {
         migrator.registerMigration("v2-quarantine", migrate: v2)
         migrator.registerMigration("v3-unifiedpush", migrate: v3)
         migrator.registerMigration("v4-service-account-keys", migrate: v4)
-        migrator.registerMigration("v5-unifiedpush-seen", migrate: v5)
+        migrator.registerMigration("v5-senders", migrate: v5)
+        migrator.registerMigration("v6-unifiedpush-seen", migrate: v6)
         return migrator
     }()
 
@@ -150,12 +151,32 @@ enum Schema {
                 """)
     }
 
+    /// Senders with credentials of their own (`herald senders add`): a name, the SHA-256 of the secret (hex; the
+    /// secret itself is kept nowhere), the scopes (comma-separated names), the rate limit (requests/s and burst,
+    /// `NULL` for none), and when it was made and revoked (seconds since 1970; a revoked sender's row stays, so that
+    /// `list` shows it). Service-account keys get scopes too: `NULL` (the keys issued before) is every scope.
+    private static func v5(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE sender (
+                    name TEXT NOT NULL PRIMARY KEY,
+                    secret_hash TEXT NOT NULL UNIQUE,
+                    scopes TEXT NOT NULL,
+                    rate REAL,
+                    burst INTEGER,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                ) STRICT, WITHOUT ROWID;
+                ALTER TABLE service_account_key ADD COLUMN scopes TEXT;
+                """)
+    }
+
     /// `unifiedpush_seen` holds the IDs of pushes that left `unifiedpush_message` (handed to the app, expired, or
     /// replaced by a newer one with their topic), in the order they left (`seq`), with when (`seen_at`, ms since
     /// 1970). A push offered again with one of these IDs (JetStream redelivering what the fleet's gateway published,
     /// after the instance took it but before its acknowledgement arrived) is answered as kept and not kept again.
     /// Like the inbox's window, it is bounded by count and age.
-    private static func v5(_ db: Database) throws {
+    private static func v6(_ db: Database) throws {
         try db.execute(
             sql: """
                 CREATE TABLE unifiedpush_seen (

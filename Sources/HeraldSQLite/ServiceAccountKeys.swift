@@ -15,15 +15,21 @@ public struct ServiceAccountKey: Sendable, Hashable {
     public var createdAt: Int64
     /// When it was revoked (seconds since 1970); `nil` while it is valid.
     public var revokedAt: Int64?
+    /// What its access tokens may do: scope names, comma-separated (`send,manage-topics`); `nil`: everything.
+    public var scopes: String?
 
     /// A key as issued (`revokedAt` `nil`) or as read back.
-    public init(keyID: String, name: String, clientEmail: String, publicKeyPEM: String, createdAt: Int64, revokedAt: Int64? = nil) {
+    public init(
+        keyID: String, name: String, clientEmail: String, publicKeyPEM: String, createdAt: Int64, revokedAt: Int64? = nil,
+        scopes: String? = nil
+    ) {
         self.keyID = keyID
         self.name = name
         self.clientEmail = clientEmail
         self.publicKeyPEM = publicKeyPEM
         self.createdAt = createdAt
         self.revokedAt = revokedAt
+        self.scopes = scopes
     }
 }
 
@@ -33,10 +39,10 @@ extension SQLiteStore {
         try write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO service_account_key (key_id, name, client_email, public_key, created_at, revoked_at)
-                    VALUES (?, ?, ?, ?, ?, ?)
+                    INSERT INTO service_account_key (key_id, name, client_email, public_key, created_at, revoked_at, scopes)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [key.keyID, key.name, key.clientEmail, key.publicKeyPEM, key.createdAt, key.revokedAt])
+                arguments: [key.keyID, key.name, key.clientEmail, key.publicKeyPEM, key.createdAt, key.revokedAt, key.scopes])
         }
     }
 
@@ -60,16 +66,19 @@ extension SQLiteStore {
     public static func serviceAccountKeys(directory: String) throws(StoreError) -> [ServiceAccountKey] {
         try readOnly(directory: directory) { db in
             guard try db.tableExists("service_account_key") else { return [] }
+            // A store not yet migrated to scopes (a daemon of an earlier release has it open): every key has them all.
+            let scopes = try db.columns(in: "service_account_key").contains { $0.name == "scopes" } ? "scopes" : "NULL"
             return try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT key_id, name, client_email, public_key, created_at, revoked_at
+                    SELECT key_id, name, client_email, public_key, created_at, revoked_at, \(scopes)
                     FROM service_account_key ORDER BY created_at, key_id
                     """
             ).map { row in
                 ServiceAccountKey(
                     keyID: try row.decode(atIndex: 0), name: try row.decode(atIndex: 1), clientEmail: try row.decode(atIndex: 2),
-                    publicKeyPEM: try row.decode(atIndex: 3), createdAt: try row.decode(atIndex: 4), revokedAt: try row.decode(atIndex: 5))
+                    publicKeyPEM: try row.decode(atIndex: 3), createdAt: try row.decode(atIndex: 4), revokedAt: try row.decode(atIndex: 5),
+                    scopes: try row.decode(atIndex: 6))
             }
         }
     }

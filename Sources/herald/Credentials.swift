@@ -15,7 +15,9 @@ struct Credentials: AsyncParsableCommand {
             `create` writes a Google service-account JSON file (mode 0600) whose RSA key Herald generated; the store keeps \
             only its public key. An app server whose GOOGLE_APPLICATION_CREDENTIALS (or credentials.Certificate) names the \
             file gets access tokens from Herald's POST /token and sends through Herald. `revoke` stops a key: no new \
-            token, and the tokens it got stop working within a minute. The daemon may be running.
+            token, and the tokens it got stop working within a minute. `create --scopes` limits what the key's access \
+            tokens may do (send, send-topics, manage-topics; all by default), as `herald senders` does for a secret. \
+            The daemon may be running.
             """,
         subcommands: [Create.self, List.self, Revoke.self, CertificateAuthority.self]
     )
@@ -37,7 +39,13 @@ struct Credentials: AsyncParsableCommand {
             help: "The daemon's project ID (its project-id setting; default: what the running daemon's herald.lock says, else herald).")
         var projectID: String?
 
+        @Option(help: "What its access tokens may do, comma-separated: send, send-topics, manage-topics, or all.")
+        var scopes: String = "all"
+
         func validate() throws {
+            guard SenderScopes(parsing: scopes) != nil else {
+                throw ValidationError("--scopes: a comma-separated list of send, send-topics, manage-topics (or all)")
+            }
             let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-".utf8)
             guard !name.isEmpty, name.utf8.count <= 30, name.utf8.allSatisfy(allowed.contains) else {
                 throw ValidationError("--name: 1 to 30 lower-case letters, digits and '-'")
@@ -66,7 +74,8 @@ struct Credentials: AsyncParsableCommand {
                 do {
                     try store.addServiceAccountKey(
                         ServiceAccountKey(
-                            keyID: keyID, name: name, clientEmail: email, publicKeyPEM: pair.publicKeyPEM, createdAt: Int64(time(nil))))
+                            keyID: keyID, name: name, clientEmail: email, publicKeyPEM: pair.publicKeyPEM, createdAt: Int64(time(nil)),
+                            scopes: SenderScopes(parsing: scopes)?.description))
                 } catch {
                     unlink(output)
                     throw error
@@ -84,7 +93,8 @@ struct Credentials: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract:
-                "Print the keys issued, one JSON object per line: keyID, name, clientEmail, createdAt, revokedAt (seconds since 1970).")
+                "Print the keys issued, one JSON object per line: keyID, name, clientEmail, scopes, createdAt, revokedAt (seconds since 1970)."
+        )
 
         @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
         var dataDirectory: String = "herald-data"
@@ -95,6 +105,7 @@ struct Credentials: AsyncParsableCommand {
                     var object: JSONObject = [
                         "keyID": .string(key.keyID), "name": .string(key.name), "clientEmail": .string(key.clientEmail),
                         "createdAt": .int(key.createdAt),
+                        "scopes": .array(keyScopes(key.scopes).names.map { .string($0) }),
                     ]
                     object["revokedAt"] = key.revokedAt.map { .int($0) } ?? .null
                     writeLine(String(decoding: JSONValue.object(object).jsonBytes(), as: UTF8.self))
@@ -168,7 +179,8 @@ enum ServiceAccountCredentials {
         guard stat(SQLiteStore.path(inDirectory: directory), &info) == 0 else { return [] }
         return try SQLiteStore.serviceAccountKeys(directory: directory).map {
             ServiceAccountPublicKey(
-                keyID: $0.keyID, clientEmail: $0.clientEmail, publicKeyPEM: $0.publicKeyPEM, revoked: $0.revokedAt != nil)
+                keyID: $0.keyID, clientEmail: $0.clientEmail, publicKeyPEM: $0.publicKeyPEM, revoked: $0.revokedAt != nil,
+                scopes: keyScopes($0.scopes))
         }
     }
 
@@ -190,6 +202,12 @@ enum ServiceAccountCredentials {
         logger.info("FCM proxy on: app servers trust the CA", metadata: ["ca": "\(authority.certificateFile)"])
         return context
     }
+}
+
+/// The scopes of a key as the store holds them: `nil` (a key issued before keys had scopes) is every scope, a list
+/// this release cannot read none.
+private func keyScopes(_ stored: String?) -> SenderScopes {
+    stored.map { SenderScopes(parsing: $0) ?? [] } ?? .all
 }
 
 private func hex(_ bytes: [UInt8]) -> String {

@@ -11,7 +11,7 @@ struct HeraldCommand: AsyncParsableCommand {
         version: HeraldBuild.version,
         subcommands: [
             Serve.self, Send.self, Respond.self, AppState.self, Token.self, Topics.self, Quarantine.self, UnifiedPush.self, Report.self,
-            Credentials.self,
+            Credentials.self, Senders.self,
         ]
     )
 }

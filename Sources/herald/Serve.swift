@@ -581,6 +581,10 @@ final class Daemon: Service, Sendable {
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
             options.webPush = webPush
             let directory = settings.dataDirectory
+            // A gateway's senders are the fleet's (its NATS bucket), an instance's are in its store.
+            options.senders =
+                forwarder.map { gateway in SenderOptions { try gateway.senders() } }
+                ?? SenderOptions { try storedSenders(directory: directory) }
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
             try herald.register(HTTPReceiver(options: options))

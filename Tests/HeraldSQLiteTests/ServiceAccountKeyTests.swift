@@ -42,7 +42,8 @@ struct ServiceAccountKeyTests {
                 try store.execute(
                     sql: """
                         DROP TABLE service_account_key;
-                        DELETE FROM grdb_migrations WHERE identifier = 'v4-service-account-keys';
+                        DROP TABLE sender;
+                        DELETE FROM grdb_migrations WHERE identifier IN ('v4-service-account-keys', 'v5-senders');
                         """)
                 #expect(try SQLiteStore.serviceAccountKeys(directory: directory).isEmpty)
             }

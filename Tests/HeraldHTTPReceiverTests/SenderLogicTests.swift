@@ -1,0 +1,50 @@
+import Herald
+import Testing
+
+@testable import HeraldHTTPReceiver
+
+@Suite("Senders' scopes, credentials and token buckets (logic)")
+struct SenderLogicTests {
+    @Test("scope lists: names, all, unknown and empty refused; names in a fixed order")
+    func scopeLists() {
+        #expect(SenderScopes(parsing: "send") == .send)
+        #expect(SenderScopes(parsing: "manage-topics, send") == [.send, .manageTopics])
+        #expect(SenderScopes(parsing: "all") == .all)
+        #expect(SenderScopes(parsing: "send,everything") == nil)
+        #expect(SenderScopes(parsing: "") == nil)
+        #expect(SenderScopes(parsing: "send,,send-topics") == nil)
+        #expect(SenderScopes.all.description == "send,send-topics,manage-topics")
+    }
+
+    @Test("a credential survives its JSON form; the hash is SHA-256; a bad entry is not a credential")
+    func credentialJSON() throws {
+        let credential = SenderCredential(
+            name: "app_1", secretHash: SenderCredential.hash(secret: "abc"), scopes: [.sendTopics], rate: 2.5, burst: 4, createdAt: 10,
+            revokedAt: 20)
+        #expect(credential.secretHash == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(SenderCredential(json: try JSONParser.parse(Array(credential.json.jsonBytes()))) == credential)
+        #expect(SenderCredential(json: ["name": "x", "secretHash": "short", "scopes": [], "createdAt": 1]) == nil)
+        #expect(
+            SenderCredential(json: ["name": "Bad Name", "secretHash": .string(credential.secretHash), "scopes": [], "createdAt": 1]) == nil)
+        #expect(SenderCredential.newSecret() != SenderCredential.newSecret())
+    }
+
+    @Test("a token bucket: the burst at once, then the rate; Retry-After in whole seconds until a token")
+    func tokenBucket() {
+        let start = ContinuousClock.now
+        var bucket = TokenBucket(rate: 0.5, burst: 2, now: start)
+        #expect(bucket.take(now: start) == nil)
+        #expect(bucket.take(now: start) == nil)
+        #expect(bucket.take(now: start) == 2)
+        #expect(bucket.take(now: start + .milliseconds(1500)) == 1)
+        #expect(bucket.take(now: start + .seconds(2)) == nil)
+        #expect(bucket.take(now: start + .seconds(2)) == 2)
+        // Never more than the burst, however long it waited.
+        #expect(bucket.take(now: start + .seconds(100)) == nil)
+        #expect(bucket.take(now: start + .seconds(100)) == nil)
+        #expect(bucket.take(now: start + .seconds(100)) != nil)
+        var unrounded = TokenBucket(rate: 2.5, burst: nil, now: start)
+        #expect(unrounded.burst == 3)
+        #expect(unrounded.take(now: start) == nil)
+    }
+}
