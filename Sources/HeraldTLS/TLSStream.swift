@@ -153,6 +153,13 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
         timer = nil
         established = nil
         if state == .handshaking { state = .failed }
+        if state == .open {
+            // Freed without our close_notify, the SSL would take its session out of OpenSSL's cache (TLS 1.0's rule),
+            // and a TLS 1.2 client resuming by session ID would get a full handshake each time: users close without
+            // shutdownWriting (HTTP when the client ends first, an idle timeout). A session that completed its
+            // handshake stays resumable, as TLS 1.1 and later allow; a connection that failed drops it.
+            SSL_set_shutdown(ssl, SSL_get_shutdown(ssl) | SSL_SENT_SHUTDOWN)
+        }
         let completions = earlyCompletions
         earlyCompletions = []
         early = []

@@ -27,7 +27,7 @@ struct TLSServerTests {
         }
     }
 
-    @Test("sessions resume: a client back with the session it was given (an ID in TLS 1.2, a ticket in 1.3) skips the full handshake")
+    @Test("sessions resume: a client back with the ticket it was given (TLS 1.2 and 1.3) skips the full handshake")
     func resumption() async throws {
         try await withTemporaryDirectory { directory in
             let (certificates, context) = try makeContext(in: directory)
@@ -40,6 +40,27 @@ struct TLSServerTests {
                     let again = try sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_in", session])
                     #expect(again.status == 0 && again.output.contains("\nReused, TLSv1."), "\(version): \(again.output)")
                     #expect(again.output.contains("hello alpn=none"), "\(version): \(again.output)")
+                }
+                try await server.close()
+            }
+        }
+    }
+
+    @Test(
+        "TLS 1.2 sessions resume by session ID (a client without tickets, from the server's cache), also when the server closed without close_notify",
+        arguments: [true, false])
+    func resumptionBySessionID(closeNotify: Bool) async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try makeContext(in: directory)
+            try await withRunningLoop(name: "tls-test") { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context, closeNotify: closeNotify)
+                let session = "\(directory)/session"
+                let first = try sClient(port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_out", session])
+                #expect(first.output.contains("\nNew, TLSv1.2"), "\(first.output)")
+                for _ in 0..<2 {
+                    let again = try sClient(
+                        port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_in", session])
+                    #expect(again.output.contains("\nReused, TLSv1.2"), "\(again.output)")
                 }
                 try await server.close()
             }

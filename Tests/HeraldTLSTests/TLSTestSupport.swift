@@ -7,6 +7,8 @@ import Testing
 
 /// A TLS server for the tests: each connection answers every line it reads with a line describing its TLS session
 /// (`alpn=... sni=... version=... peer=yes|no serial=...`), and an `end` line with that answer and its close.
+/// With `closeNotify` false it closes without ending its side with close_notify (at `end` and at the client's end),
+/// as HTTP closes a connection whose client ended first.
 final class TLSTestServer: Sendable {
     let loop: EventLoop
     let context: TLSServerContext
@@ -20,8 +22,12 @@ final class TLSTestServer: Sendable {
         self.port = server.port ?? 0
     }
 
-    static func start(on loop: EventLoop, context: TLSServerContext, protocols: [String] = ["h2", "http/1.1"]) async throws -> TLSTestServer
-    {
+    static func start(
+        on loop: EventLoop, context: TLSServerContext, protocols: [String] = ["h2", "http/1.1"], closeNotify: Bool = true
+    ) async throws -> TLSTestServer {
+        @Sendable func end(_ connection: StreamConnection) {
+            if closeNotify { connection.shutdownWriting { _ in connection.close() } } else { connection.close() }
+        }
         let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { connection in
             context.secure(connection, applicationProtocols: protocols, established: nil)
             var line: [UInt8] = []
@@ -39,10 +45,10 @@ final class TLSTestServer: Sendable {
                         + " version=\(tls?.protocolVersion ?? "none") peer=\(tls?.peerCertificate == nil ? "no" : "yes")"
                         + " serial=\(tls?.certificate.serial ?? "none")\n"
                     connection.write(Array(answer.utf8))
-                    if text == "end" { connection.shutdownWriting { _ in connection.close() } }
+                    if text == "end" { end(connection) }
                 }
             }
-            connection.onEnd = { connection.shutdownWriting { _ in connection.close() } }
+            connection.onEnd = { end(connection) }
             connection.startReading()
         }
         return TLSTestServer(loop: loop, context: context, server: server)
