@@ -13,7 +13,7 @@ extension SocketReceiver {
         public static let section = ConfigurationSection(
             name: "SocketReceiver", summary: "FCM v1 send bodies as JSON lines over a Unix or TCP socket.", settings: [socket])
 
-        /// The address of a socket setting: what ``SocketAddress/init(parsing:)`` reads, or a bare file name (a path
+        /// The address of a socket setting: what `SocketAddress(parsing:)` reads, or a bare file name (a path
         /// relative to the working directory).
         public static func address(_ text: String) -> SocketAddress? {
             if let address = SocketAddress(parsing: text) { return address }

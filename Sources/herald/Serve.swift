@@ -387,7 +387,11 @@ final class Daemon: Service, Sendable {
             try herald.register(TokenWebhook(options: options, herald: herald))
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
-        for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
+        // Each gets its own plugin-settings section as its JSON configuration ({} without one).
+        let specifications = settings.plugins.map { path in
+            DynamicPlugin.Specification(path: path, configuration: settings.pluginSettings.last { $0.path == path }?.settings ?? [:])
+        }
+        for plugin in try DynamicPlugin.loadAll(specifications) {
             try herald.register(plugin)
             for category in plugin.categories { try herald.register(category: category) }
         }

@@ -38,6 +38,8 @@ struct ServeSettings: Sendable {
     private(set) var sources: [String: SettingSource] = [:]
     /// The config file's `categories` section (``CategoriesConfiguration``).
     var categories: [NotificationCategory] = []
+    /// The config file's `plugin-settings` section (``PluginSettings``): each dynamic plugin's own settings.
+    var pluginSettings: [PluginSettings] = []
 
     init() {
         for option in ServeOption.all {
@@ -151,6 +153,7 @@ enum ServeConfiguration {
             }
             settings.set(option, value, from: source)
         }
+        try PluginSettings.check(settings.pluginSettings, plugins: settings.plugins)
         return (settings, warnings)
     }
 
@@ -190,13 +193,17 @@ enum ServeConfiguration {
                 settings.categories = try CategoriesConfiguration.read(valueNode, path: path)
                 continue
             }
+            if key == PluginSettings.key {
+                settings.pluginSettings = try PluginSettings.read(valueNode, path: path)
+                continue
+            }
             guard let option = ServeOption.schema.setting(forKey: key) else {
                 let suggestion =
                     ConfigurationSchema.nearest(to: key, among: ServeOption.all.map(\.key)).map { " (did you mean '\($0)'?)" } ?? ""
                 throw ConfigurationError(
                     message: """
                         herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
-                        \(ServeOption.all.map(\.key).joined(separator: ", ")), categories
+                        \(ServeOption.all.map(\.key).joined(separator: ", ")), categories, \(PluginSettings.key)
                         """)
             }
             let source = SettingSource.file(path: path, line: line)
@@ -349,6 +356,7 @@ extension ServeSettings {
             lines.append("\(option.key): \(value)  # \(origin)")
         }
         if !categories.isEmpty { lines += CategoriesConfiguration.rendered(categories) }
+        if !pluginSettings.isEmpty { lines += PluginSettings.rendered(pluginSettings) }
         return lines.joined(separator: "\n")
     }
 
@@ -358,6 +366,118 @@ extension ServeSettings {
             !text.isEmpty && text.allSatisfy { $0.isLetter || $0.isNumber || "._/-:@+".contains($0) }
             && !text.hasSuffix(":") && !text.hasPrefix("-")
         if plain { return text }
+        var escaped = ""
+        for character in text {
+            switch character {
+            case "\"": escaped += "\\\""
+            case "\\": escaped += "\\\\"
+            case "\n": escaped += "\\n"
+            default: escaped.append(character)
+            }
+        }
+        return "\"\(escaped)\""
+    }
+}
+
+/// One dynamic plugin's own settings, from the config file's `plugin-settings` section: a mapping from the plugin's
+/// path, as `plugins` names it, to a mapping of whatever the plugin takes, handed to its `init_plugin` as a JSON
+/// object (YAML's null, booleans, integers and floats as JSON's; every other scalar a string).
+///
+/// ```yaml
+/// plugins: [/usr/lib/herald/libweather.so]
+/// plugin-settings:
+///   /usr/lib/herald/libweather.so:
+///     cache: /var/lib/weather/forecast.json
+///     units: [metric]
+/// ```
+struct PluginSettings: Equatable, Sendable {
+    static let key = "plugin-settings"
+
+    /// The plugin's path, as `plugins` names it.
+    let path: String
+    let settings: JSONObject
+    let file: String
+    let line: Int
+
+    /// The section's `node` (from the file at `path`).
+    static func read(_ node: Node, path file: String) throws -> [PluginSettings] {
+        func failure(_ node: Node, _ key: String, _ what: String) -> ConfigurationError {
+            ConfigurationError(message: "herald: config file \(file), line \(node.mark?.line ?? 0), key \(key): \(what)")
+        }
+        guard let mapping = node.mapping else {
+            throw failure(node, key, "must be a mapping of plugin paths (as plugins names them) to their settings")
+        }
+        return try mapping.map { pathNode, value in
+            guard let path = pathNode.scalar?.string, !path.isEmpty else {
+                throw failure(pathNode, key, "a plugin's path must be a plain string")
+            }
+            guard let settings = try json(value, key: "\(key).\(path)", failure: failure)?.objectValue else {
+                throw failure(value, "\(key).\(path)", "must be a mapping of the plugin's settings")
+            }
+            return PluginSettings(path: path, settings: settings, file: file, line: pathNode.mark?.line ?? 0)
+        }
+    }
+
+    /// `node` as JSON; `nil` for a mapping key that is not a string.
+    private static func json(
+        _ node: Node, key: String, failure: (Node, String, String) -> ConfigurationError
+    ) throws -> JSONValue? {
+        switch node {
+        case .scalar(let scalar):
+            if node.tag == Tag(.null) { return .null }
+            if node.tag == Tag(.bool), let flag = Bool.construct(from: scalar) { return .bool(flag) }
+            if node.tag == Tag(.int), let number = Int64(scalar.string) { return .int(number) }
+            if node.tag == Tag(.float), let number = Double(scalar.string) { return .double(number) }
+            return .string(scalar.string)
+        case .sequence(let sequence):
+            return .array(try sequence.map { try json($0, key: key, failure: failure) ?? .null })
+        case .mapping(let mapping):
+            var members: [(String, JSONValue)] = []
+            var names: Set<String> = []
+            for (nameNode, value) in mapping {
+                guard let name = nameNode.scalar?.string else { throw failure(nameNode, key, "a key must be a plain string") }
+                guard names.insert(name).inserted else { throw failure(nameNode, key, "the key \(name) is given more than once") }
+                members.append((name, try json(value, key: "\(key).\(name)", failure: failure) ?? .null))
+            }
+            return .object(JSONObject(uniqueKeysWithValues: members))
+        case .alias:
+            throw failure(node, key, "an alias is not allowed here")
+        }
+    }
+
+    /// Refuses settings for a plugin `plugins` does not name (with the nearest path it names).
+    static func check(_ sections: [PluginSettings], plugins: [String]) throws {
+        for section in sections where !plugins.contains(section.path) {
+            let suggestion = ConfigurationSchema.nearest(to: section.path, among: plugins).map { " (did you mean '\($0)'?)" } ?? ""
+            throw ConfigurationError(
+                message:
+                    "herald: config file \(section.file), line \(section.line), key \(key).\(section.path): not a plugin plugins names\(suggestion)"
+            )
+        }
+    }
+
+    /// The section as `--print-config` writes it: each plugin's settings as one YAML flow mapping.
+    static func rendered(_ sections: [PluginSettings]) -> [String] {
+        ["\(key):"]
+            + sections.map {
+                "  \(ServeSettings.yamlScalar($0.path)): \(flow(.object($0.settings)))  # config file \($0.file), line \($0.line)"
+            }
+    }
+
+    /// `value` as YAML flow text that reads back as the same JSON: every string double-quoted.
+    private static func flow(_ value: JSONValue) -> String {
+        switch value {
+        case .null: "null"
+        case .bool(let flag): "\(flag)"
+        case .int(let number): "\(number)"
+        case .double(let number): "\(number)"
+        case .string(let text): quoted(text)
+        case .array(let items): "[" + items.map(flow).joined(separator: ", ") + "]"
+        case .object(let object): "{" + object.map { "\(quoted($0.key)): \(flow($0.value))" }.joined(separator: ", ") + "}"
+        }
+    }
+
+    private static func quoted(_ text: String) -> String {
         var escaped = ""
         for character in text {
             switch character {

@@ -108,7 +108,8 @@ extension ServeOption {
                 Each setting is read from, in rising precedence: its default, the YAML config file (`--config FILE` or \
                 `HERALD_CONFIG`), its environment variable and its flag. The config file is a mapping of the keys below to \
                 values (lists as YAML sequences; in an environment variable, separated as the setting says), plus \
-                `categories` (notification categories and their actions). An unknown key or a bad value stops the start \
+                `categories` (notification categories and their actions) and `plugin-settings` (each dynamic plugin's own \
+                settings, see configuration.md). An unknown key or a bad value stops the start \
                 with exit status 64, naming the file and line, the variable or the flag, and what is allowed. \
                 `herald serve --print-config` prints the effective configuration and where each value came from. On \
                 SIGHUP the daemon reads the config file again and applies the settings marked live; the others take \

@@ -101,4 +101,24 @@ struct ServeSchemaCommandTests {
             committed == run.output,
             "docs/operators/settings.md is stale: regenerate it with `herald serve --print-reference > docs/operators/settings.md`")
     }
+
+    @Test("a dynamic plugin gets its plugin-settings section as its configuration: the test plugin refuses to load when it says so")
+    func dynamicPluginSettings() throws {
+        try withTemporaryDirectory { directory in
+            let plugin = buildProductsDirectory.appendingPathComponent("libHeraldTestPlugin.so").path
+            let file = "\(directory)/herald.yaml"
+            try """
+            plugins: [\(plugin)]
+            plugin-settings:
+              \(plugin): {fail_init: 7}
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let arguments = ["serve", "--config", file, "--data-dir", "\(directory)/data", "--http", "127.0.0.1:0", "--socket", "none"]
+            let refused = try runHerald(arguments)
+            #expect(refused.status != 0)
+            #expect(refused.error.contains(plugin) && refused.error.contains("7"), "\(refused.error)")
+            let printed = try runHerald(arguments + ["--print-config"])
+            #expect(printed.output.contains("\(plugin): {\"fail_init\": 7}  # config file \(file), line 3"), "\(printed.output)")
+        }
+    }
 }
+

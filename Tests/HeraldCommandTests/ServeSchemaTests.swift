@@ -229,4 +229,46 @@ struct ServeSchemaTests {
         #expect(Set(ServeOption.all.map(\.key)).count == ServeOption.all.count)
         #expect(Set(ServeOption.all.map(\.environmentName)).count == ServeOption.all.count)
     }
+
+    @Test("plugin-settings: each dynamic plugin's section as JSON, kept through --print-config; a path plugins does not name refused")
+    func pluginSettings() throws {
+        let yaml = """
+            plugins: [/usr/lib/herald/libweather.so, /b.so]
+            plugin-settings:
+              /usr/lib/herald/libweather.so:
+                cache: /var/lib/weather.json
+                interval: 600
+                ratio: 0.5
+                enabled: yes
+                quoted: "600"
+                nothing: ~
+                units: [metric, 3]
+                nested: {a: {b: true}}
+            """
+        let settings = try Self.resolve(yaml).settings
+        let section = try #require(settings.pluginSettings.first)
+        #expect(section.path == "/usr/lib/herald/libweather.so")
+        #expect(
+            JSONValue.object(section.settings).jsonString()
+                == #"{"cache":"/var/lib/weather.json","interval":600,"ratio":0.5,"enabled":true,"quoted":"600","nothing":null,"units":["metric",3],"nested":{"a":{"b":true}}}"#
+        )
+        let printed = settings.rendered(environment: [:])
+        #expect(printed.contains("plugin-settings:\n  /usr/lib/herald/libweather.so: {"), "\(printed)")
+        #expect(try Self.resolve(printed).settings.pluginSettings.map(\.settings) == settings.pluginSettings.map(\.settings))
+        // The plugins may come from a flag: the check is made once every source is read.
+        #expect(
+            Self.failure("plugin-settings:\n  /a.so: {x: 1}\n", arguments: ["--plugin", "/a.so"]) == nil)
+        #expect(
+            Self.failure("plugins: [/usr/lib/herald/libweather.so]\nplugin-settings:\n  /usr/lib/herald/libwether.so: {x: 1}\n")
+                == "herald: config file FILE, line 3, key plugin-settings./usr/lib/herald/libwether.so: not a plugin plugins names (did you mean '/usr/lib/herald/libweather.so'?)"
+        )
+        #expect(
+            Self.failure("plugins: [/a.so]\nplugin-settings:\n  /a.so: [x]\n")
+                == "herald: config file FILE, line 3, key plugin-settings./a.so: must be a mapping of the plugin's settings")
+        #expect(
+            Self.failure("plugin-settings: [/a.so]\n")
+                == "herald: config file FILE, line 1, key plugin-settings: must be a mapping of plugin paths (as plugins names them) to their settings"
+        )
+        #expect(Self.failure("plugins: [/a.so]\nplugin-settings:\n  /a.so: {1: x, '1': y}\n")?.contains("the key 1 is given more than once") == true)
+    }
 }
