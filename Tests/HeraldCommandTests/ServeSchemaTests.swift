@@ -269,6 +269,8 @@ struct ServeSchemaTests {
             Self.failure("plugin-settings: [/a.so]\n")
                 == "herald: config file FILE, line 1, key plugin-settings: must be a mapping of plugin paths (as plugins names them) to their settings"
         )
-        #expect(Self.failure("plugins: [/a.so]\nplugin-settings:\n  /a.so: {1: x, '1': y}\n")?.contains("the key 1 is given more than once") == true)
+        #expect(
+            Self.failure("plugins: [/a.so]\nplugin-settings:\n  /a.so: {1: x, '1': y}\n")?.contains("the key 1 is given more than once")
+                == true)
     }
 }
