@@ -250,7 +250,7 @@ final class Daemon: Service, Sendable {
             await loop.shutdownGracefully()
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
-        if !settings.echo {
+        if !(settings.echo && settings.isEnabled(EchoHandler.Settings.section)) {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
@@ -300,7 +300,7 @@ final class Daemon: Service, Sendable {
         do {
             let store = try SQLiteStore(directory: settings.dataDirectory)
             let analyticsStore =
-                settings.analyticsStore
+                settings.analyticsStore && settings.isEnabled(SQLiteAnalyticsStore.Settings.section)
                 ? try SQLiteAnalyticsStore(
                     directory: settings.dataDirectory,
                     options: .init(retentionDays: settings.analyticsRetentionDays > 0 ? settings.analyticsRetentionDays : nil))
@@ -329,9 +329,9 @@ final class Daemon: Service, Sendable {
         let settings = self.settings
         // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
         let distributor =
-            settings.unifiedPush
+            settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
             ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
-        let nats = settings.natsOptions(authToken: natsToken)
+        let nats = settings.isEnabled(NATSReceiver.Settings.section) ? settings.natsOptions(authToken: natsToken) : nil
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
         var forwarder: NATSGateway?
@@ -347,7 +347,7 @@ final class Daemon: Service, Sendable {
                 try herald.register(NATSReceiver(options: nats))
             }
         }
-        if let http = settings.http, let address = SocketAddress(parsing: http) {
+        if let http = settings.http, let address = SocketAddress(parsing: http), settings.isEnabled(HTTPReceiver.Settings.section) {
             var options = HTTPReceiver.Options(address: address, secret: secret)
             options.forwarder = forwarder
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
@@ -359,14 +359,18 @@ final class Daemon: Service, Sendable {
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
             try herald.register(HTTPReceiver(options: options))
         }
-        if let socket = settings.socket, let address = SocketReceiver.Settings.address(socket) {
+        if let socket = settings.socket, let address = SocketReceiver.Settings.address(socket),
+            settings.isEnabled(SocketReceiver.Settings.section)
+        {
             var options = SocketReceiver.Options(addresses: [address])
             options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
             options.tls = tls
             try herald.register(SocketReceiver(options: options))
         }
         if let analyticsStore { try herald.register(analyticsStore) }
-        if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics) {
+        if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics),
+            settings.isEnabled(PrometheusExporter.Settings.section)
+        {
             var options = PrometheusExporter.Options(address: address)
             options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
@@ -374,13 +378,15 @@ final class Daemon: Service, Sendable {
             try herald.register(PrometheusExporter(options: options))
         }
         if Systemd.listening { try herald.register(SystemdStatus()) }
-        if let deliveryMetrics = settings.deliveryMetrics {
+        if let deliveryMetrics = settings.deliveryMetrics, settings.isEnabled(JSONLExport.Settings.section) {
             try herald.register(
                 JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() })
             )
         }
-        if let execFetch = settings.execFetchOptions { try herald.register(ExecFetchWorker(options: execFetch)) }
-        if let url = settings.tokenWebhookURL {
+        if let execFetch = settings.execFetchOptions, settings.isEnabled(ExecFetchWorker.Settings.section) {
+            try herald.register(ExecFetchWorker(options: execFetch))
+        }
+        if let url = settings.tokenWebhookURL, settings.isEnabled(TokenWebhook.Settings.section) {
             let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }
             let options = TokenWebhook.Options(
                 url: url, secret: secret, maximumAttempts: settings.tokenWebhookMaxAttempts, caFile: settings.tokenWebhookCA)
@@ -398,13 +404,16 @@ final class Daemon: Service, Sendable {
         // The config file's categories win over a plugin's of the same identifier: the operator has the last word.
         for category in settings.categories { try herald.register(category: category) }
         // mutable-content notifications with an https image (FCM's notification.image) get it attached.
-        try herald.register(
-            ImageAttachment(
-                options: .init(
-                    directory: "\(settings.dataDirectory)/attachments", maximumBytes: settings.imageAttachmentMaxBytes,
-                    caFile: settings.imageAttachmentCA)))
+        if settings.isEnabled(ImageAttachment.Settings.section) {
+            try herald.register(
+                ImageAttachment(
+                    options: .init(
+                        directory: "\(settings.dataDirectory)/attachments", maximumBytes: settings.imageAttachmentMaxBytes,
+                        caFile: settings.imageAttachmentCA)))
+        }
         switch settings.presenter {
-        case "desktop": try herald.register(DesktopPresenter(options: .init(configuration: settings.configuration)))
+        case "desktop" where settings.isEnabled(DesktopPresenter.Settings.section):
+            try herald.register(DesktopPresenter(options: .init(configuration: settings.configuration)))
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
@@ -413,7 +422,7 @@ final class Daemon: Service, Sendable {
             // Its endpoints are reached through the fleet's gateway too; stopped before it (plugins stop in reverse).
             if let nats, !settings.gateway { try herald.register(NATSWebPushRelay(options: nats, endpoint: distributor)) }
         }
-        if settings.echo {
+        if settings.echo, settings.isEnabled(EchoHandler.Settings.section) {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
     }

@@ -88,6 +88,8 @@ struct ServeSettings: Sendable {
     var analyticsStore: Bool { boolean(SQLiteAnalyticsStore.Settings.enabled) }
     var analyticsRetentionDays: Int { integer(SQLiteAnalyticsStore.Settings.retentionDays) }
     var plugins: [String] { configuration.list(.plugins) }
+    /// Whether the bundled plugin of `section` may start (`disable-plugins` does not name it).
+    func isEnabled(_ section: ConfigurationSection) -> Bool { !configuration.list(.disabledPlugins).contains(section.name) }
     var apnsKeys: [APNsKeySetting] { configuration.list(HTTPReceiver.Settings.apnsKeys).compactMap(APNsKeySetting.init(parsing:)) }
     var metrics: String? { unlessNone(PrometheusExporter.Settings.metrics) }
     var allowUnauthenticatedNetwork: Bool { boolean(.allowUnauthenticatedNetwork) }

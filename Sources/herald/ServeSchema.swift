@@ -79,23 +79,30 @@ extension ServeOption {
         help: "CA certificates (PEM): TLS clients must present a certificate one of them signed (mutual TLS); needs tls-cert.",
         valueName: "file")
 
+    static let disabledPlugins = ServeOption(
+        "disable-plugins", .list, default: .list([]), "none",
+        allowed: "a list of bundled plugins' names: \(pluginSections.map(\.name).joined(separator: ", ")) (environment: separated by ',')",
+        help: "A bundled plugin not to start, by name, whatever its own settings say; repeatable.", flag: "--disable-plugin",
+        valueName: "name", environmentSeparator: ",", accepts: { name in pluginSections.contains { $0.name == name } })
+
     /// The daemon's own section.
     static let daemonSection = ConfigurationSection(
         name: "herald serve", summary: "The daemon itself: identity, data, logging, lifecycle, the listeners' TLS, dynamic plugins.",
         settings: [
             projectID, senderID, dataDirectory, presenter, logLevel, shutdownGrace, maxReplays, contentModifierDeadline, plugins,
-            allowUnauthenticatedNetwork, allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA,
+            allowUnauthenticatedNetwork, allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, disabledPlugins,
         ])
 
-    /// `herald serve`'s schema: the daemon's section and each bundled plugin's, in the order `--print-config`,
-    /// `--help` and the reference list them.
-    static let schema = ConfigurationSchema([
-        HTTPReceiver.Settings.section, SocketReceiver.Settings.section, daemonSection, DesktopPresenter.Settings.section,
-        EchoHandler.Settings.section,
+    /// The bundled plugins' sections, in the order `--print-config`, `--help` and the reference list them.
+    static let pluginSections = [
+        HTTPReceiver.Settings.section, SocketReceiver.Settings.section, DesktopPresenter.Settings.section, EchoHandler.Settings.section,
         UnifiedPushDistributor.Settings.section, SQLiteAnalyticsStore.Settings.section, PrometheusExporter.Settings.section,
         JSONLExport.Settings.section, ExecFetchWorker.Settings.section, TokenWebhook.Settings.section, ImageAttachment.Settings.section,
         NATSReceiver.Settings.section,
-    ])
+    ]
+
+    /// `herald serve`'s schema: the daemon's own section, then each bundled plugin's.
+    static let schema = ConfigurationSchema([daemonSection] + pluginSections)
 
     /// The settings reference page (`herald serve --print-reference`; docs/operators/settings.md is this page).
     static var reference: String {

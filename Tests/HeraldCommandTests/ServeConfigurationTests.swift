@@ -144,7 +144,7 @@ struct ServeConfigurationTests {
         // Unknown keys, with the nearest known key suggested.
         (
             "http: 127.0.0.1:1\nhtp: 127.0.0.1:2\n",
-            ["herald: config file FILE, line 2: unknown key 'htp' (did you mean 'http'?)", "the keys are http, auth-token-file"]
+            ["herald: config file FILE, line 2: unknown key 'htp' (did you mean 'http'?)", "the keys are project-id, sender-id"]
         ),
         ("plugin: [/a.so]\n", ["line 1: unknown key 'plugin' (did you mean 'plugins'?)"]),
         ("colour: blue\n", ["line 1: unknown key 'colour';"]),

@@ -120,4 +120,25 @@ struct ServeSchemaCommandTests {
             #expect(printed.output.contains("\(plugin): {\"fail_init\": 7}  # config file \(file), line 3"), "\(printed.output)")
         }
     }
+
+    @Test("disable-plugins: the bundled plugins it names do not start, whatever their own settings say")
+    func disabledPlugins() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(
+                directory: directory,
+                arguments: ["--socket", "none", "--disable-plugin", "ImageAttachment", "--disable-plugin=AnalyticsStore"])
+            #expect(daemon.event() != nil, "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            let started = daemon.log.split(separator: "\n").first { $0.contains("herald started") }
+            #expect(started?.contains("\"http\"") == true, "\(daemon.log)")
+            #expect(started?.contains("image-attachment") == false, "\(daemon.log)")
+            #expect(!FileManager.default.fileExists(atPath: "\(directory)/analytics.sqlite"))
+        }
+        let unknown = try runHerald(["serve", "--print-config", "--disable-plugin", "ImageAttachments"])
+        #expect(unknown.status == 64)
+        #expect(
+            unknown.error.hasPrefix(
+                "herald: flag --disable-plugin: 'ImageAttachments' is not valid; allowed: a list of bundled plugins' names: HTTPReceiver, ")
+        )
+    }
 }

@@ -14,7 +14,8 @@ struct ServeSchemaTests {
     static let samples: [String: String] = [
         "http": "127.0.0.1:9001", "auth-token-file": "/run/secrets/herald", "apns-keys": "ABC123:TEAM42:/keys/a.p8",
         "socket": "/tmp/herald-schema.sock", "project-id": "schema-project", "sender-id": "42", "data-dir": "/tmp/schema-data",
-        "presenter": "none", "desktop-app-name": "Weather", "desktop-app-icon": "weather-clear", "desktop-entry": "org.example.Weather",
+        "presenter": "none", "disable-plugins": "ImageAttachment", "desktop-app-name": "Weather", "desktop-app-icon": "weather-clear",
+        "desktop-entry": "org.example.Weather",
         "log-level": "debug", "shutdown-grace": "7", "max-replays": "5", "content-modifier-deadline": "12",
         "plugins": "/usr/lib/herald/a.so", "tls-cert": "/etc/herald/cert.pem", "tls-key": "/etc/herald/key.pem",
         "tls-client-ca": "/etc/herald/ca.pem", "unifiedpush-endpoint-url": "https://push.example/up/", "analytics-retention-days": "30",
