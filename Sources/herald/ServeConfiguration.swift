@@ -323,9 +323,9 @@ func readWholeFile(_ path: String) -> [UInt8]? {
 extension ServeSettings {
     /// The effective configuration as a config file: one `key: value` line per setting with its source in a comment.
     /// Unset settings (the auth token file) are commented out. The bearer secret itself is never shown.
-    func rendered(environment: [String: String]) -> String {
+    func rendered(environment: [String: String], schema: ConfigurationSchema = ServeOption.schema) -> String {
         var lines = ["# herald serve: the effective configuration; each line says where its value came from"]
-        for option in ServeOption.all {
+        for option in schema.settings {
             let source = sources[option.key] ?? .defaultValue
             var origin = "\(source)"
             if option.key == SocketReceiver.Settings.socket.key, values[option.key] == nil { origin += " (herald.sock in data-dir)" }

@@ -274,4 +274,17 @@ struct ServeSchemaTests {
             Self.failure("plugins: [/a.so]\nplugin-settings:\n  /a.so: {1: x, '1': y}\n")?.contains("the key 1 is given more than once")
                 == true)
     }
+
+    @Test("a secret setting's value is never printed: --print-config says it is set; the help and the reference say it is a secret")
+    func secrets() {
+        let secret = ServeOption("api-key", .string, default: nil, "none", allowed: "a key", help: "An API key.", secret: true)
+        let schema = ConfigurationSchema([ConfigurationSection(name: "Example", summary: "An example.", settings: [secret])])
+        var settings = ServeSettings()
+        settings.set(secret, .string("hunter2"), from: .environment("HERALD_API_KEY"))
+        let printed = settings.rendered(environment: [:], schema: schema)
+        #expect(printed.contains("# api-key: set, not shown (a secret)  # environment HERALD_API_KEY"), "\(printed)")
+        #expect(!printed.contains("hunter2"))
+        #expect(schema.helpText().contains("; a secret."))
+        #expect(schema.markdownReference(title: "T", introduction: "I").contains("An API key. (a secret: never printed)"))
+    }
 }
