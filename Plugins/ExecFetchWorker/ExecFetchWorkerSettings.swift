@@ -8,7 +8,7 @@ extension ExecFetchWorker {
             "exec-fetch-command", .string, default: nil, "none (no background-fetch command)",
             allowed: "a program: an absolute path, or a name looked up in PATH at start (no shell)",
             help:
-                "Run this program for each silent (content-available) message: the message as JSON on its standard input; exit 0 is new data, 3 no data, anything else failed.",
+                "Run this program for each silent (content-available) message: the message's userInfo as JSON on its standard input, HERALD_MESSAGE_ID in its environment; exit 0 is new data, 3 no data, anything else (a signal, the timeout) failed. A command that is missing or not executable stops the start.",
             valueName: "program")
         public static let arguments = ConfigurationSetting(
             "exec-fetch-arguments", .list, default: .list([]), "none",
@@ -22,7 +22,8 @@ extension ExecFetchWorker {
             flag: "--exec-fetch-env", valueName: "name=value", environmentSeparator: ",", accepts: { environmentEntry($0) != nil })
         public static let timeout = ConfigurationSetting(
             "exec-fetch-timeout", .integer(1...3_600), default: .integer(25), "25", allowed: "a whole number of seconds from 1 to 3600",
-            help: "Seconds one run of the background-fetch command may take before it is ended (SIGTERM, then SIGKILL) and counted failed.",
+            help:
+                "Seconds one run of the background-fetch command may take; then its process group gets SIGTERM, SIGKILL 2 s later, and the fetch failed.",
             valueName: "seconds")
         public static let concurrency = ConfigurationSetting(
             "exec-fetch-concurrency", .integer(1...256), default: .integer(4), "4", allowed: "a whole number from 1 to 256",

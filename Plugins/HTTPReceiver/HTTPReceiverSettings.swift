@@ -12,11 +12,14 @@ extension HTTPReceiver {
         public static let authTokenFile = ConfigurationSetting(
             "auth-token-file", .string, default: nil, "none: HERALD_AUTH_TOKEN, when set, is the secret",
             allowed: "a non-empty file path",
-            help: "A file holding the bearer secret senders must present; it wins over HERALD_AUTH_TOKEN.", valueName: "file")
+            help:
+                "A file holding the bearer secret senders must present (surrounding whitespace trimmed); it wins over HERALD_AUTH_TOKEN. With neither, HTTP may listen on loopback only.",
+            valueName: "file")
         public static let apnsKeys = ConfigurationSetting(
             "apns-keys", .list, default: .list([]), "none",
             allowed: "a list of KEYID:TEAMID:PATH, PATH a PEM file of the key (the .p8 or its public key) (environment: separated by ',')",
-            help: "An APNs provider key: POST /3/device/{token} then needs a provider token (JWT, ES256) it signed; repeatable.",
+            help:
+                "An APNs provider key: POST /3/device/{token} then needs a provider token (JWT, ES256) it signed, or the bearer secret; repeatable. A key that cannot be read or used stops the start, naming it.",
             flag: "--apns-key", valueName: "keyid:teamid:path", environmentSeparator: ",", accepts: { apnsKey($0) != nil })
         public static let fcmProxy = ConfigurationSetting(
             "fcm-proxy", .boolean, default: .boolean(false), "false", allowed: "true or false",

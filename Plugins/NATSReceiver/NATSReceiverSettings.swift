@@ -19,7 +19,9 @@ extension NATSReceiver {
             help: "A NATS credentials file (JWT and NKey seed), for servers with decentralised auth.", valueName: "file")
         public static let tokenFile = ConfigurationSetting(
             "nats-token-file", .string, default: nil, "none", allowed: "a non-empty file path",
-            help: "A file holding the NATS authentication token (the token itself is never logged or printed).", valueName: "file")
+            help:
+                "A file holding the NATS authentication token (surrounding whitespace trimmed; the token itself is never logged or printed).",
+            valueName: "file")
         public static let tlsCA = ConfigurationSetting(
             "nats-tls-ca", .string, default: nil, "none", allowed: "a non-empty file path",
             help: "The CA file to trust for NATS over TLS; any nats-tls-* setting turns TLS on.", valueName: "file")

@@ -6,7 +6,9 @@ extension PrometheusExporter {
         public static let metrics = ConfigurationSetting(
             "metrics", .string, default: .string("none"), "none",
             allowed: "HOST:PORT (a numeric address or localhost), [IPv6]:PORT, or none",
-            help: "Serve Prometheus metrics (GET /metrics) on HOST:PORT; 'none' turns it off.", valueName: "host:port",
+            help:
+                "Serve Prometheus metrics (GET /metrics) on HOST:PORT, loopback only unless allow-unauthenticated-network; 'none' turns it off.",
+            valueName: "host:port",
             accepts: { $0 == "none" || SocketAddress(parsing: $0)?.port != nil })
 
         /// The section: the metrics endpoint's address.

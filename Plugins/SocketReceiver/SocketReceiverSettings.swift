@@ -6,7 +6,9 @@ extension SocketReceiver {
         public static let socket = ConfigurationSetting(
             "socket", .string, default: nil, "herald.sock in the data directory",
             allowed: "a path, unix:PATH, HOST:PORT, or none",
-            help: "The socket receiver's Unix socket path or HOST:PORT; 'none' turns it off.", valueName: "path",
+            help:
+                "The socket receiver's Unix socket path (or unix:PATH), or HOST:PORT for TCP (loopback only unless allow-unauthenticated-network); 'none' turns it off.",
+            valueName: "path",
             accepts: { $0 == "none" || address($0) != nil })
 
         /// The section: the socket's address.

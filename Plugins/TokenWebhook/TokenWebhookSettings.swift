@@ -6,11 +6,14 @@ extension TokenWebhook {
         public static let url = ConfigurationSetting(
             "token-webhook-url", .string, default: nil, "none (the token is not posted)",
             allowed: "an http:// or https:// URL",
-            help: "POST the registration token (JSON) to this URL at every start and whenever it changes.", valueName: "url",
+            help:
+                "POST the registration token (JSON) to this URL at every start and whenever it changes, retried with backoff; a URL it cannot use stops the start.",
+            valueName: "url",
             accepts: { $0.hasPrefix("http://") || $0.hasPrefix("https://") })
         public static let secretFile = ConfigurationSetting(
             "token-webhook-secret-file", .string, default: nil, "none", allowed: "a non-empty file path",
-            help: "A file holding the bearer secret the token webhook sends (the secret itself is never logged or printed).",
+            help:
+                "A file holding the bearer secret the token webhook sends as Authorization: Bearer (the secret itself is never logged or printed).",
             valueName: "file")
         public static let ca = ConfigurationSetting(
             "token-webhook-ca", .string, default: nil, "the system's CAs", allowed: "a non-empty file path",

@@ -69,7 +69,8 @@ extension ServeOption {
         help: "Let the HTTP listeners (the HTTP endpoint, metrics) serve plain HTTP beyond loopback without TLS; the log says so at start.")
     static let tlsCertificate = ServeOption(
         "tls-cert", .string, default: nil, "none (no TLS)", allowed: "a non-empty file path",
-        help: "The TLS certificate chain (PEM) of every TCP listener (HTTP, a TCP socket, metrics); with tls-key. SIGHUP reads it again.",
+        help:
+            "The TLS certificate chain (PEM, the server's first) of every TCP listener (HTTP, a TCP socket, metrics); with tls-key. TLS 1.2 and 1.3; ALPN h2 and http/1.1 on the HTTP endpoint. SIGHUP reads it again: new handshakes use it, open connections keep theirs.",
         valueName: "file")
     static let tlsKey = ServeOption(
         "tls-key", .string, default: nil, "none", allowed: "a non-empty file path",
