@@ -540,7 +540,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldCommandTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldEchoHandler", "herald"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldEchoHandler", "HeraldSocketReceiver", "herald"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -105,17 +105,27 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // herald serve's config file loader. ServeConfiguration.swift lives in the `herald` executable, which no
-        // other package can import: Sources/FuzzConfig/ServeConfiguration.swift (and the two files of settings it uses,
-        // APNsKeySetting.swift and CategoriesConfiguration.swift) are symbolic links to those files, so the
-        // loader is compiled here from the same file, not copied.
+        // other package can import: Sources/FuzzConfig/ServeConfiguration.swift (and the files of settings it uses,
+        // ServeSchema.swift, APNsKeySetting.swift and CategoriesConfiguration.swift) are symbolic links to those
+        // files, so the loader is compiled here from the same file, not copied. The schema composes every bundled
+        // plugin's settings, hence the plugins below.
         .executableTarget(
             name: "FuzzConfig",
             dependencies: [
                 "FuzzSupport",
                 .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldDesktopPresenter", package: "Herald"),
+                .product(name: "HeraldEchoHandler", package: "Herald"),
                 .product(name: "HeraldExecFetchWorker", package: "Herald"),
-                .product(name: "HeraldNATSReceiver", package: "Herald"),
                 .product(name: "HeraldHTTPReceiver", package: "Herald"),
+                .product(name: "HeraldImageAttachment", package: "Herald"),
+                .product(name: "HeraldJSONLExport", package: "Herald"),
+                .product(name: "HeraldNATSReceiver", package: "Herald"),
+                .product(name: "HeraldPrometheusMetrics", package: "Herald"),
+                .product(name: "HeraldSQLite", package: "Herald"),
+                .product(name: "HeraldSocketReceiver", package: "Herald"),
+                .product(name: "HeraldTokenWebhook", package: "Herald"),
+                .product(name: "HeraldUnifiedPush", package: "Herald"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),
             ],

@@ -31,11 +31,7 @@ final class WeatherApp: NotificationHandler, BackgroundFetchWorker, TokenHandler
     }
 
     var descriptor: PluginDescriptor {
-        PluginDescriptor(
-            name: "weather", summary: "keeps the forecast cache fresh and presents weather notifications",
-            options: [
-                PluginDescriptor.Option(name: "cache", defaultValue: "weather-data/forecast.json", help: "the forecast cache file")
-            ])
+        PluginDescriptor(name: "weather", summary: "keeps the forecast cache fresh and presents weather notifications")
     }
 
     /// Subscribes to ``topic`` as the instance starts (before any message flows, so no message to the topic is

@@ -61,12 +61,7 @@ public final class DesktopPresenter: Presenter, @unchecked Sendable {
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "desktop", summary: "shows notifications through org.freedesktop.Notifications on the session bus",
-            options: [
-                .init(name: "bus-address", defaultValue: "", help: "the session bus address; empty: DBUS_SESSION_BUS_ADDRESS"),
-                .init(name: "app-name", defaultValue: options.appName, help: "the application name notifications show"),
-                .init(name: "desktop-entry", defaultValue: "", help: "the application's desktop entry, for the hint and the badge"),
-            ])
+            name: "desktop", summary: "shows notifications through org.freedesktop.Notifications on the session bus")
     }
 
     public func start(_ context: PluginContext) async throws {

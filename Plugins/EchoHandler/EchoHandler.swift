@@ -40,11 +40,7 @@ public final class EchoHandler: NotificationHandler, MessageHandler, BackgroundF
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "echo", summary: "one JSON line per handled event on standard output",
-            options: [
-                .init(name: "presentation", defaultValue: "list,banner,sound", help: "what willPresent answers"),
-                .init(name: "fetch-result", defaultValue: "noData", help: "what background fetches answer"),
-            ])
+            name: "echo", summary: "one JSON line per handled event on standard output")
     }
 
     public func willPresent(_ message: RemoteMessage) async -> PresentationOptions {

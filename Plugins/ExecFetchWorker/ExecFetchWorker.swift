@@ -130,26 +130,7 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
         PluginDescriptor(
             name: options.name,
             summary:
-                "runs a command for each silent message: the message as JSON on its standard input, its exit status as the fetch result",
-            options: [
-                .init(
-                    name: "command", defaultValue: "",
-                    help: "the program (no shell): an absolute path, or a name looked up in PATH at start"),
-                .init(name: "arguments", defaultValue: "", help: "its arguments"),
-                .init(name: "environment", defaultValue: "", help: "variables added to its environment (HERALD_MESSAGE_ID is always set)"),
-                .init(name: "inherit-environment", defaultValue: "true", help: "whether it inherits the daemon's environment"),
-                .init(name: "working-directory", defaultValue: "", help: "where it runs (default: the daemon's working directory)"),
-                .init(name: "timeout", defaultValue: "25s", help: "how long a run may take before it is ended and counted failed"),
-                .init(name: "kill-grace-period", defaultValue: "2s", help: "the time between SIGTERM and SIGKILL"),
-                .init(name: "max-concurrent", defaultValue: "4", help: "how many commands run at once; further fetches wait their turn"),
-                .init(name: "new-data-status", defaultValue: "0", help: "exit statuses that mean new data"),
-                .init(
-                    name: "no-data-status", defaultValue: "3",
-                    help: "exit statuses that mean no new data; any other status or a signal is failed"),
-                .init(
-                    name: "max-captured-bytes", defaultValue: "65536",
-                    help: "bytes of each run's standard output and error logged; the rest is dropped"),
-            ])
+                "runs a command for each silent message: the message as JSON on its standard input, its exit status as the fetch result")
     }
 
     // MARK: Plugin

@@ -129,15 +129,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "http", summary: "FCM v1 HTTP endpoint",
-            options: [
-                .init(name: "listen", defaultValue: "127.0.0.1:8080", help: "TCP address to listen on"),
-                .init(name: "secret", defaultValue: "", help: "bearer secret; empty allows loopback only"),
-                .init(name: "max-body-bytes", defaultValue: "65536", help: "larger bodies get 413"),
-                .init(name: "idle-timeout", defaultValue: "30s", help: "close connections silent this long"),
-                .init(
-                    name: "request-timeout", defaultValue: "10s", help: "answer 408 to a request not whole this long after its first byte"),
-            ])
+            name: "http", summary: "FCM v1 HTTP endpoint")
     }
 
     /// The address listened on (port 0 replaced by the chosen port), once started.

@@ -166,18 +166,7 @@ public final class JSONLExport: AnalyticsSink, AnalyticsRecordSink, TokenHandler
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "jsonl-export", summary: "FCM's delivery-metrics export (BigQuery columns) as JSON lines, rotated by size",
-            options: [
-                .init(
-                    name: "path", defaultValue: "herald-data/delivery-metrics.jsonl", help: "the file; rotated files are path.1 ... path.N"),
-                .init(name: "maximum-file-bytes", defaultValue: "67108864", help: "the size at which the file is rotated"),
-                .init(name: "kept-files", defaultValue: "5", help: "how many rotated files are kept"),
-                .init(name: "app-name", defaultValue: "", help: "the app_name column"),
-                .init(name: "sdk-platform", defaultValue: "LINUX", help: "the sdk_platform column"),
-                .init(name: "project-number", defaultValue: "", help: "the project_number column (default: the sender ID when numeric)"),
-                .init(name: "events", defaultValue: "message-events", help: "message-events, or fcm-events-only"),
-                .init(name: "sync-every-batch", defaultValue: "false", help: "fsync after every batch, not only at rotation and stop"),
-            ])
+            name: "jsonl-export", summary: "FCM's delivery-metrics export (BigQuery columns) as JSON lines, rotated by size")
     }
 
     // MARK: Plugin

@@ -203,39 +203,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "nats", summary: "FCM v1 send bodies from NATS subjects, token messages through JetStream",
-            options: [
-                .init(name: "server", defaultValue: "nats://127.0.0.1:4222", help: "a NATS server URL; repeatable"),
-                .init(name: "credentials", defaultValue: "", help: "a NATS credentials file (JWT and seed)"),
-                .init(name: "auth-token", defaultValue: "", help: "a NATS authentication token"),
-                .init(name: "tls-ca", defaultValue: "", help: "the CA file to trust"),
-                .init(name: "tls-cert", defaultValue: "", help: "a client certificate file"),
-                .init(name: "tls-key", defaultValue: "", help: "the client certificate's key file"),
-                .init(name: "stream", defaultValue: "HERALD_<PROJECT>", help: "the JetStream stream of token messages"),
-                .init(name: "consumer", defaultValue: "herald-<installation id>", help: "this instance's durable consumer"),
-                .init(
-                    name: "registration-bucket", defaultValue: "HERALD_<PROJECT>_REGISTRATIONS",
-                    help: "the key-value bucket the instance writes its token to"),
-                .init(name: "topic-delivery", defaultValue: "fan-out", help: "fan-out, or shared:<group> (a queue group)"),
-                .init(name: "ack-wait", defaultValue: "30s", help: "redeliver a message not acknowledged within this"),
-                .init(name: "max-ack-pending", defaultValue: "1024", help: "messages delivered and not yet acknowledged"),
-                .init(name: "max-deliver", defaultValue: "-1", help: "deliveries of a message at most (-1: no limit)"),
-                .init(name: "redelivery-delay", defaultValue: "1s", help: "wait before redelivering a message the bus refused"),
-                .init(name: "stream-max-age", defaultValue: "28d", help: "the stream keeps messages this long"),
-                .init(name: "stream-max-messages", defaultValue: "-1", help: "the stream keeps this many messages (-1: no limit)"),
-                .init(name: "stream-max-bytes", defaultValue: "-1", help: "the stream keeps this many bytes (-1: no limit)"),
-                .init(name: "duplicate-window", defaultValue: "2m", help: "publishes with one Nats-Msg-Id in this window are stored once"),
-                .init(name: "replicas", defaultValue: "1 (3 with three servers)", help: "copies of the streams and bucket in a cluster"),
-                .init(name: "connect-timeout", defaultValue: "2s", help: "connecting to one server may take this long"),
-                .init(name: "reconnect-wait", defaultValue: "250ms", help: "the first wait before reconnecting (doubled per attempt)"),
-                .init(name: "max-reconnect-wait", defaultValue: "8s", help: "the longest wait between reconnect attempts"),
-                .init(name: "max-reconnect-attempts", defaultValue: "-1", help: "attempts before giving up (-1: no limit)"),
-                .init(
-                    name: "ping-interval", defaultValue: "20s", help: "PING the server this often; reconnect after max-pings-out unanswered"
-                ),
-                .init(name: "max-pings-out", defaultValue: "2", help: "unanswered PINGs before the connection is stale"),
-                .init(name: "max-held-messages", defaultValue: "65536", help: "topic messages held while the bus is full"),
-            ])
+            name: "nats", summary: "FCM v1 send bodies from NATS subjects, token messages through JetStream")
     }
 
     /// `url` with a user and password in it (`nats://user:password@host:4222`) shown as `***`, as the receiver

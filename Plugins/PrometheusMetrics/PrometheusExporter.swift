@@ -118,10 +118,7 @@ public final class PrometheusExporter: AnalyticsSink, AnalyticsRecordSink, @unch
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "prometheus", summary: "GET /metrics in the Prometheus text format",
-            options: [
-                .init(name: "listen", defaultValue: "127.0.0.1:9464", help: "where /metrics is served")
-            ])
+            name: "prometheus", summary: "GET /metrics in the Prometheus text format")
     }
 
     /// The address `/metrics` is served on (port 0 replaced by the chosen port), once started.

@@ -74,15 +74,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "socket", summary: "FCM v1 send bodies as JSON lines over Unix and TCP sockets",
-            options: [
-                .init(name: "listen", defaultValue: "unix:herald-data/herald.sock", help: "a Unix socket path or host:port; repeatable"),
-                .init(name: "max-line-bytes", defaultValue: "65536", help: "the longest message line accepted"),
-                .init(name: "idle-timeout", defaultValue: "60s", help: "close connections silent this long"),
-                .init(name: "line-timeout", defaultValue: "10s", help: "close connections whose line takes longer than this"),
-                .init(name: "max-connections", defaultValue: "1024", help: "connections open at once"),
-                .init(name: "socket-mode", defaultValue: "0600", help: "file mode of Unix socket files"),
-            ])
+            name: "socket", summary: "FCM v1 send bodies as JSON lines over Unix and TCP sockets")
     }
 
     /// The addresses actually listened on (TCP port 0 replaced by the chosen port), once started.

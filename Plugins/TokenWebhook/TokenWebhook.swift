@@ -171,20 +171,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "token-webhook", summary: "POSTs the registration token to the app server at every start and change",
-            options: [
-                .init(
-                    name: "url", defaultValue: "", help: "http:// or https://HOST[:PORT]/PATH of the app server"),
-                .init(name: "secret", defaultValue: "", help: "sent as Authorization: Bearer <secret> when set"),
-                .init(name: "ca-file", defaultValue: "", help: "a PEM file of the CAs trusted for https instead of the system's"),
-                .init(name: "timeout", defaultValue: "10s", help: "the longest one attempt may take"),
-                .init(name: "maximum-attempts", defaultValue: "unlimited", help: "attempts per token before it is given up"),
-                .init(
-                    name: "initial-backoff", defaultValue: "1s", help: "the delay before the first retry; doubles per attempt, with jitter"),
-                .init(
-                    name: "maximum-backoff", defaultValue: "60s",
-                    help: "the longest delay between attempts (Retry-After may ask for more, up to 1 h)"),
-            ])
+            name: "token-webhook", summary: "POSTs the registration token to the app server at every start and change")
     }
 
     /// What the webhook has done so far. Callable from any thread.

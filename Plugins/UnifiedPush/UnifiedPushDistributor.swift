@@ -72,10 +72,7 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushDirectory, @unch
 
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
-            name: "unifiedpush", summary: "UnifiedPush distributor on the session bus and Web Push endpoints",
-            options: [
-                .init(name: "endpoint-url", defaultValue: "http://127.0.0.1:8080/up/", help: "endpoint URLs: this and the token")
-            ])
+            name: "unifiedpush", summary: "UnifiedPush distributor on the session bus and Web Push endpoints")
     }
 
     public func start(_ context: PluginContext) async throws {

@@ -98,13 +98,7 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
     public var descriptor: PluginDescriptor {
         PluginDescriptor(
             name: "sqlite-analytics",
-            summary: "keeps analytics events in \(path) for herald report",
-            options: [
-                .init(
-                    name: "retention-days", defaultValue: "90",
-                    help: "days of events kept (by when the message arrived); 0 keeps everything"),
-                .init(name: "prune-interval", defaultValue: "3600s", help: "how often events past retention are deleted"),
-            ]
+            summary: "keeps analytics events in \(path) for herald report"
         )
     }
 

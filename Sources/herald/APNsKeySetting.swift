@@ -10,13 +10,10 @@ struct APNsKeySetting: Equatable, Sendable {
 
     /// `KEYID:TEAMID:PATH` (the path may hold colons); `nil` when a part is missing or an ID is not letters and digits.
     init?(parsing text: String) {
-        let parts = text.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
-        guard parts.count == 3, !parts[2].isEmpty,
-            [parts[0], parts[1]].allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } })
-        else { return nil }
-        keyID = parts[0]
-        teamID = parts[1]
-        path = parts[2]
+        guard let (keyID, teamID, path) = HTTPReceiver.Settings.apnsKey(text) else { return nil }
+        self.keyID = keyID
+        self.teamID = teamID
+        self.path = path
     }
 
     /// The key, read from its file. Throws a `CommandFailure` naming the key and the file.

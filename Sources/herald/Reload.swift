@@ -1,5 +1,6 @@
 import CSystemd
 import Glibc
+import Herald
 import HeraldTLS
 import Logging
 import Synchronization
@@ -60,8 +61,8 @@ struct LiveLevelLogHandler: LogHandler {
 /// Every other changed setting is named in the log as needing a restart; a configuration that no longer resolves
 /// changes nothing.
 final class ConfigurationReload: Sendable {
-    /// Settings that take effect on reload.
-    static let liveKeys: Set<String> = [ServeOption.logLevel.key]
+    /// Settings that take effect on reload: those the schema marks live.
+    static let liveKeys = Set(ServeOption.all.filter(\.isLive).map(\.key))
 
     private let resolve: @Sendable () throws -> ServeSettings
     private let logLevel: LiveLogLevel

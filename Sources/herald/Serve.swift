@@ -34,8 +34,13 @@ struct Serve: AsyncParsableCommand {
             HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
             file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
             value stops the start with exit status 64, naming the file and line, the variable or the flag. \
-            --print-config shows the effective settings and where each came from.
-            """
+            --print-config shows the effective settings and where each came from; --print-reference prints the \
+            configuration reference.
+
+            SETTINGS, by the plugin that owns them:
+
+
+            """ + ServeOption.schema.helpText()
     )
 
     @Option(help: ArgumentHelp("A YAML config file (default: HERALD_CONFIG, else none).", valueName: "file"))
@@ -46,259 +51,29 @@ struct Serve: AsyncParsableCommand {
         help: "Print the effective configuration (a valid config file, each value's source in a comment) and exit.")
     var printConfig = false
 
-    @Option(help: ArgumentHelp(ServeOption.http.help, valueName: "host:port"))
-    var http: String?
-
-    @Option(help: ArgumentHelp(ServeOption.socket.help, valueName: "path"))
-    var socket: String?
-
-    @Option(name: .customLong("project-id"), help: ArgumentHelp(ServeOption.projectID.help))
-    var projectID: String?
-
-    @Option(name: .customLong("sender-id"), help: ArgumentHelp(ServeOption.senderID.help))
-    var senderID: String?
-
-    @Option(name: .customLong("data-dir"), help: ArgumentHelp(ServeOption.dataDirectory.help, valueName: "dir"))
-    var dataDirectory: String?
-
-    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.echo.help))
-    var echo: Bool?
-
-    @Option(help: ArgumentHelp(ServeOption.presenter.help, valueName: "desktop|log|none"))
-    var presenter: String?
-
-    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.unifiedPush.help))
-    var unifiedpush: Bool?
-
-    @Option(
-        name: .customLong("unifiedpush-endpoint-url"), help: ArgumentHelp(ServeOption.unifiedPushEndpointURL.help, valueName: "url"))
-    var unifiedPushEndpointURL: String?
-
-    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(ServeOption.authTokenFile.help, valueName: "file"))
-    var authTokenFile: String?
-
-    @Option(name: .customLong("apns-key"), help: ArgumentHelp(ServeOption.apnsKeys.help, valueName: "keyid:teamid:path"))
-    var apnsKeys: [String] = []
-
-    @Option(name: .customLong("log-level"), help: ArgumentHelp(ServeOption.logLevel.help, valueName: "level"))
-    var logLevel: String?
-
-    @Option(name: .customLong("shutdown-grace"), help: ArgumentHelp(ServeOption.shutdownGrace.help, valueName: "seconds"))
-    var shutdownGrace: Int?
-
-    @Option(name: .customLong("max-replays"), help: ArgumentHelp(ServeOption.maxReplays.help, valueName: "starts"))
-    var maxReplays: Int?
-    @Option(
-        name: .customLong("content-modifier-deadline"), help: ArgumentHelp(ServeOption.contentModifierDeadline.help, valueName: "seconds"))
-    var contentModifierDeadline: Int?
-
-    @Flag(name: .customLong("analytics-store"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.analyticsStore.help))
-    var analyticsStore: Bool?
-
-    @Option(name: .customLong("analytics-retention-days"), help: ArgumentHelp(ServeOption.analyticsRetentionDays.help, valueName: "days"))
-    var analyticsRetentionDays: Int?
-
-    @Option(name: .customLong("plugin"), help: ArgumentHelp(ServeOption.plugins.help, valueName: "path"))
-    var plugins: [String] = []
-
-    @Option(help: ArgumentHelp(ServeOption.metrics.help, valueName: "host:port"))
-    var metrics: String?
-
     @Flag(
-        name: .customLong("allow-unauthenticated-network"), inversion: .prefixedNo,
-        help: ArgumentHelp(ServeOption.allowUnauthenticatedNetwork.help))
-    var allowUnauthenticatedNetwork: Bool?
+        name: .customLong("print-reference"),
+        help: "Print the configuration reference (Markdown: every setting of every section, its flag, variable and default) and exit.")
+    var printReference = false
 
-    @Flag(
-        name: .customLong("allow-plaintext-network"), inversion: .prefixedNo,
-        help: ArgumentHelp(ServeOption.allowPlaintextNetwork.help))
-    var allowPlaintextNetwork: Bool?
-
-    @Flag(name: .customLong("fcm-proxy"), inversion: .prefixedNo, help: ArgumentHelp(ServeOption.fcmProxy.help))
-    var fcmProxy: Bool?
-
-    @Option(name: .customLong("tls-cert"), help: ArgumentHelp(ServeOption.tlsCertificate.help, valueName: "file"))
-    var tlsCertificate: String?
-
-    @Option(name: .customLong("tls-key"), help: ArgumentHelp(ServeOption.tlsKey.help, valueName: "file"))
-    var tlsKey: String?
-
-    @Option(name: .customLong("tls-client-ca"), help: ArgumentHelp(ServeOption.tlsClientCA.help, valueName: "file"))
-    var tlsClientCA: String?
-
-    @Option(name: .customLong("delivery-metrics"), help: ArgumentHelp(ServeOption.deliveryMetrics.help, valueName: "file"))
-    var deliveryMetrics: String?
-
-    @Option(name: .customLong("exec-fetch-command"), help: ArgumentHelp(ServeOption.execFetchCommand.help, valueName: "program"))
-    var execFetchCommand: String?
-
-    @Option(name: .customLong("exec-fetch-argument"), help: ArgumentHelp(ServeOption.execFetchArguments.help, valueName: "argument"))
-    var execFetchArguments: [String] = []
-
-    @Option(name: .customLong("exec-fetch-env"), help: ArgumentHelp(ServeOption.execFetchEnvironment.help, valueName: "name=value"))
-    var execFetchEnvironment: [String] = []
-
-    @Option(name: .customLong("exec-fetch-timeout"), help: ArgumentHelp(ServeOption.execFetchTimeout.help, valueName: "seconds"))
-    var execFetchTimeout: Int?
-
-    @Option(name: .customLong("exec-fetch-concurrency"), help: ArgumentHelp(ServeOption.execFetchConcurrency.help, valueName: "count"))
-    var execFetchConcurrency: Int?
-
-    @Option(name: .customLong("token-webhook-url"), help: ArgumentHelp(ServeOption.tokenWebhookURL.help, valueName: "url"))
-    var tokenWebhookURL: String?
-
-    @Option(name: .customLong("token-webhook-secret-file"), help: ArgumentHelp(ServeOption.tokenWebhookSecretFile.help, valueName: "file"))
-    var tokenWebhookSecretFile: String?
-
-    @Option(name: .customLong("token-webhook-ca"), help: ArgumentHelp(ServeOption.tokenWebhookCA.help, valueName: "file"))
-    var tokenWebhookCA: String?
-
-    @Option(name: .customLong("image-attachment-ca"), help: ArgumentHelp(ServeOption.imageAttachmentCA.help, valueName: "file"))
-    var imageAttachmentCA: String?
-
-    @Option(
-        name: .customLong("image-attachment-max-bytes"), help: ArgumentHelp(ServeOption.imageAttachmentMaxBytes.help, valueName: "bytes"))
-    var imageAttachmentMaxBytes: Int?
-
-    @Option(
-        name: .customLong("token-webhook-max-attempts"), help: ArgumentHelp(ServeOption.tokenWebhookMaxAttempts.help, valueName: "count"))
-    var tokenWebhookMaxAttempts: Int?
-
-    @Option(name: .customLong("nats-server"), help: ArgumentHelp(ServeOption.natsServers.help, valueName: "url"))
-    var natsServers: [String] = []
-
-    @Option(name: .customLong("nats-credentials"), help: ArgumentHelp(ServeOption.natsCredentials.help, valueName: "file"))
-    var natsCredentials: String?
-
-    @Option(name: .customLong("nats-token-file"), help: ArgumentHelp(ServeOption.natsTokenFile.help, valueName: "file"))
-    var natsTokenFile: String?
-
-    @Option(name: .customLong("nats-tls-ca"), help: ArgumentHelp(ServeOption.natsTLSCA.help, valueName: "file"))
-    var natsTLSCA: String?
-
-    @Option(name: .customLong("nats-tls-cert"), help: ArgumentHelp(ServeOption.natsTLSCertificate.help, valueName: "file"))
-    var natsTLSCertificate: String?
-
-    @Option(name: .customLong("nats-tls-key"), help: ArgumentHelp(ServeOption.natsTLSKey.help, valueName: "file"))
-    var natsTLSKey: String?
-
-    @Option(name: .customLong("nats-stream"), help: ArgumentHelp(ServeOption.natsStream.help, valueName: "name"))
-    var natsStream: String?
-
-    @Option(name: .customLong("nats-consumer"), help: ArgumentHelp(ServeOption.natsConsumer.help, valueName: "name"))
-    var natsConsumer: String?
-
-    @Option(name: .customLong("nats-topic-delivery"), help: ArgumentHelp(ServeOption.natsTopicDelivery.help, valueName: "mode"))
-    var natsTopicDelivery: String?
-
-    @Option(name: .customLong("nats-ack-wait"), help: ArgumentHelp(ServeOption.natsAckWait.help, valueName: "seconds"))
-    var natsAckWait: Int?
-
-    @Option(name: .customLong("nats-max-ack-pending"), help: ArgumentHelp(ServeOption.natsMaxAckPending.help, valueName: "count"))
-    var natsMaxAckPending: Int?
-
-    @Option(name: .customLong("nats-max-deliver"), help: ArgumentHelp(ServeOption.natsMaxDeliver.help, valueName: "count"))
-    var natsMaxDeliver: Int?
-
-    @Option(name: .customLong("nats-stream-max-age-days"), help: ArgumentHelp(ServeOption.natsStreamMaxAgeDays.help, valueName: "days"))
-    var natsStreamMaxAgeDays: Int?
-
-    @Option(name: .customLong("nats-stream-max-messages"), help: ArgumentHelp(ServeOption.natsStreamMaxMessages.help, valueName: "count"))
-    var natsStreamMaxMessages: Int?
-
-    @Option(name: .customLong("nats-stream-max-bytes"), help: ArgumentHelp(ServeOption.natsStreamMaxBytes.help, valueName: "bytes"))
-    var natsStreamMaxBytes: Int?
-
-    @Option(name: .customLong("nats-max-held-messages"), help: ArgumentHelp(ServeOption.natsMaxHeldMessages.help, valueName: "count"))
-    var natsMaxHeldMessages: Int?
-
-    @Option(name: .customLong("nats-ping-interval"), help: ArgumentHelp(ServeOption.natsPingInterval.help, valueName: "seconds"))
-    var natsPingInterval: Int?
-
-    @Option(name: .customLong("nats-max-pings-out"), help: ArgumentHelp(ServeOption.natsMaxPingsOut.help, valueName: "count"))
-    var natsMaxPingsOut: Int?
-
-    @Flag(inversion: .prefixedNo, help: ArgumentHelp(ServeOption.gateway.help))
-    var gateway: Bool?
-
-    /// The settings given as flags, with each flag's name as written.
-    var flagValues: [(key: String, value: SettingValue, flag: String)] {
-        var given: [(key: String, value: SettingValue, flag: String)] = []
-        func add(_ option: ServeOption, _ value: SettingValue?, flag: String? = nil) {
-            if let value { given.append((option.key, value, flag ?? option.flag)) }
-        }
-        add(.http, http.map { .string($0) })
-        add(.socket, socket.map { .string($0) })
-        add(.projectID, projectID.map { .string($0) })
-        add(.senderID, senderID.map { .string($0) })
-        add(.dataDirectory, dataDirectory.map { .string($0) })
-        add(.echo, echo.map { .boolean($0) }, flag: echo == false ? "--no-echo" : "--echo")
-        add(.presenter, presenter.map { .string($0) })
-        add(.unifiedPush, unifiedpush.map { .boolean($0) }, flag: unifiedpush == false ? "--no-unifiedpush" : "--unifiedpush")
-        add(.unifiedPushEndpointURL, unifiedPushEndpointURL.map { .string($0) })
-        add(.authTokenFile, authTokenFile.map { .string($0) })
-        add(.apnsKeys, apnsKeys.isEmpty ? nil : .list(apnsKeys))
-        add(.logLevel, logLevel.map { .string($0) })
-        add(.shutdownGrace, shutdownGrace.map { .integer($0) })
-        add(.maxReplays, maxReplays.map { .integer($0) })
-        add(.contentModifierDeadline, contentModifierDeadline.map { .integer($0) })
-        add(
-            .analyticsStore, analyticsStore.map { .boolean($0) },
-            flag: analyticsStore == false ? "--no-analytics-store" : "--analytics-store")
-        add(.analyticsRetentionDays, analyticsRetentionDays.map { .integer($0) })
-        add(.plugins, plugins.isEmpty ? nil : .list(plugins))
-        add(.metrics, metrics.map { .string($0) })
-        add(
-            .allowUnauthenticatedNetwork, allowUnauthenticatedNetwork.map { .boolean($0) },
-            flag: allowUnauthenticatedNetwork == false ? "--no-allow-unauthenticated-network" : "--allow-unauthenticated-network")
-        add(
-            .allowPlaintextNetwork, allowPlaintextNetwork.map { .boolean($0) },
-            flag: allowPlaintextNetwork == false ? "--no-allow-plaintext-network" : "--allow-plaintext-network")
-        add(.fcmProxy, fcmProxy.map { .boolean($0) }, flag: fcmProxy == false ? "--no-fcm-proxy" : "--fcm-proxy")
-        add(.tlsCertificate, tlsCertificate.map { .string($0) })
-        add(.tlsKey, tlsKey.map { .string($0) })
-        add(.tlsClientCA, tlsClientCA.map { .string($0) })
-        add(.deliveryMetrics, deliveryMetrics.map { .string($0) })
-        add(.execFetchCommand, execFetchCommand.map { .string($0) })
-        add(.execFetchArguments, execFetchArguments.isEmpty ? nil : .list(execFetchArguments))
-        add(.execFetchEnvironment, execFetchEnvironment.isEmpty ? nil : .list(execFetchEnvironment))
-        add(.execFetchTimeout, execFetchTimeout.map { .integer($0) })
-        add(.execFetchConcurrency, execFetchConcurrency.map { .integer($0) })
-        add(.tokenWebhookURL, tokenWebhookURL.map { .string($0) })
-        add(.tokenWebhookSecretFile, tokenWebhookSecretFile.map { .string($0) })
-        add(.tokenWebhookCA, tokenWebhookCA.map { .string($0) })
-        add(.imageAttachmentCA, imageAttachmentCA.map { .string($0) })
-        add(.imageAttachmentMaxBytes, imageAttachmentMaxBytes.map { .integer($0) })
-        add(.tokenWebhookMaxAttempts, tokenWebhookMaxAttempts.map { .integer($0) })
-        add(.natsServers, natsServers.isEmpty ? nil : .list(natsServers))
-        add(.natsCredentials, natsCredentials.map { .string($0) })
-        add(.natsTokenFile, natsTokenFile.map { .string($0) })
-        add(.natsTLSCA, natsTLSCA.map { .string($0) })
-        add(.natsTLSCertificate, natsTLSCertificate.map { .string($0) })
-        add(.natsTLSKey, natsTLSKey.map { .string($0) })
-        add(.natsStream, natsStream.map { .string($0) })
-        add(.natsConsumer, natsConsumer.map { .string($0) })
-        add(.natsTopicDelivery, natsTopicDelivery.map { .string($0) })
-        add(.natsAckWait, natsAckWait.map { .integer($0) })
-        add(.natsMaxAckPending, natsMaxAckPending.map { .integer($0) })
-        add(.natsMaxDeliver, natsMaxDeliver.map { .integer($0) })
-        add(.natsStreamMaxAgeDays, natsStreamMaxAgeDays.map { .integer($0) })
-        add(.natsStreamMaxMessages, natsStreamMaxMessages.map { .integer($0) })
-        add(.natsStreamMaxBytes, natsStreamMaxBytes.map { .integer($0) })
-        add(.natsMaxHeldMessages, natsMaxHeldMessages.map { .integer($0) })
-        add(.natsPingInterval, natsPingInterval.map { .integer($0) })
-        add(.natsMaxPingsOut, natsMaxPingsOut.map { .integer($0) })
-        add(.gateway, gateway.map { .boolean($0) }, flag: gateway == false ? "--no-gateway" : "--gateway")
-        return given
-    }
+    /// The settings given as flags, read with the schema (``ServeOption/schema``): what swift-argument-parser does
+    /// not know, in order.
+    @Argument(parsing: .allUnrecognized, help: .hidden)
+    var settingArguments: [String] = []
 
     func run() async throws {
+        if printReference {
+            writeLine(ServeOption.reference)
+            return
+        }
         let environment = processEnvironment()
         let settings: ServeSettings
         let warnings: [String]
+        let flags: [(key: String, value: SettingValue, flag: String)]
         do {
+            flags = try ServeOption.schema.parse(arguments: settingArguments).map { ($0.key, $0.value, $0.flag) }
             (settings, warnings) = try ServeConfiguration.resolve(
-                file: config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }, environment: environment, flags: flagValues)
+                file: config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }, environment: environment, flags: flags)
         } catch let error as ConfigurationError {
             writeLine(error.message, to: STDERR_FILENO)
             throw ExitCode(64)
@@ -348,7 +123,6 @@ struct Serve: AsyncParsableCommand {
         let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
         let tls = try tlsContext(settings, logger: logger)
         let file = config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }
-        let flags = flagValues
         let reload = ConfigurationReload(
             running: settings,
             resolve: { try ServeConfiguration.resolve(file: file, environment: environment, flags: flags).settings }, logLevel: level,
@@ -476,7 +250,7 @@ final class Daemon: Service, Sendable {
             await loop.shutdownGracefully()
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
-        if !settings.echo {
+        if !(settings.echo && settings.isEnabled(EchoHandler.Settings.section)) {
             let token = try await herald.token()
             writeLine("registration token: \(token)")
         }
@@ -526,7 +300,7 @@ final class Daemon: Service, Sendable {
         do {
             let store = try SQLiteStore(directory: settings.dataDirectory)
             let analyticsStore =
-                settings.analyticsStore
+                settings.analyticsStore && settings.isEnabled(SQLiteAnalyticsStore.Settings.section)
                 ? try SQLiteAnalyticsStore(
                     directory: settings.dataDirectory,
                     options: .init(retentionDays: settings.analyticsRetentionDays > 0 ? settings.analyticsRetentionDays : nil))
@@ -555,9 +329,9 @@ final class Daemon: Service, Sendable {
         let settings = self.settings
         // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
         let distributor =
-            settings.unifiedPush
+            settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
             ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
-        let nats = settings.natsOptions(authToken: natsToken)
+        let nats = settings.isEnabled(NATSReceiver.Settings.section) ? settings.natsOptions(authToken: natsToken) : nil
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
         var forwarder: NATSGateway?
@@ -573,7 +347,7 @@ final class Daemon: Service, Sendable {
                 try herald.register(NATSReceiver(options: nats))
             }
         }
-        if let http = settings.http, let address = SocketAddress(parsing: http) {
+        if let http = settings.http, let address = SocketAddress(parsing: http), settings.isEnabled(HTTPReceiver.Settings.section) {
             var options = HTTPReceiver.Options(address: address, secret: secret)
             options.forwarder = forwarder
             options.apnsKeys = try settings.apnsKeys.map { try $0.load() }
@@ -589,14 +363,18 @@ final class Daemon: Service, Sendable {
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
             try herald.register(HTTPReceiver(options: options))
         }
-        if let socket = settings.socket, let address = ServeSettings.socketAddress(socket) {
+        if let socket = settings.socket, let address = SocketReceiver.Settings.address(socket),
+            settings.isEnabled(SocketReceiver.Settings.section)
+        {
             var options = SocketReceiver.Options(addresses: [address])
             options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
             options.tls = tls
             try herald.register(SocketReceiver(options: options))
         }
         if let analyticsStore { try herald.register(analyticsStore) }
-        if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics) {
+        if let metrics = settings.metrics, let address = SocketAddress(parsing: metrics),
+            settings.isEnabled(PrometheusExporter.Settings.section)
+        {
             var options = PrometheusExporter.Options(address: address)
             options.allowUnauthenticatedNetwork = settings.allowUnauthenticatedNetwork
             options.allowPlaintextNetwork = settings.allowPlaintextNetwork
@@ -604,33 +382,42 @@ final class Daemon: Service, Sendable {
             try herald.register(PrometheusExporter(options: options))
         }
         if Systemd.listening { try herald.register(SystemdStatus()) }
-        if let deliveryMetrics = settings.deliveryMetrics {
+        if let deliveryMetrics = settings.deliveryMetrics, settings.isEnabled(JSONLExport.Settings.section) {
             try herald.register(
                 JSONLExport(options: .init(path: deliveryMetrics), installationID: { [weak herald] in try? await herald?.installationID() })
             )
         }
-        if let execFetch = settings.execFetchOptions { try herald.register(ExecFetchWorker(options: execFetch)) }
-        if let url = settings.tokenWebhookURL {
+        if let execFetch = settings.execFetchOptions, settings.isEnabled(ExecFetchWorker.Settings.section) {
+            try herald.register(ExecFetchWorker(options: execFetch))
+        }
+        if let url = settings.tokenWebhookURL, settings.isEnabled(TokenWebhook.Settings.section) {
             let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }
             let options = TokenWebhook.Options(
                 url: url, secret: secret, maximumAttempts: settings.tokenWebhookMaxAttempts, caFile: settings.tokenWebhookCA)
             try herald.register(TokenWebhook(options: options, herald: herald))
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
-        for plugin in try DynamicPlugin.loadAll(paths: settings.plugins) {
+        // Each gets its own plugin-settings section as its JSON configuration ({} without one).
+        let specifications = settings.plugins.map { path in
+            DynamicPlugin.Specification(path: path, configuration: settings.pluginSettings.last { $0.path == path }?.settings ?? [:])
+        }
+        for plugin in try DynamicPlugin.loadAll(specifications) {
             try herald.register(plugin)
             for category in plugin.categories { try herald.register(category: category) }
         }
         // The config file's categories win over a plugin's of the same identifier: the operator has the last word.
         for category in settings.categories { try herald.register(category: category) }
         // mutable-content notifications with an https image (FCM's notification.image) get it attached.
-        try herald.register(
-            ImageAttachment(
-                options: .init(
-                    directory: "\(settings.dataDirectory)/attachments", maximumBytes: settings.imageAttachmentMaxBytes,
-                    caFile: settings.imageAttachmentCA)))
+        if settings.isEnabled(ImageAttachment.Settings.section) {
+            try herald.register(
+                ImageAttachment(
+                    options: .init(
+                        directory: "\(settings.dataDirectory)/attachments", maximumBytes: settings.imageAttachmentMaxBytes,
+                        caFile: settings.imageAttachmentCA)))
+        }
         switch settings.presenter {
-        case "desktop": try herald.register(DesktopPresenter())
+        case "desktop" where settings.isEnabled(DesktopPresenter.Settings.section):
+            try herald.register(DesktopPresenter(options: .init(configuration: settings.configuration)))
         case "none": try herald.register(SilentPresenter())
         default: break  // log: the bus logs each notification when no presenter is registered
         }
@@ -639,7 +426,7 @@ final class Daemon: Service, Sendable {
             // Its endpoints are reached through the fleet's gateway too; stopped before it (plugins stop in reverse).
             if let nats, !settings.gateway { try herald.register(NATSWebPushRelay(options: nats, endpoint: distributor)) }
         }
-        if settings.echo {
+        if settings.echo, settings.isEnabled(EchoHandler.Settings.section) {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
     }

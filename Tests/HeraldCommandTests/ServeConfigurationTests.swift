@@ -1,5 +1,6 @@
 import Foundation
 import Herald
+import HeraldSocketReceiver
 import HeraldTesting
 import Testing
 
@@ -132,10 +133,10 @@ struct ServeConfigurationTests {
         #expect(settings.deliveryMetrics == "/var/log/herald/delivery.jsonl")
         #expect(settings.socket == "unix:/run/herald.sock")
         // A socket setting is a Unix path (with or without a '/', or unix:PATH) or TCP's HOST:PORT.
-        #expect(ServeSettings.socketAddress("127.0.0.1:9000") == .tcp(host: "127.0.0.1", port: 9000))
-        #expect(ServeSettings.socketAddress("herald.sock") == .unix(path: "herald.sock"))
-        #expect(ServeSettings.socketAddress("/run/herald.sock") == .unix(path: "/run/herald.sock"))
-        #expect(ServeSettings.socketAddress("a:b") == nil)
+        #expect(SocketReceiver.Settings.address("127.0.0.1:9000") == .tcp(host: "127.0.0.1", port: 9000))
+        #expect(SocketReceiver.Settings.address("herald.sock") == .unix(path: "herald.sock"))
+        #expect(SocketReceiver.Settings.address("/run/herald.sock") == .unix(path: "/run/herald.sock"))
+        #expect(SocketReceiver.Settings.address("a:b") == nil)
     }
 
     /// A config file and what its error must say (`FILE` is the file's path).
@@ -143,7 +144,7 @@ struct ServeConfigurationTests {
         // Unknown keys, with the nearest known key suggested.
         (
             "http: 127.0.0.1:1\nhtp: 127.0.0.1:2\n",
-            ["herald: config file FILE, line 2: unknown key 'htp' (did you mean 'http'?)", "the keys are http, socket"]
+            ["herald: config file FILE, line 2: unknown key 'htp' (did you mean 'http'?)", "the keys are project-id, sender-id"]
         ),
         ("plugin: [/a.so]\n", ["line 1: unknown key 'plugin' (did you mean 'plugins'?)"]),
         ("colour: blue\n", ["line 1: unknown key 'colour';"]),
@@ -356,11 +357,11 @@ struct ServeConfigurationTests {
 
     @Test("the edit distance and the suggestion")
     func suggestions() {
-        #expect(ServeConfiguration.editDistance("kitten", "sitting") == 3)
-        #expect(ServeConfiguration.editDistance("", "abc") == 3)
-        #expect(ServeConfiguration.nearest(to: "data-directory", among: ServeOption.all.map(\.key)) == nil)
-        #expect(ServeConfiguration.nearest(to: "datadir", among: ServeOption.all.map(\.key)) == "data-dir")
-        #expect(ServeConfiguration.nearest(to: "loglevel", among: ServeOption.all.map(\.key)) == "log-level")
+        #expect(ConfigurationSchema.editDistance("kitten", "sitting") == 3)
+        #expect(ConfigurationSchema.editDistance("", "abc") == 3)
+        #expect(ConfigurationSchema.nearest(to: "data-directory", among: ServeOption.all.map(\.key)) == nil)
+        #expect(ConfigurationSchema.nearest(to: "datadir", among: ServeOption.all.map(\.key)) == "data-dir")
+        #expect(ConfigurationSchema.nearest(to: "loglevel", among: ServeOption.all.map(\.key)) == "log-level")
     }
 
     @Test(

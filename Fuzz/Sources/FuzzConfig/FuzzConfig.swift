@@ -1,4 +1,5 @@
 import FuzzSupport
+import Herald
 
 // ServeConfiguration.swift here is a symbolic link to ../../../Sources/herald/ServeConfiguration.swift: the
 // loader `herald serve` runs, compiled into this target (an executable's code cannot be imported).

@@ -140,7 +140,15 @@ typedef struct herald_plugin_v1 {
     const char *name;
 
     /* Called once per load, before anything else, with the plugin's configuration as a NUL-terminated JSON
-     * object ("{}" when there is none). Store your state in *ctx (it starts as NULL); it is passed to every
+     * object ("{}" when there is none). Under herald serve it is the plugin's section of the config file's
+     * plugin-settings, keyed by the path plugins names it by; YAML's null, booleans, integers and floats become
+     * JSON's, every other scalar a string, sequences arrays and mappings objects:
+     *
+     *     plugins: [/usr/lib/herald/libweather.so]
+     *     plugin-settings:
+     *       /usr/lib/herald/libweather.so: {cache: /var/lib/weather.json, interval: 600, units: [metric]}
+     *
+     * gives {"cache": "/var/lib/weather.json", "interval": 600, "units": ["metric"]}. Store your state in *ctx (it starts as NULL); it is passed to every
      * other call. Return HERALD_PLUGIN_OK, or an error status to refuse to load (deinit_plugin is then not called).
      * May be NULL: ctx stays NULL. */
     int32_t (*init_plugin)(const char *config_json, void **ctx);

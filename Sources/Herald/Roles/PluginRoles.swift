@@ -5,7 +5,7 @@
 /// Plugins are registered with ``Herald/register(_:)`` before the instance starts; the set is then frozen.
 /// A plugin never owns the loop: it gets the loop and the bus in ``start(_:)`` and gives them back in ``stop()``.
 public protocol HeraldPlugin: AnyObject, Sendable {
-    /// Name, summary and options, for logs, `herald serve --help` and configuration files.
+    /// Name and summary, for logs.
     var descriptor: PluginDescriptor { get }
     /// Called once when the instance starts, before any message flows, in registration order.
     func start(_ context: PluginContext) async throws
@@ -19,27 +19,15 @@ extension HeraldPlugin {
     public func stop() async {}
 }
 
-/// Describes a plugin: its name, what it does and the options it takes, with defaults and help.
+/// Describes a plugin: its name and what it does. Its settings, when a daemon's configuration sets it up, are
+/// its ``ConfigurationSection``, declared beside its options.
 public struct PluginDescriptor: Sendable, Hashable {
     public var name: String
     public var summary: String
-    public var options: [Option]
 
-    public struct Option: Sendable, Hashable {
-        public var name: String
-        public var defaultValue: String
-        public var help: String
-        public init(name: String, defaultValue: String, help: String) {
-            self.name = name
-            self.defaultValue = defaultValue
-            self.help = help
-        }
-    }
-
-    public init(name: String, summary: String = "", options: [Option] = []) {
+    public init(name: String, summary: String = "") {
         self.name = name
         self.summary = summary
-        self.options = options
     }
 }
 

@@ -1,0 +1,1 @@
+../../../Sources/herald/ServeSchema.swift

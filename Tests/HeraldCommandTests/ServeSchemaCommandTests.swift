@@ -1,0 +1,144 @@
+import Foundation
+import Herald
+import HeraldTesting
+import Testing
+
+/// The schema as the `herald` binary uses it: flags parsed from it, `--help` and `--print-config` derived from it,
+/// errors naming their source, and the committed settings reference in step with it.
+@Suite("herald serve configuration: the schema, in the binary")
+struct ServeSchemaCommandTests {
+    @Test("a representative set by flag, variable and file, through --print-config with each source")
+    func printConfig() throws {
+        try withTemporaryDirectory { directory in
+            let file = "\(directory)/herald.yaml"
+            try """
+            token-webhook-url: https://app.example/token
+            nats-servers:
+              - nats://user:hunter2@a:4222
+              - nats://b:4222
+            image-attachment-max-bytes: 2048
+            presenter: none
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let run = try runHerald(
+                [
+                    "serve", "--config", file, "--print-config", "--http=127.0.0.1:0", "--shutdown-grace", "3", "--no-analytics-store",
+                    "--plugin", "/a.so", "--plugin=/b.so", "--nats-max-deliver", "-1", "--exec-fetch-command", "/bin/true",
+                    "--exec-fetch-argument", "-v", "--exec-fetch-argument", "two words", "--echo", "--presenter=log",
+                ],
+                environment: ["HERALD_LOG_LEVEL": "debug", "HERALD_EXEC_FETCH_ENVIRONMENT": "A=1,B=2", "HERALD_NATS_ACK_WAIT": "9"])
+            #expect(run.status == 0, "\(run.error)")
+            let lines = run.output.split(separator: "\n").map(String.init)
+            for expected in [
+                "http: 127.0.0.1:0  # flag --http", "shutdown-grace: 3  # flag --shutdown-grace",
+                "analytics-store: false  # flag --no-analytics-store", "plugins: [/a.so, /b.so]  # flag --plugin",
+                "nats-max-deliver: -1  # flag --nats-max-deliver", "exec-fetch-command: /bin/true  # flag --exec-fetch-command",
+                "exec-fetch-arguments: [\"-v\", \"two words\"]  # flag --exec-fetch-argument", "echo: true  # flag --echo",
+                "presenter: log  # flag --presenter", "log-level: debug  # environment HERALD_LOG_LEVEL",
+                "exec-fetch-environment: [\"A=1\", \"B=2\"]  # environment HERALD_EXEC_FETCH_ENVIRONMENT",
+                "nats-ack-wait: 9  # environment HERALD_NATS_ACK_WAIT",
+                "token-webhook-url: https://app.example/token  # config file \(file), line 1",
+                "image-attachment-max-bytes: 2048  # config file \(file), line 5", "sender-id: herald  # default",
+            ] {
+                #expect(lines.contains(expected), "\(expected) in \(run.output)")
+            }
+            #expect(lines.contains { $0.hasPrefix("nats-servers: [") && $0.hasSuffix("# config file \(file), line 2") })
+            #expect(!run.output.contains("hunter2"), "a password in a server URL is never printed")
+        }
+    }
+
+    @Test("an unknown flag, a bad value, an unknown key: exit 64, one line naming the source, the nearest name")
+    func errors() throws {
+        let unknown = try runHerald(["serve", "--htp", "127.0.0.1:0", "--print-config"])
+        #expect(unknown.status == 64)
+        #expect(unknown.error == "herald: unknown flag '--htp' (did you mean '--http'?); see --help\n")
+        let bad = try runHerald(["serve", "--print-config", "--max-replays", "0"])
+        #expect(bad.status == 64)
+        #expect(bad.error == "herald: flag --max-replays: '0' is not valid; allowed: a whole number from 1 to 1000\n")
+        let boolean = try runHerald(["serve", "--print-config", "--gateway=perhaps"])
+        #expect(boolean.error == "herald: flag --gateway: 'perhaps' is not valid; allowed: true or false\n")
+        let variable = try runHerald(["serve", "--print-config"], environment: ["HERALD_PRESENTER": "screen"])
+        #expect(variable.status == 64)
+        #expect(variable.error == "herald: environment HERALD_PRESENTER: 'screen' is not valid; allowed: desktop, log or none\n")
+        try withTemporaryDirectory { directory in
+            let file = "\(directory)/herald.yaml"
+            try "echo: true\nexec-fetch-timeout: 9999\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let range = try runHerald(["serve", "--config", file, "--print-config"])
+            #expect(range.status == 64)
+            #expect(
+                range.error
+                    == "herald: config file \(file), line 2, key exec-fetch-timeout: '9999' is not valid; allowed: a whole number of seconds from 1 to 3600\n"
+            )
+            try "token-webhook-urls: https://x\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let key = try runHerald(["serve", "--config", file, "--print-config"])
+            #expect(key.status == 64)
+            #expect(
+                key.error.hasPrefix(
+                    "herald: config file \(file), line 1: unknown key 'token-webhook-urls' (did you mean 'token-webhook-url'?)"))
+        }
+    }
+
+    @Test("--help lists every setting: its flag, its variable, its default, each plugin's section")
+    func help() throws {
+        let run = try runHerald(["serve", "--help"])
+        #expect(run.status == 0)
+        for flag in ["--http <host:port>", "--no-echo", "--nats-server <url> (repeatable)", "--exec-fetch-env <name=value> (repeatable)"] {
+            #expect(run.output.contains(flag), "\(flag)")
+        }
+        for name in ["HERALD_TOKEN_WEBHOOK_MAX_ATTEMPTS", "HERALD_IMAGE_ATTACHMENT_CA", "HERALD_NATS_PING_INTERVAL", "HERALD_DATA_DIR"] {
+            #expect(run.output.contains(name), "\(name)")
+        }
+        for section in ["HTTPReceiver:", "NATSReceiver:", "ExecFetchWorker:", "TokenWebhook:", "herald serve:"] {
+            #expect(run.output.contains(section), "\(section)")
+        }
+    }
+
+    @Test("the committed settings reference is what the schema generates (herald serve --print-reference)")
+    func referenceIsCurrent() throws {
+        let run = try runHerald(["serve", "--print-reference"])
+        #expect(run.status == 0)
+        let committed = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/operators/settings.md"), encoding: .utf8)
+        #expect(
+            committed == run.output,
+            "docs/operators/settings.md is stale: regenerate it with `herald serve --print-reference > docs/operators/settings.md`")
+    }
+
+    @Test("a dynamic plugin gets its plugin-settings section as its configuration: the test plugin refuses to load when it says so")
+    func dynamicPluginSettings() throws {
+        try withTemporaryDirectory { directory in
+            let plugin = buildProductsDirectory.appendingPathComponent("libHeraldTestPlugin.so").path
+            let file = "\(directory)/herald.yaml"
+            try """
+            plugins: [\(plugin)]
+            plugin-settings:
+              \(plugin): {fail_init: 7}
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let arguments = ["serve", "--config", file, "--data-dir", "\(directory)/data", "--http", "127.0.0.1:0", "--socket", "none"]
+            let refused = try runHerald(arguments)
+            #expect(refused.status != 0)
+            #expect(refused.error.contains(plugin) && refused.error.contains("7"), "\(refused.error)")
+            let printed = try runHerald(arguments + ["--print-config"])
+            #expect(printed.output.contains("\(plugin): {\"fail_init\": 7}  # config file \(file), line 3"), "\(printed.output)")
+        }
+    }
+
+    @Test("disable-plugins: the bundled plugins it names do not start, whatever their own settings say")
+    func disabledPlugins() async throws {
+        try await withTemporaryDirectory { directory in
+            let daemon = try DaemonProcess(
+                directory: directory,
+                arguments: ["--socket", "none", "--disable-plugin", "ImageAttachment", "--disable-plugin=AnalyticsStore"])
+            #expect(daemon.event() != nil, "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            let started = daemon.log.split(separator: "\n").first { $0.contains("herald started") }
+            #expect(started?.contains("\"http\"") == true, "\(daemon.log)")
+            #expect(started?.contains("image-attachment") == false, "\(daemon.log)")
+            #expect(!FileManager.default.fileExists(atPath: "\(directory)/analytics.sqlite"))
+        }
+        let unknown = try runHerald(["serve", "--print-config", "--disable-plugin", "ImageAttachments"])
+        #expect(unknown.status == 64)
+        #expect(
+            unknown.error.hasPrefix(
+                "herald: flag --disable-plugin: 'ImageAttachments' is not valid; allowed: a list of bundled plugins' names: HTTPReceiver, ")
+        )
+    }
+}
