@@ -453,7 +453,13 @@ final class DistributorEngine: @unchecked Sendable {
         }
         let now = Self.now()
         var expired: [String] = []
+        var calls = messages.count { inFlight.contains($0.messageID) }
         for message in messages where !inFlight.contains(message.messageID) {
+            // Connector1's Message may be a no-reply method (its answer is then the call's timeout): not bounded.
+            guard registration.version == 1 || calls < options.maximumCallsInFlight else { break }
+            // sd-bus may answer earlier calls while this loop makes its own (a reply read while a call is sent): a
+            // push of this copy of the list may have been handed over and forgotten meanwhile.
+            guard waiting[endpointToken]?.contains(where: { $0.messageID == message.messageID }) == true else { continue }
             if message.expiresAt < now || (message.expiresAt == message.receivedAt && attempted.contains(message.messageID)) {
                 expired.append(message.messageID)
                 record(.messageDropped, message, service: registration.service, reason: .expired)
@@ -461,6 +467,7 @@ final class DistributorEngine: @unchecked Sendable {
             }
             inFlight.insert(message.messageID)
             attempted.insert(message.messageID)
+            calls += 1
             let arguments: [DBusValue] =
                 registration.version == 1
                 ? [.string(registration.token), .bytes(message.body), .string(message.messageID)]
@@ -475,9 +482,12 @@ final class DistributorEngine: @unchecked Sendable {
                 switch result {
                 case .success:
                     delivered(message, service: registration.service)
+                    // The next waiting push takes its place (on the loop's next turn: this may run inside a call).
+                    loop.execute { [self] in deliver(endpointToken: endpointToken) }
                 case .failure(let error) where registration.version == 1 && error.name == "org.freedesktop.DBus.Error.NoReply":
                     // Connector1's Message is a no-reply method: an app that owns its name took it without answering.
                     delivered(message, service: registration.service)
+                    loop.execute { [self] in deliver(endpointToken: endpointToken) }
                 case .failure(let error):
                     logger.debug(
                         "the app did not take a push; it waits", metadata: ["service": "\(registration.service)", "error": "\(error)"])

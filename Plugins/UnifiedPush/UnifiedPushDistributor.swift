@@ -44,6 +44,11 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushDirectory, @unch
         public var callTimeout: Duration = .seconds(5)
         /// The most pushes that may wait for one endpoint's app; more are answered 429 until it takes some.
         public var maximumWaitingPerEndpoint = 1000
+        /// The most `Message` calls in flight to one Connector2 app at once; the next goes as one is answered, so
+        /// that a burst (pushes that waited for an app that was away) reaches it in order without flooding its
+        /// connection or the bus's pending replies. Connector1 apps are not bounded: their `Message` may have no
+        /// answer but the call's timeout.
+        public var maximumCallsInFlight = 16
         /// How often pushes an app did not take are offered again (besides when its name appears on the bus).
         public var retryInterval: Duration = .seconds(30)
         /// The first wait before reconnecting to a lost bus; doubled after each failed attempt.

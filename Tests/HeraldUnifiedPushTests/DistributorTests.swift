@@ -212,6 +212,34 @@ extension DistributorTests {
         }
     }
 
+    @Test(
+        "400 pushes wait for an app that is away (h2load, 128 at once); it comes back: all handed over, each once, none left for the retry",
+        arguments: [1, 2])
+    func burst(version: Int) async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await world.withHerald(retryInterval: .seconds(3600)) { base, _ in
+            let service = "org.example.Burst\(version)"
+            let app = try world.app(service, version: version, register: "burst")
+            let endpoint = try await app.next("endpoint")
+            let url = "\(base)/up/\(try endpointToken(endpoint["endpoint"]))"
+            try await app.stopped()
+            let body = world.directory + "/burst-body"
+            try Data("burst".utf8).write(to: URL(fileURLWithPath: body))
+            let load = try await onOwnThread {
+                try runExecutable(
+                    URL(fileURLWithPath: "/usr/bin/h2load"), ["-n", "400", "-c", "4", "-m", "32", "-d", body, "-H", "TTL: 600", url])
+            }
+            #expect(load.output.contains("400 succeeded"), "\(load.output)")
+            // Back: the 400 are offered a few calls at a time (a session bus refuses a connection's calls past 128
+            // waiting for replies; those would wait for the retry, an hour away here). Each `next` waits 30 s at most.
+            let back = try world.app(service, version: version)
+            var ids: Set<String> = []
+            for _ in 0..<400 { ids.insert(try await back.next("message")["id"] ?? "") }
+            #expect(ids.count == 400, "a push handed over twice")
+        }
+    }
+
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()

@@ -38,13 +38,14 @@ final class UnifiedPushWorld: @unchecked Sendable {
     /// `analytics`: with the analytics store in the data directory, the delivery-metrics export in ``deliveryMetrics``
     /// and the Prometheus page at ``metricsURL``.
     func withHerald(
-        maximumWaiting: Int = 1000, secret: String? = nil, analytics: Bool = false,
+        maximumWaiting: Int = 1000, secret: String? = nil, analytics: Bool = false, retryInterval: Duration = .seconds(30),
         _ body: (String, UnifiedPushDistributor) async throws -> Void
     ) async throws {
         let store = try SQLiteStore(directory: dataDirectory)
         var distributorOptions = UnifiedPushDistributor.Options(busAddress: bus.address)
         distributorOptions.reconnectDelay = .milliseconds(50)
         distributorOptions.maximumWaitingPerEndpoint = maximumWaiting
+        distributorOptions.retryInterval = retryInterval
         let distributor = UnifiedPushDistributor(options: distributorOptions, store: store)
         var receiverOptions = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: secret)
         receiverOptions.webPush = distributor
