@@ -76,6 +76,7 @@ public struct FCMSendRequest: Sendable, Hashable {
     //
     // `userInfo` holds the data entries when it is called; taken (not borrowed) so that the message is built around it
     // without a copy.
+    @inline(__always)
     static func decodeMessage(
         _ message: ScannedMessage, userInfo: consuming JSONObject, bodySize: Int, context: DecodingContext
     ) throws(MessageError) -> RemoteMessage {
@@ -120,14 +121,18 @@ public struct FCMSendRequest: Sendable, Hashable {
             if let key = message.notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
             let title = try string(message.notification.title, field: "message.notification.title")
             let body = try string(message.notification.body, field: "message.notification.body")
-            if title != nil || body != nil {
-                var alert = JSONObject()
-                alert.reserveCapacity(title != nil && body != nil ? 2 : 1)
-                if let title { alert.appendNew(key: "title", value: .string(title)) }
-                if let body { alert.appendNew(key: "body", value: .string(body)) }
-                var aps = JSONObject()
-                aps.reserveCapacity(1)
-                aps.appendNew(key: "alert", value: .object(alert))
+            // Built from array literals: one allocation each, at its final size.
+            let alertMembers: [JSONObject.Member]
+            switch (title, body) {
+            case (let title?, let body?):
+                alertMembers = [.init(key: "title", value: .string(title)), .init(key: "body", value: .string(body))]
+            case (let title?, nil): alertMembers = [.init(key: "title", value: .string(title))]
+            case (nil, let body?): alertMembers = [.init(key: "body", value: .string(body))]
+            case (nil, nil): alertMembers = []
+            }
+            if !alertMembers.isEmpty {
+                let alert = JSONObject(uniqueEntries: alertMembers, index: nil)
+                let aps = JSONObject(uniqueEntries: [.init(key: "alert", value: .object(alert))], index: nil)
                 userInfo.place(key: UserInfoKey.aps, at: placed, orInsert: .object(aps))
                 placed += 1
             }
