@@ -43,7 +43,7 @@ public struct FCMSendRequest: Sendable, Hashable {
         case .absent: throw MessageError(.missingField("message"))
         case .notObject: throw MessageError(.wrongType(field: "message", expected: "an object"))
         case .object:
-            message = try decodeMessage(request.message, userInfo: consume userInfo, bodySize: body.count, context: context)
+            message = try decodeMessage(&request.message, userInfo: consume userInfo, bodySize: body.count, context: context)
         }
         var validateOnly = false
         if let value = request.validateOnly {
@@ -75,10 +75,10 @@ public struct FCMSendRequest: Sendable, Hashable {
     // reported, on every message's path (fuzzed, ratcheted).
     //
     // `userInfo` holds the data entries when it is called; taken (not borrowed) so that the message is built around it
-    // without a copy.
+    // without a copy. The strings the message keeps are taken out of `message` in the same way.
     @inline(__always)
     static func decodeMessage(
-        _ message: ScannedMessage, userInfo: consuming JSONObject, bodySize: Int, context: DecodingContext
+        _ message: inout ScannedMessage, userInfo: consuming JSONObject, bodySize: Int, context: DecodingContext
     ) throws(MessageError) -> RemoteMessage {
         if let key = message.unknownKey { throw MessageError(.unknownField("message.\(key)")) }
 
@@ -92,7 +92,7 @@ public struct FCMSendRequest: Sendable, Hashable {
             targetIndex = index
         }
         guard let targetIndex else { throw MessageError(.noTarget) }
-        guard case .string(let targetString) = message.target(targetIndex) else {
+        guard case .string(let targetString) = message.takeTarget(targetIndex) else {
             throw MessageError(.wrongType(field: "message.\(Fields.targets[targetIndex])", expected: "a string"))
         }
         let target: MessageTarget
@@ -119,8 +119,8 @@ public struct FCMSendRequest: Sendable, Hashable {
         case .notObject: throw MessageError(.wrongType(field: "message.notification", expected: "an object"))
         case .object:
             if let key = message.notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
-            let title = try string(message.notification.title, field: "message.notification.title")
-            let body = try string(message.notification.body, field: "message.notification.body")
+            let title = try string(message.notification.title.take(), field: "message.notification.title")
+            let body = try string(message.notification.body.take(), field: "message.notification.body")
             // Built from array literals: one allocation each, at its final size.
             let alertMembers: [JSONObject.Member]
             switch (title, body) {
@@ -136,7 +136,7 @@ public struct FCMSendRequest: Sendable, Hashable {
                 userInfo.place(key: UserInfoKey.aps, at: placed, orInsert: .object(aps))
                 placed += 1
             }
-            if let image = try string(message.notification.image, field: "message.notification.image") {
+            if let image = try string(message.notification.image.take(), field: "message.notification.image") {
                 userInfo.place(key: "fcm_options", at: placed, orInsert: ["image": .string(image)])
             }
         }

@@ -31,6 +31,13 @@ enum ScannedString {
         if case .absent = self { return false }
         return true
     }
+
+    /// This value, leaving `absent` in its place: the string moves to the message without a copy.
+    mutating func take() -> ScannedString {
+        var taken = ScannedString.absent
+        swap(&taken, &self)
+        return taken
+    }
 }
 
 /// What one pass over an FCM v1 send body found, before any of it is checked for meaning: the body is known to be
@@ -99,13 +106,13 @@ struct ScannedMessage {
         }
     }
 
-    /// The target field at `index` of `FCMSendRequest.Fields.targets`.
-    func target(_ index: Int) -> ScannedString {
+    /// Takes the target field at `index` of `FCMSendRequest.Fields.targets` (see `ScannedString.take()`).
+    mutating func takeTarget(_ index: Int) -> ScannedString {
         switch index {
-        case 0: token
-        case 1: fid
-        case 2: topic
-        default: condition
+        case 0: token.take()
+        case 1: fid.take()
+        case 2: topic.take()
+        default: condition.take()
         }
     }
 }
