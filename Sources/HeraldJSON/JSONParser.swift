@@ -354,7 +354,9 @@ package struct JSONReader: ~Copyable {
     }
 
     /// Reads the string whose opening quote is at `position` and returns its unescaped UTF-8: the input's own
-    /// bytes, or for a string with escapes the scratch buffer's, valid until the next string is read.
+    /// bytes, or for a string with escapes the scratch buffer's, valid until the next string is read. Inlined into
+    /// its two callers (`readKey` and `parseString`), which run for every key and string.
+    @inline(__always)
     private mutating func scanString() throws(JSONParseError) -> UnsafeRawBufferPointer {
         let quote = position
         let start = quote + 1

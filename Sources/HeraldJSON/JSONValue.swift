@@ -285,7 +285,7 @@ public struct JSONObject: Sendable {
 
     /// An object of `entries`, whose keys the caller has checked are unique, with `index` built from them
     /// when there are more than `linearSearchLimit`.
-    init(uniqueEntries entries: [Member], index: [String: Int]?) {
+    package init(uniqueEntries entries: [Member], index: [String: Int]?) {
         self.entries = entries
         self.index = index
     }

@@ -42,7 +42,8 @@ public struct FCMSendRequest: Sendable, Hashable {
         switch request.messageKind {
         case .absent: throw MessageError(.missingField("message"))
         case .notObject: throw MessageError(.wrongType(field: "message", expected: "an object"))
-        case .object: message = try decodeMessage(request.message, userInfo: &userInfo, bodySize: body.count, context: context)
+        case .object:
+            message = try decodeMessage(&request.message, userInfo: consume userInfo, bodySize: body.count, context: context)
         }
         var validateOnly = false
         if let value = request.validateOnly {
@@ -73,23 +74,25 @@ public struct FCMSendRequest: Sendable, Hashable {
     // One function on purpose: every field of FCM's `Message` checked in one place, in the order the errors are
     // reported, on every message's path (fuzzed, ratcheted).
     //
-    // `userInfo` holds the data entries when it is called.
+    // `userInfo` holds the data entries when it is called; taken (not borrowed) so that the message is built around it
+    // without a copy. The strings the message keeps are taken out of `message` in the same way.
+    @inline(__always)
     static func decodeMessage(
-        _ message: ScannedMessage, userInfo: inout JSONObject, bodySize: Int, context: DecodingContext
+        _ message: inout ScannedMessage, userInfo: consuming JSONObject, bodySize: Int, context: DecodingContext
     ) throws(MessageError) -> RemoteMessage {
         if let key = message.unknownKey { throw MessageError(.unknownField("message.\(key)")) }
 
         // Exactly one target.
         var targetIndex: Int?
-        for index in Fields.targets.indices where message.target(index).isPresent {
+        for index in 0..<4 where message.hasTarget(index) {
             guard targetIndex == nil else {
-                let present = Fields.targets.indices.filter { message.target($0).isPresent }
+                let present = Fields.targets.indices.filter { message.hasTarget($0) }
                 throw MessageError(.multipleTargets(present.map { Fields.targets[$0] }))
             }
             targetIndex = index
         }
         guard let targetIndex else { throw MessageError(.noTarget) }
-        guard case .string(let targetString) = message.target(targetIndex) else {
+        guard case .string(let targetString) = message.takeTarget(targetIndex) else {
             throw MessageError(.wrongType(field: "message.\(Fields.targets[targetIndex])", expected: "a string"))
         }
         let target: MessageTarget
@@ -111,25 +114,29 @@ public struct FCMSendRequest: Sendable, Hashable {
         userInfo.reserveCapacity(userInfo.count + 5)
         // notification → aps.alert, ahead of the data keys (a data key of the same name keeps its value)
         var placed = 0
-        switch message.notification {
+        switch message.notificationKind {
         case .absent: break
         case .notObject: throw MessageError(.wrongType(field: "message.notification", expected: "an object"))
-        case .object(let notification):
-            if let key = notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
-            let title = try string(notification.title, field: "message.notification.title")
-            let body = try string(notification.body, field: "message.notification.body")
-            if title != nil || body != nil {
-                var alert = JSONObject()
-                alert.reserveCapacity(title != nil && body != nil ? 2 : 1)
-                if let title { alert.appendNew(key: "title", value: .string(title)) }
-                if let body { alert.appendNew(key: "body", value: .string(body)) }
-                var aps = JSONObject()
-                aps.reserveCapacity(1)
-                aps.appendNew(key: "alert", value: .object(alert))
+        case .object:
+            if let key = message.notification.unknownKey { throw MessageError(.unknownField("message.notification.\(key)")) }
+            let title = try string(message.notification.title.take(), field: "message.notification.title")
+            let body = try string(message.notification.body.take(), field: "message.notification.body")
+            // Built from array literals: one allocation each, at its final size.
+            let alertMembers: [JSONObject.Member]
+            switch (title, body) {
+            case (let title?, let body?):
+                alertMembers = [.init(key: "title", value: .string(title)), .init(key: "body", value: .string(body))]
+            case (let title?, nil): alertMembers = [.init(key: "title", value: .string(title))]
+            case (nil, let body?): alertMembers = [.init(key: "body", value: .string(body))]
+            case (nil, nil): alertMembers = []
+            }
+            if !alertMembers.isEmpty {
+                let alert = JSONObject(uniqueEntries: alertMembers, index: nil)
+                let aps = JSONObject(uniqueEntries: [.init(key: "alert", value: .object(alert))], index: nil)
                 userInfo.place(key: UserInfoKey.aps, at: placed, orInsert: .object(aps))
                 placed += 1
             }
-            if let image = try string(notification.image, field: "message.notification.image") {
+            if let image = try string(message.notification.image.take(), field: "message.notification.image") {
                 userInfo.place(key: "fcm_options", at: placed, orInsert: ["image": .string(image)])
             }
         }
@@ -138,13 +145,11 @@ public struct FCMSendRequest: Sendable, Hashable {
         switch message.data {
         case .absent: break
         case .notObject: throw MessageError(.wrongType(field: "message.data", expected: "an object of strings"))
-        case .object(let nonString):
-            if let key = nonString {
+        case .object(let data):
+            if let key = data.nonString {
                 throw MessageError(.wrongType(field: "message.data.\(key)", expected: "a string (FCM map values are strings)"))
             }
-            for member in userInfo.members where UserInfoKey.isReservedDataKey(member.key) {
-                throw MessageError(.reservedKey(member.key))
-            }
+            if let key = data.reservedKey { throw MessageError(.reservedKey(key)) }
         }
 
         var priority = MessagePriority.high
@@ -205,7 +210,7 @@ public struct FCMSendRequest: Sendable, Hashable {
         default: userInfo.appendNew(key: UserInfoKey.from, value: .string(context.senderID))
         }
         return RemoteMessage(
-            userInfo: userInfo, target: target, collapseKey: collapseKey, priority: priority,
+            userInfo: consume userInfo, target: target, collapseKey: collapseKey, priority: priority,
             expiration: expiration, receivedAt: context.now()
         )
     }

@@ -31,6 +31,13 @@ enum ScannedString {
         if case .absent = self { return false }
         return true
     }
+
+    /// This value, leaving `absent` in its place: the string moves to the message without a copy.
+    mutating func take() -> ScannedString {
+        var taken = ScannedString.absent
+        swap(&taken, &self)
+        return taken
+    }
 }
 
 /// What one pass over an FCM v1 send body found, before any of it is checked for meaning: the body is known to be
@@ -80,23 +87,42 @@ struct ScannedMessage {
     var fid = ScannedString.absent
     var topic = ScannedString.absent
     var condition = ScannedString.absent
-    var notification = ScannedMember<ScannedNotification>.absent
-    /// For an object, the first key whose value is not a string.
-    var data = ScannedMember<String?>.absent
+    var notificationKind = ScannedKind.absent
+    /// The fields of `notification`, when it is an object (read in place: a copy costs more than reading it).
+    var notification = ScannedNotification()
+    var data = ScannedMember<ScannedData>.absent
     var android: JSONValue?
     var webpush: JSONValue?
     var apns: JSONValue?
     var fcmOptions: JSONValue?
 
-    /// The target field at `index` of `FCMSendRequest.Fields.targets`.
-    func target(_ index: Int) -> ScannedString {
+    /// Whether the target field at `index` of `FCMSendRequest.Fields.targets` is there (without copying it).
+    func hasTarget(_ index: Int) -> Bool {
         switch index {
-        case 0: token
-        case 1: fid
-        case 2: topic
-        default: condition
+        case 0: token.isPresent
+        case 1: fid.isPresent
+        case 2: topic.isPresent
+        default: condition.isPresent
         }
     }
+
+    /// Takes the target field at `index` of `FCMSendRequest.Fields.targets` (see `ScannedString.take()`).
+    mutating func takeTarget(_ index: Int) -> ScannedString {
+        switch index {
+        case 0: token.take()
+        case 1: fid.take()
+        case 2: topic.take()
+        default: condition.take()
+        }
+    }
+}
+
+/// What `message.data` held besides its entries, which go to `userInfo` as they are read.
+struct ScannedData {
+    /// The first key whose value is not a string.
+    var nonString: String?
+    /// The first key a sender may not use (`UserInfoKey.isReservedDataKey`).
+    var reservedKey: String?
 }
 
 /// The fields of `message.notification`, as `ScannedRequest` found them.
@@ -176,7 +202,7 @@ extension JSONReader {
             switch field {
             case 0: _ = try reader.readValue()  // name: output only
             case 1: message.data = try reader.readData(into: &userInfo)
-            case 2: message.notification = try reader.readNotification()
+            case 2: message.notificationKind = try reader.readNotification(into: &message.notification)
             case 3: message.android = try reader.readOptional()
             case 4: message.webpush = try reader.readOptional()
             case 5: message.apns = try reader.readOptional()
@@ -191,10 +217,9 @@ extension JSONReader {
         return .object
     }
 
-    /// Reads `message.notification`.
-    private mutating func readNotification() throws(JSONParseError) -> ScannedMember<ScannedNotification> {
-        guard nextByte == UInt8(ascii: "{") else { return try readOtherThanObject() }
-        var notification = ScannedNotification()
+    /// Reads `message.notification` into `notification` (empty until then).
+    private mutating func readNotification(into notification: inout ScannedNotification) throws(JSONParseError) -> ScannedKind {
+        guard nextByte == UInt8(ascii: "{") else { return try readValue().isNull ? .absent : .notObject }
         var unknownKey: String?
         // Positions in FCMSendRequest.Fields.notification.
         try readFields(FCMSendRequest.Fields.notification, unknownKey: &unknownKey) { reader, field throws(JSONParseError) in
@@ -205,30 +230,45 @@ extension JSONReader {
             }
         }
         notification.unknownKey = unknownKey
-        return .object(notification)
+        return .object
     }
 
     /// Reads `message.data`, appending its entries to `userInfo` (empty until then), whatever their values.
-    private mutating func readData(into userInfo: inout JSONObject) throws(JSONParseError) -> ScannedMember<String?> {
+    private mutating func readData(into userInfo: inout JSONObject) throws(JSONParseError) -> ScannedMember<ScannedData> {
         guard nextByte == UInt8(ascii: "{") else { return try readOtherThanObject() }
-        guard try enterObject() else { return .object(nil) }
+        var data = ScannedData()
+        guard try enterObject() else { return .object(data) }
         // A few entries, and the keys the decoder adds: one allocation.
         userInfo.reserveCapacity(8)
-        var nonString: String?
         repeat {
             let keyStart = offset
-            let key = String(decoding: try readKey(), as: UTF8.self)
+            let keyBytes = try readKey()
+            let key = String(decoding: keyBytes, as: UTF8.self)
             if userInfo.containsKey(key) { throw JSONParseError(.duplicateKey(key), at: keyStart) }
+            if data.reservedKey == nil && Self.mayBeReserved(firstByte: keyBytes.first) && UserInfoKey.isReservedDataKey(key) {
+                data.reservedKey = key
+            }
             try readColon()
             let value: JSONValue
             if nextByte == UInt8(ascii: "\"") {
                 value = .string(try readString())
             } else {
                 value = try readValue()
-                if nonString == nil { nonString = key }
+                if data.nonString == nil { data.nonString = key }
             }
             userInfo.appendNew(key: key, value: value)
         } while try !closesObject()
-        return .object(nonString)
+        return .object(data)
+    }
+
+    /// Whether a key that starts with `firstByte` can be reserved: the reserved words and prefixes start with `f`,
+    /// `g`, `m` or `n`, and a key whose first character is another ASCII character cannot equal one of them (the
+    /// other keys are left to `UserInfoKey.isReservedDataKey`, which compares them as strings).
+    private static func mayBeReserved(firstByte: UInt8?) -> Bool {
+        switch firstByte {
+        case UInt8(ascii: "f")?, UInt8(ascii: "g")?, UInt8(ascii: "m")?, UInt8(ascii: "n")?: true
+        case let byte?: byte >= 0x80
+        case nil: false
+        }
     }
 }

@@ -91,18 +91,23 @@ final class FieldSet: Sendable {
     func match(_ key: UnsafeRawBufferPointer) -> (position: Int, camelCase: Bool)? {
         let length = key.count
         guard length < byLength.count else { return nil }
-        guard length <= 16 else {
-            let name = String(decoding: key, as: UTF8.self)
-            for position in byLength[length] {
-                if names[position] == name { return (position, false) }
-                if camelCaseNames[position] == name { return (position, true) }
-            }
-            return nil
-        }
+        guard length <= 16 else { return matchLong(key) }
         let (low, high) = Self.words(key)
         for index in candidatesByLength[length]..<candidatesByLength[length + 1] {
             let candidate = candidates[index]
             if candidate.low == low && candidate.high == high { return (candidate.position, candidate.camelCase) }
+        }
+        return nil
+    }
+
+    /// `match` for a key over 16 bytes (a name that long is compared as a `String`), apart so that the usual path
+    /// stays small.
+    @inline(never)
+    private func matchLong(_ key: UnsafeRawBufferPointer) -> (position: Int, camelCase: Bool)? {
+        let name = String(decoding: key, as: UTF8.self)
+        for position in byLength[key.count] {
+            if names[position] == name { return (position, false) }
+            if camelCaseNames[position] == name { return (position, true) }
         }
         return nil
     }
