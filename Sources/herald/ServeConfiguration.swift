@@ -367,17 +367,7 @@ extension ServeSettings {
         let plain =
             !text.isEmpty && text.allSatisfy { $0.isLetter || $0.isNumber || "._/-:@+".contains($0) }
             && !text.hasSuffix(":") && !text.hasPrefix("-")
-        if plain { return text }
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "\"": escaped += "\\\""
-            case "\\": escaped += "\\\\"
-            case "\n": escaped += "\\n"
-            default: escaped.append(character)
-            }
-        }
-        return "\"\(escaped)\""
+        return plain ? text : yamlQuoted(text)
     }
 }
 
@@ -473,22 +463,23 @@ struct PluginSettings: Equatable, Sendable {
         case .bool(let flag): "\(flag)"
         case .int(let number): "\(number)"
         case .double(let number): "\(number)"
-        case .string(let text): quoted(text)
+        case .string(let text): yamlQuoted(text)
         case .array(let items): "[" + items.map(flow).joined(separator: ", ") + "]"
-        case .object(let object): "{" + object.map { "\(quoted($0.key)): \(flow($0.value))" }.joined(separator: ", ") + "}"
+        case .object(let object): "{" + object.map { "\(yamlQuoted($0.key)): \(flow($0.value))" }.joined(separator: ", ") + "}"
         }
     }
+}
 
-    private static func quoted(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "\"": escaped += "\\\""
-            case "\\": escaped += "\\\\"
-            case "\n": escaped += "\\n"
-            default: escaped.append(character)
-            }
+/// `text` double-quoted for YAML (quote, backslash and newline escaped).
+private func yamlQuoted(_ text: String) -> String {
+    var escaped = ""
+    for character in text {
+        switch character {
+        case "\"": escaped += "\\\""
+        case "\\": escaped += "\\\\"
+        case "\n": escaped += "\\n"
+        default: escaped.append(character)
         }
-        return "\"\(escaped)\""
     }
+    return "\"\(escaped)\""
 }
