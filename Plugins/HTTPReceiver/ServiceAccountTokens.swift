@@ -39,7 +39,7 @@ public struct ServiceAccountOptions: Sendable {
     /// How long an access token is valid.
     public var accessTokenLifetime: Int64 = 3600
     /// How often the keys are read again: a key revoked stops working within this (and a second).
-    public var refreshInterval: Duration = .seconds(30)
+    public var refreshInterval: Duration = .seconds(2)
     /// An assertion naming an unknown key reads the keys again at once, unless they were read less than this ago
     /// (so that a client sending made-up key IDs does not make every request read the store).
     public var unknownKeyReadInterval: Duration = .seconds(1)

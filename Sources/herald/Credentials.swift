@@ -15,7 +15,7 @@ struct Credentials: AsyncParsableCommand {
             `create` writes a Google service-account JSON file (mode 0600) whose RSA key Herald generated; the store keeps \
             only its public key. An app server whose GOOGLE_APPLICATION_CREDENTIALS (or credentials.Certificate) names the \
             file gets access tokens from Herald's POST /token and sends through Herald. `revoke` stops a key: no new \
-            token, and the tokens it got stop working within a minute. `create --scopes` limits what the key's access \
+            token, and the tokens it got stop working within seconds. `create --scopes` limits what the key's access \
             tokens may do (send, send-topics, manage-topics; all by default), as `herald senders` does for a secret. \
             The daemon may be running.
             """,
@@ -81,7 +81,7 @@ struct Credentials: AsyncParsableCommand {
                     throw error
                 }
                 writeLine(
-                    "wrote \(output) (key \(keyID), \(email)); the daemon accepts it within a minute, at once for a new token request")
+                    "wrote \(output) (key \(keyID), \(email)); the daemon accepts it within seconds, at once for a new token request")
             } catch let failure as CommandFailure {
                 throw failure
             } catch {
@@ -118,7 +118,7 @@ struct Credentials: AsyncParsableCommand {
 
     struct Revoke: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Revoke keys by key ID or name: no new access tokens, and those issued stop working within a minute.")
+            abstract: "Revoke keys by key ID or name: no new access tokens, and those issued stop working within seconds.")
 
         @Option(name: .customLong("data-dir"), help: "The instance's data directory.")
         var dataDirectory: String = "herald-data"

@@ -97,7 +97,7 @@ struct AdminSDKProxyTests {
             #expect(listed.output.contains(keyID) && listed.output.contains("\"revokedAt\":null"), "\(listed.output)")
             let revoked = try runHerald(["credentials", "revoke", "--data-dir", directory, "app-server"])
             #expect(revoked.status == 0 && revoked.output.contains(keyID), "\(revoked.error)")
-            // A new app server with the revoked file gets no token (the daemon reads the keys again within a minute).
+            // A new app server with the revoked file gets no token (the daemon reads the keys again every 2 seconds).
             let refused = await eventually(timeout: .seconds(90)) {
                 (try? await runCheck(port: port, caFile: caFile, credentials: account, token: token, extra: ["--expect-refused"]))?
                     .status == 0
