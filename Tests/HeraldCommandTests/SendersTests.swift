@@ -206,7 +206,8 @@ struct SendersTests {
         }
     }
 
-    @Test("refused input: unknown scope, bad name, --burst without --rate (64); a name taken, revoke of no sender (1)")
+    @Test(
+        "refused input: unknown scope, bad name, --burst without --rate (64); a name taken, revoke of no sender (1)", argumentCheckingOnly)
     func refusals() async throws {
         try await withTemporaryDirectory { directory in
             for arguments in [

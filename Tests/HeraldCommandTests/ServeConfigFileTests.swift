@@ -55,7 +55,7 @@ struct ServeConfigFileTests {
         }
     }
 
-    @Test("precedence with a real daemon: the file's port, then the environment's, then the flag's")
+    @Test("precedence with a real daemon: the file's port, then the environment's, then the flag's", argumentCheckingOnly)
     func precedence() async throws {
         try await withTemporaryDirectory { directory in
             let ports = [try freeLoopbackPort(), try freeLoopbackPort(), try freeLoopbackPort()]
@@ -107,7 +107,7 @@ struct ServeConfigFileTests {
         }
     }
 
-    @Test("each kind of bad configuration stops the start with exit status 64 and one line naming the source and key")
+    @Test("each kind of bad configuration stops the start with exit status 64 and one line naming the source and key", argumentCheckingOnly)
     func badConfigurationStops() async throws {
         try await withTemporaryDirectory { directory in
             let file = "\(directory)/herald.yaml"

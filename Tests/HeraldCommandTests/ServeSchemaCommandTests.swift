@@ -46,7 +46,7 @@ struct ServeSchemaCommandTests {
         }
     }
 
-    @Test("an unknown flag, a bad value, an unknown key: exit 64, one line naming the source, the nearest name")
+    @Test("an unknown flag, a bad value, an unknown key: exit 64, one line naming the source, the nearest name", argumentCheckingOnly)
     func errors() throws {
         let unknown = try runHerald(["serve", "--htp", "127.0.0.1:0", "--print-config"])
         #expect(unknown.status == 64)

@@ -228,7 +228,7 @@ struct ServeTests {
         }
     }
 
-    @Test("bad flags and unreadable files stop the command with a clear message")
+    @Test("bad flags and unreadable files stop the command with a clear message", argumentCheckingOnly)
     func badArguments() async throws {
         let badAddress = try runHerald(["serve", "--http", "nonsense"])
         #expect(badAddress.status == 64)

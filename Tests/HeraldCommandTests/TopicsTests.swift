@@ -161,7 +161,7 @@ struct TopicsTests {
         }
     }
 
-    @Test("bad topic names and a missing store exit with a clear message")
+    @Test("bad topic names and a missing store exit with a clear message", argumentCheckingOnly)
     func badInput() async throws {
         try await withTemporaryDirectory { directory in
             for name in ["bad name", "", "weather!", "/topics/", String(repeating: "a", count: 901)] {
