@@ -468,9 +468,11 @@ let package = Package(
             // The tests load a TSan-built Swift plugin in the sanitizer run (see exportTSanEntryPoints).
             linkerSettings: exportTSanEntryPoints
         ),
+        // Linked into the test process only: how many tests Swift Testing runs at once (see its source).
+        .target(name: "TestParallelism", path: "Tests/TestParallelism"),
         .testTarget(
             name: "HeraldTestingTests",
-            dependencies: ["Herald", "HeraldTesting"],
+            dependencies: ["Herald", "HeraldTesting", "TestParallelism"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
