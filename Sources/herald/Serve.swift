@@ -437,11 +437,48 @@ private final class SilentPresenter: Presenter {
     var descriptor: PluginDescriptor { PluginDescriptor(name: "none", summary: "shows notifications nowhere") }
 }
 
-/// The service manager's notification protocol through libsystemd (`sd_notify(3)`): nothing happens unless
-/// systemd started the daemon with `Type=notify` (it sets `NOTIFY_SOCKET`).
+/// The service manager's notification protocol (`sd_notify(3)`): nothing happens unless systemd started the daemon
+/// with `Type=notify` (it sets `NOTIFY_SOCKET`).
 enum Systemd {
+    /// Sends `state` through libsystemd, which waits while the service manager's queue of notifications is full:
+    /// for the start, the stop and reloads, which happen off the loop.
     static func notify(_ state: String) {
         _ = sd_notify(0, state)
+    }
+
+    /// Sends `state` without waiting, for what the loop sends (the watchdog's pings, the status line): a service
+    /// manager slow to read its socket fills the socket's queue (`net.unix.max_dgram_qlen` datagrams, 10 by default)
+    /// and `sd_notify` would then hold the loop in `sendmsg` until it reads — every connection of the daemon with
+    /// it. libsystemd has no call that does not wait, so this sends the documented datagram itself: `state` to the
+    /// `AF_UNIX` socket `NOTIFY_SOCKET` names, a path or an abstract name written with a leading "@" (another kind of
+    /// address, such as `vsock:`, goes through libsystemd). Returns whether it was sent; `true` when nobody listens.
+    @discardableResult
+    static func notifyWithoutWaiting(_ state: String) -> Bool {
+        guard let variable = getenv("NOTIFY_SOCKET"), variable.pointee != 0 else { return true }
+        var name = Array(String(cString: variable).utf8)
+        guard name[0] == UInt8(ascii: "/") || name[0] == UInt8(ascii: "@") else {
+            notify(state)
+            return true
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let abstract = name[0] == UInt8(ascii: "@")
+        if abstract { name[0] = 0 }
+        // A path keeps room for its terminating zero (the rest of `address` is zero already); an abstract name has none.
+        guard name.count + (abstract ? 0 : 1) <= MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: name) }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + name.count + (abstract ? 0 : 1))
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        let sent = Array(state.utf8).withUnsafeBytes { bytes in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), $0, length)
+                }
+            }
+        }
+        return sent == state.utf8.count
     }
 
     /// Whether systemd (or anything standing in for it) takes notifications: `NOTIFY_SOCKET` is set.
@@ -457,12 +494,13 @@ enum Systemd {
     }
 
     /// With `WatchdogSec=` set (systemd passes `WATCHDOG_USEC`), pings `WATCHDOG=1` from the event loop at half
-    /// the interval, so a stuck loop — not just a live process — is what systemd notices.
+    /// the interval, so a stuck loop — not just a live process — is what systemd notices. A ping systemd has no room
+    /// for is dropped: the next one follows half an interval later.
     static func startWatchdog(on loop: EventLoop) -> RepeatedTask? {
         var microseconds: UInt64 = 0
         guard sd_watchdog_enabled(0, &microseconds) > 0, microseconds > 0 else { return nil }
         let half = Duration.microseconds(Int64(microseconds / 2))
-        return loop.scheduleRepeatedTask(initialDelay: .zero, delay: half) { _ in notify("WATCHDOG=1") }
+        return loop.scheduleRepeatedTask(initialDelay: .zero, delay: half) { _ in notifyWithoutWaiting("WATCHDOG=1") }
     }
 }
 

@@ -47,12 +47,10 @@ final class SystemdStatus: AnalyticsSink {
         "STATUS=receiving: \(counts.received) messages received, \(counts.dropped) dropped, \(counts.fetches) background fetches"
     }
 
+    /// On the loop: sends the line when the counts changed; a line systemd had no room for is sent at a later tick.
     private func tick() {
         let now = counts.withLock { $0 }
-        let changed = sent.withLock { last in
-            defer { last = now }
-            return last != now
-        }
-        if changed { Systemd.notify(Self.line(now)) }
+        guard sent.withLock({ $0 != now }) else { return }
+        if Systemd.notifyWithoutWaiting(Self.line(now)) { sent.withLock { $0 = now } }
     }
 }

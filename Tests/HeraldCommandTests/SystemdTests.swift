@@ -4,7 +4,7 @@ import HeraldTesting
 import Testing
 
 /// A Unix datagram socket standing in for systemd's notification socket.
-final class NotifySocket {
+final class NotifySocket: Sendable {
     let path: String
     let fd: Int32
 
@@ -30,6 +30,21 @@ final class NotifySocket {
         let count = recv(fd, &buffer, buffer.count, 0)
         guard count > 0 else { return nil }
         return String(decoding: buffer[0..<count], as: UTF8.self)
+    }
+
+    /// Whether the socket's queue has no room left: a datagram of ours sent without waiting finds it full.
+    func isFull() -> Bool {
+        let probe = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(probe) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let sent = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                sendto(probe, "x", 1, Int32(MSG_DONTWAIT), $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return sent < 0 && errno == EAGAIN
     }
 
     /// Notifications until one contains `text` (or none comes for 10 s); all of them.
@@ -106,6 +121,82 @@ struct SystemdTests {
         }
     }
 
+    @Test(
+        "a service manager that stops reading: pings and status lines it has no room for are dropped, the loop goes on; read again, they resume"
+    )
+    func managerNotReading() async throws {
+        try await withTemporaryDirectory { directory in
+            let notify = try NotifySocket(directory: directory)
+            // A ping every 10 ms: the socket's queue (10 datagrams by default) is full within a tenth of a second.
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data", environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "20000"])
+            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            #expect(await eventually { notify.isFull() }, "the daemon's notifications never filled the socket")
+            // With the loop held in sendmsg by a full queue, nothing would be answered now.
+            let answered = (0..<3).map { _ in (try? httpRequest(port: daemon.httpPort, "GET", "/healthz").status) == 200 }
+            #expect(answered == [true, true, true], "the loop is held: \(daemon.log)")
+            guard answered == [true, true, true] else { return }
+            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=1"])
+            #expect(sent.status == 0, "\(sent.error)")
+            #expect(notify.isFull())
+            // Read again: pings come, and the status line that found no room is sent at a later tick.
+            let status = notify.until("STATUS=receiving: 1 messages received")
+            #expect(status.last == "STATUS=receiving: 1 messages received, 0 dropped, 0 background fetches", "\(status)")
+            #expect(notify.next() == "WATCHDOG=1")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
+    @Test("a loop kept busy misses its watchdog pings: TLS handshakes with a 15,360-bit key hold it; the pings resume after")
+    func busyLoopMissesPings() async throws {
+        try await withTemporaryDirectory { directory in
+            // The key is slow on purpose: each full handshake signs with it on the loop (Tests/Fixtures/slow-tls).
+            let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("Fixtures/slow-tls")
+            let key = "\(directory)/slow.key"
+            try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent("rsa-15360.key").path, toPath: key)
+            chmod(key, 0o600)
+            let notify = try NotifySocket(directory: directory)
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data",
+                arguments: ["--socket", "none", "--tls-cert", fixtures.appendingPathComponent("rsa-15360.crt").path, "--tls-key", key],
+                environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
+            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(notify.until("READY=1").last?.contains("READY=1") == true, "\(daemon.log)")
+            let pings = PingRecorder(notify)
+            #expect(await eventually { pings.count >= 3 })
+            // Eight clients at once: their handshakes' signatures take the loop one after another.
+            let clients = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/python3"),
+                [
+                    "-c",
+                    """
+                    import socket, ssl, sys, threading
+                    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                    done = []
+                    def handshake():
+                        with context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=120)):
+                            done.append(1)
+                    threads = [threading.Thread(target=handshake) for _ in range(8)]
+                    [thread.start() for thread in threads]
+                    [thread.join() for thread in threads]
+                    print(len(done))
+                    """,
+                    "\(daemon.httpPort)",
+                ])
+            #expect(clients.output.trimmingCharacters(in: .whitespacesAndNewlines) == "8", "\(clients.error)")
+            let afterClients = pings.count
+            #expect(await eventually { pings.count >= afterClients + 3 }, "the pings did not resume")
+            let gaps = pings.gaps()
+            // Half of WATCHDOG_USEC apart while the loop turns; the handshakes hold it for a second or more.
+            #expect(gaps.max() ?? .zero > .milliseconds(600), "longest gap between pings: \(gaps.max() ?? .zero)")
+            pings.stop()
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
     @Test("without NOTIFY_SOCKET nothing is sent and nothing fails")
     func notUnderSystemd() async throws {
         try await withTemporaryDirectory { directory in
@@ -114,4 +205,29 @@ struct SystemdTests {
             #expect(daemon.terminate() == 0)
         }
     }
+}
+
+/// Reads `WATCHDOG=1` pings from a notification socket on a thread of its own and notes when each arrived.
+private final class PingRecorder: @unchecked Sendable {
+    // @unchecked Sendable: `arrivals` and `stopped` are only touched under `lock`.
+    private let lock = NSLock()
+    private var arrivals: [ContinuousClock.Instant] = []
+    private var stopped = false
+
+    init(_ notify: NotifySocket) {
+        Thread { [self] in
+            while !lock.withLock({ stopped }), let message = notify.next() {
+                if message == "WATCHDOG=1" { lock.withLock { arrivals.append(.now) } }
+            }
+        }.start()
+    }
+
+    var count: Int { lock.withLock { arrivals.count } }
+
+    /// The time between each ping and the next.
+    func gaps() -> [Duration] {
+        lock.withLock { zip(arrivals, arrivals.dropFirst()).map { $1 - $0 } }
+    }
+
+    func stop() { lock.withLock { stopped = true } }
 }
