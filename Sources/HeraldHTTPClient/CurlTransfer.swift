@@ -1,5 +1,6 @@
 import CCurl
 import CLibUV
+import Glibc
 import HeraldEventLoop
 
 /// One request as a curl easy handle, and its response as it arrives. The easy handle and the response are used on
@@ -12,6 +13,17 @@ final class CurlTransfer: @unchecked Sendable {
         var continuation: CheckedContinuation<HTTPResponse, any Error>?
         var cancelled = false
     }
+
+    /// curl's no_proxy list when the environment names the proxy: `no_proxy` (or `NO_PROXY`, as curl reads them)
+    /// with the loopback names added, unless it is `*` (no proxy for anything). Setting the option replaces the
+    /// variable, hence the merge.
+    static let noProxyWithLoopback: String = {
+        let loopback = "localhost,127.0.0.1,::1"
+        // curl ignores blanks around the entries.
+        let listed = ((getenv("no_proxy") ?? getenv("NO_PROXY")).map { String(cString: $0) } ?? "").filter { $0 != " " && $0 != "\t" }
+        if listed == "*" { return listed }
+        return listed.isEmpty ? loopback : "\(listed),\(loopback)"
+    }()
 
     let request: PreparedRequest
     let timeout: Duration
@@ -70,8 +82,13 @@ final class CurlTransfer: @unchecked Sendable {
         set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
         set(CURLOPT_PIPEWAIT, 1)
         if let caFile = configuration.caFile { set(CURLOPT_CAINFO, caFile) }
-        // Without one, curl reads the proxy variables of the environment (http_proxy, https_proxy, no_proxy, ...).
-        if let proxy = configuration.proxy { set(CURLOPT_PROXY, proxy) }
+        // Without one, curl reads the proxy variables of the environment (http_proxy, https_proxy, ...); loopback
+        // names are added to its no_proxy list (see HTTPClient.Configuration.proxy).
+        if let proxy = configuration.proxy {
+            set(CURLOPT_PROXY, proxy)
+        } else {
+            set(CURLOPT_NOPROXY, Self.noProxyWithLoopback)
+        }
         if maximumResponseBytes > 0, code == CURLE_OK {
             code = herald_curl_easy_setopt_offset(easy, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(maximumResponseBytes))
         }

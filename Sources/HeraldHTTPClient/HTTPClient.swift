@@ -32,7 +32,9 @@ public final class HTTPClient: Sendable {
         /// hosts `no_proxy` names; `nil` for the proxy the environment names, as curl reads it: `https_proxy` (or
         /// `HTTPS_PROXY`) for `https` URLs, `http_proxy` (lower case only) for `http` ones, `all_proxy` (or
         /// `ALL_PROXY`) for both, none for the hosts in `no_proxy` (or `NO_PROXY`: host names, domain suffixes,
-        /// addresses, CIDR ranges, `*` for all).
+        /// addresses, CIDR ranges, `*` for all) — nor, whatever `no_proxy` says, for `localhost`, `127.0.0.1` and
+        /// `::1`, as Go's clients do: a proxy the environment names for the way out never sees a request (and its
+        /// bearer secret) meant for this machine, such as `herald send`'s to a local daemon.
         public var proxy: String?
 
         public init(caFile: String? = nil, userAgent: String = "Herald", maximumConnectionsPerHost: Int = 16, proxy: String? = nil) {

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Certificates for TLS tests, made with the `openssl` command in a directory of the test's: a test CA, a server
-/// certificate it signed for `localhost`, 127.0.0.1 and `::1`, a self-signed certificate for the same names that no
+/// certificate it signed for `localhost`, 127.0.0.1, `::1` and 127.0.0.2, a self-signed certificate for the same names that no
 /// one trusts, and on demand more certificates the CA signs (servers' with other serial numbers, clients').
 public struct TestCertificates: Sendable {
     /// Where the files are.
@@ -18,7 +18,7 @@ public struct TestCertificates: Sendable {
     /// The key of ``untrustedCertificateFile``.
     public var untrustedKeyFile: String { "\(directory)/untrusted-key.pem" }
 
-    private static let names = "subjectAltName = DNS:localhost, IP:127.0.0.1, IP:::1"
+    private static let names = "subjectAltName = DNS:localhost, IP:127.0.0.1, IP:::1, IP:127.0.0.2"
 
     /// Makes the CA, the server certificate and the untrusted one in `directory` (P-256 keys, valid for a day).
     /// Throws ``TestSetupError`` with openssl's output when it fails.

@@ -1,7 +1,7 @@
 """An HTTP/1.1 server that no one here wrote (Python's http.server), for the tests of Herald's HTTP client
 (Tests/HeraldHTTPClientTests, Tests/HeraldTokenWebhookTests, Tests/HeraldCommandTests).
 
-Serves on 127.0.0.1, in clear or over TLS (--cert, --key), keeps connections open (HTTP/1.1), and prints
+Serves on 127.0.0.1 (or --host, another loopback address), in clear or over TLS (--cert, --key), keeps connections open (HTTP/1.1), and prints
 "PORT <n>" on standard output once it listens. It runs until its standard input closes (the test's end).
 
     /echo          200 with a JSON object: method, path, headers, the body's length, the connection's number
@@ -112,10 +112,11 @@ def main():
     parser.add_argument("--cert")
     parser.add_argument("--key")
     parser.add_argument("--record")
+    parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
     global record_file
     record_file = args.record
-    server = Server(("127.0.0.1", 0), Handler)
+    server = Server((args.host, 0), Handler)
     if args.cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.cert, args.key)

@@ -32,14 +32,19 @@ struct SendOverHTTPSTests {
         }
     }
 
-    @Test("the proxy variables are honoured as curl honours them: https_proxy tunnels, http_proxy relays, no_proxy bypasses; --proxy")
+    @Test(
+        "the proxy variables are honoured as curl honours them: https_proxy tunnels, http_proxy relays, no_proxy bypasses; never for localhost, 127.0.0.1 and ::1; --proxy"
+    )
     func proxyVariables() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try TestCertificates(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            // On 127.0.0.2: loopback, but not one of the names the environment's proxies are never used for.
+            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile, host: "127.0.0.2")
             defer { server.stop() }
-            let plain = try PythonHTTPServer()
+            let plain = try PythonHTTPServer(host: "127.0.0.2")
             defer { plain.stop() }
+            let local = try PythonHTTPServer()
+            defer { local.stop() }
             let proxy = try await TinyProxy(directory: directory)
             let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
             let https = ["send", "--http", server.baseURL, "--ca-file", certificates.caFile] + message
@@ -50,7 +55,7 @@ struct SendOverHTTPSTests {
                 let sent = try runHerald(https, environment: [variable: proxy.url])
                 #expect(sent.status == 0, "\(variable): \(sent.output)\(sent.error)")
                 #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
-                #expect(proxy.requests.dropFirst(before) == ["CONNECT localhost:\(server.port) HTTP/1.1"], "\(variable): \(proxy.requests)")
+                #expect(proxy.requests.dropFirst(before) == ["CONNECT 127.0.0.2:\(server.port) HTTP/1.1"], "\(variable): \(proxy.requests)")
             }
             let untrusted = try runHerald(["send", "--http", server.baseURL] + message, environment: ["https_proxy": proxy.url])
             #expect(untrusted.status != 0)
@@ -65,19 +70,32 @@ struct SendOverHTTPSTests {
 
             // no_proxy (a host, a list, *) and NO_PROXY: straight to the daemon.
             let seen = proxy.requests
-            for bypass in [["no_proxy": "localhost"], ["NO_PROXY": "example.com,localhost"], ["no_proxy": "*"]] {
+            for bypass in [["no_proxy": "127.0.0.2"], ["NO_PROXY": "example.com,127.0.0.2"], ["no_proxy": "*"]] {
                 let direct = try runHerald(https, environment: bypass.merging(["https_proxy": proxy.url]) { $1 })
                 #expect(direct.status == 0, "\(bypass): \(direct.output)\(direct.error)")
             }
             let plainDirect = try runHerald(
-                ["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url, "no_proxy": "127.0.0.1"])
+                ["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url, "no_proxy": "127.0.0.2"])
             #expect(plainDirect.status == 0, "\(plainDirect.output)\(plainDirect.error)")
             #expect(proxy.requests == seen, "no_proxy bypasses the proxy: \(proxy.requests)")
+
+            // A request to this machine by its usual names never goes to the environment's proxy, whatever no_proxy
+            // says: the proxy would see the bearer secret.
+            let localURL = local.baseURL.replacingOccurrences(of: "127.0.0.1", with: "localhost")
+            for (url, variables) in [
+                (local.baseURL, ["http_proxy": proxy.url]), (localURL, ["http_proxy": proxy.url, "no_proxy": "example.com"]),
+                (local.baseURL, ["all_proxy": proxy.url, "NO_PROXY": "example.com"]),
+            ] {
+                let environment = variables.merging(["HERALD_AUTH_TOKEN": "secret"]) { $1 }
+                let sent = try runHerald(["send", "--http", url] + message, environment: environment)
+                #expect(sent.status == 0, "\(url) \(variables): \(sent.output)\(sent.error)")
+            }
+            #expect(proxy.requests == seen, "a loopback request went to the proxy: \(proxy.requests)")
 
             // --proxy names one explicitly, whatever the environment says.
             let explicit = try runHerald(https + ["--proxy", proxy.url], environment: ["https_proxy": "http://127.0.0.1:1"])
             #expect(explicit.status == 0, "\(explicit.output)\(explicit.error)")
-            #expect(proxy.requests.dropFirst(seen.count) == ["CONNECT localhost:\(server.port) HTTP/1.1"], "\(proxy.requests)")
+            #expect(proxy.requests.dropFirst(seen.count) == ["CONNECT 127.0.0.2:\(server.port) HTTP/1.1"], "\(proxy.requests)")
         }
     }
 }
