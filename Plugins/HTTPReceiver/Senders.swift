@@ -60,8 +60,13 @@ public struct SenderCredential: Sendable, Hashable {
     public var secretHash: String
     /// What the sender may do.
     public var scopes: SenderScopes
-    /// The requests per second the sender may make, on average; `nil`: no limit.
+    /// The requests per second the sender may make, on average; `nil`: no limit. Within ``rates`` (a rate from
+    /// elsewhere, such as the fleet's bucket, is taken as the nearest end of it).
     public var rate: Double?
+    /// The rates a sender can have: one request in 1,000 s to a million a second.
+    public static let rates: ClosedRange<Double> = 0.001...1_000_000
+    /// The bursts a sender can have.
+    public static let bursts: ClosedRange<Int> = 1...1_000_000
     /// The requests the sender may make at once after a pause (the token bucket's size); `nil`: the rate rounded
     /// up (at least 1).
     public var burst: Int?
@@ -150,9 +155,13 @@ struct TokenBucket {
     private var tokens: Double
     private var updated: ContinuousClock.Instant
 
+    /// `rate` and `burst` are taken into ``SenderCredential/rates`` and ``SenderCredential/bursts``, whatever a
+    /// bucket's entry says: a rate near zero or huge would make the arithmetic below leave `Int`'s range.
     init(rate: Double, burst: Int?, now: ContinuousClock.Instant) {
+        let rate = min(max(rate, SenderCredential.rates.lowerBound), SenderCredential.rates.upperBound)
         self.rate = rate
-        self.burst = Double(burst ?? max(1, Int(rate.rounded(.up))))
+        let bursts = SenderCredential.bursts
+        self.burst = Double(min(max(burst ?? Int(rate.rounded(.up)), bursts.lowerBound), bursts.upperBound))
         self.tokens = self.burst
         self.updated = now
     }
@@ -179,7 +188,7 @@ final class KnownSender {
 
     init(_ credential: SenderCredential, now: ContinuousClock.Instant) {
         self.credential = credential
-        self.bucket = credential.rate.flatMap { $0 > 0 ? TokenBucket(rate: $0, burst: credential.burst, now: now) : nil }
+        self.bucket = credential.rate.flatMap { $0 > 0 && $0.isFinite ? TokenBucket(rate: $0, burst: credential.burst, now: now) : nil }
     }
 }
 

@@ -85,8 +85,10 @@ struct Senders: AsyncParsableCommand {
             guard SenderScopes(parsing: scopes) != nil else {
                 throw ValidationError("--scopes: a comma-separated list of send, send-topics, manage-topics (or all)")
             }
-            if let rate, !(rate > 0 && rate.isFinite) { throw ValidationError("--rate: a number of requests per second above 0") }
-            if let burst, burst < 1 { throw ValidationError("--burst: at least 1") }
+            if let rate, !SenderCredential.rates.contains(rate) {
+                throw ValidationError("--rate: requests per second, from 0.001 to 1000000")
+            }
+            if let burst, !SenderCredential.bursts.contains(burst) { throw ValidationError("--burst: from 1 to 1000000") }
             if burst != nil, rate == nil { throw ValidationError("--burst needs --rate") }
         }
 

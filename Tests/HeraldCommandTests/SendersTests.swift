@@ -207,12 +207,16 @@ struct SendersTests {
     }
 
     @Test(
-        "refused input: unknown scope, bad name, --burst without --rate (64); a name taken, revoke of no sender (1)", argumentCheckingOnly)
+        "refused input: unknown scope, bad name, --burst without --rate, a rate or burst out of range (64); a name taken, revoke of no sender (1)",
+        argumentCheckingOnly)
     func refusals() async throws {
         try await withTemporaryDirectory { directory in
             for arguments in [
                 ["senders", "add", "a", "--scopes", "send,everything"], ["senders", "add", "Bad Name", "--scopes", "send"],
                 ["senders", "add", "a", "--scopes", "send", "--burst", "3"], ["senders", "add", "a", "--scopes", "send", "--rate", "0"],
+                ["senders", "add", "a", "--scopes", "send", "--rate", "1e-20"],
+                ["senders", "add", "a", "--scopes", "send", "--rate", "1e19"],
+                ["senders", "add", "a", "--scopes", "send", "--rate", "5", "--burst", "2000000"],
             ] {
                 let refused = try runHerald(arguments + ["--data-dir", directory])
                 #expect(refused.status == 64, "\(arguments): \(refused.error)")

@@ -47,4 +47,22 @@ struct SenderLogicTests {
         #expect(unrounded.burst == 3)
         #expect(unrounded.take(now: start) == nil)
     }
+
+    @Test("rates and bursts from a bucket's entry out of range are taken to the nearest end of it: no trap, a Retry-After that fits")
+    func extremeRates() {
+        let start = ContinuousClock.now
+        var slow = TokenBucket(rate: 1e-20, burst: -5, now: start)
+        #expect(slow.rate == SenderCredential.rates.lowerBound && slow.burst == 1)
+        #expect(slow.take(now: start) == nil)
+        #expect(slow.take(now: start) == 1000)
+        var fast = TokenBucket(rate: 9.3e18, burst: nil, now: start)
+        #expect(fast.rate == SenderCredential.rates.upperBound && fast.burst == Double(SenderCredential.bursts.upperBound))
+        #expect(fast.take(now: start) == nil)
+        let json: JSONValue = [
+            "name": "x", "secretHash": .string(String(repeating: "a", count: 64)), "scopes": ["send"], "createdAt": 1,
+            "rate": .double(1e-300),
+        ]
+        let credential = SenderCredential(json: json)
+        #expect(credential.map { KnownSender($0, now: start).bucket?.rate } == SenderCredential.rates.lowerBound)
+    }
 }
