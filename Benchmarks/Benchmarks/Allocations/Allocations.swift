@@ -39,6 +39,17 @@ let benchmarks: @Sendable () -> Void = {
         BusFixture.inMemory.dispatch(count: benchmark.scaledIterations.count)
     }
 
+    // The synchronous path: a data-only message to a SynchronousMessageHandler, without a task; messages carry
+    // their IDs, as a receiver's decode gives them.
+    Benchmark(
+        "BusDispatchSynchronous",
+        configuration: .init(
+            setup: { SynchronousBusFixture.shared.start() }, teardown: { SynchronousBusFixture.shared.stop() }
+        )
+    ) { benchmark in
+        SynchronousBusFixture.shared.dispatch(count: benchmark.scaledIterations.count)
+    }
+
     // A receiver's way in: the body decoded, named and delivered by MessageBus.submit.
     Benchmark(
         "BusSubmitInMemory",
