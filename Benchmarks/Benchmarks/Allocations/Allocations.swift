@@ -39,6 +39,19 @@ let benchmarks: @Sendable () -> Void = {
         BusFixture.inMemory.dispatch(count: benchmark.scaledIterations.count)
     }
 
+    // The synchronous path: a data-only message to a SynchronousMessageHandler, without a task; messages carry
+    // their IDs, as a receiver's decode gives them. Its threshold is 0, and a relative tolerance of 0 lets
+    // anything through (the tool compares nothing against a base of 0): an absolute tolerance of 0 instead.
+    Benchmark(
+        "BusDispatchSynchronous",
+        configuration: .init(
+            thresholds: [.mallocCountTotal: .init(absolute: [.p90: 0])],
+            setup: { SynchronousBusFixture.shared.start() }, teardown: { SynchronousBusFixture.shared.stop() }
+        )
+    ) { benchmark in
+        SynchronousBusFixture.shared.dispatch(count: benchmark.scaledIterations.count)
+    }
+
     // A receiver's way in: the body decoded, named and delivered by MessageBus.submit.
     Benchmark(
         "BusSubmitInMemory",

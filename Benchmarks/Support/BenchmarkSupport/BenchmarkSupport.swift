@@ -36,6 +36,88 @@ public final class CountingHandler: MessageHandler, @unchecked Sendable {
     }
 }
 
+/// A no-op synchronous message handler that signals when the expected number of messages has arrived.
+public final class SynchronousCountingHandler: SynchronousMessageHandler, @unchecked Sendable {
+    // @unchecked Sendable: `remaining` is only touched on the loop thread (handlers run there).
+    public var remaining = 0
+    public let done = DispatchSemaphore(value: 0)
+    public init() {}
+    public func handle(_ message: RemoteMessage) throws {
+        remaining -= 1
+        if remaining == 0 { done.signal() }
+    }
+}
+
+/// One Herald instance with a ``SynchronousCountingHandler`` and the in-memory store, for the bus's synchronous
+/// path: messages are decoded before the iterations, each with its own message ID as a receiver's decode gives
+/// it, and delivered round a pool twice the de-duplication window's size, so each delivery is a new message to
+/// the bus (its ID has left the window when it comes round again).
+public final class SynchronousBusFixture: @unchecked Sendable {
+    // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread; `next` and
+    // `count` are read and written on the loop thread only, in between.
+    public static let shared = SynchronousBusFixture()
+    static let window = 1024
+    var herald: Herald?
+    var bus: MessageBus?
+    var messages: [RemoteMessage] = []
+    var next = 0
+    var count = 0
+    let handler = SynchronousCountingHandler()
+
+    public func start() {
+        var configuration = Herald.Configuration(senderID: "1")
+        configuration.maxInFlight = 4096
+        configuration.deduplication.maximumCount = Self.window
+        let herald = Herald(configuration: configuration, store: InMemoryStore())
+        try! herald.register(handler)
+        let ready = DispatchSemaphore(value: 0)
+        let box = ResultBox()
+        Task {
+            try! await herald.start()
+            let token = try! await herald.token()
+            let body = String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
+                .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
+                .replacingOccurrences(of: #""apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },"#, with: "")
+            box.messages = (0..<2 * Self.window).map { _ in
+                try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
+            }
+            ready.signal()
+        }
+        ready.wait()
+        self.herald = herald
+        self.bus = try! herald.bus
+        self.messages = box.messages
+    }
+
+    /// Delivers `count` messages on the loop. The closure captures nothing (it reads the shared fixture), so
+    /// queueing it allocates nothing either.
+    public func dispatch(count: Int) {
+        guard let herald else { return }
+        self.count = count
+        herald.loop.execute {
+            let fixture = SynchronousBusFixture.shared
+            guard let bus = fixture.bus else { return }
+            fixture.handler.remaining = fixture.count
+            for _ in 0..<fixture.count {
+                bus.deliver(fixture.messages[fixture.next]) { _ in }
+                fixture.next = (fixture.next + 1) % fixture.messages.count
+            }
+        }
+        handler.done.wait()
+    }
+
+    public func stop() {
+        let done = DispatchSemaphore(value: 0)
+        let herald = self.herald
+        Task {
+            await herald?.shutdown()
+            done.signal()
+        }
+        done.wait()
+        (self.herald, self.bus, self.messages) = (nil, nil, [])
+    }
+}
+
 /// One Herald instance with a no-op handler; messages are decoded once, before the iterations, and carry no
 /// message ID, so the bus gives each delivery a new one (and de-duplicates by it, as for any message). Submitted
 /// bodies (a receiver's way in) are decoded at each submission, and named anew by it.
@@ -145,6 +227,7 @@ final class ResultBox: @unchecked Sendable {
     // @unchecked Sendable: written before a semaphore signal, read after the matching wait.
     var message: RemoteMessage?
     var body: [UInt8] = []
+    var messages: [RemoteMessage] = []
 }
 
 /// An analytics sink that takes every batch and does nothing with it.

@@ -2,7 +2,8 @@
 // fetch slots; a person's response goes to the notification handlers; manual analytics wiring follows along.
 
 extension MessageBus {
-    /// An accepted message goes on: receipt analytics, then its handlers in a task of its own.
+    /// An accepted message goes on: receipt analytics, then its handlers in a task of its own, or, for a data-only
+    /// message when every message handler is synchronous, straight away without one.
     /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp.
     func admitted(_ message: RemoteMessage, id: String, at now: Int64? = nil, then handled: LoopBound<() -> Void>? = nil) {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
@@ -11,6 +12,14 @@ extension MessageBus {
         let kind = message.kind
         if configuration.analyticsWiring == .automatic, analytics.hasSinks {
             analytics.record(.notificationReceive, for: message, messageID: id, kind: kind, timestamp: now)
+        }
+        if kind.isDataOnly, pluginSet.messageHandlersAreSynchronous {
+            // Nothing on this path suspends, so it needs no task (a task, its allocator slab and the closure's
+            // context are three allocations per message).
+            handleSynchronously(message)
+            finished(message)
+            handled?.value()
+            return
         }
         // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
         // one of them really suspends; from then on the task goes on as the loop's work.
@@ -38,12 +47,32 @@ extension MessageBus {
         if kind.contains(.silent) { await backgroundFetch(message) }
         if kind.isDataOnly {
             for handler in pluginSet.messageHandlers {
-                do {
-                    try await handler.didReceive(message)
-                } catch {
-                    handlerFailed(message, plugin: handler, error: error)
+                switch handler {
+                case .synchronous(let handler):
+                    handle(message, with: handler)
+                case .asynchronous(let handler):
+                    do {
+                        try await handler.didReceive(message)
+                    } catch {
+                        handlerFailed(message, plugin: handler, error: error)
+                    }
                 }
             }
+        }
+    }
+
+    /// A data-only message to message handlers that are all synchronous, on the loop thread, in registration order.
+    private func handleSynchronously(_ message: RemoteMessage) {
+        for case .synchronous(let handler) in pluginSet.messageHandlers {
+            handle(message, with: handler)
+        }
+    }
+
+    private func handle(_ message: RemoteMessage, with handler: any SynchronousMessageHandler) {
+        do {
+            try handler.handle(message)
+        } catch {
+            handlerFailed(message, plugin: handler, error: error)
         }
     }
 

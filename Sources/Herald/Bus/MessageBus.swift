@@ -9,7 +9,8 @@ public typealias DeliveryOutcome = Result<String, MessageError>
 /// The bus lives on the instance's loop: ``deliver(_:validateOnly:answerWhenHandled:completion:)`` is called on the loop thread
 /// (receivers run there); ``deliver(_:validateOnly:)`` may be awaited from anywhere. Handlers run in a task
 /// per message on the loop's executor, started immediately (they run inside the delivery call until one
-/// suspends), so a slow or throwing handler holds up only its own message.
+/// suspends), so a slow or throwing handler holds up only its own message; a data-only message whose handlers
+/// are all ``SynchronousMessageHandler``s is handled inside the delivery call without a task.
 ///
 /// This file holds the bus's state and what reads it; the path itself is in extensions: receivers' way in
 /// (`MessageBus+Submit`), admission (`MessageBus+Admission`), the durable inbox's group commit and replay
@@ -289,7 +290,11 @@ struct PluginSet: Sendable {
     var all: [any HeraldPlugin] = []
     var receivers: [any Receiver] = []
     var notificationHandlers: [any NotificationHandler] = []
-    var messageHandlers: [any MessageHandler] = []
+    /// The message handlers of both kinds, in registration order: what a data-only message goes to.
+    var messageHandlers: [DataHandler] = []
+    /// Whether every message handler is a ``SynchronousMessageHandler``: then data-only messages go to them without
+    /// a task.
+    var messageHandlersAreSynchronous = true
     var fetchWorkers: [any BackgroundFetchWorker] = []
     var tokenHandlers: [any TokenHandler] = []
     var analyticsSinks: [any AnalyticsSink] = []
@@ -300,11 +305,22 @@ struct PluginSet: Sendable {
         all.append(plugin)
         if let receiver = plugin as? any Receiver { receivers.append(receiver) }
         if let handler = plugin as? any NotificationHandler { notificationHandlers.append(handler) }
-        if let handler = plugin as? any MessageHandler { messageHandlers.append(handler) }
+        if let handler = plugin as? any SynchronousMessageHandler {
+            messageHandlers.append(.synchronous(handler))
+        } else if let handler = plugin as? any MessageHandler {
+            messageHandlers.append(.asynchronous(handler))
+            messageHandlersAreSynchronous = false
+        }
         if let worker = plugin as? any BackgroundFetchWorker { fetchWorkers.append(worker) }
         if let handler = plugin as? any TokenHandler { tokenHandlers.append(handler) }
         if let sink = plugin as? any AnalyticsSink { analyticsSinks.append(sink) }
         if let presenter = plugin as? any Presenter { presenters.append(presenter) }
         if let modifier = plugin as? any ContentModifier { contentModifiers.append(modifier) }
     }
+}
+
+/// A message handler of either kind.
+enum DataHandler: Sendable {
+    case synchronous(any SynchronousMessageHandler)
+    case asynchronous(any MessageHandler)
 }

@@ -1,5 +1,5 @@
 /// Something that plugs into a ``Herald`` instance. A plugin conforms to one or more role protocols
-/// (``Receiver``, ``NotificationHandler``, ``MessageHandler``, ``BackgroundFetchWorker``, ``TokenHandler``,
+/// (``Receiver``, ``NotificationHandler``, ``MessageHandler`` or ``SynchronousMessageHandler``, ``BackgroundFetchWorker``, ``TokenHandler``,
 /// ``AnalyticsSink``, ``Presenter``); each role's methods have no-op defaults, so a plugin writes only what it needs.
 ///
 /// Plugins are registered with ``Herald/register(_:)`` before the instance starts; the set is then frozen.
@@ -50,7 +50,7 @@ public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertibl
         var roles: PluginRoles = []
         if plugin is any Receiver { roles.insert(.receiver) }
         if plugin is any NotificationHandler { roles.insert(.notificationHandler) }
-        if plugin is any MessageHandler { roles.insert(.messageHandler) }
+        if plugin is any MessageHandler || plugin is any SynchronousMessageHandler { roles.insert(.messageHandler) }
         if plugin is any BackgroundFetchWorker { roles.insert(.backgroundFetchWorker) }
         if plugin is any TokenHandler { roles.insert(.tokenHandler) }
         if plugin is any AnalyticsSink { roles.insert(.analyticsSink) }
@@ -142,6 +142,29 @@ public protocol MessageHandler: HeraldPlugin {
 
 extension MessageHandler {
     public func didReceive(_ message: RemoteMessage) async throws {}
+}
+
+/// Handles data-only messages without suspending: the synchronous variant of ``MessageHandler``, for handlers that
+/// only update state, count or hand the message on (to a buffer, a queue of their own).
+///
+/// The bus calls ``handle(_:)`` on the loop thread, in registration order with the other message handlers. When
+/// every message handler of the instance is synchronous, a data-only message goes to them without a task: the
+/// call happens inside the delivery, and the bus allocates nothing per message for it. When some are asynchronous,
+/// each message gets a task as with ``MessageHandler`` alone, and the synchronous ones are called from it, in
+/// their place in the order. Everything else is the same as for ``MessageHandler``: each message once, the
+/// in-flight bound, analytics, the durable inbox's removal once the handlers have returned.
+///
+/// A handler must return promptly: it runs on the loop thread, and every receiver waits while it runs. Work that
+/// waits for something belongs in a ``MessageHandler``. A plugin that conforms to both roles is called through
+/// this one only. Counted as ``PluginRoles/messageHandler`` in ``PluginRoles``.
+public protocol SynchronousMessageHandler: HeraldPlugin {
+    /// A data-only message arrived. Called on the loop thread. A thrown error is logged and recorded; it never
+    /// stops other handlers.
+    func handle(_ message: RemoteMessage) throws
+}
+
+extension SynchronousMessageHandler {
+    public func handle(_ message: RemoteMessage) throws {}
 }
 
 /// Woken by silent (`content-available: 1`) messages, as `application(_:didReceiveRemoteNotification:fetchCompletionHandler:)`.
