@@ -1,4 +1,4 @@
-import ArgumentParser
+package import ArgumentParser
 import CSystemd
 import Glibc
 import Herald
@@ -19,129 +19,49 @@ import HeraldUnifiedPush
 import Logging
 import ServiceLifecycle
 
-/// `herald serve`: a daemon with the HTTP and socket receivers, the SQLite store and its durable inbox,
-/// and (with `--echo`) one JSON line per handled event on standard output. SIGTERM or SIGINT stops it:
-/// no new messages, in-flight ones finished within the grace period, exit 0.
-///
-/// Every setting comes from, in rising precedence, its default, the YAML config file (`--config`), a `HERALD_*`
-/// environment variable and its flag (see ``ServeOption`` and ``ServeConfiguration``). So the flags here have no
-/// defaults of their own: a flag not given leaves the setting to the environment, the file or the default.
-struct Serve: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Run a Herald daemon: FCM v1 over HTTP, JSON lines over a Unix socket, the SQLite store in the data directory.",
-        discussion: """
-            Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
-            HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
-            file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
-            value stops the start with exit status 64, naming the file and line, the variable or the flag. \
-            --print-config shows the effective settings and where each came from; --print-reference prints the \
-            configuration reference.
+/// `herald serve`'s command line: the config file, `--print-config`, `--print-reference`, and every setting as a flag
+/// (read with the schema, not by swift-argument-parser). The flags have no defaults of their own: a flag not given
+/// leaves the setting to the environment, the file or the default (see ``ServeOption`` and ``ServeConfiguration``).
+package struct ServeArguments: ParsableArguments {
+    /// What `herald serve --help` says above the flags.
+    package static let abstract =
+        "Run a Herald daemon: FCM v1 over HTTP, JSON lines over a Unix socket, the SQLite store in the data directory."
 
-            SETTINGS, by the plugin that owns them:
+    /// What `herald serve --help` says below the flags: how settings are read, and every setting.
+    package static func discussion() -> String {
+        """
+        Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
+        HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
+        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
+        value stops the start with exit status 64, naming the file and line, the variable or the flag. \
+        --print-config shows the effective settings and where each came from; --print-reference prints the \
+        configuration reference.
+
+        SETTINGS, by the plugin that owns them:
 
 
-            """ + ServeOption.schema.helpText()
-    )
+        """ + ServeOption.schema.helpText()
+    }
 
     @Option(help: ArgumentHelp("A YAML config file (default: HERALD_CONFIG, else none).", valueName: "file"))
-    var config: String?
+    package var config: String?
 
     @Flag(
         name: .customLong("print-config"),
         help: "Print the effective configuration (a valid config file, each value's source in a comment) and exit.")
-    var printConfig = false
+    package var printConfig = false
 
     @Flag(
         name: .customLong("print-reference"),
         help: "Print the configuration reference (Markdown: every setting of every section, its flag, variable and default) and exit.")
-    var printReference = false
+    package var printReference = false
 
     /// The settings given as flags, read with the schema (``ServeOption/schema``): what swift-argument-parser does
     /// not know, in order.
     @Argument(parsing: .allUnrecognized, help: .hidden)
-    var settingArguments: [String] = []
+    package var settingArguments: [String] = []
 
-    func run() async throws {
-        if printReference {
-            writeLine(ServeOption.reference)
-            return
-        }
-        let environment = processEnvironment()
-        let settings: ServeSettings
-        let warnings: [String]
-        let flags: [(key: String, value: SettingValue, flag: String)]
-        do {
-            flags = try ServeOption.schema.parse(arguments: settingArguments).map { ($0.key, $0.value, $0.flag) }
-            (settings, warnings) = try ServeConfiguration.resolve(
-                file: config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }, environment: environment, flags: flags)
-        } catch let error as ConfigurationError {
-            writeLine(error.message, to: STDERR_FILENO)
-            throw ExitCode(64)
-        }
-        if settings.gateway, settings.natsServers.isEmpty || settings.http == nil {
-            writeLine(
-                "herald: gateway mode needs NATS servers (nats-servers / --nats-server) and the HTTP endpoint (http not none)",
-                to: STDERR_FILENO)
-            throw ExitCode(64)
-        }
-        if settings.unifiedPush, settings.http == nil || settings.gateway {
-            writeLine(
-                "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway: a gateway takes the fleet's UnifiedPush pushes on its own, set unifiedpush-endpoint-url for their VAPID audience)",
-                to: STDERR_FILENO)
-            throw ExitCode(64)
-        }
-        if (settings.tlsCertificate == nil) != (settings.tlsKey == nil) || (settings.tlsClientCA != nil && settings.tlsCertificate == nil) {
-            writeLine(
-                "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca needs them too",
-                to: STDERR_FILENO)
-            throw ExitCode(64)
-        }
-        if settings.fcmProxy, settings.http == nil || settings.tlsCertificate != nil {
-            writeLine(
-                "herald: the FCM proxy needs the HTTP endpoint (http not none) without TLS (no tls-cert): app servers reach a proxy in clear (HTTPS_PROXY=http://...) and TLS runs inside each tunnel",
-                to: STDERR_FILENO)
-            throw ExitCode(64)
-        }
-        if printConfig {
-            for warning in warnings { writeLine("herald: warning: \(warning)", to: STDERR_FILENO) }
-            writeLine(settings.rendered(environment: environment))
-            return
-        }
-        // The string catalogs of localized alerts: a broken one stops the start, as a bad setting does.
-        let localization: AlertLocalization
-        do {
-            localization = try AlertLocalization.load(
-                directory: "\(settings.dataDirectory)/Localizable", locale: AlertLocalization.locale(environment: environment))
-        } catch {
-            writeLine("herald: \(error)", to: STDERR_FILENO)
-            throw ExitCode(64)
-        }
-        let level = LiveLogLevel(settings.logLevel)
-        LoggingSystem.bootstrap { label in LiveLevelLogHandler(label: label, level: level) }
-        let logger = Logger(label: "herald")
-        for warning in warnings { logger.warning("\(warning)") }
-        let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
-        let tls = try tlsContext(settings, logger: logger)
-        let file = config ?? environment["HERALD_CONFIG"].flatMap { $0.isEmpty ? nil : $0 }
-        let reload = ConfigurationReload(
-            running: settings,
-            resolve: { try ServeConfiguration.resolve(file: file, environment: environment, flags: flags).settings }, logLevel: level,
-            tls: tls, logger: logger)
-        let daemon = Daemon(
-            settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile), natsToken: natsToken,
-            tls: tls, reload: reload, localization: localization, logger: logger)
-        // SIGTERM and SIGINT start the group's graceful shutdown; the daemon then stops Herald, which gets
-        // the shutdown grace for messages in flight. Past that and a margin, the group cancels.
-        var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        configuration.maximumGracefulShutdownDuration = .seconds(settings.shutdownGrace + 10)
-        do {
-            try await ServiceGroup(configuration: configuration).run()
-        } catch let failure as CommandFailure {
-            throw failure
-        } catch {
-            throw CommandFailure(message: "herald: \(error)")
-        }
-    }
+    package init() {}
 }
 
 /// The TLS context of every TCP listener, from tls-cert, tls-key and tls-client-ca; `nil` without them. Its files are
@@ -167,7 +87,7 @@ func tlsContext(_ settings: ServeSettings, logger: Logger) throws -> TLSServerCo
 }
 
 /// The process's environment variables.
-func processEnvironment() -> [String: String] {
+package func processEnvironment() -> [String: String] {
     var environment: [String: String] = [:]
     var entry = environ
     while let pointer = entry.pointee {
@@ -190,11 +110,16 @@ final class Daemon: Service, Sendable {
     private let reload: ConfigurationReload
     private let localization: AlertLocalization
     private let logger: Logger
+    /// The embedder's plugins and what it runs once the daemon is ready.
+    private let embedder: HeraldDaemon
+    private let group: GroupHandle
 
     init(
         settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, reload: ConfigurationReload,
-        localization: AlertLocalization, logger: Logger
+        localization: AlertLocalization, logger: Logger, embedder: HeraldDaemon, group: GroupHandle
     ) {
+        self.embedder = embedder
+        self.group = group
         self.settings = settings
         self.secret = secret
         self.natsToken = natsToken
@@ -237,8 +162,14 @@ final class Daemon: Service, Sendable {
         if !inherited.isEmpty {
             logger.info("listening sockets from the service manager", metadata: ["addresses": "\(inherited.map { "\($0)" })"])
         }
+        let httpReceiver: HTTPReceiver?
         do {
-            try register(on: herald, store: store, analyticsStore: analyticsStore)
+            httpReceiver = try register(on: herald, store: store, analyticsStore: analyticsStore)
+            let setup = HeraldDaemon.PluginSetup(
+                herald: herald, configuration: settings.configuration, dataDirectory: settings.dataDirectory, logger: logger)
+            for make in embedder.pluginFactories {
+                if let plugin = try make(setup) { try herald.register(plugin) }
+            }
             try await herald.start()
             for address in InheritedSockets.closeUntaken() {
                 logger.warning(
@@ -257,6 +188,12 @@ final class Daemon: Service, Sendable {
         try await reloadOnHangup(loop: loop)
         let watchdog = Systemd.startWatchdog(on: loop)
         Systemd.notify("READY=1\nSTATUS=receiving")
+        if !embedder.readyHandlers.isEmpty {
+            let running = HeraldDaemon.Running(
+                herald: herald, httpAddress: try await httpReceiver?.listeningAddress(), dataDirectory: settings.dataDirectory,
+                group: group)
+            for handler in embedder.readyHandlers { await handler(running) }
+        }
         let logger = self.logger
         let grace = settings.shutdownGrace
         await withGracefulShutdownHandler {
@@ -325,8 +262,10 @@ final class Daemon: Service, Sendable {
         )
     }
 
-    private func register(on herald: Herald, store: SQLiteStore, analyticsStore: SQLiteAnalyticsStore?) throws {
+    /// Registers the bundled plugins the settings ask for; returns the HTTP receiver when there is one.
+    private func register(on herald: Herald, store: SQLiteStore, analyticsStore: SQLiteAnalyticsStore?) throws -> HTTPReceiver? {
         let settings = self.settings
+        var httpReceiver: HTTPReceiver?
         // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
         let distributor =
             settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
@@ -361,7 +300,9 @@ final class Daemon: Service, Sendable {
                 ?? SenderOptions { try storedSenders(directory: directory) }
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
-            try herald.register(HTTPReceiver(options: options))
+            let receiver = HTTPReceiver(options: options)
+            try herald.register(receiver)
+            httpReceiver = receiver
         }
         if let socket = settings.socket, let address = SocketReceiver.Settings.address(socket),
             settings.isEnabled(SocketReceiver.Settings.section)
@@ -429,6 +370,7 @@ final class Daemon: Service, Sendable {
         if settings.echo, settings.isEnabled(EchoHandler.Settings.section) {
             try herald.register(EchoHandler(installationID: { [weak herald] in try? await herald?.installationID() }))
         }
+        return httpReceiver
     }
 }
 
@@ -468,10 +410,11 @@ enum Systemd {
 
 /// The bearer secret from `--auth-token-file` or `HERALD_AUTH_TOKEN` (the file wins); surrounding
 /// whitespace, such as a trailing newline, is not part of it.
-enum BearerSecret {
-    static func load(file: String?) throws -> String? {
+package enum BearerSecret {
+    /// The secret; `environment` is the process's unless given.
+    package static func load(file: String?, environment: [String: String]? = nil) throws -> String? {
         if let file { return try readSecret(file: file, what: "auth token file") }
-        if let value = getenv("HERALD_AUTH_TOKEN").map({ String(cString: $0) }) {
+        if let value = environment.map({ $0["HERALD_AUTH_TOKEN"] }) ?? getenv("HERALD_AUTH_TOKEN").map({ String(cString: $0) }) {
             let secret = trimmed(value)
             return secret.isEmpty ? nil : secret
         }
@@ -496,8 +439,22 @@ func trimmed(_ text: String) -> String {
     return String(text.drop(while: isSpace).reversed().drop(while: isSpace).reversed())
 }
 
+/// A failure the command reports as one line on standard error (no usage text) with exit status 1.
+package struct CommandFailure: Error, CustomStringConvertible {
+    package let message: String
+    package var description: String { message }
+
+    package init(message: String) { self.message = message }
+}
+
+/// Writes `text` and a newline to file descriptor `fd`.
+package func writeLine(_ text: String, to fd: Int32) {
+    let bytes = Array((text + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+}
+
 /// Writes `text` and a newline to standard output at once (unbuffered, so a parent reading a pipe sees it now).
-func writeLine(_ text: String) {
+package func writeLine(_ text: String) {
     let bytes = Array((text + "\n").utf8)
     var offset = 0
     while offset < bytes.count {
