@@ -59,7 +59,7 @@ struct DaemonTests {
                     ],
                     environment: [:])
             }
-            guard let running = await eventuallyValue(timeout: .seconds(30), { handover.running.withLock { $0 } }) else {
+            guard let running = await eventuallyValue({ handover.running.withLock { $0 } }) else {
                 run.cancel()
                 let result = await run.result
                 Issue.record("the daemon did not get ready: \(result)")
