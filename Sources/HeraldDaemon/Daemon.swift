@@ -102,7 +102,7 @@ package func processEnvironment() -> [String: String] {
 
 /// `herald serve`'s one service: opens the stores, registers the plugins, runs Herald until the group's
 /// graceful shutdown, and tells systemd where it stands (READY, STOPPING, WATCHDOG) when run under it.
-final class Daemon: Service, Sendable {
+final class DaemonService: Service, Sendable {
     private let settings: ServeSettings
     private let secret: String?
     private let natsToken: String?
@@ -111,12 +111,12 @@ final class Daemon: Service, Sendable {
     private let localization: AlertLocalization
     private let logger: Logger
     /// The embedder's plugins and what it runs once the daemon is ready.
-    private let embedder: HeraldDaemon
+    private let embedder: Daemon
     private let group: GroupHandle
 
     init(
         settings: ServeSettings, secret: String?, natsToken: String?, tls: TLSServerContext?, reload: ConfigurationReload,
-        localization: AlertLocalization, logger: Logger, embedder: HeraldDaemon, group: GroupHandle
+        localization: AlertLocalization, logger: Logger, embedder: Daemon, group: GroupHandle
     ) {
         self.embedder = embedder
         self.group = group
@@ -165,7 +165,7 @@ final class Daemon: Service, Sendable {
         let httpReceiver: HTTPReceiver?
         do {
             httpReceiver = try register(on: herald, store: store, analyticsStore: analyticsStore)
-            let setup = HeraldDaemon.PluginSetup(
+            let setup = Daemon.PluginSetup(
                 herald: herald, configuration: settings.configuration, dataDirectory: settings.dataDirectory, logger: logger)
             for make in embedder.pluginFactories {
                 if let plugin = try make(setup) { try herald.register(plugin) }
@@ -189,7 +189,7 @@ final class Daemon: Service, Sendable {
         let watchdog = Systemd.startWatchdog(on: loop)
         Systemd.notify("READY=1\nSTATUS=receiving")
         if !embedder.readyHandlers.isEmpty {
-            let running = HeraldDaemon.Running(
+            let running = Daemon.Running(
                 herald: herald, httpAddress: try await httpReceiver?.listeningAddress(), dataDirectory: settings.dataDirectory,
                 group: group)
             for handler in embedder.readyHandlers { await handler(running) }

@@ -11,16 +11,16 @@ import Synchronization
 /// under systemd, the data directory's lock) — with plugins of your own added.
 ///
 /// ```swift
-/// var daemon = HeraldDaemon()
+/// var daemon = Daemon()
 /// daemon.addPlugin { setup in MyHandler(logger: setup.logger) }
 /// try await daemon.run(arguments: Array(CommandLine.arguments.dropFirst()))
 /// ```
-public struct HeraldDaemon: Sendable {
+public struct Daemon: Sendable {
     /// What a plugin of the embedder is made with: the daemon's Herald and its resolved settings.
     public struct PluginSetup: Sendable {
         /// The daemon's Herald, not yet started.
         public let herald: Herald
-        /// Every setting's value, the embedder's own sections' included (``HeraldDaemon/addSettings(_:)``).
+        /// Every setting's value, the embedder's own sections' included (``Daemon/addSettings(_:)``).
         public let configuration: ConfigurationValues
         /// The data directory (`data-dir`), created and locked.
         public let dataDirectory: String
@@ -39,7 +39,7 @@ public struct HeraldDaemon: Sendable {
         let group: GroupHandle
 
         /// Stops the daemon as SIGTERM does: no new messages, those in flight finished within the shutdown grace.
-        /// ``HeraldDaemon/run(arguments:environment:)`` then returns.
+        /// ``Daemon/run(arguments:environment:)`` then returns.
         public func stop() async {
             await group.stop()
         }
@@ -56,6 +56,12 @@ public struct HeraldDaemon: Sendable {
     /// runs in the process. A program that bootstraps it itself sets this to `false` (swift-log allows one bootstrap
     /// per process); the daemon's own logger follows `log-level` either way.
     public var bootstrapsLogging = true
+
+    /// Whether SIGTERM and SIGINT stop the daemon gracefully, as they stop `herald serve`. Their handling (by
+    /// swift-service-lifecycle) leaves them ignored by the process for good, and children started later inherit
+    /// that: a daemon in a process that must keep them — a test's — sets this to `false` and stops with
+    /// ``Running/stop()``.
+    public var stopsOnSignals = true
 
     /// A daemon with the bundled plugins only.
     public init() {}
@@ -162,13 +168,14 @@ public struct HeraldDaemon: Sendable {
                 resolve: { try ServeConfiguration.resolve(file: file, environment: environment, flags: flags, schema: schema).settings },
                 logLevel: level, tls: tls, logger: logger)
             let handle = GroupHandle()
-            let daemon = Daemon(
+            let daemon = DaemonService(
                 settings: settings, secret: try BearerSecret.load(file: settings.authTokenFile, environment: environment),
                 natsToken: natsToken, tls: tls, reload: reload, localization: localization, logger: logger, embedder: self,
                 group: handle)
             // SIGTERM and SIGINT (or Running.stop()) start the group's graceful shutdown; the daemon then stops Herald,
             // which gets the shutdown grace for messages in flight. Past that and a margin, the group cancels.
-            var configuration = ServiceGroupConfiguration(services: [daemon], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            var configuration = ServiceGroupConfiguration(
+                services: [daemon], gracefulShutdownSignals: stopsOnSignals ? [.sigterm, .sigint] : [], logger: logger)
             configuration.maximumGracefulShutdownDuration = .seconds(settings.shutdownGrace + 10)
             let group = ServiceGroup(configuration: configuration)
             handle.set(group)
@@ -229,7 +236,7 @@ public struct DaemonError: Error, Equatable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// A daemon's service group, once made: what ``HeraldDaemon/Running/stop()`` shuts down gracefully.
+/// A daemon's service group, once made: what ``Daemon/Running/stop()`` shuts down gracefully.
 final class GroupHandle: Sendable {
     private let group = Mutex<ServiceGroup?>(nil)
 

@@ -12,7 +12,7 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         do {
-            try await HeraldDaemon().run(arguments, environment: processEnvironment())
+            try await Daemon().run(arguments, environment: processEnvironment())
         } catch let error as DaemonError where error.exitStatus == 64 {
             writeLine(error.message, to: STDERR_FILENO)
             throw ExitCode(64)

@@ -28,14 +28,16 @@ final class RecordingHandler: MessageHandler {
 /// What the daemon hands over: the recorder it made, and the daemon once ready.
 final class Handover: Sendable {
     let recorder = Mutex<RecordingHandler?>(nil)
-    let running = Mutex<HeraldDaemon.Running?>(nil)
+    let running = Mutex<Daemon.Running?>(nil)
 }
 
 @Suite("HeraldDaemon in the test process")
 struct DaemonTests {
     /// A daemon with the recorder added, whose settings section it reads.
-    static func daemon(_ handover: Handover) -> HeraldDaemon {
-        var daemon = HeraldDaemon()
+    static func daemon(_ handover: Handover) -> Daemon {
+        var daemon = Daemon()
+        // SIGTERM and SIGINT stay the test process's: the daemon is stopped with Running.stop().
+        daemon.stopsOnSignals = false
         daemon.addSettings(RecordingHandler.section)
         daemon.addPlugin { setup in
             let recorder = RecordingHandler(label: setup.configuration.string(RecordingHandler.label) ?? "")
