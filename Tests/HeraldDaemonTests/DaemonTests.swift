@@ -25,10 +25,16 @@ final class RecordingHandler: MessageHandler {
     }
 }
 
-/// What the daemon hands over: the recorder it made, and the daemon once ready.
+/// What the daemon hands over: the recorder it made, and the daemon once ready (on `readiness`, which ends when the
+/// daemon's run does).
 final class Handover: Sendable {
     let recorder = Mutex<RecordingHandler?>(nil)
-    let running = Mutex<Daemon.Running?>(nil)
+    let readiness: AsyncStream<Daemon.Running>
+    let ready: AsyncStream<Daemon.Running>.Continuation
+
+    init() {
+        (readiness, ready) = AsyncStream.makeStream(of: Daemon.Running.self)
+    }
 }
 
 @Suite("HeraldDaemon in the test process")
@@ -44,16 +50,20 @@ struct DaemonTests {
             handover.recorder.withLock { $0 = recorder }
             return recorder
         }
-        daemon.onReady { running in handover.running.withLock { $0 = running } }
+        daemon.onReady { running in handover.ready.yield(running) }
         return daemon
     }
 
-    @Test("a daemon with a plugin of its embedder's: an FCM v1 send over HTTP reaches it; stop() ends run()")
+    // Readiness is awaited as an event, bounded by the time limit: in the parallel run the test process's threads can
+    // be held for a minute and more by tests waiting on children, and the daemon in this process waits with them.
+    @Test(
+        "a daemon with a plugin of its embedder's: an FCM v1 send over HTTP reaches it; stop() ends run()", .timeLimit(.minutes(5)))
     func embeddedPluginReceives() async throws {
         try await withTemporaryDirectory { directory in
             let handover = Handover()
             let daemon = Self.daemon(handover)
             let run = Task {
+                defer { handover.ready.finish() }
                 try await daemon.run(
                     arguments: [
                         "--http", "127.0.0.1:0", "--socket", "none", "--data-dir", directory, "--log-level", "error",
@@ -61,10 +71,10 @@ struct DaemonTests {
                     ],
                     environment: [:])
             }
-            guard let running = await eventuallyValue({ handover.running.withLock { $0 } }) else {
-                run.cancel()
+            var readiness = handover.readiness.makeAsyncIterator()
+            guard let running = await readiness.next() else {
                 let result = await run.result
-                Issue.record("the daemon did not get ready: \(result)")
+                Issue.record("the daemon stopped before it was ready: \(result)")
                 return
             }
             let port = try #require(running.httpAddress?.port)
