@@ -92,7 +92,9 @@ public struct Daemon: Sendable {
     /// Runs the daemon as `herald serve` runs with `arguments` (its flags, without the program's name) until SIGTERM,
     /// SIGINT or ``Running/stop()``. `--print-config` and `--print-reference` print and return.
     ///
-    /// - Parameter environment: the `HERALD_*` variables are read from it; the process's when `nil`.
+    /// - Parameters:
+    ///   - arguments: `herald serve`'s flags and settings, without the program's name.
+    ///   - environment: the `HERALD_*` variables are read from it; the process's when `nil`.
     /// - Throws: ``DaemonError``: exit status 64 for a bad flag or setting (named with its file and line, variable or
     ///   flag), 1 for a failure to start or run (a data directory in use, a port taken, a plugin's error).
     public func run(arguments: [String], environment: [String: String]? = nil) async throws {
