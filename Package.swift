@@ -55,7 +55,8 @@ let package = Package(
         .library(name: "HeraldDesktopPresenter", targets: ["HeraldDesktopPresenter"]),
         .library(name: "HeraldImageAttachment", targets: ["HeraldImageAttachment"]),
         .library(name: "HeraldUnifiedPush", targets: ["HeraldUnifiedPush"]),
-        // The daemon.
+        // The daemon: `herald serve` as a library an embedder adds its own plugins to, and the `herald` command.
+        .library(name: "HeraldDaemon", targets: ["HeraldDaemon"]),
         .executable(name: "herald", targets: ["herald"]),
         .library(name: "HeraldExamplePlugin", type: .dynamic, targets: ["HeraldExamplePlugin"]),
         // Shared objects the dynamic-plugin tests load (a product is the only way SwiftPM builds a .so).
@@ -307,14 +308,15 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // MARK: The command: `herald serve`, `send`, `token`, `topics`, `report`, `quarantine`.
+        // MARK: The daemon: `herald serve` as a library, and the command over it.
 
-        .executableTarget(
-            name: "herald",
+        // The daemon: its settings (schema, file, environment, flags, reload), the bundled plugins' registration, the
+        // lifecycle (signals, sd_notify, the data directory's lock), and an embedder's own plugins added to them.
+        .target(
+            name: "HeraldDaemon",
             dependencies: [
                 "Herald",
                 "HeraldSQLite",
-                "HeraldReport",
                 "HeraldDynamicPlugins",
                 "HeraldHTTPReceiver",
                 "HeraldSocketReceiver",
@@ -324,15 +326,32 @@ let package = Package(
                 "HeraldTokenWebhook",
                 "HeraldJSONLExport",
                 "HeraldPrometheusMetrics",
-                "HeraldHTTPClient",
                 "HeraldDesktopPresenter",
                 "HeraldTLS",
                 "HeraldImageAttachment",
                 "HeraldUnifiedPush",
                 "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The command: `herald serve` (over HeraldDaemon), `send`, `token`, `topics`, `report`, `quarantine`.
+        .executableTarget(
+            name: "herald",
+            dependencies: [
+                "Herald",
+                "HeraldDaemon",
+                "HeraldSQLite",
+                "HeraldReport",
+                "HeraldHTTPReceiver",
+                "HeraldNATSReceiver",
+                "HeraldHTTPClient",
+                "HeraldTLS",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings,
             // As for HeraldDynamicPluginsTests: `herald serve --plugin` can dlopen a TSan-built plugin in the
@@ -542,7 +561,13 @@ let package = Package(
         ),
         .testTarget(
             name: "HeraldCommandTests",
-            dependencies: ["Herald", "HeraldTesting", "HeraldEchoHandler", "HeraldSocketReceiver", "herald"],
+            dependencies: ["Herald", "HeraldTesting", "HeraldEchoHandler", "HeraldSocketReceiver", "HeraldDaemon", "herald"],
+            swiftSettings: swiftSettings
+        ),
+        // Daemons started in the test process with a plugin of the test's own.
+        .testTarget(
+            name: "HeraldDaemonTests",
+            dependencies: ["Herald", "HeraldDaemon", "HeraldTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

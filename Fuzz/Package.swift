@@ -104,8 +104,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // herald serve's config file loader. ServeConfiguration.swift lives in the `herald` executable, which no
-        // other package can import: Sources/FuzzConfig/ServeConfiguration.swift (and the files of settings it uses,
+        // herald serve's config file loader. ServeConfiguration.swift is internal to the HeraldDaemon library, which
+        // no other package can reach: Sources/FuzzConfig/ServeConfiguration.swift (and the files of settings it uses,
         // ServeSchema.swift, APNsKeySetting.swift and CategoriesConfiguration.swift) are symbolic links to those
         // files, so the loader is compiled here from the same file, not copied. The schema composes every bundled
         // plugin's settings, hence the plugins below.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldSQLite
 
 @main
@@ -55,10 +56,4 @@ struct Token: AsyncParsableCommand {
         guard stat(SQLiteStore.path(inDirectory: directory), &info) == 0 else { return nil }
         return try SQLiteStore.snapshot(directory: directory).identity
     }
-}
-
-/// A failure the command reports as one line on standard error (no usage text) with exit status 1.
-struct CommandFailure: Error, CustomStringConvertible {
-    let message: String
-    var description: String { message }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldSQLite
 
 /// `herald quarantine list|release`: the messages a daemon quarantined because they were still pending after

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldReport
 import HeraldSQLite
 
@@ -97,10 +98,4 @@ func writeText(_ text: String) {
         guard written > 0 else { return }
         offset += written
     }
-}
-
-/// Writes `text` and a newline to file descriptor `fd`.
-func writeLine(_ text: String, to fd: Int32) {
-    let bytes = Array((text + "\n").utf8)
-    _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
 }

@@ -1,5 +1,6 @@
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldReport
 import HeraldSQLite
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Herald
+import HeraldDaemon
 
 /// `herald respond`: a person's response to a notification a running daemon presented, through its socket
 /// receiver's `respond` request — for daemons without a desktop, and for scripts.

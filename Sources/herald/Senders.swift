@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldHTTPReceiver
 import HeraldNATSReceiver
 import HeraldSQLite
@@ -186,18 +187,6 @@ struct Senders: AsyncParsableCommand {
                 throw CommandFailure(message: "herald: \(error)")
             }
         }
-    }
-}
-
-/// The senders of the store in `directory`, as the HTTP endpoint takes them; none without a store. A sender whose
-/// scopes the store holds in a form this release does not know has none.
-func storedSenders(directory: String) throws -> [SenderCredential] {
-    var info = stat()
-    guard stat(SQLiteStore.path(inDirectory: directory), &info) == 0 else { return [] }
-    return try SQLiteStore.senders(directory: directory).map {
-        SenderCredential(
-            name: $0.name, secretHash: $0.secretHash, scopes: SenderScopes(parsing: $0.scopes) ?? [], rate: $0.rate, burst: $0.burst,
-            createdAt: $0.createdAt, revokedAt: $0.revokedAt)
     }
 }
 

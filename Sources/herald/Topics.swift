@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldHTTPClient
 import HeraldSQLite
 

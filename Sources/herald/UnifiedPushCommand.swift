@@ -1,6 +1,7 @@
 import ArgumentParser
 import Glibc
 import Herald
+import HeraldDaemon
 import HeraldSQLite
 
 /// `herald up list|unregister`: the apps registered with the UnifiedPush distributor of a data directory.

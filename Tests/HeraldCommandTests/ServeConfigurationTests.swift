@@ -4,7 +4,7 @@ import HeraldSocketReceiver
 import HeraldTesting
 import Testing
 
-@testable import herald
+@testable import HeraldDaemon
 
 /// The loader of `herald serve`'s settings, in process: precedence, and every kind of bad value.
 @Suite("herald serve configuration: the loader")

@@ -3,7 +3,7 @@ import Herald
 import HeraldTesting
 import Testing
 
-@testable import herald
+@testable import HeraldDaemon
 
 /// `herald serve`'s settings come from one schema (each plugin's section): every setting through its flag, its
 /// variable, the config file and `--print-config`, and bad values of every kind refused with where they came from.
@@ -279,9 +279,9 @@ struct ServeSchemaTests {
     func secrets() {
         let secret = ServeOption("api-key", .string, default: nil, "none", allowed: "a key", help: "An API key.", secret: true)
         let schema = ConfigurationSchema([ConfigurationSection(name: "Example", summary: "An example.", settings: [secret])])
-        var settings = ServeSettings()
+        var settings = ServeSettings(schema: schema)
         settings.set(secret, .string("hunter2"), from: .environment("HERALD_API_KEY"))
-        let printed = settings.rendered(environment: [:], schema: schema)
+        let printed = settings.rendered(environment: [:])
         #expect(printed.contains("# api-key: set, not shown (a secret)  # environment HERALD_API_KEY"), "\(printed)")
         #expect(!printed.contains("hunter2"))
         #expect(schema.helpText().contains("; a secret."))

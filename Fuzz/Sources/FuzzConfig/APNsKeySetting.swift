@@ -1,1 +1,1 @@
-../../../Sources/herald/APNsKeySetting.swift
+../../../Sources/HeraldDaemon/APNsKeySetting.swift

@@ -1,1 +1,1 @@
-../../../Sources/herald/CategoriesConfiguration.swift
+../../../Sources/HeraldDaemon/CategoriesConfiguration.swift

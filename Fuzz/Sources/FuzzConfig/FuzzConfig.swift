@@ -1,8 +1,8 @@
 import FuzzSupport
 import Herald
 
-// ServeConfiguration.swift here is a symbolic link to ../../../Sources/herald/ServeConfiguration.swift: the
-// loader `herald serve` runs, compiled into this target (an executable's code cannot be imported).
+// ServeConfiguration.swift here is a symbolic link to ../../../Sources/HeraldDaemon/ServeConfiguration.swift: the
+// loader `herald serve` runs, compiled into this target (the library's internals cannot be imported).
 
 /// herald serve's config file loader on arbitrary bytes: it must read them into settings or refuse them with a
 /// ConfigurationError (the one-line message serve prints, exit 64), never crash or throw anything else. Settings
@@ -28,7 +28,7 @@ public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePoi
     fuzzerMain(argc, argv, fuzz)
 }
 
-/// The command's error type, which the linked APNsKeySetting.swift throws when it loads a key file; the loader
+/// The daemon's error type, which the linked APNsKeySetting.swift throws when it loads a key file; the loader
 /// fuzzed here only parses settings and never loads a key, so the type is all it needs of the command.
 struct CommandFailure: Error {
     let message: String

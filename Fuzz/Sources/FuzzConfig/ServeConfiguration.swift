@@ -1,1 +1,1 @@
-../../../Sources/herald/ServeConfiguration.swift
+../../../Sources/HeraldDaemon/ServeConfiguration.swift

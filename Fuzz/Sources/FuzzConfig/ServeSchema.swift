@@ -1,1 +1,1 @@
-../../../Sources/herald/ServeSchema.swift
+../../../Sources/HeraldDaemon/ServeSchema.swift

@@ -106,7 +106,10 @@ extension ServeOption {
     static let schema = ConfigurationSchema([daemonSection] + pluginSections)
 
     /// The settings reference page (`herald serve --print-reference`; docs/operators/settings.md is this page).
-    static var reference: String {
+    static var reference: String { reference(schema: schema) }
+
+    /// The settings reference page of `schema` (`--print-reference`).
+    static func reference(schema: ConfigurationSchema) -> String {
         schema.markdownReference(
             title: "Settings of `herald serve`",
             introduction: """

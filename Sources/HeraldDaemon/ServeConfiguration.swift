@@ -40,9 +40,12 @@ struct ServeSettings: Sendable {
     var categories: [NotificationCategory] = []
     /// The config file's `plugin-settings` section (``PluginSettings``): each dynamic plugin's own settings.
     var pluginSettings: [PluginSettings] = []
+    /// The settings there are: the daemon's, the bundled plugins' and an embedder's.
+    let schema: ConfigurationSchema
 
-    init() {
-        for option in ServeOption.all {
+    init(schema: ConfigurationSchema = ServeOption.schema) {
+        self.schema = schema
+        for option in schema.settings {
             if let value = option.defaultValue { values[option.key] = value }
             sources[option.key] = .defaultValue
         }
@@ -138,14 +141,16 @@ enum ServeConfiguration {
     ///   - flags: the values given as flags, by key, with the flag's name as written.
     /// - Throws: ``ConfigurationError`` for a file that cannot be read or is not valid YAML, an unknown key, a value of
     ///   the wrong type or out of range, wherever it came from.
+    ///   - schema: the settings there are.
     static func resolve(
-        file: String?, environment: [String: String], flags: [(key: String, value: SettingValue, flag: String)]
+        file: String?, environment: [String: String], flags: [(key: String, value: SettingValue, flag: String)],
+        schema: ConfigurationSchema = ServeOption.schema
     ) throws -> (settings: ServeSettings, warnings: [String]) {
-        var settings = ServeSettings()
+        var settings = ServeSettings(schema: schema)
         if let file { try readFile(file, into: &settings) }
         let warnings = try readEnvironment(environment, into: &settings)
         for (key, value, flag) in flags {
-            guard let option = ServeOption.schema.setting(forKey: key) else { continue }
+            guard let option = schema.setting(forKey: key) else { continue }
             let source = SettingSource.flag(flag)
             switch value {
             case .list(let items):
@@ -199,13 +204,13 @@ enum ServeConfiguration {
                 settings.pluginSettings = try PluginSettings.read(valueNode, path: path)
                 continue
             }
-            guard let option = ServeOption.schema.setting(forKey: key) else {
-                let suggestion =
-                    ConfigurationSchema.nearest(to: key, among: ServeOption.all.map(\.key)).map { " (did you mean '\($0)'?)" } ?? ""
+            let keys = settings.schema.settings.map(\.key)
+            guard let option = settings.schema.setting(forKey: key) else {
+                let suggestion = ConfigurationSchema.nearest(to: key, among: keys).map { " (did you mean '\($0)'?)" } ?? ""
                 throw ConfigurationError(
                     message: """
                         herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
-                        \(ServeOption.all.map(\.key).joined(separator: ", ")), categories, \(PluginSettings.key)
+                        \(keys.joined(separator: ", ")), categories, \(PluginSettings.key)
                         """)
             }
             let source = SettingSource.file(path: path, line: line)
@@ -271,7 +276,7 @@ enum ServeConfiguration {
     // MARK: The environment
 
     static func readEnvironment(_ environment: [String: String], into settings: inout ServeSettings) throws -> [String] {
-        for option in ServeOption.all {
+        for option in settings.schema.settings {
             // An empty variable counts as not set, as shells treat it.
             guard let text = environment[option.environmentName], !text.isEmpty else { continue }
             let source = SettingSource.environment(option.environmentName)
@@ -280,7 +285,7 @@ enum ServeConfiguration {
             }
             settings.set(option, value, from: source)
         }
-        let known = Set(ServeOption.all.map(\.environmentName)).union(ServeOption.otherEnvironmentNames)
+        let known = Set(settings.schema.settings.map(\.environmentName)).union(ServeOption.otherEnvironmentNames)
         return environment.keys.filter { $0.hasPrefix("HERALD_") && !known.contains($0) }.sorted().map { name in
             let suggestion = ConfigurationSchema.nearest(to: name, among: known.sorted()).map { " (did you mean \($0)?)" } ?? ""
             return "environment \(name) is not a setting of herald serve and is ignored\(suggestion)"
@@ -305,7 +310,7 @@ enum ServeConfiguration {
 }
 
 /// The whole contents of the file at `path`, or `nil` (with `errno` set) when it cannot be read.
-func readWholeFile(_ path: String) -> [UInt8]? {
+package func readWholeFile(_ path: String) -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
@@ -323,7 +328,7 @@ func readWholeFile(_ path: String) -> [UInt8]? {
 extension ServeSettings {
     /// The effective configuration as a config file: one `key: value` line per setting with its source in a comment.
     /// Unset settings (the auth token file) are commented out. The bearer secret itself is never shown.
-    func rendered(environment: [String: String], schema: ConfigurationSchema = ServeOption.schema) -> String {
+    func rendered(environment: [String: String]) -> String {
         var lines = ["# herald serve: the effective configuration; each line says where its value came from"]
         for option in schema.settings {
             let source = sources[option.key] ?? .defaultValue

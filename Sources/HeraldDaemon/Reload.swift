@@ -84,7 +84,7 @@ final class ConfigurationReload: Sendable {
 
     /// The settings' keys whose values differ between `old` and `new` (the categories counted as one key).
     static func changedKeys(_ old: ServeSettings, _ new: ServeSettings) -> [String] {
-        var changed = ServeOption.all.map(\.key).filter { old.values[$0] != new.values[$0] }
+        var changed = new.schema.settings.map(\.key).filter { old.values[$0] != new.values[$0] }
         if old.categories != new.categories { changed.append("categories") }
         return changed
     }
