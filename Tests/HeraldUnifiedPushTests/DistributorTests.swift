@@ -240,6 +240,37 @@ extension DistributorTests {
         }
     }
 
+    @Test(
+        "Connector1: pushes go asking for no answer once the app's name has an owner; an app that is gone is not counted as handed a push, and gets it when back"
+    )
+    func connector1WithoutReply() async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await world.withHerald(analytics: true) { base, _ in
+            let app = try world.app("org.example.NoReply", version: 1, register: "quiet")
+            let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
+            #expect(try await post(url, Array("here".utf8), in: world.directory).status == 201)
+            let first = try await app.next("message")
+            #expect(first["body"] == Array("here".utf8).hex)
+            #expect(first["reply"] == "none", "Message was sent waiting for an answer")
+            let deliveredOnce = await eventually { world.deliveryMetricLines().contains { $0["event"] == "MESSAGE_DELIVERED" } }
+            #expect(deliveredOnce, "\(world.deliveryMetricLines())")
+
+            // Gone: a call asking for no answer would be dropped by the bus unseen; the push waits instead.
+            try await app.stopped()
+            #expect(try await post(url, Array("away".utf8), in: world.directory).status == 201)
+            let back = try world.app("org.example.NoReply", version: 1)
+            let second = try await back.next("message")
+            #expect(second["body"] == Array("away".utf8).hex)
+            let both = await eventually {
+                world.deliveryMetricLines().filter { $0["event"] == "MESSAGE_DELIVERED" }.count == 2
+            }
+            #expect(both, "\(world.deliveryMetricLines())")
+            let delivered = world.deliveryMetricLines().filter { $0["event"] == "MESSAGE_DELIVERED" }.compactMap { $0["message_id"] }
+            #expect(delivered == [first["id"], second["id"]].compactMap { $0 }, "\(world.deliveryMetricLines())")
+        }
+    }
+
     @Test("pushes waiting for an app that is away are bounded: past the bound 429, room again once it took them")
     func waitingBound() async throws {
         let world = try UnifiedPushWorld()
