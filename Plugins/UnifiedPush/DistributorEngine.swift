@@ -30,6 +30,8 @@ final class DistributorEngine: @unchecked Sendable {
     private var waiting: [String: [UnifiedPushMessage]] = [:]
     /// Pushes whose `Message` call is in flight.
     private var inFlight: Set<String> = []
+    /// Endpoint tokens of Connector1 apps whose name the bus is being asked about.
+    private var checkingOwner: Set<String> = []
     /// Pushes accepted and waiting for their commit, with their senders' answers; pushes to forget at the next one.
     private var adding: [(message: UnifiedPushMessage, answer: (WebPushAnswer) -> Void)] = []
     private var finishing: [String] = []
@@ -94,6 +96,7 @@ final class DistributorEngine: @unchecked Sendable {
             self.connection = nil
             ownsName = false
             inFlight = []
+            checkingOwner = []
             unavailable("connection lost: \(reason)")
         }
         connection.onSignal = { [unowned self] signal in nameOwnerChanged(signal) }
@@ -451,16 +454,16 @@ final class DistributorEngine: @unchecked Sendable {
         guard ownsName, let registration = registrations[endpointToken], !registration.dropped, let messages = waiting[endpointToken] else {
             return
         }
+        if registration.version == 1 { return deliverWithoutReply(registration) }
         let now = Self.now()
         var expired: [String] = []
         var calls = messages.count { inFlight.contains($0.messageID) }
         for message in messages where !inFlight.contains(message.messageID) {
-            // Connector1's Message may be a no-reply method (its answer is then the call's timeout): not bounded.
-            guard registration.version == 1 || calls < options.maximumCallsInFlight else { break }
+            guard calls < options.maximumCallsInFlight else { break }
             // sd-bus may answer earlier calls while this loop makes its own (a reply read while a call is sent): a
             // push of this copy of the list may have been handed over and forgotten meanwhile.
             guard waiting[endpointToken]?.contains(where: { $0.messageID == message.messageID }) == true else { continue }
-            if message.expiresAt < now || (message.expiresAt == message.receivedAt && attempted.contains(message.messageID)) {
+            if hasExpired(message, now: now) {
                 expired.append(message.messageID)
                 record(.messageDropped, message, service: registration.service, reason: .expired)
                 continue
@@ -468,25 +471,18 @@ final class DistributorEngine: @unchecked Sendable {
             inFlight.insert(message.messageID)
             attempted.insert(message.messageID)
             calls += 1
-            let arguments: [DBusValue] =
-                registration.version == 1
-                ? [.string(registration.token), .bytes(message.body), .string(message.messageID)]
-                : [
-                    .dictionary([
-                        DBusEntry("token", .string(registration.token)), DBusEntry("message", .bytes(message.body)),
-                        DBusEntry("id", .string(message.messageID)),
-                    ])
-                ]
+            let arguments: [DBusValue] = [
+                .dictionary([
+                    DBusEntry("token", .string(registration.token)), DBusEntry("message", .bytes(message.body)),
+                    DBusEntry("id", .string(message.messageID)),
+                ])
+            ]
             callConnector(registration, "Message", arguments) { [self] result in
                 inFlight.remove(message.messageID)
                 switch result {
                 case .success:
                     delivered(message, service: registration.service)
                     // The next waiting push takes its place (on the loop's next turn: this may run inside a call).
-                    loop.execute { [self] in deliver(endpointToken: endpointToken) }
-                case .failure(let error) where registration.version == 1 && error.name == "org.freedesktop.DBus.Error.NoReply":
-                    // Connector1's Message is a no-reply method: an app that owns its name took it without answering.
-                    delivered(message, service: registration.service)
                     loop.execute { [self] in deliver(endpointToken: endpointToken) }
                 case .failure(let error):
                     logger.debug(
@@ -501,6 +497,78 @@ final class DistributorEngine: @unchecked Sendable {
             }
         }
         if !expired.isEmpty { finish(expired, endpointToken: endpointToken) }
+    }
+
+    /// Whether `message` is to be dropped rather than offered: past its TTL, or TTL 0 and offered once already.
+    private func hasExpired(_ message: UnifiedPushMessage, now: Int64) -> Bool {
+        message.expiresAt < now || (message.expiresAt == message.receivedAt && attempted.contains(message.messageID))
+    }
+
+    /// Offers the waiting pushes of a Connector1 app, whose `Message` may be a no-reply method (the spec allows it;
+    /// such an app never answers): each is sent asking for no answer and counts as handed over once sent. The bus
+    /// drops such a call unseen when nobody owns the app's name, so the pushes go only once the bus says the name
+    /// has an owner; without one, the bus is asked to start the app (D-Bus activation) and the pushes wait for its
+    /// name to appear (or for the next try).
+    private func deliverWithoutReply(_ registration: UnifiedPushRegistration) {
+        let endpointToken = registration.endpointToken
+        guard !checkingOwner.contains(endpointToken) else { return }
+        checkingOwner.insert(endpointToken)
+        callBus("NameHasOwner", [.string(registration.service)]) { [self] result in
+            switch result {
+            case .success(let reply) where reply.boolean() == true:
+                checkingOwner.remove(endpointToken)
+                sendWithoutReply(endpointToken: endpointToken)
+            case .success:
+                // Started (or someone took the name meanwhile): offered again; not startable: they wait.
+                callBus("StartServiceByName", [.string(registration.service), .uint32(0)]) { [self] result in
+                    checkingOwner.remove(endpointToken)
+                    switch result {
+                    case .success: deliver(endpointToken: endpointToken)
+                    case .failure(let error): notTaken(endpointToken: endpointToken, service: registration.service, error: error)
+                    }
+                }
+            case .failure(let error):
+                checkingOwner.remove(endpointToken)
+                notTaken(endpointToken: endpointToken, service: registration.service, error: error)
+            }
+        }
+    }
+
+    /// Sends the waiting pushes of `endpointToken` (a Connector1 app whose name has an owner) without waiting for
+    /// answers, and forgets them.
+    private func sendWithoutReply(endpointToken: String) {
+        guard let connection, let registration = registrations[endpointToken], !registration.dropped,
+            let messages = waiting[endpointToken]
+        else { return }
+        let now = Self.now()
+        var expired: [String] = []
+        var sent: [String] = []
+        for message in messages {
+            if hasExpired(message, now: now) {
+                expired.append(message.messageID)
+                record(.messageDropped, message, service: registration.service, reason: .expired)
+                continue
+            }
+            let queued = connection.send(
+                destination: registration.service, path: Self.connectorPath, interface: "org.unifiedpush.Connector1", member: "Message",
+                arguments: [.string(registration.token), .bytes(message.body), .string(message.messageID)])
+            // Not queued (the connection is closing): it waits for the next try.
+            guard queued else { break }
+            record(.messageDelivered, message, service: registration.service)
+            sent.append(message.messageID)
+        }
+        if !expired.isEmpty || !sent.isEmpty { finish(expired + sent, endpointToken: endpointToken) }
+    }
+
+    /// The app of `endpointToken` could not be reached or started: its pushes wait, but those with TTL 0 are dropped.
+    private func notTaken(endpointToken: String, service: String, error: DBusCallError) {
+        logger.debug("the app is not on the bus; its pushes wait", metadata: ["service": "\(service)", "error": "\(error)"])
+        let now = waiting[endpointToken]?.filter { $0.expiresAt == $0.receivedAt } ?? []
+        guard !now.isEmpty else { return }
+        for message in now {
+            record(.messageDropped, message, service: service, reason: .expired, detail: "TTL 0 and the app did not take it")
+        }
+        finish(now.map(\.messageID), endpointToken: endpointToken)
     }
 
     private func delivered(_ message: UnifiedPushMessage, service: String) {

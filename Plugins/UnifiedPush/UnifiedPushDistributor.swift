@@ -46,8 +46,8 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushDirectory, @unch
         public var maximumWaitingPerEndpoint = 1000
         /// The most `Message` calls in flight to one Connector2 app at once; the next goes as one is answered, so
         /// that a burst (pushes that waited for an app that was away) reaches it in order without flooding its
-        /// connection or the bus's pending replies. Connector1 apps are not bounded: their `Message` may have no
-        /// answer but the call's timeout.
+        /// connection or the bus's pending replies (an app given hundreds of calls at once may have more replies to write
+        /// than its socket holds). Connector1 apps are sent their pushes as calls asking for no answer, not bounded.
         public var maximumCallsInFlight = 16
         /// How often pushes an app did not take are offered again (besides when its name appears on the bus).
         public var retryInterval: Duration = .seconds(30)

@@ -87,6 +87,12 @@ package struct DBusMessage {
         return String(cString: value)
     }
 
+    package func boolean() -> Bool? {
+        var value: Int32 = 0
+        guard sd_bus_message_read_basic(raw, code("b"), &value) > 0 else { return nil }
+        return value != 0
+    }
+
     package func uint32() -> UInt32? {
         var value: UInt32 = 0
         guard sd_bus_message_read_basic(raw, code("u"), &value) > 0 else { return nil }
@@ -326,6 +332,25 @@ package final class DBusConnection {
             return
         }
         kick()
+    }
+
+    /// Sends a call to `member` that asks for no answer (the `NO_REPLY_EXPECTED` flag): nothing comes back, not even
+    /// an error, and the bus drops it unseen when nobody owns `destination` and nobody can be started for it. Whether
+    /// it could be queued for sending.
+    @discardableResult
+    package func send(destination: String, path: String, interface: String, member: String, arguments: [DBusValue] = []) -> Bool {
+        guard let bus else { return false }
+        var message: OpaquePointer?
+        var result = sd_bus_message_new_method_call(bus, &message, destination, path, interface, member)
+        if result >= 0, let message {
+            result = sd_bus_message_set_expect_reply(message, 0)
+            if result >= 0 { result = Self.append(arguments, to: message) }
+            if result >= 0 { result = sd_bus_send(bus, message, nil) }
+        }
+        if let message { sd_bus_message_unref(message) }
+        guard result >= 0 else { return false }
+        kick()
+        return true
     }
 
     /// Emits a signal from this connection.

@@ -2,8 +2,10 @@ public import Foundation
 import Glibc
 
 /// A private session bus for one test: `dbus-daemon` with a configuration of its own, listening on a socket in a
-/// directory of the test's. Anyone may own any name. With a service directory, the bus starts a service on demand
-/// from the `.service` files there (D-Bus activation); without one, it starts nothing.
+/// directory of the test's, with a desktop session bus's limits (/usr/share/dbus-1/session.conf: 50,000 calls of one
+/// connection may wait for replies, not dbus-daemon's own 128). Anyone may own any name. With a service directory,
+/// the bus starts a service on demand from the `.service` files there (D-Bus activation); without one, it starts
+/// nothing.
 public final class PrivateSessionBus: @unchecked Sendable {
     // @unchecked Sendable: started and stopped by the test's task, one step at a time.
 
@@ -32,6 +34,10 @@ public final class PrivateSessionBus: @unchecked Sendable {
           <type>session</type>
           <listen>\(address)</listen>
           <auth>EXTERNAL</auth>
+          <limit name="max_incoming_bytes">1000000000</limit>
+          <limit name="max_outgoing_bytes">1000000000</limit>
+          <limit name="max_message_size">1000000000</limit>
+          <limit name="max_replies_per_connection">50000</limit>
           \(services)
           <policy context="default">
             <allow send_destination="*" eavesdrop="true"/>

@@ -232,4 +232,66 @@ struct FleetTests {
         let stoppedGateway = Sendably(gateway)
         #expect(try await onOwnThread { stoppedGateway.value.terminate() } == 0)
     }
+
+    @Test(
+        "through the fleet: a push the instance took while the app was away survives the instance's SIGKILL and is handed over once after restart"
+    )
+    func fleetKillRestart() async throws {
+        let nats = try NATSServerProcess()
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        let gatewayPort = try freeLoopbackPort()
+        let endpointURL = "http://127.0.0.1:\(gatewayPort)/up/"
+        let gatewayData = world.directory + "/gateway"
+        let gateway = try DaemonProcess(
+            directory: gatewayData, httpPort: gatewayPort,
+            arguments: [
+                "serve", "--gateway", "--nats-server", nats.url, "--http", "127.0.0.1:\(gatewayPort)", "--data-dir", gatewayData,
+                "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+            ])
+        let instancePort = try freeLoopbackPort()
+        func serveInstance() async throws -> DaemonProcess {
+            let instance = try DaemonProcess(
+                directory: world.dataDirectory, httpPort: instancePort,
+                arguments: [
+                    "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
+                    world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+                ],
+                environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+            let owned = try await eventually { try await world.distributorOwnsName() }
+            try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
+            return instance
+        }
+        var instance = try await serveInstance()
+        // Connector1: a push counts as handed over once sent (a Connector2 app stopped between taking a push and
+        // answering would be offered it again, with the same ID).
+        let app = try world.app("org.example.FleetKilled", version: 1, register: "killed")
+        let endpoint = try #require(try await app.next("endpoint")["endpoint"])
+        let accepted = try await eventually { try await post(endpoint, Array("first".utf8), in: world.directory).status == 201 }
+        try #require(accepted, "gateway: \(gateway.log)\ninstance: \(instance.log)")
+        #expect(try await app.next("message")["body"] == Array("first".utf8).hex)
+
+        try await app.stopped()
+        #expect(try await post(endpoint, Array("while away".utf8), in: world.directory).status == 201)
+        // The instance took it from JetStream (its work queue is empty again): it is in the instance's store only.
+        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+        let stream = NATSSubjects.webPushStreamName(project: "herald")
+        let taken = try await eventually { try client.storedMessages(stream: stream) == 0 }
+        try #require(taken, "the instance never took the push from \(stream): \(instance.log)")
+        kill(instance.process.processIdentifier, SIGKILL)
+        let killed = Sendably(instance)
+        try await onOwnThread { waitForExit(killed.value.process) }
+
+        instance = try await serveInstance()
+        let back = try world.app("org.example.FleetKilled", version: 1)
+        #expect(try await back.next("message")["body"] == Array("while away".utf8).hex, "\(instance.log)")
+        let marked = try await eventually { try await post(endpoint, Array("marker".utf8), in: world.directory).status == 201 }
+        #expect(marked, "gateway: \(gateway.log)")
+        #expect(try await back.next("message")["body"] == Array("marker".utf8).hex)
+        #expect(back.messages.count == 2, "handed over more than once")
+        let stopped = Sendably(instance)
+        #expect(try await onOwnThread { stopped.value.terminate() } == 0)
+        let stoppedGateway = Sendably(gateway)
+        #expect(try await onOwnThread { stoppedGateway.value.terminate() } == 0)
+    }
 }

@@ -5,7 +5,8 @@
 Owns SERVICE_NAME on the session bus (DBUS_SESSION_BUS_ADDRESS), serves org.unifiedpush.Connector<VERSION> at
 /org/unifiedpush/Connector, registers TOKEN with the distributor through org.unifiedpush.Distributor<VERSION> when
 asked, and prints one JSON object per line for everything that happens: ready, registered, endpoint, message
-(with the body in hex and the time it arrived, ns since 1970), unregistered. Reads commands from standard input,
+(with the body in hex, the time it arrived, ns since 1970, and for Connector1 whether the call asked for an
+answer), unregistered. Reads commands from standard input,
 one a line: `unregister TOKEN`, `register TOKEN`, `register-as OTHER_NAME TOKEN` (a name it does not own).
 With --events it appends the events to FILE instead, reads no commands and runs until the bus goes away: so it
 runs when the bus starts it (D-Bus activation).
@@ -17,7 +18,7 @@ import os
 import sys
 import time
 
-from dbus_next import Message, MessageType, Variant
+from dbus_next import Message, MessageFlag, MessageType, Variant
 from dbus_next.aio import MessageBus
 from dbus_next.service import ServiceInterface, method
 
@@ -37,13 +38,22 @@ def say(event, **fields):
         print(json.dumps(fields), flush=True)
 
 
+# Whether the call being handled asks for an answer ("expected") or not ("none"): set for each incoming message
+# before the service sees it.
+REPLY = {"wanted": "expected"}
+
+
+def note_reply_flag(message):
+    REPLY["wanted"] = "none" if message.flags & MessageFlag.NO_REPLY_EXPECTED else "expected"
+
+
 class Connector1(ServiceInterface):
     def __init__(self):
         super().__init__("org.unifiedpush.Connector1")
 
     @method()
     def Message(self, token: "s", message: "ay", id: "s"):
-        say("message", token=token, body=bytes(message).hex(), id=id, at=time.time_ns())
+        say("message", token=token, body=bytes(message).hex(), id=id, at=time.time_ns(), reply=REPLY["wanted"])
 
     @method()
     def NewEndpoint(self, token: "s", endpoint: "s"):
@@ -129,6 +139,7 @@ async def main():
     if "--distributor" in options:
         distributor = options[options.index("--distributor") + 1]
     bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
+    bus.add_message_handler(note_reply_flag)
     bus.export(CONNECTOR_PATH, Connector1() if version == 1 else Connector2())
     await bus.request_name(service)
     say("ready", service=service)
