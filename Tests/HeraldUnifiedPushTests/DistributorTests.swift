@@ -232,10 +232,10 @@ extension DistributorTests {
             }
             #expect(load.output.contains("1000 succeeded"), "\(load.output)")
             // Back: the 1,000 are offered to Connector2 16 calls at a time, to Connector1 as calls asking for no answer
-            // (the bus has a desktop's limits: 50,000 calls may wait for replies). An app on dbus-next handed a few
-            // hundred calls that want answers at once stops for good: its writer takes the socket's EAGAIN for a
-            // lost connection and leaves the socket open, so it holds its name but reads nothing. Each `next` waits
-            // 30 s at most; anything left would wait for the retry, an hour away here.
+            // (the bus has a desktop's limits: 50,000 calls may wait for replies). dbus-next's writer takes the
+            // socket's EAGAIN for a lost connection and then reads nothing more: the test app waits for the socket
+            // instead (up_app.py's PatientSocket), so a stall here is the distributor's. Each `next` waits 30 s at
+            // most; anything left would wait for the retry, an hour away here.
             let back = try world.app(service, version: version)
             var ids: Set<String> = []
             for _ in 0..<1000 { ids.insert(try await back.next("message")["id"] ?? "") }

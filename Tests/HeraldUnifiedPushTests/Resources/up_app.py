@@ -22,6 +22,28 @@ from dbus_next import Message, MessageFlag, MessageType, Variant
 from dbus_next.aio import MessageBus
 from dbus_next.service import ServiceInterface, method
 
+
+class PatientSocket:
+    """The bus socket as dbus-next 0.2.3's writer sees it, with a full socket taken for what it is.
+
+    Its writer takes a send that would block (EAGAIN) for a lost connection: it stops reading and writing but keeps
+    the socket, so the app holds its name and never reads again. Here such a send sent nothing, and the writer waits
+    for the socket to be writable, as it does after a partial send. An app under a burst of calls, on a loaded
+    machine, otherwise stalls for reasons of its own library, not of the distributor.
+    """
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def send(self, data):
+        try:
+            return self._sock.send(data)
+        except BlockingIOError:
+            return 0
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
 DISTRIBUTOR_PATH = "/org/unifiedpush/Distributor"
 CONNECTOR_PATH = "/org/unifiedpush/Connector"
 
@@ -139,6 +161,7 @@ async def main():
     if "--distributor" in options:
         distributor = options[options.index("--distributor") + 1]
     bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
+    bus._writer.sock = PatientSocket(bus._writer.sock)
     bus.add_message_handler(note_reply_flag)
     bus.export(CONNECTOR_PATH, Connector1() if version == 1 else Connector2())
     await bus.request_name(service)
