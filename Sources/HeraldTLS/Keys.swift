@@ -110,7 +110,16 @@ public struct LocalCertificateAuthority: Sendable {
         if mkdir(directory, 0o700) != 0, errno != EEXIST {
             throw .file(path: directory, reason: String(cString: strerror(errno)))
         }
-        if access(authority.certificateFile, R_OK) == 0, access(authority.keyFile, R_OK) == 0 { return authority }
+        return try locked(directory) { () throws(KeyError) in
+            try authority.createUnlessPresent(name: name, permittedNames: permittedNames)
+            return authority
+        }
+    }
+
+    /// Makes the key and certificate unless both are there; the caller holds the directory's lock.
+    private func createUnlessPresent(name: String, permittedNames: [String]) throws(KeyError) {
+        let authority = self
+        if access(authority.certificateFile, R_OK) == 0, access(authority.keyFile, R_OK) == 0 { return }
         // Half a pair (a stop between the two writes below): both are made again, never a new key beside an old
         // certificate.
         unlink(authority.certificateFile)
@@ -128,14 +137,31 @@ public struct LocalCertificateAuthority: Sendable {
             free(keyPEM)
             free(certificatePEM)
         }
-        try writeFile(authority.keyFile, String(cString: keyPEM), mode: 0o600)
-        try writeFile(authority.certificateFile, String(cString: certificatePEM), mode: 0o644)
-        return authority
+        try Self.writeFile(authority.keyFile, String(cString: keyPEM), mode: 0o600)
+        try Self.writeFile(authority.certificateFile, String(cString: certificatePEM), mode: 0o644)
+    }
+
+    /// Runs `body` holding an exclusive `flock` on the directory's `.lock` file: two processes making or using the
+    /// authority at once (`herald credentials ca` beside a first `herald serve --fcm-proxy`) take turns, so neither
+    /// writes its key beside the other's certificate, nor one's server key beside the other's server certificate.
+    private static func locked<T>(_ directory: String, _ body: () throws(KeyError) -> T) throws(KeyError) -> T {
+        let path = directory + "/.lock"
+        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .file(path: path, reason: String(cString: strerror(errno))) }
+        defer { close(fd) }
+        while flock(fd, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw .file(path: path, reason: String(cString: strerror(errno))) }
+        }
+        return try body()
     }
 
     /// Issues a server certificate for `names` (DNS names; the first is its common name), valid a year, with a new
     /// key, and writes both to ``serverCertificateFile`` and ``serverKeyFile`` (replacing the previous ones).
     public func issueServerCertificate(names: [String]) throws(KeyError) {
+        try Self.locked(directory) { () throws(KeyError) in try issueUnlocked(names: names) }
+    }
+
+    private func issueUnlocked(names: [String]) throws(KeyError) {
         let caKey = try readFile(keyFile)
         let caCertificate = try readFile(certificateFile)
         let altNames = names.map { "DNS:\($0)" }.joined(separator: ",")

@@ -288,6 +288,40 @@ struct ServiceAccountTests {
         }
     }
 
+    @Test(
+        "made by several at once (herald credentials ca beside a first herald serve): one CA key and certificate that match, and a server pair that verifies"
+    )
+    func authorityMadeConcurrently() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory + "/ca"
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await onOwnThread {
+                            let authority = try LocalCertificateAuthority.openOrCreate(
+                                directory: path, permittedNames: ["fcm.googleapis.com"])
+                            try authority.issueServerCertificate(names: ["fcm.googleapis.com"])
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let authority = try LocalCertificateAuthority.openOrCreate(directory: path)
+            func publicKey(_ arguments: [String]) throws -> String {
+                try runExecutable(URL(fileURLWithPath: "/usr/bin/openssl"), arguments).output
+            }
+            let caKey = try publicKey(["pkey", "-in", authority.keyFile, "-pubout"])
+            let caCertificateKey = try publicKey(["x509", "-in", authority.certificateFile, "-noout", "-pubkey"])
+            #expect(!caKey.isEmpty && caKey == caCertificateKey)
+            let serverKey = try publicKey(["pkey", "-in", authority.serverKeyFile, "-pubout"])
+            let serverCertificateKey = try publicKey(["x509", "-in", authority.serverCertificateFile, "-noout", "-pubkey"])
+            #expect(!serverKey.isEmpty && serverKey == serverCertificateKey)
+            let verified = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/openssl"), ["verify", "-CAfile", authority.certificateFile, authority.serverCertificateFile])
+            #expect(verified.status == 0, "\(verified.output)\(verified.error)")
+        }
+    }
+
     @Test("a key issued while running is found at once by the token request that names it")
     func newKeyFoundAtOnce() async throws {
         // No periodic read during the test: only the token request can find the new key.
