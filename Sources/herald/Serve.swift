@@ -357,7 +357,7 @@ final class Daemon: Service, Sendable {
             let directory = settings.dataDirectory
             // A gateway's senders are the fleet's (its NATS bucket), an instance's are in its store.
             options.senders =
-                forwarder.map { gateway in SenderOptions { try gateway.senders() } }
+                forwarder?.senderOptions
                 ?? SenderOptions { try storedSenders(directory: directory) }
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
