@@ -331,7 +331,7 @@ final class Daemon: Service, Sendable {
         let distributor =
             settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
             ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
-        let nats = settings.isEnabled(NATSReceiver.Settings.section) ? settings.natsOptions(authToken: natsToken) : nil
+        let nats = settings.isEnabled(NATSReceiver.Settings.section) ? try settings.natsOptions(authToken: natsToken) : nil
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
         var forwarder: NATSGateway?
