@@ -285,8 +285,9 @@ public final class NATSPublisher: @unchecked Sendable {
         return kvEntry_ValueString(entry).map { String(cString: $0) }
     }
 
-    /// Keeps a copy of the registrations bucket `bucket` up to date with a KV watch (``watch(_:into:)``), so that
-    /// ``cachedRegistration(key:)`` answers without a round trip (a gateway answers an unknown token at once). Runs
+    /// Keeps a copy of the registrations bucket `bucket` up to date with a KV watch on a thread of its own, so that
+    /// ``cachedRegistration(key:)`` answers without a round trip (a gateway answers an unknown token at once). A
+    /// bucket that does not exist yet is looked for again every second; a watch that fails is opened again. Runs
     /// until ``stopWatching()``.
     public func watchRegistrations(bucket: String) {
         watch(bucket, into: registrations)

@@ -61,8 +61,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     /// A user name and its password, as a server's `authorization` block lists them.
     public struct Login: Sendable, Hashable, CustomStringConvertible {
+        /// The user name.
         public var user: String
+        /// The password (never logged nor shown: see ``description``).
         public var password: String
+        /// `user` with `password`.
         public init(user: String, password: String) {
             self.user = user
             self.password = password
