@@ -159,8 +159,8 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
             try tokens.reload()
             serviceAccountTokens = tokens
         }
-        // Senders that cannot be read yet (the fleet's bucket out of reach) are read again every refresh interval;
-        // until then only the secret and access tokens are taken.
+        // Senders that cannot be read yet (the fleet's bucket out of reach) are read again at the next change or
+        // refresh interval; until then only the secret and access tokens are taken.
         let loadedSenders: [SenderCredential]?
         do {
             loadedSenders = try options.senders.map { try $0.loadSenders() }
@@ -193,15 +193,22 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         if let senders = options.senders {
             let logger = context.logger
             let loop = context.loop
+            let reload = { @Sendable [self] in
+                do {
+                    let loaded = try senders.loadSenders()
+                    loop.execute { self.install(loaded) }
+                } catch {
+                    logger.warning("cannot read the senders; the last ones read stay in use", metadata: ["error": "\(error)"])
+                }
+            }
             // Ends at stop(), which cancels it.
-            sendersRefresher = Task.detached { [self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: senders.refreshInterval)
-                    do {
-                        let loaded = try senders.loadSenders()
-                        loop.execute { self.install(loaded) }
-                    } catch {
-                        logger.warning("cannot read the senders; the last ones read stay in use", metadata: ["error": "\(error)"])
+            sendersRefresher = Task.detached {
+                if let changes = senders.changes {
+                    for await _ in changes { reload() }
+                } else {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: senders.refreshInterval)
+                        reload()
                     }
                 }
             }

@@ -134,16 +134,22 @@ public struct SenderCredential: Sendable, Hashable {
     }
 }
 
-/// Where a receiver reads its senders' credentials from, and how often.
+/// Where a receiver reads its senders' credentials from, and when.
 public struct SenderOptions: Sendable {
     /// Reads every credential, revoked ones included (an instance's store, the fleet's bucket). Called at start and
-    /// every ``refreshInterval``, never on the loop thread; it may block briefly.
+    /// again at each of ``changes`` (without: every ``refreshInterval``), never on the loop thread; it may block briefly.
     public var loadSenders: @Sendable () throws -> [SenderCredential]
-    /// How often the credentials are read again: a sender revoked or added is known within this.
+    /// How often the credentials are read again when there are no ``changes``: a sender revoked or added is known
+    /// within this.
     public var refreshInterval: Duration = .seconds(2)
+    /// Says when the credentials may have changed (a watch of where they are kept): each element reads them again
+    /// at once, in place of reading them every ``refreshInterval``. `nil` (the default): read every interval.
+    public var changes: AsyncStream<Void>?
 
-    /// Options reading the credentials with `loadSenders`.
-    public init(loadSenders: @escaping @Sendable () throws -> [SenderCredential]) {
+    /// Options reading the credentials with `loadSenders`, again at each of `changes` (or every ``refreshInterval``
+    /// without).
+    public init(changes: AsyncStream<Void>? = nil, loadSenders: @escaping @Sendable () throws -> [SenderCredential]) {
+        self.changes = changes
         self.loadSenders = loadSenders
     }
 }

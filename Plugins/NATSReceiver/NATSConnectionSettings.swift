@@ -26,6 +26,7 @@ enum NATSConnectionSettings {
         ]
         if let file = options.credentialsFile { steps.append { natsOptions_SetUserCredentialsFromFiles(natsOptions, file, nil) } }
         if let token = options.authToken { steps.append { natsOptions_SetToken(natsOptions, token) } }
+        if let login = options.login { steps.append { natsOptions_SetUserInfo(natsOptions, login.user, login.password) } }
         if let tls = options.tls {
             steps.append { natsOptions_SetSecure(natsOptions, true) }
             if let ca = tls.caFile { steps.append { natsOptions_LoadCATrustedCertificates(natsOptions, ca) } }

@@ -21,8 +21,9 @@ public import Herald
 ///
 /// Every publish carries a `Nats-Msg-Id` made from the send (a hash of its subject and body), so a sender's retry
 /// through this gateway or another is stored once. Registrations are read from a copy of the bucket a KV watch keeps
-/// (``NATSPublisher/watchRegistrations(bucket:)``): an unknown token is answered without a round trip. A gateway
-/// holds nothing else: several are interchangeable behind a balancer.
+/// (``NATSPublisher/watchRegistrations(bucket:)``): an unknown token is answered without a round trip. The fleet's
+/// senders too are watched (``senderOptions``): a sender revoked is refused as soon as the watch delivers it. A
+/// gateway holds nothing else: several are interchangeable behind a balancer.
 ///
 /// `validate_only` checks the request (and a token's registration) and publishes nothing. NATS unreachable (down,
 /// reconnecting, or no answer within ``NATSReceiver/Options/requestTimeout``): `503 UNAVAILABLE`; the sender retries.
@@ -37,6 +38,9 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     /// must name. `nil`: no `POST /up/{token}` (see ``receive(_:answer:)``).
     public let webPushEndpointURL: String?
     let shared = Locked<(publisher: NATSPublisher?, context: PluginContext?)>((nil, nil))
+    /// Yields when the watched senders bucket has changed (``senderOptions``).
+    private let sendersChanged: AsyncStream<Void>.Continuation
+    let sendersChanges: AsyncStream<Void>
     /// Whether the topic stream exists (a cache: once seen it is assumed to stay), and when it was last looked for.
     private let topicStream = Locked<(exists: Bool, checked: ContinuousClock.Instant?)>((false, nil))
 
@@ -44,6 +48,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     public init(options: NATSReceiver.Options, webPushEndpointURL: String? = nil) {
         self.options = options
         self.webPushEndpointURL = webPushEndpointURL
+        (sendersChanges, sendersChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     public var descriptor: PluginDescriptor {
@@ -68,6 +73,9 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         // Registrations are read from a watched copy of the bucket: an unknown token is answered without a round trip.
         publisher.watchRegistrations(bucket: options.registrationBucket ?? NATSSubjects.registrationBucket(project: project))
         shared.withLock { $0 = (publisher, context) }
+        // The senders too: each change read again from the copy (``senderOptions``).
+        let sendersChanged = self.sendersChanged
+        publisher.watchSenders(bucket: NATSSubjects.sendersBucket(project: project)) { sendersChanged.yield() }
         context.logger.info(
             "gateway mode: sends go to NATS",
             metadata: [
@@ -82,7 +90,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             defer { shared = (nil, nil) }
             return shared.publisher
         }
-        publisher?.stopWatchingRegistrations()
+        publisher?.stopWatching()
     }
 
     /// Healthy while connected to NATS.

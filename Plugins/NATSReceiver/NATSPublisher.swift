@@ -17,10 +17,10 @@ public final class NATSPublisher: @unchecked Sendable {
     /// Key-value buckets opened so far, by name: opening one is a round trip (stream info), so a gateway, which reads
     /// a registration per send, opens each once.
     private let buckets = Locked<[String: OpaquePointer]>([:])
-    /// The registrations bucket as a watch keeps it (``watchRegistrations(bucket:)``): the keys and tokens, whether
-    /// the watch has caught up, the watcher to stop, and whether it was stopped.
-    private let watched = Locked<(tokens: [String: String], caughtUp: Bool, watcher: OpaquePointer?, stopped: Bool)>(
-        ([:], false, nil, false))
+    /// The registrations bucket as a watch keeps it (``watchRegistrations(bucket:)``).
+    private let registrations = WatchedBucket()
+    /// The senders bucket as a watch keeps it (``watchSenders(bucket:changed:)``).
+    private let sendersCopy = WatchedBucket()
 
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
     /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
@@ -288,24 +288,56 @@ public final class NATSPublisher: @unchecked Sendable {
     /// Keeps a copy of the registrations bucket `bucket` up to date with a KV watch on a thread of its own, so that
     /// ``cachedRegistration(key:)`` answers without a round trip (a gateway answers an unknown token at once). A
     /// bucket that does not exist yet is looked for again every second; a watch that fails is opened again. Runs
-    /// until ``stopWatchingRegistrations()``.
+    /// until ``stopWatching()``.
     public func watchRegistrations(bucket: String) {
+        watch(bucket, into: registrations)
+    }
+
+    /// Keeps a copy of the senders bucket `bucket` up to date as ``watchRegistrations(bucket:)`` does that of the
+    /// registrations, and calls `changed` (on the watch's thread) once the copy has caught up with the bucket and
+    /// after every change to it from then on: a revoked sender is known as soon as the watch delivers it. Runs until
+    /// ``stopWatching()``.
+    public func watchSenders(bucket: String, changed: @escaping @Sendable () -> Void) {
+        sendersCopy.changed = changed
+        watch(bucket, into: sendersCopy)
+    }
+
+    /// Ends the watches ``watchRegistrations(bucket:)`` and ``watchSenders(bucket:changed:)`` started.
+    public func stopWatching() {
+        registrations.stop()
+        sendersCopy.stop()
+    }
+
+    /// What the watched copy of the registrations bucket holds under `key`: `.some(token)` (or `.some(nil)`: no
+    /// such registration), or `nil` while the watch has not caught up (then ask the bucket).
+    public func cachedRegistration(key: String) -> String?? {
+        registrations.value(key: key)
+    }
+
+    /// The watched copy of the senders bucket, by key, or `nil` while the watch has not caught up.
+    func cachedSenderEntries() -> [String: String]? {
+        sendersCopy.values()
+    }
+
+    /// Keeps `copy` up to date with a KV watch of `bucket` on a thread of its own. A bucket that does not exist yet
+    /// is looked for again every second (the copy is then empty, and caught up: known for sure); a watch that fails
+    /// is opened again.
+    private func watch(_ bucket: String, into copy: WatchedBucket) {
         detachThread { [self] in
-            while !watched.withLock({ $0.stopped }) {
-                followRegistrations(bucket: bucket)
-                if watched.withLock({ $0.stopped }) { break }
+            while !copy.isStopped {
+                follow(bucket, into: copy)
+                if copy.isStopped { break }
                 usleep(1_000_000)
             }
         }
     }
 
-    /// One watch of `bucket`, until it fails or is stopped.
-    private func followRegistrations(bucket: String) {
+    /// One watch of `bucket` into `copy`, until it fails or is stopped.
+    private func follow(_ bucket: String, into copy: WatchedBucket) {
         var store: OpaquePointer?
         let opened = js_KeyValue(&store, jetStream, bucket)
         if opened == NATS_NOT_FOUND {
-            // No bucket: no instance registered yet; known for sure, so answered from the (empty) copy.
-            watched.withLock { $0.caughtUp = true }
+            copy.absent()
             return
         }
         guard opened == NATS_OK, let store else { return }
@@ -313,18 +345,8 @@ public final class NATSPublisher: @unchecked Sendable {
         var watcherPointer: OpaquePointer?
         guard kvStore_WatchAll(&watcherPointer, store, nil) == NATS_OK, let watcher = watcherPointer else { return }
         defer { kvWatcher_Destroy(watcher) }
-        let started = watched.withLock { watched in
-            guard !watched.stopped else { return false }
-            watched = ([:], false, watcher, false)
-            return true
-        }
-        guard started else { return }
-        defer {
-            watched.withLock {
-                $0.watcher = nil
-                $0.caughtUp = false
-            }
-        }
+        guard copy.started(watcher) else { return }
+        defer { copy.ended() }
         while true {
             var entry: OpaquePointer?
             let status = kvWatcher_Next(&entry, watcher, 1000)
@@ -332,28 +354,14 @@ public final class NATSPublisher: @unchecked Sendable {
             guard status == NATS_OK else { return }
             guard let entry else {
                 // The watch has delivered every key the bucket held: from now on, updates.
-                watched.withLock { $0.caughtUp = true }
+                copy.caughtUp()
                 continue
             }
             let key = String(cString: kvEntry_Key(entry))
-            let token = kvEntry_Operation(entry) == kvOp_Put ? kvEntry_ValueString(entry).map { String(cString: $0) } : nil
+            let value = kvEntry_Operation(entry) == kvOp_Put ? kvEntry_ValueString(entry).map { String(cString: $0) } : nil
             kvEntry_Destroy(entry)
-            watched.withLock { $0.tokens[key] = token }
+            copy.set(key, to: value)
         }
-    }
-
-    /// Ends the watch ``watchRegistrations(bucket:)`` started.
-    public func stopWatchingRegistrations() {
-        watched.withLock { watched in
-            watched.stopped = true
-            if let watcher = watched.watcher { kvWatcher_Stop(watcher) }
-        }
-    }
-
-    /// What the watched copy of the registrations bucket holds under `key`: `.some(token)` (or `.some(nil)`: no
-    /// such registration), or `nil` while the watch has not caught up (then ask the bucket).
-    public func cachedRegistration(key: String) -> String?? {
-        watched.withLock { $0.caughtUp ? .some($0.tokens[key]) : nil }
     }
 
     /// Whether `token` is the current token of an instance of the fleet: the registrations bucket (as the
@@ -372,6 +380,86 @@ public final class NATSPublisher: @unchecked Sendable {
                 operation: "read the stream \(stream)", detail: String(cString: herald_nats_last_error(status)), code: Int(code.rawValue))
         }
         return count
+    }
+}
+
+/// A copy of a key-value bucket a KV watch keeps (``NATSPublisher``'s watches): the keys and values, whether the
+/// watch has caught up, the watcher to stop, whether it was stopped, and what to call when the copy changes.
+private final class WatchedBucket: @unchecked Sendable {
+    // @unchecked Sendable: all state behind the lock; the watcher is only stopped through it.
+    private let state = Locked<(values: [String: String], caughtUp: Bool, watcher: OpaquePointer?, stopped: Bool)>(
+        ([:], false, nil, false))
+    private let onChange = Locked<(@Sendable () -> Void)?>(nil)
+
+    /// Called (on the watch's thread) once the copy has caught up, and after every change from then on.
+    var changed: (@Sendable () -> Void)? {
+        get { onChange.withLock { $0 } }
+        set { onChange.withLock { $0 = newValue } }
+    }
+
+    var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// The whole copy, or `nil` while the watch has not caught up.
+    func values() -> [String: String]? {
+        state.withLock { $0.caughtUp ? $0.values : nil }
+    }
+
+    /// `.some(value)` (`.some(nil)`: no such key), or `nil` while the watch has not caught up.
+    func value(key: String) -> String?? {
+        state.withLock { $0.caughtUp ? .some($0.values[key]) : nil }
+    }
+
+    /// The bucket does not exist: the copy is empty, and that is known for sure.
+    func absent() {
+        let changed = state.withLock { state in
+            let changed = !state.caughtUp || !state.values.isEmpty
+            state.values = [:]
+            state.caughtUp = true
+            return changed
+        }
+        if changed { notify() }
+    }
+
+    /// A watch with `watcher` begins (from an empty copy, not caught up); `false` when stopped meanwhile.
+    func started(_ watcher: OpaquePointer) -> Bool {
+        state.withLock { state in
+            guard !state.stopped else { return false }
+            state = ([:], false, watcher, false)
+            return true
+        }
+    }
+
+    /// The watch has delivered every key the bucket held.
+    func caughtUp() {
+        state.withLock { $0.caughtUp = true }
+        notify()
+    }
+
+    func set(_ key: String, to value: String?) {
+        let notifying = state.withLock { state in
+            state.values[key] = value
+            return state.caughtUp
+        }
+        if notifying { notify() }
+    }
+
+    /// The watch ended (failed or stopped): until another catches up, the copy is not to be trusted.
+    func ended() {
+        state.withLock {
+            $0.watcher = nil
+            $0.caughtUp = false
+        }
+    }
+
+    func stop() {
+        state.withLock { state in
+            state.stopped = true
+            if let watcher = state.watcher { kvWatcher_Stop(watcher) }
+        }
+    }
+
+    private func notify() {
+        changed?()
     }
 }
 

@@ -59,6 +59,22 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
+    /// A user name and its password, as a server's `authorization` block lists them.
+    public struct Login: Sendable, Hashable, CustomStringConvertible {
+        /// The user name.
+        public var user: String
+        /// The password (never logged nor shown: see ``description``).
+        public var password: String
+        /// `user` with `password`.
+        public init(user: String, password: String) {
+            self.user = user
+            self.password = password
+        }
+
+        /// The user name only: the password is never shown.
+        public var description: String { "\(user):***" }
+    }
+
     /// The connection, the names and the limits. Each field maps to one configuration key of `herald serve`.
     public struct Options: Sendable {
         /// Server URLs (`nats://host:port`, `tls://host:port`), tried in turn; more are learnt from a cluster.
@@ -69,6 +85,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var credentialsFile: String?
         /// An authentication token.
         public var authToken: String?
+        /// A user name and password, for servers with user and password authorization.
+        public var login: Login?
         /// TLS files; set to use TLS with servers named `nats://`.
         public var tls: TLSFiles?
         /// The JetStream stream of token messages; `nil` for ``NATSSubjects/streamName(project:)``. Created (work-queue

@@ -1,3 +1,4 @@
+import Glibc
 public import Herald
 
 extension NATSReceiver {
@@ -17,6 +18,15 @@ extension NATSReceiver {
         public static let credentials = ConfigurationSetting(
             "nats-credentials", .string, default: nil, "none", allowed: "a non-empty file path",
             help: "A NATS credentials file (JWT and NKey seed), for servers with decentralised auth.", valueName: "file")
+        public static let user = ConfigurationSetting(
+            "nats-user", .string, default: nil, "none", allowed: "a non-empty user name",
+            help: "The user name for NATS servers with user and password authorization (with nats-password-file).",
+            valueName: "name")
+        public static let passwordFile = ConfigurationSetting(
+            "nats-password-file", .string, default: nil, "none", allowed: "a non-empty file path",
+            help:
+                "A file holding nats-user's password (surrounding whitespace trimmed; the password itself is never logged or printed).",
+            valueName: "file")
         public static let tokenFile = ConfigurationSetting(
             "nats-token-file", .string, default: nil, "none", allowed: "a non-empty file path",
             help:
@@ -83,7 +93,8 @@ extension NATSReceiver {
         public static let section = ConfigurationSection(
             name: "NATSReceiver", summary: "Messages from a NATS fleet; in gateway mode, sends forwarded to it.",
             settings: [
-                servers, replicas, credentials, tokenFile, tlsCA, tlsCertificate, tlsKey, stream, consumer, topicDelivery, ackWait,
+                servers, replicas, credentials, user, passwordFile, tokenFile, tlsCA, tlsCertificate, tlsKey, stream, consumer,
+                topicDelivery, ackWait,
                 maxAckPending, maxDeliver, streamMaxAgeDays, streamMaxMessages, streamMaxBytes, maxHeldMessages, pingInterval,
                 maxPingsOut, gateway,
             ])
@@ -110,15 +121,22 @@ extension NATSReceiver {
 }
 
 extension NATSReceiver.Options {
-    /// The options `values` give (`authToken` read from `nats-token-file` by the caller), `nil` when no server is
-    /// given (NATS off).
-    public init?(configuration values: ConfigurationValues, authToken: String?) {
+    /// The options `values` give (`authToken` read from `nats-token-file` by the caller; the password read from
+    /// `nats-password-file` here), `nil` when no server is given (NATS off). Throws
+    /// ``NATSReceiverError/credentials(detail:)`` when `nats-user` and `nats-password-file` are not given together or
+    /// the password file cannot be read or is empty.
+    public init?(configuration values: ConfigurationValues, authToken: String?) throws {
         typealias Settings = NATSReceiver.Settings
         let servers = Settings.serverURLs(values)
         guard !servers.isEmpty else { return nil }
         self.init(servers: servers)
         credentialsFile = values.string(Settings.credentials)
         self.authToken = authToken
+        switch (values.string(Settings.user), values.string(Settings.passwordFile)) {
+        case (nil, nil): break
+        case (let user?, let file?): login = .init(user: user, password: try Self.readPassword(file: file))
+        default: throw NATSReceiverError.credentials(detail: "nats-user and nats-password-file go together: give both or neither")
+        }
         let ca = values.string(Settings.tlsCA)
         let certificate = values.string(Settings.tlsCertificate)
         let key = values.string(Settings.tlsKey)
@@ -138,5 +156,24 @@ extension NATSReceiver.Options {
         pingInterval = .seconds(values.integer(Settings.pingInterval))
         maxPingsOut = values.integer(Settings.maxPingsOut)
         if values.isSet(Settings.replicas) { replicas = values.integer(Settings.replicas) }
+    }
+
+    /// The password `file` holds, without surrounding whitespace.
+    private static func readPassword(file: String) throws -> String {
+        guard let handle = fopen(file, "r") else {
+            throw NATSReceiverError.credentials(detail: "cannot read the NATS password file \(file): \(String(cString: strerror(errno)))")
+        }
+        defer { fclose(handle) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, handle)
+            if count == 0 { break }
+            bytes += buffer[..<count]
+        }
+        let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }
+        let password = bytes.drop(while: isSpace).reversed().drop(while: isSpace).reversed()
+        guard !password.isEmpty else { throw NATSReceiverError.credentials(detail: "the NATS password file \(file) is empty") }
+        return String(decoding: password, as: UTF8.self)
     }
 }

@@ -88,6 +88,7 @@
     X(natsOptions_SetTimeout) \
     X(natsOptions_SetToken) \
     X(natsOptions_SetUserCredentialsFromFiles) \
+    X(natsOptions_SetUserInfo) \
     X(natsStatus_GetText) \
     X(natsSubscription_Destroy) \
     X(natsSubscription_SetOnCompleteCB) \
@@ -205,6 +206,7 @@ natsStatus natsOptions_SetServers(natsOptions *opts, const char** servers, int s
 natsStatus natsOptions_SetTimeout(natsOptions *opts, int64_t timeout) { return herald_nats_load() ? loaded_natsOptions_SetTimeout(opts, timeout) : NATS_ERR; }
 natsStatus natsOptions_SetToken(natsOptions *opts, const char *token) { return herald_nats_load() ? loaded_natsOptions_SetToken(opts, token) : NATS_ERR; }
 natsStatus natsOptions_SetUserCredentialsFromFiles(natsOptions *opts, const char *userOrChainedFile, const char *seedFile) { return herald_nats_load() ? loaded_natsOptions_SetUserCredentialsFromFiles(opts, userOrChainedFile, seedFile) : NATS_ERR; }
+natsStatus natsOptions_SetUserInfo(natsOptions *opts, const char *user, const char *password) { return herald_nats_load() ? loaded_natsOptions_SetUserInfo(opts, user, password) : NATS_ERR; }
 const char* natsStatus_GetText(natsStatus s) { return herald_nats_load() ? loaded_natsStatus_GetText(s) : "(libnats not loaded)"; }
 void natsSubscription_Destroy(natsSubscription *sub) { if (herald_nats_load()) loaded_natsSubscription_Destroy(sub); }
 natsStatus natsSubscription_SetOnCompleteCB(natsSubscription *sub, natsOnCompleteCB cb, void *closure) { return herald_nats_load() ? loaded_natsSubscription_SetOnCompleteCB(sub, cb, closure) : NATS_ERR; }

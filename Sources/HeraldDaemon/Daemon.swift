@@ -270,7 +270,7 @@ final class DaemonService: Service, Sendable {
         let distributor =
             settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
             ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
-        let nats = settings.isEnabled(NATSReceiver.Settings.section) ? settings.natsOptions(authToken: natsToken) : nil
+        let nats = settings.isEnabled(NATSReceiver.Settings.section) ? try settings.natsOptions(authToken: natsToken) : nil
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
         var forwarder: NATSGateway?
@@ -296,7 +296,7 @@ final class DaemonService: Service, Sendable {
             let directory = settings.dataDirectory
             // A gateway's senders are the fleet's (its NATS bucket), an instance's are in its store.
             options.senders =
-                forwarder.map { gateway in SenderOptions { try gateway.senders() } }
+                forwarder?.senderOptions
                 ?? SenderOptions { try storedSenders(directory: directory) }
             options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }

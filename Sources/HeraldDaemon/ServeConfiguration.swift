@@ -124,8 +124,8 @@ struct ServeSettings: Sendable {
 
     /// NATSReceiver's options from the nats-* settings (`authToken` read from nats-token-file by the caller), or
     /// `nil` when no server is given (NATS off).
-    func natsOptions(authToken: String?) -> NATSReceiver.Options? {
-        NATSReceiver.Options(configuration: configuration, authToken: authToken)
+    func natsOptions(authToken: String?) throws -> NATSReceiver.Options? {
+        try NATSReceiver.Options(configuration: configuration, authToken: authToken)
     }
 }
 

@@ -370,12 +370,12 @@ struct ServeConfigurationTests {
         let three = try resolve(flags: [("nats-servers", .list(["nats://a:4222,nats://b:4222", "nats://c:4222"]), "--nats-server")])
             .settings
         #expect(three.natsServers == ["nats://a:4222", "nats://b:4222", "nats://c:4222"])
-        #expect(three.natsOptions(authToken: nil)?.effectiveReplicas == 3)
+        #expect(try three.natsOptions(authToken: nil)?.effectiveReplicas == 3)
         let one = try resolve("nats-servers: [nats://a:4222]\nnats-topic-delivery: stored").settings.natsOptions(authToken: nil)
         #expect(one?.effectiveReplicas == 1)
         #expect(one?.topicDelivery == .stored)
         let set = try resolve("nats-servers: [nats://a:4222, nats://b:4222, nats://c:4222]\nnats-replicas: 1").settings
-        #expect(set.natsOptions(authToken: nil)?.effectiveReplicas == 1)
+        #expect(try set.natsOptions(authToken: nil)?.effectiveReplicas == 1)
         #expect(failure("nats-replicas: 7")?.contains("nats-replicas") == true)
         #expect(failure(nil, flags: [("nats-servers", .list(["nats://a:4222,http://b"]), "--nats-server")]) != nil)
     }
