@@ -203,9 +203,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?)]] = [:]
     private var wantedTopics: Set<String> = []
     /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the ID Herald gave
-    /// each and when. A second stored copy of one publish (another stream sequence, the same `Nats-Msg-Id`) within
-    /// ``Options/duplicateWindow`` is the same message, as JetStream itself would have judged it.
-    private var recentPublishes: [String: (messageID: String, at: ContinuousClock.Instant)] = [:]
+    /// each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
+    /// (another stream sequence, the same `Nats-Msg-Id`) stored within ``Options/duplicateWindow`` of the first is
+    /// the same message, as JetStream itself would have judged it.
+    private var recentPublishes: [String: (messageID: String, storedAt: Int64, at: ContinuousClock.Instant)] = [:]
     /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
     private var held: [OpaquePointer] = []
     private var heldStart = 0
@@ -784,10 +785,13 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
         let messageID = kind == .jetStream ? storedID ?? Self.storedMessageID(message) : nil
-        let publish = kind == .jetStream ? Self.publishKey(message) : nil
-        if let publish, let messageID {
-            if let earlier = recentPublishes[publish], earlier.messageID != messageID,
-                ContinuousClock.now - earlier.at < options.duplicateWindow
+        let stored = kind == .jetStream ? Self.publishKey(message) : nil
+        let publish = stored?.key
+        if let stored, let messageID {
+            // Judged as JetStream judges a publish: by when each copy was stored, not when it is taken here (two
+            // sends of the same body stored minutes apart, read together from a backlog, are two messages).
+            if let earlier = recentPublishes[stored.key], earlier.messageID != messageID,
+                abs(stored.storedAt - earlier.storedAt) < options.duplicateWindow.nanoseconds
             {
                 // A publish JetStream stored twice: around a stream leader's change, a publisher's retry with the same
                 // `Nats-Msg-Id` can reach a leader that has not seen the first copy. Handled once.
@@ -797,7 +801,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                     metadata: ["message_id": "\(messageID)", "first": "\(earlier.messageID)"])
                 return settle(message, .acknowledge)
             }
-            rememberPublish(publish, messageID: messageID)
+            rememberPublish(stored.key, messageID: messageID, storedAt: stored.storedAt)
         }
         let project = context.projectID
         let sendContext = SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream, expiresAt: expiresAt)
@@ -844,7 +848,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// The most publishes ``recentPublishes`` keeps; past it, those older than the window go, then the oldest half.
     static let recentPublishLimit = 65_536
 
-    private func rememberPublish(_ key: String, messageID: String) {
+    private func rememberPublish(_ key: String, messageID: String, storedAt: Int64) {
         let now = ContinuousClock.now
         if recentPublishes.count >= Self.recentPublishLimit {
             recentPublishes = recentPublishes.filter { now - $0.value.at < options.duplicateWindow }
@@ -853,16 +857,17 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 recentPublishes = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
             }
         }
-        recentPublishes[key] = (messageID, now)
+        recentPublishes[key] = (messageID, storedAt, now)
     }
 
-    /// `<stream> <Nats-Msg-Id>` of a stored message that has a publisher ID.
-    private static func publishKey(_ message: OpaquePointer) -> String? {
+    /// `<stream> <Nats-Msg-Id>` of a stored message that has a publisher ID, and when JetStream stored it
+    /// (nanoseconds since 1970).
+    private static func publishKey(_ message: OpaquePointer) -> (key: String, storedAt: Int64)? {
         guard let unique = herald_nats_stored_message_id(message) else { return nil }
         var metadata: UnsafeMutablePointer<jsMsgMetaData>?
         guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
         defer { jsMsgMetaData_Destroy(metadata) }
-        return (metadata.pointee.Stream.map { String(cString: $0) } ?? "") + " " + String(cString: unique)
+        return ((metadata.pointee.Stream.map { String(cString: $0) } ?? "") + " " + String(cString: unique), metadata.pointee.Timestamp)
     }
 
     private enum Settlement { case acknowledge, redeliverLater, terminate, done }

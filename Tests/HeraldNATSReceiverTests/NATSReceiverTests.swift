@@ -142,6 +142,36 @@ struct NATSReceiverTests {
         }
     }
 
+    @Test("two publishes of one Nats-Msg-Id stored further apart than the window are two messages, though taken together from a backlog")
+    func sameIDStoredApart() async throws {
+        let server = try NATSServerProcess()
+        var short = NATSReceiver.Options(servers: [server.url])
+        short.duplicateWindow = .seconds(1)
+        let client = try NATSPublisher(url: server.url)
+        try client.ensureStream(project: "demo", options: short)
+        // The instance's store outlives it: the one started later has the same token and consumer.
+        let store = InMemoryStore()
+        let away = try FleetInstance(server: server, store: store) { $0.duplicateWindow = .seconds(1) }
+        var subject = ""
+        var token = ""
+        try await withFleet([away]) {
+            subject = try await away.tokenSubject()
+            token = try await away.token()
+        }
+        let first = try client.publishStored(subject, body(token: token, n: 1), messageID: "daily-greeting")
+        // The same send again once JetStream's window has passed: JetStream stores it as a new message.
+        let second = try await eventuallyValue {
+            let id = try client.publishStored(subject, body(token: token, n: 1), messageID: "daily-greeting")
+            return id != first ? id : nil
+        }
+        try #require(second != nil, "JetStream never stored the publish a second time")
+        let back = try FleetInstance(server: server, store: store) { $0.duplicateWindow = .seconds(1) }
+        try await withFleet([back]) {
+            #expect(await eventually { back.collector.numbers.count == 2 }, "handled: \(back.collector.numbers)")
+            #expect(back.receiver.statistics.duplicatesDropped == 0)
+        }
+    }
+
     @Test("start fails with an error naming the servers when none answers, and naming JetStream when it is off")
     func startFailures() async throws {
         let port = try freeLoopbackPort()
