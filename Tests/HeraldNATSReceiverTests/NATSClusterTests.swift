@@ -195,7 +195,9 @@ struct NATSClusterTests {
             // The restarted node caught up: its copy of the stream ends where the others' do.
             let survivor = (victim + 1) % 3
             let seen = Locked("")
-            let caughtUp = await eventually(timeout: .seconds(60)) {
+            // Two minutes at most: with the whole suite running beside it, the survivor's last redeliveries and the
+            // restarted node's catching up of the acknowledged (deleted) messages took more than one.
+            let caughtUp = await eventually(timeout: .seconds(120)) {
                 let mine = try? cluster.streamState(node: victim, stream: "HERALD_DEMO")
                 let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
                 seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }

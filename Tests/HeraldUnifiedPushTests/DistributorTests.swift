@@ -218,7 +218,9 @@ extension DistributorTests {
     func burst(version: Int) async throws {
         let world = try UnifiedPushWorld()
         try await world.startBus()
-        try await world.withHerald(retryInterval: .seconds(3600)) { base, _ in
+        // A minute for a reply, not 5 s: with the whole suite running beside it, a Python app handed 16 calls at once
+        // can answer one more than 5 s late, and a push not taken then rightly waits for the retry (an hour here).
+        try await world.withHerald(retryInterval: .seconds(3600), callTimeout: .seconds(60)) { base, _ in
             let service = "org.example.Burst\(version)"
             let app = try world.app(service, version: version, register: "burst")
             let endpoint = try await app.next("endpoint")

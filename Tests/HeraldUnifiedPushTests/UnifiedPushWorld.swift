@@ -35,17 +35,19 @@ final class UnifiedPushWorld: @unchecked Sendable {
 
     /// Starts Herald on the data directory with the distributor and the receiver; runs `body` with the receiver's
     /// base URL (`http://127.0.0.1:PORT`) and the distributor; stops Herald. `maximumWaiting`: the distributor's bound; `secret`: the receiver's.
-    /// `analytics`: with the analytics store in the data directory, the delivery-metrics export in ``deliveryMetrics``
+    /// `callTimeout`: how long a call to an app may wait for its reply (the distributor's default, 5 s, unless
+    /// given). `analytics`: with the analytics store in the data directory, the delivery-metrics export in ``deliveryMetrics``
     /// and the Prometheus page at ``metricsURL``.
     func withHerald(
         maximumWaiting: Int = 1000, secret: String? = nil, analytics: Bool = false, retryInterval: Duration = .seconds(30),
-        _ body: (String, UnifiedPushDistributor) async throws -> Void
+        callTimeout: Duration = .seconds(5), _ body: (String, UnifiedPushDistributor) async throws -> Void
     ) async throws {
         let store = try SQLiteStore(directory: dataDirectory)
         var distributorOptions = UnifiedPushDistributor.Options(busAddress: bus.address)
         distributorOptions.reconnectDelay = .milliseconds(50)
         distributorOptions.maximumWaitingPerEndpoint = maximumWaiting
         distributorOptions.retryInterval = retryInterval
+        distributorOptions.callTimeout = callTimeout
         let distributor = UnifiedPushDistributor(options: distributorOptions, store: store)
         var receiverOptions = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: secret)
         receiverOptions.webPush = distributor
