@@ -19,7 +19,7 @@ public func fuzz(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
         fatalError("the config loader threw something other than a ConfigurationError: \(error)")
     }
     _ = settings.rendered(environment: [:])
-    _ = settings.natsOptions(authToken: nil)
+    _ = try? settings.natsOptions(authToken: nil)
     return 0
 }
 
