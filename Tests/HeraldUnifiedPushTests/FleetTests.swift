@@ -166,28 +166,9 @@ struct FleetTests {
         "herald serve --gateway and herald serve --unifiedpush with NATS: pushes POSTed to the gateway reach the app; unregistered offline, 404 once the instance is back"
     )
     func serveGatewayAndInstance() async throws {
-        let nats = try NATSServerProcess()
-        let world = try UnifiedPushWorld()
-        try await world.startBus()
-        let gatewayPort = try freeLoopbackPort()
-        let endpointURL = "http://127.0.0.1:\(gatewayPort)/up/"
-        let gatewayData = world.directory + "/gateway"
-        let gateway = try DaemonProcess(
-            directory: gatewayData, httpPort: gatewayPort,
-            arguments: [
-                "serve", "--gateway", "--nats-server", nats.url, "--http", "127.0.0.1:\(gatewayPort)", "--data-dir", gatewayData,
-                "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
-            ])
-        let instancePort = try freeLoopbackPort()
-        func serveInstance() throws -> DaemonProcess {
-            try DaemonProcess(
-                directory: world.dataDirectory, httpPort: instancePort,
-                arguments: [
-                    "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
-                    world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
-                ],
-                environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
-        }
+        let fleet = try await ServedFleet.start()
+        let (world, gateway, endpointURL) = (fleet.world, fleet.gateway, fleet.endpointURL)
+        func serveInstance() throws -> DaemonProcess { try fleet.serveInstance() }
         let instance = try serveInstance()
         let owned = try await eventually { try await world.distributorOwnsName() }
         try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
@@ -222,7 +203,7 @@ struct FleetTests {
         #expect(dropped.status == 0, "\(dropped.error)")
         let again = try serveInstance()
         #expect(try await app.next("unregistered")["token"] == "served", "\(again.log)")
-        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]))
         let left = try await eventually { try client.value(key: token, bucket: NATSSubjects.webPushBucket(project: "herald")) == nil }
         #expect(left, "the endpoint unregistered offline is still in the bucket: \(again.log)")
         #expect(try await post(endpoint, Array("late".utf8), in: world.directory).status == 404)
@@ -237,27 +218,10 @@ struct FleetTests {
         "through the fleet: a push the instance took while the app was away survives the instance's SIGKILL and is handed over once after restart"
     )
     func fleetKillRestart() async throws {
-        let nats = try NATSServerProcess()
-        let world = try UnifiedPushWorld()
-        try await world.startBus()
-        let gatewayPort = try freeLoopbackPort()
-        let endpointURL = "http://127.0.0.1:\(gatewayPort)/up/"
-        let gatewayData = world.directory + "/gateway"
-        let gateway = try DaemonProcess(
-            directory: gatewayData, httpPort: gatewayPort,
-            arguments: [
-                "serve", "--gateway", "--nats-server", nats.url, "--http", "127.0.0.1:\(gatewayPort)", "--data-dir", gatewayData,
-                "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
-            ])
-        let instancePort = try freeLoopbackPort()
+        let fleet = try await ServedFleet.start()
+        let (world, gateway) = (fleet.world, fleet.gateway)
         func serveInstance() async throws -> DaemonProcess {
-            let instance = try DaemonProcess(
-                directory: world.dataDirectory, httpPort: instancePort,
-                arguments: [
-                    "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
-                    world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
-                ],
-                environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
+            let instance = try fleet.serveInstance()
             let owned = try await eventually { try await world.distributorOwnsName() }
             try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
             return instance
@@ -274,7 +238,7 @@ struct FleetTests {
         try await app.stopped()
         #expect(try await post(endpoint, Array("while away".utf8), in: world.directory).status == 201)
         // The instance took it from JetStream (its work queue is empty again): it is in the instance's store only.
-        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]))
         let stream = NATSSubjects.webPushStreamName(project: "herald")
         let taken = try await eventually { try client.storedMessages(stream: stream) == 0 }
         try #require(taken, "the instance never took the push from \(stream): \(instance.log)")
@@ -293,5 +257,42 @@ struct FleetTests {
         #expect(try await onOwnThread { stopped.value.terminate() } == 0)
         let stoppedGateway = Sendably(gateway)
         #expect(try await onOwnThread { stoppedGateway.value.terminate() } == 0)
+    }
+}
+
+/// A `herald serve --gateway` on a nats-server of its own, and the instance behind it: `herald serve --unifiedpush`,
+/// started (and started again) by ``serveInstance()`` with the same port and data directory, on the world's bus.
+private struct ServedFleet {
+    let nats: NATSServerProcess
+    let world: UnifiedPushWorld
+    let gateway: DaemonProcess
+    /// The endpoints' URL prefix: the gateway's `/up/`.
+    let endpointURL: String
+    let instancePort: Int
+
+    static func start() async throws -> ServedFleet {
+        let nats = try NATSServerProcess()
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        let gatewayPort = try freeLoopbackPort()
+        let endpointURL = "http://127.0.0.1:\(gatewayPort)/up/"
+        let gatewayData = world.directory + "/gateway"
+        let gateway = try DaemonProcess(
+            directory: gatewayData, httpPort: gatewayPort,
+            arguments: [
+                "serve", "--gateway", "--nats-server", nats.url, "--http", "127.0.0.1:\(gatewayPort)", "--data-dir", gatewayData,
+                "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+            ])
+        return ServedFleet(nats: nats, world: world, gateway: gateway, endpointURL: endpointURL, instancePort: try freeLoopbackPort())
+    }
+
+    func serveInstance() throws -> DaemonProcess {
+        try DaemonProcess(
+            directory: world.dataDirectory, httpPort: instancePort,
+            arguments: [
+                "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",
+                world.dataDirectory, "--socket", "none", "--unifiedpush-endpoint-url", endpointURL,
+            ],
+            environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
     }
 }
