@@ -75,9 +75,7 @@ public final class SynchronousBusFixture: @unchecked Sendable {
         Task {
             try! await herald.start()
             let token = try! await herald.token()
-            let body = String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
-                .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
-                .replacingOccurrences(of: #""apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },"#, with: "")
+            let body = dataMessageBody(token: token)
             box.messages = (0..<2 * Self.window).map { _ in
                 try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
             }
@@ -168,9 +166,7 @@ public final class BusFixture: @unchecked Sendable {
         Task {
             try! await herald.start()
             let token = try! await herald.token()
-            let body = String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
-                .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
-                .replacingOccurrences(of: #""apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },"#, with: "")
+            let body = dataMessageBody(token: token)
             var message = try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
             message.userInfo[UserInfoKey.messageID] = nil
             box.message = message
@@ -234,4 +230,11 @@ final class ResultBox: @unchecked Sendable {
 public final class NullSink: AnalyticsSink, Sendable {
     public init() {}
     public func record(_ events: [AnalyticsEvent]) async throws {}
+}
+
+/// The benchmark's FCM v1 body addressed to `token`, without its notification and APNs parts: a data message.
+func dataMessageBody(token: String) -> String {
+    String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
+        .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
+        .replacingOccurrences(of: #""apns": { "payload": { "aps": { "badge": 1, "category": "MATCH_UPDATE" } } },"#, with: "")
 }
