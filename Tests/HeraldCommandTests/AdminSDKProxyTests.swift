@@ -37,8 +37,37 @@ struct AdminSDKProxyTests {
         return (result.status, result.output + result.error)
     }
 
+    /// An access token for the key of the service-account file `credentials` from the daemon's /token (on its own
+    /// address), got with the JWT-bearer grant as google-auth asks for one (Tests/AdminSDK/access_token.py).
+    private func accessToken(port: Int, credentials: String) async throws -> String {
+        let python = try pythonEnvironment(with: "PyJWT")
+        let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/access_token.py").path
+        let result = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/timeout"),
+                ["--kill-after=10s", "120s", python.path, script, "--credentials", credentials, "--url", "http://127.0.0.1:\(port)/token"])
+        }
+        try #require(result.status == 0, "access_token.py failed (exit \(result.status)): \(result.error)")
+        return result.output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The HTTP status of an FCM v1 send to `token` on the daemon's own address with `accessToken` as the bearer.
+    private func sendStatus(port: Int, accessToken: String, token: String) async throws -> String {
+        let body = #"{"message":{"token":"\#(token)","data":{"check":"access-token"}}}"#
+        let result = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/curl"),
+                [
+                    "-sS", "--noproxy", "*", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                    "Authorization: Bearer \(accessToken)", "-H", "Content-Type: application/json", "--data", body,
+                    "http://127.0.0.1:\(port)/v1/projects/demo/messages:send",
+                ])
+        }
+        return result.output
+    }
+
     @Test(
-        "credentials create (0600 file, CA key 0600), the SDK's calls through the proxy each handled as sent, revoke, CONNECT elsewhere 403"
+        "credentials create (0600 file, CA key 0600), the SDK's calls through the proxy each handled as sent, CONNECT elsewhere 403, revoke: no new token, an issued one 401"
     )
     func unmodifiedAdminSDK() async throws {
         try await withTemporaryDirectory { directory in
@@ -102,11 +131,22 @@ struct AdminSDKProxyTests {
             }
             #expect(elsewhere.output == "403")
 
+            // An access token the issued key got is accepted on a send beside the static secret...
+            let issued = try await accessToken(port: port, credentials: account)
+            #expect(try await sendStatus(port: port, accessToken: issued, token: token) == "200")
+
             let listed = try runHerald(["credentials", "list", "--data-dir", directory])
             #expect(listed.output.contains(keyID) && listed.output.contains("\"revokedAt\":null"), "\(listed.output)")
             let revoked = try runHerald(["credentials", "revoke", "--data-dir", directory, "app-server"])
             #expect(revoked.status == 0 && revoked.output.contains(keyID), "\(revoked.error)")
-            // A new app server with the revoked file gets no token (the daemon reads the keys again every 2 seconds).
+            // ...and stops working once the daemon has read the keys again (every 2 seconds).
+            let stopped = await eventually(timeout: .seconds(60)) {
+                if (try? await sendStatus(port: port, accessToken: issued, token: token)) == "401" { return true }
+                try? await Task.sleep(for: .milliseconds(100))
+                return false
+            }
+            #expect(stopped, "\(daemon.log)")
+            // A new app server with the revoked file gets no token.
             let refused = await eventually(timeout: .seconds(90)) {
                 (try? await runCheck(port: port, caFile: caFile, credentials: account, token: token, extra: ["--expect-refused"]))?
                     .status == 0
