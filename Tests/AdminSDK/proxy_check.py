@@ -11,35 +11,37 @@ and every request goes to Google's hosts through the proxy in HTTPS_PROXY, which
 should be delivered carries data {"check": <name>}; the script prints `delivered: [...]` last, and exits 0 when
 every check passed, 1 otherwise.
 
-send_each_async is checked only with --resolve ADDRESS, the set-up without a proxy: the SDK's asynchronous client
-mounts its own httpx transports, and httpx then ignores HTTPS_PROXY. There the script stands in for the host's
-/etc/hosts (which a test may not change): Google's three hosts resolve to ADDRESS, where Herald serves HTTPS on
-port 443 with the certificate its CA issued for them. Nothing else changes.
+send_each_async is checked only with --no-proxy, the set-up without a proxy: the SDK's asynchronous client mounts
+its own httpx transports, and httpx then ignores HTTPS_PROXY. There Google's three hosts resolve to Herald through
+the hosts file (the test bind-mounts its own over /etc/hosts in a private mount namespace), and Herald serves
+HTTPS on port 443 with the certificate its CA issued for them. The script then prints `async HTTP versions: [...]`,
+what the asynchronous calls' answers came over (HTTP/2, which ALPN agreed): httpx.AsyncClient.send is wrapped to
+record each answer's http_version, as admin_sdk_check.py does, and passes requests and answers through unchanged.
 """
 
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import traceback
 
 import firebase_admin
+import httpx
 from firebase_admin import credentials, exceptions, messaging
 
 
-GOOGLE_HOSTS = {"fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"}
+# The HTTP versions of the answers the asynchronous calls got: every httpx.AsyncClient request goes through send.
+async_versions = set()
+_send = httpx.AsyncClient.send
 
 
-def resolve_to_herald(address):
-    """What an /etc/hosts entry would do: Google's three hosts are `address`."""
-    real = socket.getaddrinfo
+async def _recording_send(self, request, **kwargs):
+    response = await _send(self, request, **kwargs)
+    async_versions.add(response.http_version)
+    return response
 
-    def getaddrinfo(host, service, *rest, **options):
-        name = host.decode("ascii") if isinstance(host, bytes) else host  # anyio (httpx) passes bytes
-        return real(address if name in GOOGLE_HOSTS else host, service, *rest, **options)
 
-    socket.getaddrinfo = getaddrinfo
+httpx.AsyncClient.send = _recording_send
 
 
 def main():
@@ -50,11 +52,10 @@ def main():
                         help="the key was revoked: the send must fail for want of an access token")
     parser.add_argument("--gateway", action="store_true",
                         help="Herald is a gateway: no topic management there (it answers 501)")
-    parser.add_argument("--resolve", help="no proxy: Google's hosts resolve to this address (as /etc/hosts would say)")
+    parser.add_argument("--no-proxy", action="store_true",
+                        help="no proxy: Google's hosts resolve to Herald (/etc/hosts); send_each_async is checked too")
     arguments = parser.parse_args()
     token = arguments.token
-    if arguments.resolve:
-        resolve_to_herald(arguments.resolve)
 
     # As in https://firebase.google.com/docs/admin/setup and /docs/cloud-messaging/send-message.
     cred = credentials.Certificate(arguments.credentials)
@@ -155,11 +156,13 @@ def main():
     ]
     if not arguments.gateway:
         checks.append(("subscribe_to_topic, send to the topic, unsubscribe_from_topic", topics))
-    if arguments.resolve:
+    if arguments.no_proxy:
         checks.append(("messaging.send_each_async (httpx, HTTP/2)", send_each_async))
     for name, function in checks:
         check(name, function)
 
+    if arguments.no_proxy:
+        print("async HTTP versions: " + json.dumps(sorted(async_versions)))
     print("delivered: " + json.dumps(sorted(delivered)))
     return 1 if failures else 0
 

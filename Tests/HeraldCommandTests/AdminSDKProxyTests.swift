@@ -8,28 +8,66 @@ import Testing
 /// in REQUESTS_CA_BUNDLE and SSL_CERT_FILE, and the service-account file `herald credentials create` wrote.
 @Suite("herald credentials and --fcm-proxy: an unmodified Admin SDK app server sends through Herald", .serialized)
 struct AdminSDKProxyTests {
-    /// Runs Tests/AdminSDK/proxy_check.py through the daemon's proxy; its exit status and output.
+    /// Runs Tests/AdminSDK/proxy_check.py through the daemon's proxy; its exit status and output. With `hosts`, the
+    /// set-up without a proxy: no HTTPS_PROXY, and the script runs in a private mount namespace of its own where
+    /// the file `hosts` is bind-mounted over /etc/hosts (as an operator's /etc/hosts would point Google's names at
+    /// Herald); nothing outside the namespace sees it.
     private func runCheck(
-        port: Int, caFile: String, credentials: String, token: String, extra: [String] = [], proxy: Bool = true
+        port: Int, caFile: String, credentials: String, token: String, extra: [String] = [], hosts: String? = nil
     ) async throws -> (status: Int32, output: String) {
         let python = try pythonEnvironment(with: "firebase-admin")
         let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/proxy_check.py").path
-        let proxyURL = proxy ? "http://127.0.0.1:\(port)" : ""
+        let proxyURL = hosts == nil ? "http://127.0.0.1:\(port)" : ""
         let environment = [
             "HTTPS_PROXY": proxyURL, "https_proxy": proxyURL, "NO_PROXY": "", "no_proxy": "",
             "REQUESTS_CA_BUNDLE": caFile, "SSL_CERT_FILE": caFile, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
         ]
+        let command = [python.path, script, "--credentials", credentials, "--token", token] + extra
+        let namespace =
+            hosts.map {
+                [
+                    "/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                    #"mount --bind "$1" /etc/hosts && shift && exec "$@""#, "sh", $0,
+                ]
+            } ?? []
         let result = try await onOwnThread {
             try runExecutable(
-                URL(fileURLWithPath: "/usr/bin/timeout"),
-                ["--kill-after=10s", "180s", python.path, script, "--credentials", credentials, "--token", token] + extra,
-                environment: environment)
+                URL(fileURLWithPath: "/usr/bin/timeout"), ["--kill-after=10s", "180s"] + namespace + command, environment: environment)
         }
         return (result.status, result.output + result.error)
     }
 
+    /// An access token for the key of the service-account file `credentials` from the daemon's /token (on its own
+    /// address), got with the JWT-bearer grant as google-auth asks for one (Tests/AdminSDK/access_token.py).
+    private func accessToken(port: Int, credentials: String) async throws -> String {
+        let python = try pythonEnvironment(with: "PyJWT")
+        let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/access_token.py").path
+        let result = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/timeout"),
+                ["--kill-after=10s", "120s", python.path, script, "--credentials", credentials, "--url", "http://127.0.0.1:\(port)/token"])
+        }
+        try #require(result.status == 0, "access_token.py failed (exit \(result.status)): \(result.error)")
+        return result.output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The HTTP status of an FCM v1 send to `token` on the daemon's own address with `accessToken` as the bearer.
+    private func sendStatus(port: Int, accessToken: String, token: String) async throws -> String {
+        let body = #"{"message":{"token":"\#(token)","data":{"check":"access-token"}}}"#
+        let result = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/curl"),
+                [
+                    "-sS", "--noproxy", "*", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                    "Authorization: Bearer \(accessToken)", "-H", "Content-Type: application/json", "--data", body,
+                    "http://127.0.0.1:\(port)/v1/projects/demo/messages:send",
+                ])
+        }
+        return result.output
+    }
+
     @Test(
-        "credentials create (0600 file, CA key 0600), the SDK's calls through the proxy each handled as sent, revoke, CONNECT elsewhere 403"
+        "credentials create (0600 file, CA key 0600), the SDK's calls through the proxy each handled as sent, CONNECT elsewhere 403, revoke: no new token, an issued one 401"
     )
     func unmodifiedAdminSDK() async throws {
         try await withTemporaryDirectory { directory in
@@ -93,11 +131,22 @@ struct AdminSDKProxyTests {
             }
             #expect(elsewhere.output == "403")
 
+            // An access token the issued key got is accepted on a send beside the static secret...
+            let issued = try await accessToken(port: port, credentials: account)
+            #expect(try await sendStatus(port: port, accessToken: issued, token: token) == "200")
+
             let listed = try runHerald(["credentials", "list", "--data-dir", directory])
             #expect(listed.output.contains(keyID) && listed.output.contains("\"revokedAt\":null"), "\(listed.output)")
             let revoked = try runHerald(["credentials", "revoke", "--data-dir", directory, "app-server"])
             #expect(revoked.status == 0 && revoked.output.contains(keyID), "\(revoked.error)")
-            // A new app server with the revoked file gets no token (the daemon reads the keys again every 2 seconds).
+            // ...and stops working once the daemon has read the keys again (every 2 seconds).
+            let stopped = await eventually(timeout: .seconds(60)) {
+                if (try? await sendStatus(port: port, accessToken: issued, token: token)) == "401" { return true }
+                try? await Task.sleep(for: .milliseconds(100))
+                return false
+            }
+            #expect(stopped, "\(daemon.log)")
+            // A new app server with the revoked file gets no token.
             let refused = await eventually(timeout: .seconds(90)) {
                 (try? await runCheck(port: port, caFile: caFile, credentials: account, token: token, extra: ["--expect-refused"]))?
                     .status == 0
@@ -108,8 +157,8 @@ struct AdminSDKProxyTests {
     }
 
     @Test(
-        "without a proxy: Google's names resolving to Herald on 443 with the CA's certificate for them; send_each_async (HTTP/2) too",
-        .enabled(if: geteuid() == 0, "listens on port 443 (root)"))
+        "without a proxy: Google's names resolving to Herald on 443 (a private /etc/hosts) with the CA's certificate for them; send_each_async over HTTP/2 too",
+        .enabled(if: geteuid() == 0 && PrivateMount.available, "listens on port 443 and mounts in a private namespace (root)"))
     func namesPointingAtHerald() async throws {
         try await withTemporaryDirectory { directory in
             let secretFile = "\(directory)/secret"
@@ -129,13 +178,25 @@ struct AdminSDKProxyTests {
                     "--tls-key", "\(directory)/fcm-proxy/server-key.pem",
                 ])
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            // The hosts file an operator writes: Google's three names are Herald's address.
+            let hosts = "\(directory)/hosts"
+            try """
+            127.0.0.1 localhost
+            ::1 localhost
+            \(address) fcm.googleapis.com iid.googleapis.com oauth2.googleapis.com
+
+            """.write(toFile: hosts, atomically: true, encoding: .utf8)
             let check = try await runCheck(
-                port: daemon.httpPort, caFile: caFile, credentials: account, token: token, extra: ["--resolve", address],
-                proxy: false)
-            #expect(check.status == 0, "proxy_check.py --resolve failed (exit \(check.status)):\n\(check.output)")
+                port: daemon.httpPort, caFile: caFile, credentials: account, token: token, extra: ["--no-proxy"], hosts: hosts)
+            #expect(check.status == 0, "proxy_check.py --no-proxy failed (exit \(check.status)):\n\(check.output)")
+            // The asynchronous calls' answers came over HTTP/2 (ALPN), and only over it.
+            #expect(check.output.contains("async HTTP versions: [\"HTTP/2\"]\n"), "\(check.output)")
+            // The bind mount stayed in the script's namespace.
+            #expect(!(try String(contentsOfFile: "/etc/hosts", encoding: .utf8)).contains("\(address) fcm.googleapis.com"))
             let expected = [
                 "multicast", "send", "send-each-1", "send-each-2", "send-each-async", "send-notification", "topic-news",
             ]
+            #expect(check.output.contains("delivered: [\"" + expected.joined(separator: "\", \"") + "\"]"), "\(check.output)")
             var handled: [String] = []
             while handled.count < expected.count {
                 guard let event = daemon.event() else { break }
