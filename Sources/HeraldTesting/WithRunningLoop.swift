@@ -6,15 +6,10 @@ public import Testing
 public func withRunningLoop(
     name: String = "test-loop", sourceLocation: SourceLocation = #_sourceLocation, _ body: (EventLoop) async throws -> Void
 ) async throws {
-    let loop = EventLoop(name: name)
-    try loop.start()
-    do {
+    let loop = try await withEventLoop(named: name) { loop in
         try await body(loop)
-    } catch {
-        await loop.shutdownGracefully()
-        throw error
+        return loop
     }
-    await loop.shutdownGracefully()
     #expect(loop.statistics.liveHandles == 0, sourceLocation: sourceLocation)
     #expect(loop.lifecycle == .closed, sourceLocation: sourceLocation)
 }

@@ -45,13 +45,12 @@ func socketRequest(_ request: JSONObject, socket path: String) async throws -> [
     }
     var line = JSONValue.object(request).jsonBytes()
     line.append(UInt8(ascii: "\n"))
-    let loop = EventLoop(name: "herald-socket-request")
-    try loop.start()
-    defer { loop.shutdown() }
     let answer: [UInt8]
     do {
-        let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
-        answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
+        answer = try await withEventLoop(named: "herald-socket-request") { loop in
+            let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
+            return Array(reply.prefix { $0 != UInt8(ascii: "\n") })
+        }
     } catch {
         throw CommandFailure(message: "herald: \(error)")
     }

@@ -94,25 +94,23 @@ struct Send: AsyncParsableCommand {
             if (try? JSONParser.parse(answer))?["name"]?.stringValue == nil { throw ExitCode(1) }
             return
         }
-        let loop = EventLoop(name: "herald-send")
-        try loop.start()
-        defer { loop.shutdown() }
         let answer: [UInt8]
         do {
-            if let socket {
-                let address = SocketAddress(parsing: socket.contains("/") || socket.contains(":") ? socket : "./\(socket)")!
-                var line = request
-                line.append(UInt8(ascii: "\n"))
-                let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
-                answer = Array(reply.prefix { $0 != UInt8(ascii: "\n") })
-            } else {
+            answer = try await withEventLoop(named: "herald-send") { loop in
+                if let socket {
+                    let address = SocketAddress(parsing: socket.contains("/") || socket.contains(":") ? socket : "./\(socket)")!
+                    var line = request
+                    line.append(UInt8(ascii: "\n"))
+                    let reply = try await Exchange.run(line, with: address, on: loop) { $0.contains(UInt8(ascii: "\n")) }
+                    return Array(reply.prefix { $0 != UInt8(ascii: "\n") })
+                }
                 var headers = [(name: "Content-Type", value: "application/json")]
                 if let secret = try BearerSecret.load(file: authTokenFile) { headers.append(("Authorization", "Bearer \(secret)")) }
                 let client = HTTPClient(
                     loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-send/\(HeraldBuild.version)", proxy: proxy))
                 let response = try await client.request(
                     "POST", "\(daemonURL(http))/v1/projects/\(percentEncoded(projectID))/messages:send", headers: headers, body: request)
-                answer = response.body
+                return response.body
             }
         } catch let failure as CommandFailure {
             throw failure

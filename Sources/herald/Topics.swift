@@ -212,14 +212,13 @@ struct TopicChangeOptions: ParsableArguments {
             subscribe ? "\(resource)?topic_name=\(percentEncoded(topic))" : "\(resource)/\(percentEncoded(topic))?allow_missing=true"
         let headers = secret.map { [(name: "Authorization", value: "Bearer \($0)")] } ?? []
 
-        let loop = EventLoop(name: "herald-topics")
-        try loop.start()
-        defer { loop.shutdown() }
-        let client = HTTPClient(
-            loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-topics/\(HeraldBuild.version)", proxy: proxy))
         let response: HTTPResponse
         do {
-            response = try await client.request(subscribe ? "POST" : "DELETE", baseURL + target, headers: headers)
+            response = try await withEventLoop(named: "herald-topics") { loop in
+                let client = HTTPClient(
+                    loop: loop, configuration: .init(caFile: caFile, userAgent: "herald-topics/\(HeraldBuild.version)", proxy: proxy))
+                return try await client.request(subscribe ? "POST" : "DELETE", baseURL + target, headers: headers)
+            }
         } catch HTTPClientError.connectFailed {
             let hint =
                 http == nil && owner == nil

@@ -99,3 +99,75 @@ struct SendOverHTTPSTests {
         }
     }
 }
+
+extension SendOverHTTPSTests {
+    /// A shared object that `LD_PRELOAD` puts into `herald`, compiled by the toolchain's clang. In the file
+    /// `HERALD_TEST_EXIT_TRACE` names it writes `SSL_free` when OpenSSL's `SSL_free` is called and `SSL_free done`
+    /// when it returns (20 ms later: the call is made slow, so that work left to another thread cannot finish by
+    /// chance before the process exits), and `exit` when `exit` is called. An exit handler registered before any
+    /// library's, hence run after all of them (OpenSSL's cleanup included), keeps the process 200 ms longer: a
+    /// thread still closing a TLS connection when the process exits shows in the trace after `exit`.
+    static let exitTraceSource = #"""
+        #define _GNU_SOURCE
+        #include <dlfcn.h>
+        #include <fcntl.h>
+        #include <stdlib.h>
+        #include <string.h>
+        #include <unistd.h>
+
+        static void note(const char *event) {
+            const char *path = getenv("HERALD_TEST_EXIT_TRACE");
+            if (!path) return;
+            int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
+            if (fd < 0) return;
+            (void)write(fd, event, strlen(event));
+            close(fd);
+        }
+        static void last(void) { usleep(200000); }
+        __attribute__((constructor)) static void first(void) { atexit(last); }
+        void SSL_free(void *ssl) {
+            static void (*real)(void *);
+            if (!real) real = (void (*)(void *))dlsym(RTLD_NEXT, "SSL_free");
+            note("SSL_free\n");
+            usleep(20000);
+            real(ssl);
+            note("SSL_free done\n");
+        }
+        void exit(int status) {
+            static void (*real)(int);
+            if (!real) real = (void (*)(int))dlsym(RTLD_NEXT, "exit");
+            note("exit\n");
+            real(status);
+            _exit(status);
+        }
+        """#
+
+    @Test(
+        "herald send over https closes its TLS connection before the process exits, not beside OpenSSL's exit handler",
+        .disabled(if: runningUnderThreadSanitizer || runningUnderAddressSanitizer, "a preloaded library beside a sanitizer's runtime")
+    )
+    func tlsClosedBeforeExit() async throws {
+        try await withTemporaryDirectory { directory in
+            let certificates = try TestCertificates(in: directory)
+            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            defer { server.stop() }
+            try Self.exitTraceSource.write(toFile: "\(directory)/exit-trace.c", atomically: true, encoding: .utf8)
+            let compiled = try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/env"),
+                ["clang", "-shared", "-fPIC", "-O1", "-o", "\(directory)/exit-trace.so", "\(directory)/exit-trace.c", "-ldl"])
+            try #require(compiled.status == 0, "clang: \(compiled.error)")
+            let trace = "\(directory)/trace"
+            let sent = try runHerald(
+                [
+                    "send", "--http", server.baseURL, "--ca-file", certificates.caFile, "--project-id", "demo", "--token", "abc", "--data",
+                    "a=b",
+                ],
+                environment: ["LD_PRELOAD": "\(directory)/exit-trace.so", "HERALD_TEST_EXIT_TRACE": trace])
+            #expect(sent.status == 0, "\(sent.output)\(sent.error)")
+            #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
+            let events = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
+            #expect(events.contains("SSL_free done"), "the TLS connection was never freed: \(events)")
+            #expect(events.last == "exit", "the TLS connection was still being closed when the process exited: \(events)")
+        }
+    }
+}

@@ -95,3 +95,32 @@ struct ShutdownTests {
         #expect(loop.statistics.liveHandles == 0)
     }
 }
+
+@Suite("withEventLoop: a loop for one piece of work")
+struct WithEventLoopTests {
+    struct Refused: Error {}
+
+    @Test("returns the work's result once the loop has closed, with every handle closed; a thrown error comes through after the close")
+    func closesBeforeReturning() async throws {
+        let (loop, answer) = try await withEventLoop(named: "with-event-loop") { loop in
+            // A handle the work leaves open: the close must take it.
+            _ = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { _ in }
+            return (loop, try await loop.submit { 6 * 7 })
+        }
+        #expect(answer == 42)
+        #expect(loop.lifecycle == .closed)
+        #expect(loop.statistics.liveHandles == 0)
+
+        let thrownFrom = Locked<EventLoop?>(nil)
+        await #expect(throws: Refused.self) {
+            try await withEventLoop(named: "with-event-loop-throws") { loop in
+                thrownFrom.withLock { $0 = loop }
+                _ = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { _ in }
+                throw Refused()
+            }
+        }
+        let failed = try #require(thrownFrom.withLock { $0 })
+        #expect(failed.lifecycle == .closed)
+        #expect(failed.statistics.liveHandles == 0)
+    }
+}
