@@ -116,6 +116,12 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         try SpawnedThread.spawn(name: name) { [self] in runClaimed() }.detach()
     }
 
+    /// As ``start()``, on a thread the caller joins once the loop has closed (``withEventLoop(named:_:)``).
+    func startJoinable() throws -> SpawnedThread {
+        try claimForRunning()
+        return try SpawnedThread.spawn(name: name) { [self] in runClaimed() }
+    }
+
     /// Runs the loop on the calling thread until it has shut down (someone called ``shutdown()``).
     /// Throws ``EventLoopError/alreadyRunning`` when the loop was started (or run) before.
     public func run() throws {
