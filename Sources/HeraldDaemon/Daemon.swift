@@ -156,7 +156,9 @@ final class DaemonService: Service, Sendable {
         // A gateway's NATS calls block a pool thread each (a registration read, a JetStream publish): more threads,
         // more sends in progress at once.
         let loop = EventLoop(name: "herald", blockingThreads: settings.gateway ? 32 : 4)
-        try loop.start()
+        // Joined after the loop has closed: the process exits only once the loop thread has ended (OpenSSL's exit
+        // handler must not run while that thread frees its TLS state).
+        let loopThread = try loop.startJoinable()
         let herald = Herald(configuration: configuration, store: store, loop: loop, logger: logger)
         let inherited = Systemd.offerInheritedSockets()
         if !inherited.isEmpty {
@@ -179,6 +181,7 @@ final class DaemonService: Service, Sendable {
         } catch {
             await herald.shutdown()
             await loop.shutdownGracefully()
+            loopThread.join()
             throw (error as? CommandFailure) ?? CommandFailure(message: "herald: \(error)")
         }
         if !(settings.echo && settings.isEnabled(EchoHandler.Settings.section)) {
@@ -209,6 +212,7 @@ final class DaemonService: Service, Sendable {
         }
         watchdog?.cancel()
         await loop.shutdownGracefully()
+        loopThread.join()
         // A stopped store is one self-contained file: damage to it is then seen at the next start, not hidden behind
         // a write-ahead log SQLite would read first.
         do {

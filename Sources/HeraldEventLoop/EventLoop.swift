@@ -116,8 +116,9 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         try SpawnedThread.spawn(name: name) { [self] in runClaimed() }.detach()
     }
 
-    /// As ``start()``, on a thread the caller joins once the loop has closed (``withEventLoop(named:_:)``).
-    func startJoinable() throws -> SpawnedThread {
+    /// As ``start()``, on a thread the caller joins once the loop has closed (``withEventLoop(named:_:)``, the
+    /// daemon): a process that exits must not run its libraries' exit handlers while the loop thread still ends.
+    package func startJoinable() throws -> SpawnedThread {
         try claimForRunning()
         return try SpawnedThread.spawn(name: name) { [self] in runClaimed() }
     }

@@ -2,7 +2,7 @@ import CLibUV
 import Glibc
 
 /// Starts a named pthread running `body`; join or detach it once.
-struct SpawnedThread: @unchecked Sendable {
+package struct SpawnedThread: @unchecked Sendable {
     // @unchecked Sendable: a pthread_t is an opaque identifier; pthread_join may be called from any thread.
     let id: pthread_t
 
@@ -35,7 +35,7 @@ struct SpawnedThread: @unchecked Sendable {
     }
 
     /// Waits for the thread to finish.
-    func join() {
+    package func join() {
         pthread_join(id, nil)
     }
 
