@@ -37,18 +37,8 @@ try:
 except ImportError as missing:
     sys.exit(f"{missing}: this Python has no firebase-admin; run scripts/python-env and use .build-python/bin/python")
 
-# The HTTP versions of the answers the asynchronous calls got: every httpx.AsyncClient request goes through send.
-async_versions = set()
-_send = httpx.AsyncClient.send
-
-
-async def _recording_send(self, request, **kwargs):
-    response = await _send(self, request, **kwargs)
-    async_versions.add(response.http_version)
-    return response
-
-
-httpx.AsyncClient.send = _recording_send
+# The HTTP versions the asynchronous calls spoke (every httpx.AsyncClient request is recorded from here on).
+from http_versions import async_versions
 
 
 class StaticAccessToken(google.auth.credentials.Credentials):

@@ -16,7 +16,8 @@ its own httpx transports, and httpx then ignores HTTPS_PROXY. There Google's thr
 the hosts file (the test bind-mounts its own over /etc/hosts in a private mount namespace), and Herald serves
 HTTPS on port 443 with the certificate its CA issued for them. The script then prints `async HTTP versions: [...]`,
 what the asynchronous calls' answers came over (HTTP/2, which ALPN agreed): httpx.AsyncClient.send is wrapped to
-record each answer's http_version, as admin_sdk_check.py does, and passes requests and answers through unchanged.
+record each answer's http_version (http_versions.py, shared with admin_sdk_check.py), and passes requests and answers
+through unchanged.
 """
 
 import argparse
@@ -26,22 +27,11 @@ import sys
 import traceback
 
 import firebase_admin
-import httpx
 from firebase_admin import credentials, exceptions, messaging
 
 
-# The HTTP versions of the answers the asynchronous calls got: every httpx.AsyncClient request goes through send.
-async_versions = set()
-_send = httpx.AsyncClient.send
-
-
-async def _recording_send(self, request, **kwargs):
-    response = await _send(self, request, **kwargs)
-    async_versions.add(response.http_version)
-    return response
-
-
-httpx.AsyncClient.send = _recording_send
+# The HTTP versions the asynchronous calls spoke (every httpx.AsyncClient request is recorded from here on).
+from http_versions import async_versions
 
 
 def main():
