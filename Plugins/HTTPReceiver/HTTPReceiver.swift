@@ -40,7 +40,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// The most connections open at once; more are closed as they are accepted.
         public var maximumConnections: Int = 1024
         /// Gateway mode: valid sends go to this forwarder (NATSReceiver's `NATSGateway` publishes them to the fleet)
-        /// instead of the local bus; topic management (`/iid/v1:batchAdd`, `:batchRemove`, `.../topicSubscriptions`)
+        /// instead of the local bus; topic management (`/iid/v1:batchAdd`, `:batchRemove`, `/iid/info`, `.../topicSubscriptions`)
         /// goes to it too when it is a `TopicForwarder` (as `NATSGateway` is); every other route but `/healthz` (and
         /// `/token`, `/up/{token}` when set up) is answered 501 `UNIMPLEMENTED`. `nil` (the default): messages are for
         /// this instance.

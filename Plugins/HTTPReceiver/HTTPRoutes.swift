@@ -58,7 +58,7 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     /// The routes, tried in this order. `/healthz` needs no secret; everything else does, a request no route takes
     /// included. A gateway passes sends on, and topic management when its forwarder is a `TopicForwarder` (each
     /// token's change made by the instance that holds it); what would act on one instance only (APNs pushes to its
-    /// token, `GET /iid/info/{token}`) is answered 501 there.
+    /// token) is answered 501 there.
     private func addRoutes() {
         // The router is this API's alone and is only called through it, so the routes' references to the API are
         // valid whenever they run: unowned(unsafe), as checking them (swift_unownedRetainStrong) cost on every request.
@@ -93,11 +93,15 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                 [unowned(unsafe) self] request, match, responder in
                 routeTopics(request, parts: match.segments.map(String.init), responder: responder)
             }
+            router.add(nil, "/iid/info/{token}") { [unowned(unsafe) self] request, match, responder in
+                routeInstanceIDInfo(request, token: HTTPAPI.percentDecoded(String(match["token"] ?? "")), responder: responder)
+            }
         }
         if options.forwarder != nil {
             let forwardsTopics = options.forwarder is any TopicForwarder
-            let topics = forwardsTopics ? ", topic management (POST /iid/v1:batchAdd and :batchRemove, .../topicSubscriptions)" : ""
-            let rest = forwardsTopics ? "GET /iid/info/{token}, APNs pushes" : "topic management, GET /iid/info/{token}, APNs pushes"
+            let topics =
+                forwardsTopics ? ", topic management (POST /iid/v1:batchAdd and :batchRemove, GET /iid/info, .../topicSubscriptions)" : ""
+            let rest = forwardsTopics ? "APNs pushes" : "topic management, APNs pushes"
             router.notFound = { [unowned(unsafe) self] _, responder in
                 let message =
                     "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send\(topics) (and POST /up/{token} when it takes UnifiedPush pushes) only. Ask the instances themselves for the rest (\(rest))."
@@ -107,9 +111,6 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
             router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
                 routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
-            }
-            router.add(nil, "/iid/info/{token}") { [unowned(unsafe) self] request, match, responder in
-                routeInstanceIDInfo(request, token: HTTPAPI.percentDecoded(String(match["token"] ?? "")), responder: responder)
             }
             router.notFound = { [unowned(unsafe) self] request, responder in
                 respond(

@@ -124,9 +124,11 @@ extension HTTPAPI {
         }
     }
 
-    /// The Instance ID API's `GET /iid/info/{token}`: `{"platform": "LINUX"}` for this instance's token, with
-    /// `?details=true` also `"rel": {"topics": {"T": {}, ...}}` (the subscribed topics; Herald keeps no date of
-    /// subscription, which Google's answer has as `addDate`); 404 with IID's `{"error": ...}` for any other token.
+    /// The Instance ID API's `GET /iid/info/{token}`: `{"platform": "LINUX"}` for a token an instance holds (this
+    /// instance's own; through a gateway, any of the fleet's, asked of its instance), with `?details=true` also
+    /// `"rel": {"topics": {"T": {}, ...}}` (the subscribed topics; Herald keeps no date of subscription, which Google's
+    /// answer has as `addDate`); 404 with IID's `{"error": ...}` for any other token; through a gateway, 503
+    /// `{"error": "UNAVAILABLE", "message": ...}` when the token's instance did not answer.
     func routeInstanceIDInfo(_ request: HTTPRequest, token: String, responder: HTTPResponder) {
         if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         guard request.method == .get else {
@@ -134,18 +136,24 @@ extension HTTPAPI {
             return
         }
         let details = HTTPAPI.queryItems(request.target)["details"] == "true"
-        let control = context.topics
+        let lookUp: @Sendable () async throws -> Set<String>?
+        if let forwarder = options.forwarder as? any TopicForwarder {
+            lookUp = { try await forwarder.subscribedTopics(token: token).get() }
+        } else {
+            let control = context.topics
+            lookUp = { try await control.subscribedTopics(ifTokenIs: token) }
+        }
         Task(executorPreference: context.loop) { [weak self] in
             do {
-                guard try await control.token() == token else {
+                guard let topics = try await lookUp() else {
                     self?.respond(responder, status: 404, body: ["error": "No information found about this instance id."])
                     return
                 }
                 var body: JSONObject = ["platform": "LINUX"]
                 if details {
-                    var topics = JSONObject()
-                    for topic in try await control.subscribed().sorted() { topics[topic] = .object([:]) }
-                    body["rel"] = ["topics": .object(topics)]
+                    var listed = JSONObject()
+                    for topic in topics.sorted() { listed[topic] = .object([:]) }
+                    body["rel"] = ["topics": .object(listed)]
                 }
                 self?.respond(responder, status: 200, body: .object(body))
             } catch {

@@ -18,30 +18,19 @@ extension NATSGateway: TopicForwarder {
             return tokens.map { _ in .failed(.unavailable, message: "The gateway is not connected to NATS; retry.") }
         }
         let project = context.projectID
-        let bucket = options.registrationBucket
         var results = [TopicChangeResult?](repeating: nil, count: tokens.count)
         // The positions of each instance's tokens, by installation ID.
         var byInstance: [String: [Int]] = [:]
         for (index, token) in tokens.enumerated() {
-            let key = NATSSubjects.registrationKey(token: token)
-            let registered: String?
-            if let cached = publisher.cachedRegistration(key: key) {
-                registered = cached
-            } else {
-                do {
-                    registered = try await context.loop.offload {
-                        try publisher.registeredToken(key: key, project: project, bucket: bucket)
-                    }
-                } catch {
-                    results[index] = .failed(.unavailable, message: "The registrations could not be read: \(error); retry.")
+            do {
+                guard let instance = try await instance(holding: token, publisher: publisher, context: context) else {
+                    results[index] = .notFound
                     continue
                 }
+                byInstance[instance, default: []].append(index)
+            } catch {
+                results[index] = .failed(.unavailable, message: "The registrations could not be read: \(error); retry.")
             }
-            guard registered == token, NATSSubjects.isSubjectToken(token) else {
-                results[index] = .notFound
-                continue
-            }
-            byInstance[key, default: []].append(index)
         }
         let timeout = options.requestTimeout
         let logger = context.logger
@@ -77,5 +66,51 @@ extension NATSGateway: TopicForwarder {
             for (index, result) in zip(answer.indices, answer.results) { results[index] = result }
         }
         return results.map { $0 ?? .notFound }
+    }
+
+    /// Asks the instance that holds `token` for its topics, as ``changeTopic(_:add:tokens:)`` asks for a change: `nil`
+    /// when the registrations bucket does not hold the token; `UNAVAILABLE` (and a warning in the log) when its
+    /// instance does not answer in time or does not listen, or NATS is unreachable.
+    public func subscribedTopics(token: String) async -> Result<Set<String>?, MessageError> {
+        guard case (let publisher?, let context?) = shared.withLock({ $0 }) else { return .failure(MessageError(.shuttingDown)) }
+        guard publisher.isConnected else { return .failure(MessageError(.storeUnavailable("NATS: not connected"))) }
+        let instance: String
+        do {
+            guard let found = try await self.instance(holding: token, publisher: publisher, context: context) else { return .success(nil) }
+            instance = found
+        } catch {
+            return .failure(MessageError(.storeUnavailable("NATS: \(error)")))
+        }
+        let subject = NATSSubjects.topicRequests(project: context.projectID, instance: instance)
+        let request = NATSTopicRequest(infoFor: token)
+        let failure: String
+        do {
+            if let reply = try await context.loop.offload({ try publisher.request(subject, body: request.body) }) {
+                if let result = NATSTopicRequest.topics(ofInfoReply: reply) { return result }
+                failure = "answered what is not an info reply: \(String(decoding: reply.prefix(200), as: UTF8.self))"
+            } else {
+                failure = "does not listen on \(subject) (stopped, or not connected to NATS)"
+            }
+        } catch {
+            failure = "did not answer within \(options.requestTimeout) (\(error))"
+        }
+        context.logger.warning(
+            "an instance did not answer for its topics", metadata: ["instance": "\(instance)", "error": "\(failure)"])
+        return .failure(MessageError(.storeUnavailable("the instance \(instance) \(failure); retry")))
+    }
+
+    /// The installation ID under which the registrations bucket (the watched copy, else the bucket) holds `token`;
+    /// `nil` when it holds another token there, or none. Throws when the bucket cannot be read.
+    private func instance(holding token: String, publisher: NATSPublisher, context: PluginContext) async throws -> String? {
+        let key = NATSSubjects.registrationKey(token: token)
+        let project = context.projectID
+        let bucket = options.registrationBucket
+        let registered: String?
+        if let cached = publisher.cachedRegistration(key: key) {
+            registered = cached
+        } else {
+            registered = try await context.loop.offload { try publisher.registeredToken(key: key, project: project, bucket: bucket) }
+        }
+        return registered == token && NATSSubjects.isSubjectToken(token) ? key : nil
     }
 }

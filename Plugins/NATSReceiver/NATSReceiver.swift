@@ -552,6 +552,17 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             return answer(reply, ["error": "INVALID_ARGUMENT", "message": .string(error.message)])
         }
         let control = context.topics
+        if request.operation == .info {
+            Task(executorPreference: context.loop) {
+                do {
+                    self.answer(reply, NATSTopicRequest.infoReply(try await control.subscribedTopics(ifTokenIs: request.tokens[0])))
+                } catch {
+                    let status = (error as? MessageError)?.status ?? .internal
+                    self.answer(reply, ["error": .string(status.rawValue), "message": .string("\(error)")])
+                }
+            }
+            return
+        }
         Task(executorPreference: context.loop) {
             let results: [TopicChangeResult]
             do {

@@ -115,7 +115,7 @@ struct GatewayTests {
     }
 
     @Test(
-        "gateway answers: ID after JetStream storage, 404 UNREGISTERED, 400 for a condition, 501 for GET /iid/info, 503 UNAVAILABLE while NATS is down, /healthz"
+        "gateway answers: ID after JetStream storage, 404 UNREGISTERED, 400 for a condition, 501 for the APNs route, 503 UNAVAILABLE while NATS is down, /healthz"
     )
     func answers() async throws {
         let server = try NATSServerProcess()
@@ -145,9 +145,9 @@ struct GatewayTests {
                 let invalid = try httpRequest(port: port, "POST", send, body: #"{"message": {"token": "t", "bogus": 1}}"#, secret: "s3cret")
                 #expect(invalid.status == 400)
                 #expect(try httpRequest(port: port, "POST", send, body: body(token: token, n: 3)).status == 401)
-                let info = try httpRequest(port: port, "GET", "/iid/info/\(token)", secret: "s3cret")
-                #expect(info.status == 501)
-                #expect(info.body.contains("UNIMPLEMENTED"))
+                let apns = try httpRequest(port: port, "POST", "/3/device/\(token)", body: #"{"aps": {}}"#, secret: "s3cret")
+                #expect(apns.status == 501)
+                #expect(apns.body.contains("UNIMPLEMENTED"))
                 let validateOnly = try httpRequest(
                     port: port, "POST", send, body: #"{"validate_only": true, "message": {"token": "\#(token)", "data": {"n": "4"}}}"#,
                     secret: "s3cret")

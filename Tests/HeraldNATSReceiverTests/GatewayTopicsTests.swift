@@ -9,7 +9,7 @@ import Testing
 @Suite("Gateway mode: topic management passed on to the instance that holds each token", .serialized)
 struct GatewayTopicsTests {
     @Test(
-        "batchAdd and batchRemove through the gateway: per-token results for two instances and an unknown token, each instance's topics changed, a topic send reaches the subscribed only; FCM v1's topicSubscriptions; a stopped instance's token gets an error and the gateway keeps running; a sender without manage-topics is refused"
+        "batchAdd and batchRemove through the gateway: per-token results for two instances and an unknown token, each instance's topics changed, a topic send reaches the subscribed only; FCM v1's topicSubscriptions; GET /iid/info; a stopped instance's token gets an error and the gateway keeps running; a sender without manage-topics is refused"
     )
     func batchThroughGateway() async throws {
         let server = try NATSServerProcess()
@@ -94,7 +94,23 @@ struct GatewayTopicsTests {
                 let after = try await post("/v1/projects/demo/messages:send", body(token: tokenA, n: 2))
                 #expect(after.status == 200, "\(after.body)")
                 #expect(await eventually { a.collector.numbers == ["1", "2"] })
-                #expect(try httpRequest(port: port, "GET", "/iid/info/\(tokenA)", secret: "s3cret").status == 501)
+
+                // GET /iid/info, asked of the token's instance.
+                let info = try await onOwnThread {
+                    try curlRequest(port: port, "GET", "/iid/info/\(tokenA)?details=true", bearer: "s3cret")
+                }
+                #expect(info.status == 200, "\(info.body)")
+                #expect(
+                    try JSONParser.parse(Array(info.body.utf8)) == ["platform": "LINUX", "rel": ["topics": ["news": [:], "sports": [:]]]],
+                    "\(info.body)")
+                let plain = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/\(tokenB)", bearer: "s3cret") }
+                #expect(plain.status == 200 && plain.body == #"{"platform":"LINUX"}"#, "\(plain.body)")
+                let nobody = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/nobody:unknown", bearer: "s3cret") }
+                #expect(nobody.status == 404, "\(nobody.body)")
+                let away = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/\(tokenC)", bearer: "s3cret") }
+                #expect(away.status == 503 && away.body.contains("UNAVAILABLE"), "\(away.body)")
+                let notAllowed = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/\(tokenA)", bearer: sendsOnly) }
+                #expect(notAllowed.status == 403, "\(notAllowed.body)")
                 #expect(gateway.terminate() == 0)
             }
         }

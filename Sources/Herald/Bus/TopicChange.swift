@@ -24,6 +24,13 @@ public enum TopicChangeResult: Sendable, Hashable {
 }
 
 extension TopicControl {
+    /// The topics this instance is subscribed to when `token` is its current token; `nil` for any other token. What
+    /// the HTTP receiver's `GET /iid/info/{token}` and the NATS receiver's info requests (a gateway's) both answer.
+    public func subscribedTopics(ifTokenIs given: String) async throws -> Set<String>? {
+        guard try await token() == given else { return nil }
+        return try await subscribed()
+    }
+
     /// Subscribes (`add`) or unsubscribes this instance to `topic` for the tokens of `tokens` that are its current
     /// token (applied once, however often the token is named), and answers one result per token, in order: every
     /// other token is ``TopicChangeResult/notFound``. What the HTTP receiver's topic routes and the NATS receiver's
