@@ -5,8 +5,8 @@ public import Herald
 extension NATSGateway: TopicForwarder {
     /// Finds each token's instance in the registrations bucket (the watched copy, or the bucket while the watch
     /// catches up), and sends each instance one core NATS request with its tokens on
-    /// ``NATSSubjects/topicRequests(project:instance:)`` (one JSON request, one result per token), all at once, each waiting at most
-    /// ``NATSReceiver/Options/requestTimeout``. A token the bucket does not hold (or holds another token for) is
+    /// ``NATSSubjects/topicRequests(project:instance:)`` (one JSON request, one result per token), all at once, each
+    /// waiting at most ``NATSReceiver/Options/requestTimeout``. A token the bucket does not hold (or holds another token for) is
     /// `TopicChangeResult/notFound`, as FCM answers it. An instance that does not answer in time, or does not listen
     /// (stopped), gets `TopicChangeResult/failed(_:message:)` (`UNAVAILABLE`) for its tokens, and a warning in the
     /// log; so does every token while NATS is unreachable. The NATS calls block, on the loop's blocking pool.
