@@ -15,7 +15,8 @@ public import HeraldTLS
 /// every request but `/healthz` needs `Authorization: Bearer <secret>` (compared in constant time); without one,
 /// the receiver refuses to listen on anything but loopback. With ``Options/tls`` the endpoint speaks HTTPS; beyond
 /// loopback it must, unless ``Options/allowPlaintextNetwork`` says otherwise. With ``Options/forwarder`` set
-/// (gateway mode), valid sends go to the forwarder instead of this instance's bus, and the other routes answer 501.
+/// (gateway mode), valid sends go to the forwarder instead of this instance's bus, and topic management too when it is a
+/// `TopicForwarder`; the other routes answer 501.
 public final class HTTPReceiver: Receiver, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the rest is touched on the loop thread only.
 
@@ -39,8 +40,10 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// The most connections open at once; more are closed as they are accepted.
         public var maximumConnections: Int = 1024
         /// Gateway mode: valid sends go to this forwarder (NATSReceiver's `NATSGateway` publishes them to the fleet)
-        /// instead of the local bus, and every route but `messages:send` and `/healthz` is answered 501
-        /// `UNIMPLEMENTED`. `nil` (the default): messages are for this instance.
+        /// instead of the local bus; topic management (`/iid/v1:batchAdd`, `:batchRemove`, `/iid/info`, `.../topicSubscriptions`)
+        /// goes to it too when it is a `TopicForwarder` (as `NATSGateway` is); every other route but `/healthz` (and
+        /// `/token`, `/up/{token}` when set up) is answered 501 `UNIMPLEMENTED`. `nil` (the default): messages are for
+        /// this instance.
         public var forwarder: (any SendForwarder)?
         /// The keys APNs provider tokens are verified with on `POST /3/device/{token}`: with any, that route needs
         /// `authorization: bearer <token>` (ES256, signed by one of them, at most an hour old) or the bearer secret

@@ -56,8 +56,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     }
 
     /// The routes, tried in this order. `/healthz` needs no secret; everything else does, a request no route takes
-    /// included. A gateway passes sends on: what would act on this instance (topic management, APNs pushes to its
-    /// token) has no meaning there, and is answered 501.
+    /// included. A gateway passes sends on, and topic management when its forwarder is a `TopicForwarder` (each
+    /// token's change made by the instance that holds it); what would act on one instance only (APNs pushes to its
+    /// token) is answered 501 there.
     private func addRoutes() {
         // The router is this API's alone and is only called through it, so the routes' references to the API are
         // valid whenever they run: unowned(unsafe), as checking them (swift_unownedRetainStrong) cost on every request.
@@ -81,20 +82,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                 routeWebPush(request, token: String(match["token"] ?? ""), endpoint: endpoint, responder: responder)
             }
         }
-        if options.forwarder != nil {
-            router.notFound = { [unowned(unsafe) self] _, responder in
-                let message =
-                    "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send (and POST /up/{token} when it takes UnifiedPush pushes) only. Manage topics on the instances themselves (herald topics, or their own HTTP endpoint)."
-                respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
-            }
-        } else {
-            // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
-            router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
-                routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
-            }
-            router.add(nil, "/iid/info/{token}") { [unowned(unsafe) self] request, match, responder in
-                routeInstanceIDInfo(request, token: HTTPAPI.percentDecoded(String(match["token"] ?? "")), responder: responder)
-            }
+        // Topic management: this instance's, or passed on by a gateway whose forwarder can (``topicChanger``).
+        if options.forwarder == nil || options.forwarder is any TopicForwarder {
             for (path, add) in [("/iid/v1:batchAdd", true), ("/iid/v1:batchRemove", false)] {
                 router.add(nil, path) { [unowned(unsafe) self] request, _, responder in
                     routeInstanceID(request, add: add, responder: responder)
@@ -103,6 +92,25 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             router.add(nil, "/v1/projects/{project}/registrations/{token}/topicSubscriptions/**") {
                 [unowned(unsafe) self] request, match, responder in
                 routeTopics(request, parts: match.segments.map(String.init), responder: responder)
+            }
+            router.add(nil, "/iid/info/{token}") { [unowned(unsafe) self] request, match, responder in
+                routeInstanceIDInfo(request, token: HTTPAPI.percentDecoded(String(match["token"] ?? "")), responder: responder)
+            }
+        }
+        if options.forwarder != nil {
+            let forwardsTopics = options.forwarder is any TopicForwarder
+            let topics =
+                forwardsTopics ? ", topic management (POST /iid/v1:batchAdd and :batchRemove, GET /iid/info, .../topicSubscriptions)" : ""
+            let rest = forwardsTopics ? "APNs pushes" : "topic management, APNs pushes"
+            router.notFound = { [unowned(unsafe) self] _, responder in
+                let message =
+                    "This Herald is a gateway: it forwards POST /v1/projects/{project}/messages:send\(topics) (and POST /up/{token} when it takes UnifiedPush pushes) only. Ask the instances themselves for the rest (\(rest))."
+                respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
+            }
+        } else {
+            // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
+            router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
+                routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
             }
             router.notFound = { [unowned(unsafe) self] request, responder in
                 respond(

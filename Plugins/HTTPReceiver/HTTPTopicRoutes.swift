@@ -5,8 +5,23 @@ import HeraldHTTP
 // API's batch calls, with the query and percent-decoding they need.
 
 extension HTTPAPI {
+    /// How a topic change is made: on this instance (`TopicControl/change(_:add:tokens:)`, which throws what its
+    /// store throws), or by the fleet's instances through a gateway's `TopicForwarder` (which answers failures per
+    /// token).
+    typealias TopicChanger = @Sendable (_ topic: String, _ add: Bool, _ tokens: [String]) async throws -> [TopicChangeResult]
+
+    /// This instance's topic changes, or the forwarder's in gateway mode.
+    var topicChanger: TopicChanger {
+        if let forwarder = options.forwarder as? any TopicForwarder {
+            return { topic, add, tokens in await forwarder.changeTopic(topic, add: add, tokens: tokens) }
+        }
+        let control = context.topics
+        return { topic, add, tokens in try await control.change(topic, add: add, tokens: tokens) }
+    }
+
     /// FCM topic management: `POST .../registrations/{token}/topicSubscriptions?topic_name=T` subscribes,
-    /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes.
+    /// `DELETE .../registrations/{token}/topicSubscriptions/{T}?allow_missing=true` unsubscribes. A token no instance
+    /// holds is `404 UNREGISTERED`; an instance a gateway could not reach, `503 UNAVAILABLE` (or `500 INTERNAL`).
     func routeTopics(_ request: HTTPRequest, parts: [String], responder: HTTPResponder) {
         if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         let method = request.method.rawValue
@@ -28,27 +43,41 @@ extension HTTPAPI {
                 body: googleError(405, "METHOD_NOT_ALLOWED", "Use POST to subscribe and DELETE to unsubscribe."))
             return
         }
-        guard let topic else {
+        guard let given = topic else {
             respond(responder, status: 400, body: MessageError(.missingField("topic_name")).fcmErrorBody)
             return
         }
-        let control = context.topics
+        let name: String
+        do {
+            name = try TopicName.validate(given)
+        } catch {
+            respond(responder, status: 400, body: error.fcmErrorBody)
+            return
+        }
+        let change = topicChanger
+        let add = method == "POST"
         let allowMissing = query["allow_missing"] == "true"
-        let resource = "projects/\(project)/registrations/\(token)/topicSubscriptions/\(topic)"
+        let resource = "projects/\(project)/registrations/\(token)/topicSubscriptions/\(given)"
         Task(executorPreference: context.loop) { [weak self] in
             let answer: (Int, JSONValue)
             do {
-                guard try await control.token() == token else {
+                switch try await change(name, add, [token]).first ?? .notFound {
+                case .notFound:
                     let error = MessageError(.unregistered(.token(token)))
-                    throw error
-                }
-                if method == "POST" {
-                    try await control.subscribe(topic)
-                    answer = (200, ["name": .string(resource)])
-                } else if try await control.unsubscribe(topic) || allowMissing {
-                    answer = (200, [:])
-                } else {
-                    answer = (404, ["error": ["code": 404, "message": .string("Not subscribed to \(topic)."), "status": "NOT_FOUND"]])
+                    answer = (error.status.httpStatus, error.fcmErrorBody)
+                case .failed(let status, let message):
+                    answer = (
+                        status.httpStatus,
+                        [
+                            "error": [
+                                "code": .int(Int64(status.httpStatus)), "message": .string(message), "status": .string(status.rawValue),
+                            ]
+                        ]
+                    )
+                case .applied where add: answer = (200, ["name": .string(resource)])
+                case .applied(let wasSubscribed) where wasSubscribed || allowMissing: answer = (200, [:])
+                case .applied:
+                    answer = (404, ["error": ["code": 404, "message": .string("Not subscribed to \(name)."), "status": "NOT_FOUND"]])
                 }
             } catch let error as MessageError {
                 answer = (error.status.httpStatus, error.fcmErrorBody)
@@ -59,11 +88,13 @@ extension HTTPAPI {
         }
     }
 
-    /// Topic management as the Instance ID API does it, which the Admin SDKs' older `subscribeToTopic` calls
-    /// (and firebase-admin Python's `*_legacy` ones) use: `POST /iid/v1:batchAdd` or `:batchRemove` with
-    /// `{"to": "/topics/T", "registration_tokens": [...]}`. Answers one result per token, in order: `{}` for this
-    /// instance's token, `{"error": "NOT_FOUND"}` for any other; a bad request gets 400 and `{"error": "INVALID_ARGUMENT",
-    /// "message": ...}` (IID's `{"error": code}` shape, with the reason beside it).
+    /// Topic management as the Instance ID API does it, which the Admin SDKs' `subscribeToTopic` calls (and
+    /// firebase-admin Python's `*_legacy` ones) use: `POST /iid/v1:batchAdd` or `:batchRemove` with
+    /// `{"to": "/topics/T", "registration_tokens": [...]}`. Answers one result per token, in order
+    /// (`TopicChangeResult/instanceIDResult`): `{}` for a token changed, `{"error": "NOT_FOUND"}` for a token no
+    /// instance holds (on an instance: any but its own), and through a gateway `{"error": "INTERNAL", "message": ...}`
+    /// for a token whose instance did not answer. A bad request gets 400 and `{"error": "INVALID_ARGUMENT", "message":
+    /// ...}` (IID's `{"error": code}` shape, with the reason beside it).
     func routeInstanceID(_ request: HTTPRequest, add: Bool, responder: HTTPResponder) {
         if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         guard request.method == .post else {
@@ -78,36 +109,26 @@ extension HTTPAPI {
             respond(responder, status: 400, body: ["error": "INVALID_ARGUMENT", "message": .string(error.message)])
             return
         }
-        let control = context.topics
+        let change = topicChanger
         Task(executorPreference: context.loop) { [weak self] in
-            var results: [JSONValue] = []
+            let results: [TopicChangeResult]
             do {
-                let mine = try await control.token()
-                var applied = false
-                for token in tokens {
-                    guard token == mine else {
-                        results.append(["error": "NOT_FOUND"])
-                        continue
-                    }
-                    if !applied {
-                        if add { try await control.subscribe(topic) } else { _ = try await control.unsubscribe(topic) }
-                        applied = true
-                    }
-                    results.append([:])
-                }
+                results = try await change(topic, add, tokens)
             } catch {
                 let status = (error as? MessageError)?.status ?? .internal
                 self?.respond(
                     responder, status: status.httpStatus, body: ["error": .string(status.rawValue), "message": .string("\(error)")])
                 return
             }
-            self?.respond(responder, status: 200, body: ["results": .array(results)])
+            self?.respond(responder, status: 200, body: ["results": .array(results.map(\.instanceIDResult))])
         }
     }
 
-    /// The Instance ID API's `GET /iid/info/{token}`: `{"platform": "LINUX"}` for this instance's token, with
-    /// `?details=true` also `"rel": {"topics": {"T": {}, ...}}` (the subscribed topics; Herald keeps no date of
-    /// subscription, which Google's answer has as `addDate`); 404 with IID's `{"error": ...}` for any other token.
+    /// The Instance ID API's `GET /iid/info/{token}`: `{"platform": "LINUX"}` for a token an instance holds (this
+    /// instance's own; through a gateway, any of the fleet's, asked of its instance), with `?details=true` also
+    /// `"rel": {"topics": {"T": {}, ...}}` (the subscribed topics; Herald keeps no date of subscription, which Google's
+    /// answer has as `addDate`); 404 with IID's `{"error": ...}` for any other token; through a gateway, 503
+    /// `{"error": "UNAVAILABLE", "message": ...}` when the token's instance did not answer.
     func routeInstanceIDInfo(_ request: HTTPRequest, token: String, responder: HTTPResponder) {
         if let refusal = refusal(needing: .manageTopics) { return responder.respond(refusal) }
         guard request.method == .get else {
@@ -115,18 +136,24 @@ extension HTTPAPI {
             return
         }
         let details = HTTPAPI.queryItems(request.target)["details"] == "true"
-        let control = context.topics
+        let lookUp: @Sendable () async throws -> Set<String>?
+        if let forwarder = options.forwarder as? any TopicForwarder {
+            lookUp = { try await forwarder.subscribedTopics(token: token).get() }
+        } else {
+            let control = context.topics
+            lookUp = { try await control.subscribedTopics(ifTokenIs: token) }
+        }
         Task(executorPreference: context.loop) { [weak self] in
             do {
-                guard try await control.token() == token else {
+                guard let topics = try await lookUp() else {
                     self?.respond(responder, status: 404, body: ["error": "No information found about this instance id."])
                     return
                 }
                 var body: JSONObject = ["platform": "LINUX"]
                 if details {
-                    var topics = JSONObject()
-                    for topic in try await control.subscribed().sorted() { topics[topic] = .object([:]) }
-                    body["rel"] = ["topics": .object(topics)]
+                    var listed = JSONObject()
+                    for topic in topics.sorted() { listed[topic] = .object([:]) }
+                    body["rel"] = ["topics": .object(listed)]
                 }
                 self?.respond(responder, status: 200, body: .object(body))
             } catch {

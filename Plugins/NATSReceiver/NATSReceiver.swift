@@ -212,6 +212,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var heldStart = 0
     private var tokenSubscription: OpaquePointer?
     private var subscribedToken: String?
+    /// The subscription to a gateway's topic changes (``NATSSubjects/topicRequests(project:instance:)``), and the
+    /// installation ID it is for.
+    private var topicRequestSubscription: (instance: String, subscription: OpaquePointer)?
     private var stopping = false
     /// Token subscription changes run one at a time (start, rotation, deletion).
     private let tokenChanges = SerialTasks()
@@ -403,6 +406,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             self.collapsing.removeAll()
             if let subscription = self.tokenSubscription { Self.close(subscription) }
             self.tokenSubscription = nil
+            if let requests = self.topicRequestSubscription { Self.close(requests.subscription) }
+            self.topicRequestSubscription = nil
             natsConnection_Close(connection.pointer)
             if let jetStream = self.jetStream { jsCtx_Destroy(jetStream) }
             self.jetStream = nil
@@ -494,12 +499,79 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 } else {
                     self.tokenSubscription = subscription.pointer
                     self.subscribedToken = token
+                    self.followTopicRequests(of: token, context: context)
                 }
             }
             context.logger.info(
                 "receiving token messages from JetStream",
                 metadata: ["stream": "\(stream)", "consumer": "\(durable)", "subject": "\(filter)"])
             try await self.register(token, key: NATSSubjects.registrationKey(token: token), jetStream: jetStream, context: context)
+        }
+    }
+
+    /// Subscribes to a gateway's topic changes for the installation of `token` (the subject the gateway derives from
+    /// the token, ``NATSSubjects/topicRequests(project:instance:)``), unless already subscribed for it. Loop thread.
+    private func followTopicRequests(of token: String, context: PluginContext) {
+        guard let connection, !stopping else { return }
+        let instance = NATSSubjects.registrationKey(token: token)
+        guard topicRequestSubscription?.instance != instance else { return }
+        if let requests = topicRequestSubscription { Self.close(requests.subscription) }
+        topicRequestSubscription = nil
+        let subject = NATSSubjects.topicRequests(project: context.projectID, instance: instance)
+        let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .topicRequest)
+        let closure = Unmanaged.passRetained(relay).toOpaque()
+        var subscription: OpaquePointer?
+        let status = natsConnection_Subscribe(
+            &subscription, connection, subject, { _, _, message, closure in SubscriptionRelay.from(closure).received(message) },
+            closure)
+        guard status == NATS_OK, let subscription else {
+            Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
+            context.logger.error(
+                "cannot take a gateway's topic changes",
+                metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
+            return
+        }
+        Self.prepare(subscription, closure: closure, options: options)
+        topicRequestSubscription = (instance, subscription)
+    }
+
+    /// A gateway's topic change (`NATSTopicRequest`): made through `TopicControl/change(_:add:tokens:)`, as the
+    /// HTTP receiver's topic routes make it (the store, then the topics' subscriptions follow), and answered on the
+    /// request's reply subject. Takes ownership of `message`. Loop thread.
+    private func takeTopicRequest(_ message: OpaquePointer, context: PluginContext) {
+        let reply = natsMsg_GetReply(message).map { String(cString: $0) }
+        let length = Int(natsMsg_GetDataLength(message))
+        let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
+        natsMsg_Destroy(message)
+        guard let reply else { return }
+        let request: NATSTopicRequest
+        do {
+            request = try NATSTopicRequest(body)
+        } catch {
+            context.logger.warning("refused a topic change request from NATS", metadata: ["error": "\(error.message)"])
+            return answer(reply, ["error": "INVALID_ARGUMENT", "message": .string(error.message)])
+        }
+        let control = context.topics
+        if request.operation == .info {
+            Task(executorPreference: context.loop) {
+                do {
+                    self.answer(reply, NATSTopicRequest.infoReply(try await control.subscribedTopics(ifTokenIs: request.tokens[0])))
+                } catch {
+                    let status = (error as? MessageError)?.status ?? .internal
+                    self.answer(reply, ["error": .string(status.rawValue), "message": .string("\(error)")])
+                }
+            }
+            return
+        }
+        Task(executorPreference: context.loop) {
+            let results: [TopicChangeResult]
+            do {
+                results = try await control.change(request.topic, add: request.add, tokens: request.tokens)
+            } catch {
+                let status = (error as? MessageError)?.status ?? .internal
+                results = request.tokens.map { _ in .failed(status, message: "\(error)") }
+            }
+            self.answer(reply, NATSTopicRequest.reply(results))
         }
     }
 
@@ -678,6 +750,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             natsMsg_Destroy(message)
             return
         }
+        if kind == .topicRequest { return takeTopicRequest(message, context: context) }
         shared.withLock { $0.statistics.received += 1 }
         let length = Int(natsMsg_GetDataLength(message))
         let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []

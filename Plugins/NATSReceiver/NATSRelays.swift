@@ -12,7 +12,8 @@ struct UnsafeHandle: @unchecked Sendable {
 /// the closure pointer) until the subscription's completion callback.
 final class SubscriptionRelay: @unchecked Sendable {
     // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
-    enum Kind { case jetStream, core }
+    /// Stored messages, core messages (topics), or a gateway's topic management requests (`NATSTopicRequest`).
+    enum Kind { case jetStream, core, topicRequest }
     private weak var receiver: NATSReceiver?
     private let loop: EventLoop
     let kind: Kind

@@ -3,6 +3,8 @@
 /// - `herald.<project>.token.<token>`: a message for one instance, stored by JetStream (stream
 ///   ``streamName(project:)``, work-queue retention) until that instance acknowledges it.
 /// - `herald.<project>.topic.<topic>`: a message for the instances subscribed to a topic, on core NATS.
+/// - `herald.<project>.iid.<installation ID>`: a gateway's topic management requests for one instance (core NATS
+///   request and reply, ``topicRequests(project:instance:)``).
 ///
 /// The body on every subject is the FCM v1 send request, `{"message": {...}, "validate_only": false}`.
 public enum NATSSubjects {
@@ -11,6 +13,12 @@ public enum NATSSubjects {
 
     /// The subject of messages for topic `topic`.
     public static func topic(project: String, topic: String) -> String { "herald.\(project).topic.\(topic)" }
+
+    /// The subject on which the instance `instance` (its installation ID, as ``registrationKey(token:)`` writes it)
+    /// takes a gateway's topic changes for its token: `herald.<project>.iid.<instance>`, a core NATS request
+    /// (`{"operation": "add" | "remove", "topic": T, "registration_tokens": [...]}`) answered on its reply subject with
+    /// one result per token. No stream takes it.
+    public static func topicRequests(project: String, instance: String) -> String { "herald.\(project).iid.\(instance)" }
 
     /// The subjects of all topic messages of a project, which the topic stream stores.
     public static func allTopics(project: String) -> String { "herald.\(project).topic.>" }

@@ -103,15 +103,39 @@ def main():
         expect_error(lambda: send(messaging.Message(token="unknown-installation:nobody"), dry_run=True), messaging.UnregisteredError)
 
     def topic_management():
-        # Refused by the gateway (501 UNIMPLEMENTED); the SDK reports it per token, not as an exception.
-        response = messaging.subscribe_to_topic([args.token_a], "news", app=app)
-        expect(response.failure_count == 1 and response.success_count == 0, f"subscribe through a gateway: {response.failure_count} failed")
-        print(f"        topic management refused: {response.errors[0].reason}")
+        # subscribe_to_topic (FCM v1's topicSubscriptions, one request per token) through the gateway: each token's
+        # change made by its instance; the unknown token is reported per token. The instance has subscribed before it
+        # answers, so a send after the answer reaches it; an unsubscription is made before any send to that topic (a
+        # message still on its way to an instance when it unsubscribes may be dropped there, as FCM may drop it).
+        response = messaging.subscribe_to_topic([args.token_a, args.token_b, "unknown-installation:nobody"], "gw", app=app)
+        expect(response.success_count == 2 and response.failure_count == 1, f"subscribe: {[(e.index, e.reason) for e in response.errors]}")
+        expect(response.errors[0].index == 2, f"subscribe: the failure is the unknown token's: {response.errors[0].index}")
+        response = messaging.subscribe_to_topic([args.token_a, args.token_b], "gw-2", app=app)
+        expect(response.success_count == 2, f"subscribe: {[(e.index, e.reason) for e in response.errors]}")
+        response = messaging.unsubscribe_from_topic([args.token_b], "gw-2", app=app)
+        expect(response.success_count == 1 and response.failure_count == 0, f"unsubscribe: {[(e.index, e.reason) for e in response.errors]}")
+        send(messaging.Message(topic="gw", data={"check": "topic-gw"}))
+        delivered["a"].append("topic-gw")
+        delivered["b"].append("topic-gw")
+        send(messaging.Message(topic="gw-2", data={"check": "topic-gw-2"}))
+        delivered["a"].append("topic-gw-2")
+
+    def topic_management_legacy():
+        # The Instance ID API's batchAdd and batchRemove (the *_legacy calls, and older SDKs' subscribeToTopic).
+        response = messaging.subscribe_to_topic_legacy([args.token_a, "unknown-installation:nobody", args.token_b], "legacy", app=app)
+        expect(response.success_count == 2 and response.failure_count == 1, f"batchAdd: {[(e.index, e.reason) for e in response.errors]}")
+        expect(response.errors[0].index == 1, f"batchAdd: the failure is the unknown token's: {response.errors[0].index}")
+        expect(response.errors[0].reason == "NOT_FOUND", f"batchAdd: {response.errors[0].reason}")
+        response = messaging.unsubscribe_from_topic_legacy([args.token_b], "legacy", app=app)
+        expect(response.success_count == 1 and response.failure_count == 0, f"batchRemove: {[(e.index, e.reason) for e in response.errors]}")
+        send(messaging.Message(topic="legacy", data={"check": "topic-legacy"}))
+        delivered["a"].append("topic-legacy")
 
     for name, function in [
         ("token-a", token_a), ("token-b", token_b), ("fid-a", fid_a), ("topic-news", topic_news), ("topic-all", topic_all),
         ("send-each", send_each), ("unknown-token", unknown_token), ("rotated-away-token", rotated_away_token),
         ("condition", condition), ("dry-run", dry_run), ("topic-management", topic_management),
+        ("topic-management-legacy", topic_management_legacy),
     ]:
         check(name, function)
 

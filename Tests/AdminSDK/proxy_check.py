@@ -41,7 +41,7 @@ def main():
     parser.add_argument("--expect-refused", action="store_true",
                         help="the key was revoked: the send must fail for want of an access token")
     parser.add_argument("--gateway", action="store_true",
-                        help="Herald is a gateway: no topic management there (it answers 501)")
+                        help="Herald is a gateway (which passes sends and topic management on to the fleet)")
     parser.add_argument("--no-proxy", action="store_true",
                         help="no proxy: Google's hosts resolve to Herald (/etc/hosts); send_each_async is checked too")
     arguments = parser.parse_args()
@@ -106,12 +106,15 @@ def main():
         delivered.append("multicast")
 
     def topics():
-        response = messaging.subscribe_to_topic([token], "news")
-        expect(response.success_count == 1 and response.failure_count == 0, f"subscribe: {response.errors!r}")
+        # Unsubscribed before anything is sent: through a gateway, a message still on its way to the instance when it
+        # unsubscribes may be dropped there (as FCM may drop it), so nothing is sent to a topic being left.
+        for topic in ["news", "left"]:
+            response = messaging.subscribe_to_topic([token], topic)
+            expect(response.success_count == 1 and response.failure_count == 0, f"subscribe: {response.errors!r}")
+        response = messaging.unsubscribe_from_topic([token], "left")
+        expect(response.success_count == 1, f"unsubscribe: {response.errors!r}")
         messaging.send(messaging.Message(topic="news", data={"check": "topic-news"}))
         delivered.append("topic-news")
-        response = messaging.unsubscribe_from_topic([token], "news")
-        expect(response.success_count == 1, f"unsubscribe: {response.errors!r}")
 
     def send_each_async():
         async def run():
@@ -144,8 +147,7 @@ def main():
         ("an unknown token -> messaging.UnregisteredError", unknown_token),
         ("a bad argument is refused", bad_argument),
     ]
-    if not arguments.gateway:
-        checks.append(("subscribe_to_topic, send to the topic, unsubscribe_from_topic", topics))
+    checks.append(("subscribe_to_topic, send to the topic, unsubscribe_from_topic", topics))
     if arguments.no_proxy:
         checks.append(("messaging.send_each_async (httpx, HTTP/2)", send_each_async))
     for name, function in checks:

@@ -120,6 +120,22 @@ public protocol SendForwarder: Sendable {
     func forward(_ request: FCMSendRequest, body: [UInt8]) async -> Result<String, MessageError>
 }
 
+/// A ``SendForwarder`` that also passes topic management on (the Instance ID API's `batchAdd`, `batchRemove` and
+/// `info`, FCM v1's `topicSubscriptions`): a gateway, which has each token's change made by the instance that holds the token
+/// (NATSReceiver's `NATSGateway`). The receiver keeps its parsing, authorization and answers' shapes; with a forwarder
+/// that is not one of these, it answers those routes 501.
+public protocol TopicForwarder: SendForwarder {
+    /// Subscribes (`add`) or unsubscribes `topic` (valid, without `/topics/`) for each of `tokens` on the instance that
+    /// holds it, and answers one result per token, in order. Called from a task on the loop's executor; may suspend
+    /// (the instances' answers).
+    func changeTopic(_ topic: String, add: Bool, tokens: [String]) async -> [TopicChangeResult]
+
+    /// The topics the instance that holds `token` is subscribed to (the Instance ID API's `GET /iid/info/{token}`);
+    /// `nil` when no instance holds it; a ``MessageError`` (`UNAVAILABLE`) when its instance did not answer. Called
+    /// from a task on the loop's executor; may suspend.
+    func subscribedTopics(token: String) async -> Result<Set<String>?, MessageError>
+}
+
 /// The "will present" and "did receive response" handler, as `UNUserNotificationCenterDelegate`.
 public protocol NotificationHandler: HeraldPlugin {
     /// A display notification arrived: answer how to present it. Answers of several handlers are combined
