@@ -42,6 +42,7 @@ public final class TestSocketClient {
         var offset = 0
         while offset < bytes.count {
             let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written < 0, errno == EINTR { continue }
             if written <= 0 { return }
             offset += written
         }
@@ -54,7 +55,7 @@ public final class TestSocketClient {
         var data: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while data.filter({ $0 == UInt8(ascii: "\n") }).count < count {
-            let read = recv(fd, &buffer, buffer.count, 0)
+            let read = receive(&buffer, buffer.count)
             if read <= 0 { break }
             data.append(contentsOf: buffer[0..<read])
         }
@@ -66,7 +67,7 @@ public final class TestSocketClient {
         var data: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while !predicate(data) {
-            let read = recv(fd, &buffer, buffer.count, 0)
+            let read = receive(&buffer, buffer.count)
             if read <= 0 { break }
             data.append(contentsOf: buffer[0..<read])
         }
@@ -77,13 +78,23 @@ public final class TestSocketClient {
     /// bytes this client sent were still unread, as when a server hangs up on a client that keeps writing).
     public func readsClosed() -> Bool {
         var byte: UInt8 = 0
-        let count = recv(fd, &byte, 1, 0)
+        let count = receive(&byte, 1)
         return count == 0 || (count < 0 && errno == ECONNRESET)
     }
 
     /// Whether the peer closed (a read returns end of file).
     public func readsEndOfFile() -> Bool {
         var byte: UInt8 = 0
-        return recv(fd, &byte, 1, 0) == 0
+        return receive(&byte, 1) == 0
+    }
+
+    /// `recv`, again when a signal interrupted it (EINTR): a process that gets signals while it waits (libFuzzer's
+    /// timeout alarm every few seconds, say) would otherwise take an interrupted read for the end of the stream.
+    private func receive(_ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+        while true {
+            let read = recv(fd, buffer, count, 0)
+            if read < 0, errno == EINTR { continue }
+            return read
+        }
     }
 }

@@ -36,7 +36,11 @@ final class TLSHarness: Sendable {
     func exchange(_ chunks: [[UInt8]]) {
         let client = try! TestSocketClient(.unix(path: path))
         for chunk in chunks {
-            let sent = chunk.withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var sent: Int
+            // Again when interrupted: libFuzzer's timeout alarm is a signal every few seconds.
+            repeat {
+                sent = chunk.withUnsafeBytes { send(client.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            } while sent < 0 && errno == EINTR
             if sent < 0 { break }
         }
         client.halfClose()
