@@ -294,9 +294,17 @@ enum ServeConfiguration {
 
     // MARK: Checks and messages
 
+    /// A value `option` does not allow, `shown` as the message quotes it; for a one-of setting, with the nearest of
+    /// its words when the value looks like a slip (`desktp`: did you mean 'desktop'?).
     static func invalid(_ option: ServeOption, _ shown: String, at source: SettingSource) -> ConfigurationError {
         let place = if case .file = source { "\(source), key \(option.key)" } else { "\(source)" }
-        return ConfigurationError(message: "herald: \(place): \(shown) is not valid; allowed: \(option.allowed)")
+        var suggestion = ""
+        if case .oneOf(let words) = option.kind,
+            let nearest = ConfigurationSchema.nearest(to: String(shown.filter { $0 != "'" && $0 != "\"" }), among: words)
+        {
+            suggestion = " (did you mean '\(nearest)'?)"
+        }
+        return ConfigurationError(message: "herald: \(place): \(shown) is not valid; allowed: \(option.allowed)\(suggestion)")
     }
 
     static func quoted(_ value: SettingValue) -> String {

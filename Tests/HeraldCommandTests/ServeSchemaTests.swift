@@ -177,6 +177,18 @@ struct ServeSchemaTests {
         }
     }
 
+    @Test("a slip in a one-of setting's value is answered with the nearest word, from the flag, the variable and the file")
+    func oneOfSuggestion() throws {
+        for (key, slip, nearest) in [("presenter", "desktp", "desktop"), ("log-level", "warnin", "warning")] {
+            let setting = try #require(ServeOption.all.first { $0.key == key })
+            let suffix = "'\(slip)' is not valid; allowed: \(setting.allowed) (did you mean '\(nearest)'?)"
+            #expect(Self.failure(arguments: ["\(setting.flag)=\(slip)"]) == "herald: flag \(setting.flag): \(suffix)")
+            #expect(
+                Self.failure(environment: [setting.environmentName: slip]) == "herald: environment \(setting.environmentName): \(suffix)")
+            #expect(Self.failure("\(key): \(slip)\n") == "herald: config file FILE, line 1, key \(key): \(suffix)")
+        }
+    }
+
     @Test("a bad value of every setting is refused from the flag, the variable and the file, naming where and what is allowed")
     func badValuesRefused() throws {
         var checked = 0
