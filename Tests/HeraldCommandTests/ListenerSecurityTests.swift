@@ -37,6 +37,32 @@ struct ListenerSecurityTests {
     }
 
     @Test(
+        "beyond loopback: plain HTTP with a secret is refused at start without TLS; allow-plaintext-network serves it and says so in the log"
+    )
+    func plaintextHTTPBeyondLoopback() async throws {
+        try await withTemporaryDirectory(prefix: "herald-security") { directory in
+            let secretFile = directory + "/secret"
+            try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
+            let refused = try runHerald([
+                "serve", "--data-dir", directory + "/refused", "--http", "0.0.0.0:0", "--socket", "none", "--auth-token-file", secretFile,
+            ])
+            #expect(refused.status == 1, "\(refused.output) \(refused.error)")
+            #expect(refused.error.contains("refusing to serve plain HTTP on 0.0.0.0"), "\(refused.error)")
+
+            let port = try freeLoopbackPort()
+            let daemon = try DaemonProcess(
+                directory: directory + "/allowed", httpPort: port,
+                arguments: [
+                    "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "0.0.0.0:\(port)", "--socket", "none",
+                    "--auth-token-file", secretFile, "--allow-plaintext-network",
+                ])
+            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(daemon.log.contains("serving plain HTTP beyond loopback, as allowed"), "\(daemon.log)")
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
+    @Test(
         "the bearer secret, the NATS token and a password in a NATS URL appear in no log line, error or printed configuration, even at trace level"
     )
     func secretsStayOutOfLogs() async throws {
