@@ -43,6 +43,10 @@ final class DistributorEngine: @unchecked Sendable {
     private var reconnectDelay: Duration
     private var reconnectTask: ScheduledTask?
     private var retryTask: ScheduledTask?
+    /// Endpoints whose pushes are offered again soon, after a `Message` call the app failed or did not answer in time,
+    /// and the wait before the next such offer (doubling from a second up to the retry interval, reset by a success).
+    private var redeliveries: [String: ScheduledTask] = [:]
+    private var redeliveryDelays: [String: Duration] = [:]
     private var stopped = false
     /// Told the endpoints served at every change.
     private var observers: [@Sendable ([WebPushRegistration]) -> Void] = []
@@ -146,6 +150,8 @@ final class DistributorEngine: @unchecked Sendable {
         reconnectTask = nil
         _ = retryTask?.cancel()
         retryTask = nil
+        for task in redeliveries.values { _ = task.cancel() }
+        redeliveries = [:]
         connection?.onLost = { _ in }
         connection?.close()
         connection = nil
@@ -481,22 +487,50 @@ final class DistributorEngine: @unchecked Sendable {
                 inFlight.remove(message.messageID)
                 switch result {
                 case .success:
+                    redeliveryDelays[endpointToken] = nil
                     delivered(message, service: registration.service)
                     // The next waiting push takes its place (on the loop's next turn: this may run inside a call).
                     loop.execute { [self] in deliver(endpointToken: endpointToken) }
                 case .failure(let error):
-                    logger.debug(
-                        "the app did not take a push; it waits", metadata: ["service": "\(registration.service)", "error": "\(error)"])
+                    let away = Self.appAway(error)
+                    logger.log(
+                        level: away ? .debug : .notice, "the app did not take a push; it waits",
+                        metadata: ["service": "\(registration.service)", "error": "\(error)"])
                     if message.expiresAt == message.receivedAt {
                         record(
                             .messageDropped, message, service: registration.service, reason: .expired,
                             detail: "TTL 0 and the app did not take it")
                         finish([message.messageID], endpointToken: endpointToken)
+                    } else if !away {
+                        redeliverLater(endpointToken)
                     }
                 }
             }
         }
         if !expired.isEmpty { finish(expired, endpointToken: endpointToken) }
+    }
+
+    /// Whether a failed call says the app is not on the bus: its pushes are offered when its name has an owner again
+    /// (`NameOwnerChanged`) or the connection is back, not sooner.
+    private static func appAway(_ error: DBusCallError) -> Bool {
+        [
+            "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
+            DBusCallError.disconnected.name,
+        ].contains(error.name)
+    }
+
+    /// Offers the waiting pushes of `endpointToken` again after a wait: a `Message` call failed while the app is on
+    /// the bus (it answered with an error, or not within the call timeout). Without this only a success offers the
+    /// next pushes, so once every call in flight had failed the rest waited for the retry interval. The wait doubles
+    /// from a second up to the retry interval while calls keep failing; a success resets it.
+    private func redeliverLater(_ endpointToken: String) {
+        guard !stopped, redeliveries[endpointToken] == nil else { return }
+        let delay = min(redeliveryDelays[endpointToken] ?? .seconds(1), options.retryInterval)
+        redeliveryDelays[endpointToken] = min(delay * 2, options.retryInterval)
+        redeliveries[endpointToken] = loop.scheduleTask(in: delay) { [self] in
+            redeliveries[endpointToken] = nil
+            deliver(endpointToken: endpointToken)
+        }
     }
 
     /// Whether `message` is to be dropped rather than offered: past its TTL, or TTL 0 and offered once already.

@@ -49,7 +49,9 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushDirectory, @unch
         /// connection or the bus's pending replies (an app given hundreds of calls at once may have more replies to write
         /// than its socket holds). Connector1 apps are sent their pushes as calls asking for no answer, not bounded.
         public var maximumCallsInFlight = 16
-        /// How often pushes an app did not take are offered again (besides when its name appears on the bus).
+        /// How often pushes an app did not take are offered again (besides when its name appears on the bus); also the
+        /// longest wait before a push whose `Message` call failed while the app is on the bus is offered again (the
+        /// first such wait is a second, doubling while calls keep failing).
         public var retryInterval: Duration = .seconds(30)
         /// The first wait before reconnecting to a lost bus; doubled after each failed attempt.
         public var reconnectDelay: Duration = .milliseconds(250)

@@ -213,6 +213,31 @@ extension DistributorTests {
     }
 
     @Test(
+        "Connector2: Message calls the app answers with an error are offered again soon, not only at the retry: every push is handed over"
+    )
+    func refusedCallsOfferedAgain() async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await world.withHerald(retryInterval: .seconds(3600)) { base, _ in
+            let service = "org.example.Refuses"
+            let app = try world.app(service, version: 2, register: "refuses")
+            let endpoint = try await app.next("endpoint")
+            let url = "\(base)/up/\(try endpointToken(endpoint["endpoint"]))"
+            try await app.stopped()
+            for index in 0..<40 {
+                #expect(try await post(url, Array("p\(index)".utf8), headers: ["TTL: 600"], in: world.directory).status == 201)
+            }
+            // Back, it refuses the first 20 calls: more than the 16 in flight at once, so every call in flight fails
+            // and no success is left to offer the rest. Without offering them again they would wait an hour.
+            let back = try world.app(service, version: 2, options: ["--refuse-first", "20"])
+            var ids: Set<String> = []
+            for _ in 0..<40 { ids.insert(try await back.next("message")["id"] ?? "") }
+            #expect(ids.count == 40)
+            #expect(try await back.next("refused")["id"] != nil)
+        }
+    }
+
+    @Test(
         "1,000 pushes wait for an app that is away (h2load, 128 at once); it comes back: all handed over, each once, none left for the retry",
         arguments: [1, 2])
     func burst(version: Int) async throws {

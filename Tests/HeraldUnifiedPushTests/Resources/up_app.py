@@ -1,6 +1,6 @@
 """A UnifiedPush app written against the D-Bus specification with dbus-next, for the distributor's tests.
 
-    up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME] [--events FILE] [--vapid KEY]
+    up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME] [--events FILE] [--vapid KEY] [--refuse-first N]
 
 Owns SERVICE_NAME on the session bus (DBUS_SESSION_BUS_ADDRESS), serves org.unifiedpush.Connector<VERSION> at
 /org/unifiedpush/Connector, registers TOKEN with the distributor through org.unifiedpush.Distributor<VERSION> when
@@ -9,7 +9,8 @@ asked, and prints one JSON object per line for everything that happens: ready, r
 answer), unregistered. Reads commands from standard input,
 one a line: `unregister TOKEN`, `register TOKEN`, `register-as OTHER_NAME TOKEN` (a name it does not own).
 With --events it appends the events to FILE instead, reads no commands and runs until the bus goes away: so it
-runs when the bus starts it (D-Bus activation).
+runs when the bus starts it (D-Bus activation). With --refuse-first N (Connector2) it answers its first N Message
+calls with a D-Bus error, as a busy app may, and prints a "refused" event for each.
 """
 
 import asyncio
@@ -18,7 +19,7 @@ import os
 import sys
 import time
 
-from dbus_next import Message, MessageFlag, MessageType, Variant
+from dbus_next import DBusError, Message, MessageFlag, MessageType, Variant
 from dbus_next.aio import MessageBus
 from dbus_next.service import ServiceInterface, method
 
@@ -49,6 +50,8 @@ CONNECTOR_PATH = "/org/unifiedpush/Connector"
 
 
 EVENTS = sys.argv[sys.argv.index("--events") + 1] if "--events" in sys.argv else None
+# Message calls still to refuse (--refuse-first).
+REFUSE = {"left": int(sys.argv[sys.argv.index("--refuse-first") + 1]) if "--refuse-first" in sys.argv else 0}
 
 
 def say(event, **fields):
@@ -92,6 +95,10 @@ class Connector2(ServiceInterface):
 
     @method()
     def Message(self, args: "a{sv}") -> "a{sv}":
+        if REFUSE["left"] > 0:
+            REFUSE["left"] -= 1
+            say("refused", id=args["id"].value)
+            raise DBusError("org.example.Busy", "not now")
         say("message", token=args["token"].value, body=bytes(args["message"].value).hex(), id=args["id"].value, at=time.time_ns())
         return {"id": Variant("s", args["id"].value)}
 
