@@ -141,9 +141,7 @@ struct AdminSDKProxyTests {
             #expect(revoked.status == 0 && revoked.output.contains(keyID), "\(revoked.error)")
             // ...and stops working once the daemon has read the keys again (every 2 seconds).
             let stopped = await eventually(timeout: .seconds(60)) {
-                if (try? await sendStatus(port: port, accessToken: issued, token: token)) == "401" { return true }
-                try? await Task.sleep(for: .milliseconds(100))
-                return false
+                (try? await sendStatus(port: port, accessToken: issued, token: token)) == "401"
             }
             #expect(stopped, "\(daemon.log)")
             // A new app server with the revoked file gets no token.
