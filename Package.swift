@@ -356,8 +356,11 @@ let package = Package(
             swiftSettings: swiftSettings,
             // As for HeraldDynamicPluginsTests: `herald serve --plugin` can dlopen a TSan-built plugin in the
             // sanitizer run.
-            linkerSettings: exportTSanEntryPoints
+            linkerSettings: exportTSanEntryPoints,
+            plugins: ["HeraldBuildInfo"]
         ),
+        // Before each build, the commit `herald` is built from, for `herald --version` (scripts/build-info).
+        .plugin(name: "HeraldBuildInfo", capability: .buildTool(), path: "BuildTools/HeraldBuildInfo"),
 
         // MARK: Examples.
 

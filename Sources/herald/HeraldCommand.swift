@@ -9,12 +9,22 @@ struct HeraldCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald",
         abstract: "Receive and handle push messages on Linux.",
-        version: HeraldBuild.version,
+        version: BuildInfo.version,
         subcommands: [
             Serve.self, Send.self, Respond.self, AppState.self, Token.self, Topics.self, Quarantine.self, UnifiedPush.self, Report.self,
             Credentials.self, Senders.self,
         ]
     )
+}
+
+extension BuildInfo {
+    /// What `herald --version` prints, the version the Debian package gets too: the release version at its tag
+    /// (`0.1.0`), and between releases the commit's date and hash after it (`0.1.0~git20261128.4deb82f`, which
+    /// Debian sorts before `0.1.0`). A build outside git knows no commit and prints the release version.
+    static var version: String {
+        if commit.isEmpty || releaseTags.contains("v\(HeraldBuild.version)") { return HeraldBuild.version }
+        return "\(HeraldBuild.version)~git\(commitDate).\(commit)"
+    }
 }
 
 /// `herald token`: prints the instance's registration token, minting one if there is none.
