@@ -100,12 +100,11 @@ let package = Package(
             path: "Sources/CHTTPParser",
             providers: [.apt(["libhttp-parser-dev"])]
         ),
-        // libcurl, the outgoing HTTP client's transport (HTTP/1.1, HTTP/2, TLS with OpenSSL).
-        .systemLibrary(
+        // libcurl, the outgoing HTTP client's transport (HTTP/1.1, HTTP/2, TLS with OpenSSL), loaded with dlopen the
+        // first time it is used (Sources/CCurl/loader.c): an idle daemon never maps it nor its dependencies.
+        .target(
             name: "CCurl",
-            path: "Sources/CCurl",
-            pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev"])]
+            path: "Sources/CCurl"
         ),
         // nghttp2, the HTTP/2 framing (HPACK, flow control, the protocol's checks) of the HTTP server sessions.
         .systemLibrary(

@@ -87,6 +87,9 @@ final class CurlEngine: @unchecked Sendable {
 
     private func openMulti() throws -> UnsafeMutableRawPointer {
         if let multi { return multi }
+        if let failure = herald_curl_load_failure() {  // libcurl is loaded here, at the first request
+            throw HTTPClientError.failed("curl", detail: String(cString: failure))
+        }
         guard curlGlobalInit == CURLE_OK else {
             throw HTTPClientError.failed("curl", detail: "curl_global_init failed: \(String(cString: curl_easy_strerror(curlGlobalInit)))")
         }

@@ -17,7 +17,9 @@ public struct HTTPURL: Sendable, Hashable, CustomStringConvertible {
 
     public init(parsing url: String) throws(HTTPClientError) {
         func refuse(_ reason: String) -> HTTPClientError { .invalidURL(url, reason: reason) }
-        guard let handle = curl_url() else { throw refuse("curl could not allocate a URL handle") }
+        guard let handle = curl_url() else {
+            throw refuse(herald_curl_load_failure().map { String(cString: $0) } ?? "curl could not allocate a URL handle")
+        }
         defer { curl_url_cleanup(handle) }
         let parsed = curl_url_set(handle, CURLUPART_URL, url, 0)
         guard parsed == CURLUE_OK else { throw refuse(String(cString: curl_url_strerror(parsed))) }
