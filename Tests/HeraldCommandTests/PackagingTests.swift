@@ -55,6 +55,27 @@ struct PackagingTests {
         #expect(strict.status == 0, "\(strict.output)")
     }
 
+    @Test("herald --version is the release version at its tag, else the version with the commit's date and hash")
+    func versionNamesCommit() throws {
+        let git = URL(fileURLWithPath: "/usr/bin/git")
+        func ask(_ arguments: [String]) throws -> String {
+            try runExecutable(git, ["-C", repository.path, "-c", "safe.directory=\(repository.path)"] + arguments).output
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let commit = try ask(["rev-parse", "--short=7", "HEAD"])
+        try #require(!commit.isEmpty, "not a git checkout: the build knows no commit")
+        let date = try ask(["log", "-1", "--format=%cd", "--date=format:%Y%m%d"])
+        let tags = try ask(["tag", "--points-at", "HEAD", "--list", "v[0-9]*"]).split(separator: "\n").map(String.init)
+        let printed = try runExecutable(heraldExecutable, ["--version"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let release = String(printed.prefix { $0 != "~" })
+        #expect(release.split(separator: ".").count == 3 && release.allSatisfy { $0.isNumber || $0 == "." }, "\(printed)")
+        if tags.contains("v\(release)") {
+            #expect(printed == release)
+        } else {
+            #expect(printed == "\(release)~git\(date).\(commit)")
+        }
+    }
+
     @Test(
         "scripts/package-deb builds a .deb that, extracted, holds the files and starts with the shipped configuration",
         .disabled(
@@ -72,6 +93,19 @@ struct PackagingTests {
             #expect(built.status == 0, "\(built.error)")
             let deb = built.output.split(separator: "\n").last.map(String.init) ?? ""
             #expect(deb.hasSuffix(".deb") && deb.contains("/herald_"), "\(built.output)")
+            // The package's version is the binary's.
+            let printed = try runExecutable(heraldExecutable, ["--version"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(deb.contains("/herald_\(printed)_"), "\(deb) is not version \(printed)")
+            // lintian: no error or warning beyond those the package overrides, each with its reason
+            // (packaging/debian/lintian-overrides). Only for the binary to install (the command tests' second run,
+            // TEST_HERALD_BINARY): the debug build beside the tests finds the Swift runtime by a RUNPATH into the
+            // toolchain, which lintian rightly refuses in a package.
+            if ProcessInfo.processInfo.environment["TEST_HERALD_BINARY"] != nil {
+                let lintian = try await onOwnThread {
+                    try runExecutable(URL(fileURLWithPath: "/usr/bin/lintian"), ["--fail-on", "error,warning", deb])
+                }
+                #expect(lintian.status == 0, "\(lintian.output)\(lintian.error)")
+            }
             let root = "\(directory)/root"
             let extracted = try await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-x", deb, root]) }
             #expect(extracted.status == 0, "\(extracted.error)")
