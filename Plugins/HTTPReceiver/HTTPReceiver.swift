@@ -181,8 +181,14 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
                 context: context, maximumConnections: limits.maximumConnections, security: self.options.tls,
                 applicationProtocols: Self.applicationProtocols
             ) { [unowned self] connection in
+                // A provider certificate (mutual TLS) authorizes the APNs pushes of its connection: read once, here.
+                let handler: any HTTPRequestHandler =
+                    connection.tls?.peer.flatMap(APNsProviderCertificate.init).map {
+                        ProviderCertificateConnection(api: api, certificate: $0)
+                    }
+                    ?? api
                 let session = HTTPConnection(
-                    HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits), connection: connection,
+                    HTTPServerSession(connection: connection, loop: context.loop, handler: handler, limits: limits), connection: connection,
                     negotiatedProtocol: connection.applicationProtocol,
                     preamble: proxy.map { ConnectPreamble(connection: connection, loop: context.loop, tls: $0, limits: limits) })
                 let key = ObjectIdentifier(session)
