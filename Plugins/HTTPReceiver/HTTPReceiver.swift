@@ -51,7 +51,9 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         /// every route.
         public var apnsKeys: [APNsProviderKey] = []
         /// TLS for the endpoint (HTTPS); `nil`: plain HTTP. The handshake offers ALPN `h2` and `http/1.1`, and
-        /// the protocol the client picks serves the connection.
+        /// the protocol the client picks serves the connection. With a client CA, an APNs provider certificate (a
+        /// subject `UID`, Apple's topics extension) authorizes the APNs pushes on its connection to the topics it
+        /// names, as on APNs; requests without one take a provider token or the secret, and APNs' 403 reasons.
         public var tls: TLSServerContext?
         /// Senders with credentials of their own (``SenderCredential``): each presents its secret as
         /// `Authorization: Bearer <secret>`, may do what its scopes allow (else 403 `PERMISSION_DENIED` naming the
@@ -181,8 +183,14 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
                 context: context, maximumConnections: limits.maximumConnections, security: self.options.tls,
                 applicationProtocols: Self.applicationProtocols
             ) { [unowned self] connection in
+                // A provider certificate (mutual TLS) authorizes the APNs pushes of its connection: read once, here.
+                let handler: any HTTPRequestHandler =
+                    connection.tls?.peer.flatMap(APNsProviderCertificate.init).map {
+                        ProviderCertificateConnection(api: api, certificate: $0)
+                    }
+                    ?? api
                 let session = HTTPConnection(
-                    HTTPServerSession(connection: connection, loop: context.loop, handler: api, limits: limits), connection: connection,
+                    HTTPServerSession(connection: connection, loop: context.loop, handler: handler, limits: limits), connection: connection,
                     negotiatedProtocol: connection.applicationProtocol,
                     preamble: proxy.map { ConnectPreamble(connection: connection, loop: context.loop, tls: $0, limits: limits) })
                 let key = ObjectIdentifier(session)

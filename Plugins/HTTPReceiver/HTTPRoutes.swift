@@ -22,6 +22,12 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     /// Who the request being routed is from: set by ``authorization(_:)``, which the router (or ``handle(_:responder:)``)
     /// calls just before the route, on the same thread at once; read by the route through ``refusal(needing:)``.
     private var caller = Caller.everything
+    /// The provider certificate of the connection the request being routed came on: set by
+    /// ``ProviderCertificateConnection`` around the call, on the same thread; read by the APNs route.
+    var providerCertificate: APNsProviderCertificate?
+    /// Whether the APNs route authenticates providers as APNs does (a provider token, or a provider certificate when
+    /// client certificates are required), answering APNs' 403 reasons instead of the secret's 401.
+    private var apnsAuthentication: Bool { receiver.apnsTokens != nil || options.tls?.configuration.clientCAFile != nil }
 
     init(receiver: HTTPReceiver, context: PluginContext) {
         self.receiver = receiver
@@ -108,8 +114,9 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
                 respond(responder, status: 501, body: googleError(501, "UNIMPLEMENTED", message))
             }
         } else {
-            // With APNs provider keys, the APNs route checks its own authorization (a provider token, or the secret).
-            router.add(nil, "/3/device/{token}", open: receiver.apnsTokens != nil) { [unowned(unsafe) self] request, match, responder in
+            // With APNs provider keys or client certificates, the APNs route checks its own authorization (a provider
+            // certificate, a provider token, or the secret).
+            router.add(nil, "/3/device/{token}", open: apnsAuthentication) { [unowned(unsafe) self] request, match, responder in
                 routeAPNs(request, deviceToken: String(match["token"] ?? ""), responder: responder)
             }
             router.notFound = { [unowned(unsafe) self] request, responder in
@@ -237,8 +244,13 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     }
 
     /// APNs provider style: `POST /3/device/{token}`, the payload as body, `apns-*` headers; 200 with `apns-id` (the
-    /// sender's, or a new UUID) and `apns-unique-id`, or APNs' status and `{"reason": ...}` with `apns-id`. With provider
-    /// keys configured, the request needs a provider token (or the bearer secret, when one is set): 403 otherwise.
+    /// sender's, or a new UUID) and `apns-unique-id`, or APNs' status and `{"reason": ...}` with `apns-id`.
+    ///
+    /// On a connection whose client sent a provider certificate, the certificate authorizes the push, as on APNs:
+    /// `authorization` is ignored, and `apns-topic` must be one of its topics (400 `TopicDisallowed`), or missing
+    /// for a certificate of one topic, which is then the push's (400 `MissingTopic` for several). Otherwise, with
+    /// provider keys configured or client certificates required, the request needs a provider token (or the bearer
+    /// secret, when one is set): 403 otherwise.
     private func routeAPNs(_ request: HTTPRequest, deviceToken: String, responder: HTTPResponder) {
         let given = request.headers.value(of: "apns-id")
         let apnsID = given.flatMap { try? APNsHeaders.parse(["apns-id": $0]).id } ?? Self.randomUUID()
@@ -246,13 +258,25 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             respond(responder, status: status, body: ["reason": .string(reason)], extraHeaders: [("apns-id", apnsID)] + headers)
         }
         guard request.method == .post else { return refuse(405, "MethodNotAllowed") }
-        if let tokens = receiver.apnsTokens {
+        var headers = request.headers.dictionary()
+        if let certificate = providerCertificate {
+            do {
+                headers["apns-topic"] = try certificate.topic(for: headers["apns-topic"])
+            } catch {
+                return refuse(400, error.rawValue)
+            }
+            caller = .everything
+        } else if apnsAuthentication {
             // The route is open to the router: who the request is from is found here.
             let authorization = request.headers.value(of: "authorization")
             if options.secret != nil, let caller = receiver.caller(authorization) {
                 self.caller = caller
             } else {
-                do {
+                do throws(APNsTokenRefusal) {
+                    guard let tokens = receiver.apnsTokens else {
+                        // Client certificates without provider keys: no token can be valid.
+                        throw authorization == nil ? .missing : .invalid
+                    }
                     try tokens.verify(authorization: authorization, now: Int64(time(nil)))
                 } catch {
                     return refuse(403, error.rawValue)
@@ -264,16 +288,19 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             let tooMany = refusal.status == 429
             return refuse(refusal.status, tooMany ? "TooManyRequests" : "Forbidden", headers: tooMany ? refusal.headers : [])
         }
-        let format = SendContext.Format.apns(headers: request.headers.dictionary(), deviceToken: deviceToken)
+        let format = SendContext.Format.apns(headers: headers, deviceToken: deviceToken)
         context.bus.submit(request.body, SendContext(format: format, messageID: given == nil ? apnsID : nil)) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
             case .accepted(let id):
                 self.respond(responder, status: 200, body: nil, extraHeaders: [("apns-id", id), ("apns-unique-id", Self.randomUUID())])
             case .invalid(let error), .refused(let error):
-                self.respond(
-                    responder, status: HTTPAPI.apnsStatus(error), body: ["reason": .string(error.apnsReason)],
-                    extraHeaders: [("apns-id", apnsID)])
+                var body: JSONValue = ["reason": .string(error.apnsReason)]
+                if case .tokenRetired(_, let milliseconds) = error.reason {
+                    // APNs' 410: when the token stopped being valid, in milliseconds since 1970.
+                    body = ["reason": .string(error.apnsReason), "timestamp": .int(milliseconds)]
+                }
+                self.respond(responder, status: HTTPAPI.apnsStatus(error), body: body, extraHeaders: [("apns-id", apnsID)])
             }
         }
     }
@@ -296,6 +323,7 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     static func apnsStatus(_ error: MessageError) -> Int {
         switch error.reason {
         case .payloadTooLarge: 413
+        case .tokenRetired: 410
         case .busy: 429
         case .shuttingDown, .storeUnavailable: 503
         case .handlerFailed: 500

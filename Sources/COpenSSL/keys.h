@@ -2,6 +2,7 @@
 #define HERALD_COPENSSL_KEYS_H
 
 #include <openssl/bio.h>
+#include <openssl/asn1.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
@@ -221,6 +222,80 @@ static inline int herald_ca_issue_server(const char *ca_key_pem, const char *ca_
         return 0;
     }
     return 1;
+}
+
+/* Reading a peer's certificate (DER): a string attribute of its subject and the strings an extension lists. */
+
+/* Appends `value` as UTF-8 and a newline to `bio`; a value holding a newline or a NUL is skipped (it could not be
+   told from two values). */
+static inline void herald_bio_append_line(BIO *bio, const ASN1_STRING *value) {
+    unsigned char *text = NULL;
+    int length = ASN1_STRING_to_UTF8(&text, value);
+    if (length > 0 && memchr(text, '\n', (size_t)length) == NULL && memchr(text, 0, (size_t)length) == NULL) {
+        BIO_write(bio, text, length);
+        BIO_write(bio, "\n", 1);
+    }
+    OPENSSL_free(text);
+}
+
+/* The values of the subject attribute `nid` (NID_userId: UID) of the certificate `der`, one per line; NULL when it
+   is not a certificate. */
+static inline char *herald_certificate_subject_values(const unsigned char *der, long length, int nid) {
+    const unsigned char *cursor = der;
+    X509 *certificate = d2i_X509(NULL, &cursor, length);
+    if (certificate == NULL) return NULL;
+    BIO *bio = BIO_new(BIO_s_mem());
+    char *text = NULL;
+    if (bio != NULL) {
+        X509_NAME *subject = X509_get_subject_name(certificate);
+        for (int index = X509_NAME_get_index_by_NID(subject, nid, -1); index >= 0;
+             index = X509_NAME_get_index_by_NID(subject, nid, index)) {
+            herald_bio_append_line(bio, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)));
+        }
+        text = BIO_ctrl_pending(bio) > 0 ? herald_bio_string(bio) : strdup("");
+        BIO_free(bio);
+    }
+    X509_free(certificate);
+    return text;
+}
+
+/* The strings that the extension `oid` (dotted) of the certificate `der` holds as a DER SEQUENCE, one per line
+   (members that are not strings, such as nested sequences, skipped). NULL when it is not a certificate, has no such
+   extension, or its value is not a sequence. */
+static inline char *herald_certificate_extension_strings(const unsigned char *der, long length, const char *oid) {
+    const unsigned char *cursor = der;
+    X509 *certificate = d2i_X509(NULL, &cursor, length);
+    if (certificate == NULL) return NULL;
+    ASN1_OBJECT *object = OBJ_txt2obj(oid, 1);
+    int at = object != NULL ? X509_get_ext_by_OBJ(certificate, object, -1) : -1;
+    char *text = NULL;
+    if (at >= 0) {
+        ASN1_OCTET_STRING *value = X509_EXTENSION_get_data(X509_get_ext(certificate, at));
+        const unsigned char *bytes = ASN1_STRING_get0_data(value);
+        ASN1_SEQUENCE_ANY *members = d2i_ASN1_SEQUENCE_ANY(NULL, &bytes, ASN1_STRING_length(value));
+        BIO *bio = members != NULL ? BIO_new(BIO_s_mem()) : NULL;
+        if (bio != NULL) {
+            for (int index = 0; index < sk_ASN1_TYPE_num(members); index++) {
+                ASN1_TYPE *member = sk_ASN1_TYPE_value(members, index);
+                switch (member->type) {
+                case V_ASN1_UTF8STRING:
+                case V_ASN1_PRINTABLESTRING:
+                case V_ASN1_IA5STRING:
+                case V_ASN1_VISIBLESTRING:
+                    herald_bio_append_line(bio, member->value.asn1_string);
+                    break;
+                default:
+                    break;
+                }
+            }
+            text = BIO_ctrl_pending(bio) > 0 ? herald_bio_string(bio) : strdup("");
+            BIO_free(bio);
+        }
+        sk_ASN1_TYPE_pop_free(members, ASN1_TYPE_free);
+    }
+    ASN1_OBJECT_free(object);
+    X509_free(certificate);
+    return text;
 }
 
 #endif

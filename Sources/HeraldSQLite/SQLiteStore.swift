@@ -149,8 +149,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// Saves the identity, replacing the previous one. Any thread, one call at a time.
     public func save(identity: StoredIdentity) throws(StoreError) {
         try write { db in
-            try db.cachedStatement(sql: "INSERT OR REPLACE INTO identity (id, installation_id, token, device_token) VALUES (1, ?, ?, ?)")
-                .execute(arguments: [identity.installationID, identity.token, identity.deviceToken])
+            try db.cachedStatement(
+                sql: "INSERT OR REPLACE INTO identity (id, installation_id, token, device_token, token_retired_at) VALUES (1, ?, ?, ?, ?)"
+            )
+            .execute(arguments: [identity.installationID, identity.token, identity.deviceToken, identity.tokenRetiredAt])
         }
     }
 
@@ -422,9 +424,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
 
     private static func read(_ db: Database, window: DeduplicationWindow, now: Int64) throws -> StoredState {
         var state = StoredState()
-        if let row = try Row.fetchOne(db, sql: "SELECT installation_id, token, device_token FROM identity WHERE id = 1") {
+        if let row = try Row.fetchOne(db, sql: "SELECT installation_id, token, device_token, token_retired_at FROM identity WHERE id = 1") {
             state.identity = StoredIdentity(
-                installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1), deviceToken: try row.decode(atIndex: 2))
+                installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1), deviceToken: try row.decode(atIndex: 2),
+                tokenRetiredAt: try row.decode(atIndex: 3))
         }
         state.topics = try String.fetchSet(db, sql: "SELECT name FROM topic")
         state.seenMessageIDs = try readWindow(db, window: window, now: now)

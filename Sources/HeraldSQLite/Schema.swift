@@ -15,6 +15,7 @@ enum Schema {
         migrator.registerMigration("v4-service-account-keys", migrate: v4)
         migrator.registerMigration("v5-senders", migrate: v5)
         migrator.registerMigration("v6-unifiedpush-seen", migrate: v6)
+        migrator.registerMigration("v7-token-retired-at", migrate: v7)
         return migrator
     }()
 
@@ -185,5 +186,12 @@ enum Schema {
                     seen_at INTEGER NOT NULL
                 ) STRICT;
                 """)
+    }
+
+    /// When the instance's last registration token stopped being its token (deleted or replaced), in milliseconds
+    /// since 1970: what APNs' 410 `Unregistered` answers for a token of the instance's that it no longer has. `NULL`
+    /// while no token of the instance has been retired (and for one retired before this migration).
+    private static func v7(_ db: Database) throws {
+        try db.execute(sql: "ALTER TABLE identity ADD COLUMN token_retired_at INTEGER")
     }
 }

@@ -33,24 +33,49 @@ public struct TestCertificates: Sendable {
 
     /// A certificate and key signed by the CA, as `NAME.pem` and `NAME-key.pem`: a server's for `localhost`,
     /// 127.0.0.1 and `::1`, or a client's. `serial` is the serial number (hex, as `openssl x509 -serial` prints it).
-    /// `issue(name: "server", …)` replaces ``certificateFile`` and ``keyFile``. Returns the certificate and key paths.
+    /// `issue(name: "server", …)` replaces ``certificateFile`` and ``keyFile``. `subject` replaces `/CN=NAME` (in
+    /// `openssl -subj` form); `extensions` is appended to the extensions file (openssl.cnf syntax: more extensions,
+    /// then the sections they name). Returns the certificate and key paths.
     @discardableResult
-    public func issue(name: String, serial: String, client: Bool = false) throws -> (certificate: String, key: String) {
+    public func issue(
+        name: String, serial: String, client: Bool = false, subject: String? = nil, extensions: String = ""
+    ) throws -> (certificate: String, key: String) {
         let key = "\(directory)/\(name)-key.pem"
         let request = "\(directory)/\(name).csr"
         let certificate = "\(directory)/\(name).pem"
-        let extensions = "\(directory)/\(name).ext"
+        let extensionsFile = "\(directory)/\(name).ext"
         let usage = client ? "extendedKeyUsage = clientAuth\n" : "extendedKeyUsage = serverAuth\n\(Self.names)\n"
-        try Data(("basicConstraints = CA:FALSE\n" + usage).utf8).write(to: URL(fileURLWithPath: extensions))
+        try Data(("basicConstraints = CA:FALSE\n" + usage + extensions).utf8).write(to: URL(fileURLWithPath: extensionsFile))
         try Self.openssl([
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=\(name)",
+            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", subject ?? "/CN=\(name)",
             "-keyout", key, "-out", request,
         ])
         try Self.openssl([
             "x509", "-req", "-in", request, "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-set_serial", "0x\(serial)",
-            "-days", "1", "-extfile", extensions, "-out", certificate,
+            "-days", "1", "-extfile", extensionsFile, "-out", certificate,
         ])
         return (certificate, key)
+    }
+
+    /// An APNs provider certificate signed by the CA, as Apple issues them: the subject's `UID` is `topics[0]` (the
+    /// bundle ID); with more than one topic, Apple's extension 1.2.840.113635.100.6.3.6 lists them all, each followed
+    /// by a sequence naming its kind. Returns the certificate and key paths (`NAME.pem`, `NAME-key.pem`).
+    @discardableResult
+    public func issueAPNsProvider(name: String, serial: String, topics: [String]) throws -> (certificate: String, key: String) {
+        precondition(!topics.isEmpty, "a provider certificate names a topic")
+        var extensions = ""
+        if topics.count > 1 {
+            extensions = "1.2.840.113635.100.6.3.6 = ASN1:SEQUENCE:apns_topics\n[apns_topics]\n"
+            for (index, topic) in topics.enumerated() {
+                extensions += "topic\(index) = UTF8:\(topic)\nkind\(index) = SEQUENCE:apns_kind\(index)\n"
+            }
+            for index in topics.indices {
+                extensions += "[apns_kind\(index)]\nkind = UTF8:\(index == 0 ? "app" : topics[index].split(separator: ".").last ?? "app")\n"
+            }
+        }
+        return try issue(
+            name: name, serial: serial, client: true,
+            subject: "/UID=\(topics[0])/CN=Apple Push Services: \(topics[0])/OU=TEAM123456", extensions: extensions)
     }
 
     private static func openssl(_ arguments: [String]) throws {

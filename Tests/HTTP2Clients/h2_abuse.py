@@ -1,6 +1,6 @@
-"""HTTP/2 abuse against a server in clear (prior knowledge), frame by frame.
+"""HTTP/2 abuse against a server in clear (prior knowledge) or over TLS (ALPN `h2`), frame by frame.
 
-    python h2_abuse.py --port PORT --case CASE [--secret SECRET]
+    python h2_abuse.py --port PORT --case CASE [CASE ...] [--secret SECRET] [--tls CAFILE [--alongside PATH]]
 
 Cases: rapid-reset (HEADERS then RST_STREAM, over and over: CVE-2023-44487), continuation-flood (one header block
 in endless CONTINUATION frames: CVE-2024-27316's class), settings-flood (SETTINGS frames sent without reading the
@@ -11,13 +11,21 @@ slow-request (a body that never comes),
 split-preface (the preface in two writes), idle (a connection with no stream, left to the idle timeout).
 
 Frames are made with hyperframe and hpack (h2's own dependencies), not h2's connection, which would refuse to send
-most of them. Prints one JSON object: the GOAWAY's error code (null when none came), whether the server closed
-the connection, the RST_STREAM codes and :status answers per stream, and the frames read.
+most of them. Prints one JSON object per case, each on a connection of its own: the GOAWAY's error code (null when
+none came), whether the server closed the connection, the RST_STREAM codes and :status answers per stream, and the
+frames read.
+
+With --tls, each connection is TLS with ALPN `h2` (the server's certificate checked against CAFILE). With
+--alongside, a well-behaved client (httpx over HTTP/2 on one TLS connection) GETs PATH over and over while the
+cases run, and each case ends only once it has been answered after the case began; a last JSON object says how many
+of its requests were answered 200, how many otherwise, and the errors it met.
 """
 
 import argparse
 import json
 import socket
+import ssl
+import threading
 import time
 
 import hpack
@@ -31,11 +39,20 @@ from hyperframe.frame import (
 )
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# The path too-many-streams opens its streams on: one whose route waits for the body (--stream-path).
+STREAM_PATH = "/streams"
 
 
 class Client:
-    def __init__(self, port, secret, split_preface=False):
+    def __init__(self, port, secret, split_preface=False, ca_file=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.scheme = "http"
+        if ca_file is not None:
+            context = ssl.create_default_context(cafile=ca_file)
+            context.set_alpn_protocols(["h2"])
+            self.sock = context.wrap_socket(self.sock, server_hostname="127.0.0.1")
+            assert self.sock.selected_alpn_protocol() == "h2", self.sock.selected_alpn_protocol()
+            self.scheme = "https"
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
         self.decoder.max_header_list_size = 1 << 30
@@ -60,11 +77,11 @@ class Client:
     def send(self, data):
         try:
             self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             self.closed = True
 
     def request_headers(self, path, method="GET", extra=()):
-        headers = [(":method", method), (":scheme", "http"), (":authority", self.authority), (":path", path)]
+        headers = [(":method", method), (":scheme", self.scheme), (":authority", self.authority), (":path", path)]
         if self.secret:
             headers.append(("authorization", "Bearer " + self.secret))
         return headers + list(extra)
@@ -86,7 +103,7 @@ class Client:
                 data = self.sock.recv(65536)
             except socket.timeout:
                 continue
-            except ConnectionResetError:
+            except (ConnectionResetError, ssl.SSLError):
                 self.closed = self.ended = True
                 break
             if not data:
@@ -171,7 +188,7 @@ def too_many_streams(client):
     batch = b""
     for index in range(101):
         stream_id = 1 + 2 * index
-        batch += client.headers(stream_id, client.request_headers("/streams", method="POST"), end_stream=False)
+        batch += client.headers(stream_id, client.request_headers(STREAM_PATH, method="POST"), end_stream=False)
     client.send(batch)
     client.read_frames(3, until=lambda: 201 in client.resets or client.goaway is not None)
 
@@ -259,15 +276,73 @@ CASES = {
 }
 
 
+class WellBehaved(threading.Thread):
+    """httpx over HTTP/2, one TLS connection, GETting `path` until told to stop."""
+
+    def __init__(self, port, ca_file, path):
+        super().__init__(daemon=True)
+        self.url = "https://127.0.0.1:%d%s" % (port, path)
+        self.ca_file = ca_file
+        self.ok = 0
+        self.other = 0
+        self.errors = []
+        self.stopping = threading.Event()
+        self.answered = threading.Condition()
+
+    def run(self):
+        import httpx
+
+        context = ssl.create_default_context(cafile=self.ca_file)
+        with httpx.Client(http1=False, http2=True, verify=context, timeout=10) as client:
+            while not self.stopping.is_set():
+                try:
+                    response = client.get(self.url)
+                    good = response.status_code == 200 and response.http_version == "HTTP/2"
+                except httpx.HTTPError as error:
+                    good = False
+                    self.errors.append(repr(error))
+                with self.answered:
+                    if good:
+                        self.ok += 1
+                    else:
+                        self.other += 1
+                    self.answered.notify_all()
+
+    def answered_since(self, count, seconds):
+        """Waits until more than `count` requests have been answered 200 (at most `seconds`)."""
+        with self.answered:
+            return self.answered.wait_for(lambda: self.ok > count or not self.is_alive(), timeout=seconds) and self.ok > count
+
+
 def main():
+    global STREAM_PATH
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--case", choices=sorted(CASES), required=True)
+    parser.add_argument("--case", choices=sorted(CASES), required=True, nargs="+")
     parser.add_argument("--secret", default="")
+    parser.add_argument("--tls", metavar="CAFILE", help="TLS with ALPN h2, the server's certificate checked against CAFILE")
+    parser.add_argument("--alongside", metavar="PATH", help="a well-behaved httpx client GETs PATH meanwhile (with --tls)")
+    parser.add_argument("--stream-path", default=STREAM_PATH, help="where too-many-streams opens its streams")
     arguments = parser.parse_args()
-    client = Client(arguments.port, arguments.secret, split_preface=arguments.case == "split-preface")
-    CASES[arguments.case](client)
-    print(json.dumps(client.result()))
+    STREAM_PATH = arguments.stream_path
+    neighbour = None
+    if arguments.alongside:
+        neighbour = WellBehaved(arguments.port, arguments.tls, arguments.alongside)
+        neighbour.start()
+        neighbour.answered_since(0, 10)
+    for case in arguments.case:
+        before = neighbour.ok if neighbour else 0
+        client = Client(arguments.port, arguments.secret, split_preface=case == "split-preface", ca_file=arguments.tls)
+        CASES[case](client)
+        result = client.result()
+        if neighbour:
+            # The neighbour was answered while this case's connection was open, or right after.
+            result["neighbourAnswered"] = neighbour.answered_since(before, 10)
+        print(json.dumps(result), flush=True)
+    if neighbour:
+        neighbour.stopping.set()
+        neighbour.join(15)
+        print(json.dumps({"ok": neighbour.ok, "other": neighbour.other, "errors": neighbour.errors[:5]}), flush=True)
 
 
 if __name__ == "__main__":

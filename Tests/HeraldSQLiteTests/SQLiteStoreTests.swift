@@ -61,7 +61,8 @@ struct SQLiteStoreTests {
     @Test("reopening keeps the identity, the topics, the pending records byte for byte and the window")
     func reopenKeepsEverything() throws {
         try withTemporaryDirectory { directory in
-            let identity = StoredIdentity(installationID: "fid-1", token: "tok:1", deviceToken: "/run/herald.sock")
+            let identity = StoredIdentity(
+                installationID: "fid-1", token: "tok:1", deviceToken: "/run/herald.sock", tokenRetiredAt: 1_764_320_000_123)
             let binary = InboxRecord(
                 messageID: "m-binary", userInfo: (0...255).map { UInt8($0) } + [0, 0, 255], targetKind: "topic", targetValue: "weather",
                 collapseKey: "ck", priority: 5, expiration: 1_700_000_123_456, receivedAt: 1_700_000_000_001)

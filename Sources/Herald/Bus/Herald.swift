@@ -434,12 +434,14 @@ public final class Herald: @unchecked Sendable {
         return try await loop.submit { bus.identity.installationID }
     }
 
-    /// Deletes the registration token: messages to it are now `UNREGISTERED`. A new token is minted at once when
+    /// Deletes the registration token: messages to it are now `UNREGISTERED` (APNs' 410 `Unregistered`, with the time
+    /// of this call as its `timestamp`). A new token is minted at once when
     /// auto-init is on, and every ``TokenHandler`` is told.
     public func deleteToken() async throws {
         let bus = try runningBus()
         let autoInit = configuration.isAutoInitEnabled
         let identity = try await loop.submit {
+            if bus.identity.token != nil { bus.identity.tokenRetiredAt = WallClock.nowMilliseconds() }
             bus.identity.token = autoInit ? RegistrationIdentity.mintToken(for: bus.identity.installationID) : nil
             return bus.identity
         }

@@ -89,7 +89,15 @@ extension MessageBus {
         case .token(let token):
             guard token == identity.token else {
                 dropped(message, reason: .notTargeted, detail: "unregistered token")
-                completion(.failure(MessageError(.unregistered(message.target))))
+                // A token of this installation's that is no longer its own (tokens begin with the installation ID):
+                // retired, and when, as APNs' 410 says it.
+                if let retired = identity.tokenRetiredAt, token.utf8.count > identity.installationID.utf8.count,
+                    token.hasPrefix(identity.installationID + ":")
+                {
+                    completion(.failure(MessageError(.tokenRetired(token, at: retired))))
+                } else {
+                    completion(.failure(MessageError(.unregistered(message.target))))
+                }
                 return nil
             }
             return true

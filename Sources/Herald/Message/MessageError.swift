@@ -43,6 +43,9 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case badMessageID(String)
         case badPushType(String)
         case unregistered(MessageTarget)
+        /// The token was this instance's, and stopped being its registration token (deleted or replaced) at the
+        /// time given, in milliseconds since 1970: FCM's `UNREGISTERED`, APNs' 410 `Unregistered`.
+        case tokenRetired(String, at: Int64)
         case senderMismatch(expected: String, got: String)
         case busy(limit: Int)
         case shuttingDown
@@ -59,7 +62,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The FCM status for the reason.
     public var status: Status {
         switch reason {
-        case .unregistered: .unregistered
+        case .unregistered, .tokenRetired: .unregistered
         case .senderMismatch: .senderIDMismatch
         case .busy: .quotaExceeded
         case .shuttingDown, .storeUnavailable: .unavailable
@@ -77,6 +80,7 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case .emptyPayload: "PayloadEmpty"
         case .payloadTooLarge: "PayloadTooLarge"
         case .invalidToken, .unregistered: "BadDeviceToken"
+        case .tokenRetired: "Unregistered"
         case .badPriority: "BadPriority"
         case .badExpiration: "BadExpirationDate"
         case .badCollapseID: "BadCollapseId"
@@ -115,6 +119,8 @@ public struct MessageError: Error, Sendable, Equatable, CustomStringConvertible 
         case .badMessageID(let value): "Invalid apns-id '\(value)': use a UUID in its canonical 8-4-4-4-12 form."
         case .badPushType(let value): "Invalid apns-push-type '\(value)'."
         case .unregistered(let target): "Requested entity was not found: no registration here for \(target)."
+        case .tokenRetired(let token, _):
+            "Requested entity was not found: no registration here for \(MessageTarget.token(token)); it was deleted or replaced."
         case .senderMismatch(let expected, let got): "The sender ID or project '\(got)' does not match this instance's '\(expected)'."
         case .busy(let limit): "Herald is at its limit of \(limit) messages in flight; retry with backoff."
         case .shuttingDown: "Herald is shutting down and takes no new messages; retry another instance or later."

@@ -32,11 +32,16 @@ public struct StoredIdentity: Sendable, Hashable {
     public var token: String?
     /// The transport address a receiver reported (socket path, NATS inbox, URL), associated with the token.
     public var deviceToken: String?
+    /// When the instance's last token stopped being its token (``Herald/deleteToken()``), in milliseconds since 1970;
+    /// `nil` while none has. A message to an earlier token of the same installation is then answered as APNs
+    /// answers a token no longer valid (410 `Unregistered` with this `timestamp`).
+    public var tokenRetiredAt: Int64?
 
-    public init(installationID: String, token: String?, deviceToken: String? = nil) {
+    public init(installationID: String, token: String?, deviceToken: String? = nil, tokenRetiredAt: Int64? = nil) {
         self.installationID = installationID
         self.token = token
         self.deviceToken = deviceToken
+        self.tokenRetiredAt = tokenRetiredAt
     }
 }
 
