@@ -5,6 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include "keys.h"
 
@@ -54,5 +55,52 @@ static int herald_alpn_select(SSL *ssl, const unsigned char **out, unsigned char
 
 static inline void herald_ssl_ctx_use_alpn_offers(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, herald_alpn_select, NULL); }
 static inline int herald_ssl_set_alpn_offer(SSL *ssl, herald_alpn_offer *offer) { return SSL_set_app_data(ssl, offer); }
+
+/* SNI: the contexts a listener serves, the default first. The servername callback (set on the default context, the
+   one each SSL begins with) moves a handshake to the first context whose certificate matches the name the client
+   asked for, by OpenSSL's RFC 6125 matching (subjectAltName DNS names, or the subject's CN when there are none; a
+   wildcard stands for one whole left-most label); no name or no match: the default. */
+typedef struct {
+    SSL_CTX *const *contexts;
+    size_t count;
+} herald_sni_contexts;
+
+static int herald_sni_select(SSL *ssl, int *alert, void *arg) {
+    (void)alert;
+    const herald_sni_contexts *table = (const herald_sni_contexts *)arg;
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (table == NULL || name == NULL) return SSL_TLSEXT_ERR_OK;
+    for (size_t index = 0; index < table->count; index++) {
+        SSL_CTX *context = table->contexts[index];
+        X509 *certificate = SSL_CTX_get0_certificate(context);
+        if (certificate != NULL && X509_check_host(certificate, name, 0, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, NULL) == 1) {
+            if (context != SSL_get_SSL_CTX(ssl) && SSL_set_SSL_CTX(ssl, context) == NULL) return SSL_TLSEXT_ERR_ALERT_FATAL;
+            return SSL_TLSEXT_ERR_OK;
+        }
+    }
+    ERR_clear_error();
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static inline void herald_ssl_ctx_use_sni(SSL_CTX *ctx, herald_sni_contexts *table) {
+    SSL_CTX_set_tlsext_servername_callback(ctx, herald_sni_select);
+    SSL_CTX_set_tlsext_servername_arg(ctx, table);
+}
+
+/* The DNS names of a certificate's subjectAltName, one per line (an empty string when it has none); NULL when out of
+   memory. */
+static inline char *herald_certificate_dns_names(X509 *certificate) {
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio == NULL) return NULL;
+    GENERAL_NAMES *names = (GENERAL_NAMES *)X509_get_ext_d2i(certificate, NID_subject_alt_name, NULL, NULL);
+    for (int index = 0; names != NULL && index < sk_GENERAL_NAME_num(names); index++) {
+        GENERAL_NAME *name = sk_GENERAL_NAME_value(names, index);
+        if (name->type == GEN_DNS) herald_bio_append_line(bio, name->d.dNSName);
+    }
+    GENERAL_NAMES_free(names);
+    char *text = BIO_ctrl_pending(bio) > 0 ? herald_bio_string(bio) : strdup("");
+    BIO_free(bio);
+    return text;
+}
 
 #endif

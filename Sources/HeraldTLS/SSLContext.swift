@@ -23,22 +23,70 @@ public enum TLSConfigurationError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// One SSL_CTX: the certificate, key, client CA and settings every handshake it begins uses. Immutable once made;
-/// freed when the last connection that began with it is gone (each SSL holds a reference).
+/// The SSL_CTXs of one configuration: one per certificate and key, each with the same settings (TLS versions,
+/// options, ALPN, client CA, session ID context), the default first. Each handshake begins in the default one; the
+/// servername callback moves it to the first whose certificate matches the name the client asked for (SNI).
+/// Immutable once made; freed when the last connection that began with it is gone (each TLSStream holds it).
 final class SSLContext: @unchecked Sendable {
-    // @unchecked Sendable: the SSL_CTX is not changed after init; OpenSSL makes SSL_new on it thread-safe.
+    // @unchecked Sendable: the SSL_CTXs and the SNI table are not changed after init; OpenSSL makes SSL_new on an
+    // SSL_CTX and its callbacks thread-safe.
+    /// The default context, the one every SSL begins with.
     let pointer: OpaquePointer
+    /// The default certificate.
     let certificate: CertificateSummary
+    /// Every context and its certificate, the default first.
+    let served: [(context: OpaquePointer, certificate: CertificateSummary)]
+    private let contexts: UnsafeMutableBufferPointer<OpaquePointer?>
+    private let table: UnsafeMutablePointer<herald_sni_contexts>
 
     init(_ configuration: TLSServerContext.Configuration) throws(TLSConfigurationError) {
+        var made: [(context: OpaquePointer, certificate: CertificateSummary)] = []
+        do {
+            let pairs =
+                [CertificateFiles(certificateFile: configuration.certificateFile, keyFile: configuration.keyFile)]
+                + configuration.sniCertificates
+            for pair in pairs {
+                let context = try Self.context(pair, clientCAFile: configuration.clientCAFile)
+                made.append((context, Self.summary(of: SSL_CTX_get0_certificate(context))))
+            }
+        } catch {
+            for (context, _) in made { SSL_CTX_free(context) }
+            throw error
+        }
+        served = made
+        pointer = made[0].context
+        certificate = made[0].certificate
+        contexts = .allocate(capacity: made.count)
+        _ = contexts.initialize(from: made.map { Optional($0.context) })
+        table = .allocate(capacity: 1)
+        table.initialize(to: herald_sni_contexts(contexts: UnsafePointer(contexts.baseAddress), count: made.count))
+        if made.count > 1 { herald_ssl_ctx_use_sni(pointer, table) }
+    }
+
+    /// The certificate of `context`, one of ``served``'s (the one a handshake ended in).
+    func certificate(of context: OpaquePointer?) -> CertificateSummary {
+        served.first { $0.context == context }?.certificate ?? certificate
+    }
+
+    /// A context with the certificate and key of `pair`, and the settings every context has.
+    private static func context(_ pair: CertificateFiles, clientCAFile: String?) throws(TLSConfigurationError) -> OpaquePointer {
         ERR_clear_error()
         guard let pointer = SSL_CTX_new(TLS_server_method()) else { throw .openSSL("cannot create a TLS context: \(openSSLError())") }
-        self.pointer = pointer
+        do {
+            try configure(pointer, pair, clientCAFile: clientCAFile)
+        } catch {
+            SSL_CTX_free(pointer)
+            throw error
+        }
+        return pointer
+    }
+
+    private static func configure(_ pointer: OpaquePointer, _ pair: CertificateFiles, clientCAFile: String?) throws(TLSConfigurationError) {
         herald_ssl_ctx_set_server_options(pointer)
         guard herald_ssl_ctx_set_min_tls12(pointer) == 1 else { throw .openSSL("cannot require TLS 1.2: \(openSSLError())") }
         herald_ssl_ctx_use_alpn_offers(pointer)
-        let certificateFile = configuration.certificateFile
-        let keyFile = configuration.keyFile
+        let certificateFile = pair.certificateFile
+        let keyFile = pair.keyFile
         try Self.checkReadable(certificateFile, what: "certificate file")
         guard SSL_CTX_use_certificate_chain_file(pointer, certificateFile) == 1 else {
             throw .invalid(what: "certificate file", path: certificateFile, reason: openSSLError())
@@ -56,7 +104,7 @@ final class SSLContext: @unchecked Sendable {
             ERR_clear_error()
             throw .keyMismatch(certificate: certificateFile, key: keyFile)
         }
-        if let caFile = configuration.clientCAFile {
+        if let caFile = clientCAFile {
             try Self.checkReadable(caFile, what: "client CA file")
             guard SSL_CTX_load_verify_locations(pointer, caFile, nil) == 1, let names = SSL_load_client_CA_file(caFile) else {
                 throw .invalid(what: "client CA file", path: caFile, reason: openSSLError())
@@ -65,13 +113,18 @@ final class SSLContext: @unchecked Sendable {
             SSL_CTX_set_verify(pointer, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nil)
         }
         // Sessions resumed from OpenSSL's cache (TLS 1.2) must name the context they were made in; without a name a
-        // resumption with client certificates on fails the handshake.
+        // resumption with client certificates on fails the handshake. The same name in every context: a handshake
+        // moved to another certificate by SNI takes the name of the context it moved to.
         let name = Array("herald".utf8)
         _ = SSL_CTX_set_session_id_context(pointer, name, UInt32(name.count))
-        certificate = Self.summary(of: SSL_CTX_get0_certificate(pointer))
     }
 
-    deinit { SSL_CTX_free(pointer) }
+    deinit {
+        for (context, _) in served { SSL_CTX_free(context) }
+        table.deinitialize(count: 1)
+        table.deallocate()
+        contexts.deallocate()
+    }
 
     private static func checkReadable(_ path: String, what: String) throws(TLSConfigurationError) {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -80,7 +133,7 @@ final class SSLContext: @unchecked Sendable {
     }
 
     private static func summary(of certificate: OpaquePointer?) -> CertificateSummary {
-        guard let certificate else { return CertificateSummary(serial: "", subject: "", notAfter: "") }
+        guard let certificate else { return CertificateSummary(serial: "", subject: "", notAfter: "", names: []) }
         var serial = ""
         if let number = ASN1_INTEGER_to_BN(X509_get_serialNumber(certificate), nil) {
             if let hex = BN_bn2hex(number) {
@@ -94,7 +147,12 @@ final class SSLContext: @unchecked Sendable {
             subject = printed { X509_NAME_print_ex($0, name, 0, herald_name_flags_one_line()) >= 0 }
         }
         let notAfter = printed { ASN1_TIME_print($0, X509_get0_notAfter(certificate)) == 1 }
-        return CertificateSummary(serial: serial, subject: subject, notAfter: notAfter)
+        var names: [String] = []
+        if let text = herald_certificate_dns_names(certificate) {
+            names = String(cString: text).split(separator: "\n").map(String.init)
+            free(text)
+        }
+        return CertificateSummary(serial: serial, subject: subject, notAfter: notAfter, names: names)
     }
 
     /// What `print` writes into a memory BIO, as text.

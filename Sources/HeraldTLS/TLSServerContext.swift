@@ -7,11 +7,12 @@ public import Logging
 /// run on the connection's own loop, in the read and flush callbacks it already has (no thread of its own).
 ///
 /// TLS 1.2 and 1.3 only; ALPN chosen from what each listener offers (``secure(_:applicationProtocols:established:)``);
-/// SNI accepted (the name the client asked for is in ``TLSDetails/serverName``); client certificates required and
+/// SNI chooses among the certificates (``Configuration/sniCertificates``; the name the client asked for is in
+/// ``TLSDetails/serverName``, the certificate chosen in ``TLSDetails/certificate``); client certificates required and
 /// checked against a CA file when ``Configuration/clientCAFile`` is set (mutual TLS).
 ///
-/// One context may serve several listeners. ``reload()`` reads the files again (for `SIGHUP`): new handshakes use
-/// the new certificate, connections already open keep theirs. A handshake that does not finish within
+/// One context may serve several listeners. ``reload()`` reads every file again (for `SIGHUP`): new handshakes use
+/// the new certificates, connections already open keep theirs. A handshake that does not finish within
 /// ``Configuration/handshakeTimeout`` is closed. Failed handshakes are counted (``handshakeFailures``) and logged
 /// once per stretch of failures, never once per connection: a scan or a flood writes a line a minute, not one per
 /// client. Thread-safe.
@@ -27,6 +28,11 @@ public final class TLSServerContext: StreamSecurity, @unchecked Sendable {
         public var keyFile: String
         /// CA certificates (PEM) that client certificates must be signed by; `nil`: no client certificate asked for.
         public var clientCAFile: String?
+        /// More certificates and keys, chosen by the name the client asks for (SNI): a handshake gets the first of
+        /// ``certificateFile`` and these whose certificate's names match it (subjectAltName DNS names, or the
+        /// subject's common name when there are none; `*.example.org` matches one label), and ``certificateFile``
+        /// when none does or the client sends no name. Each has the same settings (TLS versions, ALPN, client CA).
+        public var sniCertificates: [CertificateFiles] = []
         /// A connection whose handshake is not complete this long after it was accepted is closed.
         public var handshakeTimeout: Duration = .seconds(10)
 
@@ -58,6 +64,10 @@ public final class TLSServerContext: StreamSecurity, @unchecked Sendable {
 
     /// The certificate in use: its serial number (hex), subject and end of validity, as a log line shows them.
     public var certificate: CertificateSummary { current.withLock { $0.certificate } }
+
+    /// Every certificate in use, the default (``certificate``) first, then those of
+    /// ``Configuration/sniCertificates`` in order; each with the DNS names it serves.
+    public var certificates: [CertificateSummary] { current.withLock { $0.served.map { $0.certificate } } }
 
     /// Reads the files again and uses them for the handshakes that begin from now on; connections already open (or
     /// in their handshake) go on with the certificate they began with. On failure nothing changes and the error says
@@ -196,4 +206,20 @@ public struct CertificateSummary: Sendable, Equatable {
     public let subject: String
     /// The end of the validity period, as OpenSSL prints it (`Nov 24 12:00:00 2027 GMT`).
     public let notAfter: String
+    /// The DNS names of its subjectAltName extension, in order (wildcards as written, `*.example.org`); empty when
+    /// it has none.
+    public let names: [String]
+}
+
+/// A certificate chain file and its key file (PEM), as ``TLSServerContext/Configuration`` takes them.
+public struct CertificateFiles: Sendable, Equatable {
+    /// The certificate chain, PEM: the server's certificate first, then the intermediates.
+    public var certificateFile: String
+    /// The certificate's private key, PEM.
+    public var keyFile: String
+
+    public init(certificateFile: String, keyFile: String) {
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+    }
 }

@@ -309,7 +309,7 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
         }
         return TLSDetails(
             protocolVersion: version, cipher: cipher, applicationProtocol: applicationProtocol, serverName: serverName,
-            peerCertificate: peerCertificate, certificate: context.certificate)
+            peerCertificate: peerCertificate, certificate: context.certificate(of: SSL_get_SSL_CTX(ssl)))
     }
 }
 

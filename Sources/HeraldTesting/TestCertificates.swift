@@ -57,6 +57,30 @@ public struct TestCertificates: Sendable {
         return (certificate, key)
     }
 
+    /// A server certificate and key signed by the CA for exactly the DNS names `dnsNames` (its subjectAltName;
+    /// wildcards as written, `*.example.test`), subject `CN=NAME`, as `NAME.pem` and `NAME-key.pem` (replaced when
+    /// there): a certificate that SNI chooses by name. Returns the certificate and key paths.
+    @discardableResult
+    public func issueServer(name: String, serial: String, dnsNames: [String]) throws -> (certificate: String, key: String) {
+        precondition(!dnsNames.isEmpty, "a certificate chosen by name has a name")
+        let key = "\(directory)/\(name)-key.pem"
+        let request = "\(directory)/\(name).csr"
+        let certificate = "\(directory)/\(name).pem"
+        let extensionsFile = "\(directory)/\(name).ext"
+        let names = dnsNames.map { "DNS:\($0)" }.joined(separator: ",")
+        try Data("basicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\nsubjectAltName = \(names)\n".utf8)
+            .write(to: URL(fileURLWithPath: extensionsFile))
+        try Self.openssl([
+            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=\(name)", "-keyout", key,
+            "-out", request,
+        ])
+        try Self.openssl([
+            "x509", "-req", "-in", request, "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-set_serial", "0x\(serial)",
+            "-days", "1", "-extfile", extensionsFile, "-out", certificate,
+        ])
+        return (certificate, key)
+    }
+
     /// An APNs provider certificate signed by the CA, as Apple issues them: the subject's `UID` is `topics[0]` (the
     /// bundle ID); with more than one topic, Apple's extension 1.2.840.113635.100.6.3.6 lists them all, each followed
     /// by a sequence naming its kind. Returns the certificate and key paths (`NAME.pem`, `NAME-key.pem`).
