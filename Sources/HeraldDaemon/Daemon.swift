@@ -64,25 +64,46 @@ package struct ServeArguments: ParsableArguments {
     package init() {}
 }
 
-/// The TLS context of every TCP listener, from tls-cert, tls-key and tls-client-ca; `nil` without them. Its files are
-/// read now, so a missing or wrong one stops the start with the file named.
+/// The TLS context of every TCP listener, from tls-cert, tls-key, tls-sni-certs and tls-client-ca; `nil` without
+/// them. Its files are read now, so a missing or wrong one stops the start with the file named.
 func tlsContext(_ settings: ServeSettings, logger: Logger) throws -> TLSServerContext? {
     guard let certificate = settings.tlsCertificate, let key = settings.tlsKey else { return nil }
     do {
         var tlsLogger = logger
         tlsLogger[metadataKey: "component"] = "tls"
-        let context = try TLSServerContext(
-            configuration: .init(certificateFile: certificate, keyFile: key, clientCAFile: settings.tlsClientCA), logger: tlsLogger)
-        let summary = context.certificate
-        logger.info(
-            "TLS certificate loaded",
-            metadata: [
-                "serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)",
-                "clientCertificates": "\(settings.tlsClientCA != nil ? "required" : "not asked for")",
-            ])
+        var configuration = TLSServerContext.Configuration(certificateFile: certificate, keyFile: key, clientCAFile: settings.tlsClientCA)
+        configuration.sniCertificates = settings.tlsSNICertificates.map {
+            CertificateFiles(certificateFile: $0.certificate, keyFile: $0.key)
+        }
+        let context = try TLSServerContext(configuration: configuration, logger: tlsLogger)
+        logCertificates(context, "TLS certificate loaded", logger: logger, level: .info, clientCertificates: settings.tlsClientCA != nil)
         return context
     } catch {
         throw CommandFailure(message: "herald: \(error)")
+    }
+}
+
+/// One line per certificate of `context`: the file, its serial, subject, end of validity and the names it serves
+/// (SNI; the default also serves every other name and clients sending none).
+func logCertificates(_ context: TLSServerContext, _ message: Logger.Message, logger: Logger, level: Logger.Level, clientCertificates: Bool)
+{
+    let files =
+        [CertificateFiles(certificateFile: context.configuration.certificateFile, keyFile: context.configuration.keyFile)]
+        + context.configuration.sniCertificates
+    for (index, summary) in context.certificates.enumerated() {
+        var metadata: Logger.Metadata = [
+            "file": "\(index < files.count ? files[index].certificateFile : "")", "serial": "\(summary.serial)",
+            "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)",
+            "names": "\(summary.names.isEmpty ? "none (subject's common name)" : summary.names.joined(separator: ", "))",
+        ]
+        if index == 0 {
+            metadata["serves"] =
+                "\(files.count > 1 ? "its names, and every name no other certificate has, and clients sending none" : "every name")"
+            metadata["clientCertificates"] = "\(clientCertificates ? "required" : "not asked for")"
+        } else {
+            metadata["serves"] = "its names (SNI)"
+        }
+        logger.log(level: level, message, metadata: metadata)
     }
 }
 

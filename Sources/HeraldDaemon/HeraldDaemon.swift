@@ -201,10 +201,12 @@ public struct Daemon: Sendable {
                     "herald: unifiedpush needs this instance's HTTP endpoint (http not none, not a gateway: a gateway takes the fleet's UnifiedPush pushes on its own, set unifiedpush-endpoint-url for their VAPID audience)"
             )
         }
-        if (settings.tlsCertificate == nil) != (settings.tlsKey == nil) || (settings.tlsClientCA != nil && settings.tlsCertificate == nil) {
+        if (settings.tlsCertificate == nil) != (settings.tlsKey == nil)
+            || (settings.tlsCertificate == nil && (settings.tlsClientCA != nil || !settings.tlsSNICertificates.isEmpty))
+        {
             throw DaemonError(
                 usage:
-                    "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca needs them too"
+                    "herald: TLS needs both a certificate and its key (tls-cert and tls-key / --tls-cert and --tls-key); tls-client-ca and tls-sni-certs need them too"
             )
         }
         if settings.fcmProxy, settings.http == nil || settings.tlsCertificate != nil {

@@ -116,12 +116,11 @@ final class ConfigurationReload: Sendable {
         if let tls {
             do {
                 try tls.reload()
-                let summary = tls.certificate
-                logger.notice(
-                    "TLS certificate reloaded (SIGHUP); new handshakes use it",
-                    metadata: ["serial": "\(summary.serial)", "subject": "\(summary.subject)", "notAfter": "\(summary.notAfter)"])
+                logCertificates(
+                    tls, "TLS certificate reloaded (SIGHUP); new handshakes use it", logger: logger, level: .notice,
+                    clientCertificates: tls.configuration.clientCAFile != nil)
             } catch {
-                logger.error("TLS reload failed (SIGHUP); the certificate in use stays", metadata: ["error": "\(error)"])
+                logger.error("TLS reload failed (SIGHUP); the certificates in use stay", metadata: ["error": "\(error)"])
             }
         }
         logger.notice("configuration reloaded (SIGHUP)", metadata: ["applied": "\(applied)", "needsRestart": "\(needRestart)"])

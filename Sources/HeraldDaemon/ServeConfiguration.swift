@@ -100,6 +100,10 @@ struct ServeSettings: Sendable {
     var tlsCertificate: String? { string(.tlsCertificate) }
     var tlsKey: String? { string(.tlsKey) }
     var tlsClientCA: String? { string(.tlsClientCA) }
+    /// tls-sni-certs: the certificates (and their keys) chosen by SNI besides tls-cert's.
+    var tlsSNICertificates: [(certificate: String, key: String)] {
+        configuration.list(.tlsSNICertificates).compactMap(ServeOption.sniCertificate)
+    }
     var deliveryMetrics: String? { unlessNone(JSONLExport.Settings.path) }
     var fcmProxy: Bool { boolean(HTTPReceiver.Settings.fcmProxy) }
 

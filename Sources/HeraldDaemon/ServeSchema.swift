@@ -75,6 +75,12 @@ extension ServeOption {
     static let tlsKey = ServeOption(
         "tls-key", .string, default: nil, "none", allowed: "a non-empty file path",
         help: "The TLS certificate's private key (PEM); with tls-cert. SIGHUP reads it again.", valueName: "file")
+    static let tlsSNICertificates = ServeOption(
+        "tls-sni-certs", .list, default: .list([]), "none (one certificate for every name)",
+        allowed: "a list of CERT:KEY, two PEM files (the certificate's path without a colon) (environment: separated by ',')",
+        help:
+            "Another TLS certificate chain and its key, chosen by the name the client asks for (SNI): a handshake gets the first of tls-cert and these whose subjectAltName DNS names match it (*.example.org matches one label), tls-cert when none does or the client sends no name; repeatable; needs tls-cert. SIGHUP reads them again.",
+        flag: "--tls-sni-cert", valueName: "cert:key", environmentSeparator: ",", accepts: { sniCertificate($0) != nil })
     static let tlsClientCA = ServeOption(
         "tls-client-ca", .string, default: nil, "none (no client certificates)", allowed: "a non-empty file path",
         help: "CA certificates (PEM): TLS clients must present a certificate one of them signed (mutual TLS); needs tls-cert.",
@@ -86,12 +92,22 @@ extension ServeOption {
         help: "A bundled plugin not to start, by name, whatever its own settings say; repeatable.", flag: "--disable-plugin",
         valueName: "name", environmentSeparator: ",", accepts: { name in pluginSections.contains { $0.name == name } })
 
+    /// `CERT:KEY` as its two paths (split at the first colon); `nil` when either is empty.
+    static func sniCertificate(_ text: String) -> (certificate: String, key: String)? {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let certificate = String(text[..<colon])
+        let key = String(text[text.index(after: colon)...])
+        guard !certificate.isEmpty, !key.isEmpty else { return nil }
+        return (certificate, key)
+    }
+
     /// The daemon's own section.
     static let daemonSection = ConfigurationSection(
         name: "herald serve", summary: "The daemon itself: identity, data, logging, lifecycle, the listeners' TLS, dynamic plugins.",
         settings: [
             projectID, senderID, dataDirectory, presenter, logLevel, shutdownGrace, maxReplays, contentModifierDeadline, plugins,
-            allowUnauthenticatedNetwork, allowPlaintextNetwork, tlsCertificate, tlsKey, tlsClientCA, disabledPlugins,
+            allowUnauthenticatedNetwork, allowPlaintextNetwork, tlsCertificate, tlsKey, tlsSNICertificates, tlsClientCA,
+            disabledPlugins,
         ])
 
     /// The bundled plugins' sections, in the order `--print-config`, `--help` and the reference list them.
