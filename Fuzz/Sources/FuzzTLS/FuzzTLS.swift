@@ -5,9 +5,10 @@ import HeraldTLS
 import HeraldTesting
 
 /// The TLS record path of a listener: the input (after its first byte, in the chunks the first byte picks) is a
-/// client's first flight, read by a server-side TLS connection (HeraldTLS's memory BIOs, the handshake, its failure
-/// and timeout paths) behind a Unix socket. Whatever the bytes, the server must end the connection once the client
-/// half-closes, and keep serving. The certificate is made once per process with the openssl command.
+/// client's first flight, read by a server-side TLS connection (HeraldTLS's memory BIOs, the handshake, the choice
+/// of a certificate by SNI, its failure and timeout paths) behind a Unix socket. Whatever the bytes, the server must
+/// end the connection once the client half-closes, and keep serving. The certificates are made once per process
+/// with the openssl command.
 final class TLSHarness: Sendable {
     let loop = EventLoop(name: "fuzz-tls")
     let path = "/tmp/herald-fuzz-tls-\(getpid()).sock"
@@ -15,8 +16,12 @@ final class TLSHarness: Sendable {
     init() {
         let directory = try! makeTemporaryDirectory(prefix: "herald-fuzz-tls")
         let certificates = try! TestCertificates(in: directory)
-        let (certificate, key) = try! certificates.issue(name: "server", serial: "F022")
+        // The default certificate does not have the seeds' SNI name (localhost); the second one does, so that a
+        // ClientHello with it moves to another context in the servername callback, and one without it stays.
+        let (certificate, key) = try! certificates.issueServer(name: "server", serial: "F022", dnsNames: ["default.example.test"])
+        let sni = try! certificates.issue(name: "sni", serial: "F023")
         var configuration = TLSServerContext.Configuration(certificateFile: certificate, keyFile: key)
+        configuration.sniCertificates = [CertificateFiles(certificateFile: sni.certificate, keyFile: sni.key)]
         configuration.handshakeTimeout = .seconds(5)
         let context = try! TLSServerContext(configuration: configuration)
         try! loop.start()
