@@ -32,7 +32,8 @@ package struct ServeArguments: ParsableArguments {
         """
         Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
         HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
-        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
+        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin): the daemon's at the top \
+        level, each plugin's under its section (TokenWebhook:, indented below it; or at the top level). An unknown key or a bad \
         value stops the start with exit status 64, naming the file and line, the variable or the flag. \
         --print-config shows the effective settings and where each came from; --print-reference prints the \
         configuration reference.

@@ -149,11 +149,21 @@ public struct ConfigurationSection: Sendable {
     /// What the plugin does, in a sentence.
     public let summary: String
     public let settings: [ConfigurationSetting]
+    /// The config file's mapping that holds the section's settings: the plugin's name, as `--help`, the reference and
+    /// `disable-plugins` write it (`TokenWebhook:`); `nil` for settings that stand at the top level of the file only
+    /// (the daemon's own). A key of a section may also stand at the top level, as it did before sections.
+    public let fileSection: String?
 
-    public init(name: String, summary: String, settings: [ConfigurationSetting]) {
+    /// - Parameters:
+    ///   - name: the plugin's name; also the config file's mapping of its settings, unless `topLevel`.
+    ///   - summary: what the plugin does, in a sentence.
+    ///   - settings: its settings.
+    ///   - topLevel: whether the settings stand at the config file's top level rather than in a mapping of their own.
+    public init(name: String, summary: String, settings: [ConfigurationSetting], topLevel: Bool = false) {
         self.name = name
         self.summary = summary
         self.settings = settings
+        self.fileSection = topLevel ? nil : name
     }
 }
 
@@ -164,8 +174,13 @@ public struct ConfigurationSchema: Sendable {
     /// Every setting, section by section.
     public let settings: [ConfigurationSetting]
     private let byKey: [String: Int]
+    /// Each key's section, by index in ``sections``.
+    private let sectionByKey: [String: Int]
+    /// Each config file section's index in ``sections``, by ``ConfigurationSection/fileSection``.
+    private let byFileSection: [String: Int]
 
-    /// Composes `sections`. A key or a flag given twice is a programming error.
+    /// Composes `sections`. A key, a flag or a section name given twice, or a section named like a key, is a
+    /// programming error: a config file key must say without doubt whether it is a setting or a section.
     public init(_ sections: [ConfigurationSection]) {
         self.sections = sections
         settings = sections.flatMap(\.settings)
@@ -174,12 +189,32 @@ public struct ConfigurationSchema: Sendable {
             precondition(byKey.updateValue(index, forKey: setting.key) == nil, "the setting \(setting.key) is declared twice")
         }
         precondition(Set(settings.map(\.flag)).count == settings.count, "a flag is declared twice")
+        var sectionByKey: [String: Int] = [:]
+        var byFileSection: [String: Int] = [:]
+        for (index, section) in sections.enumerated() {
+            for setting in section.settings { sectionByKey[setting.key] = index }
+            guard let name = section.fileSection else { continue }
+            precondition(byKey[name] == nil, "the section \(name) is named like a setting")
+            precondition(byFileSection.updateValue(index, forKey: name) == nil, "the section \(name) is declared twice")
+        }
         self.byKey = byKey
+        self.sectionByKey = sectionByKey
+        self.byFileSection = byFileSection
     }
 
     /// The setting of a config file key.
     public func setting(forKey key: String) -> ConfigurationSetting? {
         byKey[key].map { settings[$0] }
+    }
+
+    /// The section that declares the setting of `key`.
+    public func section(forKey key: String) -> ConfigurationSection? {
+        sectionByKey[key].map { sections[$0] }
+    }
+
+    /// The section whose settings a config file's mapping `name` holds (``ConfigurationSection/fileSection``).
+    public func section(fileSection name: String) -> ConfigurationSection? {
+        byFileSection[name].map { sections[$0] }
     }
 
     /// A setting given as a flag, with where it came from.
