@@ -171,7 +171,9 @@ final class DaemonService: Service, Sendable {
             let setup = Daemon.PluginSetup(
                 herald: herald, configuration: settings.configuration, dataDirectory: settings.dataDirectory, logger: logger)
             for make in embedder.pluginFactories {
-                if let plugin = try make(setup) { try herald.register(plugin) }
+                guard let plugin = try make(setup) else { continue }
+                try herald.register(plugin)
+                if let live = plugin as? any LiveConfigurable { reload.add(live) }
             }
             try await herald.start()
             for address in InheritedSockets.closeUntaken() {
@@ -334,13 +336,17 @@ final class DaemonService: Service, Sendable {
             )
         }
         if let execFetch = settings.execFetchOptions, settings.isEnabled(ExecFetchWorker.Settings.section) {
-            try herald.register(ExecFetchWorker(options: execFetch))
+            let worker = ExecFetchWorker(options: execFetch)
+            try herald.register(worker)
+            reload.add(worker)
         }
         if let url = settings.tokenWebhookURL, settings.isEnabled(TokenWebhook.Settings.section) {
             let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }
             let options = TokenWebhook.Options(
                 url: url, secret: secret, maximumAttempts: settings.tokenWebhookMaxAttempts, caFile: settings.tokenWebhookCA)
-            try herald.register(TokenWebhook(options: options, herald: herald))
+            let webhook = try TokenWebhook(options: options, herald: herald)
+            try herald.register(webhook)
+            reload.add(webhook)
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         // Each gets its own plugin-settings section as its JSON configuration ({} without one).

@@ -74,6 +74,7 @@ public struct Daemon: Sendable {
 
     /// Adds a plugin (a handler, a receiver, an analytics sink, a presenter, a worker: any role Herald has), made
     /// once the settings are resolved, registered after the bundled ones. A thrown error stops the start.
+    /// A plugin that conforms to `LiveConfigurable` gets the new values of the live settings at each reload (SIGHUP).
     public mutating func addPlugin(_ make: @escaping PluginFactory) {
         pluginFactories.append(make)
     }

@@ -56,6 +56,12 @@ struct ServeSettings: Sendable {
         sources[option.key] = source
     }
 
+    /// Takes `key`'s value (or its absence) and source from `other`: a live setting's new value on reload.
+    mutating func adopt(_ key: String, from other: ServeSettings) {
+        values[key] = other.values[key]
+        sources[key] = other.sources[key] ?? .defaultValue
+    }
+
     /// The values, as plugins read them to build their options.
     var configuration: ConfigurationValues { ConfigurationValues(values) }
 

@@ -328,8 +328,10 @@ struct ServeSchemaTests {
 
     @Test("the settings reload applies live are the ones the schema marks live")
     func liveKeys() {
-        #expect(ConfigurationReload.liveKeys == ["log-level"])
-        #expect(ServeOption.all.filter(\.isLive).map(\.key) == ["log-level"])
+        #expect(
+            ServeOption.all.filter(\.isLive).map(\.key) == [
+                "log-level", "exec-fetch-timeout", "exec-fetch-concurrency", "token-webhook-max-attempts",
+            ])
     }
 
     @Test("each bundled plugin's section is in the schema, keys and flags unique")
