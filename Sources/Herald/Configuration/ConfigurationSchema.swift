@@ -35,6 +35,20 @@ public struct ConfigurationSetting: Sendable {
         case oneOf([String])
     }
 
+    /// What a shell's completion offers for a value (`herald --generate-completion-script`).
+    public enum ValueCompletion: Sendable, Equatable {
+        /// Nothing: the value is typed.
+        case none
+        /// File names.
+        case file
+        /// Directory names.
+        case directory
+        /// Commands (programs in `PATH`).
+        case command
+        /// These words.
+        case words([String])
+    }
+
     /// The key in the config file; the environment variable is `HERALD_` and the key in upper case, `-` as `_`.
     public let key: String
     public let kind: Kind
@@ -56,6 +70,8 @@ public struct ConfigurationSetting: Sendable {
     public let isSecret: Bool
     /// Whether a running daemon applies a new value when it reloads its configuration (SIGHUP).
     public let isLive: Bool
+    /// What a shell's completion offers for a value.
+    public let completion: ValueCompletion
     /// How a value is shown when it is printed: parts that are secret (a password in a URL) hidden.
     public let shown: @Sendable (String) -> String
     /// Whether a text (or each text of a list) is allowed; integers are checked against their range, one-of
@@ -74,12 +90,14 @@ public struct ConfigurationSetting: Sendable {
     ///   - environmentSeparator: what separates a list's items in its environment variable.
     ///   - secret: whether the value is never printed.
     ///   - live: whether a reload applies a new value.
+    ///   - completion: what a shell's completion offers for a value; by default a one-of setting's words, file names
+    ///     for a value named `file` or `path`, directories for `dir`, commands for `program`, else nothing.
     ///   - shown: how a value is printed.
     ///   - accepts: whether a text is a valid value (or list item); by default any non-empty text.
     public init(
         _ key: String, _ kind: Kind, default defaultValue: ConfigurationValue?, _ defaultText: String, allowed: String, help: String,
         flag: String? = nil, valueName: String = "value", environmentSeparator: Character = ":", secret: Bool = false,
-        live: Bool = false, shown: @escaping @Sendable (String) -> String = { $0 },
+        live: Bool = false, completion: ValueCompletion? = nil, shown: @escaping @Sendable (String) -> String = { $0 },
         accepts: @escaping @Sendable (String) -> Bool = { !$0.isEmpty }
     ) {
         self.key = key
@@ -94,6 +112,18 @@ public struct ConfigurationSetting: Sendable {
         self.isSecret = secret
         self.isLive = live
         self.shown = shown
+        self.completion =
+            completion
+            ?? {
+                switch (kind, valueName) {
+                case (.oneOf(let words), _): .words(words)
+                case (.boolean, _): .none
+                case (_, "file"), (_, "path"): .file
+                case (_, "dir"): .directory
+                case (_, "program"): .command
+                default: .none
+                }
+            }()
         if case .oneOf(let words) = kind {
             self.accepts = { words.contains($0) }
         } else {
