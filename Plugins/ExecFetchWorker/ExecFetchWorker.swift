@@ -144,8 +144,11 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
     public func setLimits(timeout: Duration, maxConcurrent: Int) throws(ExecFetchWorkerError) {
         guard timeout > .zero else { throw .invalidOption(name: "timeout", value: Self.format(timeout), allowed: "a positive duration") }
         guard maxConcurrent >= 1 else { throw .invalidOption(name: "max-concurrent", value: "\(maxConcurrent)", allowed: "at least 1") }
-        state.withLock { $0.limits = (timeout, maxConcurrent) }
-        limit.setLimit(maxConcurrent)
+        // Both under the state's lock, so that calls at once leave the limit and `limits` agreeing.
+        state.withLock { state in
+            state.limits = (timeout, maxConcurrent)
+            limit.setLimit(maxConcurrent)
+        }
     }
 
     public var descriptor: PluginDescriptor {
