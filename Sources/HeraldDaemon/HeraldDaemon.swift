@@ -66,9 +66,14 @@ public struct Daemon: Sendable {
     /// A daemon with the bundled plugins only.
     public init() {}
 
-    /// Adds a section of settings, read like the daemon's own (a flag, a `HERALD_*` variable, a YAML key, shown by
-    /// `--print-config` and `--print-reference`); a plugin reads their values from ``PluginSetup/configuration``.
+    /// Adds a section of settings, read like the daemon's own (a flag, a `HERALD_*` variable, a YAML key in the file's
+    /// section of the section's name or at its top level, shown by `--print-config` and `--print-reference`); a plugin
+    /// reads their values from ``PluginSetup/configuration``. A section named `categories` or `plugin-settings` (the
+    /// file's own sections) is a programming error.
     public mutating func addSettings(_ section: ConfigurationSection) {
+        precondition(
+            section.fileSection.map { !["categories", PluginSettings.key].contains($0) } ?? true,
+            "the config file's \(section.name) is not a plugin's section")
         sections.append(section)
     }
 
