@@ -286,7 +286,8 @@ struct TokenWebhookTests {
             .init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)), clock: clock)
         #expect(webhook.maximumAttempts == nil)
         await retry(after: .milliseconds(10), on: clock)
-        #expect(await eventually { server.requests.count == 2 })
+        // The second attempt has failed: the webhook waits to make the third.
+        #expect(await eventually { server.requests.count == 2 && clock.sleepers == 1 })
         // As herald serve's reload hands it on: token-webhook-max-attempts 2, which the token has made already.
         webhook.applyLiveSettings(ConfigurationValues([TokenWebhook.Settings.maxAttempts.key: .integer(2)]))
         #expect(webhook.maximumAttempts == 2)
