@@ -87,6 +87,7 @@ struct ServeExecFetchTests {
             func configure(concurrency: Int, timeout: Int, maxReplays: Int) throws {
                 try """
                 log-level: debug
+                shutdown-grace: 0  # the commands still running are ended at once at the stop
                 max-replays: \(maxReplays)
                 ExecFetchWorker:
                   exec-fetch-command: \(script)
