@@ -337,29 +337,45 @@ extension DistributorTests {
 /// An app that is not running when its push arrives: the bus starts it from its `.service` file.
 @Suite("UnifiedPush activation")
 struct ActivationTests {
-    @Test("A push for an app that is not running starts it (D-Bus activation) and is handed to it")
-    func activatesTheApp() async throws {
+    @Test(
+        "A push for an app that is not running starts it (D-Bus activation) and is handed to it: registered through Distributor1 and through Distributor2",
+        arguments: [1, 2])
+    func activatesTheApp(version: Int) async throws {
         let world = try UnifiedPushWorld()
+        let service = "org.example.Activated\(version)"
         let services = world.directory + "/services"
         let events = world.directory + "/events.jsonl"
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
         let python = try pythonEnvironment(with: "dbus-next")
         try """
         [D-BUS Service]
-        Name=org.example.Activated
-        Exec=\(python.path) \(PushApp.script.path) org.example.Activated 2 --events \(events)
-        """.write(toFile: services + "/org.example.Activated.service", atomically: true, encoding: .utf8)
+        Name=\(service)
+        Exec=\(python.path) \(PushApp.script.path) \(service) \(version) --events \(events)
+        """.write(toFile: services + "/\(service).service", atomically: true, encoding: .utf8)
         try await world.startBus(serviceDirectory: services, environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
         try await world.withHerald { base, _ in
-            let app = try world.app("org.example.Activated", version: 2, register: "sleepy")
+            let app = try world.app(service, version: version, register: "sleepy")
             let url = "\(base)/up/\(try endpointToken(try await app.next("endpoint")["endpoint"]))"
             try await app.stopped()
             #expect(try await post(url, Array("wake up".utf8), in: world.directory).status == 201)
+            // Connector1: Herald finds no owner for the name and asks the bus to start the app (StartServiceByName);
+            // Connector2: the Message call itself starts it.
             let delivered = await eventually {
                 let text = (try? String(contentsOfFile: events, encoding: .utf8)) ?? ""
                 return text.contains(#""body": "\#(Array("wake up".utf8).hex)""#)
             }
             #expect(delivered, "the activated app did not get the push")
+            // The next push reaches the app the bus started; everything before it came before it.
+            #expect(try await post(url, Array("and again".utf8), in: world.directory).status == 201)
+            let again = await eventually {
+                let text = (try? String(contentsOfFile: events, encoding: .utf8)) ?? ""
+                return text.contains(#""body": "\#(Array("and again".utf8).hex)""#)
+            }
+            #expect(again, "the activated app did not get the second push")
+            let lines = ((try? String(contentsOfFile: events, encoding: .utf8)) ?? "").split(separator: "\n")
+            // Only the app the bus starts writes to the events file (the test's own instance prints its events).
+            #expect(lines.contains { $0.contains(#""event": "ready""#) }, "not started by the bus: \(lines)")
+            #expect(lines.count { $0.contains(#""event": "message""#) } == 2, "handed over more than once: \(lines)")
         }
     }
 }
