@@ -85,7 +85,10 @@ struct ServeUnifiedPushTests {
         let world = try UnifiedPushWorld()
         try await world.startBus()
         let port = try freeLoopbackPort()
-        var daemon = try await Self.serve(world, port: port)
+        // The app holds calls while the test acts: a minute before a held call counts as not answered (and is offered
+        // again), and before a stop gives up waiting for it, so that a loaded machine does not change what is seen.
+        let patient = 60
+        var daemon = try await Self.serve(world, port: port, callTimeout: patient)
         let service = "org.example.Holds"
         let app = try world.app(service, version: 2, register: "holds")
         let endpoint = try #require(try await app.next("endpoint")["endpoint"])
@@ -94,7 +97,7 @@ struct ServeUnifiedPushTests {
         // Accepted while the app is away, then SIGKILL before any handover: kept, and handed over after the restart.
         #expect(try await post(endpoint, Array("in flight".utf8), in: world.directory).status == 201)
         try await Self.sigkill(daemon)
-        daemon = try await Self.serve(world, port: port)
+        daemon = try await Self.serve(world, port: port, callTimeout: patient)
         // The app is back, holding its Message calls unanswered: killed now, the daemon has the push in flight.
         let back = try world.app(service, version: 2, options: ["--hold"])
         let first = try await back.next("held")
@@ -104,7 +107,7 @@ struct ServeUnifiedPushTests {
 
         // Not answered, so not handed over: offered again after the restart, with the same ID, by which an app that
         // already acted on the first call knows it. The answer to the first call goes to a daemon that is gone.
-        daemon = try await Self.serve(world, port: port)
+        daemon = try await Self.serve(world, port: port, callTimeout: patient)
         let second = try await back.next("held")
         #expect(second["id"] == id, "\(daemon.log)")
         back.send("release")
@@ -127,7 +130,7 @@ struct ServeUnifiedPushTests {
         #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
 
         // Nothing the app answered is handed over again: the next push is the next thing it gets.
-        daemon = try await Self.serve(world, port: port)
+        daemon = try await Self.serve(world, port: port, callTimeout: patient)
         #expect(try await post(endpoint, Array("last".utf8), in: world.directory).status == 201)
         let last = try await back.next("message")
         #expect(last["body"] == Array("last".utf8).hex, "\(daemon.log)")
@@ -139,12 +142,15 @@ struct ServeUnifiedPushTests {
     }
 
     /// `herald serve --unifiedpush` on `world`'s bus and data directory, HTTP on `port`; returns once it owns the
-    /// distributor's name.
-    static func serve(_ world: UnifiedPushWorld, port: Int) async throws -> DaemonProcess {
+    /// distributor's name. `callTimeout`: seconds an app may take to answer.
+    static func serve(_ world: UnifiedPushWorld, port: Int, callTimeout: Int = 5) async throws -> DaemonProcess {
         let data = world.dataDirectory
         let daemon = try DaemonProcess(
             directory: data, httpPort: port,
-            arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--unifiedpush", "--socket", "none"],
+            arguments: [
+                "serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--unifiedpush", "--socket", "none",
+                "--unifiedpush-call-timeout", "\(callTimeout)",
+            ],
             environment: ["DBUS_SESSION_BUS_ADDRESS": world.bus.address])
         let owned = try await eventually { try await world.distributorOwnsName() }
         try #require(owned, "the daemon did not own the distributor's name: \(daemon.log)")
