@@ -274,9 +274,11 @@ final class DaemonService: Service, Sendable {
         let settings = self.settings
         var httpReceiver: HTTPReceiver?
         // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
+        var distributorOptions = UnifiedPushDistributor.Options(endpointURL: settings.unifiedPushEndpointURL)
+        distributorOptions.callTimeout = .seconds(settings.unifiedPushCallTimeout)
         let distributor =
             settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
-            ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
+            ? UnifiedPushDistributor(options: distributorOptions, store: store) : nil
         let nats = settings.isEnabled(NATSReceiver.Settings.section) ? try settings.natsOptions(authToken: natsToken) : nil
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.

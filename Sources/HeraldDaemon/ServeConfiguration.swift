@@ -89,6 +89,8 @@ struct ServeSettings: Sendable {
         string(UnifiedPushDistributor.Settings.endpointURL)
             ?? "\(tlsCertificate == nil ? "http" : "https")://\(http ?? "127.0.0.1:8080")/up/"
     }
+    /// How long a UnifiedPush app may take to answer a call.
+    var unifiedPushCallTimeout: Int { integer(UnifiedPushDistributor.Settings.callTimeout) }
     var authTokenFile: String? { string(HTTPReceiver.Settings.authTokenFile) }
     var logLevel: Logger.Level { string(.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(.shutdownGrace) }
