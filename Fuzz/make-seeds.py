@@ -42,10 +42,16 @@ for text in test_sources():
 for body in fcm:
     for match in re.finditer(rb'"condition"\s*:\s*"((?:[^"\\]|\\.)*)"', body):
         conditions.add(match.group(1).decode().replace('\\"', '"'))
-configs = [s for s in multiline_strings() if re.match(r"^[a-z-]+:", s)]
+# A config file starts with a key: a setting's (kebab case) or a plugin's section (TokenWebhook:).
+configs = [s for s in multiline_strings() if re.match(r"^[A-Za-z-]+:", s)]
 configs += ["", "# comments only\n", "http: none\nsocket: none\n", "nats-servers: [nats://127.0.0.1:4222]\ngateway: true\n",
             "plugins:\n  - /a.so\n  - /b.so\n", "shutdown-grace: 99999999999999999999\n", "echo: maybe\n", "- a\n- b\n",
-            "anchor: &a x\nproject-id: *a\n", "project-id: a\nproject-id: b\n", "http: [\n"]
+            "anchor: &a x\nproject-id: *a\n", "project-id: a\nproject-id: b\n", "http: [\n",
+            # Plugins' sections: a key in its section, in another's, both ways, a section that is no mapping, an empty one.
+            "TokenWebhook:\n  token-webhook-url: http://a/\n  token-webhook-max-attempts: 3\nlog-level: debug\n",
+            "HTTPReceiver: {http: none}\nSocketReceiver: {socket: none}\nNATSReceiver:\n  nats-servers: [nats://a:4222]\n  gateway: true\n",
+            "TokenWebhook:\n  nats-user: x\n", "token-webhook-url: http://a/\nTokenWebhook:\n  token-webhook-url: http://b/\n",
+            "ExecFetchWorker: x\n", "ExecFetchWorker:\n", "TokenWebhook: {}\nTokenWebhook: {}\n"]
 
 def request(method, path, body=b"", headers=(), chunked=False, secret=True):
     head = [f"{method} {path} HTTP/1.1", "Host: localhost"]

@@ -9,6 +9,8 @@ final class ConcurrencyLimit: Sendable {
     }
 
     private struct State {
+        var limit: Int
+        /// Places free: the limit less the holders (below zero while a lowered limit has more holders than places).
         var available: Int
         var waiters: [Waiter] = []
         var nextID: UInt64 = 0
@@ -20,12 +22,12 @@ final class ConcurrencyLimit: Sendable {
     private let state: Locked<State>
 
     init(limit: Int) {
-        state = Locked(State(available: limit))
+        state = Locked(State(limit: limit, available: limit))
     }
 
     /// Waits for a free place; `true` once the caller holds one (give it back with ``release()``), `false` when the
-    /// task was cancelled or the limit was closed while waiting.
-    func acquire() async -> Bool {
+    /// task was cancelled or the limit was closed while waiting. `waiting` is called when the caller has to wait.
+    func acquire(waiting: () -> Void = {}) async -> Bool {
         let id = state.withLock { state in
             state.nextID += 1
             return state.nextID
@@ -44,7 +46,11 @@ final class ConcurrencyLimit: Sendable {
                     state.waiters.append(Waiter(id: id, continuation: continuation))
                     return nil
                 }
-                if let answer { continuation.resume(returning: answer) }
+                if let answer {
+                    continuation.resume(returning: answer)
+                } else {
+                    waiting()
+                }
             }
         } onCancel: {
             let waiter: Waiter? = state.withLock { state in
@@ -55,17 +61,36 @@ final class ConcurrencyLimit: Sendable {
         }
     }
 
-    /// Gives a place back: the longest waiter gets it.
+    /// Gives a place back: the longest waiter gets it, unless the limit was lowered below the holders meanwhile.
     func release() {
         let next: Waiter? = state.withLock { state in
-            guard !state.waiters.isEmpty else {
-                state.available += 1
-                state.holders -= 1
-                return nil
-            }
-            return state.waiters.removeFirst()  // the place passes on: holders is unchanged
+            state.available += 1
+            state.holders -= 1
+            return Self.admitOne(&state)
         }
         next?.continuation.resume(returning: true)
+    }
+
+    /// Changes the limit: raised, the longest waiters get the new places at once; lowered, the holders keep their
+    /// places and nobody new gets one until fewer than `limit` hold one.
+    func setLimit(_ limit: Int) {
+        let admitted: [Waiter] = state.withLock { state in
+            state.available += limit - state.limit
+            state.limit = limit
+            var admitted: [Waiter] = []
+            while let next = Self.admitOne(&state) { admitted.append(next) }
+            return admitted
+        }
+        for waiter in admitted { waiter.continuation.resume(returning: true) }
+    }
+
+    /// The longest waiter, given a free place, if there are both.
+    private static func admitOne(_ state: inout State) -> Waiter? {
+        guard state.available > 0, !state.waiters.isEmpty else { return nil }
+        state.available -= 1
+        state.holders += 1
+        state.mostHolders = max(state.mostHolders, state.holders)
+        return state.waiters.removeFirst()
     }
 
     /// Wakes every waiter with `false`, and answers `false` to new callers until ``reopen()``.

@@ -99,6 +99,8 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
     /// The environment variable that carries the message ID (`gcm.message_id`) to the command.
     public static let messageIDVariable = "HERALD_MESSAGE_ID"
 
+    /// The options given at init; ``setLimits(timeout:maxConcurrent:)`` may since have changed the timeout and the
+    /// concurrency in force (``limits``).
     public let options: Options
 
     private struct Started {
@@ -116,14 +118,37 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
         var runs: [UInt64: RunControl] = [:]
         var nextRun: UInt64 = 0
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        /// The timeout and concurrency in force.
+        var limits: (timeout: Duration, maxConcurrent: Int)
     }
 
-    private let state = Locked(State())
+    private let state: Locked<State>
     private let limit: ConcurrencyLimit
 
     public init(options: Options) {
         self.options = options
+        self.state = Locked(State(limits: (options.timeout, options.maxConcurrent)))
         self.limit = ConcurrencyLimit(limit: max(1, options.maxConcurrent))
+    }
+
+    /// The timeout of a run and how many commands run at once, as now in force.
+    public var limits: (timeout: Duration, maxConcurrent: Int) { state.withLock { $0.limits } }
+
+    /// Changes the timeout and the concurrency while the worker runs (a daemon's reload: ``applyLiveSettings(_:)``).
+    /// The timeout applies to runs started from now on; a higher concurrency lets waiting fetches start at once, a
+    /// lower one lets running commands finish and starts no new one until fewer than `maxConcurrent` run.
+    /// Callable from any thread.
+    ///
+    /// - Throws: ``ExecFetchWorkerError/invalidOption(name:value:allowed:)`` for a timeout that is not positive or a
+    ///   concurrency below 1; nothing changes then.
+    public func setLimits(timeout: Duration, maxConcurrent: Int) throws(ExecFetchWorkerError) {
+        guard timeout > .zero else { throw .invalidOption(name: "timeout", value: Self.format(timeout), allowed: "a positive duration") }
+        guard maxConcurrent >= 1 else { throw .invalidOption(name: "max-concurrent", value: "\(maxConcurrent)", allowed: "at least 1") }
+        // Both under the state's lock, so that calls at once leave the limit and `limits` agreeing.
+        state.withLock { state in
+            state.limits = (timeout, maxConcurrent)
+            limit.setLimit(maxConcurrent)
+        }
     }
 
     public var descriptor: PluginDescriptor {
@@ -146,15 +171,16 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
             environment.append((name, value))
         }
         let started = Started(loop: context.loop, logger: context.logger, path: path, environment: environment)
-        state.withLock { state in
+        let limits = state.withLock { state in
             state.started = started
             state.stopping = false
+            return state.limits
         }
         limit.reopen()
         context.logger.info(
             "ready",
             metadata: [
-                "command": "\(path)", "max_concurrent": "\(options.maxConcurrent)", "timeout": "\(Self.format(options.timeout))",
+                "command": "\(path)", "max_concurrent": "\(limits.maxConcurrent)", "timeout": "\(Self.format(limits.timeout))",
             ])
     }
 
@@ -185,21 +211,26 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
         }
         var logger = started.logger
         logger[metadataKey: "message_id"] = "\(message.messageID ?? "")"
-        guard await limit.acquire() else {
+        let waiting = {
+            logger.debug(
+                "waiting for a turn: as many commands run as max-concurrent allows",
+                metadata: ["max_concurrent": "\(self.limits.maxConcurrent)"])
+        }
+        guard await limit.acquire(waiting: waiting) else {
             logger.warning(
-                "the fetch was cancelled (or the worker stopped) while it waited for its turn (max-concurrent \(options.maxConcurrent)); counted as failed"
+                "the fetch was cancelled (or the worker stopped) while it waited for its turn (max-concurrent \(limits.maxConcurrent)); counted as failed"
             )
             return .failed
         }
         defer { limit.release() }
         let control = RunControl()
-        let id: UInt64? = state.withLock { state in
+        let run: (id: UInt64, timeout: Duration)? = state.withLock { state in
             guard !state.stopping else { return nil }
             state.nextRun += 1
             state.runs[state.nextRun] = control
-            return state.nextRun
+            return (state.nextRun, state.limits.timeout)
         }
-        guard let id else { return .failed }
+        guard let (id, timeout) = run else { return .failed }
         defer { finishRun(id) }
 
         var environment = started.environment
@@ -211,7 +242,7 @@ public final class ExecFetchWorker: BackgroundFetchWorker, Sendable {
             environment: environment.map { "\($0.0)=\($0.1)" },
             workingDirectory: options.workingDirectory,
             input: JSONValue.object(message.userInfo).jsonBytes(),
-            timeout: options.timeout,
+            timeout: timeout,
             killGracePeriod: options.killGracePeriod,
             maxCapturedOutputBytes: options.maxCapturedOutputBytes,
             newDataStatuses: options.newDataStatuses,

@@ -23,11 +23,13 @@ extension ExecFetchWorker {
         public static let timeout = ConfigurationSetting(
             "exec-fetch-timeout", .integer(1...3_600), default: .integer(25), "25", allowed: "a whole number of seconds from 1 to 3600",
             help:
-                "Seconds one run of the background-fetch command may take; then its process group gets SIGTERM, SIGKILL 2 s later, and the fetch failed.",
-            valueName: "seconds")
+                "Seconds one run of the background-fetch command may take; then its process group gets SIGTERM, SIGKILL 2 s later, and the fetch failed. A reload's new value applies to the runs started after it.",
+            valueName: "seconds", live: true)
         public static let concurrency = ConfigurationSetting(
             "exec-fetch-concurrency", .integer(1...256), default: .integer(4), "4", allowed: "a whole number from 1 to 256",
-            help: "How many background-fetch commands run at once; further fetches wait their turn.", valueName: "count")
+            help:
+                "How many background-fetch commands run at once; further fetches wait their turn. Raised on reload, waiting fetches start at once; lowered, running commands finish first.",
+            valueName: "count", live: true)
 
         /// The section: the command, its arguments and environment, its time limit and how many run at once.
         public static let section = ConfigurationSection(
@@ -54,5 +56,14 @@ extension ExecFetchWorker.Options {
         self.init(
             command: command, arguments: values.list(Settings.arguments), environment: environment,
             timeout: .seconds(values.integer(Settings.timeout)), maxConcurrent: values.integer(Settings.concurrency))
+    }
+}
+
+extension ExecFetchWorker: LiveConfigurable {
+    /// Takes `exec-fetch-timeout` and `exec-fetch-concurrency` as they are now (``setLimits(timeout:maxConcurrent:)``).
+    public func applyLiveSettings(_ configuration: ConfigurationValues) {
+        // The schema has checked both values against the ranges setLimits allows.
+        try? setLimits(
+            timeout: .seconds(configuration.integer(Settings.timeout)), maxConcurrent: configuration.integer(Settings.concurrency))
     }
 }

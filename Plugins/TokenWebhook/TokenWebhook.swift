@@ -113,6 +113,8 @@ public final class TokenWebhook: TokenHandler, Sendable {
         /// The send under way, if any, with its generation.
         var current: (generation: Int, task: Task<Void, Never>)?
         var statistics = Statistics()
+        /// The attempts per token in force (``Options/maximumAttempts``, or ``setMaximumAttempts(_:)``'s).
+        var maximumAttempts: Int?
     }
 
     /// A webhook with `options`. `installationID` and `deviceToken` supply the body's `installationID` and
@@ -156,6 +158,22 @@ public final class TokenWebhook: TokenHandler, Sendable {
         self.installationID = installationID
         self.deviceToken = deviceToken
         self.clock = clock
+        state.withLock { $0.maximumAttempts = options.maximumAttempts }
+    }
+
+    /// The attempts per token now in force: ``Options/maximumAttempts``, unless ``setMaximumAttempts(_:)`` changed it.
+    public var maximumAttempts: Int? { state.withLock { $0.maximumAttempts } }
+
+    /// Changes the attempts per token while the webhook runs (a daemon's reload: ``applyLiveSettings(_:)``); `nil`
+    /// for no limit. A token being retried counts the attempts it has made: lowered to or below them, it is given up
+    /// after its next failed attempt. Callable from any thread.
+    ///
+    /// - Throws: ``TokenWebhookError/invalidOption(_:value:reason:)`` for a limit below 1; nothing changes then.
+    public func setMaximumAttempts(_ maximum: Int?) throws {
+        if let maximum, maximum < 1 {
+            throw TokenWebhookError.invalidOption("maximumAttempts", value: "\(maximum)", reason: "must be at least 1 (nil for no limit)")
+        }
+        state.withLock { $0.maximumAttempts = maximum }
     }
 
     /// A webhook whose `installationID` and `deviceToken` are `herald`'s (held weakly: no reference cycle); the
@@ -255,7 +273,7 @@ public final class TokenWebhook: TokenHandler, Sendable {
             case .retry(let after):
                 retryAfter = after
             }
-            if let maximum = options.maximumAttempts, attempt >= maximum {
+            if let maximum = state.withLock({ $0.maximumAttempts }), attempt >= maximum {
                 guard !Task.isCancelled else { return }
                 state.withLock { $0.statistics.abandoned += 1 }
                 context.logger.error(

@@ -21,11 +21,21 @@ extension TokenWebhook {
         public static let maxAttempts = ConfigurationSetting(
             "token-webhook-max-attempts", .integer(0...1_000_000), default: .integer(0), "0",
             allowed: "a whole number from 0 (no limit) to 1000000",
-            help: "Attempts per token, the first included, before the token webhook gives it up; 0 retries without limit.",
-            valueName: "count")
+            help:
+                "Attempts per token, the first included, before the token webhook gives it up; 0 retries without limit. A reload's new value applies to the token being retried too.",
+            valueName: "count", live: true)
 
         /// The section: where the token goes, the secret it carries, the CAs and the retries.
         public static let section = ConfigurationSection(
             name: "TokenWebhook", summary: "The registration token POSTed to the app server.", settings: [url, secretFile, ca, maxAttempts])
+    }
+}
+
+extension TokenWebhook: LiveConfigurable {
+    /// Takes `token-webhook-max-attempts` as it is now (``setMaximumAttempts(_:)``; 0 is no limit).
+    public func applyLiveSettings(_ configuration: ConfigurationValues) {
+        let attempts = configuration.integer(Settings.maxAttempts)
+        // The schema allows 0 (no limit) and above, all of which setMaximumAttempts takes.
+        try? setMaximumAttempts(attempts == 0 ? nil : attempts)
     }
 }

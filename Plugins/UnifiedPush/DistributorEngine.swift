@@ -48,6 +48,11 @@ final class DistributorEngine: @unchecked Sendable {
     private var redeliveries: [String: ScheduledTask] = [:]
     private var redeliveryDelays: [String: Duration] = [:]
     private var stopped = false
+    /// A stop under way: told once the calls in flight ended and the store has what they did; the bound on the wait.
+    private var stopDone: (() -> Void)?
+    private var stopDeadline: ScheduledTask?
+    /// Told once no commit runs and none is queued.
+    private var committedWaiters: [() -> Void] = []
     /// Told the endpoints served at every change.
     private var observers: [@Sendable ([WebPushRegistration]) -> Void] = []
 
@@ -144,7 +149,13 @@ final class DistributorEngine: @unchecked Sendable {
         }
     }
 
-    func stop() {
+    /// Stops offering pushes and lets what is under way end before closing the connection, so that a push the app
+    /// takes now is written down as handed over rather than handed over again at the next start: the `Message` calls
+    /// in flight are answered (or fail, or time out), the Connector1 calls sd-bus still queues are written to the
+    /// bus, and the store commits what they did. `done` runs once all that is over; it takes at most the call
+    /// timeout.
+    func stop(done: @escaping () -> Void) {
+        guard !stopped else { return whenCommitted(done) }
         stopped = true
         _ = reconnectTask?.cancel()
         reconnectTask = nil
@@ -152,10 +163,35 @@ final class DistributorEngine: @unchecked Sendable {
         retryTask = nil
         for task in redeliveries.values { _ = task.cancel() }
         redeliveries = [:]
+        stopDone = done
+        if connection != nil, !inFlight.isEmpty {
+            logger.info("stopping once the Message calls in flight end", metadata: ["calls": "\(inFlight.count)"])
+        }
+        stopDeadline = loop.scheduleTask(in: options.callTimeout) { [self] in
+            stopDeadline = nil
+            closeForStop()
+        }
+        advanceStop()
+    }
+
+    /// A step of a stop: once no `Message` call is in flight, waits for sd-bus's queue to be written, then closes.
+    private func advanceStop() {
+        guard stopDone != nil else { return }
+        guard let connection else { return closeForStop() }
+        guard inFlight.isEmpty else { return }
+        connection.whenWritten { [self] _ in closeForStop() }
+    }
+
+    private func closeForStop() {
+        guard let done = stopDone else { return }
+        stopDone = nil
+        _ = stopDeadline?.cancel()
+        stopDeadline = nil
         connection?.onLost = { _ in }
         connection?.close()
         connection = nil
         ownsName = false
+        whenCommitted(done)
     }
 
     private func callBus(_ member: String, _ arguments: [DBusValue], reply: @escaping DBusConnection.Reply) {
@@ -393,7 +429,14 @@ final class DistributorEngine: @unchecked Sendable {
     /// queued meanwhile goes in the next one, started as this one ends. The senders of the pushes kept are answered
     /// once their transaction is committed.
     private func commit() {
-        guard !committing, !adding.isEmpty || !finishing.isEmpty else { return }
+        guard !committing, !adding.isEmpty || !finishing.isEmpty else {
+            if !committing, !committedWaiters.isEmpty {
+                let waiters = committedWaiters
+                committedWaiters = []
+                for waiter in waiters { waiter() }
+            }
+            return
+        }
         committing = true
         let batch = Unchecked(adding)
         let messages = adding.map(\.message)
@@ -451,13 +494,21 @@ final class DistributorEngine: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` once no commit runs and none is queued (at once when so).
+    private func whenCommitted(_ body: @escaping () -> Void) {
+        committedWaiters.append(body)
+        commit()
+    }
+
     private func deliverAll() {
         for token in waiting.keys { deliver(endpointToken: token) }
     }
 
     /// Offers the waiting pushes of `endpointToken` to its app; expired ones are forgotten.
     private func deliver(endpointToken: String) {
-        guard ownsName, let registration = registrations[endpointToken], !registration.dropped, let messages = waiting[endpointToken] else {
+        guard !stopped, ownsName, let registration = registrations[endpointToken], !registration.dropped,
+            let messages = waiting[endpointToken]
+        else {
             return
         }
         if registration.version == 1 { return deliverWithoutReply(registration) }
@@ -485,6 +536,8 @@ final class DistributorEngine: @unchecked Sendable {
             ]
             callConnector(registration, "Message", arguments) { [self] result in
                 inFlight.remove(message.messageID)
+                // A stop waits for the calls in flight (this one's push finished first, below).
+                defer { advanceStop() }
                 switch result {
                 case .success:
                     redeliveryDelays[endpointToken] = nil
@@ -569,15 +622,16 @@ final class DistributorEngine: @unchecked Sendable {
     }
 
     /// Sends the waiting pushes of `endpointToken` (a Connector1 app whose name has an owner) without waiting for
-    /// answers, and forgets them.
+    /// answers, and forgets them once they are written to the bus: sd-bus queues what the socket does not take at
+    /// once (a burst), and a push forgotten while only queued here would be lost to a kill.
     private func sendWithoutReply(endpointToken: String) {
-        guard let connection, let registration = registrations[endpointToken], !registration.dropped,
+        guard !stopped, let connection, let registration = registrations[endpointToken], !registration.dropped,
             let messages = waiting[endpointToken]
         else { return }
         let now = Self.now()
         var expired: [String] = []
-        var sent: [String] = []
-        for message in messages {
+        var sent: [UnifiedPushMessage] = []
+        for message in messages where !inFlight.contains(message.messageID) {
             if hasExpired(message, now: now) {
                 expired.append(message.messageID)
                 record(.messageDropped, message, service: registration.service, reason: .expired)
@@ -588,10 +642,24 @@ final class DistributorEngine: @unchecked Sendable {
                 arguments: [.string(registration.token), .bytes(message.body), .string(message.messageID)])
             // Not queued (the connection is closing): it waits for the next try.
             guard queued else { break }
-            record(.messageDelivered, message, service: registration.service)
-            sent.append(message.messageID)
+            inFlight.insert(message.messageID)
+            sent.append(message)
         }
-        if !expired.isEmpty || !sent.isEmpty { finish(expired + sent, endpointToken: endpointToken) }
+        if !expired.isEmpty { finish(expired, endpointToken: endpointToken) }
+        guard !sent.isEmpty else { return }
+        connection.whenWritten { [self] written in
+            for message in sent { inFlight.remove(message.messageID) }
+            defer { advanceStop() }
+            // The connection closed first: they wait for the next try (handed over again, with their IDs, if they
+            // were written after all).
+            guard written else { return }
+            // Not counted when dropped meanwhile (its app unregistered): counted as that.
+            let stillWaiting = Set((waiting[endpointToken] ?? []).map(\.messageID))
+            for message in sent where stillWaiting.contains(message.messageID) {
+                record(.messageDelivered, message, service: registration.service)
+            }
+            finish(sent.map(\.messageID), endpointToken: endpointToken)
+        }
     }
 
     /// The app of `endpointToken` could not be reached or started: its pushes wait, but those with TTL 0 are dropped.

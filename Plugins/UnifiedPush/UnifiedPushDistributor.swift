@@ -96,9 +96,18 @@ public final class UnifiedPushDistributor: HeraldPlugin, WebPushDirectory, @unch
         }
     }
 
+    /// Stops offering pushes and returns once what was under way is over: the `Message` calls in flight answered (or
+    /// failed, or timed out: at most ``Options/callTimeout``) and written down in the store, so that a push the app
+    /// took is not handed over again at the next start.
     public func stop() async {
         guard let engine else { return }
-        try? await engine.loop.submit { engine.stop() }
+        let (stopped, continuation) = AsyncStream<Void>.makeStream()
+        do {
+            try await engine.loop.submit { engine.stop { continuation.finish() } }
+        } catch {
+            return
+        }
+        for await _ in stopped {}
     }
 
     public func receive(_ push: WebPush, answer: @escaping (WebPushAnswer) -> Void) {

@@ -218,6 +218,8 @@ package final class DBusConnection {
     private var processing = false
     private var closeRequested = false
     private var polledEvents: Int32 = -1
+    /// Told once sd-bus has written everything queued (``whenWritten(_:)``): `true`, or `false` when it closed first.
+    private var writtenWaiters: [(Bool) -> Void] = []
 
     /// Starts connecting to `address` (a D-Bus address, `unix:path=...`): sends `Hello` once authenticated. Throws
     /// when the address cannot be reached now (no socket there, refused). Call on the loop thread.
@@ -353,6 +355,22 @@ package final class DBusConnection {
         return true
     }
 
+    /// Messages queued but not written to the socket yet (it was full): sd-bus writes them as the socket takes them.
+    package var queuedWrites: UInt64 {
+        guard let bus else { return 0 }
+        var count: UInt64 = 0
+        return sd_bus_get_n_queued_write(bus, &count) >= 0 ? count : 0
+    }
+
+    /// Runs `body` on the loop thread once every message queued so far is written to the socket, with `true` (at
+    /// once when none waits), or with `false` when the connection closes first (what was queued may not have been
+    /// written). Loop thread only.
+    package func whenWritten(_ body: @escaping (Bool) -> Void) {
+        guard bus != nil else { return body(false) }
+        guard queuedWrites > 0 else { return body(true) }
+        writtenWaiters.append(body)
+    }
+
     /// Emits a signal from this connection.
     package func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue]) {
         guard let bus else { return }
@@ -408,6 +426,13 @@ package final class DBusConnection {
             lose(String(cString: strerror(-events)))
             return
         }
+        if !writtenWaiters.isEmpty, queuedWrites == 0 {
+            let waiters = writtenWaiters
+            writtenWaiters = []
+            for waiter in waiters { waiter(true) }
+            // A waiter may have closed the connection.
+            guard self.bus != nil else { return }
+        }
         var wanted: Int32 = 0
         if events & Int32(POLLIN) != 0 { wanted |= Int32(UV_READABLE.rawValue) }
         if events & Int32(POLLOUT) != 0 { wanted |= Int32(UV_WRITABLE.rawValue) }
@@ -457,6 +482,9 @@ package final class DBusConnection {
         let failed = replies
         replies = [:]
         for reply in failed.values { reply(.failure(.disconnected)) }
+        let waiters = writtenWaiters
+        writtenWaiters = []
+        for waiter in waiters { waiter(false) }
     }
 
     // MARK: Writing arguments

@@ -32,7 +32,8 @@ package struct ServeArguments: ParsableArguments {
         """
         Each setting is read from, in rising precedence: its default, the YAML config file (--config FILE or \
         HERALD_CONFIG), its environment variable (HERALD_ and the key in upper case, '-' as '_') and its flag. The \
-        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin). An unknown key or a bad \
+        file's keys are the flags' names without '--' (plugins: [PATH, ...] for --plugin): the daemon's at the top \
+        level, each plugin's under its section (TokenWebhook:, indented below it; or at the top level). An unknown key or a bad \
         value stops the start with exit status 64, naming the file and line, the variable or the flag. \
         --print-config shows the effective settings and where each came from; --print-reference prints the \
         configuration reference.
@@ -191,7 +192,9 @@ final class DaemonService: Service, Sendable {
             let setup = Daemon.PluginSetup(
                 herald: herald, configuration: settings.configuration, dataDirectory: settings.dataDirectory, logger: logger)
             for make in embedder.pluginFactories {
-                if let plugin = try make(setup) { try herald.register(plugin) }
+                guard let plugin = try make(setup) else { continue }
+                try herald.register(plugin)
+                if let live = plugin as? any LiveConfigurable { reload.add(live) }
             }
             try await herald.start()
             for address in InheritedSockets.closeUntaken() {
@@ -292,9 +295,11 @@ final class DaemonService: Service, Sendable {
         let settings = self.settings
         var httpReceiver: HTTPReceiver?
         // Registered after the HTTP receiver, which hands it the pushes to its endpoints.
+        var distributorOptions = UnifiedPushDistributor.Options(endpointURL: settings.unifiedPushEndpointURL)
+        distributorOptions.callTimeout = .seconds(settings.unifiedPushCallTimeout)
         let distributor =
             settings.unifiedPush && settings.isEnabled(UnifiedPushDistributor.Settings.section)
-            ? UnifiedPushDistributor(options: .init(endpointURL: settings.unifiedPushEndpointURL), store: store) : nil
+            ? UnifiedPushDistributor(options: distributorOptions, store: store) : nil
         let nats = settings.isEnabled(NATSReceiver.Settings.section) ? try settings.natsOptions(authToken: natsToken) : nil
         // Gateway mode: the HTTP endpoint's sends go to NATS; this daemon is not an instance of the fleet (no
         // NATS receiver). Otherwise NATS, when configured, is one more way in.
@@ -354,13 +359,17 @@ final class DaemonService: Service, Sendable {
             )
         }
         if let execFetch = settings.execFetchOptions, settings.isEnabled(ExecFetchWorker.Settings.section) {
-            try herald.register(ExecFetchWorker(options: execFetch))
+            let worker = ExecFetchWorker(options: execFetch)
+            try herald.register(worker)
+            reload.add(worker)
         }
         if let url = settings.tokenWebhookURL, settings.isEnabled(TokenWebhook.Settings.section) {
             let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }
             let options = TokenWebhook.Options(
                 url: url, secret: secret, maximumAttempts: settings.tokenWebhookMaxAttempts, caFile: settings.tokenWebhookCA)
-            try herald.register(TokenWebhook(options: options, herald: herald))
+            let webhook = try TokenWebhook(options: options, herald: herald)
+            try herald.register(webhook)
+            reload.add(webhook)
         }
         // Dynamic plugins: all or none, refused with an error naming the file; the daemon never starts half-loaded.
         // Each gets its own plugin-settings section as its JSON configuration ({} without one).

@@ -66,14 +66,20 @@ public struct Daemon: Sendable {
     /// A daemon with the bundled plugins only.
     public init() {}
 
-    /// Adds a section of settings, read like the daemon's own (a flag, a `HERALD_*` variable, a YAML key, shown by
-    /// `--print-config` and `--print-reference`); a plugin reads their values from ``PluginSetup/configuration``.
+    /// Adds a section of settings, read like the daemon's own (a flag, a `HERALD_*` variable, a YAML key in the file's
+    /// section of the section's name or at its top level, shown by `--print-config` and `--print-reference`); a plugin
+    /// reads their values from ``PluginSetup/configuration``. A section named `categories` or `plugin-settings` (the
+    /// file's own sections) is a programming error.
     public mutating func addSettings(_ section: ConfigurationSection) {
+        precondition(
+            section.fileSection.map { !["categories", PluginSettings.key].contains($0) } ?? true,
+            "the config file's \(section.name) is not a plugin's section")
         sections.append(section)
     }
 
     /// Adds a plugin (a handler, a receiver, an analytics sink, a presenter, a worker: any role Herald has), made
     /// once the settings are resolved, registered after the bundled ones. A thrown error stops the start.
+    /// A plugin that conforms to `LiveConfigurable` gets the new values of the live settings at each reload (SIGHUP).
     public mutating func addPlugin(_ make: @escaping PluginFactory) {
         pluginFactories.append(make)
     }

@@ -56,26 +56,28 @@ struct LiveLevelLogHandler: LogHandler {
 }
 
 /// What SIGHUP does to a running `herald serve`: read the configuration again (the file; flags and the environment
-/// cannot change under a running process) and apply what can change live — the log level, and the TLS
-/// certificate and key read again from their files — telling systemd `RELOADING=1` first and `READY=1` after.
-/// Every other changed setting is named in the log as needing a restart; a configuration that no longer resolves
-/// changes nothing.
+/// cannot change under a running process) and apply what can change live — the settings the schema marks live (the
+/// log level here, a plugin's through ``LiveConfigurable``), and the TLS certificate and key read again from their
+/// files — telling systemd `RELOADING=1` first and `READY=1` after. Every other changed setting is named in the log as
+/// needing a restart; a configuration that no longer resolves changes nothing.
 final class ConfigurationReload: Sendable {
     /// Settings that take effect on reload: those the schema marks live.
-    static let liveKeys = Set(ServeOption.all.filter(\.isLive).map(\.key))
+    let liveKeys: Set<String>
 
     private let resolve: @Sendable () throws -> ServeSettings
     private let logLevel: LiveLogLevel
     private let tls: TLSServerContext?
     private let logger: Logger
-    /// The settings in force: those of the start with the live changes since. Reloads take turns on it.
-    private let inForce: Mutex<ServeSettings>
+    /// The settings in force: those of the start with the live changes since, and the plugins that take live
+    /// changes. Reloads take turns on it.
+    private let inForce: Mutex<(settings: ServeSettings, plugins: [any LiveConfigurable])>
 
     init(
         running: ServeSettings, resolve: @escaping @Sendable () throws -> ServeSettings, logLevel: LiveLogLevel, tls: TLSServerContext?,
         logger: Logger
     ) {
-        inForce = Mutex(running)
+        inForce = Mutex((running, []))
+        liveKeys = Set(running.schema.settings.filter(\.isLive).map(\.key))
         self.resolve = resolve
         self.logLevel = logLevel
         self.tls = tls
@@ -89,12 +91,17 @@ final class ConfigurationReload: Sendable {
         return changed
     }
 
-    /// Reloads (blocking: it reads files), comparing with the settings in force.
-    func reload() {
-        inForce.withLock { $0 = reload(running: $0) }
+    /// Adds a plugin whose live settings each reload hands on (``LiveConfigurable/applyLiveSettings(_:)``).
+    func add(_ plugin: any LiveConfigurable) {
+        inForce.withLock { $0.plugins.append(plugin) }
     }
 
-    private func reload(running: ServeSettings) -> ServeSettings {
+    /// Reloads (blocking: it reads files), comparing with the settings in force.
+    func reload() {
+        inForce.withLock { $0.settings = reload(running: $0.settings, plugins: $0.plugins) }
+    }
+
+    private func reload(running: ServeSettings, plugins: [any LiveConfigurable]) -> ServeSettings {
         Systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(Self.monotonicMicroseconds())\nSTATUS=reloading the configuration")
         defer { Systemd.notify("READY=1\nSTATUS=receiving") }
         let new: ServeSettings
@@ -106,12 +113,13 @@ final class ConfigurationReload: Sendable {
             return running
         }
         let changed = Self.changedKeys(running, new)
-        let applied = changed.filter { Self.liveKeys.contains($0) }
-        let needRestart = changed.filter { !Self.liveKeys.contains($0) }
+        let applied = changed.filter { liveKeys.contains($0) }
+        let needRestart = changed.filter { !liveKeys.contains($0) }
         var inForce = running
-        if applied.contains(ServeOption.logLevel.key) {
-            logLevel.level = new.logLevel
-            inForce.set(ServeOption.logLevel, .string(new.logLevel.rawValue), from: new.sources[ServeOption.logLevel.key] ?? .defaultValue)
+        for key in applied { inForce.adopt(key, from: new) }
+        if applied.contains(ServeOption.logLevel.key) { logLevel.level = new.logLevel }
+        if !applied.isEmpty {
+            for plugin in plugins { plugin.applyLiveSettings(inForce.configuration) }
         }
         if let tls {
             do {

@@ -56,6 +56,12 @@ struct ServeSettings: Sendable {
         sources[option.key] = source
     }
 
+    /// Takes `key`'s value (or its absence) and source from `other`: a live setting's new value on reload.
+    mutating func adopt(_ key: String, from other: ServeSettings) {
+        values[key] = other.values[key]
+        sources[key] = other.sources[key] ?? .defaultValue
+    }
+
     /// The values, as plugins read them to build their options.
     var configuration: ConfigurationValues { ConfigurationValues(values) }
 
@@ -83,6 +89,8 @@ struct ServeSettings: Sendable {
         string(UnifiedPushDistributor.Settings.endpointURL)
             ?? "\(tlsCertificate == nil ? "http" : "https")://\(http ?? "127.0.0.1:8080")/up/"
     }
+    /// How long a UnifiedPush app may take to answer a call.
+    var unifiedPushCallTimeout: Int { integer(UnifiedPushDistributor.Settings.callTimeout) }
     var authTokenFile: String? { string(HTTPReceiver.Settings.authTokenFile) }
     var logLevel: Logger.Level { string(.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(.shutdownGrace) }
@@ -195,6 +203,8 @@ enum ServeConfiguration {
             throw ConfigurationError(
                 message: "herald: config file \(path): the top level must be a mapping of keys to values (key: value lines)")
         }
+        // Where each key was given (a plugin's key may stand at the top level or in its section, not both).
+        var given: [String: (line: Int, place: String)] = [:]
         for (keyNode, valueNode) in mapping {
             let line = keyNode.mark?.line ?? 0
             guard let key = keyNode.scalar?.string else {
@@ -208,21 +218,107 @@ enum ServeConfiguration {
                 settings.pluginSettings = try PluginSettings.read(valueNode, path: path)
                 continue
             }
-            let keys = settings.schema.settings.map(\.key)
+            if let section = settings.schema.section(fileSection: key) {
+                try readSection(section, valueNode, line: line, path: path, given: &given, into: &settings)
+                continue
+            }
             guard let option = settings.schema.setting(forKey: key) else {
-                let suggestion = ConfigurationSchema.nearest(to: key, among: keys).map { " (did you mean '\($0)'?)" } ?? ""
-                throw ConfigurationError(
-                    message: """
-                        herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
-                        \(keys.joined(separator: ", ")), categories, \(PluginSettings.key)
-                        """)
+                throw unknownTopLevelKey(key, line: line, path: path, schema: settings.schema)
             }
-            let source = SettingSource.file(path: path, line: line)
-            guard let value = decode(valueNode, as: option.kind), option.isAllowed(value) else {
-                throw invalid(option, shown(valueNode), at: source)
-            }
-            settings.set(option, value, from: source)
+            try readSetting(option, valueNode, line: line, place: key, path: path, given: &given, into: &settings)
         }
+    }
+
+    /// A plugin's section of the file (`TokenWebhook:` and its keys below): a mapping of that section's keys only,
+    /// each as the flag and the variable name it. Empty (every key commented out) it sets nothing.
+    private static func readSection(
+        _ section: ConfigurationSection, _ node: Node, line: Int, path: String, given: inout [String: (line: Int, place: String)],
+        into settings: inout ServeSettings
+    ) throws {
+        let name = section.fileSection ?? section.name
+        if isNull(node) { return }
+        guard let mapping = node.mapping else {
+            throw ConfigurationError(
+                message: """
+                    herald: config file \(path), line \(line), key \(name): \(shown(node)) is not valid; allowed: a mapping of \
+                    \(name)'s keys to their values (\(section.settings.map(\.key).joined(separator: ", ")))
+                    """)
+        }
+        for (keyNode, valueNode) in mapping {
+            let line = keyNode.mark?.line ?? 0
+            guard let key = keyNode.scalar?.string else {
+                throw ConfigurationError(message: "herald: config file \(path), line \(line), key \(name): a key must be a plain name")
+            }
+            guard let option = section.settings.first(where: { $0.key == key }) else {
+                throw unknownSectionKey(key, in: section, line: line, path: path, schema: settings.schema)
+            }
+            try readSetting(option, valueNode, line: line, place: "\(name).\(key)", path: path, given: &given, into: &settings)
+        }
+    }
+
+    /// One setting's value at `place` (its key, or `Section.key`) and `line` of the file.
+    private static func readSetting(
+        _ option: ServeOption, _ node: Node, line: Int, place: String, path: String, given: inout [String: (line: Int, place: String)],
+        into settings: inout ServeSettings
+    ) throws {
+        if let earlier = given[option.key] {
+            throw ConfigurationError(
+                message: """
+                    herald: config file \(path), line \(line), key \(place): given twice, also at line \(earlier.line) (\(earlier.place)); \
+                    keep one
+                    """)
+        }
+        given[option.key] = (line, place)
+        let source = SettingSource.file(path: path, line: line)
+        guard let value = decode(node, as: option.kind), option.isAllowed(value) else {
+            throw invalid(option, shown(node), at: source, place: place)
+        }
+        settings.set(option, value, from: source)
+    }
+
+    /// A top-level key that is neither a setting, a section, `categories` nor `plugin-settings`: named with the nearest
+    /// of them (a section written in kebab case, `token-webhook`, is taken for the section it spells).
+    private static func unknownTopLevelKey(_ key: String, line: Int, path: String, schema: ConfigurationSchema) -> ConfigurationError {
+        let sections = schema.sections.compactMap(\.fileSection)
+        let folded = { (name: String) in String(name.lowercased().filter { $0 != "-" && $0 != "_" }) }
+        let nearest =
+            sections.first { folded($0) == folded(key) }
+            ?? ConfigurationSchema.nearest(to: key, among: schema.settings.map(\.key) + sections)
+        let suggestion = nearest.map { " (did you mean '\($0)'?)" } ?? ""
+        let topLevel = schema.sections.filter { $0.fileSection == nil }.flatMap(\.settings).map(\.key)
+        return ConfigurationError(
+            message: """
+                herald: config file \(path), line \(line): unknown key '\(key)'\(suggestion); the keys are \
+                \((topLevel + ["categories", PluginSettings.key]).joined(separator: ", ")) and the plugins' sections \
+                \(sections.joined(separator: ", ")) (whose keys may also stand at the top level)
+                """)
+    }
+
+    /// A key in `section` that is not one of its settings: when it is another section's (or a top-level one), where it
+    /// belongs; else the nearest of the section's keys, or of the others'.
+    private static func unknownSectionKey(
+        _ key: String, in section: ConfigurationSection, line: Int, path: String, schema: ConfigurationSchema
+    ) -> ConfigurationError {
+        let name = section.fileSection ?? section.name
+        let keys = section.settings.map(\.key)
+        func home(_ key: String) -> String {
+            schema.section(forKey: key)?.fileSection.map { "in section \($0)" } ?? "at the top level"
+        }
+        let hint: String
+        if schema.setting(forKey: key) != nil {
+            hint = ": it belongs \(home(key))"
+        } else if let nearest = ConfigurationSchema.nearest(to: key, among: keys) {
+            hint = " (did you mean '\(nearest)'?)"
+        } else if let nearest = ConfigurationSchema.nearest(to: key, among: schema.settings.map(\.key)) {
+            hint = " (did you mean '\(nearest)', \(home(nearest))?)"
+        } else {
+            hint = ""
+        }
+        return ConfigurationError(
+            message: """
+                herald: config file \(path), line \(line), key \(name).\(key): unknown key '\(key)' in section \(name)\(hint); \
+                the keys of \(name) are \(keys.joined(separator: ", "))
+                """)
     }
 
     /// `node` as a value of `kind`, or `nil` when it is not one. Strings take any scalar as written (`sender-id: 123`
@@ -299,9 +395,10 @@ enum ServeConfiguration {
     // MARK: Checks and messages
 
     /// A value `option` does not allow, `shown` as the message quotes it; for a one-of setting, with the nearest of
-    /// its words when the value looks like a slip (`desktp`: did you mean 'desktop'?).
-    static func invalid(_ option: ServeOption, _ shown: String, at source: SettingSource) -> ConfigurationError {
-        let place = if case .file = source { "\(source), key \(option.key)" } else { "\(source)" }
+    /// its words when the value looks like a slip (`desktp`: did you mean 'desktop'?). `place` is the key as the file
+    /// gives it (`TokenWebhook.token-webhook-url` in a section).
+    static func invalid(_ option: ServeOption, _ shown: String, at source: SettingSource, place key: String? = nil) -> ConfigurationError {
+        let place = if case .file = source { "\(source), key \(key ?? option.key)" } else { "\(source)" }
         var suggestion = ""
         if case .oneOf(let words) = option.kind,
             let nearest = ConfigurationSchema.nearest(to: String(shown.filter { $0 != "'" && $0 != "\"" }), among: words)
@@ -338,45 +435,53 @@ package func readWholeFile(_ path: String) -> [UInt8]? {
 }
 
 extension ServeSettings {
-    /// The effective configuration as a config file: one `key: value` line per setting with its source in a comment.
-    /// Unset settings (the auth token file) are commented out. The bearer secret itself is never shown.
+    /// The effective configuration as a config file: the daemon's settings at the top level, then each plugin's in its
+    /// section (`TokenWebhook:`), one `key: value` line per setting with its source in a comment. Unset settings (the
+    /// auth token file) are commented out. The bearer secret itself is never shown.
     func rendered(environment: [String: String]) -> String {
         var lines = ["# herald serve: the effective configuration; each line says where its value came from"]
-        for option in schema.settings {
-            let source = sources[option.key] ?? .defaultValue
-            var origin = "\(source)"
-            if option.key == SocketReceiver.Settings.socket.key, values[option.key] == nil { origin += " (herald.sock in data-dir)" }
-            if option.isSecret, values[option.key] != nil {
-                lines.append("# \(option.key): set, not shown (a secret)  # \(origin)")
-                continue
+        for section in schema.sections where !section.settings.isEmpty {
+            var indent = ""
+            if let name = section.fileSection {
+                lines.append("\(Self.yamlScalar(name)):  # \(section.summary)")
+                indent = "  "
             }
-            let value: String
-            switch values[option.key] {
-            case .string(let text)?: value = Self.yamlScalar(option.shown(text))
-            case .integer(let number)?: value = "\(number)"
-            case .boolean(let flag)?: value = "\(flag)"
-            case .list(let items)?:
-                // A server URL may carry a password: shown as ***, like the receiver's logs show it.
-                value = "[" + items.map(option.shown).map(Self.yamlScalar).joined(separator: ", ") + "]"
-            case nil:
-                if option.key == SocketReceiver.Settings.socket.key, let socket {
-                    value = Self.yamlScalar(socket)
-                } else {
-                    guard option.key == HTTPReceiver.Settings.authTokenFile.key else {
-                        lines.append("# \(option.key): not set; \(option.defaultText)")
-                        continue
-                    }
-                    let secret =
-                        environment["HERALD_AUTH_TOKEN"].map { $0.isEmpty ? "" : "; the bearer secret comes from HERALD_AUTH_TOKEN" } ?? ""
-                    lines.append("# \(option.key): not set\(secret.isEmpty ? "; no bearer secret" : secret)")
-                    continue
-                }
-            }
-            lines.append("\(option.key): \(value)  # \(origin)")
+            for option in section.settings { lines.append(indent + line(option, environment: environment)) }
         }
         if !categories.isEmpty { lines += CategoriesConfiguration.rendered(categories) }
         if !pluginSettings.isEmpty { lines += PluginSettings.rendered(pluginSettings) }
         return lines.joined(separator: "\n")
+    }
+
+    /// `option`'s line of ``rendered(environment:)``, without its indentation.
+    private func line(_ option: ServeOption, environment: [String: String]) -> String {
+        let source = sources[option.key] ?? .defaultValue
+        var origin = "\(source)"
+        if option.key == SocketReceiver.Settings.socket.key, values[option.key] == nil { origin += " (herald.sock in data-dir)" }
+        if option.isSecret, values[option.key] != nil {
+            return "# \(option.key): set, not shown (a secret)  # \(origin)"
+        }
+        let value: String
+        switch values[option.key] {
+        case .string(let text)?: value = Self.yamlScalar(option.shown(text))
+        case .integer(let number)?: value = "\(number)"
+        case .boolean(let flag)?: value = "\(flag)"
+        case .list(let items)?:
+            // A server URL may carry a password: shown as ***, like the receiver's logs show it.
+            value = "[" + items.map(option.shown).map(Self.yamlScalar).joined(separator: ", ") + "]"
+        case nil:
+            if option.key == SocketReceiver.Settings.socket.key, let socket {
+                value = Self.yamlScalar(socket)
+            } else {
+                guard option.key == HTTPReceiver.Settings.authTokenFile.key else {
+                    return "# \(option.key): not set; \(option.defaultText)"
+                }
+                let secret =
+                    environment["HERALD_AUTH_TOKEN"].map { $0.isEmpty ? "" : "; the bearer secret comes from HERALD_AUTH_TOKEN" } ?? ""
+                return "# \(option.key): not set\(secret.isEmpty ? "; no bearer secret" : secret)"
+            }
+        }
+        return "\(option.key): \(value)  # \(origin)"
     }
 
     /// `text` as a YAML scalar: plain when that reads back as the same string, else double-quoted.

@@ -101,14 +101,14 @@ extension ServeOption {
         return (certificate, key)
     }
 
-    /// The daemon's own section.
+    /// The daemon's own section: its keys stand at the config file's top level, not in a section of their own.
     static let daemonSection = ConfigurationSection(
         name: "herald serve", summary: "The daemon itself: identity, data, logging, lifecycle, the listeners' TLS, dynamic plugins.",
         settings: [
             projectID, senderID, dataDirectory, presenter, logLevel, shutdownGrace, maxReplays, contentModifierDeadline, plugins,
             allowUnauthenticatedNetwork, allowPlaintextNetwork, tlsCertificate, tlsKey, tlsSNICertificates, tlsClientCA,
             disabledPlugins,
-        ])
+        ], topLevel: true)
 
     /// The bundled plugins' sections, in the order `--print-config`, `--help` and the reference list them.
     static let pluginSections = [
@@ -134,7 +134,9 @@ extension ServeOption {
 
                 Each setting is read from, in rising precedence: its default, the YAML config file (`--config FILE` or \
                 `HERALD_CONFIG`), its environment variable and its flag. The config file is a mapping of the keys below to \
-                values (lists as YAML sequences; in an environment variable, separated as the setting says), plus \
+                values (lists as YAML sequences; in an environment variable, separated as the setting says): the \
+                daemon's own at the top level, each plugin's in a section named after the plugin (`TokenWebhook:` and \
+                its keys indented below it; a plugin's key may also stand at the top level, but not both), plus \
                 `categories` (notification categories and their actions) and `plugin-settings` (each dynamic plugin's own \
                 settings, see configuration.md). An unknown key or a bad value stops the start \
                 with exit status 64, naming the file and line, the variable or the flag, and what is allowed. \

@@ -3,9 +3,12 @@ POST /3/device/{token} with `authorization: bearer <JWT>`, the JWT made by PyJWT
 `iat` claims) with the .p8 key the daemon was given (Tests/HeraldCommandTests, APNsTokenTests). With an https URL
 and --ca-file, over HTTP/2 (ALPN `h2`, as APNs providers speak), each answer checked to have come over HTTP/2.
 
-Every reason Herald implements is exercised: a good token (and the bearer secret) accepted with `apns-id` and
-`apns-unique-id`; MissingProviderToken, ExpiredProviderToken and InvalidProviderToken (another key, an unknown key
-ID, another team, HS256, a token from the future, not a JWT) with 403, `{"reason": ...}` and `apns-id`. Prints one
+Every reason Herald implements for what a provider sends is exercised: a good token (and the bearer secret)
+accepted with `apns-id` and `apns-unique-id`; MissingProviderToken, ExpiredProviderToken and InvalidProviderToken
+(another key, an unknown key ID, another team, HS256, a token from the future, not a JWT) with 403, `{"reason": ...}`
+and `apns-id`; BadDeviceToken, MethodNotAllowed, PayloadEmpty, PayloadTooLarge, BadMessageId, InvalidPushType,
+BadPriority, BadExpirationDate, BadCollapseId and MalformedPayload for a request's own faults. (The reasons of the
+daemon's state — TooManyRequests, Shutdown, ServiceUnavailable — and of certificates have tests of their own.) Prints one
 line per check; exits 1 when any differs from what APNs answers.
 """
 import argparse
@@ -75,14 +78,16 @@ def main():
     tls = {"http1": False, "http2": True, "verify": ssl.create_default_context(cafile=args.ca_file)} if over_tls else {}
     with httpx.Client(base_url=args.url, timeout=10, **tls) as client:
 
-        def push(authorization, apns_id=None, device=args.device_token):
+        def push(authorization, apns_id=None, device=args.device_token, extra=None, body=None, method="POST"):
             headers = {"apns-topic": "com.example.weather", "apns-push-type": "alert", "apns-priority": "10"}
             if authorization is not None:
                 headers["authorization"] = authorization
             if apns_id is not None:
                 headers["apns-id"] = apns_id
+            headers.update(extra or {})
             payload = {"aps": {"alert": {"title": "Storm", "body": "Take cover"}}, "n": 1}
-            return client.post(f"/3/device/{device}", content=json.dumps(payload), headers=headers)
+            content = json.dumps(payload) if body is None else body
+            return client.request(method, f"/3/device/{device}", content=content, headers=headers)
 
         given = str(uuid.uuid4())
         check("a good token, with apns-id", push(f"bearer {token()}", apns_id=given), 200, apns_id=given)
@@ -106,6 +111,27 @@ def main():
         check("a wrong secret", push("bearer guess"), 403, "InvalidProviderToken")
         check("a good token to another device", push(f"bearer {token()}", apns_id=given, device="someone-else"), 400,
               "BadDeviceToken", apns_id=given)
+
+        # The request's own faults, with a good token: each of APNs' reasons Herald answers for them.
+        good = f"bearer {token()}"
+        check("GET instead of POST", push(good, method="GET", body=b""), 405, "MethodNotAllowed")
+        check("an empty body", push(good, body=b""), 400, "PayloadEmpty")
+        check("a body over 4,096 bytes", push(good, body=json.dumps({"aps": {}, "pad": "x" * 4100})), 413,
+              "PayloadTooLarge")
+        check("apns-id not a UUID", push(good, extra={"apns-id": "not-a-uuid"}), 400, "BadMessageId")
+        check("an unknown apns-push-type", push(good, extra={"apns-push-type": "carrier-pigeon"}), 400,
+              "InvalidPushType")
+        check("apns-priority 7", push(good, extra={"apns-priority": "7"}), 400, "BadPriority")
+        check("apns-priority 10 on a background push",
+              push(good, extra={"apns-push-type": "background"}, body=json.dumps({"aps": {"content-available": 1}})),
+              400, "BadPriority")
+        check("apns-expiration not a number", push(good, extra={"apns-expiration": "tomorrow"}), 400,
+              "BadExpirationDate")
+        check("apns-collapse-id over 64 bytes", push(good, extra={"apns-collapse-id": "c" * 65}), 400, "BadCollapseId")
+        check("not JSON", push(good, body=b"{not json"), 400, "MalformedPayload")
+        check("a JSON array", push(good, body=b"[1, 2]"), 400, "MalformedPayload")
+        check("a reserved key", push(good, body=json.dumps({"aps": {}, "from": "someone"})), 400, "MalformedPayload")
+        check("a good push after them all", push(good), 200)
 
     if failures:
         print("\n".join(failures), file=sys.stderr)

@@ -38,7 +38,9 @@ struct PackagingTests {
         let socket = try String(contentsOf: repository.appendingPathComponent("packaging/systemd/herald.socket"), encoding: .utf8)
         let configuration = try String(contentsOf: repository.appendingPathComponent("packaging/herald.yaml"), encoding: .utf8)
         let listen = socket.split(separator: "\n").first { $0.hasPrefix("ListenStream=") }?.dropFirst("ListenStream=".count)
-        let http = configuration.split(separator: "\n").first { $0.hasPrefix("http:") }?.dropFirst("http:".count)
+        // In the HTTPReceiver section, indented.
+        let http = configuration.split(separator: "\n").map { $0.drop { $0 == " " } }.first { $0.hasPrefix("http:") }?.dropFirst(
+            "http:".count)
         #expect(listen.map(String.init) == http.map { String($0).trimmingCharacters(in: .whitespaces) })
     }
 

@@ -71,6 +71,69 @@ struct ServeExecFetchTests {
         }
     }
 
+    @Test(
+        "SIGHUP applies the file's new exec-fetch-concurrency and exec-fetch-timeout (in its ExecFetchWorker section): a waiting fetch starts beside the running one, the next run ends at the new timeout; the log names what was applied and what needs a restart"
+    )
+    func liveSettingsOnReload() async throws {
+        try await withTemporaryDirectory { directory in
+            let work = "\(directory)/work"
+            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+            // Each run says it started, then holds its place until it is ended.
+            let script = "\(work)/hold.sh"
+            try "#!/bin/sh\n: > \"$1/$HERALD_MESSAGE_ID.started\"\nexec sleep 600\n".write(
+                toFile: script, atomically: true, encoding: .utf8)
+            #expect(chmod(script, 0o755) == 0)
+            let file = "\(directory)/herald.yaml"
+            func configure(concurrency: Int, timeout: Int, maxReplays: Int) throws {
+                try """
+                log-level: debug
+                shutdown-grace: 0  # the commands still running are ended at once at the stop
+                max-replays: \(maxReplays)
+                ExecFetchWorker:
+                  exec-fetch-command: \(script)
+                  exec-fetch-arguments: [\(work)]
+                  exec-fetch-concurrency: \(concurrency)
+                  exec-fetch-timeout: \(timeout)
+                """.write(toFile: file, atomically: true, encoding: .utf8)
+            }
+            try configure(concurrency: 1, timeout: 600, maxReplays: 3)
+            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--config", file])
+            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            func send() throws -> String {
+                let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
+                #expect(sent.status == 0, "\(sent.error)")
+                let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
+                return String(name.split(separator: "/").last!)
+            }
+            func started(_ id: String) -> Bool { FileManager.default.fileExists(atPath: "\(work)/\(id).started") }
+            func logged(_ text: String) async -> Bool { await eventuallyValue { daemon.log.contains(text) ? true : nil } == true }
+
+            let first = try send()
+            #expect(await eventuallyValue { started(first) ? true : nil } == true, "\(daemon.log)")
+            let second = try send()
+            #expect(await logged("waiting for a turn"), "one command at a time: \(daemon.log)")
+            #expect(!started(second))
+
+            try configure(concurrency: 2, timeout: 600, maxReplays: 5)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(await eventuallyValue { started(second) ? true : nil } == true, "\(daemon.log)")
+            #expect(!daemon.log.contains("result="), "the first command still runs beside it: \(daemon.log)")
+            #expect(await logged(#"applied=["exec-fetch-concurrency"] needsRestart=["max-replays"]"#), "\(daemon.log)")
+
+            // Runs started after a reload take its timeout; those running keep theirs.
+            try configure(concurrency: 3, timeout: 1, maxReplays: 5)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(
+                await logged(#"applied=["exec-fetch-timeout", "exec-fetch-concurrency"] needsRestart=["max-replays"]"#), "\(daemon.log)")
+            let third = try send()
+            #expect(await logged("ended_by=timeout"), "\(daemon.log)")
+            let timedOut = daemon.log.split(separator: "\n").filter { $0.contains("ended_by=timeout") }
+            #expect(timedOut.count == 1 && timedOut[0].contains(third), "\(daemon.log)")
+            #expect(started(third))
+            #expect(daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
     @Test("the settings from a config file, shown by --print-config with their lines")
     func configFile() async throws {
         try await withTemporaryDirectory { directory in

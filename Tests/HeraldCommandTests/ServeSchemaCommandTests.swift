@@ -3,6 +3,8 @@ import Herald
 import HeraldTesting
 import Testing
 
+@testable import HeraldDaemon
+
 /// The schema as the `herald` binary uses it: flags parsed from it, `--help` and `--print-config` derived from it,
 /// errors naming their source, and the committed settings reference in step with it.
 @Suite("herald serve configuration: the schema, in the binary")
@@ -12,7 +14,8 @@ struct ServeSchemaCommandTests {
         try withTemporaryDirectory { directory in
             let file = "\(directory)/herald.yaml"
             try """
-            token-webhook-url: https://app.example/token
+            TokenWebhook:
+              token-webhook-url: https://app.example/token
             nats-servers:
               - nats://user:hunter2@a:4222
               - nats://b:4222
@@ -27,7 +30,7 @@ struct ServeSchemaCommandTests {
                 ],
                 environment: ["HERALD_LOG_LEVEL": "debug", "HERALD_EXEC_FETCH_ENVIRONMENT": "A=1,B=2", "HERALD_NATS_ACK_WAIT": "9"])
             #expect(run.status == 0, "\(run.error)")
-            let lines = run.output.split(separator: "\n").map(String.init)
+            let lines = run.output.split(separator: "\n").map { String($0.drop { $0 == " " }) }
             for expected in [
                 "http: 127.0.0.1:0  # flag --http", "shutdown-grace: 3  # flag --shutdown-grace",
                 "analytics-store: false  # flag --no-analytics-store", "plugins: [/a.so, /b.so]  # flag --plugin",
@@ -36,12 +39,17 @@ struct ServeSchemaCommandTests {
                 "presenter: log  # flag --presenter", "log-level: debug  # environment HERALD_LOG_LEVEL",
                 "exec-fetch-environment: [\"A=1\", \"B=2\"]  # environment HERALD_EXEC_FETCH_ENVIRONMENT",
                 "nats-ack-wait: 9  # environment HERALD_NATS_ACK_WAIT",
-                "token-webhook-url: https://app.example/token  # config file \(file), line 1",
-                "image-attachment-max-bytes: 2048  # config file \(file), line 5", "sender-id: herald  # default",
+                "token-webhook-url: https://app.example/token  # config file \(file), line 2",
+                "image-attachment-max-bytes: 2048  # config file \(file), line 6", "sender-id: herald  # default",
             ] {
                 #expect(lines.contains(expected), "\(expected) in \(run.output)")
             }
-            #expect(lines.contains { $0.hasPrefix("nats-servers: [") && $0.hasSuffix("# config file \(file), line 2") })
+            #expect(lines.contains { $0.hasPrefix("nats-servers: [") && $0.hasSuffix("# config file \(file), line 3") })
+            // Printed in sections: each plugin's settings indented under its name.
+            #expect(
+                run.output.contains("\nTokenWebhook:  # The registration token POSTed to the app server.\n  token-webhook-url: "),
+                "\(run.output)")
+            #expect(run.output.contains("\nlog-level: debug  # environment HERALD_LOG_LEVEL\n"), "\(run.output)")
             #expect(!run.output.contains("hunter2"), "a password in a server URL is never printed")
         }
     }
@@ -90,6 +98,75 @@ struct ServeSchemaCommandTests {
         for section in ["HTTPReceiver:", "NATSReceiver:", "ExecFetchWorker:", "TokenWebhook:", "herald serve:"] {
             #expect(run.output.contains(section), "\(section)")
         }
+    }
+
+    /// What bash's completion of `herald` offers for `line` (the cursor at its end), with the script the binary
+    /// generates loaded, as the bash-completion package runs it.
+    static func bashCompletions(_ script: String, _ line: String) throws -> [String] {
+        let words = line.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+        let run = try runExecutable(
+            URL(fileURLWithPath: "/usr/bin/bash"),
+            [
+                "-c",
+                """
+                source "$1"; shift
+                COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}; shift
+                COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+                _herald herald "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+                printf '%s\\n' "${COMPREPLY[@]}"
+                """,
+                "complete", script, line,
+            ] + words)
+        #expect(run.status == 0, "\(run.error)")
+        return run.output.split(separator: "\n").map(String.init)
+    }
+
+    @Test("the completion scripts name every setting of serve's schema, with its values: bash completes them as a shell would")
+    func completions() throws {
+        let bash = try runHerald(["--generate-completion-script", "bash"])
+        #expect(bash.status == 0, "\(bash.error)")
+        let serve = try #require(bash.output.range(of: "\n_herald_serve() {\n"), "\(bash.output)")
+        let function = bash.output[serve.lowerBound...].components(separatedBy: "\n}\n")[0]
+        let words = Set(function.split { " ()|'\n".contains($0) })
+        for setting in ServeOption.all {
+            #expect(words.contains(Substring(setting.flag)), "\(setting.flag)")
+            if setting.kind == .boolean { #expect(words.contains(Substring(setting.negatedFlag)), "\(setting.negatedFlag)") }
+        }
+        try withTemporaryDirectory { directory in
+            let script = "\(directory)/herald.bash"
+            try bash.output.write(toFile: script, atomically: true, encoding: .utf8)
+            try "".write(toFile: "\(directory)/cert.pem", atomically: true, encoding: .utf8)
+            #expect(try Self.bashCompletions(script, "herald serve --presen") == ["--presenter"])
+            #expect(try Self.bashCompletions(script, "herald serve --no-ech") == ["--no-echo"])
+            #expect(
+                Set(try Self.bashCompletions(script, "herald serve --exec-fetch-c")) == [
+                    "--exec-fetch-command", "--exec-fetch-concurrency",
+                ])
+            #expect(try Self.bashCompletions(script, "herald serve --presenter ") == ["desktop", "log", "none"])
+            #expect(try Self.bashCompletions(script, "herald serve --log-level w") == ["warning"])
+            #expect(try Self.bashCompletions(script, "herald serve --tls-cert \(directory)/ce") == ["\(directory)/cert.pem"])
+            // A setting's value is not taken for a subcommand or a flag: the next word is a flag again.
+            #expect(try Self.bashCompletions(script, "herald serve --http 127.0.0.1:1 --sock") == ["--socket"])
+            // swift-argument-parser's own completions are still there.
+            #expect(try Self.bashCompletions(script, "herald serve --print-c") == ["--print-config"])
+            #expect(try Self.bashCompletions(script, "herald to") == ["token", "topics"])
+        }
+        let zsh = try runHerald(["--generate-completion-script", "zsh"])
+        #expect(zsh.status == 0, "\(zsh.error)")
+        for setting in ServeOption.all {
+            let spec = setting.kind == .list ? "'*\(setting.flag)[" : setting.kind == .boolean ? ")\(setting.flag)[" : "'\(setting.flag)["
+            #expect(zsh.output.contains(spec), "\(setting.flag)")
+        }
+        #expect(zsh.output.contains(":level:(trace debug info notice warning error critical)'"), "\(zsh.output)")
+        #expect(zsh.output.contains("'(--no-echo)--echo[Write one JSON object per line on standard output for every handled event]'"))
+        let fish = try runHerald(["--generate-completion-script", "fish"])
+        #expect(fish.status == 0, "\(fish.error)")
+        for setting in ServeOption.all { #expect(fish.output.contains(" -l '\(setting.flag.dropFirst(2))' "), "\(setting.flag)") }
+        #expect(fish.output.contains("-l 'presenter' -d 'Where notifications are shown"), "\(fish.output)")
+        #expect(fish.output.contains("-rfka 'desktop log none'"), "\(fish.output)")
+        #expect(fish.output.contains(" 'presenter=' "), "serve's parser knows the flag takes a value: \(fish.output)")
+        // A shell it does not know is still swift-argument-parser's error.
+        #expect(try runHerald(["--generate-completion-script", "tcsh"]).status != 0)
     }
 
     @Test("the committed settings reference is what the schema generates (herald serve --print-reference)")

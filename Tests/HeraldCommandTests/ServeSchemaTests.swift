@@ -19,7 +19,8 @@ struct ServeSchemaTests {
         "log-level": "debug", "shutdown-grace": "7", "max-replays": "5", "content-modifier-deadline": "12",
         "plugins": "/usr/lib/herald/a.so", "tls-cert": "/etc/herald/cert.pem", "tls-key": "/etc/herald/key.pem",
         "tls-client-ca": "/etc/herald/ca.pem", "tls-sni-certs": "/etc/herald/b.pem:/etc/herald/b-key.pem",
-        "unifiedpush-endpoint-url": "https://push.example/up/", "analytics-retention-days": "30",
+        "unifiedpush-endpoint-url": "https://push.example/up/", "unifiedpush-call-timeout": "20",
+        "analytics-retention-days": "30",
         "metrics": "127.0.0.1:9464", "delivery-metrics": "/var/log/herald/delivery.jsonl", "exec-fetch-command": "/bin/true",
         "exec-fetch-arguments": "-x", "exec-fetch-environment": "A=b c", "exec-fetch-timeout": "9", "exec-fetch-concurrency": "2",
         "token-webhook-url": "https://app.example/token", "token-webhook-secret-file": "/run/secrets/webhook",
@@ -140,8 +141,9 @@ struct ServeSchemaTests {
         }
         let settings = try Self.resolve(arguments: arguments).settings
         let printed = settings.rendered(environment: [:])
+        let lines = printed.split(separator: "\n").map { $0.drop { $0 == " " } }
         for setting in ServeOption.all {
-            let line = printed.split(separator: "\n").first { $0.hasPrefix("\(setting.key): ") }
+            let line = lines.first { $0.hasPrefix("\(setting.key): ") }
             #expect(
                 line?.hasSuffix(
                     "# flag \(setting.kind == .boolean && Self.sample(setting).value == .boolean(false) ? setting.negatedFlag : setting.flag)"
@@ -151,6 +153,107 @@ struct ServeSchemaTests {
         for setting in ServeOption.all { #expect(again.values[setting.key] == settings.values[setting.key], "\(setting.key)") }
         let withPassword = try Self.resolve(arguments: ["--nats-server", "nats://user:hunter2@a:4222"]).settings
         #expect(!withPassword.rendered(environment: [:]).contains("hunter2"))
+    }
+
+    @Test("every plugin's setting in its section of the file (TokenWebhook: and the key below), read as at the top level")
+    func everySettingInItsSection() throws {
+        var checked = 0
+        for section in ServeOption.schema.sections {
+            guard let name = section.fileSection else { continue }
+            for setting in section.settings {
+                let (settings, file) = try Self.resolve("# a section\n\(name):\n  \(setting.key): \(Self.yaml(setting))\n")
+                #expect(settings.values[setting.key] == Self.sample(setting).value, "\(name).\(setting.key)")
+                #expect(settings.sources[setting.key] == .file(path: file, line: 3))
+                checked += 1
+            }
+        }
+        #expect(checked == ServeOption.all.count - ServeOption.daemonSection.settings.count)
+        // The daemon's own settings have no section; flat keys and sections mix; a section with every key commented
+        // out is empty.
+        #expect(ServeOption.daemonSection.fileSection == nil)
+        let mixed = try Self.resolve(
+            """
+            log-level: debug
+            token-webhook-url: https://app.example/token
+            ExecFetchWorker:
+              exec-fetch-command: /bin/true
+              exec-fetch-timeout: 9
+            NATSReceiver:
+              # nats-servers: [nats://a:4222]
+            """
+        ).settings
+        #expect(mixed.values["log-level"] == .string("debug"))
+        #expect(mixed.values["token-webhook-url"] == .string("https://app.example/token"))
+        #expect(mixed.values["exec-fetch-timeout"] == .integer(9))
+        #expect(mixed.execFetchOptions?.command == "/bin/true")
+        #expect(mixed.natsServers.isEmpty)
+    }
+
+    @Test(
+        "sections: a key given both ways names both lines; a key in the wrong section names its section; a typo, a bad value, not a mapping"
+    )
+    func sectionErrors() {
+        #expect(
+            Self.failure("token-webhook-url: http://a/\nTokenWebhook:\n  token-webhook-url: http://b/\n")
+                == "herald: config file FILE, line 3, key TokenWebhook.token-webhook-url: given twice, also at line 1 (token-webhook-url); keep one"
+        )
+        #expect(
+            Self.failure("TokenWebhook:\n  token-webhook-max-attempts: 3\ntoken-webhook-max-attempts: 4\n")
+                == "herald: config file FILE, line 3, key token-webhook-max-attempts: given twice, also at line 2 (TokenWebhook.token-webhook-max-attempts); keep one"
+        )
+        let tokenWebhookKeys = "token-webhook-url, token-webhook-secret-file, token-webhook-ca, token-webhook-max-attempts"
+        #expect(
+            Self.failure("TokenWebhook:\n  nats-user: fleet\n")
+                == "herald: config file FILE, line 2, key TokenWebhook.nats-user: unknown key 'nats-user' in section TokenWebhook: it belongs in section NATSReceiver; the keys of TokenWebhook are \(tokenWebhookKeys)"
+        )
+        #expect(
+            Self.failure("TokenWebhook:\n  log-level: debug\n")?.contains(
+                "unknown key 'log-level' in section TokenWebhook: it belongs at the top level;")
+                == true)
+        #expect(
+            Self.failure("TokenWebhook:\n  token-webhook-ulr: http://a/\n")?.contains(
+                "unknown key 'token-webhook-ulr' in section TokenWebhook (did you mean 'token-webhook-url'?);") == true)
+        #expect(
+            Self.failure("TokenWebhook:\n  nats-usr: fleet\n")?.contains(
+                "unknown key 'nats-usr' in section TokenWebhook (did you mean 'nats-user', in section NATSReceiver?);") == true)
+        #expect(
+            Self.failure("ExecFetchWorker:\n  exec-fetch-timeout: ten\n")
+                == "herald: config file FILE, line 2, key ExecFetchWorker.exec-fetch-timeout: 'ten' is not valid; allowed: a whole number of seconds from 1 to 3600"
+        )
+        #expect(
+            Self.failure("DesktopPresenter:\n  desktop-app-name: ''\n")?.hasPrefix(
+                "herald: config file FILE, line 2, key DesktopPresenter.desktop-app-name: '' is not valid") == true)
+        #expect(
+            Self.failure("TokenWebhook: https://app.example/token\n")
+                == "herald: config file FILE, line 1, key TokenWebhook: 'https://app.example/token' is not valid; allowed: a mapping of TokenWebhook's keys to their values (\(tokenWebhookKeys))"
+        )
+        #expect(
+            Self.failure("token-webhook:\n  token-webhook-url: http://a/\n")?.hasPrefix(
+                "herald: config file FILE, line 1: unknown key 'token-webhook' (did you mean 'TokenWebhook'?); the keys are project-id,")
+                == true)
+        #expect(Self.failure("TokenWebhok: {}\n")?.contains("unknown key 'TokenWebhok' (did you mean 'TokenWebhook'?)") == true)
+        #expect(Self.failure("TokenWebhook: {}\nTokenWebhook: {}\n")?.contains("the key TokenWebhook is given more than once") == true)
+    }
+
+    @Test("--print-config writes each plugin's settings in its section, the daemon's at the top level, and reads back the same")
+    func printedInSections() throws {
+        let settings = try Self.resolve("token-webhook-url: https://app.example/token\nlog-level: debug\n").settings
+        let printed = settings.rendered(environment: [:])
+        let lines = printed.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasPrefix("log-level: debug  # config file ") }, "\(printed)")
+        let header = try #require(lines.firstIndex { $0.hasPrefix("TokenWebhook:  # ") }, "\(printed)")
+        #expect(lines[header + 1].hasPrefix("  token-webhook-url: https://app.example/token  # config file "), "\(printed)")
+        for section in ServeOption.schema.sections {
+            for setting in section.settings {
+                let line = try #require(
+                    lines.first { $0.drop { $0 == " " }.drop { $0 == "#" }.drop { $0 == " " }.hasPrefix("\(setting.key): ") })
+                #expect(line.hasPrefix("  ") == (section.fileSection != nil), "\(line)")
+            }
+        }
+        // The default socket is printed as the path it stands for, which reads back as set.
+        var again = try Self.resolve(printed).settings.values
+        again["socket"] = nil
+        #expect(again == settings.values)
     }
 
     @Test("lists: a flag repeated adds items in order; the environment splits at the setting's separator")
@@ -227,8 +330,10 @@ struct ServeSchemaTests {
 
     @Test("the settings reload applies live are the ones the schema marks live")
     func liveKeys() {
-        #expect(ConfigurationReload.liveKeys == ["log-level"])
-        #expect(ServeOption.all.filter(\.isLive).map(\.key) == ["log-level"])
+        #expect(
+            ServeOption.all.filter(\.isLive).map(\.key) == [
+                "log-level", "exec-fetch-timeout", "exec-fetch-concurrency", "token-webhook-max-attempts",
+            ])
     }
 
     @Test("each bundled plugin's section is in the schema, keys and flags unique")

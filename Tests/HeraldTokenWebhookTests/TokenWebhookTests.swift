@@ -276,6 +276,30 @@ struct TokenWebhookTests {
         #expect(webhook.statistics == TokenWebhook.Statistics(attempts: 3, abandoned: 1, lastStatus: 500))
     }
 
+    @Test(
+        "a live change of the attempts (a daemon's reload): lowered while a token is retried, it is given up after its next failed attempt; the schema's value 0 is no limit"
+    )
+    func maximumAttemptsChangedLive() async throws {
+        let server = try await TestHTTPServer.start { _, _ in .closeDelimited(500, body: "down") }
+        let clock = ManualClock()
+        let (herald, webhook) = try await startHerald(
+            .init(url: "\(server.url)/token", initialBackoff: .milliseconds(10), maximumBackoff: .milliseconds(20)), clock: clock)
+        #expect(webhook.maximumAttempts == nil)
+        await retry(after: .milliseconds(10), on: clock)
+        // The second attempt has failed: the webhook waits to make the third.
+        #expect(await eventually { server.requests.count == 2 && clock.sleepers == 1 })
+        // As herald serve's reload hands it on: token-webhook-max-attempts 2, which the token has made already.
+        webhook.applyLiveSettings(ConfigurationValues([TokenWebhook.Settings.maxAttempts.key: .integer(2)]))
+        #expect(webhook.maximumAttempts == 2)
+        await retry(after: .milliseconds(20), on: clock)
+        #expect(await eventually { webhook.statistics.abandoned == 1 && !webhook.isSending })
+        #expect(server.requests.count == 3, "one attempt after the change, then given up")
+        webhook.applyLiveSettings(ConfigurationValues([TokenWebhook.Settings.maxAttempts.key: .integer(0)]))
+        #expect(webhook.maximumAttempts == nil)
+        #expect(throws: TokenWebhookError.self) { try webhook.setMaximumAttempts(0) }
+        await finish(herald, server)
+    }
+
     @Test("https: delivered to a server whose certificate the CA file trusts; an untrusted certificate is retried, never sent to")
     func https() async throws {
         try await withTemporaryDirectory { directory in

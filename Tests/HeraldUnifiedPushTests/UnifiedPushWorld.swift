@@ -120,14 +120,13 @@ final class UnifiedPushWorld: @unchecked Sendable {
 
 /// The Python UnifiedPush app as a child process: what it prints, event by event; commands to its standard input.
 final class PushApp: @unchecked Sendable {
-    // @unchecked Sendable: read by one task at a time (through onOwnThread), the buffer behind a lock.
+    // @unchecked Sendable: the process and the input pipe used by one task at a time; the events behind locks.
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Resources/up_app.py")
 
     private let process: Process
     private let input: Pipe
-    private let reader: LineReader
-    private let unread = Locked<[[String: String]]>([])
-    /// Every event read so far, in order.
+    private let events = PrintedEvents()
+    /// Every event the app printed so far, in order.
     let seen = Locked<[[String: String]]>([])
 
     init(service: String, version: Int, register token: String?, options: [String], bus: PrivateSessionBus) throws {
@@ -144,38 +143,43 @@ final class PushApp: @unchecked Sendable {
         process.standardOutput = output
         process.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try runWithNoSignalsBlocked(process)
-        reader = LineReader(output.fileHandleForReading.fileDescriptor)
+        // Read as the app prints, on a thread of its own, not as the test asks: a test that reads slower than the app
+        // writes (a loaded machine can hold its task for a minute) would otherwise fill the pipe, block the app in
+        // its print and so hold its answers to the distributor past the call timeout: calls offered again, pushes
+        // handed over twice because of the test itself.
+        let reader = Sendably(LineReader(output.fileHandleForReading.fileDescriptor))
+        let (events, seen) = (events, seen)
+        Thread {
+            while let line = reader.value.line(timeout: -1) {
+                guard let event = Self.event(line) else { continue }
+                seen.withLock { $0.append(event) }
+                events.append(event)
+            }
+            events.end()
+        }.start()
     }
 
     deinit { stop() }
 
     /// The next event named `name` (earlier events of other names are kept for later); fails after 30 seconds.
     func next(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: String] {
-        let event = try await onOwnThread { self.read(name) }
+        let events = events
+        let event = try await onOwnThread { events.take(name, within: 30) }
         return try #require(event, "the app printed no '\(name)' event", sourceLocation: sourceLocation)
     }
 
-    private func read(_ name: String) -> [String: String]? {
-        let kept = unread.withLock { events -> [String: String]? in
-            guard let index = events.firstIndex(where: { $0["event"] == name }) else { return nil }
-            return events.remove(at: index)
-        }
-        if let kept { return kept }
-        while let line = reader.line(timeout: 30_000) {
-            guard case .object(let object)? = try? JSONParser.parse(line) else { continue }
-            var event: [String: String] = [:]
-            for (key, value) in object {
-                switch value {
-                case .string(let text): event[key] = text
-                case .int(let number): event[key] = String(number)
-                default: continue
-                }
+    /// A line the app printed as an event: its string and number fields.
+    private static func event(_ line: String) -> [String: String]? {
+        guard case .object(let object)? = try? JSONParser.parse(line) else { return nil }
+        var event: [String: String] = [:]
+        for (key, value) in object {
+            switch value {
+            case .string(let text): event[key] = text
+            case .int(let number): event[key] = String(number)
+            default: continue
             }
-            seen.withLock { $0.append(event) }
-            if event["event"] == name { return event }
-            unread.withLock { $0.append(event) }
         }
-        return nil
+        return event
     }
 
     /// Sends `command` (a line) to the app.
@@ -183,7 +187,7 @@ final class PushApp: @unchecked Sendable {
         input.fileHandleForWriting.write(Data((command + "\n").utf8))
     }
 
-    /// The message events read so far.
+    /// The message events the app printed so far.
     var messages: [[String: String]] { seen.withLock { $0.filter { $0["event"] == "message" } } }
 
     /// Ends the app (its name leaves the bus).
@@ -196,6 +200,42 @@ final class PushApp: @unchecked Sendable {
     /// Waits for the app to be gone.
     func stopped() async throws {
         try await onOwnThread { self.stop() }
+    }
+}
+
+/// The events an app printed and no test took yet, filled by the thread that reads the app's output.
+final class PrintedEvents: @unchecked Sendable {
+    // @unchecked Sendable: everything behind the condition's lock.
+    private let condition = NSCondition()
+    private var events: [[String: String]] = []
+    private var ended = false
+
+    func append(_ event: [String: String]) {
+        condition.lock()
+        events.append(event)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// The app's output ended.
+    func end() {
+        condition.lock()
+        ended = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Takes the first event named `name`, waiting up to `seconds` for one; `nil` when none came.
+    func take(_ name: String, within seconds: Double) -> [String: String]? {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if let index = events.firstIndex(where: { $0["event"] == name }) { return events.remove(at: index) }
+            if ended || !condition.wait(until: deadline) {
+                return events.firstIndex(where: { $0["event"] == name }).map { events.remove(at: $0) }
+            }
+        }
     }
 }
 

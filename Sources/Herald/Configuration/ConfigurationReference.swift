@@ -12,13 +12,21 @@ extension ConfigurationSetting {
     var reloadText: String { isLive ? "applied on reload (SIGHUP)" : "needs a restart" }
 }
 
+extension ConfigurationSection {
+    /// Where the section's keys go in a config file, as a sentence.
+    var fileText: String {
+        guard let fileSection else { return "In the config file: at the top level." }
+        return "In the config file: under \(fileSection): (or each key at the top level)."
+    }
+}
+
 extension ConfigurationSchema {
     /// The settings section by section, as a command's help lists them: each flag, what it does, its default, what it
     /// allows, its environment variable and config file key.
     public func helpText() -> String {
         var lines: [String] = []
         for section in sections where !section.settings.isEmpty {
-            lines.append("\(section.name): \(section.summary)")
+            lines.append("\(section.name): \(section.summary) \(section.fileText)")
             for setting in section.settings {
                 lines.append("  \(setting.flagUsage)")
                 lines.append(
@@ -36,7 +44,10 @@ extension ConfigurationSchema {
     public func markdownReference(title: String, introduction: String) -> String {
         var lines = ["# \(title)", "", introduction, ""]
         for section in sections where !section.settings.isEmpty {
-            lines += ["## \(section.name)", "", section.summary, ""]
+            let file =
+                section.fileSection.map { "In the config file: the section `\($0):` (a key of it may also stand at the top level)." }
+                ?? "In the config file: at the top level."
+            lines += ["## \(section.name)", "", "\(section.summary) \(file)", ""]
             lines.append("| key | flag | environment | default | allowed | reload | what it does |")
             lines.append("|---|---|---|---|---|---|---|")
             for setting in section.settings {

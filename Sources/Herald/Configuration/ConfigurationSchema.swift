@@ -35,6 +35,20 @@ public struct ConfigurationSetting: Sendable {
         case oneOf([String])
     }
 
+    /// What a shell's completion offers for a value (`herald --generate-completion-script`).
+    public enum ValueCompletion: Sendable, Equatable {
+        /// Nothing: the value is typed.
+        case none
+        /// File names.
+        case file
+        /// Directory names.
+        case directory
+        /// Commands (programs in `PATH`).
+        case command
+        /// These words.
+        case words([String])
+    }
+
     /// The key in the config file; the environment variable is `HERALD_` and the key in upper case, `-` as `_`.
     public let key: String
     public let kind: Kind
@@ -56,6 +70,8 @@ public struct ConfigurationSetting: Sendable {
     public let isSecret: Bool
     /// Whether a running daemon applies a new value when it reloads its configuration (SIGHUP).
     public let isLive: Bool
+    /// What a shell's completion offers for a value.
+    public let completion: ValueCompletion
     /// How a value is shown when it is printed: parts that are secret (a password in a URL) hidden.
     public let shown: @Sendable (String) -> String
     /// Whether a text (or each text of a list) is allowed; integers are checked against their range, one-of
@@ -74,12 +90,14 @@ public struct ConfigurationSetting: Sendable {
     ///   - environmentSeparator: what separates a list's items in its environment variable.
     ///   - secret: whether the value is never printed.
     ///   - live: whether a reload applies a new value.
+    ///   - completion: what a shell's completion offers for a value; by default a one-of setting's words, file names
+    ///     for a value named `file` or `path`, directories for `dir`, commands for `program`, else nothing.
     ///   - shown: how a value is printed.
     ///   - accepts: whether a text is a valid value (or list item); by default any non-empty text.
     public init(
         _ key: String, _ kind: Kind, default defaultValue: ConfigurationValue?, _ defaultText: String, allowed: String, help: String,
         flag: String? = nil, valueName: String = "value", environmentSeparator: Character = ":", secret: Bool = false,
-        live: Bool = false, shown: @escaping @Sendable (String) -> String = { $0 },
+        live: Bool = false, completion: ValueCompletion? = nil, shown: @escaping @Sendable (String) -> String = { $0 },
         accepts: @escaping @Sendable (String) -> Bool = { !$0.isEmpty }
     ) {
         self.key = key
@@ -94,6 +112,18 @@ public struct ConfigurationSetting: Sendable {
         self.isSecret = secret
         self.isLive = live
         self.shown = shown
+        self.completion =
+            completion
+            ?? {
+                switch (kind, valueName) {
+                case (.oneOf(let words), _): .words(words)
+                case (.boolean, _): .none
+                case (_, "file"), (_, "path"): .file
+                case (_, "dir"): .directory
+                case (_, "program"): .command
+                default: .none
+                }
+            }()
         if case .oneOf(let words) = kind {
             self.accepts = { words.contains($0) }
         } else {
@@ -149,11 +179,21 @@ public struct ConfigurationSection: Sendable {
     /// What the plugin does, in a sentence.
     public let summary: String
     public let settings: [ConfigurationSetting]
+    /// The config file's mapping that holds the section's settings: the plugin's name, as `--help`, the reference and
+    /// `disable-plugins` write it (`TokenWebhook:`); `nil` for settings that stand at the top level of the file only
+    /// (the daemon's own). A key of a section may also stand at the top level, as it did before sections.
+    public let fileSection: String?
 
-    public init(name: String, summary: String, settings: [ConfigurationSetting]) {
+    /// - Parameters:
+    ///   - name: the plugin's name; also the config file's mapping of its settings, unless `topLevel`.
+    ///   - summary: what the plugin does, in a sentence.
+    ///   - settings: its settings.
+    ///   - topLevel: whether the settings stand at the config file's top level rather than in a mapping of their own.
+    public init(name: String, summary: String, settings: [ConfigurationSetting], topLevel: Bool = false) {
         self.name = name
         self.summary = summary
         self.settings = settings
+        self.fileSection = topLevel ? nil : name
     }
 }
 
@@ -164,8 +204,13 @@ public struct ConfigurationSchema: Sendable {
     /// Every setting, section by section.
     public let settings: [ConfigurationSetting]
     private let byKey: [String: Int]
+    /// Each key's section, by index in ``sections``.
+    private let sectionByKey: [String: Int]
+    /// Each config file section's index in ``sections``, by ``ConfigurationSection/fileSection``.
+    private let byFileSection: [String: Int]
 
-    /// Composes `sections`. A key or a flag given twice is a programming error.
+    /// Composes `sections`. A key, a flag or a section name given twice, or a section named like a key, is a
+    /// programming error: a config file key must say without doubt whether it is a setting or a section.
     public init(_ sections: [ConfigurationSection]) {
         self.sections = sections
         settings = sections.flatMap(\.settings)
@@ -174,12 +219,32 @@ public struct ConfigurationSchema: Sendable {
             precondition(byKey.updateValue(index, forKey: setting.key) == nil, "the setting \(setting.key) is declared twice")
         }
         precondition(Set(settings.map(\.flag)).count == settings.count, "a flag is declared twice")
+        var sectionByKey: [String: Int] = [:]
+        var byFileSection: [String: Int] = [:]
+        for (index, section) in sections.enumerated() {
+            for setting in section.settings { sectionByKey[setting.key] = index }
+            guard let name = section.fileSection else { continue }
+            precondition(byKey[name] == nil, "the section \(name) is named like a setting")
+            precondition(byFileSection.updateValue(index, forKey: name) == nil, "the section \(name) is declared twice")
+        }
         self.byKey = byKey
+        self.sectionByKey = sectionByKey
+        self.byFileSection = byFileSection
     }
 
     /// The setting of a config file key.
     public func setting(forKey key: String) -> ConfigurationSetting? {
         byKey[key].map { settings[$0] }
+    }
+
+    /// The section that declares the setting of `key`.
+    public func section(forKey key: String) -> ConfigurationSection? {
+        sectionByKey[key].map { sections[$0] }
+    }
+
+    /// The section whose settings a config file's mapping `name` holds (``ConfigurationSection/fileSection``).
+    public func section(fileSection name: String) -> ConfigurationSection? {
+        byFileSection[name].map { sections[$0] }
     }
 
     /// A setting given as a flag, with where it came from.

@@ -1,6 +1,7 @@
 """A UnifiedPush app written against the D-Bus specification with dbus-next, for the distributor's tests.
 
     up_app.py SERVICE_NAME VERSION [--register TOKEN] [--distributor NAME] [--events FILE] [--vapid KEY] [--refuse-first N]
+        [--hold]
 
 Owns SERVICE_NAME on the session bus (DBUS_SESSION_BUS_ADDRESS), serves org.unifiedpush.Connector<VERSION> at
 /org/unifiedpush/Connector, registers TOKEN with the distributor through org.unifiedpush.Distributor<VERSION> when
@@ -10,7 +11,10 @@ answer), unregistered. Reads commands from standard input,
 one a line: `unregister TOKEN`, `register TOKEN`, `register-as OTHER_NAME TOKEN` (a name it does not own).
 With --events it appends the events to FILE instead, reads no commands and runs until the bus goes away: so it
 runs when the bus starts it (D-Bus activation). With --refuse-first N (Connector2) it answers its first N Message
-calls with a D-Bus error, as a busy app may, and prints a "refused" event for each.
+calls with a D-Bus error, as a busy app may, and prints a "refused" event for each. With --hold (Connector2) it
+leaves each Message call unanswered, printing a "held" event (its id and body), until the command `release`: then it
+answers every call it holds, in order, printing a "message" event for each, and holds no more until the command
+`hold` (which it acknowledges with a "holding" event).
 """
 
 import asyncio
@@ -54,6 +58,10 @@ EVENTS = sys.argv[sys.argv.index("--events") + 1] if "--events" in sys.argv else
 REFUSE = {"left": int(sys.argv[sys.argv.index("--refuse-first") + 1]) if "--refuse-first" in sys.argv else 0}
 
 
+# Message calls left unanswered (--hold) until the `release` command.
+HOLD = {"on": "--hold" in sys.argv, "calls": []}
+
+
 def say(event, **fields):
     fields["event"] = event
     if EVENTS:
@@ -70,6 +78,29 @@ REPLY = {"wanted": "expected"}
 
 def note_reply_flag(message):
     REPLY["wanted"] = "none" if message.flags & MessageFlag.NO_REPLY_EXPECTED else "expected"
+
+
+def hold(message):
+    """Takes a Connector2 Message call before the service does while --hold is on: kept, not answered."""
+    if not HOLD["on"] or message.message_type != MessageType.METHOD_CALL or message.member != "Message":
+        return None
+    if message.interface != "org.unifiedpush.Connector2":
+        return None
+    args = message.body[0]
+    say("held", token=args["token"].value, body=bytes(args["message"].value).hex(), id=args["id"].value)
+    HOLD["calls"].append(message)
+    return True
+
+
+def release(bus):
+    """Answers the Message calls held so far, in order (a call whose caller is gone is answered all the same: the
+    bus drops that answer), and holds no more."""
+    HOLD["on"] = False
+    for message in HOLD["calls"]:
+        args = message.body[0]
+        say("message", token=args["token"].value, body=bytes(args["message"].value).hex(), id=args["id"].value, at=time.time_ns())
+        bus.send(Message.new_method_return(message, "a{sv}", [{"id": Variant("s", args["id"].value)}]))
+    HOLD["calls"] = []
 
 
 class Connector1(ServiceInterface):
@@ -170,6 +201,7 @@ async def main():
     bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
     bus._writer.sock = PatientSocket(bus._writer.sock)
     bus.add_message_handler(note_reply_flag)
+    bus.add_message_handler(hold)
     bus.export(CONNECTOR_PATH, Connector1() if version == 1 else Connector2())
     await bus.request_name(service)
     say("ready", service=service)
@@ -190,6 +222,11 @@ async def main():
             await register(bus, distributor, version, service, words[1])
         elif words[:1] == ["register-as"]:
             await register(bus, distributor, version, words[1], words[2])
+        elif words[:1] == ["release"]:
+            release(bus)
+        elif words[:1] == ["hold"]:
+            HOLD["on"] = True
+            say("holding")
     bus.disconnect()
 
 
