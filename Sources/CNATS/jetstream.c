@@ -30,8 +30,18 @@ natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *su
     *errorCode = 0;
     status = js_AddStream(&info, js, &config, NULL, errorCode);
     if (status == NATS_OK) jsStreamInfo_Destroy(info);
-    /* Another instance may have created it meanwhile. */
-    if (status != NATS_OK && *errorCode == JSStreamNameExistErr) status = NATS_OK;
+    /* Another process (an instance, a gateway) may have created it meanwhile: the server then answers that the name
+       is in use, or, when the two configurations differ, that the subjects overlap an existing stream (10065). Either
+       way the stream is there now, which is what was asked. */
+    if (status != NATS_OK) {
+        jsStreamInfo *existing = NULL;
+        jsErrCode again = 0;
+        if (*errorCode == JSStreamNameExistErr || js_GetStreamInfo(&existing, js, name, NULL, &again) == NATS_OK) {
+            if (existing != NULL) jsStreamInfo_Destroy(existing);
+            *errorCode = 0;
+            status = NATS_OK;
+        }
+    }
     return status;
 }
 
