@@ -4,13 +4,13 @@ import Herald
 import HeraldTesting
 import Testing
 
-/// Opens a keep-alive connection asking for `x.b.example.test`, sends SIGHUP, waits (bounded) until a new
-/// connection asking for that name is served the replaced certificate, then uses the connection opened before.
-/// Prints what each saw: the serials of the kept connection before and after, of a new connection for each name,
-/// and the kept connection's status after the reload.
+/// Opens a keep-alive connection asking for `x.b.example.test` and prints `open`; once told `reloaded` on standard
+/// input (the test sends SIGHUP and waits for the daemon's log to say the certificate was reloaded), uses the
+/// connection opened before. Prints what each saw: the serials of the kept connection before and after, of a new
+/// connection for each name, and the kept connection's status after the reload.
 private let sniReload = #"""
-    import http.client, os, signal, socket, ssl, subprocess, sys, time
-    ca, port, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    import http.client, socket, ssl, subprocess, sys
+    ca, port = sys.argv[1], int(sys.argv[2])
     context = ssl.create_default_context(cafile=ca)
     context.set_alpn_protocols(["http/1.1"])
 
@@ -36,12 +36,10 @@ private let sniReload = #"""
     keep.sock = connect("x.b.example.test")
     assert get(keep) == 200
     before = serial_of(keep.sock)
-    os.kill(pid, signal.SIGHUP)
-    after = before
-    deadline = time.time() + 30
-    while after == before and time.time() < deadline:
-        time.sleep(0.05)
-        after = serial("x.b.example.test")
+    print("open", flush=True)
+    if sys.stdin.readline().strip() != "reloaded":
+        sys.exit("not told the daemon reloaded")
+    after = serial("x.b.example.test")
     status = get(keep)
     print(f"kept={before} keptAfter={serial_of(keep.sock)} keptStatus={status} b={after} "
           f"a={serial('a.example.test')} default={serial('localhost')}", flush=True)
@@ -63,6 +61,20 @@ struct ServeSNITests {
             + pairs.dropFirst().flatMap { ["--tls-sni-cert", "\($0.certificate):\($0.key)"] }
     }
 
+    /// A `herald serve` with the three pairs in a new directory, started and answering, for `body`.
+    static func withDaemon(
+        _ body: (_ daemon: DaemonProcess, _ certificates: TestCertificates, _ pairs: [(certificate: String, key: String)]) async throws ->
+            Void
+    ) async throws {
+        try await withTemporaryDirectory(prefix: "herald-sni") { directory in
+            let certificates = try TestCertificates(in: directory)
+            let pairs = try Self.pairs(certificates)
+            let daemon = try DaemonProcess(directory: directory + "/data", arguments: Self.arguments(pairs))
+            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            try await body(daemon, certificates, pairs)
+        }
+    }
+
     /// The serial and subjectAltName of the certificate `openssl s_client` is served on `port`, asking for `name`
     /// (no SNI when `nil`).
     static func served(port: Int, name: String?, caFile: String) throws -> String {
@@ -81,11 +93,7 @@ struct ServeSNITests {
         "openssl s_client and curl get the certificate of the name they ask for (a wildcard for one label), the default for another name or none; HTTP/2 by ALPN on a non-default certificate"
     )
     func certificateByName() async throws {
-        try await withTemporaryDirectory(prefix: "herald-sni") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let pairs = try Self.pairs(certificates)
-            let daemon = try DaemonProcess(directory: directory + "/data", arguments: Self.arguments(pairs))
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+        try await Self.withDaemon { daemon, certificates, pairs in
             let port = daemon.httpPort
             let caFile = certificates.caFile
 
@@ -138,26 +146,30 @@ struct ServeSNITests {
         "SIGHUP with the second certificate replaced: new handshakes for its names get the new one, a connection opened before goes on; a pair that no longer loads keeps every certificate in use"
     )
     func reload() async throws {
-        try await withTemporaryDirectory(prefix: "herald-sni") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let pairs = try Self.pairs(certificates)
-            let daemon = try DaemonProcess(directory: directory + "/data", arguments: Self.arguments(pairs))
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+        try await Self.withDaemon { daemon, certificates, pairs in
             let port = daemon.httpPort
-            // Replaced on disk now; the daemon reads it on SIGHUP, which the script sends once its connection is open.
+            // Replaced on disk now; the daemon reads it on SIGHUP, sent once the script's connection is open.
             try certificates.issueServer(name: "sni-b", serial: "B002", dnsNames: ["*.b.example.test"])
             let pid = daemon.process.processIdentifier
-            let caFile = certificates.caFile
-            let script = try await onOwnThread {
-                try runExecutable(URL(fileURLWithPath: "/usr/bin/python3"), ["-c", sniReload, caFile, "\(port)", "\(pid)"])
-            }
-            #expect(
-                script.output.contains("kept=B001 keptAfter=B001 keptStatus=200 b=B002 a=A001 default=9000"),
-                "\(script.output) \(script.error)")
+            let script = Process()
+            script.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            script.arguments = ["-c", sniReload, certificates.caFile, "\(port)"]
+            let (input, output) = (Pipe(), Pipe())
+            script.standardInput = input
+            script.standardOutput = output
+            try script.run()
+            let lines = LineReader(output.fileHandleForReading.fileDescriptor)
+            #expect(lines.line(timeout: 30_000) == "open")
+            kill(pid, SIGHUP)
             let reloaded = await eventuallyValue {
                 daemon.log.contains("TLS certificate reloaded") && daemon.log.contains("B002") ? true : nil
             }
             #expect(reloaded != nil, "\(daemon.log)")
+            input.fileHandleForWriting.write(Data("reloaded\n".utf8))
+            try input.fileHandleForWriting.close()
+            let seen = lines.line(timeout: 30_000)
+            script.waitUntilExit()
+            #expect(seen?.contains("kept=B001 keptAfter=B001 keptStatus=200 b=B002 a=A001 default=9000") == true, "\(seen ?? "nothing")")
 
             // A key that does not belong to its certificate: the reload fails, every certificate in use stays.
             try FileManager.default.removeItem(atPath: pairs[2].key)
