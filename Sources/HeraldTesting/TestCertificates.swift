@@ -40,21 +40,8 @@ public struct TestCertificates: Sendable {
     public func issue(
         name: String, serial: String, client: Bool = false, subject: String? = nil, extensions: String = ""
     ) throws -> (certificate: String, key: String) {
-        let key = "\(directory)/\(name)-key.pem"
-        let request = "\(directory)/\(name).csr"
-        let certificate = "\(directory)/\(name).pem"
-        let extensionsFile = "\(directory)/\(name).ext"
         let usage = client ? "extendedKeyUsage = clientAuth\n" : "extendedKeyUsage = serverAuth\n\(Self.names)\n"
-        try Data(("basicConstraints = CA:FALSE\n" + usage + extensions).utf8).write(to: URL(fileURLWithPath: extensionsFile))
-        try Self.openssl([
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", subject ?? "/CN=\(name)",
-            "-keyout", key, "-out", request,
-        ])
-        try Self.openssl([
-            "x509", "-req", "-in", request, "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-set_serial", "0x\(serial)",
-            "-days", "1", "-extfile", extensionsFile, "-out", certificate,
-        ])
-        return (certificate, key)
+        return try sign(name: name, serial: serial, subject: subject ?? "/CN=\(name)", extensions: usage + extensions)
     }
 
     /// A server certificate and key signed by the CA for exactly the DNS names `dnsNames` (its subjectAltName;
@@ -63,22 +50,9 @@ public struct TestCertificates: Sendable {
     @discardableResult
     public func issueServer(name: String, serial: String, dnsNames: [String]) throws -> (certificate: String, key: String) {
         precondition(!dnsNames.isEmpty, "a certificate chosen by name has a name")
-        let key = "\(directory)/\(name)-key.pem"
-        let request = "\(directory)/\(name).csr"
-        let certificate = "\(directory)/\(name).pem"
-        let extensionsFile = "\(directory)/\(name).ext"
         let names = dnsNames.map { "DNS:\($0)" }.joined(separator: ",")
-        try Data("basicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\nsubjectAltName = \(names)\n".utf8)
-            .write(to: URL(fileURLWithPath: extensionsFile))
-        try Self.openssl([
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=\(name)", "-keyout", key,
-            "-out", request,
-        ])
-        try Self.openssl([
-            "x509", "-req", "-in", request, "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-set_serial", "0x\(serial)",
-            "-days", "1", "-extfile", extensionsFile, "-out", certificate,
-        ])
-        return (certificate, key)
+        return try sign(
+            name: name, serial: serial, subject: "/CN=\(name)", extensions: "extendedKeyUsage = serverAuth\nsubjectAltName = \(names)\n")
     }
 
     /// An APNs provider certificate signed by the CA, as Apple issues them: the subject's `UID` is `topics[0]` (the
@@ -100,6 +74,25 @@ public struct TestCertificates: Sendable {
         return try issue(
             name: name, serial: serial, client: true,
             subject: "/UID=\(topics[0])/CN=Apple Push Services: \(topics[0])/OU=TEAM123456", extensions: extensions)
+    }
+
+    /// A new P-256 key and a certificate for it signed by the CA (`NAME-key.pem`, `NAME.pem`, replaced when there):
+    /// `subject` in `openssl -subj` form, `extensions` in openssl.cnf syntax after `basicConstraints = CA:FALSE`.
+    private func sign(name: String, serial: String, subject: String, extensions: String) throws -> (certificate: String, key: String) {
+        let key = "\(directory)/\(name)-key.pem"
+        let request = "\(directory)/\(name).csr"
+        let certificate = "\(directory)/\(name).pem"
+        let extensionsFile = "\(directory)/\(name).ext"
+        try Data(("basicConstraints = CA:FALSE\n" + extensions).utf8).write(to: URL(fileURLWithPath: extensionsFile))
+        try Self.openssl([
+            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", subject, "-keyout", key,
+            "-out", request,
+        ])
+        try Self.openssl([
+            "x509", "-req", "-in", request, "-CA", caFile, "-CAkey", "\(directory)/ca-key.pem", "-set_serial", "0x\(serial)",
+            "-days", "1", "-extfile", extensionsFile, "-out", certificate,
+        ])
+        return (certificate, key)
     }
 
     private static func openssl(_ arguments: [String]) throws {
