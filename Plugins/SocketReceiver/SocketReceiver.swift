@@ -389,14 +389,27 @@ struct ResponseRequest: Equatable {
     }
 
     /// Whether `line` is a JSON object whose first member is `name`, checked without parsing.
-    static func startsWithMember(_ line: [UInt8], _ name: String) -> Bool {
+    static func startsWithMember(_ line: [UInt8], _ name: StaticString) -> Bool {
+        // Asked of every line the socket reads, most of them sends: compared byte by byte, nothing allocated.
         var index = line.startIndex
-        func skipSpace() { while index < line.endIndex, [0x20, 0x09, 0x0D, 0x0A].contains(line[index]) { index += 1 } }
+        func skipSpace() {
+            while index < line.endIndex {
+                let byte = line[index]
+                guard byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A else { return }
+                index += 1
+            }
+        }
         skipSpace()
         guard index < line.endIndex, line[index] == UInt8(ascii: "{") else { return false }
         index += 1
         skipSpace()
-        return line[index...].starts(with: "\"\(name)\"".utf8)
+        guard index < line.endIndex, line[index] == UInt8(ascii: "\"") else { return false }
+        index += 1
+        return name.withUTF8Buffer { name in
+            guard line.endIndex - index > name.count else { return false }
+            for offset in 0..<name.count where line[index + offset] != name[offset] { return false }
+            return line[index + name.count] == UInt8(ascii: "\"")
+        }
     }
 
     /// The request, or what is wrong with it.

@@ -78,12 +78,16 @@ extension MessageBus {
 
     private func present(_ arrived: RemoteMessage) async {
         var message = arrived
-        if let alert = message.aps.alert, let resolved = configuration.alertLocalization.resolved(alert) {
+        // `aps` is decoded whole only where it is needed: most notifications have no localization key and no
+        // content modifier to run.
+        if message.apsAlertHasLocalizationKey, let alert = message.aps.alert,
+            let resolved = configuration.alertLocalization.resolved(alert)
+        {
             var content = message.content
             (content.title, content.subtitle, content.body) = (resolved.title, resolved.subtitle, resolved.body)
             message.apply(content)
         }
-        if message.aps.mutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
+        if message.apsMutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
         var options: PresentationOptions = []
         let foreground = applicationState == .active
         if foreground {
@@ -111,12 +115,13 @@ extension MessageBus {
             }
         }
         if let messageID = message.messageID { presented[messageID] = message }
-        if pluginSet.presenters.isEmpty {
+        if pluginSet.presenters.isEmpty, logger.logLevel <= .info {
+            let alert = message.aps.alert
             logger.info(
                 "notification",
                 metadata: [
-                    "message_id": "\(message.messageID ?? "")", "title": "\(message.aps.alert?.title ?? "")",
-                    "body": "\(message.aps.alert?.body ?? "")", "options": "\(options)",
+                    "message_id": "\(message.messageID ?? "")", "title": "\(alert?.title ?? "")",
+                    "body": "\(alert?.body ?? "")", "options": "\(options)",
                 ])
         }
         for presenter in pluginSet.presenters {

@@ -91,6 +91,17 @@ public struct RemoteMessage: Sendable, Hashable {
     /// `aps.category`, read without decoding the rest of `aps` (the bus looks it up for every notification).
     var apsCategory: String? { userInfo[UserInfoKey.aps]?.objectValue?["category"]?.stringValue }
 
+    /// Whether `aps.alert` names a localization key (`title-loc-key`, `subtitle-loc-key`, `loc-key`) as a string,
+    /// read without decoding the rest of `aps` (the bus asks for every notification; few have one).
+    var apsAlertHasLocalizationKey: Bool {
+        guard let alert = userInfo[UserInfoKey.aps]?.objectValue?["alert"]?.objectValue else { return false }
+        return alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
+            || alert["loc-key"]?.stringValue != nil
+    }
+
+    /// `aps.mutable-content` is 1, read without decoding the rest of `aps`.
+    var apsMutableContent: Bool { userInfo[UserInfoKey.aps]?.objectValue?["mutable-content"]?.intValue == 1 }
+
     /// The analytics label (`fcm_options.analytics_label`, kept in `userInfo` as `google.c.a.m_l`).
     public var analyticsLabel: String? { userInfo[UserInfoKey.analyticsLabel]?.stringValue }
 
