@@ -193,20 +193,7 @@ final class NATSPipeline: @unchecked Sendable {
     /// The flusher's thread: flushes for the sends waiting, and answers stored sends whose deadline passed.
     private func runFlusher() {
         while true {
-            let (batch, epoch, closed) = locked { state -> ([Flushing], UInt64, Bool) in
-                if state.flushes.isEmpty && !state.closed {
-                    var wake = timespec()
-                    clock_gettime(CLOCK_MONOTONIC, &wake)
-                    wake.tv_nsec += 100_000_000
-                    if wake.tv_nsec >= 1_000_000_000 {
-                        wake.tv_sec += 1
-                        wake.tv_nsec -= 1_000_000_000
-                    }
-                    pthread_cond_timedwait(condition, mutex, &wake)
-                }
-                defer { state.flushes = [] }
-                return (state.flushes, state.epoch, state.closed)
-            }
+            let (batch, epoch, closed) = nextBatch()
             expire()
             if closed {
                 for flushing in batch { flushing.resume(returning: .failure(.flush(detail: "the gateway is stopping"))) }
@@ -229,6 +216,27 @@ final class NATSPipeline: @unchecked Sendable {
                 }
             for flushing in batch { flushing.resume(returning: result) }
         }
+    }
+
+    /// The sends waiting for a flush (after waiting up to 100 ms for one), the connection's epoch, and whether closed.
+    /// Not in a `locked` closure: its `inout` access to the state would let the compiler keep what it read before the
+    /// wait, when other threads change the state during it.
+    private func nextBatch() -> (batch: [Flushing], epoch: UInt64, closed: Bool) {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        if state.flushes.isEmpty && !state.closed {
+            var wake = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &wake)
+            wake.tv_nsec += 100_000_000
+            if wake.tv_nsec >= 1_000_000_000 {
+                wake.tv_sec += 1
+                wake.tv_nsec -= 1_000_000_000
+            }
+            pthread_cond_timedwait(condition, mutex, &wake)
+        }
+        let batch = state.flushes
+        state.flushes = []
+        return (batch, state.epoch, state.closed)
     }
 
     // MARK: Settling what is in flight
@@ -267,11 +275,12 @@ final class NATSPipeline: @unchecked Sendable {
 
     /// Waits until the flusher's thread has ended (after ``close()``): before the connection is destroyed.
     func waitForFlusher() {
-        locked { state in
-            state.closed = true
-            pthread_cond_broadcast(condition)
-            while state.flusherRunning { pthread_cond_wait(condition, mutex) }
-        }
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        state.closed = true
+        pthread_cond_broadcast(condition)
+        // The state read afresh after each wait (no `inout` access held across it: see nextBatch()).
+        while state.flusherRunning { pthread_cond_wait(condition, mutex) }
     }
 
     /// Ends the subscription (before the connection is destroyed; the pipeline itself goes once cnats is done with it).

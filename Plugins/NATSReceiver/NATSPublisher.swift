@@ -33,6 +33,10 @@ public final class NATSPublisher: @unchecked Sendable {
         defer { natsOptions_Destroy(natsOptions) }
         var status = NATSConnectionSettings.apply(options, to: natsOptions)
         if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, reconnect) }
+        // Each publish written out at once, not after cnats's flusher thread has slept its 1 ms to gather more: the
+        // pipeline's sends are answered a round trip after their publish, and with a few dozen in flight that
+        // millisecond halved the acknowledged publishes per second (Benchmarks/scripts/jetstream-ceiling.c).
+        if status == NATS_OK { status = natsOptions_SetSendAsap(natsOptions, true) }
         if status == NATS_OK, reconnect {
             status = NATSConnectionSettings.run([
                 { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: options.maxReconnectAttempts)) },

@@ -90,6 +90,7 @@
     X(natsOptions_SetReconnectWait) \
     X(natsOptions_SetReconnectedCB) \
     X(natsOptions_SetSecure) \
+    X(natsOptions_SetSendAsap) \
     X(natsOptions_SetServers) \
     X(natsOptions_SetTimeout) \
     X(natsOptions_SetToken) \
@@ -214,6 +215,7 @@ natsStatus natsOptions_SetPingInterval(natsOptions *opts, int64_t interval) { re
 natsStatus natsOptions_SetReconnectWait(natsOptions *opts, int64_t reconnectWait) { return herald_nats_load() ? loaded_natsOptions_SetReconnectWait(opts, reconnectWait) : NATS_ERR; }
 natsStatus natsOptions_SetReconnectedCB(natsOptions *opts, natsConnectionHandler reconnectedCb, void *closure) { return herald_nats_load() ? loaded_natsOptions_SetReconnectedCB(opts, reconnectedCb, closure) : NATS_ERR; }
 natsStatus natsOptions_SetSecure(natsOptions *opts, bool secure) { return herald_nats_load() ? loaded_natsOptions_SetSecure(opts, secure) : NATS_ERR; }
+natsStatus natsOptions_SetSendAsap(natsOptions *opts, bool sendAsap) { return herald_nats_load() ? loaded_natsOptions_SetSendAsap(opts, sendAsap) : NATS_ERR; }
 natsStatus natsOptions_SetServers(natsOptions *opts, const char** servers, int serversCount) { return herald_nats_load() ? loaded_natsOptions_SetServers(opts, servers, serversCount) : NATS_ERR; }
 natsStatus natsOptions_SetTimeout(natsOptions *opts, int64_t timeout) { return herald_nats_load() ? loaded_natsOptions_SetTimeout(opts, timeout) : NATS_ERR; }
 natsStatus natsOptions_SetToken(natsOptions *opts, const char *token) { return herald_nats_load() ? loaded_natsOptions_SetToken(opts, token) : NATS_ERR; }
