@@ -5,7 +5,10 @@
    builds and runs it in the same run as the gateways:
 
        cc -O2 -o jetstream-ceiling jetstream-ceiling.c -lnats
-       jetstream-ceiling URL SUBJECT SECONDS WINDOW
+       jetstream-ceiling URL SUBJECT SECONDS WINDOW [asap]
+
+   With `asap`, each publish is written out at once (natsOptions_SetSendAsap, as the gateway's connection does)
+   instead of after cnats's flusher thread has slept 1 ms to gather more.
 
    Prints one line: acknowledged publishes per second, the acknowledgement latency p50 / p99 (publish to ack
    callback), failures, and the CPU time of this process per publish. */
@@ -52,8 +55,8 @@ static int compare(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s URL SUBJECT SECONDS WINDOW\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s URL SUBJECT SECONDS WINDOW [asap]\n", argv[0]);
         return 2;
     }
     const char *url = argv[1], *subject = argv[2];
@@ -63,7 +66,11 @@ int main(int argc, char **argv) {
     sentAt = calloc(capacity, sizeof *sentAt);
     latencies = calloc(capacity, sizeof *latencies);
     natsConnection *nc = NULL;
-    if (natsConnection_ConnectTo(&nc, url) != NATS_OK) {
+    natsOptions *natsOptions = NULL;
+    natsOptions_Create(&natsOptions);
+    natsOptions_SetURL(natsOptions, url);
+    if (argc == 6 && strcmp(argv[5], "asap") == 0) natsOptions_SetSendAsap(natsOptions, true);
+    if (natsConnection_Connect(&nc, natsOptions) != NATS_OK) {
         fprintf(stderr, "cannot connect to %s: %s\n", url, nats_GetLastError(NULL));
         return 1;
     }
