@@ -28,8 +28,15 @@ public import Herald
 /// `validate_only` checks the request (and a token's registration) and publishes nothing. NATS unreachable (down,
 /// reconnecting, or no answer within ``NATSReceiver/Options/requestTimeout``): `503 UNAVAILABLE`; the sender retries.
 ///
-/// The NATS calls block (cnats's own threads, not the loop): they run on the loop's blocking pool, so that pool's
-/// size bounds the sends in progress at once.
+/// No send waits for a round trip on a thread of its own: the publish is handed to cnats (which writes it out on its
+/// own threads) and the send suspends until it is settled, so any number are in flight at once on the one
+/// connection. A stored send resumes when JetStream's acknowledgement reaches the gateway's one subscription for
+/// them (each publish's reply subject ends in a number of its own); a core topic send resumes when a flush that
+/// began after its publish has completed (one flush at a time, on a thread of the gateway's, for every send waiting
+/// when it begins). No acknowledgement within the request timeout, or the connection lost meanwhile: `503
+/// UNAVAILABLE` (the message may have been stored; the retry, with the same `Nats-Msg-Id`, is stored once).
+/// ``stop()`` answers the sends in flight `503 UNAVAILABLE` at once. Only a registration the watched copy cannot
+/// answer yet (the watch catching up at start) is read from the bucket, on the loop's blocking pool.
 public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; the publisher and the context sit behind a lock.
 
@@ -68,6 +75,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
                     NATSSubjects.webPushStreamName(project: project), subjects: NATSSubjects.allWebPushes(project: project),
                     options: options)
             }
+            try publisher.startPipeline()
             return publisher
         }
         // Registrations are read from a watched copy of the bucket: an unknown token is answered without a round trip.
@@ -91,6 +99,13 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             return shared.publisher
         }
         publisher?.stopWatching()
+        // Sends in flight are answered now, UNAVAILABLE: stored or not, their senders' retries are stored once.
+        publisher?.closePipeline()
+    }
+
+    /// Sends waiting for JetStream's acknowledgement or a flush now (none once stopped).
+    package var sendsInFlight: Int {
+        shared.withLock { $0.publisher }?.sendsInFlight ?? 0
     }
 
     /// Healthy while connected to NATS.
@@ -121,9 +136,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
                 let subject = NATSSubjects.topic(project: project, topic: topic)
                 let messageID = Self.idempotencyKey(subject: subject, body: body)
                 let store = try await storesTopics(publisher, project: project, loop: context.loop)
-                let stored = try await context.loop.offload {
-                    try publisher.publishTopic(subject, body: body, messageID: messageID, stored: store)
-                }
+                let stored = try await publisher.publishTopicPipelined(subject, body: body, messageID: messageID, stored: store)
                 return .success(stored ?? localID)
             } catch {
                 return .failure(Self.unavailable("\(error)"))
@@ -156,7 +169,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         do {
             let subject = NATSSubjects.token(project: project, token: registered)
             let messageID = Self.idempotencyKey(subject: subject, body: body)
-            return .success(try await context.loop.offload { try publisher.publishStored(subject, body: body, messageID: messageID) })
+            return .success(try await publisher.storePipelined(subject, body: body, messageID: messageID))
         } catch {
             return .failure(Self.unavailable("\(error)"))
         }

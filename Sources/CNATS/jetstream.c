@@ -188,3 +188,106 @@ const char *herald_nats_last_error(natsStatus status) {
     if (text != NULL && text[0] != '\0') return text;
     return natsStatus_GetText(status);
 }
+
+natsStatus herald_nats_publish_message(natsConnection *nc, const char *subject, const char *reply, const void *data,
+                                       int length, const char *messageID) {
+    natsMsg *message = NULL;
+    natsStatus status = natsMsg_Create(&message, subject, reply, (const char *)data, length);
+    if (status == NATS_OK && messageID != NULL) status = natsMsgHeader_Set(message, "Nats-Msg-Id", messageID);
+    if (status == NATS_OK) status = natsConnection_PublishMsg(nc, message);
+    natsMsg_Destroy(message);
+    return status;
+}
+
+/* The value of `"key":` in the JSON object text[0..<length] at its top level, its first byte (after blanks); NULL
+   when absent. Enough for JetStream's publish acknowledgements, flat objects whose only nested one is "error". */
+static const char *json_member(const char *text, int length, const char *key) {
+    size_t keyLength = strlen(key);
+    int depth = 0;
+    bool inString = false;
+    for (int i = 0; i < length; i++) {
+        char c = text[i];
+        if (inString) {
+            if (c == '\\') i++;
+            else if (c == '"') inString = false;
+            continue;
+        }
+        if (c == '{') depth++;
+        else if (c == '}') depth--;
+        else if (c == '"') {
+            if (depth == 1 && i + 1 + (int)keyLength < length && memcmp(text + i + 1, key, keyLength) == 0
+                && text[i + 1 + keyLength] == '"') {
+                int j = i + 2 + (int)keyLength;
+                while (j < length && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r')) j++;
+                if (j < length && text[j] == ':') {
+                    j++;
+                    while (j < length && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r')) j++;
+                    return j < length ? text + j : NULL;
+                }
+            }
+            inString = true;
+        }
+    }
+    return NULL;
+}
+
+/* Copies the JSON string at `value` (its opening quote) into `out`, NUL-terminated, escapes kept as they are. */
+static void json_copy_string(const char *value, const char *end, char *out, size_t capacity) {
+    if (capacity == 0) return;
+    size_t n = 0;
+    if (value != NULL && value < end && *value == '"') {
+        for (const char *p = value + 1; p < end && *p != '"' && n + 1 < capacity; p++) {
+            if (*p == '\\' && p + 1 < end) p++;
+            out[n++] = *p;
+        }
+    }
+    out[n] = '\0';
+}
+
+static uint64_t json_number(const char *value, const char *end) {
+    uint64_t number = 0;
+    for (const char *p = value; p != NULL && p < end && *p >= '0' && *p <= '9'; p++) number = number * 10 + (uint64_t)(*p - '0');
+    return number;
+}
+
+natsStatus herald_nats_read_pub_ack(natsMsg *reply, int prefixLength, uint64_t *number, uint64_t *sequence,
+                                    char *stream, size_t streamCapacity, jsErrCode *errorCode, char *errorText,
+                                    size_t errorCapacity) {
+    *number = 0;
+    *sequence = 0;
+    *errorCode = 0;
+    if (streamCapacity > 0) stream[0] = '\0';
+    if (errorCapacity > 0) errorText[0] = '\0';
+    const char *subject = natsMsg_GetSubject(reply);
+    size_t subjectLength = subject != NULL ? strlen(subject) : 0;
+    if ((int)subjectLength <= prefixLength) return NATS_INVALID_SUBJECT;
+    for (const char *p = subject + prefixLength; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') return NATS_INVALID_SUBJECT;
+        *number = *number * 10 + (uint64_t)(*p - '0');
+    }
+    if (natsMsg_IsNoResponders(reply)) {
+        snprintf(errorText, errorCapacity, "no stream takes the subject (no responders)");
+        return NATS_NO_RESPONDERS;
+    }
+    const char *text = natsMsg_GetData(reply);
+    int length = natsMsg_GetDataLength(reply);
+    const char *end = text + length;
+    const char *error = json_member(text, length, "error");
+    if (error != NULL) {
+        const char *errorEnd = end;
+        int errorLength = (int)(errorEnd - error);
+        const char *code = json_member(error, errorLength, "err_code");
+        *errorCode = (jsErrCode)json_number(code, end);
+        json_copy_string(json_member(error, errorLength, "description"), end, errorText, errorCapacity);
+        return NATS_ERR;
+    }
+    const char *seq = json_member(text, length, "seq");
+    const char *name = json_member(text, length, "stream");
+    if (seq == NULL || name == NULL) {
+        snprintf(errorText, errorCapacity, "not a JetStream acknowledgement: %.*s", length < 200 ? length : 200, text);
+        return NATS_ERR;
+    }
+    *sequence = json_number(seq, end);
+    json_copy_string(name, end, stream, streamCapacity);
+    return NATS_OK;
+}

@@ -53,18 +53,24 @@
     X(natsConnection_ProcessReadEvent) \
     X(natsConnection_ProcessWriteEvent) \
     X(natsConnection_Publish) \
+    X(natsConnection_PublishMsg) \
     X(natsConnection_QueueSubscribe) \
     X(natsConnection_Request) \
     X(natsConnection_Status) \
     X(natsConnection_Subscribe) \
+    X(natsInbox_Create) \
+    X(natsInbox_Destroy) \
     X(natsMsgHeader_Get) \
+    X(natsMsgHeader_Set) \
     X(natsMsg_Ack) \
+    X(natsMsg_Create) \
     X(natsMsg_Destroy) \
     X(natsMsg_GetData) \
     X(natsMsg_GetDataLength) \
     X(natsMsg_GetMetaData) \
     X(natsMsg_GetReply) \
     X(natsMsg_GetSubject) \
+    X(natsMsg_IsNoResponders) \
     X(natsMsg_NakWithDelay) \
     X(natsMsg_Term) \
     X(natsOptions_Create) \
@@ -84,6 +90,7 @@
     X(natsOptions_SetReconnectWait) \
     X(natsOptions_SetReconnectedCB) \
     X(natsOptions_SetSecure) \
+    X(natsOptions_SetSendAsap) \
     X(natsOptions_SetServers) \
     X(natsOptions_SetTimeout) \
     X(natsOptions_SetToken) \
@@ -171,18 +178,24 @@ natsStatus natsConnection_JetStream(jsCtx **js, natsConnection *nc, jsOptions *o
 void natsConnection_ProcessReadEvent(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_ProcessReadEvent(nc); }
 void natsConnection_ProcessWriteEvent(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_ProcessWriteEvent(nc); }
 natsStatus natsConnection_Publish(natsConnection *nc, const char *subj, const void *data, int dataLen) { return herald_nats_load() ? loaded_natsConnection_Publish(nc, subj, data, dataLen) : NATS_ERR; }
+natsStatus natsConnection_PublishMsg(natsConnection *nc, natsMsg *msg) { return herald_nats_load() ? loaded_natsConnection_PublishMsg(nc, msg) : NATS_ERR; }
 natsStatus natsConnection_QueueSubscribe(natsSubscription **sub, natsConnection *nc, const char *subject, const char *queueGroup, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_QueueSubscribe(sub, nc, subject, queueGroup, cb, cbClosure) : NATS_ERR; }
 natsStatus natsConnection_Request(natsMsg **replyMsg, natsConnection *nc, const char *subj, const void *data, int dataLen, int64_t timeout) { return herald_nats_load() ? loaded_natsConnection_Request(replyMsg, nc, subj, data, dataLen, timeout) : NATS_ERR; }
 natsConnStatus natsConnection_Status(natsConnection *nc) { return herald_nats_load() ? loaded_natsConnection_Status(nc) : (natsConnStatus)0; }
 natsStatus natsConnection_Subscribe(natsSubscription **sub, natsConnection *nc, const char *subject, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_Subscribe(sub, nc, subject, cb, cbClosure) : NATS_ERR; }
+natsStatus natsInbox_Create(natsInbox **newInbox) { return herald_nats_load() ? loaded_natsInbox_Create(newInbox) : NATS_ERR; }
+void natsInbox_Destroy(natsInbox *inbox) { if (herald_nats_load()) loaded_natsInbox_Destroy(inbox); }
 natsStatus natsMsgHeader_Get(natsMsg *msg, const char *key, const char **value) { return herald_nats_load() ? loaded_natsMsgHeader_Get(msg, key, value) : NATS_ERR; }
+natsStatus natsMsgHeader_Set(natsMsg *msg, const char *key, const char *value) { return herald_nats_load() ? loaded_natsMsgHeader_Set(msg, key, value) : NATS_ERR; }
 natsStatus natsMsg_Ack(natsMsg *msg, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_Ack(msg, opts) : NATS_ERR; }
+natsStatus natsMsg_Create(natsMsg **newMsg, const char *subj, const char *reply, const char *data, int dataLen) { return herald_nats_load() ? loaded_natsMsg_Create(newMsg, subj, reply, data, dataLen) : NATS_ERR; }
 void natsMsg_Destroy(natsMsg *msg) { if (herald_nats_load()) loaded_natsMsg_Destroy(msg); }
 const char* natsMsg_GetData(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetData(msg) : "(libnats not loaded)"; }
 int natsMsg_GetDataLength(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetDataLength(msg) : (int)0; }
 natsStatus natsMsg_GetMetaData(jsMsgMetaData **new_meta, natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetMetaData(new_meta, msg) : NATS_ERR; }
 const char* natsMsg_GetReply(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetReply(msg) : "(libnats not loaded)"; }
 const char* natsMsg_GetSubject(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetSubject(msg) : "(libnats not loaded)"; }
+bool natsMsg_IsNoResponders(natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_IsNoResponders(msg) : (bool)0; }
 natsStatus natsMsg_NakWithDelay(natsMsg *msg, int64_t delay, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_NakWithDelay(msg, delay, opts) : NATS_ERR; }
 natsStatus natsMsg_Term(natsMsg *msg, jsOptions *opts) { return herald_nats_load() ? loaded_natsMsg_Term(msg, opts) : NATS_ERR; }
 natsStatus natsOptions_Create(natsOptions **newOpts) { return herald_nats_load() ? loaded_natsOptions_Create(newOpts) : NATS_ERR; }
@@ -202,6 +215,7 @@ natsStatus natsOptions_SetPingInterval(natsOptions *opts, int64_t interval) { re
 natsStatus natsOptions_SetReconnectWait(natsOptions *opts, int64_t reconnectWait) { return herald_nats_load() ? loaded_natsOptions_SetReconnectWait(opts, reconnectWait) : NATS_ERR; }
 natsStatus natsOptions_SetReconnectedCB(natsOptions *opts, natsConnectionHandler reconnectedCb, void *closure) { return herald_nats_load() ? loaded_natsOptions_SetReconnectedCB(opts, reconnectedCb, closure) : NATS_ERR; }
 natsStatus natsOptions_SetSecure(natsOptions *opts, bool secure) { return herald_nats_load() ? loaded_natsOptions_SetSecure(opts, secure) : NATS_ERR; }
+natsStatus natsOptions_SetSendAsap(natsOptions *opts, bool sendAsap) { return herald_nats_load() ? loaded_natsOptions_SetSendAsap(opts, sendAsap) : NATS_ERR; }
 natsStatus natsOptions_SetServers(natsOptions *opts, const char** servers, int serversCount) { return herald_nats_load() ? loaded_natsOptions_SetServers(opts, servers, serversCount) : NATS_ERR; }
 natsStatus natsOptions_SetTimeout(natsOptions *opts, int64_t timeout) { return herald_nats_load() ? loaded_natsOptions_SetTimeout(opts, timeout) : NATS_ERR; }
 natsStatus natsOptions_SetToken(natsOptions *opts, const char *token) { return herald_nats_load() ? loaded_natsOptions_SetToken(opts, token) : NATS_ERR; }

@@ -74,6 +74,21 @@ natsStatus herald_nats_publish_stored(jsCtx *js, const char *subject, const void
                                       const char *messageID, int64_t timeout, uint64_t *sequence,
                                       char *stream, size_t streamCapacity, jsErrCode *errorCode);
 
+/* Publishes `data` to `subject` without waiting: with `reply`, the subject JetStream sends its acknowledgement to
+   (a JetStream publish whose answer a subscription on `reply` takes); with `messageID`, the Nats-Msg-Id header
+   JetStream de-duplicates on. Does not block on the server (cnats buffers it). */
+natsStatus herald_nats_publish_message(natsConnection *nc, const char *subject, const char *reply, const void *data,
+                                       int length, const char *messageID);
+
+/* Reads `reply`, a JetStream publish acknowledgement sent to a reply subject made of a prefix of `prefixLength`
+   bytes and a decimal number: `*number` gets the number; NATS_OK with `*sequence` and `stream` (NUL-terminated, of
+   `streamCapacity` bytes) when the stream stored the message (also as a duplicate: then the first one's sequence);
+   else NATS_NO_RESPONDERS (no stream takes the subject), NATS_ERR with JetStream's error code in `*errorCode` and its
+   description in `errorText`, or NATS_INVALID_SUBJECT when the subject does not end in a number. */
+natsStatus herald_nats_read_pub_ack(natsMsg *reply, int prefixLength, uint64_t *number, uint64_t *sequence,
+                                    char *stream, size_t streamCapacity, jsErrCode *errorCode, char *errorText,
+                                    size_t errorCapacity);
+
 /* Messages `stream` holds now, in `*count`. */
 natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode);
 /* The message's Nats-Msg-Id header, or NULL; valid while the message is. */

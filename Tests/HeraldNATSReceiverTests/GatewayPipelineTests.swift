@@ -1,0 +1,226 @@
+import Foundation
+import Herald
+import HeraldNATSReceiver
+import HeraldTesting
+import Testing
+
+/// `herald serve --gateway` answering many sends at once without a blocking round trip each: JetStream's
+/// acknowledgements pipelined on one connection, core publishes answered after a flush they share.
+@Suite("Gateway pipelining: many sends in flight at once, each answered only once stored", .serialized)
+struct GatewayPipelineTests {
+    static let send = "/v1/projects/demo/messages:send"
+
+    /// Sends `body(n)` for every `n` in `numbers` from `connections` threads at once (a connection each per send), and
+    /// records each answer's status and body (status 0: no answer).
+    static func burst(
+        port: Int, numbers: Range<Int>, connections: Int, answers: Locked<[Int: (status: Int, body: String)]>,
+        body: @escaping @Sendable (Int) -> String
+    ) async {
+        await onThreads(connections) { sender in
+            for n in stride(from: numbers.lowerBound + sender, to: numbers.upperBound, by: connections) {
+                let answer = (try? httpRequest(port: port, "POST", send, body: body(n), secret: "s3cret")) ?? (0, "no answer")
+                answers.withLock { $0[n] = answer }
+            }
+        }
+    }
+
+    /// Whether every thread of the nats-server listening on `port` is stopped (state `T` in /proc), waiting for it.
+    static func stopped(port: Int) async -> Bool {
+        let processes = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        let pid = processes.first { entry in
+            guard Int(entry) != nil, let command = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return false }
+            let arguments = command.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            return arguments.first?.hasSuffix("nats-server") == true && arguments.contains("\(port)")
+        }
+        guard let pid else { return false }
+        return await eventually {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return !threads.isEmpty
+                && threads.allSatisfy { thread in
+                    let stat = (try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8)) ?? ""
+                    guard let close = stat.lastIndex(of: ")") else { return false }
+                    return stat[stat.index(after: close)...].split(separator: " ").first == "T"
+                }
+        }
+    }
+
+    /// The message ID a send was answered with (`projects/demo/messages/<id>`).
+    static func messageID(_ body: String) -> String? {
+        guard let range = body.range(of: #""name":"projects/demo/messages/"#) else { return nil }
+        return String(body[range.upperBound...].prefix { $0 != "\"" })
+    }
+
+    @Test("2,000 token sends over 32 connections at once: each answered 200 with its stored ID, each handled once by the instance")
+    func tokenBurst() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await withTemporaryDirectory(prefix: "herald-gateway-burst") { directory in
+                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let token = try await instance.token()
+                let total = 2000
+                let answers = Locked<[Int: (status: Int, body: String)]>([:])
+                await Self.burst(port: gateway.httpPort, numbers: 0..<total, connections: 32, answers: answers) {
+                    body(token: token, n: $0)
+                }
+                let all = answers.withLock { $0 }
+                #expect(all.count == total)
+                let refused = all.filter { $0.value.status != 200 }
+                #expect(refused.isEmpty, "\(refused.prefix(3))")
+                // Each ID is the stored message's: the stream, a sequence of its own, the send's Nats-Msg-Id.
+                let ids = all.values.compactMap { Self.messageID($0.body) }
+                #expect(ids.count == total)
+                #expect(ids.allSatisfy { $0.hasPrefix("nats-HERALD_DEMO-") })
+                let sequences = Set(ids.compactMap { $0.split(separator: "-").dropFirst(2).first.flatMap { UInt64($0) } })
+                #expect(sequences.count == total, "every send stored as a message of its own")
+                #expect(await eventually { instance.collector.numbers.count >= total })
+                try await instance.herald.waitUntilIdle()
+                let numbers = instance.collector.numbers
+                #expect(numbers.count == total, "each send handled once")
+                #expect(Set(numbers) == Set((0..<total).map(String.init)))
+                let handledIDs = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
+                #expect(handledIDs == Set(ids), "the instance gives each message the ID its sender was answered with")
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
+    @Test(
+        "nats-server SIGKILLed mid-burst and restarted on its store: each send is answered 200 (and handled once the server is back) or 503, never 200 and lost"
+    )
+    func serverKilledMidBurst() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await withTemporaryDirectory(prefix: "herald-gateway-kill") { directory in
+                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let token = try await instance.token()
+                let total = 4000
+                let answers = Locked<[Int: (status: Int, body: String)]>([:])
+                let port = gateway.httpPort
+                let campaign = Task {
+                    await Self.burst(port: port, numbers: 0..<total, connections: 32, answers: answers) { body(token: token, n: $0) }
+                }
+                #expect(await eventually { answers.withLock { $0.count } >= 400 })
+                server.kill()
+                await campaign.value
+                try server.start()
+                // Sends once the gateway is back: 200 again.
+                #expect(
+                    try await eventually(timeout: .seconds(30)) {
+                        try httpRequest(port: port, "POST", Self.send, body: body(token: token, n: total), secret: "s3cret").status == 200
+                    })
+                let all = answers.withLock { $0 }
+                let stored = Set(all.filter { $0.value.status == 200 }.keys)
+                let refused = Set(all.filter { $0.value.status == 503 }.keys)
+                #expect(stored.count + refused.count == total, "every send answered 200 or 503")
+                #expect(stored.count >= 400)
+                #expect(!refused.isEmpty, "the sends while the server was away were refused")
+                // Every send answered 200 reaches the instance once the server is back (from its store).
+                @Sendable func handled() -> Set<Int> { Set(instance.collector.numbers.compactMap { Int($0) }) }
+                #expect(
+                    await eventually(timeout: .seconds(60)) { stored.isSubset(of: handled()) },
+                    "\(stored.subtracting(handled()).count) lost")
+                try await instance.herald.waitUntilIdle()
+                let numbers = instance.collector.numbers
+                #expect(numbers.count == Set(numbers).count, "no send handled twice")
+                #expect(handled().isSubset(of: Set(0...total)))
+                print(
+                    "nats-server SIGKILLed mid-burst: \(stored.count) sends answered 200, \(refused.count) 503; \(handled().subtracting(stored).count) of the 503s were stored all the same"
+                )
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
+    @Test(
+        "500 topic sends over 16 connections at once, on core NATS: each answered 200 after a flush, and the subscribed instance gets each")
+    func topicBurst() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await instance.subscribe("news")
+            try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
+                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let total = 500
+                let answers = Locked<[Int: (status: Int, body: String)]>([:])
+                await Self.burst(port: gateway.httpPort, numbers: 0..<total, connections: 16, answers: answers) {
+                    body(topic: "news", n: $0)
+                }
+                let all = answers.withLock { $0 }
+                #expect(all.count == total)
+                #expect(all.values.allSatisfy { $0.status == 200 }, "\(all.values.filter { $0.status != 200 }.prefix(3))")
+                #expect(await eventually { instance.collector.numbers.count >= total })
+                try await instance.herald.waitUntilIdle()
+                #expect(instance.collector.numbers.sorted() == (0..<total).map(String.init).sorted())
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
+    @Test("nats-server frozen (SIGSTOP): sends in flight get no acknowledgement and are answered 503 at the request timeout, not before")
+    func noAcknowledgement() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            try await withTemporaryDirectory(prefix: "herald-gateway-frozen") { directory in
+                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let token = try await instance.token()
+                let port = gateway.httpPort
+                #expect(try httpRequest(port: port, "POST", Self.send, body: body(token: token, n: 0), secret: "s3cret").status == 200)
+                server.pause()
+                let answers = Locked<[Int: (status: Int, body: String)]>([:])
+                let start = ContinuousClock.now
+                await Self.burst(port: port, numbers: 1..<9, connections: 8, answers: answers) { body(token: token, n: $0) }
+                let waited = ContinuousClock.now - start
+                server.resume()
+                let all = answers.withLock { $0 }
+                #expect(all.count == 8)
+                #expect(all.values.allSatisfy { $0.status == 503 && $0.body.contains("UNAVAILABLE") }, "\(all.values.map(\.body))")
+                #expect(waited >= .seconds(4), "answered at the request timeout (5 s), not before: \(waited)")
+                #expect(gateway.terminate() == 0)
+            }
+        }
+    }
+
+    @Test("a gateway stopped with sends in flight (the server frozen) answers each UNAVAILABLE at once; none is left waiting")
+    func stopWithSendsInFlight() async throws {
+        let server = try NATSServerProcess()
+        let instance = try FleetInstance(server: server)
+        try await withFleet([instance]) {
+            let token = try await instance.token()
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.projectID = "demo"
+            let herald = Herald(configuration: configuration, store: InMemoryStore())
+            let gateway = NATSGateway(options: NATSReceiver.Options(servers: [server.url]))
+            let decoding = DecodingContext(senderID: "1234567890", makeMessageID: { "local" })
+            @Sendable func send(_ n: Int) async throws -> Result<String, MessageError> {
+                let body = Array(body(token: token, n: n).utf8)
+                return await gateway.forward(try FCMSendRequest.decode(body, context: decoding), body: body)
+            }
+            try await withStarted(herald, plugins: [gateway]) { _ in
+                // Once the gateway's copy of the registrations has the token, a send is stored.
+                #expect(await eventually { (try? await send(0).get()) != nil })
+                server.pause()
+                // SIGSTOP reaches each of the server's threads in its own time: wait until all are stopped, so that
+                // none acknowledges a send made after this.
+                #expect(await Self.stopped(port: server.port), "nats-server did not stop")
+                let sends = (1...8).map { n in Task { try await send(n) } }
+                #expect(await eventually { gateway.sendsInFlight == 8 })
+                await gateway.stop()
+                var results: [Result<String, MessageError>] = []
+                for task in sends { results.append(try await task.value) }
+                server.resume()
+                #expect(results.count == 8)
+                for result in results {
+                    guard case .failure(let error) = result else {
+                        Issue.record("a send in flight was answered \(result) after stop")
+                        continue
+                    }
+                    #expect(error.status == .unavailable, "\(error)")
+                }
+                #expect(gateway.sendsInFlight == 0)
+            }
+        }
+    }
+}
