@@ -167,9 +167,10 @@ public final class NATSPublisher: @unchecked Sendable {
         received: @escaping @Sendable (StoredMessage) -> Void
     ) throws -> StoredSubscription {
         var code = jsErrCode(rawValue: 0)
+        var state = herald_nats_consumer_state()
         var status = herald_nats_ensure_consumer(
-            jetStream, stream, durable, filter, deliverSubject, false, options.ackWait.nanoseconds, Int64(options.maxAckPending),
-            Int64(options.maxDeliver), &code)
+            jetStream, stream, durable, filter, deliverSubject, false, false, options.ackWait.nanoseconds,
+            Int64(options.maxAckPending), Int64(options.maxDeliver), &state, &code)
         guard status == NATS_OK else {
             throw NATSReceiverError.jetStream(
                 operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),

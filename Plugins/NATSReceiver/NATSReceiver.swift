@@ -108,6 +108,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var maxAckPending: Int = 1024
         /// How many times a message is delivered at most; -1 for no limit.
         public var maxDeliver: Int = -1
+        /// Whether stored topic consumers made from now on acknowledge cumulatively (AckPolicy `all`: one ack
+        /// covers every committed message up to it, one per committed group instead of one per message, which
+        /// halves nats-server's work per stored message); `false` makes them with explicit acks, one per message,
+        /// as Herald 0.1 did. A consumer that exists keeps the policy it was made with (JetStream cannot change it
+        /// in place, and deleting it would lose what waits for it): the instance acknowledges as that policy wants.
+        public var cumulativeTopicAcks: Bool = true
         /// How long JetStream waits before delivering again a message refused because the bus was full or failed.
         public var redeliveryDelay: Duration = .seconds(1)
         /// The stream keeps a message this long at most (FCM's longest time to live: 28 days).
@@ -198,9 +204,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// topic's durable consumer.
     private var topicStreamReady = false
     private var storedTopicSubscriptions: [String: OpaquePointer] = [:]
+    /// The acks of each topic's consumer made with AckPolicy `all`.
+    private var storedTopicAcks: [String: CumulativeAcks] = [:]
     /// Stored topic messages with a collapse key held while more messages wait for their consumer (by subject):
     /// of those with one collapse key, only the newest is handled.
-    private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?)]] = [:]
+    private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?, delivery: Delivery?)]] =
+        [:]
     private var wantedTopics: Set<String> = []
     /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the ID Herald gave
     /// each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
@@ -386,6 +395,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         // the loop reads: so it runs off the loop).
         let connection: UnsafeHandle? = try? await context.loop.submit {
             self.stopping = true
+            self.acknowledgeSettled()
             return self.connection.map(UnsafeHandle.init)
         }
         await tokenChanges.wait()
@@ -404,6 +414,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             self.storedTopicSubscriptions.removeAll()
             for message in self.collapsing.values.joined() { natsMsg_Destroy(message.message) }
             self.collapsing.removeAll()
+            self.acknowledgeSettled()
+            for acks in self.storedTopicAcks.values { acks.discard() }
+            self.storedTopicAcks.removeAll()
             if let subscription = self.tokenSubscription { Self.close(subscription) }
             self.tokenSubscription = nil
             if let requests = self.topicRequestSubscription { Self.close(requests.subscription) }
@@ -491,7 +504,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
             let durable = self.options.consumer ?? NATSSubjects.consumerName(token: token)
             let filter = NATSSubjects.token(project: project, token: token)
-            let subscription = try await self.subscribeDurable(
+            // Token consumers acknowledge each message (work-queue retention: an acknowledged message leaves the stream).
+            let (subscription, _) = try await self.subscribeDurable(
                 stream: stream, durable: durable, filter: filter, deliverNew: false, jetStream: jetStream, context: context)
             try await context.loop.submit {
                 if self.stopping {
@@ -580,18 +594,21 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private static let boundConsumerPatience: UInt32 = 1_600_000
 
     /// Makes the durable consumer `durable` on `stream` (or keeps it, with what waits for it) and subscribes to it.
+    /// A consumer with AckPolicy `all` (made so with `ackAll`, or kept so) comes with its ``CumulativeAcks``.
     private func subscribeDurable(
-        stream: String, durable: String, filter: String, deliverNew: Bool, jetStream: UnsafeHandle, context: PluginContext
-    ) async throws -> UnsafeHandle {
+        stream: String, durable: String, filter: String, deliverNew: Bool, ackAll: Bool = false, jetStream: UnsafeHandle,
+        context: PluginContext
+    ) async throws -> (subscription: UnsafeHandle, acks: CumulativeAcks?) {
         let project = context.projectID
         let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
         let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .jetStream)
         let options = self.options
-        let result: Result<UnsafeHandle, NATSReceiverError> = try await context.loop.offload {
+        let result: Result<(UnsafeHandle, CumulativeAcks?), NATSReceiverError> = try await context.loop.offload {
             var code = jsErrCode(rawValue: 0)
+            var state = herald_nats_consumer_state()
             var status = herald_nats_ensure_consumer(
-                jetStream.pointer, stream, durable, filter, deliver, deliverNew, options.ackWait.nanoseconds,
-                Int64(options.maxAckPending), Int64(options.maxDeliver), &code
+                jetStream.pointer, stream, durable, filter, deliver, deliverNew, ackAll, options.ackWait.nanoseconds,
+                Int64(options.maxAckPending), Int64(options.maxDeliver), &state, &code
             )
             guard status == NATS_OK else {
                 return .failure(
@@ -599,6 +616,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                         operation: "create the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
                         code: Int(code.rawValue)))
             }
+            // Before the first delivery can come.
+            relay.acks =
+                state.acksAll
+                ? CumulativeAcks(
+                    state: state, ackWait: options.ackWait, redeliveryDelay: options.redeliveryDelay, maxDeliver: options.maxDeliver)
+                : nil
             var subscription: OpaquePointer?
             let closure = Unmanaged.passRetained(relay).toOpaque()
             // A consumer still bound to the subscription of a connection that just ended (this instance's before a
@@ -624,9 +647,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                         code: Int(code.rawValue)))
             }
             Self.prepare(subscription, closure: closure, options: options)
-            return .success(UnsafeHandle(subscription))
+            return .success((UnsafeHandle(subscription), relay.acks))
         }
-        return try result.get()
+        let (subscription, acks) = try result.get()
+        return (subscription, acks)
     }
 
     /// Stored topic delivery: a durable consumer per wanted topic (made from the next message on: a subscriber gets
@@ -643,6 +667,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         for topic in current.subtracting(wanted) {
             try await context.loop.submit {
                 if let subscription = self.storedTopicSubscriptions.removeValue(forKey: topic) { Self.close(subscription) }
+                // Left: what was settled and not acknowledged yet goes with the consumer.
+                self.storedTopicAcks.removeValue(forKey: topic)?.discard()
             }
             let durable = NATSSubjects.topicConsumerName(instance: instance, topic: topic)
             _ = try await context.loop.offload {
@@ -651,15 +677,16 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
         }
         for topic in wanted.subtracting(current) {
-            let subscription = try await subscribeDurable(
+            let (subscription, acks) = try await subscribeDurable(
                 stream: stream, durable: NATSSubjects.topicConsumerName(instance: instance, topic: topic),
-                filter: NATSSubjects.topic(project: context.projectID, topic: topic), deliverNew: true, jetStream: jetStream,
-                context: context)
+                filter: NATSSubjects.topic(project: context.projectID, topic: topic), deliverNew: true,
+                ackAll: options.cumulativeTopicAcks, jetStream: jetStream, context: context)
             try await context.loop.submit {
                 if self.stopping {
                     Self.close(subscription.pointer)
                 } else {
                     self.storedTopicSubscriptions[topic] = subscription.pointer
+                    if let acks { self.storedTopicAcks[topic] = acks }
                 }
             }
         }
@@ -743,8 +770,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     // MARK: Messages
 
-    /// A message from a cnats delivery thread, now on the loop thread. Takes ownership of `message`.
-    func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind) {
+    /// A message from a cnats delivery thread, now on the loop thread. Takes ownership of `message`. `acks`: those
+    /// of its consumer when it acknowledges cumulatively.
+    func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, acks: CumulativeAcks? = nil) {
         guard let context, connection != nil, !stopping else {
             // Not acknowledged: JetStream delivers it again (to the next start); a core message is gone.
             natsMsg_Destroy(message)
@@ -752,16 +780,33 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         if kind == .topicRequest { return takeTopicRequest(message, context: context) }
         shared.withLock { $0.statistics.received += 1 }
+        // JetStream's metadata (parsed from the reply subject) once, for a stored topic message.
+        let storedTopic = kind == .jetStream && options.topicDelivery == .stored && Self.isTopicSubject(message, project: context.projectID)
+        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
+        if storedTopic || acks != nil, natsMsg_GetMetaData(&metadata, message) != NATS_OK { metadata = nil }
+        defer { if let metadata { jsMsgMetaData_Destroy(metadata) } }
+        var delivery: Delivery?
+        if let acks, let metadata {
+            let sequence = metadata.pointee.Sequence.Stream
+            guard acks.delivered(sequence, delivery: metadata.pointee.Sequence.Consumer) else {
+                // A copy of a message acknowledged already: delivered again before the ack reached the server, or
+                // by a server that lost the ack. Acknowledged again (it and all below were committed).
+                natsMsg_Ack(message, nil)
+                natsMsg_Destroy(message)
+                return
+            }
+            delivery = Delivery(acks: acks, sequence: sequence, deliveries: metadata.pointee.NumDelivered)
+        }
         let length = Int(natsMsg_GetDataLength(message))
         let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
         let reply = Self.replySubject(message, kind: kind)
 
         switch kind {
         case .jetStream where context.bus.isFull:
-            settle(message, .redeliverLater)
+            settle(message, .redeliverLater, delivery)
             return
-        case .jetStream where options.topicDelivery == .stored && Self.isTopicSubject(message, project: context.projectID):
-            takeStoredTopicMessage(message, body: body, context: context)
+        case .jetStream where storedTopic:
+            takeStoredTopicMessage(message, body: body, metadata: metadata, delivery: delivery, context: context)
         case .core where (context.bus.isFull || heldCount > 0) && heldCount < options.maxHeldMessages:
             // Core NATS cannot be asked to wait: hold the message (in order) until the bus has room.
             held.append(message)
@@ -805,17 +850,18 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// of 4 weeks; `apns-expiration` is the bus's own). One with a collapse key is held while more messages wait for
     /// its consumer, so that of several with one key only the newest is handled (the others are acknowledged and
     /// recorded as `message_dropped`, reason `collapsed`). Loop thread.
-    private func takeStoredTopicMessage(_ message: OpaquePointer, body: [UInt8], context: PluginContext) {
+    private func takeStoredTopicMessage(
+        _ message: OpaquePointer, body: [UInt8], metadata: UnsafeMutablePointer<jsMsgMetaData>?, delivery: Delivery?,
+        context: PluginContext
+    ) {
         let subject = String(cString: natsMsg_GetSubject(message))
         var storedAt = Int64(0)
         var pending = UInt64(0)
         var messageID: String?
-        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
-        if natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata {
+        if let metadata {
             storedAt = metadata.pointee.Timestamp / 1_000_000_000
             pending = metadata.pointee.NumPending
             messageID = Self.storedMessageID(message, metadata: metadata)
-            jsMsgMetaData_Destroy(metadata)
         }
         let fields = StoredTopicFields(body)
         let expiresAt = storedAt + (fields.timeToLive ?? Self.defaultTimeToLive)
@@ -823,10 +869,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         if let key = fields.collapseKey, let index = waiting.firstIndex(where: { $0.key == key }) {
             let replaced = waiting.remove(at: index)
             context.bus.recordDropped(.collapsed, detail: "replaced by a newer message with collapse key \(key) while waiting")
-            settle(replaced.message, .acknowledge)
+            settle(replaced.message, .acknowledge, replaced.delivery)
         }
         if let key = fields.collapseKey, pending > 0, waiting.count < max(1, options.maxAckPending / 2) {
-            waiting.append((key, message, expiresAt, messageID))
+            waiting.append((key, message, expiresAt, messageID, delivery))
             collapsing[subject] = waiting
             return
         }
@@ -836,9 +882,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let heldBody: [UInt8] = natsMsg_GetData(held.message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
             offer(
                 held.message, kind: .jetStream, body: heldBody, reply: nil, context: context, expiresAt: held.expiresAt,
-                storedID: held.messageID)
+                storedID: held.messageID, delivery: held.delivery)
         }
-        offer(message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, storedID: messageID)
+        offer(
+            message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, storedID: messageID,
+            delivery: delivery)
     }
 
     /// Whether `message` came on a topic subject (`herald.<project>.topic.…`).
@@ -854,7 +902,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// Submits `message` to the bus; acknowledges, refuses or answers it with the bus's answer.
     private func offer(
         _ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext,
-        expiresAt: Int64? = nil, storedID: String? = nil
+        expiresAt: Int64? = nil, storedID: String? = nil, delivery: Delivery? = nil
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
         let messageID = kind == .jetStream ? storedID ?? Self.storedMessageID(message) : nil
@@ -872,7 +920,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 context.logger.debug(
                     "a second stored copy of a publish already taken; acknowledged, not handled again",
                     metadata: ["message_id": "\(messageID)", "first": "\(earlier.messageID)"])
-                return settle(message, .acknowledge)
+                return settle(message, .acknowledge, delivery)
             }
             rememberPublish(stored.key, messageID: messageID, storedAt: stored.storedAt)
         }
@@ -905,14 +953,14 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 recentPublishes[publish] = nil
             }
             switch outcome {
-            case .accepted: settle(message, .acknowledge)
-            case .invalid: settle(message, .terminate)
+            case .accepted: settle(message, .acknowledge, delivery)
+            case .invalid: settle(message, .terminate, delivery)
             case .refused(let error):
                 switch error.reason {
-                case .busy, .shuttingDown, .storeUnavailable, .handlerFailed: settle(message, .redeliverLater)
+                case .busy, .shuttingDown, .storeUnavailable, .handlerFailed: settle(message, .redeliverLater, delivery)
                 default:
                     context.logger.warning("terminated a JetStream message the instance refuses for good", metadata: ["error": "\(error)"])
-                    settle(message, .terminate)
+                    settle(message, .terminate, delivery)
                 }
             }
         }
@@ -945,8 +993,40 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     private enum Settlement { case acknowledge, redeliverLater, terminate, done }
 
-    /// Answers JetStream for `message` (when the connection is still open) and frees it. Loop thread.
-    private func settle(_ message: OpaquePointer, _ settlement: Settlement) {
+    /// A delivery of a consumer that acknowledges cumulatively: its acks, the stream sequence, and how many times
+    /// JetStream delivered the message so far.
+    struct Delivery {
+        let acks: CumulativeAcks
+        let sequence: UInt64
+        let deliveries: UInt64
+    }
+
+    /// Answers JetStream for `message` (when the connection is still open) and frees it. Loop thread. A `delivery`
+    /// of a consumer that acknowledges cumulatively is not acknowledged (nor terminated) on its own: once settled,
+    /// it waits for the ack that covers it, sent at the end of this loop turn when nothing below it is pending.
+    private func settle(_ message: OpaquePointer, _ settlement: Settlement, _ delivery: Delivery? = nil) {
+        if let delivery, connection != nil {
+            let acks = delivery.acks
+            switch settlement {
+            case .acknowledge, .terminate:
+                acks.settle(message, sequence: delivery.sequence, terminated: settlement == .terminate)
+                if settlement == .terminate { shared.withLock { $0.statistics.terminated += 1 } }
+                if !acks.isDue, let loop = context?.loop {
+                    acks.isDue = true
+                    loop.execute { self.acknowledge(acks) }
+                }
+            case .redeliverLater:
+                if acks.handBack(delivery.sequence, deliveries: delivery.deliveries),
+                    natsMsg_NakWithDelay(message, options.redeliveryDelay.milliseconds, nil) == NATS_OK
+                {
+                    shared.withLock { $0.statistics.redeliveryRequested += 1 }
+                }
+                natsMsg_Destroy(message)
+            case .done:
+                natsMsg_Destroy(message)
+            }
+            return
+        }
         defer { natsMsg_Destroy(message) }
         guard connection != nil else { return }
         switch settlement {
@@ -961,6 +1041,21 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         case .done:
             break
         }
+    }
+
+    /// Sends the ack that covers what `acks` has settled, as far as nothing below is pending. Loop thread.
+    private func acknowledge(_ acks: CumulativeAcks) {
+        guard connection != nil else {
+            acks.isDue = false
+            return
+        }
+        let covered = acks.acknowledge()
+        if covered > 0 { shared.withLock { $0.statistics.acknowledged += covered } }
+    }
+
+    /// Acknowledges what every cumulative consumer has settled (at stop). Loop thread.
+    private func acknowledgeSettled() {
+        for acks in storedTopicAcks.values { acknowledge(acks) }
     }
 
     private func answer(_ reply: String, _ body: JSONValue) {
@@ -1007,6 +1102,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         guard let previous, previous != state else { return }
         loop.execute {
             bus.recordDiagnostic("nats_connection", parameters: ["state": state.rawValue, "previous": previous.rawValue])
+            if state == .connected, previous == .reconnecting { for acks in self.storedTopicAcks.values { acks.reconnected() } }
         }
         switch state {
         case .reconnecting: logger.warning("lost the NATS connection; reconnecting")

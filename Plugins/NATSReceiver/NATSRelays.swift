@@ -17,6 +17,8 @@ final class SubscriptionRelay: @unchecked Sendable {
     private weak var receiver: NATSReceiver?
     private let loop: EventLoop
     let kind: Kind
+    /// The acks of the subscription's consumer when it acknowledges cumulatively; set before the first delivery.
+    var acks: CumulativeAcks?
 
     init(receiver: NATSReceiver, loop: EventLoop, kind: Kind) {
         self.receiver = receiver
@@ -36,8 +38,8 @@ final class SubscriptionRelay: @unchecked Sendable {
             return
         }
         let handle = UnsafeHandle(message)
-        let kind = self.kind
-        loop.execute { receiver.handle(handle.pointer, kind: kind) }
+        let (kind, acks) = (self.kind, self.acks)
+        loop.execute { receiver.handle(handle.pointer, kind: kind, acks: acks) }
     }
 }
 

@@ -46,15 +46,27 @@ natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *su
 }
 
 natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char *durable, const char *filter,
-                                       const char *deliverSubject, bool deliverNew, int64_t ackWait,
-                                       int64_t maxAckPending, int64_t maxDeliver, jsErrCode *errorCode) {
+                                       const char *deliverSubject, bool deliverNew, bool ackAll, int64_t ackWait,
+                                       int64_t maxAckPending, int64_t maxDeliver,
+                                       herald_nats_consumer_state *state, jsErrCode *errorCode) {
     jsConsumerInfo *info = NULL;
     *errorCode = 0;
+    memset(state, 0, sizeof *state);
+    state->acksAll = ackAll;
     natsStatus status = js_GetConsumerInfo(&info, js, stream, durable, NULL, errorCode);
     if (status == NATS_OK) {
         bool same = info->Config != NULL && info->Config->FilterSubject != NULL
             && strcmp(info->Config->FilterSubject, filter) == 0
             && info->Config->DeliverSubject != NULL && strcmp(info->Config->DeliverSubject, deliverSubject) == 0;
+        /* Kept with the ack policy it was made with (it cannot be changed in place, and deleting it would lose what
+           waits for it): the caller acknowledges as that policy wants. */
+        if (same) {
+            state->acksAll = info->Config->AckPolicy == js_AckAll;
+            state->delivered = info->Delivered.Consumer;
+            state->deliveredStream = info->Delivered.Stream;
+            state->ackFloorStream = info->AckFloor.Stream;
+            state->pending = info->NumAckPending;
+        }
         jsConsumerInfo_Destroy(info);
         info = NULL;
         if (same) return NATS_OK;
@@ -69,7 +81,7 @@ natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char
     config.FilterSubject = filter;
     config.DeliverSubject = deliverSubject;
     config.DeliverPolicy = deliverNew ? js_DeliverNew : js_DeliverAll;
-    config.AckPolicy = js_AckExplicit;
+    config.AckPolicy = ackAll ? js_AckAll : js_AckExplicit;
     config.AckWait = ackWait;
     config.MaxAckPending = maxAckPending;
     config.MaxDeliver = maxDeliver;

@@ -65,6 +65,47 @@ struct NATSStoredTopicTests {
         }
     }
 
+    @Test(
+        "after an upgrade, a consumer made with explicit acks (by 0.1) is kept with the messages waiting for it: each handled once, all acknowledged"
+    )
+    func upgradeKeepsExplicitConsumer() async throws {
+        let server = try NATSServerProcess()
+        try await withTemporaryDirectory(prefix: "herald-stored-upgrade") { directory in
+            let publisher = try NATSPublisher(url: server.url)
+            func send(_ n: Int) throws {
+                _ = try publisher.publishTopic(
+                    "herald.demo.topic.news", body: Array(topicBody("news", n: n).utf8), messageID: "u\(n)", stored: true)
+            }
+            let old = try FleetInstance(server: server, store: try SQLiteStore(directory: directory)) {
+                $0.topicDelivery = .stored
+                $0.cumulativeTopicAcks = false
+            }
+            try await withFleet([old]) {
+                try await old.subscribe("news")
+                for n in 1...3 { try send(n) }
+                #expect(await eventually { old.receiver.statistics.acknowledged == 3 })
+            }
+            // Sent while it is down (being upgraded): they wait on the consumer made with explicit acks.
+            for n in 4...6 { try send(n) }
+            let upgraded = try FleetInstance(server: server, store: try SQLiteStore(directory: directory)) { $0.topicDelivery = .stored }
+            try await withFleet([upgraded]) {
+                #expect(await eventually { upgraded.collector.numbers == ["4", "5", "6"] })
+                try send(7)
+                #expect(await eventually { upgraded.collector.numbers == ["4", "5", "6", "7"] })
+                #expect(await eventually { upgraded.receiver.statistics.acknowledged == 4 })
+            }
+            // All of them were acknowledged: the next start gets what is sent from then on only.
+            let again = try FleetInstance(server: server, store: try SQLiteStore(directory: directory)) { $0.topicDelivery = .stored }
+            try await withFleet([again]) {
+                try await again.receiver.flush()
+                try send(8)
+                #expect(await eventually { again.collector.numbers.contains("8") })
+                try await again.herald.waitUntilIdle()
+                #expect(again.collector.numbers == ["8"])
+            }
+        }
+    }
+
     @Test("a topic left is not kept: after unsubscribing, messages sent to it wait for no one and reach no one")
     func unsubscribeDeletesConsumer() async throws {
         let server = try NATSServerProcess()

@@ -6,6 +6,8 @@
 //                       handler takes a few milliseconds and at most 16 messages are in flight, so a stream of
 //                       messages takes a while and the test can kill the process in the middle of it. Runs until
 //                       killed.
+//   NATSProbe URL DIR TOPIC   the same with stored topic delivery, subscribed to TOPIC before the token is written:
+//                       it handles the topic's messages (JetStream, a durable consumer per topic) instead.
 
 import Foundation
 import Herald
@@ -26,8 +28,8 @@ final class HandledLog: MessageHandler, @unchecked Sendable {
 }
 
 let arguments = CommandLine.arguments
-guard arguments.count == 3 else {
-    FileHandle.standardError.write(Data("usage: NATSProbe URL DIR\n".utf8))
+guard arguments.count == 3 || arguments.count == 4 else {
+    FileHandle.standardError.write(Data("usage: NATSProbe URL DIR [TOPIC]\n".utf8))
     exit(2)
 }
 let directory = arguments[2]
@@ -38,10 +40,17 @@ let herald = Herald(configuration: configuration, store: try SQLiteStore(directo
 var options = NATSReceiver.Options(servers: [arguments[1]])
 options.ackWait = .seconds(1)
 options.redeliveryDelay = .milliseconds(50)
-try herald.register(NATSReceiver(options: options))
+let topic = arguments.count == 4 ? arguments[3] : nil
+if topic != nil { options.topicDelivery = .stored }
+let receiver = NATSReceiver(options: options)
+try herald.register(receiver)
 try herald.register(HandledLog(path: directory + "/handled.log"))
 try await herald.start()
 let token = try await herald.token()
+if let topic {
+    try await herald.subscribe(toTopic: topic)
+    try await receiver.flush()
+}
 try Data(token.utf8).write(to: URL(fileURLWithPath: directory + "/token.tmp"))
 rename(directory + "/token.tmp", directory + "/token")
 await herald.waitUntilStopped()

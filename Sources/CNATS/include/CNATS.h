@@ -51,12 +51,24 @@ natsStatus herald_nats_ensure_stream(jsCtx *js, const char *name, const char *su
                                      int64_t replicas, jsErrCode *errorCode);
 
 /* Creates the durable push consumer `durable` on `stream`, filtered on `filter`, delivering to `deliverSubject`
-   with explicit acks, from the stream's first message on (or, with `deliverNew`, from the next one stored). An
-   existing consumer with another filter (the token rotated) is deleted first; one with this filter is kept (with
-   its unacknowledged messages). Ack wait in nanoseconds; maxDeliver -1 for no limit. */
+   with explicit acks (with `ackAll`, AckPolicy all: an ack acknowledges every message up to it), from the stream's
+   first message on (or, with `deliverNew`, from the next one stored). An existing consumer with another filter (the
+   token rotated) is deleted first; one with this filter is kept (with its unacknowledged messages, and the ack
+   policy it was made with). `*state` tells the policy of the consumer now there and, for one kept, where it was:
+   the last delivery (consumer and stream sequence), the stream sequence acknowledged through, and how many
+   delivered messages wait for an ack. Ack wait in nanoseconds; maxDeliver -1 for no limit. */
+typedef struct herald_nats_consumer_state {
+    bool acksAll;
+    uint64_t delivered;
+    uint64_t deliveredStream;
+    uint64_t ackFloorStream;
+    int64_t pending;
+} herald_nats_consumer_state;
+
 natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char *durable, const char *filter,
-                                       const char *deliverSubject, bool deliverNew, int64_t ackWait,
-                                       int64_t maxAckPending, int64_t maxDeliver, jsErrCode *errorCode);
+                                       const char *deliverSubject, bool deliverNew, bool ackAll, int64_t ackWait,
+                                       int64_t maxAckPending, int64_t maxDeliver,
+                                       herald_nats_consumer_state *state, jsErrCode *errorCode);
 
 /* Deletes the durable consumer `durable` of `stream`; a consumer that does not exist is not an error. */
 natsStatus herald_nats_delete_consumer(jsCtx *js, const char *stream, const char *durable, jsErrCode *errorCode);
