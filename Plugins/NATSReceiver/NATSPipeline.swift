@@ -105,18 +105,8 @@ final class NATSPipeline: @unchecked Sendable {
             subscription, { closure in closure.map { Unmanaged<NATSPipeline>.fromOpaque($0).release() } }, closure)
         self.subscription = subscription
         locked { $0.flusherRunning = true }
-        let flusher = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let created = pthread_create(
-            &thread, nil,
-            { argument in
-                Unmanaged<NATSPipeline>.fromOpaque(argument!).takeRetainedValue().runFlusher()
-                return nil
-            }, flusher)
-        if created == 0 {
-            pthread_detach(thread)
-        } else {
-            Unmanaged<NATSPipeline>.fromOpaque(flusher).release()
+        let created = detachThread { [self] in runFlusher() }
+        if created != 0 {
             locked { $0.flusherRunning = false }
             throw NATSReceiverError.subscribe(subject: prefix + "*", detail: "cannot start the flusher thread (\(created))")
         }

@@ -579,8 +579,10 @@ final class StoredSubscription: @unchecked Sendable {
     }
 }
 
-/// Runs `body` on a detached thread of its own (a watch that blocks for as long as the publisher lives).
-private func detachThread(_ body: @escaping @Sendable () -> Void) {
+/// Runs `body` on a detached thread of its own (a watch that blocks for as long as the publisher lives, the
+/// pipeline's flusher); `pthread_create`'s status: 0 when the thread runs, else `body` was not run.
+@discardableResult
+func detachThread(_ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Body: Sendable {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
@@ -598,4 +600,5 @@ private func detachThread(_ body: @escaping @Sendable () -> Void) {
     } else {
         Unmanaged<Body>.fromOpaque(argument).release()
     }
+    return status
 }

@@ -192,7 +192,12 @@ struct GatewayPipelineTests {
             var configuration = Herald.Configuration(senderID: "1234567890")
             configuration.projectID = "demo"
             let herald = Herald(configuration: configuration, store: InMemoryStore())
-            let gateway = NATSGateway(options: NATSReceiver.Options(servers: [server.url]))
+            var options = NATSReceiver.Options(servers: [server.url])
+            // Longer than the test can take: the sends stay in flight until the stop, however slowly a loaded
+            // machine starts their tasks (the default 5 s would answer the first ones UNAVAILABLE before the last
+            // are sent, and the count below would never reach 8).
+            options.requestTimeout = .seconds(300)
+            let gateway = NATSGateway(options: options)
             let decoding = DecodingContext(senderID: "1234567890", makeMessageID: { "local" })
             @Sendable func send(_ n: Int) async throws -> Result<String, MessageError> {
                 let body = Array(body(token: token, n: n).utf8)
