@@ -21,31 +21,15 @@ struct NATSCrashTests {
                     try client.publishStored(subject, #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"#)
                 }
             }
-            // The first half while the daemon runs, killed once a quarter of the stream is handled (on a busy machine
-            // it may have handled the whole half by then); the second half while it is down, so that the restarted
-            // daemon always has messages the first never saw.
-            try publish(0..<count / 2)
-            #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
-            kill(first.processIdentifier, SIGKILL)
-            first.waitUntilExit()
-            #expect(first.terminationReason == .uncaughtSignal)
-            try publish(count / 2..<count)
-            let beforeRestart = handled(directory)
-            #expect(beforeRestart.count < count, "the kill came after the stream had been handled; it tests nothing")
-
-            let second = try startProbe(server: server, directory: directory)
+            let second = try await killMidStream(first, server: server, directory: directory, count: count, publish: publish)
             defer {
                 kill(second.processIdentifier, SIGKILL)
                 second.waitUntilExit()
             }
-            #expect(await eventually(timeout: .seconds(60)) { Set(handled(directory).map(\.n)).count == count })
             // Redeliveries JetStream makes after the restart (acks the kill prevented) are duplicates to the inbox; the
             // work-queue stream is empty once every one of them was acknowledged, so nothing more can arrive.
             #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
-            let all = handled(directory)
-            #expect(Set(all.map(\.n)) == Set(0..<count))
-            let fresh = all.filter { !$0.replay }
-            #expect(fresh.count == Set(fresh.map(\.n)).count, "a message was accepted as new twice")
+            expectEachAcceptedOnce(directory, count: count)
         }
     }
 
@@ -66,29 +50,44 @@ struct NATSCrashTests {
                     _ = try client.publishTopic(subject, body: body, messageID: "crash-\(n)", stored: true)
                 }
             }
-            // As for token messages: killed a quarter in, the second half sent while it is down. The kill finds
-            // messages committed whose covering ack was not sent yet, or not taken: delivered again after the
-            // restart, they must be recognised as handled.
-            try publish(0..<count / 2)
-            #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
-            kill(first.processIdentifier, SIGKILL)
-            first.waitUntilExit()
-            #expect(first.terminationReason == .uncaughtSignal)
-            try publish(count / 2..<count)
-            let beforeRestart = handled(directory)
-            #expect(beforeRestart.count < count, "the kill came after the stream had been handled; it tests nothing")
-
-            let second = try startProbe(server: server, directory: directory, topic: "crash")
+            // As for token messages. The kill finds messages committed whose covering ack was not sent yet, or not
+            // taken: delivered again after the restart, they must be recognised as handled.
+            let second = try await killMidStream(
+                first, server: server, directory: directory, topic: "crash", count: count, publish: publish)
             defer {
                 kill(second.processIdentifier, SIGKILL)
                 second.waitUntilExit()
             }
-            #expect(await eventually(timeout: .seconds(60)) { Set(handled(directory).map(\.n)).count == count })
-            let all = handled(directory)
-            #expect(Set(all.map(\.n)) == Set(0..<count))
-            let fresh = all.filter { !$0.replay }
-            #expect(fresh.count == Set(fresh.map(\.n)).count, "a message was accepted as new twice")
+            expectEachAcceptedOnce(directory, count: count)
         }
+    }
+
+    /// The first half of `count` messages while `first` runs, killed once a quarter of the stream is handled (on a
+    /// busy machine it may have handled the whole half by then); the second half while it is down, so that the
+    /// restarted daemon always has messages the first never saw. Returns the second daemon once every message was
+    /// handled (or the wait ran out).
+    private func killMidStream(
+        _ first: Process, server: NATSServerProcess, directory: String, topic: String? = nil, count: Int,
+        publish: (Range<Int>) throws -> Void
+    ) async throws -> Process {
+        try publish(0..<count / 2)
+        #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
+        kill(first.processIdentifier, SIGKILL)
+        first.waitUntilExit()
+        #expect(first.terminationReason == .uncaughtSignal)
+        try publish(count / 2..<count)
+        #expect(handled(directory).count < count, "the kill came after the stream had been handled; it tests nothing")
+        let second = try startProbe(server: server, directory: directory, topic: topic)
+        #expect(await eventually(timeout: .seconds(60)) { Set(handled(directory).map(\.n)).count == count })
+        return second
+    }
+
+    /// Every message of `0..<count` handled, none accepted as new twice (redeliveries are replays).
+    private func expectEachAcceptedOnce(_ directory: String, count: Int) {
+        let all = handled(directory)
+        #expect(Set(all.map(\.n)) == Set(0..<count))
+        let fresh = all.filter { !$0.replay }
+        #expect(fresh.count == Set(fresh.map(\.n)).count, "a message was accepted as new twice")
     }
 
     private func startProbe(server: NATSServerProcess, directory: String, topic: String? = nil) throws -> Process {
