@@ -22,11 +22,12 @@ import socketserver
 import ssl
 import sys
 import threading
-import time
 
 connection_numbers = itertools.count(1)
 record_file = None
 record_lock = threading.Lock()
+# Set when the server stops: a /slow answer waits on it (at most 30 s), so that no handler outlives the server.
+stopping = threading.Event()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -91,7 +92,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200, json.dumps({"name": "projects/demo/messages/42", "bearer": self.headers.get("Authorization")}).encode())
         elif path == "/slow":
             # A server that answers late, not a wait: the client's timeout must end the exchange first.
-            time.sleep(30)
+            stopping.wait(30)
             self.answer(200, b"{}")
         else:
             self.answer(404, b'{"error": "no such path"}')
@@ -124,6 +125,7 @@ def main():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"PORT {server.server_address[1]}", flush=True)
     sys.stdin.read()
+    stopping.set()
     server.shutdown()
 
 
