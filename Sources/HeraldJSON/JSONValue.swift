@@ -329,9 +329,15 @@ public struct JSONObject: Sendable {
     @inlinable
     func position(of key: String) -> Int? {
         if let index { return index[key] }
-        // Comparing lengths first skips most string comparisons (keys of an object mostly differ in length).
+        // Comparing lengths first skips most string comparisons (keys of an object mostly differ in length). The
+        // members are walked through their buffer: no bounds check or closure per member.
         let length = key.utf8.count
-        return entries.firstIndex { $0.key.utf8.count == length && $0.key == key }
+        return entries.withUnsafeBufferPointer { members in
+            for position in members.indices where members[position].key.utf8.count == length && members[position].key == key {
+                return position
+            }
+            return nil
+        }
     }
 
     @usableFromInline

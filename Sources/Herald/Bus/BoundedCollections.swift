@@ -8,6 +8,10 @@ struct BoundedSet<Element: Hashable> {
 
     func contains(_ element: Element) -> Bool { table.value(for: element) != nil }
 
+    /// ``contains(_:)`` with `element`'s `hashValue` computed by the caller, who passes the same to
+    /// ``insert(_:hash:)`` next: a check-then-insert hashes the element once.
+    func contains(_ element: Element, hash: Int) -> Bool { table.value(for: element, hash: hash) != nil }
+
     /// Forgets `element` (a message whose acceptance was rolled back). Its place in the insertion order stays
     /// taken until it is the oldest, so until then the set holds one fewer than `capacity` elements.
     mutating func remove(_ element: Element) {
@@ -16,6 +20,11 @@ struct BoundedSet<Element: Hashable> {
 
     mutating func insert(_ element: Element) {
         table.insertIfAbsent(element, ())
+    }
+
+    /// ``insert(_:)`` with `element`'s `hashValue` computed by the caller.
+    mutating func insert(_ element: Element, hash: Int) {
+        table.insertIfAbsent(element, (), hash: hash)
     }
 
     var count: Int { table.count }
@@ -36,6 +45,11 @@ struct BoundedDictionary<Key: Hashable, Value> {
                 table.removeValue(for: key)
             }
         }
+    }
+
+    /// Sets the value of `key`, whose `hashValue` the caller computed before (for another table keyed alike).
+    mutating func setValue(_ value: Value, forKey key: Key, hash: Int) {
+        table.set(key, value, hash: hash)
     }
 
     var count: Int { table.count }
@@ -65,14 +79,24 @@ struct BoundedTable<Key: Hashable, Value> {
     }
 
     func value(for key: Key) -> Value? {
-        guard count > 0, let slot = find(key, hash: key.hashValue) else { return nil }
+        value(for: key, hash: key.hashValue)
+    }
+
+    /// ``value(for:)`` with `hash`, which must be `key.hashValue`.
+    func value(for key: Key, hash: Int) -> Value? {
+        guard count > 0, let slot = find(key, hash: hash) else { return nil }
         return values[Int(slots[slot])]
     }
 
     /// Inserts `key` with `value` unless it is present; `true` when it was inserted.
     @discardableResult
     mutating func insertIfAbsent(_ key: Key, _ value: Value) -> Bool {
-        let hash = key.hashValue
+        insertIfAbsent(key, value, hash: key.hashValue)
+    }
+
+    /// ``insertIfAbsent(_:_:)`` with `hash`, which must be `key.hashValue`.
+    @discardableResult
+    mutating func insertIfAbsent(_ key: Key, _ value: Value, hash: Int) -> Bool {
         if count > 0, find(key, hash: hash) != nil { return false }
         append(key, value, hash: hash)
         return true
@@ -80,7 +104,11 @@ struct BoundedTable<Key: Hashable, Value> {
 
     /// Sets the value of `key`: in place when present (its age does not change), else as the newest entry.
     mutating func set(_ key: Key, _ value: Value) {
-        let hash = key.hashValue
+        set(key, value, hash: key.hashValue)
+    }
+
+    /// ``set(_:_:)`` with `hash`, which must be `key.hashValue`.
+    mutating func set(_ key: Key, _ value: Value, hash: Int) {
         if count > 0, let slot = find(key, hash: hash) {
             values[Int(slots[slot])] = value
         } else {

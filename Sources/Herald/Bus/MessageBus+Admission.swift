@@ -27,11 +27,14 @@ extension MessageBus {
             return
         }
         var message = message
-        if message.messageID == nil {
+        let messageID: String
+        if let id = message.messageID {
+            messageID = id
+        } else {
             // Every accepted message has an ID: the inbox and the de-duplication window are keyed by it.
-            message.userInfo[UserInfoKey.messageID] = .string(messageIDs.make())
+            messageID = messageIDs.make()
+            message.userInfo[UserInfoKey.messageID] = .string(messageID)
         }
-        let messageID = message.messageID ?? ""
         guard let targeted = isTargeted(message, refusing: completion) else { return }
         if validateOnly {
             completion(.success(messageID))
@@ -50,7 +53,9 @@ extension MessageBus {
             dropped(message, reason: .expired, detail: "expired before delivery")
             return
         }
-        if seenIDs.contains(messageID) {
+        // Hashed once for the window's look-up, its insertion and, for a notification, `presented`.
+        let messageIDHash = messageID.hashValue
+        if seenIDs.contains(messageID, hash: messageIDHash) {
             // The sender retried a message already accepted: acknowledge again (once it is committed), deliver once.
             dropped(message, reason: .duplicate, detail: "already accepted")
             if uncommitted.contains(messageID) {
@@ -66,15 +71,17 @@ extension MessageBus {
             completion(.failure(MessageError(.busy(limit: configuration.maxInFlight))))
             return
         }
-        seenIDs.insert(messageID)
+        seenIDs.insert(messageID, hash: messageIDHash)
         inFlight += 1
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
         guard durable else {
             if answerWhenHandled {
-                admitted(message, id: messageID, at: now, then: LoopBound({ completion(.success(messageID)) }, loop: loop))
+                admitted(
+                    message, id: messageID, idHash: messageIDHash, at: now,
+                    then: LoopBound({ completion(.success(messageID)) }, loop: loop))
             } else {
                 completion(.success(messageID))
-                admitted(message, id: messageID, at: now)
+                admitted(message, id: messageID, idHash: messageIDHash, at: now)
             }
             return
         }

@@ -4,8 +4,11 @@
 extension MessageBus {
     /// An accepted message goes on: receipt analytics, then its handlers in a task of its own, or, for a data-only
     /// message when every message handler is synchronous, straight away without one.
-    /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp.
-    func admitted(_ message: RemoteMessage, id: String, at now: Int64? = nil, then handled: LoopBound<() -> Void>? = nil) {
+    /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp; `idHash`,
+    /// when the caller hashed `id` already (`id.hashValue`, for the de-duplication window), keys it in `presented`.
+    func admitted(
+        _ message: RemoteMessage, id: String, idHash: Int? = nil, at now: Int64? = nil, then handled: LoopBound<() -> Void>? = nil
+    ) {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
         // eviction per message.
@@ -17,21 +20,23 @@ extension MessageBus {
             // Nothing on this path suspends, so it needs no task (a task, its allocator slab and the closure's
             // context are three allocations per message).
             handleSynchronously(message)
-            finished(message)
+            finished(id: id)
             handled?.value()
             return
         }
         // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
         // one of them really suspends; from then on the task goes on as the loop's work.
         Task.immediate(executorPreference: loop.taskExecutor) { [self] in
-            await route(message, kind: kind)
-            finished(message)
+            await route(message, id: id, idHash: idHash, kind: kind)
+            finished(id: id)
             handled?.value()
         }
     }
 
-    private func finished(_ message: RemoteMessage) {
-        if let id = message.messageID, durable || replayedIDs.remove(id) != nil {
+    /// The message `id` (its `gcm.message_id`, as the bus keyed it when it admitted the message) is finished.
+    private func finished(id: String) {
+        // `replayedIDs` is empty but after a replay: no hashing of the ID then.
+        if durable || (!replayedIDs.isEmpty && replayedIDs.remove(id) != nil) {
             batch.finished.append(id)
             scheduleFinishedCommit()
         }
@@ -42,8 +47,8 @@ extension MessageBus {
 
     // MARK: Routing
 
-    private func route(_ message: RemoteMessage, kind: MessageKind) async {
-        if kind.contains(.display) { await present(message) }
+    private func route(_ message: RemoteMessage, id: String, idHash: Int?, kind: MessageKind) async {
+        if kind.contains(.display) { await present(message, id: id, idHash: idHash) }
         if kind.contains(.silent) { await backgroundFetch(message) }
         if kind.isDataOnly {
             for handler in pluginSet.messageHandlers {
@@ -76,18 +81,19 @@ extension MessageBus {
         }
     }
 
-    private func present(_ arrived: RemoteMessage) async {
+    private func present(_ arrived: RemoteMessage, id messageID: String, idHash: Int?) async {
         var message = arrived
         // `aps` is decoded whole only where it is needed: most notifications have no localization key and no
-        // content modifier to run.
-        if message.apsAlertHasLocalizationKey, let alert = message.aps.alert,
+        // content modifier to run. Neither changes `aps.category` (they write `aps.alert` only).
+        let presentation = message.apsPresentation
+        if presentation.alertHasLocalizationKey, let alert = message.aps.alert,
             let resolved = configuration.alertLocalization.resolved(alert)
         {
             var content = message.content
             (content.title, content.subtitle, content.body) = (resolved.title, resolved.subtitle, resolved.body)
             message.apply(content)
         }
-        if message.apsMutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
+        if presentation.mutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
         var options: PresentationOptions = []
         let foreground = applicationState == .active
         if foreground {
@@ -104,7 +110,7 @@ extension MessageBus {
             if aps.badge != nil { options.insert(.badge) }
         }
         var actions: [NotificationAction] = []
-        if let categoryID = message.apsCategory {
+        if let categoryID = presentation.category {
             if let category = categories[categoryID] {
                 actions = category.actions
             } else {
@@ -114,7 +120,7 @@ extension MessageBus {
                 analytics.record(.diagnostic, for: message, parameters: ["detail": "unknown_category", "category": categoryID])
             }
         }
-        if let messageID = message.messageID { presented[messageID] = message }
+        presented.setValue(message, forKey: messageID, hash: idHash ?? messageID.hashValue)
         if pluginSet.presenters.isEmpty, logger.logLevel <= .info {
             let alert = message.aps.alert
             logger.info(
@@ -127,7 +133,8 @@ extension MessageBus {
         for presenter in pluginSet.presenters {
             await presenter.present(message, options: options, actions: actions)
         }
-        if configuration.analyticsWiring == .automatic {
+        // The parameters (a dictionary and the options' description) are built only for a pipeline with sinks.
+        if configuration.analyticsWiring == .automatic, analytics.hasSinks {
             if !foreground {
                 analytics.record(.notificationBackground, for: message, parameters: ["options": "\(options)"])
             } else if !options.isEmpty {

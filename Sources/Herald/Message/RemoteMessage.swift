@@ -88,19 +88,21 @@ public struct RemoteMessage: Sendable, Hashable {
     /// The typed view of `aps` (an empty one when the message has none).
     public var aps: APS { APS(userInfo[UserInfoKey.aps]) ?? APS() }
 
-    /// `aps.category`, read without decoding the rest of `aps` (the bus looks it up for every notification).
-    var apsCategory: String? { userInfo[UserInfoKey.aps]?.objectValue?["category"]?.stringValue }
-
-    /// Whether `aps.alert` names a localization key (`title-loc-key`, `subtitle-loc-key`, `loc-key`) as a string,
-    /// read without decoding the rest of `aps` (the bus asks for every notification; few have one).
-    var apsAlertHasLocalizationKey: Bool {
-        guard let alert = userInfo[UserInfoKey.aps]?.objectValue?["alert"]?.objectValue else { return false }
-        return alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
-            || alert["loc-key"]?.stringValue != nil
+    /// What the bus reads from `aps` for every notification before presenting it, from one look-up of `aps`
+    /// without decoding the rest of it: whether `aps.alert` names a localization key (`title-loc-key`,
+    /// `subtitle-loc-key`, `loc-key`) as a string, whether `aps.mutable-content` is 1, and `aps.category`.
+    var apsPresentation: APSPresentation {
+        guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return APSPresentation() }
+        var presentation = APSPresentation()
+        if case .object(let alert)? = aps["alert"] {
+            presentation.alertHasLocalizationKey =
+                alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
+                || alert["loc-key"]?.stringValue != nil
+        }
+        presentation.mutableContent = aps["mutable-content"]?.intValue == 1
+        presentation.category = aps["category"]?.stringValue
+        return presentation
     }
-
-    /// `aps.mutable-content` is 1, read without decoding the rest of `aps`.
-    var apsMutableContent: Bool { userInfo[UserInfoKey.aps]?.objectValue?["mutable-content"]?.intValue == 1 }
 
     /// The analytics label (`fcm_options.analytics_label`, kept in `userInfo` as `google.c.a.m_l`).
     public var analyticsLabel: String? { userInfo[UserInfoKey.analyticsLabel]?.stringValue }
@@ -214,4 +216,14 @@ public struct MessageKind: OptionSet, Sendable, Hashable {
 
     /// Neither display nor silent: goes to the message handlers.
     public var isDataOnly: Bool { isEmpty }
+}
+
+/// The members of `aps` the bus reads for every notification (``RemoteMessage/apsPresentation``).
+struct APSPresentation {
+    /// `aps.alert` names a localization key as a string.
+    var alertHasLocalizationKey = false
+    /// `aps.mutable-content` is 1.
+    var mutableContent = false
+    /// `aps.category`.
+    var category: String?
 }

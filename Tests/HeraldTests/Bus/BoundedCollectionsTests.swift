@@ -98,4 +98,26 @@ struct BoundedCollectionsTests {
         }
         #expect(table.count == model.count)
     }
+
+    @Test("with the hash computed by the caller, the set and the dictionary agree with the plain calls")
+    func hashGivenByTheCaller() {
+        var given = BoundedSet<String>(capacity: 4)
+        var plain = BoundedSet<String>(capacity: 4)
+        var dictionary = BoundedDictionary<String, Int>(capacity: 4)
+        for step in 0..<12 {
+            let id = "message-\(step % 6)"
+            let hash = id.hashValue
+            #expect(given.contains(id, hash: hash) == plain.contains(id), "step \(step)")
+            if !given.contains(id, hash: hash) { given.insert(id, hash: hash) }
+            plain.insert(id)
+            dictionary.setValue(step, forKey: id, hash: hash)
+            #expect(dictionary[id] == step)
+        }
+        for step in 0..<6 {
+            let id = "message-\(step)"
+            #expect(given.contains(id) == plain.contains(id), "\(id)")
+        }
+        #expect(given.count == plain.count)
+        #expect(dictionary.count == 4)
+    }
 }
