@@ -208,14 +208,16 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var storedTopicAcks: [String: CumulativeAcks] = [:]
     /// Stored topic messages with a collapse key held while more messages wait for their consumer (by subject):
     /// of those with one collapse key, only the newest is handled.
-    private var collapsing: [String: [(key: String, message: OpaquePointer, expiresAt: Int64, messageID: String?, delivery: Delivery?)]] =
-        [:]
+    private var collapsing:
+        [String: [(key: String, message: OpaquePointer, expiresAt: Int64, identity: StoredIdentity?, delivery: Delivery?)]] = [:]
     private var wantedTopics: Set<String> = []
     /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the ID Herald gave
     /// each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
     /// (another stream sequence, the same `Nats-Msg-Id`) stored within ``Options/duplicateWindow`` of the first is
     /// the same message, as JetStream itself would have judged it.
     private var recentPublishes: [String: (messageID: String, storedAt: Int64, at: ContinuousClock.Instant)] = [:]
+    /// `herald.<project>.topic.` as a C string, made on the first message.
+    private var topicSubjectPrefix: [CChar] = []
     /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
     private var held: [OpaquePointer] = []
     private var heldStart = 0
@@ -780,22 +782,21 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         if kind == .topicRequest { return takeTopicRequest(message, context: context) }
         shared.withLock { $0.statistics.received += 1 }
-        // JetStream's metadata (parsed from the reply subject) once, for a stored topic message.
-        let storedTopic = kind == .jetStream && options.topicDelivery == .stored && Self.isTopicSubject(message, project: context.projectID)
-        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
-        if storedTopic || acks != nil, natsMsg_GetMetaData(&metadata, message) != NATS_OK { metadata = nil }
-        defer { if let metadata { jsMsgMetaData_Destroy(metadata) } }
+        // JetStream's metadata, read from the reply subject once per delivery (without allocating).
+        let storedTopic = kind == .jetStream && options.topicDelivery == .stored && isTopicSubject(message, project: context.projectID)
+        var parsed = herald_nats_delivery()
+        let metadata = kind == .jetStream && herald_nats_delivery_parse(natsMsg_GetReply(message), &parsed) ? parsed : nil
         var delivery: Delivery?
         if let acks, let metadata {
-            let sequence = metadata.pointee.Sequence.Stream
-            guard acks.delivered(sequence, delivery: metadata.pointee.Sequence.Consumer) else {
+            let sequence = metadata.streamSequence
+            guard acks.delivered(sequence, delivery: metadata.consumerSequence) else {
                 // A copy of a message acknowledged already: delivered again before the ack reached the server, or
                 // by a server that lost the ack. Acknowledged again (it and all below were committed).
                 natsMsg_Ack(message, nil)
                 natsMsg_Destroy(message)
                 return
             }
-            delivery = Delivery(acks: acks, sequence: sequence, deliveries: metadata.pointee.NumDelivered)
+            delivery = Delivery(acks: acks, sequence: sequence, deliveries: metadata.delivered)
         }
         let length = Int(natsMsg_GetDataLength(message))
         let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
@@ -812,7 +813,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             held.append(message)
             return
         default:
-            offer(message, kind: kind, body: body, reply: reply, context: context)
+            let identity = kind == .jetStream ? metadata.map { Self.storedIdentity(message, metadata: $0) } : nil
+            offer(message, kind: kind, body: body, reply: reply, context: context, identity: identity)
         }
     }
 
@@ -851,20 +853,25 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// its consumer, so that of several with one key only the newest is handled (the others are acknowledged and
     /// recorded as `message_dropped`, reason `collapsed`). Loop thread.
     private func takeStoredTopicMessage(
-        _ message: OpaquePointer, body: [UInt8], metadata: UnsafeMutablePointer<jsMsgMetaData>?, delivery: Delivery?,
-        context: PluginContext
+        _ message: OpaquePointer, body: [UInt8], metadata: herald_nats_delivery?, delivery: Delivery?, context: PluginContext
     ) {
-        let subject = String(cString: natsMsg_GetSubject(message))
         var storedAt = Int64(0)
         var pending = UInt64(0)
-        var messageID: String?
+        var identity: StoredIdentity?
         if let metadata {
-            storedAt = metadata.pointee.Timestamp / 1_000_000_000
-            pending = metadata.pointee.NumPending
-            messageID = Self.storedMessageID(message, metadata: metadata)
+            storedAt = metadata.timestamp / 1_000_000_000
+            pending = metadata.pending
+            identity = Self.storedIdentity(message, metadata: metadata)
         }
         let fields = StoredTopicFields(body)
         let expiresAt = storedAt + (fields.timeToLive ?? Self.defaultTimeToLive)
+        guard fields.collapseKey != nil || !collapsing.isEmpty else {
+            // Nothing to collapse with, nothing held: straight to the bus.
+            return offer(
+                message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, identity: identity,
+                delivery: delivery)
+        }
+        let subject = String(cString: natsMsg_GetSubject(message))
         var waiting = collapsing[subject] ?? []
         if let key = fields.collapseKey, let index = waiting.firstIndex(where: { $0.key == key }) {
             let replaced = waiting.remove(at: index)
@@ -872,7 +879,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             settle(replaced.message, .acknowledge, replaced.delivery)
         }
         if let key = fields.collapseKey, pending > 0, waiting.count < max(1, options.maxAckPending / 2) {
-            waiting.append((key, message, expiresAt, messageID, delivery))
+            waiting.append((key, message, expiresAt, identity, delivery))
             collapsing[subject] = waiting
             return
         }
@@ -882,33 +889,33 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let heldBody: [UInt8] = natsMsg_GetData(held.message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
             offer(
                 held.message, kind: .jetStream, body: heldBody, reply: nil, context: context, expiresAt: held.expiresAt,
-                storedID: held.messageID, delivery: held.delivery)
+                identity: held.identity, delivery: held.delivery)
         }
         offer(
-            message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, storedID: messageID,
+            message, kind: .jetStream, body: body, reply: nil, context: context, expiresAt: expiresAt, identity: identity,
             delivery: delivery)
     }
 
-    /// Whether `message` came on a topic subject (`herald.<project>.topic.…`).
-    private static func isTopicSubject(_ message: OpaquePointer, project: String) -> Bool {
+    /// Whether `message` came on a topic subject (`herald.<project>.topic.…`). Loop thread.
+    private func isTopicSubject(_ message: OpaquePointer, project: String) -> Bool {
         guard let subject = natsMsg_GetSubject(message) else { return false }
-        let prefix = "herald." + project + ".topic."
-        return prefix.withCString { strncmp(subject, $0, strlen($0)) == 0 }
+        if topicSubjectPrefix.isEmpty { topicSubjectPrefix = Array(("herald." + project + ".topic.").utf8CString) }
+        return topicSubjectPrefix.withUnsafeBufferPointer { strncmp(subject, $0.baseAddress!, $0.count - 1) == 0 }
     }
 
     /// FCM's default time to live: 4 weeks.
     static let defaultTimeToLive: Int64 = 28 * 24 * 3600
 
-    /// Submits `message` to the bus; acknowledges, refuses or answers it with the bus's answer.
+    /// Submits `message` to the bus; acknowledges, refuses or answers it with the bus's answer. `identity`: a
+    /// stored message's (`nil` when JetStream's metadata could not be read: then it gets a new ID).
     private func offer(
         _ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext,
-        expiresAt: Int64? = nil, storedID: String? = nil, delivery: Delivery? = nil
+        expiresAt: Int64? = nil, identity: StoredIdentity? = nil, delivery: Delivery? = nil
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
-        let messageID = kind == .jetStream ? storedID ?? Self.storedMessageID(message) : nil
-        let stored = kind == .jetStream ? Self.publishKey(message) : nil
-        let publish = stored?.key
-        if let stored, let messageID {
+        let messageID = identity?.messageID
+        let publish = identity?.publish?.key
+        if let messageID, let stored = identity?.publish {
             // Judged as JetStream judges a publish: by when each copy was stored, not when it is taken here (two
             // sends of the same body stored minutes apart, read together from a backlog, are two messages).
             if let earlier = recentPublishes[stored.key], earlier.messageID != messageID,
@@ -981,14 +988,22 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         recentPublishes[key] = (messageID, storedAt, now)
     }
 
-    /// `<stream> <Nats-Msg-Id>` of a stored message that has a publisher ID, and when JetStream stored it
-    /// (nanoseconds since 1970).
-    private static func publishKey(_ message: OpaquePointer) -> (key: String, storedAt: Int64)? {
-        guard let unique = herald_nats_stored_message_id(message) else { return nil }
-        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
-        guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
-        defer { jsMsgMetaData_Destroy(metadata) }
-        return ((metadata.pointee.Stream.map { String(cString: $0) } ?? "") + " " + String(cString: unique), metadata.pointee.Timestamp)
+    /// A stored message's identity, made once per delivery: the ID Herald gives it, and, when its publisher gave it
+    /// a `Nats-Msg-Id`, `<stream> <Nats-Msg-Id>` (the key ``recentPublishes`` knows the publish by) with when
+    /// JetStream stored it (nanoseconds since 1970).
+    struct StoredIdentity {
+        let messageID: String
+        let publish: (key: String, storedAt: Int64)?
+    }
+
+    static func storedIdentity(_ message: OpaquePointer, metadata: herald_nats_delivery) -> StoredIdentity {
+        let unique = herald_nats_stored_message_id(message)
+        let stream = UnsafeRawBufferPointer(start: metadata.stream, count: metadata.streamLength)
+        let messageID = storedMessageID(stream: stream, sequence: metadata.streamSequence, unique: unique, storedAt: metadata.timestamp)
+        let publish = unique.map { unique in
+            (key: String(decoding: stream, as: UTF8.self) + " " + String(cString: unique), storedAt: metadata.timestamp)
+        }
+        return StoredIdentity(messageID: messageID, publish: publish)
     }
 
     private enum Settlement { case acknowledge, redeliverLater, terminate, done }
@@ -1070,18 +1085,50 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// answers. The sequence alone is not enough: a nats-server killed (SIGKILL) after its stream emptied can come
     /// back with the stream's last sequence set back, and then gives new messages the sequences of messages already
     /// handled; the publisher's ID (or the time they were stored) tells them apart, so de-duplication does not drop
-    /// them.
-    private static func storedMessageID(_ message: OpaquePointer) -> String? {
-        var metadata: UnsafeMutablePointer<jsMsgMetaData>?
-        guard natsMsg_GetMetaData(&metadata, message) == NATS_OK, let metadata else { return nil }
-        defer { jsMsgMetaData_Destroy(metadata) }
-        return storedMessageID(message, metadata: metadata)
-    }
-
-    private static func storedMessageID(_ message: OpaquePointer, metadata: UnsafeMutablePointer<jsMsgMetaData>) -> String {
-        let stream = metadata.pointee.Stream.map { String(cString: $0) } ?? ""
-        let unique = herald_nats_stored_message_id(message).map { String(cString: $0) } ?? "\(metadata.pointee.Timestamp)"
-        return "nats-\(stream)-\(metadata.pointee.Sequence.Stream)-\(unique)"
+    /// them. Written straight into the string's storage: one allocation per delivery.
+    static func storedMessageID(stream: UnsafeRawBufferPointer, sequence: UInt64, unique: UnsafePointer<CChar>?, storedAt: Int64) -> String
+    {
+        let uniqueLength = unique.map { strlen($0) } ?? 0
+        let capacity = 5 + stream.count + 1 + 20 + 1 + max(uniqueLength, 20)
+        return String(unsafeUninitializedCapacity: capacity) { buffer in
+            var end = 0
+            func append(_ bytes: UnsafeRawBufferPointer) {
+                guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
+                UnsafeMutableRawPointer(buffer.baseAddress! + end).copyMemory(from: base, byteCount: bytes.count)
+                end += bytes.count
+            }
+            func append(_ byte: UInt8) {
+                buffer[end] = byte
+                end += 1
+            }
+            func appendDecimal(_ value: UInt64) {
+                var digits = 1
+                var rest = value / 10
+                while rest > 0 {
+                    digits += 1
+                    rest /= 10
+                }
+                var value = value
+                for index in stride(from: end + digits - 1, through: end, by: -1) {
+                    buffer[index] = UInt8(ascii: "0") + UInt8(value % 10)
+                    value /= 10
+                }
+                end += digits
+            }
+            let prefix: StaticString = "nats-"
+            append(UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
+            append(stream)
+            append(UInt8(ascii: "-"))
+            appendDecimal(sequence)
+            append(UInt8(ascii: "-"))
+            if let unique {
+                append(UnsafeRawBufferPointer(start: unique, count: uniqueLength))
+            } else {
+                if storedAt < 0 { append(UInt8(ascii: "-")) }
+                appendDecimal(storedAt.magnitude)
+            }
+            return end
+        }
     }
 
     // MARK: Connection events (from cnats's callback thread)

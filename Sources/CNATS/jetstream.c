@@ -136,6 +136,63 @@ const char *herald_nats_stored_message_id(natsMsg *message) {
     return value;
 }
 
+/* One decimal token of a reply subject, from `*cursor` up to the next '.' or the end; false when it is empty or
+   not a number. Moves `*cursor` past the token and its dot. */
+static bool herald_nats_number(const char **cursor, const char *end, uint64_t *value) {
+    const char *p = *cursor;
+    uint64_t result = 0;
+    if (p >= end || *p == '.') return false;
+    for (; p < end && *p != '.'; p++) {
+        if (*p < '0' || *p > '9') return false;
+        uint64_t digit = (uint64_t)(*p - '0');
+        if (result > (UINT64_MAX - digit) / 10) return false;
+        result = result * 10 + digit;
+    }
+    *value = result;
+    *cursor = p < end ? p + 1 : p;
+    return true;
+}
+
+bool herald_nats_delivery_parse(const char *reply, herald_nats_delivery *delivery) {
+    static const char prefix[] = "$JS.ACK.";
+    const size_t prefixLength = sizeof(prefix) - 1;
+    if (reply == NULL || strncmp(reply, prefix, prefixLength) != 0) return false;
+    const char *start = reply + prefixLength;
+    const char *end = start + strlen(start);
+    /* The tokens after the prefix: 7 (`<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`)
+       or, from nats-server 2.9 on, 9 or more (`<domain>.<account hash>.` before them, more tokens after). */
+    const char *tokens[12];
+    int count = 0;
+    tokens[count++] = start;
+    for (const char *p = start; p < end; p++) {
+        if (*p == '.') {
+            if (count == 12) break;
+            tokens[count++] = p + 1;
+        }
+    }
+    int first;
+    if (count == 7) {
+        first = 0;
+    } else if (count >= 9) {
+        first = 2;
+    } else {
+        return false;
+    }
+    const char *streamEnd = tokens[first + 1] - 1;
+    if (streamEnd <= tokens[first]) return false;
+    delivery->stream = tokens[first];
+    delivery->streamLength = (size_t)(streamEnd - tokens[first]);
+    const char *cursor = tokens[first + 2];
+    uint64_t timestamp = 0;
+    if (!herald_nats_number(&cursor, end, &delivery->delivered) || !herald_nats_number(&cursor, end, &delivery->streamSequence)
+        || !herald_nats_number(&cursor, end, &delivery->consumerSequence) || !herald_nats_number(&cursor, end, &timestamp)
+        || !herald_nats_number(&cursor, end, &delivery->pending))
+        return false;
+    if (timestamp > (uint64_t)INT64_MAX) return false;
+    delivery->timestamp = (int64_t)timestamp;
+    return true;
+}
+
 natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *count, jsErrCode *errorCode) {
     jsStreamInfo *info = NULL;
     *errorCode = 0;

@@ -78,9 +78,13 @@ struct NATSThroughputTests {
         let environment = ProcessInfo.processInfo.environment
         let count = environment["HERALD_NATS_FANOUT_MESSAGES"].flatMap { Int($0) } ?? 20_000
         let rounds = environment["HERALD_NATS_FANOUT_ROUNDS"].flatMap { Int($0) } ?? 3
+        // HERALD_NATS_FANOUT_WAYS (`core`, `storedEach`, `storedCumulative`, comma-separated) runs only those: to
+        // profile one way at a time (callgrind's instruction counts of the test process).
+        let named = environment["HERALD_NATS_FANOUT_WAYS"].map { $0.split(separator: ",").map(String.init) }
+        let ways = named.map { names in FanOut.allCases.filter { names.contains("\($0)") } } ?? FanOut.allCases
         var figures: [FanOut: [(wall: Duration, herald: Duration, server: Duration)]] = [:]
         for round in 1...rounds {
-            for way in FanOut.allCases {
+            for way in ways {
                 let figure = try await fanOut(way, count: count)
                 figures[way, default: []].append(figure)
                 print(
@@ -92,8 +96,8 @@ struct NATSThroughputTests {
             let values = figures[way, default: []].map { Self.microseconds(part($0.wall, $0.herald, $0.server), count) }.sorted()
             return values[values.count / 2]
         }
-        let core = median(.core) { _, herald, server in herald + server }
-        for way in FanOut.allCases {
+        let core = ways.contains(.core) ? median(.core) { _, herald, server in herald + server } : .nan
+        for way in ways {
             let total = median(way) { _, herald, server in herald + server }
             print(
                 "topic fan-out to 3 instances, \(count) messages, median of \(rounds) rounds, \(way.rawValue): CPU per message \(total) µs (Herald's 3 instances and the sender \(median(way) { _, herald, _ in herald }), nats-server \(median(way) { _, _, server in server })), wall \(median(way) { w, _, _ in w }) µs; ÷ core \((total / core * 100).rounded() / 100)"

@@ -106,6 +106,24 @@ natsStatus herald_nats_stream_messages(jsCtx *js, const char *stream, uint64_t *
 /* The message's Nats-Msg-Id header, or NULL; valid while the message is. */
 const char *herald_nats_stored_message_id(natsMsg *message);
 
+/* A JetStream delivery's metadata, as its reply subject tells it. `stream` points into that subject
+   (`streamLength` bytes, not NUL-terminated): valid while the message is. */
+typedef struct herald_nats_delivery {
+    const char *stream;
+    size_t streamLength;
+    uint64_t delivered;
+    uint64_t streamSequence;
+    uint64_t consumerSequence;
+    int64_t timestamp;
+    uint64_t pending;
+} herald_nats_delivery;
+
+/* Reads a JetStream delivery's reply subject (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream sequence>.
+   <consumer sequence>.<time stored, ns>.<pending>`, or from nats-server 2.9 on the same after `<domain>.<account
+   hash>.` and with more tokens after) into `*delivery`, as natsMsg_GetMetaData reads it but without allocating
+   anything; false when `reply` is NULL or not such a subject. */
+bool herald_nats_delivery_parse(const char *reply, herald_nats_delivery *delivery);
+
 /* Writes `token` as the value of `key` in the key-value bucket `bucket` (created when missing, file storage, one
    revision kept, `replicas` copies), or deletes `key` when `token` is NULL. */
 natsStatus herald_nats_put_registration(jsCtx *js, const char *bucket, const char *key, const char *token,
