@@ -98,9 +98,9 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
             defer { shared = (nil, nil) }
             return shared.publisher
         }
-        publisher?.stopWatching()
         // Sends in flight are answered now, UNAVAILABLE: stored or not, their senders' retries are stored once.
         publisher?.closePipeline()
+        publisher?.stopWatching()
     }
 
     /// Sends waiting for JetStream's acknowledgement or a flush now (none once stopped).

@@ -519,11 +519,22 @@ private final class WatchedBucket: @unchecked Sendable {
         }
     }
 
+    /// Does not wait: stopping a watch deletes its consumer, a request the server answers or lets time out (the
+    /// publisher's timeout, when the server is frozen), so it runs on a thread of its own. The watcher is stopped
+    /// under the lock, and the watch's thread takes the lock before it destroys the watcher: one cannot outrun the other.
     func stop() {
-        state.withLock { state in
+        let watching = state.withLock { state in
             state.stopped = true
-            if let watcher = state.watcher { kvWatcher_Stop(watcher) }
+            return state.watcher != nil
         }
+        guard watching else { return }
+        let stopWatcher: @Sendable () -> Void = { [self] in
+            state.withLock { state in
+                if let watcher = state.watcher { kvWatcher_Stop(watcher) }
+            }
+        }
+        // No thread to spare: stopped here, waiting.
+        if detachThread(stopWatcher) != 0 { stopWatcher() }
     }
 
     private func notify() {

@@ -209,7 +209,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// Stored topic messages with a collapse key held while more messages wait for their consumer (by subject):
     /// of those with one collapse key, only the newest is handled.
     private var collapsing:
-        [String: [(key: String, message: OpaquePointer, expiresAt: Int64, identity: StoredIdentity?, delivery: Delivery?)]] = [:]
+        [String: [(key: String, message: OpaquePointer, expiresAt: Int64, identity: StoredDeliveryIdentity?, delivery: Delivery?)]] = [:]
     private var wantedTopics: Set<String> = []
     /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the ID Herald gave
     /// each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
@@ -857,7 +857,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     ) {
         var storedAt = Int64(0)
         var pending = UInt64(0)
-        var identity: StoredIdentity?
+        var identity: StoredDeliveryIdentity?
         if let metadata {
             storedAt = metadata.timestamp / 1_000_000_000
             pending = metadata.pending
@@ -910,7 +910,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// stored message's (`nil` when JetStream's metadata could not be read: then it gets a new ID).
     private func offer(
         _ message: OpaquePointer, kind: SubscriptionRelay.Kind, body: [UInt8], reply: String?, context: PluginContext,
-        expiresAt: Int64? = nil, identity: StoredIdentity? = nil, delivery: Delivery? = nil
+        expiresAt: Int64? = nil, identity: StoredDeliveryIdentity? = nil, delivery: Delivery? = nil
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
         let messageID = identity?.messageID
@@ -991,19 +991,19 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// A stored message's identity, made once per delivery: the ID Herald gives it, and, when its publisher gave it
     /// a `Nats-Msg-Id`, `<stream> <Nats-Msg-Id>` (the key ``recentPublishes`` knows the publish by) with when
     /// JetStream stored it (nanoseconds since 1970).
-    struct StoredIdentity {
+    struct StoredDeliveryIdentity {
         let messageID: String
         let publish: (key: String, storedAt: Int64)?
     }
 
-    static func storedIdentity(_ message: OpaquePointer, metadata: herald_nats_delivery) -> StoredIdentity {
+    static func storedIdentity(_ message: OpaquePointer, metadata: herald_nats_delivery) -> StoredDeliveryIdentity {
         let unique = herald_nats_stored_message_id(message)
         let stream = UnsafeRawBufferPointer(start: metadata.stream, count: metadata.streamLength)
         let messageID = storedMessageID(stream: stream, sequence: metadata.streamSequence, unique: unique, storedAt: metadata.timestamp)
         let publish = unique.map { unique in
             (key: String(decoding: stream, as: UTF8.self) + " " + String(cString: unique), storedAt: metadata.timestamp)
         }
-        return StoredIdentity(messageID: messageID, publish: publish)
+        return StoredDeliveryIdentity(messageID: messageID, publish: publish)
     }
 
     private enum Settlement { case acknowledge, redeliverLater, terminate, done }
