@@ -51,6 +51,32 @@ final class NATSCluster: TestNATSServer, @unchecked Sendable {
         return nil
     }
 
+    /// What node `index`'s monitoring says of `stream`'s consumers, one line each (name, pending, waiting for an ack,
+    /// redelivered, delivered and ack-floor stream sequences): what a failed check of the stream's state shows.
+    func consumerStates(node index: Int, stream: String) -> String {
+        guard
+            let result = try? runExecutable(
+                URL(fileURLWithPath: "/usr/bin/curl"),
+                ["-sf", "--max-time", "5", "http://127.0.0.1:\(monitorPorts[index])/jsz?streams=true&consumers=true"]),
+            let json = try? JSONParser.parse(Array(result.output.utf8))
+        else { return "node \(index): no monitoring answer" }
+        var lines: [String] = []
+        for account in json["account_details"]?.arrayValue ?? [] {
+            for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
+                for consumer in detail["consumer_detail"]?.arrayValue ?? [] {
+                    let name = consumer["name"]?.stringValue ?? "?"
+                    let number = { (key: String) in consumer[key]?.intValue.map(String.init) ?? "?" }
+                    let sequence = { (key: String) in consumer[key]?["stream_seq"]?.intValue.map(String.init) ?? "?" }
+                    lines.append(
+                        "\(name): pending \(number("num_pending")), ack pending \(number("num_ack_pending")), "
+                            + "redelivered \(number("num_redelivered")), delivered \(sequence("delivered")), "
+                            + "ack floor \(sequence("ack_floor"))")
+                }
+            }
+        }
+        return "node \(index) consumers of \(stream): " + (lines.isEmpty ? "none" : lines.joined(separator: "; "))
+    }
+
     /// The node that leads `stream`'s replicas now (by its monitoring), or `nil` when none says.
     func streamLeader(_ stream: String) throws -> Int? {
         for index in nodes.indices {
@@ -204,7 +230,10 @@ struct NATSClusterTests {
                 guard let mine, let theirs else { return false }
                 return mine.lastSequence == theirs.lastSequence && theirs.messages == 0
             }
-            #expect(caughtUp, "\(seen.withLock { $0 })")
+            #expect(
+                caughtUp,
+                "\(seen.withLock { $0 }); \(cluster.consumerStates(node: survivor, stream: "HERALD_DEMO")); instances' statistics: \(instances.map { String(describing: $0.receiver.statistics) })"
+            )
             // And it serves: with another node lost now, the stream's majority needs it. 300 more, each handled once.
             cluster.nodes[survivor].kill()
             await onThreads(1) { _ in
