@@ -230,9 +230,11 @@ final class DaemonService: Service, Sendable {
                 Task { await herald.shutdown() }
             }
         } onGracefulShutdown: {
-            Systemd.notify("STOPPING=1\nSTATUS=finishing messages in flight")
             logger.notice("stopping", metadata: ["grace": "\(grace)s"])
             Task { await herald.shutdown() }
+            // Without waiting: the stop must not hang on a service manager that reads no more (the process's exit is
+            // what it goes by; this line only says why the stop takes a while).
+            Systemd.notifyWithoutWaiting("STOPPING=1\nSTATUS=finishing messages in flight")
         }
         watchdog?.cancel()
         await loop.shutdownGracefully()
@@ -417,7 +419,8 @@ private final class SilentPresenter: Presenter {
 /// with `Type=notify` (it sets `NOTIFY_SOCKET`).
 enum Systemd {
     /// Sends `state` through libsystemd, which waits while the service manager's queue of notifications is full:
-    /// for the start, the stop and reloads, which happen off the loop.
+    /// for the start and reloads (`READY=1`, `RELOADING=1`), which happen off the loop and which the service manager
+    /// must not miss. (`STOPPING=1` is sent without waiting: a stop must end even if nobody reads.)
     static func notify(_ state: String) {
         _ = sd_notify(0, state)
     }

@@ -128,6 +128,15 @@ public func waitForExit(_ process: Process) {
     ended.wait()
 }
 
+/// Waits at most `timeout` until `process` has ended (as ``waitForExit(_:)``). Answers whether it ended.
+public func waitForExit(_ process: Process, timeout: Duration) -> Bool {
+    let ended = DispatchSemaphore(value: 0)
+    process.terminationHandler = { _ in ended.signal() }
+    guard process.isRunning else { return true }
+    let nanoseconds = timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
+    return ended.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success || !process.isRunning
+}
+
 /// Held while a child is spawned (see ``runWithNoSignalsBlocked(_:)``).
 private let spawnLock = NSLock()
 

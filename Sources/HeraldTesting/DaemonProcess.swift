@@ -76,9 +76,20 @@ public final class DaemonProcess {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    public func terminate() -> Int32 {
+    /// A daemon still running `timeout` after it (two minutes by default: a sanitizer's build stops slowly) is
+    /// killed with SIGKILL, which its log then says, and its status is the signal's (9): a daemon that does not stop
+    /// fails the test that stops it instead of holding the whole run.
+    public func terminate(timeout: Duration = .seconds(120)) -> Int32 {
         kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
+        if !waitForExit(process, timeout: timeout) {
+            kill(process.processIdentifier, SIGKILL)
+            waitForExit(process)
+            if let log = FileHandle(forWritingAtPath: "\(directory)/stderr.log") {
+                log.seekToEndOfFile()
+                log.write(Data("(the test killed the daemon with SIGKILL: it had not stopped \(timeout) after SIGTERM)\n".utf8))
+                try? log.close()
+            }
+        }
         return process.terminationStatus
     }
 
@@ -88,7 +99,7 @@ public final class DaemonProcess {
     deinit {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            waitForExit(process)
         }
     }
 }

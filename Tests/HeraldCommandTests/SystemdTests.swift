@@ -122,7 +122,7 @@ struct SystemdTests {
     }
 
     @Test(
-        "a service manager that stops reading: pings and status lines it has no room for are dropped, the loop goes on; read again, they resume"
+        "a service manager that stops reading: pings and status lines it has no room for are dropped, the loop goes on; read again, they resume; unread, the stop does not wait"
     )
     func managerNotReading() async throws {
         try await withTemporaryDirectory { directory in
@@ -143,6 +143,8 @@ struct SystemdTests {
             let status = notify.until("STATUS=receiving: 1 messages received")
             #expect(status.last == "STATUS=receiving: 1 messages received, 0 dropped, 0 background fetches", "\(status)")
             #expect(notify.next() == "WATCHDOG=1")
+            // Not read again: the stop does not wait for room in the queue (STOPPING=1 is dropped, the daemon ends).
+            #expect(await eventually { notify.isFull() })
             #expect(daemon.terminate() == 0, "\(daemon.log)")
         }
     }
