@@ -167,7 +167,9 @@ struct SystemdTests {
             #expect(notify.until("READY=1").last?.contains("READY=1") == true, "\(daemon.log)")
             let pings = PingRecorder(notify)
             #expect(await eventually { pings.count >= 3 })
-            // Eight clients at once: their handshakes' signatures take the loop one after another.
+            // Eight clients at once: their handshakes' signatures take the loop one after another. Each handshake has
+            // ten seconds from its connection (the TLS settings' default): on a loaded machine the last ones in line
+            // may not get there and are closed, as they should be; each client ends either way.
             let clients = try runExecutable(
                 URL(fileURLWithPath: "/usr/bin/python3"),
                 [
@@ -177,18 +179,25 @@ struct SystemdTests {
                     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
                     context.check_hostname = False
                     context.verify_mode = ssl.CERT_NONE
-                    done = []
+                    done, closed = [], []
                     def handshake():
-                        with context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=120)):
-                            done.append(1)
+                        try:
+                            with context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=120)):
+                                done.append(1)
+                        except OSError as error:  # reset, or closed mid-handshake
+                            closed.append(error)
                     threads = [threading.Thread(target=handshake) for _ in range(8)]
                     [thread.start() for thread in threads]
                     [thread.join() for thread in threads]
-                    print(len(done))
+                    print(len(done), len(closed))
                     """,
                     "\(daemon.httpPort)",
                 ])
-            #expect(clients.output.trimmingCharacters(in: .whitespacesAndNewlines) == "8", "\(clients.error)")
+            let counts = clients.output.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            #expect(counts.count == 2 && counts[0] >= 1 && counts[0] + counts[1] == 8, "\(clients.output) \(clients.error)")
+            if counts.count == 2, counts[1] > 0 {
+                #expect(daemon.log.contains("no complete handshake within"), "closed otherwise: \(daemon.log)")
+            }
             let afterClients = pings.count
             #expect(await eventually { pings.count >= afterClients + 3 }, "the pings did not resume")
             let gaps = pings.gaps()
@@ -218,8 +227,10 @@ private final class PingRecorder: @unchecked Sendable {
 
     init(_ notify: NotifySocket) {
         Thread { [self] in
-            while !lock.withLock({ stopped }), let message = notify.next() {
-                if message == "WATCHDOG=1" { lock.withLock { arrivals.append(.now) } }
+            // Until stopped, through silences too: a loop held longer than the socket's 10 s receive timeout pings
+            // again after.
+            while !lock.withLock({ stopped }) {
+                if let message = notify.next(), message == "WATCHDOG=1" { lock.withLock { arrivals.append(.now) } }
             }
         }.start()
     }
