@@ -108,6 +108,12 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         shared.withLock { $0.publisher }?.sendsInFlight ?? 0
     }
 
+    /// The watched copy's registration of `token`'s installation: `nil` while the watch has not caught up (a send
+    /// then reads the bucket), `.some(nil)` when the copy has none.
+    package func watchedRegistration(token: String) -> String?? {
+        shared.withLock { $0.publisher }?.cachedRegistration(key: NATSSubjects.registrationKey(token: token))
+    }
+
     /// Healthy while connected to NATS.
     public var health: ReceiverHealth? {
         guard let publisher = shared.withLock({ $0.publisher }) else { return ReceiverHealth(healthy: false, state: "closed") }

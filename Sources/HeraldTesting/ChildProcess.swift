@@ -128,7 +128,8 @@ public func waitForExit(_ process: Process) {
     ended.wait()
 }
 
-/// Waits at most `timeout` until `process` has ended (as ``waitForExit(_:)``). Answers whether it ended.
+/// Waits at most `timeout` until `process` has ended (as ``waitForExit(_:)``). Answers whether it ended. (Call
+/// `waitUntilExit()` after it has, on a thread that lives on: until then Foundation keeps the process and its pipes.)
 public func waitForExit(_ process: Process, timeout: Duration) -> Bool {
     let ended = DispatchSemaphore(value: 0)
     process.terminationHandler = { _ in ended.signal() }

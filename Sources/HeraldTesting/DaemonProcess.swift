@@ -90,6 +90,9 @@ public final class DaemonProcess {
                 try? log.close()
             }
         }
+        // It has ended, so this returns at once; it is what lets Foundation release the process and its pipes (a
+        // process only waited for through its termination handler is kept, with its pipes' descriptors, for good).
+        process.waitUntilExit()
         return process.terminationStatus
     }
 
@@ -99,7 +102,7 @@ public final class DaemonProcess {
     deinit {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            waitForExit(process)
+            process.waitUntilExit()
         }
     }
 }

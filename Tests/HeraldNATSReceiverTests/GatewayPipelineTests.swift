@@ -213,7 +213,10 @@ struct GatewayPipelineTests {
                 return await gateway.forward(try FCMSendRequest.decode(body, context: decoding), body: body)
             }
             try await withStarted(herald, plugins: [gateway]) { _ in
-                // Once the gateway's copy of the registrations has the token, a send is stored.
+                // Once the gateway's copy of the registrations has the token, a send is stored. (A send before that
+                // reads the bucket instead, which the frozen server below would leave waiting for the request
+                // timeout: the test waits for the copy.)
+                #expect(await eventually { (gateway.watchedRegistration(token: token) ?? nil) != nil })
                 #expect(await eventually { (try? await send(0).get()) != nil })
                 server.pause()
                 // SIGSTOP reaches each of the server's threads in its own time: wait until all are stopped, so that
