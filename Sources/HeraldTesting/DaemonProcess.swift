@@ -79,7 +79,12 @@ public final class DaemonProcess {
     /// A daemon still running `timeout` after it (two minutes by default: a sanitizer's build stops slowly) is
     /// killed with SIGKILL, which its log then says, and its status is the signal's (9): a daemon that does not stop
     /// fails the test that stops it instead of holding the whole run.
-    public func terminate(timeout: Duration = .seconds(120)) -> Int32 {
+    public func terminate() -> Int32 {
+        terminate(timeout: .seconds(120))
+    }
+
+    /// As ``terminate()``, with a daemon killed `timeout` after SIGTERM.
+    public func terminate(timeout: Duration) -> Int32 {
         kill(process.processIdentifier, SIGTERM)
         if !waitForExit(process, timeout: timeout) {
             kill(process.processIdentifier, SIGKILL)
