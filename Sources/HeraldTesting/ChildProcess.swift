@@ -122,20 +122,21 @@ public func runWithNoSignalsBlocked(_ process: Process) throws {
 /// thread that ends with a run loop makes Foundation allocate in its thread-exit destructor, which crashes under
 /// Thread Sanitizer (seen as a SEGV in the sanitizer's allocator when a test's helper thread ends).
 public func waitForExit(_ process: Process) {
-    let ended = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in ended.signal() }
-    guard process.isRunning else { return }
-    ended.wait()
+    _ = waitForExit(process, until: .distantFuture)
 }
 
 /// Waits at most `timeout` until `process` has ended (as ``waitForExit(_:)``). Answers whether it ended. (Call
 /// `waitUntilExit()` after it has, on a thread that lives on: until then Foundation keeps the process and its pipes.)
 public func waitForExit(_ process: Process, timeout: Duration) -> Bool {
+    let nanoseconds = timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
+    return waitForExit(process, until: .now() + .nanoseconds(Int(nanoseconds)))
+}
+
+private func waitForExit(_ process: Process, until deadline: DispatchTime) -> Bool {
     let ended = DispatchSemaphore(value: 0)
     process.terminationHandler = { _ in ended.signal() }
     guard process.isRunning else { return true }
-    let nanoseconds = timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
-    return ended.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success || !process.isRunning
+    return ended.wait(timeout: deadline) == .success || !process.isRunning
 }
 
 /// Held while a child is spawned (see ``runWithNoSignalsBlocked(_:)``).
