@@ -73,7 +73,6 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
-        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         // Builds the DocC catalogs (scripts/docs); a command plugin, linked into nothing.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -113,7 +112,8 @@ let package = Package(
             pkgConfig: "libnghttp2",
             providers: [.apt(["libnghttp2-dev"])]
         ),
-        // OpenSSL 3's libssl and libcrypto: TLS on Herald's listeners (HeraldTLS).
+        // OpenSSL 3's libssl and libcrypto: TLS on Herald's listeners, and the keys and signatures Herald checks
+        // (RS256 service-account assertions, ES256 APNs provider tokens and VAPID, SHA-256), all in HeraldTLS.
         .systemLibrary(
             name: "COpenSSL",
             path: "Sources/COpenSSL",
@@ -229,7 +229,7 @@ let package = Package(
         // Receivers: the FCM/APNs-compatible HTTP API, newline-delimited JSON on a Unix socket, a NATS fleet.
         .target(
             name: "HeraldHTTPReceiver",
-            dependencies: ["Herald", "HeraldHTTP", "HeraldTLS", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["Herald", "HeraldHTTP", "HeraldTLS"],
             path: "Plugins/HTTPReceiver",
             swiftSettings: swiftSettings
         ),
@@ -504,7 +504,7 @@ let package = Package(
         .testTarget(
             name: "HeraldHTTPReceiverTests",
             dependencies: [
-                "Herald", "HeraldTesting", "HeraldHTTPReceiver", "HeraldTLS", .product(name: "Crypto", package: "swift-crypto"),
+                "Herald", "HeraldTesting", "HeraldHTTPReceiver", "HeraldTLS",
             ],
             swiftSettings: swiftSettings
         ),
@@ -551,7 +551,7 @@ let package = Package(
             dependencies: [
                 "Herald", "HeraldTesting", "HeraldUnifiedPush", "HeraldHTTPReceiver", "HeraldSQLite", "HeraldReport", "HeraldJSONLExport",
                 "HeraldPrometheusMetrics", "HeraldNATSReceiver",
-                "herald", .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
+                "herald", "HeraldTLS", .product(name: "Logging", package: "swift-log"),
             ],
             exclude: ["Resources"],
             swiftSettings: swiftSettings

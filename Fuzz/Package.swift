@@ -15,7 +15,6 @@ let package = Package(
     platforms: [.macOS(.v15)],
     dependencies: [
         .package(name: "Herald", path: ".."),
-        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
@@ -92,7 +91,7 @@ let package = Package(
         ),
         // The HTTP receiver's parsers of credentials and push headers: POST /token's JWT-bearer assertion, APNs provider
         // tokens, VAPID authorizations, the Web Push headers and the FCM proxy's CONNECT head, the first byte picking
-        // one; tokens are also signed with the harness's keys from the input's claims (Crypto, HeraldTLS).
+        // one; tokens are also signed with the harness's keys from the input's claims (HeraldTLS).
         .executableTarget(
             name: "FuzzAuth",
             dependencies: [
@@ -100,7 +99,6 @@ let package = Package(
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldHTTPReceiver", package: "Herald"),
                 .product(name: "HeraldTLS", package: "Herald"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,5 +1,5 @@
-import Crypto
 import Herald
+import HeraldTLS
 
 /// A key that APNs provider tokens may be signed with: the key ID and team ID Apple gives with a `.p8` key, and the
 /// key itself (its public half is all the receiver keeps).
@@ -8,7 +8,7 @@ public struct APNsProviderKey: Sendable {
     public let keyID: String
     /// The team ID, the token's `iss` claim.
     public let teamID: String
-    let publicKey: P256.Signing.PublicKey
+    let publicKey: P256PublicKey
 
     /// A key from its PEM text: the P-256 public key (`BEGIN PUBLIC KEY`) or the `.p8` private key Apple hands out
     /// (`BEGIN PRIVATE KEY`; only its public half is kept). Throws ``APNsProviderKeyError``.
@@ -16,9 +16,9 @@ public struct APNsProviderKey: Sendable {
         guard !keyID.isEmpty, !teamID.isEmpty else {
             throw APNsProviderKeyError(keyID: keyID, reason: "the key ID and team ID must not be empty")
         }
-        if let key = try? P256.Signing.PublicKey(pemRepresentation: pem) {
+        if let key = try? P256PublicKey(pem: pem) {
             publicKey = key
-        } else if let key = try? P256.Signing.PrivateKey(pemRepresentation: pem) {
+        } else if let key = try? P256PrivateKey(pem: pem) {
             publicKey = key.publicKey
         } else {
             throw APNsProviderKeyError(keyID: keyID, reason: "not a P-256 (ES256) public key or .p8 private key in PEM form")
@@ -101,11 +101,10 @@ final class APNsTokenVerifier: Sendable {
             let signatureBytes = Self.base64URLDecoded(parts[2]),
             let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimsBytes),
             header["alg"]?.stringValue == "ES256", let keyID = header["kid"]?.stringValue, let key = keys[keyID],
-            claims["iss"]?.stringValue == key.teamID, case .int(let issued)? = claims["iat"],
-            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
+            claims["iss"]?.stringValue == key.teamID, case .int(let issued)? = claims["iat"], signatureBytes.count == 64
         else { throw .invalid }
         let signed = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
-        guard key.publicKey.isValidSignature(signature, for: signed) else { throw .invalid }
+        guard key.publicKey.isValidES256Signature(signatureBytes, for: signed) else { throw .invalid }
         return issued
     }
 

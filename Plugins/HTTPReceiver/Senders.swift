@@ -1,5 +1,5 @@
-import Crypto
 public import Herald
+import HeraldTLS
 
 /// What a sender may do, each a scope of its credential.
 ///
@@ -104,7 +104,7 @@ public struct SenderCredential: Sendable, Hashable {
     /// The SHA-256 of `secret`, lower-case hex: what is kept of it.
     public static func hash(secret: some StringProtocol) -> String {
         let digits = Array("0123456789abcdef".utf8)
-        let digest = SHA256.hash(data: Array(secret.utf8))
+        let digest = sha256(secret.utf8)
         return String(decoding: digest.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0F)]] }, as: UTF8.self)
     }
 

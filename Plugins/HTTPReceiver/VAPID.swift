@@ -1,5 +1,5 @@
-import Crypto
 import HeraldJSON
+import HeraldTLS
 
 /// Why a push's VAPID authorization (RFC 8292) is refused: `401` when there is none, `403` when it does not hold.
 public enum VAPIDRefusal: Error, Sendable, Equatable, CustomStringConvertible {
@@ -65,8 +65,7 @@ public enum VAPID {
             let header = try? JSONParser.parse(headerBytes), let claims = try? JSONParser.parse(claimsBytes)
         else { throw .malformed("t is not a JWT") }
         guard header["alg"]?.stringValue == "ES256" else { throw .malformed("the token's alg is not ES256") }
-        guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
-            givenKey.isValidSignature(signature, for: Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count)))
+        guard givenKey.isValidES256Signature(signatureBytes, for: Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count)))
         else { throw .badSignature }
         guard case .int(let expiry)? = claims["exp"] else { throw .malformed("the token has no exp") }
         guard expiry > now, expiry <= now + maximumLifetime else { throw .expired }
@@ -74,9 +73,9 @@ public enum VAPID {
         guard claimed == audience else { throw .wrongAudience(expected: audience, got: claimed) }
     }
 
-    private static func publicKey(_ text: String) -> P256.Signing.PublicKey? {
+    private static func publicKey(_ text: String) -> P256PublicKey? {
         guard let bytes = APNsTokenVerifier.base64URLDecoded(Substring(text.filter { $0 != "=" })) else { return nil }
-        return try? P256.Signing.PublicKey(x963Representation: bytes)
+        return try? P256PublicKey(x963Representation: bytes)
     }
 
     /// The origin of `url` (`scheme://host[:port]`), the `aud` VAPID tokens for its endpoints carry.

@@ -5,6 +5,7 @@
 #include <openssl/asn1.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
+#include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -108,6 +109,118 @@ static inline int herald_rs256_sign(const char *private_pem, const unsigned char
     EVP_MD_CTX_free(context);
     EVP_PKEY_free(key);
     return ok;
+}
+
+/* P-256 keys and ES256 signatures (ECDSA over P-256 with SHA-256, the signature as JWS writes it: r and s, 32 bytes
+   each, big-endian): APNs provider tokens and VAPID. */
+
+/* Whether `key` is an EC key on P-256. */
+static inline int herald_key_is_p256(EVP_PKEY *key) {
+    char group[32];
+    size_t length = 0;
+    return EVP_PKEY_is_a(key, "EC") &&
+           EVP_PKEY_get_utf8_string_param(key, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof group, &length) == 1 &&
+           strcmp(group, "prime256v1") == 0;
+}
+
+/* Whether `key`'s public half is a point of its curve (OpenSSL's full public-key check). */
+static inline int herald_key_public_check(EVP_PKEY *key) {
+    EVP_PKEY_CTX *context = EVP_PKEY_CTX_new_from_pkey(NULL, key, NULL);
+    int ok = context != NULL && EVP_PKEY_public_check(context) == 1;
+    EVP_PKEY_CTX_free(context);
+    return ok;
+}
+
+/* The P-256 public key whose point is `point` (X9.63 uncompressed: 0x04, x, y; 65 bytes); NULL when it is not one
+   (another length or form, or not on the curve). */
+static inline EVP_PKEY *herald_p256_public_key_from_point(const unsigned char *point, size_t length) {
+    if (length != 65 || point[0] != 0x04) return NULL;
+    OSSL_PARAM parameters[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, (char *)"prime256v1", 0),
+        OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY, (void *)point, length),
+        OSSL_PARAM_construct_end(),
+    };
+    EVP_PKEY_CTX *context = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+    EVP_PKEY *key = NULL;
+    if (context == NULL || EVP_PKEY_fromdata_init(context) != 1 ||
+        EVP_PKEY_fromdata(context, &key, EVP_PKEY_PUBLIC_KEY, parameters) != 1) {
+        key = NULL;
+    }
+    EVP_PKEY_CTX_free(context);
+    if (key != NULL && !herald_key_public_check(key)) {
+        EVP_PKEY_free(key);
+        key = NULL;
+    }
+    return key;
+}
+
+/* `key`'s public point, X9.63 uncompressed (65 bytes for P-256), into `point` (room for `capacity`); its length,
+   0 on failure. */
+static inline size_t herald_ec_public_point(EVP_PKEY *key, unsigned char *point, size_t capacity) {
+    size_t length = 0;
+    if (EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, point, capacity, &length) != 1) return 0;
+    return length;
+}
+
+/* The private key in `pem` (PKCS#8 "PRIVATE KEY" or SEC1 "EC PRIVATE KEY"); NULL when it is not one. */
+static inline EVP_PKEY *herald_private_key_read(const char *pem) {
+    BIO *bio = BIO_new_mem_buf(pem, -1);
+    if (bio == NULL) return NULL;
+    EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
+    BIO_free(bio);
+    return key;
+}
+
+/* A new P-256 key. */
+static inline EVP_PKEY *herald_p256_generate(void) { return EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256"); }
+
+/* ES256: 1 when `signature` (r and s, 32 bytes each) is `key`'s over `data`. */
+static inline int herald_es256_verify(EVP_PKEY *key, const unsigned char *data, size_t length, const unsigned char *signature,
+                                      size_t signature_length) {
+    if (signature_length != 64) return 0;
+    ECDSA_SIG *parts = ECDSA_SIG_new();
+    BIGNUM *r = BN_bin2bn(signature, 32, NULL);
+    BIGNUM *s = BN_bin2bn(signature + 32, 32, NULL);
+    if (parts == NULL || r == NULL || s == NULL || ECDSA_SIG_set0(parts, r, s) != 1) {
+        BN_free(r);
+        BN_free(s);
+        ECDSA_SIG_free(parts);
+        return 0;
+    }
+    unsigned char *der = NULL;
+    int der_length = i2d_ECDSA_SIG(parts, &der);
+    ECDSA_SIG_free(parts);
+    if (der_length <= 0) return 0;
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    int valid = context != NULL && EVP_DigestVerifyInit(context, NULL, EVP_sha256(), NULL, key) == 1 &&
+                EVP_DigestVerify(context, der, (size_t)der_length, data, length) == 1;
+    EVP_MD_CTX_free(context);
+    OPENSSL_free(der);
+    return valid;
+}
+
+/* ES256 signature of `data` with the P-256 private `key`: r and s, 32 bytes each, into `signature` (64 bytes). */
+static inline int herald_es256_sign(EVP_PKEY *key, const unsigned char *data, size_t length, unsigned char *signature) {
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    unsigned char der[80];
+    size_t der_length = sizeof der;
+    int ok = context != NULL && EVP_DigestSignInit(context, NULL, EVP_sha256(), NULL, key) == 1 &&
+             EVP_DigestSign(context, der, &der_length, data, length) == 1;
+    EVP_MD_CTX_free(context);
+    if (!ok) return 0;
+    const unsigned char *cursor = der;
+    ECDSA_SIG *parts = d2i_ECDSA_SIG(NULL, &cursor, (long)der_length);
+    if (parts == NULL) return 0;
+    const BIGNUM *r = NULL, *s = NULL;
+    ECDSA_SIG_get0(parts, &r, &s);
+    ok = BN_bn2binpad(r, signature, 32) == 32 && BN_bn2binpad(s, signature + 32, 32) == 32;
+    ECDSA_SIG_free(parts);
+    return ok;
+}
+
+/* SHA-256 of `data` into `digest` (32 bytes). */
+static inline int herald_sha256(const unsigned char *data, size_t length, unsigned char *digest) {
+    return EVP_Digest(data, length, digest, NULL, EVP_sha256(), NULL);
 }
 
 /* Adds the extension `name` = `value` (openssl.cnf syntax) to `certificate`, issued by `issuer`. */

@@ -3,7 +3,7 @@ import Glibc
 
 /// Why a key, a signature or a certificate could not be made or read.
 public enum KeyError: Error, Equatable, CustomStringConvertible {
-    /// The text is not a PEM public key, or not an RSA one.
+    /// The text is not a public key of the kind needed: RSA for RS256, P-256 for ES256 (PEM, or for P-256 its point).
     case invalidPublicKey(String)
     /// OpenSSL failed (out of memory, no randomness).
     case openSSL(String)
@@ -12,7 +12,7 @@ public enum KeyError: Error, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .invalidPublicKey(let reason): "not an RSA public key: \(reason)"
+        case .invalidPublicKey(let reason): "not a usable public key: \(reason)"
         case .openSSL(let reason): "OpenSSL: \(reason)"
         case .file(let path, let reason): "\(path): \(reason)"
         }
@@ -79,6 +79,130 @@ public final class RS256PublicKey: @unchecked Sendable {
         ERR_clear_error()
         return valid
     }
+}
+
+/// A P-256 public key that checks ES256 signatures (ECDSA with SHA-256, as JWS writes them: `r` and `s`, 32 bytes
+/// each): APNs provider tokens, VAPID. Immutable; any thread.
+public final class P256PublicKey: @unchecked Sendable {
+    // @unchecked Sendable: the EVP_PKEY is only read after init; OpenSSL allows concurrent verifications with it.
+    private let key: OpaquePointer
+    /// The point, X9.63 uncompressed (`04`, x, y: 65 bytes), as Web Push and VAPID write a key.
+    public let x963Representation: [UInt8]
+
+    /// Reads a SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`) holding a P-256 key.
+    public convenience init(pem: String) throws(KeyError) {
+        ERR_clear_error()
+        guard let key = herald_public_key_read(pem) else { throw .invalidPublicKey(openSSLError()) }
+        try self.init(owning: key)
+    }
+
+    /// The key whose point is `x963Representation` (65 bytes, uncompressed); throws when it is not a point of P-256.
+    public convenience init(x963Representation: [UInt8]) throws(KeyError) {
+        ERR_clear_error()
+        guard let key = herald_p256_public_key_from_point(x963Representation, x963Representation.count) else {
+            ERR_clear_error()
+            throw .invalidPublicKey("not an uncompressed point of P-256 (65 bytes, 04 x y)")
+        }
+        try self.init(owning: key)
+    }
+
+    /// Takes `key` (freed here on failure).
+    private init(owning key: OpaquePointer) throws(KeyError) {
+        var point = [UInt8](repeating: 0, count: 65)
+        guard herald_key_is_p256(key) == 1, herald_ec_public_point(key, &point, point.count) == 65 else {
+            EVP_PKEY_free(key)
+            ERR_clear_error()
+            throw .invalidPublicKey("the key is not P-256")
+        }
+        self.key = key
+        x963Representation = point
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// The key as SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
+    public var pemRepresentation: String {
+        guard let text = herald_public_key_pem(key) else { return "" }
+        defer { free(text) }
+        return String(cString: text)
+    }
+
+    /// Whether `signature` (`r` and `s`, 32 bytes each) is this key's ES256 signature of `data`.
+    public func isValidES256Signature(_ signature: [UInt8], for data: [UInt8]) -> Bool {
+        let valid = herald_es256_verify(key, data, data.count, signature, signature.count) == 1
+        ERR_clear_error()
+        return valid
+    }
+}
+
+/// A P-256 private key that makes ES256 signatures: what an APNs `.p8` key and a VAPID key are (for tests and tools;
+/// the daemon only verifies). Immutable; any thread.
+public final class P256PrivateKey: @unchecked Sendable {
+    // @unchecked Sendable: the EVP_PKEY is only read after init; OpenSSL allows concurrent signing with it.
+    private let key: OpaquePointer
+    /// The public half.
+    public let publicKey: P256PublicKey
+
+    /// A new random key.
+    public convenience init() throws(KeyError) {
+        ERR_clear_error()
+        guard let key = herald_p256_generate() else { throw .openSSL("cannot generate a P-256 key: \(openSSLError())") }
+        try self.init(owning: key)
+    }
+
+    /// Reads a PEM private key: PKCS#8 (`-----BEGIN PRIVATE KEY-----`, as Apple's `.p8` files) or SEC1
+    /// (`-----BEGIN EC PRIVATE KEY-----`), on P-256.
+    public convenience init(pem: String) throws(KeyError) {
+        ERR_clear_error()
+        guard let key = herald_private_key_read(pem) else {
+            throw .openSSL("not a PEM private key: \(openSSLError())")
+        }
+        try self.init(owning: key)
+    }
+
+    private init(owning key: OpaquePointer) throws(KeyError) {
+        // The public half as a key of its own (its point), so that it outlives this one and verifies alone.
+        var point = [UInt8](repeating: 0, count: 65)
+        guard herald_key_is_p256(key) == 1, herald_ec_public_point(key, &point, point.count) == 65 else {
+            EVP_PKEY_free(key)
+            ERR_clear_error()
+            throw .openSSL("the private key is not P-256")
+        }
+        do {
+            publicKey = try P256PublicKey(x963Representation: point)
+        } catch {
+            EVP_PKEY_free(key)
+            throw error
+        }
+        self.key = key
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// The key as PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`), as Apple hands out `.p8` keys.
+    public var pemRepresentation: String {
+        guard let text = herald_private_key_pem(key) else { return "" }
+        defer { free(text) }
+        return String(cString: text)
+    }
+
+    /// The ES256 signature of `data`: `r` and `s`, 32 bytes each (a new random nonce every time).
+    public func signES256(_ data: [UInt8]) throws(KeyError) -> [UInt8] {
+        ERR_clear_error()
+        var signature = [UInt8](repeating: 0, count: 64)
+        guard herald_es256_sign(key, data, data.count, &signature) == 1 else {
+            throw .openSSL("cannot sign: \(openSSLError())")
+        }
+        return signature
+    }
+}
+
+/// The SHA-256 digest of `bytes` (32 bytes).
+public func sha256(_ bytes: some Collection<UInt8>) -> [UInt8] {
+    var digest = [UInt8](repeating: 0, count: 32)
+    let done = Array(bytes).withUnsafeBufferPointer { herald_sha256($0.baseAddress, $0.count, &digest) }
+    precondition(done == 1, "SHA-256 failed: \(openSSLError())")
+    return digest
 }
 
 /// A certificate authority of Herald's own, kept in a directory: `ca.pem` (its certificate, for clients to trust)

@@ -86,11 +86,14 @@ struct PackagingTests {
         .timeLimit(.minutes(5)))
     func debianPackage() async throws {
         try await withTemporaryDirectory { directory in
+            // The binary to install (the command tests' second run, TEST_HERALD_BINARY) is packaged as a release is;
+            // the debug build beside the tests uncompressed (xz would spend half a minute of CPU on it for nothing).
+            let installable = ProcessInfo.processInfo.environment["TEST_HERALD_BINARY"] != nil
             // Packaging takes a while: on a thread of its own, not one of the cooperative pool's few.
             let built = try await onOwnThread {
                 try runExecutable(
                     repository.appendingPathComponent("scripts/package-deb"), ["\(directory)/out"],
-                    environment: ["HERALD_BINARY": heraldExecutable.path])
+                    environment: ["HERALD_BINARY": heraldExecutable.path, "HERALD_DEB_COMPRESSION": installable ? "xz" : "none"])
             }
             #expect(built.status == 0, "\(built.error)")
             let deb = built.output.split(separator: "\n").last.map(String.init) ?? ""
@@ -102,7 +105,7 @@ struct PackagingTests {
             // (packaging/debian/lintian-overrides). Only for the binary to install (the command tests' second run,
             // TEST_HERALD_BINARY): the debug build beside the tests finds the Swift runtime by a RUNPATH into the
             // toolchain, which lintian rightly refuses in a package.
-            if ProcessInfo.processInfo.environment["TEST_HERALD_BINARY"] != nil {
+            if installable {
                 let lintian = try await onOwnThread {
                     try runExecutable(URL(fileURLWithPath: "/usr/bin/lintian"), ["--fail-on", "error,warning", deb])
                 }

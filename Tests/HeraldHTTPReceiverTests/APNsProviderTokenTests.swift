@@ -1,6 +1,6 @@
-import Crypto
 import Foundation
 import Herald
+import HeraldTLS
 import HeraldTesting
 import Testing
 
@@ -8,7 +8,7 @@ import Testing
 
 /// A provider token as APNs providers make one: ES256 over `header.claims`, base64url without padding.
 private func providerToken(
-    key: P256.Signing.PrivateKey, keyID: String = "KEY1234567", teamID: String = "TEAM123456", issuedAt: Int64,
+    key: P256PrivateKey, keyID: String = "KEY1234567", teamID: String = "TEAM123456", issuedAt: Int64,
     algorithm: String = "ES256"
 ) throws -> String {
     func encoded(_ bytes: some DataProtocol) -> String {
@@ -17,14 +17,25 @@ private func providerToken(
     }
     let header = encoded(JSONValue.object(["alg": .string(algorithm), "kid": .string(keyID)]).jsonBytes())
     let claims = encoded(JSONValue.object(["iss": .string(teamID), "iat": .int(issuedAt)]).jsonBytes())
-    let signature = try key.signature(for: Array("\(header).\(claims)".utf8))
-    return "\(header).\(claims).\(encoded(signature.rawRepresentation))"
+    let signature = try key.signES256(Array("\(header).\(claims)".utf8))
+    return "\(header).\(claims).\(encoded(signature))"
+}
+
+/// The public key (PEM) of a new EC key on `curve`, made by the `openssl` command.
+private func publicKeyPEM(curve: String) throws -> String {
+    let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
+    let made = try runExecutable(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:\(curve)"])
+    let key = try #require(made.status == 0 ? made.output : nil, "\(made.error)")
+    let publicHalf = try runExecutable(openssl, ["pkey", "-pubout"], input: key)
+    return try #require(publicHalf.status == 0 ? publicHalf.output : nil, "\(publicHalf.error)")
 }
 
 @Suite("APNs provider tokens: ES256 JWTs of configured keys, checked as APNs checks them")
 struct APNsProviderTokenTests {
-    let key = P256.Signing.PrivateKey()
+    let key: P256PrivateKey
     let now: Int64 = 1_800_000_000
+
+    init() throws { key = try P256PrivateKey() }
 
     private func verifier(_ keys: [APNsProviderKey]? = nil) throws -> APNsTokenVerifier {
         let keys = try keys ?? [APNsProviderKey(keyID: "KEY1234567", teamID: "TEAM123456", pem: key.publicKey.pemRepresentation)]
@@ -59,7 +70,7 @@ struct APNsProviderTokenTests {
         #expect(refusal("bearer ", verifier: verifier) == .missing)
         #expect(refusal("bearer    ", verifier: verifier) == .missing)
         #expect(refusal("Basic dXNlcjpwdw==", verifier: verifier) == .missing)
-        let stranger = P256.Signing.PrivateKey()
+        let stranger = try P256PrivateKey()
         #expect(refusal("bearer " + (try providerToken(key: stranger, issuedAt: now)), verifier: verifier) == .invalid)
         #expect(refusal("bearer " + (try providerToken(key: key, keyID: "OTHERKEY99", issuedAt: now)), verifier: verifier) == .invalid)
         #expect(refusal("bearer " + (try providerToken(key: key, teamID: "OTHERTEAM1", issuedAt: now)), verifier: verifier) == .invalid)
@@ -85,7 +96,7 @@ struct APNsProviderTokenTests {
             try APNsProviderKey(keyID: "K", teamID: "T", pem: "-----BEGIN PUBLIC KEY-----\nAAAA\n")
         }
         #expect(throws: APNsProviderKeyError.self) {
-            try APNsProviderKey(keyID: "K", teamID: "T", pem: P384.Signing.PrivateKey().publicKey.pemRepresentation)
+            try APNsProviderKey(keyID: "K", teamID: "T", pem: try publicKeyPEM(curve: "P-384"))
         }
         #expect(throws: APNsProviderKeyError.self) { try APNsProviderKey(keyID: "", teamID: "T", pem: key.publicKey.pemRepresentation) }
         #expect(throws: APNsProviderKeyError.self) { try APNsTokenVerifier(keys: [fromPrivate, fromPrivate]) }

@@ -1,6 +1,6 @@
-import Crypto
 import Foundation
 import HeraldSQLite
+import HeraldTLS
 import HeraldTesting
 import HeraldUnifiedPush
 import Testing
@@ -51,7 +51,7 @@ struct DistributorTests {
         let world = try UnifiedPushWorld()
         try await world.startBus()
         try await world.withHerald { _, _ in
-            let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64URL
+            let key = try P256PrivateKey().publicKey.x963Representation.base64URL
             let app = try world.app("org.example.Vapid", version: 2, register: "t1", options: ["--vapid", key])
             let first = try await app.next("endpoint")
             app.send("register t1")

@@ -1,9 +1,9 @@
-import Crypto
 import Foundation
 import Herald
 import HeraldHTTPReceiver
 import HeraldNATSReceiver
 import HeraldSQLite
+import HeraldTLS
 import HeraldTesting
 import HeraldUnifiedPush
 import Testing
@@ -142,8 +142,8 @@ struct FleetTests {
         let nats = try NATSServerProcess()
         let world = try UnifiedPushWorld()
         try await world.startBus()
-        let server = P256.Signing.PrivateKey()
-        let other = P256.Signing.PrivateKey()
+        let server = try P256PrivateKey()
+        let other = try P256PrivateKey()
         try await Self.withFleet(world, nats: nats) { base in
             let app = try world.app(
                 "org.example.FleetVapid", version: 2, register: "v", options: ["--vapid", server.publicKey.x963Representation.base64URL])

@@ -1,8 +1,8 @@
-import Crypto
 import Foundation
 import Glibc
 import Herald
 import HeraldHTTPReceiver
+import HeraldTLS
 import HeraldTesting
 import Testing
 
@@ -12,13 +12,13 @@ import Testing
 struct VAPIDTests {
     /// `Authorization: vapid t=..., k=...`: a token signed by `signer`, presenting `presented` (the signer's key when nil).
     static func authorization(
-        signer: P256.Signing.PrivateKey, presented: P256.Signing.PublicKey? = nil, audience: String = "http://127.0.0.1:8080",
+        signer: P256PrivateKey, presented: P256PublicKey? = nil, audience: String = "http://127.0.0.1:8080",
         expiry: Int64 = Int64(time(nil)) + 3600
     ) throws -> String {
         let header = Array(#"{"typ":"JWT","alg":"ES256"}"#.utf8).base64URL
         let claims = Array(#"{"aud":"\#(audience)","exp":\#(expiry),"sub":"mailto:ops@example.org"}"#.utf8).base64URL
         let input = header + "." + claims
-        let signature = try signer.signature(for: Array(input.utf8)).rawRepresentation
+        let signature = try signer.signES256(Array(input.utf8))
         return "Authorization: vapid t=\(input).\(signature.base64URL), k=\((presented ?? signer.publicKey).x963Representation.base64URL)"
     }
 
@@ -26,8 +26,8 @@ struct VAPIDTests {
     func vapidRestrictedEndpoint() async throws {
         let world = try UnifiedPushWorld()
         try await world.startBus()
-        let server = P256.Signing.PrivateKey()
-        let other = P256.Signing.PrivateKey()
+        let server = try P256PrivateKey()
+        let other = try P256PrivateKey()
         try await world.withHerald { base, _ in
             let app = try world.app(
                 "org.example.Restricted", version: 2, register: "r", options: ["--vapid", server.publicKey.x963Representation.base64URL])

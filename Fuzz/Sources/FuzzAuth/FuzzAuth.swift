@@ -1,4 +1,3 @@
-import Crypto
 import FuzzSupport
 import Herald
 import HeraldTLS
@@ -49,12 +48,12 @@ private final class Keys: Sendable {
 
     let rsa: RSAKeyPair
     let serviceAccounts: ServiceAccountTokens
-    let apnsKey = P256.Signing.PrivateKey()
+    let apnsKey = try! P256PrivateKey()
     let apns: APNsTokenVerifier
     /// The verifier of the inputs' own tokens: apart from ``apns``, whose cache of the tokens the harness signs
     /// could otherwise teach the fuzzer one (through its string comparisons).
     let apnsOfInputs: APNsTokenVerifier
-    let vapidKey = P256.Signing.PrivateKey()
+    let vapidKey = try! P256PrivateKey()
     let vapidPublicKey: String
     static let clientEmail = "fuzz@demo.iam.gserviceaccount.com"
     static let audience = "https://push.example.com"
@@ -163,7 +162,7 @@ private final class Keys: Sendable {
 
     private func providerToken(claims: [UInt8]) throws -> String {
         let signed = base64URL(#"{"alg":"ES256","kid":"KEY1234567"}"#.utf8) + "." + base64URL(claims)
-        return signed + "." + base64URL(try apnsKey.signature(for: Array(signed.utf8)).rawRepresentation)
+        return signed + "." + base64URL(try apnsKey.signES256(Array(signed.utf8)))
     }
 
     // MARK: VAPID
@@ -210,7 +209,7 @@ private final class Keys: Sendable {
 
     private func vapidToken(claims: [UInt8]) throws -> String {
         let signed = base64URL(#"{"typ":"JWT","alg":"ES256"}"#.utf8) + "." + base64URL(claims)
-        return signed + "." + base64URL(try vapidKey.signature(for: Array(signed.utf8)).rawRepresentation)
+        return signed + "." + base64URL(try vapidKey.signES256(Array(signed.utf8)))
     }
 
     private func verifyVAPID(_ token: String) throws(VAPIDRefusal) {
