@@ -218,17 +218,20 @@ struct NATSClusterTests {
                 let ids = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
                 #expect(ids == Set(stride(from: index, to: total, by: 3).compactMap { answered[$0] }).union(answeredTopics.values))
             }
-            // The restarted node caught up: its copy of the stream ends where the others' do.
+            // The restarted node caught up: its copy of the stream ends where the others' do. Judged by the last
+            // sequence, not by the messages each copy still counts: nats-server 2.9 does not always remove an
+            // acknowledged message from every replica of a work-queue stream across a failover (the restarted node
+            // kept thousands; once, under Thread Sanitizer, the survivor kept 2 whose consumers had nothing pending
+            // or waiting for an ack). What was delivered is checked above, exactly once; removal is the server's.
             let survivor = (victim + 1) % 3
             let seen = Locked("")
-            // Two minutes at most: with the whole suite running beside it, the survivor's last redeliveries and the
-            // restarted node's catching up of the acknowledged (deleted) messages took more than one.
+            // Two minutes at most: with the whole suite running beside it, catching up took more than one.
             let caughtUp = await eventually(timeout: .seconds(120)) {
                 let mine = try? cluster.streamState(node: victim, stream: "HERALD_DEMO")
                 let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
                 seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }
                 guard let mine, let theirs else { return false }
-                return mine.lastSequence == theirs.lastSequence && theirs.messages == 0
+                return mine.lastSequence == theirs.lastSequence && mine.lastSequence >= total
             }
             #expect(
                 caughtUp,
