@@ -74,7 +74,7 @@ struct AdminSDKProxyTests {
             let secretFile = "\(directory)/secret"
             try "e2e-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let account = "\(directory)/service-account.json"
-            let created = try runHerald([
+            let created = try await runHerald([
                 "credentials", "create", "--data-dir", directory, "--out", account, "--name", "app-server", "--project-id", "demo",
             ])
             #expect(created.status == 0, "\(created.error)")
@@ -91,7 +91,7 @@ struct AdminSDKProxyTests {
             let store = try Data(contentsOf: URL(fileURLWithPath: "\(directory)/herald.sqlite"))
             #expect(store.range(of: Data("PRIVATE KEY".utf8)) == nil)
 
-            let ca = try runHerald(["credentials", "ca", "--data-dir", directory])
+            let ca = try await runHerald(["credentials", "ca", "--data-dir", directory])
             let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(ca.status == 0 && FileManager.default.fileExists(atPath: caFile), "\(ca.error)")
             let caKeyMode = try FileManager.default.attributesOfItem(atPath: "\(directory)/fcm-proxy/ca-key.pem")[.posixPermissions] as? Int
@@ -102,7 +102,7 @@ struct AdminSDKProxyTests {
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // While the daemon runs, a file is for its project without --project-id.
             let second = "\(directory)/second.json"
-            #expect(try runHerald(["credentials", "create", "--data-dir", directory, "--out", second, "--name", "second"]).status == 0)
+            #expect(try await runHerald(["credentials", "create", "--data-dir", directory, "--out", second, "--name", "second"]).status == 0)
             #expect(try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: second))))["project_id"] == "demo")
             let check = try await runCheck(port: daemon.httpPort, caFile: caFile, credentials: account, token: token)
             #expect(check.status == 0, "proxy_check.py failed (exit \(check.status)):\n\(check.output)")
@@ -135,9 +135,9 @@ struct AdminSDKProxyTests {
             let issued = try await accessToken(port: port, credentials: account)
             #expect(try await sendStatus(port: port, accessToken: issued, token: token) == "200")
 
-            let listed = try runHerald(["credentials", "list", "--data-dir", directory])
+            let listed = try await runHerald(["credentials", "list", "--data-dir", directory])
             #expect(listed.output.contains(keyID) && listed.output.contains("\"revokedAt\":null"), "\(listed.output)")
-            let revoked = try runHerald(["credentials", "revoke", "--data-dir", directory, "app-server"])
+            let revoked = try await runHerald(["credentials", "revoke", "--data-dir", directory, "app-server"])
             #expect(revoked.status == 0 && revoked.output.contains(keyID), "\(revoked.error)")
             // ...and stops working once the daemon has read the keys again (every 2 seconds).
             let stopped = await eventually(timeout: .seconds(60)) {
@@ -162,9 +162,9 @@ struct AdminSDKProxyTests {
             let secretFile = "\(directory)/secret"
             try "e2e-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let account = "\(directory)/service-account.json"
-            let created = try runHerald(["credentials", "create", "--data-dir", directory, "--out", account, "--project-id", "demo"])
+            let created = try await runHerald(["credentials", "create", "--data-dir", directory, "--out", account, "--project-id", "demo"])
             #expect(created.status == 0, "\(created.error)")
-            let ca = try runHerald(["credentials", "ca", "--data-dir", directory])
+            let ca = try await runHerald(["credentials", "ca", "--data-dir", directory])
             let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
             // Port 443 on an address of 127.0.0.0/8 of this test's own, so that tests running at once do not meet.
             let address = "127.\(Int.random(in: 1...254)).\(Int.random(in: 1...254)).\(Int.random(in: 1...254))"

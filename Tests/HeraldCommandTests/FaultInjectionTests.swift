@@ -274,13 +274,13 @@ struct FaultInjectionTests {
             let line = try JSONParser.parse(Array(listed.output.utf8))
             #expect(line["messageID"]?.stringValue == id && line["starts"] == .int(3) && line["userInfo"]?["n"] == "66", "\(listed.output)")
             #expect(line["target"]?["token"]?.stringValue == token)
-            let whileRunning = try runHerald(["quarantine", "release", "--data-dir", directory, id])
+            let whileRunning = try await runHerald(["quarantine", "release", "--data-dir", directory, id])
             #expect(
                 whileRunning.status == 1 && whileRunning.error.contains("a daemon is running in \(directory): stop it first"),
                 "\(whileRunning.error)")
             #expect(survivor.terminate() == 0, "\(survivor.log)")
 
-            let unknown = try runHerald(["quarantine", "release", "--data-dir", directory, id, "no-such-id"])
+            let unknown = try await runHerald(["quarantine", "release", "--data-dir", directory, id, "no-such-id"])
             #expect(
                 unknown.status == 1 && unknown.error.contains("not quarantined in \(directory): no-such-id; nothing was released"),
                 "\(unknown.error)")
@@ -289,9 +289,9 @@ struct FaultInjectionTests {
                 #expect(try store.quarantine().map(\.record.messageID) == [id])
                 #expect(try store.quarantine().first?.replays == 3)
             }
-            let released = try runHerald(["quarantine", "release", "--data-dir", directory, id])
+            let released = try await runHerald(["quarantine", "release", "--data-dir", directory, id])
             #expect(released.status == 0 && released.output.contains("released \(id)"), "\(released.error)")
-            #expect(try runHerald(["quarantine", "list", "--data-dir", directory]).output.isEmpty)
+            #expect(try await runHerald(["quarantine", "list", "--data-dir", directory]).output.isEmpty)
 
             // With the handler fixed (no crash), the next start replays it.
             let fixed = try DaemonProcess(

@@ -52,18 +52,18 @@ struct SendOverHTTPSTests {
             // https: a CONNECT tunnel through the proxy, the daemon's certificate still checked at this end.
             for variable in ["https_proxy", "HTTPS_PROXY", "all_proxy"] {
                 let before = proxy.requests.count
-                let sent = try runHerald(https, environment: [variable: proxy.url])
+                let sent = try await runHerald(https, environment: [variable: proxy.url])
                 #expect(sent.status == 0, "\(variable): \(sent.output)\(sent.error)")
                 #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
                 #expect(proxy.requests.dropFirst(before) == ["CONNECT 127.0.0.2:\(server.port) HTTP/1.1"], "\(variable): \(proxy.requests)")
             }
-            let untrusted = try runHerald(["send", "--http", server.baseURL] + message, environment: ["https_proxy": proxy.url])
+            let untrusted = try await runHerald(["send", "--http", server.baseURL] + message, environment: ["https_proxy": proxy.url])
             #expect(untrusted.status != 0)
             #expect(untrusted.error.contains("is not trusted"), "through a proxy too: \(untrusted.error)")
 
             // http: the request itself goes to the proxy.
             let before = proxy.requests.count
-            let relayed = try runHerald(["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url])
+            let relayed = try await runHerald(["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url])
             #expect(relayed.status == 0, "\(relayed.output)\(relayed.error)")
             #expect(
                 proxy.requests.dropFirst(before) == ["POST \(plain.baseURL)/v1/projects/demo/messages:send HTTP/1.1"], "\(proxy.requests)")
@@ -71,10 +71,10 @@ struct SendOverHTTPSTests {
             // no_proxy (a host, a list, *) and NO_PROXY: straight to the daemon.
             let seen = proxy.requests
             for bypass in [["no_proxy": "127.0.0.2"], ["NO_PROXY": "example.com,127.0.0.2"], ["no_proxy": "*"]] {
-                let direct = try runHerald(https, environment: bypass.merging(["https_proxy": proxy.url]) { $1 })
+                let direct = try await runHerald(https, environment: bypass.merging(["https_proxy": proxy.url]) { $1 })
                 #expect(direct.status == 0, "\(bypass): \(direct.output)\(direct.error)")
             }
-            let plainDirect = try runHerald(
+            let plainDirect = try await runHerald(
                 ["send", "--http", plain.baseURL] + message, environment: ["http_proxy": proxy.url, "no_proxy": "127.0.0.2"])
             #expect(plainDirect.status == 0, "\(plainDirect.output)\(plainDirect.error)")
             #expect(proxy.requests == seen, "no_proxy bypasses the proxy: \(proxy.requests)")
@@ -87,13 +87,13 @@ struct SendOverHTTPSTests {
                 (local.baseURL, ["all_proxy": proxy.url, "NO_PROXY": "example.com"]),
             ] {
                 let environment = variables.merging(["HERALD_AUTH_TOKEN": "secret"]) { $1 }
-                let sent = try runHerald(["send", "--http", url] + message, environment: environment)
+                let sent = try await runHerald(["send", "--http", url] + message, environment: environment)
                 #expect(sent.status == 0, "\(url) \(variables): \(sent.output)\(sent.error)")
             }
             #expect(proxy.requests == seen, "a loopback request went to the proxy: \(proxy.requests)")
 
             // --proxy names one explicitly, whatever the environment says.
-            let explicit = try runHerald(https + ["--proxy", proxy.url], environment: ["https_proxy": "http://127.0.0.1:1"])
+            let explicit = try await runHerald(https + ["--proxy", proxy.url], environment: ["https_proxy": "http://127.0.0.1:1"])
             #expect(explicit.status == 0, "\(explicit.output)\(explicit.error)")
             #expect(proxy.requests.dropFirst(seen.count) == ["CONNECT 127.0.0.2:\(server.port) HTTP/1.1"], "\(proxy.requests)")
         }

@@ -93,7 +93,7 @@ struct SendersTests {
             #expect(!handled.contains("denied"))
 
             // list: names, scopes, never the secret.
-            let listed = try runHerald(["senders", "list", "--data-dir", directory])
+            let listed = try await runHerald(["senders", "list", "--data-dir", directory])
             #expect(listed.status == 0, "\(listed.error)")
             let lines = try listed.output.split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }
             #expect(Set(lines.compactMap { $0["name"]?.stringValue }) == ["manager", "tokens-only", "topics-only"] && lines.count == 3)
@@ -103,14 +103,14 @@ struct SendersTests {
             #expect(store.range(of: Data(tokensOnly.utf8)) == nil)
 
             // Revoked while the daemon runs: refused within seconds; the others go on.
-            let revoked = try runHerald(["senders", "revoke", "tokens-only", "--data-dir", directory])
+            let revoked = try await runHerald(["senders", "revoke", "tokens-only", "--data-dir", directory])
             #expect(revoked.status == 0, "\(revoked.error)")
             let refused = await eventually(timeout: .seconds(30)) {
                 (try? curlRequest(port: port, "POST", send, body: tokenBody(token, "after-revoke"), bearer: tokensOnly))?.status == 401
             }
             #expect(refused, "the revoked sender is still accepted")
             #expect(try curlRequest(port: port, "POST", send, body: topic, bearer: topicsOnly).status == 200)
-            let relisted = try runHerald(["senders", "list", "--data-dir", directory]).output
+            let relisted = try await runHerald(["senders", "list", "--data-dir", directory]).output
             let entry = try relisted.split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }.first {
                 $0["name"] == "tokens-only"
             }
@@ -126,7 +126,7 @@ struct SendersTests {
             try "static-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             // Known from the start: the daemon reads the senders as it starts.
             let secretOut = "\(directory)/limited.secret"
-            let added = try runHerald([
+            let added = try await runHerald([
                 "senders", "add", "limited", "--scopes", "all", "--rate", "0.5", "--burst", "3", "--data-dir", directory, "--out",
                 secretOut,
             ])
@@ -170,13 +170,13 @@ struct SendersTests {
             let secretFile = "\(directory)/secret"
             try "static-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let account = "\(directory)/service-account.json"
-            let created = try runHerald([
+            let created = try await runHerald([
                 "credentials", "create", "--data-dir", directory, "--out", account, "--project-id", "demo", "--scopes", "send,send-topics",
             ])
             #expect(created.status == 0, "\(created.error)")
-            let listed = try runHerald(["credentials", "list", "--data-dir", directory]).output
+            let listed = try await runHerald(["credentials", "list", "--data-dir", directory]).output
             #expect(listed.contains(#""scopes":["send","send-topics"]"#), "\(listed)")
-            let caFile = try runHerald(["credentials", "ca", "--data-dir", directory]).output.trimmingCharacters(
+            let caFile = try await runHerald(["credentials", "ca", "--data-dir", directory]).output.trimmingCharacters(
                 in: .whitespacesAndNewlines)
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])

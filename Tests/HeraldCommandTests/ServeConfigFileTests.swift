@@ -30,13 +30,13 @@ struct ServeConfigFileTests {
             let daemon = try DaemonProcess(directory: "\(directory)/log", httpPort: httpPort, arguments: ["serve", "--config", file])
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
 
-            let overHTTP = try runHerald([
+            let overHTTP = try await runHerald([
                 "send", "--http", "127.0.0.1:\(httpPort)", "--project-id", "from-file", "--token", token, "--data", "via=http",
             ])
             #expect(overHTTP.status == 0, "\(overHTTP.output) \(overHTTP.error)")
             #expect(overHTTP.output.contains("projects/from-file/messages/"))
             #expect(daemon.event()?["userInfo"]?["via"] == "http")
-            let overSocket = try runHerald(["send", "--socket", "\(directory)/run/custom.sock", "--token", token, "--title", "Hi"])
+            let overSocket = try await runHerald(["send", "--socket", "\(directory)/run/custom.sock", "--token", token, "--title", "Hi"])
             #expect(overSocket.status == 0, "\(overSocket.output) \(overSocket.error)")
             #expect(daemon.event()?["event"] == "willPresent")
             #expect(FileManager.default.fileExists(atPath: "\(directory)/state/herald.sqlite"))

@@ -211,7 +211,7 @@ struct ServeSchemaCommandTests {
             #expect(started?.contains("image-attachment") == false, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/analytics.sqlite"))
         }
-        let unknown = try runHerald(["serve", "--print-config", "--disable-plugin", "ImageAttachments"])
+        let unknown = try await runHerald(["serve", "--print-config", "--disable-plugin", "ImageAttachments"])
         #expect(unknown.status == 64)
         #expect(
             unknown.error.hasPrefix(

@@ -194,7 +194,7 @@ struct ServeTests {
                     "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
                 ])
             let token = try #require(daemon.event()?["token"]?.stringValue)
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi", "--data", "k=v"])
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi", "--data", "k=v"])
             #expect(sent.status == 0)
             #expect(daemon.event()?["event"] == "willPresent")
             let scraped = try await eventuallyValue { () -> String? in
@@ -230,18 +230,18 @@ struct ServeTests {
 
     @Test("bad flags and unreadable files stop the command with a clear message", argumentCheckingOnly)
     func badArguments() async throws {
-        let badAddress = try runHerald(["serve", "--http", "nonsense"])
+        let badAddress = try await runHerald(["serve", "--http", "nonsense"])
         #expect(badAddress.status == 64)
         #expect(badAddress.error.contains("flag --http: 'nonsense' is not valid; allowed: HOST:PORT"), "\(badAddress.error)")
-        let noTarget = try runHerald(["send", "--data", "a=b"])
+        let noTarget = try await runHerald(["send", "--data", "a=b"])
         #expect(noTarget.status == 64)
         #expect(noTarget.error.contains("exactly one target"))
-        let badData = try runHerald(["send", "--token", "t", "--data", "novalue"])
+        let badData = try await runHerald(["send", "--token", "t", "--data", "novalue"])
         #expect(badData.status == 64)
-        let missingSecret = try runHerald(["serve", "--auth-token-file", "/nonexistent/secret"])
+        let missingSecret = try await runHerald(["serve", "--auth-token-file", "/nonexistent/secret"])
         #expect(missingSecret.status == 1)
         #expect(missingSecret.error.contains("/nonexistent/secret"))
-        let refused = try runHerald(["send", "--http", "127.0.0.1:\(try freeLoopbackPort())", "--token", "t", "--data", "a=b"])
+        let refused = try await runHerald(["send", "--http", "127.0.0.1:\(try freeLoopbackPort())", "--token", "t", "--data", "a=b"])
         #expect(refused.status == 1)
         #expect(refused.error.contains("ECONNREFUSED"))
     }

@@ -16,7 +16,7 @@ struct ServeTokenWebhookTests {
             let url = "http://127.0.0.1:\(server.port)/hooks/token"
             let arguments = ["--token-webhook-url", url, "--token-webhook-secret-file", secretFile, "--token-webhook-max-attempts", "5"]
 
-            let printed = try runHerald(["serve", "--data-dir", "\(directory)/data", "--print-config"] + arguments)
+            let printed = try await runHerald(["serve", "--data-dir", "\(directory)/data", "--print-config"] + arguments)
             #expect(printed.status == 0, "\(printed.error)")
             #expect(printed.output.contains("token-webhook-url: \(url)  # flag --token-webhook-url"), "\(printed.output)")
             #expect(printed.output.contains("token-webhook-secret-file: \(secretFile)"), "\(printed.output)")

@@ -60,7 +60,7 @@ struct SocketActivationTests {
                 port: port, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, data: ["via": "http"]))
             #expect(posted.status == 200, "\(posted.body)")
             #expect(daemon.event()?["userInfo"]?["via"] == "http")
-            let sent = try runHerald(["send", "--socket", socket, "--token", token, "--data", "via=socket"])
+            let sent = try await runHerald(["send", "--socket", socket, "--token", token, "--data", "via=socket"])
             #expect(sent.status == 0, "\(sent.error)")
             #expect(daemon.event()?["userInfo"]?["via"] == "socket")
 

@@ -136,7 +136,7 @@ struct SystemdTests {
             let answered = (0..<3).map { _ in (try? httpRequest(port: daemon.httpPort, "GET", "/healthz").status) == 200 }
             #expect(answered == [true, true, true], "the loop is held: \(daemon.log)")
             guard answered == [true, true, true] else { return }
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=1"])
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=1"])
             #expect(sent.status == 0, "\(sent.error)")
             #expect(notify.isFull())
             // Read again: pings come, and the status line that found no room is sent at a later tick.
