@@ -102,7 +102,8 @@ struct AdminSDKProxyTests {
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // While the daemon runs, a file is for its project without --project-id.
             let second = "\(directory)/second.json"
-            #expect(try await runHerald(["credentials", "create", "--data-dir", directory, "--out", second, "--name", "second"]).status == 0)
+            #expect(
+                try await runHerald(["credentials", "create", "--data-dir", directory, "--out", second, "--name", "second"]).status == 0)
             #expect(try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: second))))["project_id"] == "demo")
             let check = try await runCheck(port: daemon.httpPort, caFile: caFile, credentials: account, token: token)
             #expect(check.status == 0, "proxy_check.py failed (exit \(check.status)):\n\(check.output)")

@@ -28,7 +28,9 @@ struct ServeExecFetchTests {
     {
         try status.write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
         let before = daemon.log.components(separatedBy: "result=\(result)").count
-        let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "s=\(status)"])
+        let sent = try await runHerald([
+            "send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "s=\(status)",
+        ])
         #expect(sent.status == 0, "\(sent.error)")
         let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
         #expect(
