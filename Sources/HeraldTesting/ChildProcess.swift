@@ -132,6 +132,15 @@ public func waitForExit(_ process: Process, timeout: Duration) -> Bool {
     return waitForExit(process, until: .now() + .nanoseconds(Int(nanoseconds)))
 }
 
+/// Waits until `process` has ended, as `waitUntilExit()` does but without its busy wait: on a thread with no run-loop
+/// sources (a test's), `waitUntilExit()` runs the run loop in a loop that returns at once each time, spinning a core
+/// for as long as the child runs. This waits through the termination handler, then calls `waitUntilExit()`, which
+/// returns at once and lets Foundation release the process and its pipes (without it their descriptors stay open).
+package func waitUntilExitWithoutSpinning(_ process: Process) {
+    _ = waitForExit(process, until: .distantFuture)
+    process.waitUntilExit()
+}
+
 private func waitForExit(_ process: Process, until deadline: DispatchTime) -> Bool {
     let ended = DispatchSemaphore(value: 0)
     process.terminationHandler = { _ in ended.signal() }

@@ -61,7 +61,7 @@ public final class NATSServerProcess: @unchecked Sendable {
     public func stop() {
         guard let process else { return }
         process.terminate()
-        process.waitUntilExit()
+        waitUntilExitWithoutSpinning(process)
         self.process = nil
         _ = log?.bytes()
         log = nil
@@ -82,7 +82,7 @@ public final class NATSServerProcess: @unchecked Sendable {
         guard let process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)
         Glibc.kill(process.processIdentifier, SIGCONT)  // a paused server dies at once
-        process.waitUntilExit()
+        waitUntilExitWithoutSpinning(process)
         self.process = nil
         _ = log?.bytes()
         log = nil
@@ -102,7 +102,7 @@ public final class NATSServerProcess: @unchecked Sendable {
 
     private func stopAndReadLog() -> String {
         process?.terminate()
-        process?.waitUntilExit()
+        if let process { waitUntilExitWithoutSpinning(process) }
         process = nil
         let text = log.map { String(decoding: $0.bytes(), as: UTF8.self) } ?? ""
         log = nil

@@ -66,6 +66,6 @@ public final class PythonHTTPServer: Sendable {
     /// Stops the server (closes its standard input) and waits for it to exit.
     public func stop() {
         try? input.close()
-        process.waitUntilExit()
+        waitUntilExitWithoutSpinning(process)
     }
 }

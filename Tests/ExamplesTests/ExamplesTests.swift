@@ -105,7 +105,7 @@ final class ExampleProcess {
     /// Sends `signal` and waits for the exit status.
     func terminate(with signal: Int32 = SIGTERM) -> Int32 {
         kill(process.processIdentifier, signal)
-        process.waitUntilExit()
+        waitUntilExitWithoutSpinning(process)
         return process.terminationStatus
     }
 
@@ -118,7 +118,7 @@ final class ExampleProcess {
     deinit {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            waitUntilExitWithoutSpinning(process)
         }
     }
 }

@@ -125,7 +125,7 @@ struct FaultInjectionTests {
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             if killed {
                 kill(daemon.process.processIdentifier, SIGKILL)
-                daemon.process.waitUntilExit()
+                waitUntilExitWithoutSpinning(daemon.process)
             } else {
                 #expect(daemon.terminate() == 0)
                 #expect(
@@ -155,7 +155,7 @@ struct FaultInjectionTests {
             var sender = NumberedSender(port: killed.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             kill(killed.process.processIdentifier, SIGKILL)
-            killed.process.waitUntilExit()
+            waitUntilExitWithoutSpinning(killed.process)
             #expect(FileManager.default.fileExists(atPath: directory + "/herald.sqlite-wal"))
             try FileManager.default.removeItem(atPath: directory + "/herald.sqlite")
             let orphaned = try runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
@@ -511,7 +511,7 @@ final class PrivateMount {
 
     deinit {
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        waitUntilExitWithoutSpinning(process)
     }
 }
 

@@ -153,7 +153,7 @@ struct PackagingTests {
             try runWithNoSignalsBlocked(process)
             defer {
                 process.interrupt()
-                process.waitUntilExit()
+                waitUntilExitWithoutSpinning(process)
             }
             let healthy = await eventually(timeout: .seconds(30)) {
                 (try? httpRequest(port: port, "GET", "/healthz"))?.status == 200

@@ -168,7 +168,7 @@ struct ServeSNITests {
             input.fileHandleForWriting.write(Data("reloaded\n".utf8))
             try input.fileHandleForWriting.close()
             let seen = lines.line(timeout: 30_000)
-            script.waitUntilExit()
+            waitUntilExitWithoutSpinning(script)
             #expect(seen?.contains("kept=B001 keptAfter=B001 keptStatus=200 b=B002 a=A001 default=9000") == true, "\(seen ?? "nothing")")
 
             // A key that does not belong to its certificate: the reload fails, every certificate in use stays.

@@ -161,7 +161,7 @@ struct ServeTests {
             for answer in answers where !answer.contains("\"name\"") {
                 #expect(answer.contains("UNAVAILABLE"), "\(answer)")
             }
-            daemon.process.waitUntilExit()
+            waitUntilExitWithoutSpinning(daemon.process)
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
             var handled = Self.handledIDs(events.lines())
 

@@ -84,7 +84,7 @@ struct SystemdTests {
             kill(daemon.process.processIdentifier, SIGINT)
             let stopping = notify.until("STOPPING=1")
             #expect(stopping.last?.contains("STOPPING=1") == true, "\(stopping)")
-            daemon.process.waitUntilExit()
+            waitUntilExitWithoutSpinning(daemon.process)
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
         }
     }

@@ -51,7 +51,7 @@ struct DesktopNotifierExampleTests {
             #expect(lines.line() == "response \(id) reply \"at one\"")
 
             process.terminate()
-            process.waitUntilExit()
+            waitUntilExitWithoutSpinning(process)
             #expect(process.terminationStatus == 0)
         }
     }

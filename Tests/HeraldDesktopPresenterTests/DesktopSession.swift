@@ -198,7 +198,7 @@ final class DesktopSession: @unchecked Sendable {
         process = nil
         if running.isRunning {
             running.terminate()
-            running.waitUntilExit()
+            waitUntilExitWithoutSpinning(running)
         }
     }
 

@@ -24,7 +24,7 @@ struct NATSCrashTests {
             let second = try await killMidStream(first, server: server, directory: directory, count: count, publish: publish)
             defer {
                 kill(second.processIdentifier, SIGKILL)
-                second.waitUntilExit()
+                waitUntilExitWithoutSpinning(second)
             }
             // Redeliveries JetStream makes after the restart (acks the kill prevented) are duplicates to the inbox; the
             // work-queue stream is empty once every one of them was acknowledged, so nothing more can arrive.
@@ -56,7 +56,7 @@ struct NATSCrashTests {
                 first, server: server, directory: directory, topic: "crash", count: count, publish: publish)
             defer {
                 kill(second.processIdentifier, SIGKILL)
-                second.waitUntilExit()
+                waitUntilExitWithoutSpinning(second)
             }
             expectEachAcceptedOnce(directory, count: count)
         }
@@ -73,7 +73,7 @@ struct NATSCrashTests {
         try publish(0..<count / 2)
         #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
         kill(first.processIdentifier, SIGKILL)
-        first.waitUntilExit()
+        waitUntilExitWithoutSpinning(first)
         #expect(first.terminationReason == .uncaughtSignal)
         try publish(count / 2..<count)
         #expect(handled(directory).count < count, "the kill came after the stream had been handled; it tests nothing")

@@ -35,7 +35,7 @@ func parseWithPrometheusClient(_ page: String) throws -> [Sample] {
     try input.fileHandleForWriting.close()
     let lines = output.fileHandleForReading.readDataToEndOfFile()
     let problems = String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
+    waitUntilExitWithoutSpinning(process)
     #expect(process.terminationStatus == 0, "prometheus-client refused the page: \(problems)")
     return String(decoding: lines, as: UTF8.self).split(separator: "\n").compactMap { line in
         guard let object = try? JSONParser.parse(Array(line.utf8)), let name = object["name"]?.stringValue,

@@ -30,7 +30,7 @@ struct CrashSafetyTests {
             }
             #expect(String(decoding: seen, as: UTF8.self).contains("accepted \(count)"))
             kill(accept.processIdentifier, SIGKILL)
-            accept.waitUntilExit()
+            waitUntilExitWithoutSpinning(accept)
             #expect(accept.terminationReason == .uncaughtSignal)
 
             let recover = try crashProbe(["recover", "\(count)", directory])
@@ -38,7 +38,7 @@ struct CrashSafetyTests {
             recover.standardOutput = result
             try runWithNoSignalsBlocked(recover)
             let data = result.fileHandleForReading.readDataToEndOfFile()
-            recover.waitUntilExit()
+            waitUntilExitWithoutSpinning(recover)
             #expect(recover.terminationStatus == 0)
             let summary = try JSONSerialization.jsonObject(with: data) as? [String: Int]
             #expect(summary?["handled"] == count)

@@ -180,7 +180,7 @@ struct TLSServerTests {
                 let after = lines.line()
                 #expect(after?.hasPrefix("after alpn=none") == true && after?.hasSuffix("serial=AA01") == true, "\(after ?? "nothing")")
                 try input.fileHandleForWriting.close()
-                process.waitUntilExit()
+                waitUntilExitWithoutSpinning(process)
                 try await server.close()
             }
         }

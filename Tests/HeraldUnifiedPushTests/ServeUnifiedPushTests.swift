@@ -126,7 +126,7 @@ struct ServeUnifiedPushTests {
         #expect(waits, "\(daemon.log)")
         back.send("release")
         #expect(try await back.next("message")["id"] == marker)
-        try await onOwnThread { stopping.value.process.waitUntilExit() }
+        try await onOwnThread { waitUntilExitWithoutSpinning(stopping.value.process) }
         #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
 
         // Nothing the app answered is handed over again: the next push is the next thing it gets.

@@ -154,14 +154,14 @@ final class WeatherProcess {
     /// Sends SIGTERM and waits for the exit status.
     func terminate() -> Int32 {
         kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
+        waitUntilExitWithoutSpinning(process)
         return process.terminationStatus
     }
 
     deinit {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            waitUntilExitWithoutSpinning(process)
         }
     }
 }
