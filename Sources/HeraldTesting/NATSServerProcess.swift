@@ -89,9 +89,26 @@ public final class NATSServerProcess: @unchecked Sendable {
     }
 
     /// SIGSTOP: the server keeps its sockets open and answers nothing (as a hung host or a dropped network path).
+    /// Returns once every thread of the server is stopped (state `T` in /proc; 10 s at most): the signal stops each
+    /// thread only as it next leaves the kernel, and on a loaded machine a send made just after `kill` returned was
+    /// stored and acknowledged (the frozen-server gateway test got one 200 among its 503s).
     public func pause() {
         guard let process else { return }
-        Glibc.kill(process.processIdentifier, SIGSTOP)
+        let pid = process.processIdentifier
+        Glibc.kill(pid, SIGSTOP)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline, !Self.allThreadsStopped(pid) { usleep(1_000) }
+    }
+
+    /// Whether every thread of `pid` is stopped (its state in /proc/PID/task/TID/stat is `T`).
+    private static func allThreadsStopped(_ pid: Int32) -> Bool {
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return !threads.isEmpty
+            && threads.allSatisfy { thread in
+                let stat = (try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8)) ?? ""
+                guard let close = stat.lastIndex(of: ")") else { return false }
+                return stat[stat.index(after: close)...].split(separator: " ").first == "T"
+            }
     }
 
     /// SIGCONT after ``pause()``.
