@@ -71,6 +71,15 @@ static inline EVP_PKEY *herald_public_key_read(const char *pem) {
     return key;
 }
 
+/* The private key in `pem` (PKCS#8 "PRIVATE KEY", or SEC1 "EC PRIVATE KEY" for EC keys); NULL when it is not one. */
+static inline EVP_PKEY *herald_private_key_read(const char *pem) {
+    BIO *bio = BIO_new_mem_buf(pem, -1);
+    if (bio == NULL) return NULL;
+    EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
+    BIO_free(bio);
+    return key;
+}
+
 /* Whether `key` is RSA (RS256 needs it). */
 static inline int herald_key_is_rsa(EVP_PKEY *key) { return EVP_PKEY_is_a(key, "RSA"); }
 
@@ -88,10 +97,7 @@ static inline int herald_rs256_verify(EVP_PKEY *key, const unsigned char *data, 
 /* RS256 signature of `data` with the private key in `private_pem` (for tests and tools); `*signature` malloc'ed. */
 static inline int herald_rs256_sign(const char *private_pem, const unsigned char *data, size_t length, unsigned char **signature,
                                     size_t *signature_length) {
-    BIO *bio = BIO_new_mem_buf(private_pem, -1);
-    if (bio == NULL) return 0;
-    EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
-    BIO_free(bio);
+    EVP_PKEY *key = herald_private_key_read(private_pem);
     if (key == NULL) return 0;
     EVP_MD_CTX *context = EVP_MD_CTX_new();
     int ok = 0;
@@ -160,15 +166,6 @@ static inline size_t herald_ec_public_point(EVP_PKEY *key, unsigned char *point,
     size_t length = 0;
     if (EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, point, capacity, &length) != 1) return 0;
     return length;
-}
-
-/* The private key in `pem` (PKCS#8 "PRIVATE KEY" or SEC1 "EC PRIVATE KEY"); NULL when it is not one. */
-static inline EVP_PKEY *herald_private_key_read(const char *pem) {
-    BIO *bio = BIO_new_mem_buf(pem, -1);
-    if (bio == NULL) return NULL;
-    EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
-    BIO_free(bio);
-    return key;
 }
 
 /* A new P-256 key. */

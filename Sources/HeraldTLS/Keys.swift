@@ -108,10 +108,8 @@ public final class P256PublicKey: @unchecked Sendable {
 
     /// Takes `key` (freed here on failure).
     private init(owning key: OpaquePointer) throws(KeyError) {
-        var point = [UInt8](repeating: 0, count: 65)
-        guard herald_key_is_p256(key) == 1, herald_ec_public_point(key, &point, point.count) == 65 else {
+        guard let point = p256Point(of: key) else {
             EVP_PKEY_free(key)
-            ERR_clear_error()
             throw .invalidPublicKey("the key is not P-256")
         }
         self.key = key
@@ -162,10 +160,8 @@ public final class P256PrivateKey: @unchecked Sendable {
 
     private init(owning key: OpaquePointer) throws(KeyError) {
         // The public half as a key of its own (its point), so that it outlives this one and verifies alone.
-        var point = [UInt8](repeating: 0, count: 65)
-        guard herald_key_is_p256(key) == 1, herald_ec_public_point(key, &point, point.count) == 65 else {
+        guard let point = p256Point(of: key) else {
             EVP_PKEY_free(key)
-            ERR_clear_error()
             throw .openSSL("the private key is not P-256")
         }
         do {
@@ -195,6 +191,16 @@ public final class P256PrivateKey: @unchecked Sendable {
         }
         return signature
     }
+}
+
+/// The public point of `key`, X9.63 uncompressed (65 bytes), when it is a P-256 key; `nil` for any other.
+private func p256Point(of key: OpaquePointer) -> [UInt8]? {
+    var point = [UInt8](repeating: 0, count: 65)
+    guard herald_key_is_p256(key) == 1, herald_ec_public_point(key, &point, point.count) == 65 else {
+        ERR_clear_error()
+        return nil
+    }
+    return point
 }
 
 /// The SHA-256 digest of `bytes` (32 bytes).
