@@ -140,15 +140,18 @@ struct TopicsTests {
             #expect(throws: DataDirectoryLockError.held(path: DataDirectoryLock.path(inDirectory: directory), owner: nil)) {
                 try DataDirectoryLock.acquire(directory: directory, owner: owner, wait: .milliseconds(100))
             }
-            let started = ContinuousClock.now
-            // The hold is released 300 ms later from another thread; acquire blocks this one meanwhile, so the
-            // delay itself is what the test measures.
+            // Another thread releases the hold once this one is about to wait for it; acquire can only return
+            // after that release, which the thread records just before it.
+            let acquiring = DispatchSemaphore(value: 0)
+            let released = Locked(false)
             Thread {
-                usleep(300_000)
+                acquiring.wait()
+                released.withLock { $0 = true }
                 hold.release()
             }.start()
-            let lock = try DataDirectoryLock.acquire(directory: directory, owner: owner)
-            #expect(ContinuousClock.now - started >= .milliseconds(250))
+            acquiring.signal()
+            let lock = try DataDirectoryLock.acquire(directory: directory, owner: owner, wait: .seconds(30))
+            #expect(released.withLock { $0 }, "acquire returned while the hold was still there")
             #expect(DataDirectoryLock.inspect(directory: directory) == .held(owner: owner))
             // flock belongs to the open file, so a second daemon is refused even in this process.
             #expect(throws: DataDirectoryLockError.held(path: DataDirectoryLock.path(inDirectory: directory), owner: owner)) {

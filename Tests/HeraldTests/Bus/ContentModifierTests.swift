@@ -70,8 +70,11 @@ private final class Decrypting: ContentModifier {
         state.withLock { $0.calls += 1 }
         request.update { $0.title = request.message.data["secret"] }
         if blockAfterFirstChange {
-            // A modifier that takes far longer than the deadline: cancelled at the deadline.
-            try? await Task.sleep(for: .seconds(600))
+            // A modifier that never finishes by itself: it waits until the deadline cancels it (an AsyncStream's
+            // iteration ends at its task's cancellation; nothing is ever yielded).
+            let (never, continuation) = AsyncStream<Never>.makeStream()
+            for await _ in never {}
+            continuation.finish()
             state.withLock { $0.cancelled = Task.isCancelled }
             return
         }
