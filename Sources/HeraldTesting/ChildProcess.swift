@@ -81,8 +81,15 @@ public final class PipeDrain: @unchecked Sendable {
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bound, read and released).
 public func freeLoopbackPort() throws -> Int {
+    let (fd, port) = try boundLoopbackSocket()
+    close(fd)
+    return port
+}
+
+/// A TCP socket bound to a free port on 127.0.0.1, not listening (close it when done): a port where nothing answers
+/// (a connection is refused) and that no other test can take while it is held.
+package func boundLoopbackSocket() throws -> (fd: Int32, port: Int) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -90,8 +97,11 @@ public func freeLoopbackPort() throws -> Int {
     let bound = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
     }
-    guard bound else { throw POSIXError(.EADDRINUSE) }
-    return Int(UInt16(bigEndian: address.sin_port))
+    guard bound else {
+        close(fd)
+        throw POSIXError(.EADDRINUSE)
+    }
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
 }
 
 /// Starts `process` as a shell or systemd would: with no signal blocked. A child inherits the signal mask of the

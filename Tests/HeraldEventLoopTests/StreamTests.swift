@@ -133,10 +133,11 @@ struct StreamTests {
     @Test("connection refused is a typed error naming the address")
     func connectionRefused() async throws {
         try await withRunningLoop { loop in
-            // Find a free port, then close the listener so nothing answers there.
-            let server = try await StreamServer.listen(on: loop, at: .tcp(host: "127.0.0.1", port: 0)) { _ in }
-            let address = server.localAddress
-            try await loop.submit { server.close() }
+            // A port bound but not listening: nothing answers there, and no other test can take it meanwhile (a
+            // listener closed first left its port free, and a test running beside this one once listened on it).
+            let (fd, port) = try boundLoopbackSocket()
+            defer { close(fd) }
+            let address = SocketAddress.tcp(host: "127.0.0.1", port: port)
             let error = await #expect(throws: UVError.self) { try await StreamConnection.connect(to: address, on: loop) }
             #expect(error == .connectionRefused)
             #expect(error?.name == "ECONNREFUSED")
