@@ -1,4 +1,5 @@
 import CNATS
+import HeraldEventLoop
 
 /// The acknowledgements of one durable consumer made with AckPolicy `all` (a stored topic's): an ack acknowledges
 /// every message of the consumer up to it, by stream sequence, so one ack covers a whole committed group instead of
@@ -35,6 +36,10 @@ final class CumulativeAcks: @unchecked Sendable {
     private var barrier: (through: UInt64, deadline: ContinuousClock.Instant, below: UInt64, remaining: Int, seen: Set<UInt64>)?
     /// Whether an ack is due at the end of this loop turn.
     var isDue = false
+    /// The ack scheduled for when the settled messages have waited long enough, if one is.
+    var timer: ScheduledTask?
+    /// Settled messages waiting for an ack.
+    var waiting: Int { settled.count }
 
     /// Frees a message this no longer needs (natsMsg_Destroy; tests track them instead).
     private let destroy: (OpaquePointer) -> Void
@@ -155,6 +160,8 @@ final class CumulativeAcks: @unchecked Sendable {
 
     /// Frees the messages kept (at stop; what they stood for is delivered again).
     func discard() {
+        timer?.cancel()
+        timer = nil
         for entry in settled.values { destroy(entry.message) }
         settled.removeAll()
         outstanding.removeAll()

@@ -114,6 +114,13 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         /// as Herald 0.1 did. A consumer that exists keeps the policy it was made with (JetStream cannot change it
         /// in place, and deleting it would lose what waits for it): the instance acknowledges as that policy wants.
         public var cumulativeTopicAcks: Bool = true
+        /// How long committed messages of a stored topic consumer that acknowledges cumulatively may wait for the
+        /// ack that covers them, while fewer than an eighth of ``maxAckPending`` wait: one ack then covers a batch
+        /// (nats-server takes, records and answers each ack on its own; under load that was most of its work per
+        /// message after storing it). Only redelivery waits on it — a message is acknowledged after the bus
+        /// committed it, and one delivered again after a crash is recognised by its ID — so it stays far below
+        /// ``ackWait``. Zero: an ack at the end of every loop turn that committed something.
+        public var cumulativeAckDelay: Duration = .milliseconds(20)
         /// How long JetStream waits before delivering again a message refused because the bus was full or failed.
         public var redeliveryDelay: Duration = .seconds(1)
         /// The stream keeps a message this long at most (FCM's longest time to live: 28 days).
@@ -172,6 +179,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var received = 0
         /// JetStream messages acknowledged (after the bus accepted them).
         public var acknowledged = 0
+        /// Acks sent to JetStream: one per message with explicit acks; one per batch for a consumer that
+        /// acknowledges cumulatively (``Options/cumulativeTopicAcks``).
+        public var acknowledgementsSent = 0
         /// JetStream messages handed back for a later delivery (bus full, store failed, shutting down).
         public var redeliveryRequested = 0
         /// JetStream messages terminated: invalid, or refused for good (an unknown token).
@@ -445,12 +455,17 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     }
 
     /// Waits until the server has processed everything this connection sent so far — subscriptions after a topic
-    /// change, acks — or `timeout` passed. Callable from any context except the loop thread.
+    /// change, acks (those waiting for a batch are sent first) — or `timeout` passed. Callable from any context
+    /// except the loop thread.
     public func flush(timeout: Duration = .seconds(2)) async throws {
         guard let context else { throw NATSReceiverError.notConnected }
         // Consumer changes under way (stored topics, the token) first.
         await tokenChanges.wait()
-        let connection: UnsafeHandle? = try await context.loop.submit { self.stopping ? nil : self.connection.map(UnsafeHandle.init) }
+        let connection: UnsafeHandle? = try await context.loop.submit {
+            guard !self.stopping else { return nil }
+            self.acknowledgeSettled()
+            return self.connection.map(UnsafeHandle.init)
+        }
         guard let connection else { throw NATSReceiverError.notConnected }
         let status = try await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, timeout.milliseconds) }
         guard status == NATS_OK else { throw NATSReceiverError.flush(detail: String(cString: natsStatus_GetText(status))) }
@@ -1026,10 +1041,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             case .acknowledge, .terminate:
                 acks.settle(message, sequence: delivery.sequence, terminated: settlement == .terminate)
                 if settlement == .terminate { shared.withLock { $0.statistics.terminated += 1 } }
-                if !acks.isDue, let loop = context?.loop {
-                    acks.isDue = true
-                    loop.execute { self.acknowledge(acks) }
-                }
+                scheduleAcknowledgement(acks)
             case .redeliverLater:
                 if acks.handBack(delivery.sequence, deliveries: delivery.deliveries),
                     natsMsg_NakWithDelay(message, options.redeliveryDelay.milliseconds, nil) == NATS_OK
@@ -1046,7 +1058,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         guard connection != nil else { return }
         switch settlement {
         case .acknowledge:
-            if natsMsg_Ack(message, nil) == NATS_OK { shared.withLock { $0.statistics.acknowledged += 1 } }
+            if natsMsg_Ack(message, nil) == NATS_OK {
+                shared.withLock {
+                    $0.statistics.acknowledged += 1
+                    $0.statistics.acknowledgementsSent += 1
+                }
+            }
         case .redeliverLater:
             if natsMsg_NakWithDelay(message, options.redeliveryDelay.milliseconds, nil) == NATS_OK {
                 shared.withLock { $0.statistics.redeliveryRequested += 1 }
@@ -1058,14 +1075,36 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
+    /// `acks` settled a message: the ack that covers it goes at the end of this loop turn once a batch waits (an
+    /// eighth of ``Options/maxAckPending``, so JetStream never stops for want of acks), else when
+    /// ``Options/cumulativeAckDelay`` has passed. Loop thread.
+    private func scheduleAcknowledgement(_ acks: CumulativeAcks) {
+        guard !acks.isDue, let loop = context?.loop else { return }
+        if options.cumulativeAckDelay <= .zero || acks.waiting >= max(1, options.maxAckPending / 8) {
+            acks.isDue = true
+            acks.timer?.cancel()
+            acks.timer = nil
+            loop.execute { self.acknowledge(acks) }
+        } else if acks.timer == nil {
+            acks.timer = loop.scheduleTask(in: options.cumulativeAckDelay) { self.acknowledge(acks) }
+        }
+    }
+
     /// Sends the ack that covers what `acks` has settled, as far as nothing below is pending. Loop thread.
     private func acknowledge(_ acks: CumulativeAcks) {
+        acks.timer?.cancel()
+        acks.timer = nil
         guard connection != nil else {
             acks.isDue = false
             return
         }
         let covered = acks.acknowledge()
-        if covered > 0 { shared.withLock { $0.statistics.acknowledged += covered } }
+        if covered > 0 {
+            shared.withLock {
+                $0.statistics.acknowledged += covered
+                $0.statistics.acknowledgementsSent += 1
+            }
+        }
     }
 
     /// Acknowledges what every cumulative consumer has settled (at stop). Loop thread.

@@ -106,6 +106,64 @@ struct NATSStoredTopicTests {
         }
     }
 
+    @Test(
+        "a stored topic's acks go in batches: a trickle of messages is acknowledged with a few acks, every message by the end; flush sends the acks that wait"
+    )
+    func acknowledgementsInBatches() async throws {
+        let server = try NATSServerProcess()
+        let publisher = try NATSPublisher(url: server.url)
+        let count = 100
+        // A message every 5 ms: an ack at the end of each loop turn would be about one per message.
+        func trickle(_ topic: String, to instance: FleetInstance) async throws -> Duration {
+            try await instance.subscribe(topic)
+            let serverCPU = server.cpuTime
+            for n in 1...count {
+                _ = try publisher.publishTopic(
+                    "herald.demo.topic.\(topic)", body: Array(topicBody(topic, n: n).utf8), messageID: "\(topic)\(n)", stored: true)
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(await eventually { instance.receiver.statistics.acknowledged == count })
+            return server.cpuTime - serverCPU
+        }
+        let batched = try FleetInstance(server: server) { $0.topicDelivery = .stored }
+        let perTurn = try FleetInstance(server: server) {
+            $0.topicDelivery = .stored
+            $0.cumulativeAckDelay = .zero
+        }
+        try await withFleet([batched, perTurn]) {
+            let batchedCPU = try await trickle("batched", to: batched)
+            let perTurnCPU = try await trickle("turns", to: perTurn)
+            let (batches, turns) = (batched.receiver.statistics.acknowledgementsSent, perTurn.receiver.statistics.acknowledgementsSent)
+            // 20 ms of 5 ms apart: about 4 messages an ack (fewer acks when the loop is late, never more).
+            #expect(batches >= 1 && batches <= count / 2, "\(batches) acks")
+            print(
+                "\(count) messages 5 ms apart: \(batches) acks (nats-server CPU \(batchedCPU)), \(turns) with an ack per loop turn (\(perTurnCPU))"
+            )
+        }
+        // Acks that wait for their delay are sent by flush (and at stop).
+        let waiting = try FleetInstance(server: server) {
+            $0.topicDelivery = .stored
+            $0.cumulativeAckDelay = .seconds(600)
+        }
+        try await withFleet([waiting]) {
+            try await waiting.subscribe("waiting")
+            for n in 1...5 {
+                _ = try publisher.publishTopic(
+                    "herald.demo.topic.waiting", body: Array(topicBody("waiting", n: n).utf8), messageID: "w\(n)", stored: true)
+            }
+            #expect(await eventually { waiting.collector.numbers.count == 5 })
+            try await waiting.herald.waitUntilIdle()
+            #expect(waiting.receiver.statistics.acknowledgementsSent == 0)
+            // The last commit may come just after the handler's end: flushed until all five are acknowledged.
+            #expect(
+                try await eventually {
+                    try await waiting.receiver.flush()
+                    return waiting.receiver.statistics.acknowledged == 5
+                })
+            #expect((1...2).contains(waiting.receiver.statistics.acknowledgementsSent))
+        }
+    }
+
     @Test("a topic left is not kept: after unsubscribing, messages sent to it wait for no one and reach no one")
     func unsubscribeDeletesConsumer() async throws {
         let server = try NATSServerProcess()

@@ -66,7 +66,8 @@ struct NATSThroughputTests {
     enum FanOut: String, CaseIterable {
         case core = "core NATS"
         case storedEach = "stored, an ack per message (AckPolicy explicit, as 0.1)"
-        case storedCumulative = "stored, an ack per committed group (AckPolicy all)"
+        case storedEachTurn = "stored, an ack per loop turn that committed something (AckPolicy all, no delay)"
+        case storedCumulative = "stored, an ack per committed batch (AckPolicy all, the default delay)"
     }
 
     /// CPU per topic message fanned out to 3 instances, core NATS against stored topic delivery with either ack
@@ -78,7 +79,7 @@ struct NATSThroughputTests {
         let environment = ProcessInfo.processInfo.environment
         let count = environment["HERALD_NATS_FANOUT_MESSAGES"].flatMap { Int($0) } ?? 20_000
         let rounds = environment["HERALD_NATS_FANOUT_ROUNDS"].flatMap { Int($0) } ?? 3
-        // HERALD_NATS_FANOUT_WAYS (`core`, `storedEach`, `storedCumulative`, comma-separated) runs only those: to
+        // HERALD_NATS_FANOUT_WAYS (`core`, `storedEach`, `storedEachTurn`, `storedCumulative`, comma-separated) runs only those: to
         // profile one way at a time (callgrind's instruction counts of the test process).
         let named = environment["HERALD_NATS_FANOUT_WAYS"].map { $0.split(separator: ",").map(String.init) }
         let ways = named.map { names in FanOut.allCases.filter { names.contains("\($0)") } } ?? FanOut.allCases
@@ -110,7 +111,8 @@ struct NATSThroughputTests {
         let instances = try (0..<3).map { _ in
             try FleetInstance(server: server) {
                 $0.topicDelivery = way == .core ? .fanOut : .stored
-                $0.cumulativeTopicAcks = way == .storedCumulative
+                $0.cumulativeTopicAcks = way == .storedCumulative || way == .storedEachTurn
+                if way == .storedEachTurn { $0.cumulativeAckDelay = .zero }
             }
         }
         var figure: (wall: Duration, herald: Duration, server: Duration) = (.zero, .zero, .zero)
@@ -133,6 +135,8 @@ struct NATSThroughputTests {
                 for instance in instances { try await instance.receiver.flush() }
             }
             figure = (clock.now - start, processCPUTime() - startCPU, server.cpuTime - startServerCPU)
+            let acks = instances.map { $0.receiver.statistics.acknowledgementsSent }.reduce(0, +)
+            print("fan-out, \(way.rawValue): \(acks) acks for \(count * instances.count) deliveries")
         }
         return figure
     }
