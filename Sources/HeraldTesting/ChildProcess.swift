@@ -168,6 +168,16 @@ package func waitUntilExitWithoutSpinning(_ process: Process) {
     process.waitUntilExit()
 }
 
+/// As the synchronous `waitUntilExitWithoutSpinning(_:)`, for async code: the wait is on a thread of its own
+/// (``onOwnThread(_:)``), not on one of the cooperative pool's few threads; the final `waitUntilExit()` is on the
+/// caller's thread, once the process has ended (it gives its thread a run loop, which a thread that ends must not
+/// have: Foundation then allocates in its thread-exit destructor, a crash under Thread Sanitizer).
+package func waitUntilExitWithoutSpinning(_ process: Process) async {
+    // The work throws nothing, so neither does onOwnThread here.
+    _ = try? await onOwnThread { waitForExit(process) }
+    process.waitUntilExit()
+}
+
 private func waitForExit(_ process: Process, until deadline: DispatchTime) -> Bool {
     let ended = DispatchSemaphore(value: 0)
     process.terminationHandler = { _ in ended.signal() }
