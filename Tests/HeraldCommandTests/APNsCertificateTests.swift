@@ -10,12 +10,12 @@ struct APNsCertificateTests {
     func providerCertificates() async throws {
         let python = try pythonEnvironment(with: "httpx")
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let topic = "com.example.weather"
-            let multi = try certificates.issueAPNsProvider(
+            let multi = try await certificates.issueAPNsProvider(
                 name: "multi", serial: "2001", topics: [topic, "\(topic).voip", "\(topic).complication"])
-            let single = try certificates.issueAPNsProvider(name: "single", serial: "2002", topics: [topic])
-            let plain = try certificates.issue(name: "plain", serial: "2003", client: true)
+            let single = try await certificates.issueAPNsProvider(name: "single", serial: "2002", topics: [topic])
+            let plain = try await certificates.issue(name: "plain", serial: "2003", client: true)
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(
@@ -28,7 +28,7 @@ struct APNsCertificateTests {
             let url = "https://127.0.0.1:\(daemon.httpPort)"
 
             let script = repositoryRoot.appendingPathComponent("Tests/APNsPy/apns_certificate_check.py").path
-            let result = try runExecutable(
+            let result = try await runExecutable(
                 python,
                 [
                     script, "--url", url, "--ca-file", certificates.caFile, "--device-token", token, "--secret", "s3cret",
@@ -41,7 +41,7 @@ struct APNsCertificateTests {
             #expect(Self.presented(6, by: daemon), "each accepted alert is presented")
 
             // curl as the provider: the one-topic certificate, no apns-topic, no authorization.
-            let curl = try runExecutable(
+            let curl = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/curl"),
                 [
                     "-sS", "-o", "/dev/null", "-w", "%{http_version} %{http_code}", "--http2", "--cacert", certificates.caFile,
@@ -50,7 +50,7 @@ struct APNsCertificateTests {
                 ])
             #expect(curl.output == "2 200", "curl: \(curl.output) \(curl.error)")
             #expect(Self.presented(1, by: daemon))
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 

@@ -151,7 +151,7 @@ struct AdminSDKProxyTests {
                     .status == 0
             }
             #expect(refused)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -202,7 +202,7 @@ struct AdminSDKProxyTests {
                 if let name = event["userInfo"]?["check"]?.stringValue { handled.append(name) }
             }
             #expect(handled.sorted() == expected, "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -211,22 +211,24 @@ struct AdminSDKProxyTests {
     )
     func refusals() async throws {
         try await withTemporaryDirectory { directory in
-            let withTLS = try runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--tls-cert", "c.pem", "--tls-key", "k.pem"])
+            let withTLS = try await runHerald([
+                "serve", "--data-dir", directory, "--fcm-proxy", "--tls-cert", "c.pem", "--tls-key", "k.pem",
+            ])
             #expect(withTLS.status == 64)
             #expect(withTLS.error.contains("FCM proxy needs the HTTP endpoint"), "\(withTLS.error)")
-            let withoutHTTP = try runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--http", "none"])
+            let withoutHTTP = try await runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--http", "none"])
             #expect(withoutHTTP.status == 64)
             let file = "\(directory)/taken.json"
             try "{}".write(toFile: file, atomically: true, encoding: .utf8)
-            let over = try runHerald(["credentials", "create", "--data-dir", directory, "--out", file])
+            let over = try await runHerald(["credentials", "create", "--data-dir", directory, "--out", file])
             #expect(over.status == 1 && over.error.contains("cannot create \(file)"), "\(over.error)")
             #expect(try String(contentsOfFile: file, encoding: .utf8) == "{}")
-            #expect(try runHerald(["credentials", "list", "--data-dir", directory]).output.isEmpty)
-            let badName = try runHerald([
+            #expect(try await runHerald(["credentials", "list", "--data-dir", directory]).output.isEmpty)
+            let badName = try await runHerald([
                 "credentials", "create", "--data-dir", directory, "--out", "\(directory)/x.json", "--name", "Bad Name",
             ])
             #expect(badName.status == 64)
-            let none = try runHerald(["credentials", "revoke", "--data-dir", directory, "nobody"])
+            let none = try await runHerald(["credentials", "revoke", "--data-dir", directory, "nobody"])
             #expect(none.status == 1 && none.error.contains("no valid key nobody"), "\(none.error)")
         }
     }

@@ -18,7 +18,7 @@ struct RespondCommandTests {
             while !presented, let event = daemon.event() { presented = event["event"] == "willPresent" }
             #expect(presented, "\(daemon.log)")
 
-            let opened = try runBuiltExecutable("herald", ["respond", "--data-dir", directory, id, "--text", "ok"])
+            let opened = try await runBuiltExecutable("herald", ["respond", "--data-dir", directory, id, "--text", "ok"])
             #expect(opened.status == 0, "\(opened.error)")
             #expect(opened.output.contains(#""responded""#))
             let echoed = try #require(daemon.event())
@@ -26,13 +26,13 @@ struct RespondCommandTests {
             #expect(echoed["action"] == .string(NotificationResponse.defaultActionIdentifier))
             #expect(echoed["userText"] == "ok")
 
-            let unknown = try runBuiltExecutable("herald", ["respond", "--data-dir", directory, "no-such-message"])
+            let unknown = try await runBuiltExecutable("herald", ["respond", "--data-dir", directory, "no-such-message"])
             #expect(unknown.status == 1)
             #expect(unknown.output.contains("NOT_FOUND") && unknown.output.contains("no-such-message"))
-            let badAction = try runBuiltExecutable("herald", ["respond", "--data-dir", directory, id, "--action", "archive"])
+            let badAction = try await runBuiltExecutable("herald", ["respond", "--data-dir", directory, id, "--action", "archive"])
             #expect(badAction.status == 1)
             #expect(badAction.output.contains("'archive'"))
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 }

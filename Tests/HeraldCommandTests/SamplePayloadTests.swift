@@ -33,7 +33,7 @@ struct SamplePayloadTests {
             let token = try #require(daemon.event()?["token"]?.stringValue)
             // The condition sample needs 'weather' and 'news'; the silent sample is for 'weather'.
             for topic in ["weather", "news"] {
-                #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, topic]).status == 0)
+                #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, topic]).status == 0)
             }
             for (file, event) in Self.fcmSamples {
                 let body = try sample(file, token: token)
@@ -76,7 +76,7 @@ struct SamplePayloadTests {
                 #expect(presented["event"] == "willPresent", "\(file)")
                 #expect(presented["userInfo"]?["aps"]?["alert"] != nil)
             }
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 }

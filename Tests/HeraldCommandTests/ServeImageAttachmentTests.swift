@@ -34,7 +34,7 @@ struct ServeImageAttachmentTests {
     )
     func attachesWithTheOperatorsCA() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
 
@@ -48,7 +48,7 @@ struct ServeImageAttachmentTests {
             try Self.sendImage("\(server.baseURL)/bytes/8192", to: daemon, token: token)
             #expect(await eventually { Self.loggedNotAttached(trusting) }, "\(daemon.log)")
             #expect(Self.attachmentSizes(trusting) == [4096])
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
             let untrusting = try DaemonProcess(directory: "\(directory)/untrusting")
             let (other, _) = try #require(echoedToken(untrusting), "\(untrusting.log)")
@@ -56,13 +56,13 @@ struct ServeImageAttachmentTests {
             let data = untrusting.directory
             #expect(await eventually { Self.loggedNotAttached(data) }, "\(untrusting.log)")
             #expect(Self.attachmentSizes(data).isEmpty)
-            #expect(untrusting.terminate() == 0, "\(untrusting.log)")
+            #expect(await untrusting.terminate() == 0, "\(untrusting.log)")
         }
     }
 
     @Test("a bad image-attachment-max-bytes stops the start, naming the setting")
-    func badMaximum() throws {
-        let zero = try runHerald(["serve", "--image-attachment-max-bytes", "0"])
+    func badMaximum() async throws {
+        let zero = try await runHerald(["serve", "--image-attachment-max-bytes", "0"])
         #expect(zero.status == 64)
         #expect(zero.error.contains("flag --image-attachment-max-bytes: '0' is not valid"), "\(zero.error)")
     }

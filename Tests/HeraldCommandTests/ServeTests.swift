@@ -17,7 +17,7 @@ struct ServeTests {
             #expect(tokenEvent.objectValue?.keys == ["event", "token", "installationID"])
 
             // A display notification with `herald send` over HTTP.
-            let sent = try runHerald([
+            let sent = try await runHerald([
                 "send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo",
                 "--token", token, "--title", "Hi", "--body", "there", "--data", "k=v",
             ])
@@ -36,7 +36,9 @@ struct ServeTests {
             #expect(presented.objectValue?.keys == ["event", "messageID", "options", "userInfo"])
 
             // A silent message over the socket.
-            let silent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "sync=1"])
+            let silent = try await runHerald([
+                "send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "sync=1",
+            ])
             #expect(silent.status == 0, "\(silent.output) \(silent.error)")
             let fetched = try #require(daemon.event())
             #expect(fetched["event"] == "backgroundFetch")
@@ -53,7 +55,7 @@ struct ServeTests {
             #expect(data["userInfo"]?["n"] == "7")
 
             // Someone else's token: refused to the sender, a `dropped` line for the daemon's reader.
-            let stranger = try runHerald([
+            let stranger = try await runHerald([
                 "send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", "not-ours", "--data", "a=b",
             ])
             #expect(stranger.status == 1)
@@ -62,7 +64,7 @@ struct ServeTests {
             #expect(dropped["event"] == "dropped")
             #expect(dropped["reason"] == "not_targeted")
 
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
             #expect(daemon.log.contains("stopping") && daemon.log.contains("stopped"))
         }
@@ -80,17 +82,17 @@ struct ServeTests {
             #expect(
                 String(decoding: client.read { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self).hasPrefix(
                     "HTTP/1.1 200"))
-            #expect(first.terminate() == 0)
+            #expect(await first.terminate() == 0)
 
             let second = try DaemonProcess(directory: directory)
             #expect(second.event()?["token"]?.stringValue == token)
-            let sent = try runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
+            let sent = try await runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
             #expect(sent.status == 0, "\(sent.output)")
             let event = try #require(second.event())
             #expect(event["event"] == "message")
             #expect(event["userInfo"]?["sky"] == "clear")
             #expect(event["userInfo"]?["from"] == "/topics/weather")
-            #expect(second.terminate() == 0)
+            #expect(await second.terminate() == 0)
         }
     }
 
@@ -103,28 +105,28 @@ struct ServeTests {
             let token = try #require(daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
 
-            let missing = try runHerald(["send"] + address)
+            let missing = try await runHerald(["send"] + address)
             #expect(missing.status == 1)
             #expect(missing.output.contains("UNAUTHENTICATED"))
-            let wrong = try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "guess"])
+            let wrong = try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "guess"])
             #expect(wrong.status == 1)
             #expect(wrong.output.contains("UNAUTHENTICATED"))
-            let fromFile = try runHerald(["send", "--auth-token-file", secretFile] + address)
+            let fromFile = try await runHerald(["send", "--auth-token-file", secretFile] + address)
             #expect(fromFile.status == 0, "\(fromFile.output)")
-            let fromEnvironment = try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
+            let fromEnvironment = try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(fromEnvironment.status == 0, "\(fromEnvironment.output)")
             #expect(daemon.event()?["event"] == "message")
             #expect(daemon.event()?["event"] == "message")
             #expect(!daemon.log.contains("s3cret"), "the secret must never be logged")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, environment: ["HERALD_AUTH_TOKEN": "from-env"])
             let token = try #require(daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
-            #expect(try runHerald(["send"] + address).status == 1)
-            #expect(try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "from-env"]).status == 0)
-            #expect(daemon.terminate() == 0)
+            #expect(try await runHerald(["send"] + address).status == 1)
+            #expect(try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "from-env"]).status == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 
@@ -161,7 +163,7 @@ struct ServeTests {
             for answer in answers where !answer.contains("\"name\"") {
                 #expect(answer.contains("UNAVAILABLE"), "\(answer)")
             }
-            waitUntilExitWithoutSpinning(daemon.process)
+            await waitUntilExitWithoutSpinning(daemon.process)
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
             var handled = Self.handledIDs(events.lines())
 
@@ -169,7 +171,7 @@ struct ServeTests {
             let next = try DaemonProcess(directory: directory)
             #expect(next.event()?["event"] == "token")
             let replayed = next.collectRemainingLines()
-            #expect(next.terminate() == 0)
+            #expect(await next.terminate() == 0)
             handled += Self.handledIDs(replayed.lines())
             #expect(accepted.isSubset(of: Set(handled)), "\(accepted.subtracting(handled).count) accepted messages were never handled")
             #expect(handled.count == Set(handled).count, "a message was handled twice")
@@ -204,7 +206,7 @@ struct ServeTests {
                 return page.contains(#"herald_messages_received_total{type="DISPLAY_NOTIFICATION"} 1"#) ? page : nil
             }
             #expect(scraped != nil)
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
             let lines = try String(contentsOfFile: export, encoding: .utf8).split(separator: "\n")
             let delivered = lines.compactMap { try? JSONParser.parse(Array($0.utf8)) }.filter { $0["event"] == "MESSAGE_DELIVERED" }
             #expect(delivered.count == 1)
@@ -217,14 +219,14 @@ struct ServeTests {
         try await withTemporaryDirectory { directory in
             let first = try DaemonProcess(directory: directory)
             #expect(first.event()?["event"] == "token")
-            let second = try runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
+            let second = try await runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("\(first.process.processIdentifier)"), "\(second.error)")
-            #expect(first.terminate() == 0)
+            #expect(await first.terminate() == 0)
             // Once the first has stopped, the directory is free again.
             let again = try DaemonProcess(directory: directory)
             #expect(again.event()?["event"] == "token")
-            #expect(again.terminate() == 0)
+            #expect(await again.terminate() == 0)
         }
     }
 
@@ -253,14 +255,14 @@ struct ServeTests {
             let token = try #require(daemon.event()?["token"]?.stringValue)
             let file = "\(directory)/message.json"
             try #"{"message": {"token": "\#(token)", "data": {"from_file": "yes"}}}"#.write(toFile: file, atomically: true, encoding: .utf8)
-            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--file", file]).status == 0)
+            #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--file", file]).status == 0)
             #expect(daemon.event()?["userInfo"]?["from_file"] == "yes")
             let bare = #"{"token": "\#(token)", "data": {"from_stdin": "yes"}}"#
-            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--file", "-"], input: bare).status == 0)
+            #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--file", "-"], input: bare).status == 0)
             #expect(daemon.event()?["userInfo"]?["from_stdin"] == "yes")
-            let validated = try runHerald(["send", "--socket", daemon.socketPath, "--file", "-", "--validate-only"], input: bare)
+            let validated = try await runHerald(["send", "--socket", daemon.socketPath, "--file", "-", "--validate-only"], input: bare)
             #expect(validated.status == 0)
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
             var rest: [String] = []
             while let line = daemon.line() { rest.append(line) }
             #expect(rest.isEmpty, "validate_only delivers nothing: \(rest)")
@@ -275,14 +277,14 @@ struct ServePluginTests {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--plugin", examplePlugin])
             let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
             #expect(sent.status == 0)
             // The echo handler answers [list, banner, sound]; the plugin's [banner, sound] joins the union.
             #expect(daemon.event()?["event"] == "willPresent")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(daemon.log.contains("example"), "the plugin is listed among the started plugins")
 
-            let missing = try runHerald([
+            let missing = try await runHerald([
                 "serve", "--data-dir", "\(directory)/other", "--plugin", examplePlugin, "--plugin", "/nonexistent/libnothing.so",
             ])
             #expect(missing.status == 1)

@@ -64,7 +64,7 @@ struct SocketActivationTests {
             #expect(sent.status == 0, "\(sent.error)")
             #expect(daemon.event()?["userInfo"]?["via"] == "socket")
 
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             // The service manager made the socket file and keeps it for the next start.
             #expect(FileManager.default.fileExists(atPath: socket))
         }
@@ -96,7 +96,7 @@ struct SocketActivationTests {
             // Closed: nothing listens there any more.
             #expect(throws: (any Error).self) { _ = try httpRequest(port: stray, "GET", "/healthz") }
             #expect(try httpRequest(port: port, "GET", "/healthz").status == 200)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 }

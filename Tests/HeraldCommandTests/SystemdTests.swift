@@ -76,7 +76,7 @@ struct SystemdTests {
             #expect(pings.filter { $0 == "WATCHDOG=1" }.count == 3, "\(pings)")
             // Counts in the STATUS= line systemctl status shows, sent when they changed.
             for index in 0..<2 {
-                let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=\(index)"])
+                let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=\(index)"])
                 #expect(sent.status == 0, "\(sent.error)")
             }
             let status = notify.until("STATUS=receiving: 2 messages received, 0 dropped, 0 background fetches")
@@ -84,7 +84,7 @@ struct SystemdTests {
             kill(daemon.process.processIdentifier, SIGINT)
             let stopping = notify.until("STOPPING=1")
             #expect(stopping.last?.contains("STOPPING=1") == true, "\(stopping)")
-            waitUntilExitWithoutSpinning(daemon.process)
+            await waitUntilExitWithoutSpinning(daemon.process)
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
         }
     }
@@ -117,7 +117,7 @@ struct SystemdTests {
             #expect(notify.until("READY=1").last?.contains("READY=1") == true)
             #expect(daemon.log.contains("configuration reload failed"), "\(daemon.log)")
             #expect(daemon.log.contains("key log-level: 'loud' is not valid"), "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -145,7 +145,7 @@ struct SystemdTests {
             #expect(notify.next() == "WATCHDOG=1")
             // Not read again: the stop does not wait for room in the queue (STOPPING=1 is dropped, the daemon ends).
             #expect(await eventually { notify.isFull() })
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -170,7 +170,7 @@ struct SystemdTests {
             // Eight clients at once: their handshakes' signatures take the loop one after another. Each handshake has
             // ten seconds from its connection (the TLS settings' default): on a loaded machine the last ones in line
             // may not get there and are closed, as they should be; each client ends either way.
-            let clients = try runExecutable(
+            let clients = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/python3"),
                 [
                     "-c",
@@ -204,7 +204,7 @@ struct SystemdTests {
             // Half of WATCHDOG_USEC apart while the loop turns; the handshakes hold it for a second or more.
             #expect(gaps.max() ?? .zero > .milliseconds(600), "longest gap between pings: \(gaps.max() ?? .zero)")
             pings.stop()
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -213,7 +213,7 @@ struct SystemdTests {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, environment: ["NOTIFY_SOCKET": "", "WATCHDOG_USEC": ""])
             #expect(daemon.event()?["event"] == "token")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 }
