@@ -6,8 +6,8 @@ import Testing
 @Suite("The EchoReceiver and LoopEcho examples, as child processes")
 struct ExamplesTests {
     @Test("EchoReceiver with no arguments feeds its samples through the bus, prints what the handlers see, exits 0")
-    func echoReceiverSamples() throws {
-        let run = try runBuiltExecutable("EchoReceiver", [])
+    func echoReceiverSamples() async throws {
+        let run = try await runBuiltExecutable("EchoReceiver", [])
         #expect(run.status == 0, "\(run.error)")
         let output = run.output
         let token = try #require(output.split(separator: "\n").first { $0.hasPrefix("Firebase registration token: ") })
@@ -36,7 +36,7 @@ struct ExamplesTests {
             client.send(#"{"message": {"topic": "weather", "data": {"city": "Porto"}}}"# + "\n")
             let answer = client.readLines(1).first ?? ""
             #expect(answer.contains(#""name":"projects/herald/messages/"#), "\(answer)")
-            #expect(child.terminate() == 0)
+            #expect(await child.terminate() == 0)
             #expect(!FileManager.default.fileExists(atPath: socket))
             let output = child.remainingOutput()
             #expect(output.contains("message userInfo: "), "\(output)")
@@ -70,7 +70,7 @@ struct ExamplesTests {
             open.send("still here\n")
             #expect(open.readLines(1) == ["still here"])
 
-            #expect(child.terminate(with: signal) == 0)
+            #expect(await child.terminate(with: signal) == 0)
             #expect(open.readsEndOfFile())
             #expect(!FileManager.default.fileExists(atPath: socket), "the socket file is removed")
             let output = child.remainingOutput()
@@ -103,9 +103,9 @@ final class ExampleProcess {
     func line() -> String? { lines.line() }
 
     /// Sends `signal` and waits for the exit status.
-    func terminate(with signal: Int32 = SIGTERM) -> Int32 {
+    func terminate(with signal: Int32 = SIGTERM) async -> Int32 {
         kill(process.processIdentifier, signal)
-        waitUntilExitWithoutSpinning(process)
+        await waitUntilExitWithoutSpinning(process)
         return process.terminationStatus
     }
 

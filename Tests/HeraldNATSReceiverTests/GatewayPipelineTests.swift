@@ -60,7 +60,7 @@ struct GatewayPipelineTests {
                 #expect(Set(numbers) == Set((0..<total).map(String.init)))
                 let handledIDs = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
                 #expect(handledIDs == Set(ids), "the instance gives each message the ID its sender was answered with")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -117,7 +117,7 @@ struct GatewayPipelineTests {
                 print(
                     "nats-server SIGKILLed mid-burst: \(stored.count) sends answered 200, \(refused.count) 503; \(handled().subtracting(stored).count) of the 503s were stored all the same"
                 )
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -142,7 +142,7 @@ struct GatewayPipelineTests {
                 #expect(await eventually { instance.collector.numbers.count >= total })
                 try await instance.herald.waitUntilIdle()
                 #expect(instance.collector.numbers.sorted() == (0..<total).map(String.init).sorted())
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -167,7 +167,7 @@ struct GatewayPipelineTests {
                 #expect(all.count == 8)
                 #expect(all.values.allSatisfy { $0.status == 503 && $0.body.contains("UNAVAILABLE") }, "\(all.values.map(\.body))")
                 #expect(waited >= .seconds(4), "answered at the request timeout (5 s), not before: \(waited)")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }

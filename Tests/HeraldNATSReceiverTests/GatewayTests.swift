@@ -33,10 +33,10 @@ struct GatewayTests {
         try await withFleet([a]) {
             try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
                 let account = "\(directory)/service-account.json"
-                let created = try runBuiltExecutable(
+                let created = try await runBuiltExecutable(
                     "herald", ["credentials", "create", "--data-dir", "\(directory)/gateway", "--out", account, "--project-id", "demo"])
                 #expect(created.status == 0, "\(created.error)")
-                let ca = try runBuiltExecutable("herald", ["credentials", "ca", "--data-dir", "\(directory)/gateway"])
+                let ca = try await runBuiltExecutable("herald", ["credentials", "ca", "--data-dir", "\(directory)/gateway"])
                 let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
                 let gateway = try startGateway(
                     server: server, directory: directory, secret: "gateway-secret", extraArguments: ["--fcm-proxy"])
@@ -50,7 +50,7 @@ struct GatewayTests {
                     "HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": caFile,
                     "SSL_CERT_FILE": caFile,
                 ]
-                let result = try await onOwnThread { try runExecutable(python, arguments, environment: environment) }
+                let result = try await runExecutable(python, arguments, environment: environment)
                 #expect(
                     result.status == 0, "proxy_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
                 #expect(
@@ -62,7 +62,7 @@ struct GatewayTests {
                     a.collector.messages.withLock { $0.compactMap { $0.userInfo["check"]?.stringValue } }.sorted()
                 }
                 #expect(await eventually { checks() == expected }, "\(checks())")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -87,7 +87,7 @@ struct GatewayTests {
                     script, "--url", "http://127.0.0.1:\(gateway.httpPort)", "--secret", "gateway-secret", "--project", "demo",
                     "--token-a", tokenA, "--token-b", tokenB, "--fid-a", fidA,
                 ]
-                let result = try await Task.detached { try runExecutable(python, arguments) }.value
+                let result = try await runExecutable(python, arguments)
                 #expect(
                     result.status == 0, "gateway_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
 
@@ -109,7 +109,7 @@ struct GatewayTests {
                 // Nothing else arrives (the dry run, the refused ones): exactly what was claimed, once each.
                 #expect(checks(a) == expectedA)
                 #expect(checks(b) == expectedB)
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -168,7 +168,7 @@ struct GatewayTests {
                 let again = try httpRequest(port: port, "POST", send, body: body(token: token, n: 6), secret: "s3cret")
                 #expect(again.status == 200, "\(again.body)")
                 #expect(await eventually { instance.collector.numbers == ["1", "6"] })
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -194,7 +194,7 @@ struct GatewayTests {
                     })
                 #expect(await eventually { instance.collector.numbers == ["2"] })
             }
-            #expect(gateway.terminate() == 0)
+            #expect(await gateway.terminate() == 0)
         }
     }
 
@@ -257,7 +257,7 @@ struct GatewayTests {
                 let unknown = try httpRequest(port: two.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret")
                 server.resume()
                 #expect(unknown.status == 404, "\(unknown.body)")
-                #expect(two.terminate() == 0)
+                #expect(await two.terminate() == 0)
             }
         }
     }

@@ -152,7 +152,7 @@ struct NATSStoredTopicTests {
                 try await back.herald.waitUntilIdle()
                 #expect(back.collector.numbers == ["1"])
             }
-            #expect(gateway.terminate() == 0)
+            #expect(await gateway.terminate() == 0)
         }
     }
 }

@@ -42,7 +42,7 @@ struct WeatherDaemonTests {
             #expect(try FileManager.default.attributesOfItem(atPath: cache)[.systemFileNumber] as? Int != firstInode)
             #expect(try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.contains(".tmp") }.isEmpty)
 
-            #expect(daemon.terminate() == 0, "\(daemon.log())")
+            #expect(await daemon.terminate() == 0, "\(daemon.log())")
             #expect(daemon.logLine { $0.contains("stopped") } != nil)
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/herald.sock"))
         }
@@ -71,7 +71,7 @@ struct WeatherDaemonTests {
             let everyday = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
             #expect(everyday.contains("options=[.list]"), "\(everyday)")
             #expect(everyday.contains("actions=SEE_FORECAST"), "\(everyday)")
-            #expect(daemon.terminate() == 0, "\(daemon.log())")
+            #expect(await daemon.terminate() == 0, "\(daemon.log())")
         }
     }
 
@@ -81,31 +81,32 @@ struct WeatherDaemonTests {
             // Without HTTP: listed, but not changed behind its back.
             let quiet = try WeatherProcess(directory: "\(directory)/quiet")
             #expect(quiet.token() != nil, "not ready; log: \(quiet.log())")
-            #expect(try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
-            let refused = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
+            #expect(try await runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
+            let refused = try await runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
             #expect(refused.status == 1)
             #expect(refused.error.contains("pid \(quiet.process.processIdentifier)) has no HTTP receiver"), "\(refused.error)")
-            #expect(quiet.terminate() == 0, "\(quiet.log())")
+            #expect(await quiet.terminate() == 0, "\(quiet.log())")
 
             // With HTTP: the lock file gives the address and project, so no flag is needed.
             let port = try freeLoopbackPort()
             let daemon = try WeatherProcess(
                 directory: "\(directory)/http", arguments: ["--http", "127.0.0.1:\(port)", "--project-id", "weather-demo"])
             #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
-            let subscribed = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
+            let subscribed = try await runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(subscribed.output.contains("through the running daemon at 127.0.0.1:\(port)"))
             let client = try TestSocketClient(.unix(path: "\(directory)/http/herald.sock"))
             client.send(#"{"message": {"topic": "storms", "notification": {"title": "Hail"}}}"# + "\n")
             #expect(client.readLines(1).count == 1)
             #expect(daemon.logLine { $0.contains("presenting") && $0.contains("title=Hail") } != nil, "\(daemon.log())")
-            #expect(try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
+            #expect(
+                try await runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
 
             // A second daemon on the same directory is refused, naming the first.
-            let second = try runBuiltExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
+            let second = try await runBuiltExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("locked by pid \(daemon.process.processIdentifier)"), "\(second.error)")
-            #expect(daemon.terminate() == 0, "\(daemon.log())")
+            #expect(await daemon.terminate() == 0, "\(daemon.log())")
         }
     }
 }
@@ -152,9 +153,9 @@ final class WeatherProcess {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    func terminate() -> Int32 {
+    func terminate() async -> Int32 {
         kill(process.processIdentifier, SIGTERM)
-        waitUntilExitWithoutSpinning(process)
+        await waitUntilExitWithoutSpinning(process)
         return process.terminationStatus
     }
 
