@@ -69,6 +69,15 @@ public final class DaemonProcess {
         line().flatMap { try? JSONParser.parse(Array($0.utf8)) }
     }
 
+    /// As the synchronous `line()`, for an async test: the wait is on a thread of its own (``onOwnThread(_:)``), not
+    /// on one of the cooperative pool's few threads, which a daemon slow to start or to answer would hold meanwhile.
+    public func line() async -> String? { await lines.line() }
+
+    /// As the synchronous `event()`, waiting as the async `line()` does.
+    public func event() async -> JSONValue? {
+        await line().flatMap { try? JSONParser.parse(Array($0.utf8)) }
+    }
+
     /// Reads every remaining line on a thread of its own until end of file (so a daemon writing many lines
     /// never blocks on a full pipe); the returned box holds them once `done` is signalled.
     public func collectRemainingLines() -> PipeDrain {
@@ -154,6 +163,17 @@ public func httpRequest(port: Int, _ method: String, _ path: String, body: Strin
 /// The first `token` event a daemon run with `--echo` writes: its registration token and installation ID.
 public func echoedToken(_ daemon: DaemonProcess) -> (token: String, installationID: String)? {
     while let event = daemon.event() {
+        if event["event"] == "token", let token = event["token"]?.stringValue {
+            return (token, event["installationID"]?.stringValue ?? "")
+        }
+    }
+    return nil
+}
+
+/// As the synchronous `echoedToken(_:)`, for an async test: each line is waited for on a thread of its own (the
+/// daemon's start takes seconds under a sanitizer), not on one of the cooperative pool's few threads.
+public func echoedToken(_ daemon: DaemonProcess) async -> (token: String, installationID: String)? {
+    while let event = await daemon.event() {
         if event["event"] == "token", let token = event["token"]?.stringValue {
             return (token, event["installationID"]?.stringValue ?? "")
         }
