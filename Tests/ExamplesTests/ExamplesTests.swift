@@ -30,7 +30,7 @@ struct ExamplesTests {
             let socket = "\(directory)/herald.sock"
             let child = try ExampleProcess("EchoReceiver", ["--listen", socket])
             var ready = false
-            while !ready, let line = child.line() { ready = line == "listening; SIGINT or SIGTERM stops" }
+            while !ready, let line = await child.line() { ready = line == "listening; SIGINT or SIGTERM stops" }
             try #require(ready, "never said it listens")
             let client = try TestSocketClient(.unix(path: socket))
             client.send(#"{"message": {"topic": "weather", "data": {"city": "Porto"}}}"# + "\n")
@@ -52,11 +52,11 @@ struct ExamplesTests {
         try await withTemporaryDirectory(prefix: "herald-loop-echo") { directory in
             let socket = "\(directory)/loop-echo.sock"
             let child = try ExampleProcess("LoopEcho", ["0", socket])
-            let tcpLine = try #require(child.line(), "no output")
+            let tcpLine = try #require(await child.line(), "no output")
             let port = try #require(
                 tcpLine.hasPrefix("listening on 127.0.0.1:") ? Int(tcpLine.split(separator: ":").last ?? "") : nil, "\(tcpLine)")
             #expect(port != 0)
-            #expect(child.line() == "listening on unix:\(socket)")
+            #expect(await child.line() == "listening on unix:\(socket)")
 
             for address in [SocketAddress.tcp(host: "127.0.0.1", port: port), .unix(path: socket)] {
                 let client = try TestSocketClient(address)
@@ -100,7 +100,7 @@ final class ExampleProcess {
     }
 
     /// The next line of standard output, or `nil` at end of file or after 10 s without one.
-    func line() -> String? { lines.line() }
+    func line() async -> String? { await lines.line() }
 
     /// Sends `signal` and waits for the exit status.
     func terminate(with signal: Int32 = SIGTERM) async -> Int32 {

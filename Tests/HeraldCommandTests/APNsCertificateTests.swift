@@ -24,7 +24,7 @@ struct APNsCertificateTests {
                     "--auth-token-file", secretFile, "--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile,
                     "--tls-client-ca", certificates.caFile,
                 ])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let url = "https://127.0.0.1:\(daemon.httpPort)"
 
             let script = repositoryRoot.appendingPathComponent("Tests/APNsPy/apns_certificate_check.py").path
@@ -38,7 +38,7 @@ struct APNsCertificateTests {
             #expect(result.status == 0, "apns_certificate_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)")
             // Each accepted alert is presented; the push to another device is an analytics "dropped" event, which
             // comes in its batch, before or after them.
-            #expect(Self.presented(6, by: daemon), "each accepted alert is presented")
+            #expect(await Self.presented(6, by: daemon), "each accepted alert is presented")
 
             // curl as the provider: the one-topic certificate, no apns-topic, no authorization.
             let curl = try await runExecutable(
@@ -49,15 +49,15 @@ struct APNsCertificateTests {
                     "--data-binary", #"{"aps":{"alert":"curl"}}"#, "\(url)/3/device/\(token)",
                 ])
             #expect(curl.output == "2 200", "curl: \(curl.output) \(curl.error)")
-            #expect(Self.presented(1, by: daemon))
+            #expect(await Self.presented(1, by: daemon))
             #expect(await daemon.terminate() == 0)
         }
     }
 
     /// Whether `count` more `willPresent` events come from `daemon` (other events passed over).
-    static func presented(_ count: Int, by daemon: DaemonProcess) -> Bool {
+    static func presented(_ count: Int, by daemon: DaemonProcess) async -> Bool {
         var seen = 0
-        while seen < count, let event = daemon.event() {
+        while seen < count, let event = await daemon.event() {
             if event["event"] == "willPresent" { seen += 1 }
         }
         return seen == count

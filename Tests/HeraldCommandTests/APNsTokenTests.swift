@@ -23,7 +23,7 @@ struct APNsTokenTests {
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data",
                 arguments: ["--auth-token-file", secretFile, "--apns-key", "KEY1234567:TEAM123456:\(key)"] + tls)
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
 
             let script = repositoryRoot.appendingPathComponent("Tests/APNsPy/apns_token_check.py").path
             let result = try await runExecutable(
@@ -33,7 +33,7 @@ struct APNsTokenTests {
                     "--key-id", "KEY1234567", "--team-id", "TEAM123456", "--secret", "s3cret",
                 ] + (overTLS ? ["--ca-file", certificates.caFile] : []))
             #expect(result.status == 0, "apns_token_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)")
-            for _ in 0..<4 { #expect(daemon.event()?["event"] == "willPresent", "each accepted alert is presented") }
+            for _ in 0..<4 { #expect(await daemon.event()?["event"] == "willPresent", "each accepted alert is presented") }
             #expect(await daemon.terminate() == 0)
         }
     }

@@ -99,7 +99,7 @@ struct AdminSDKProxyTests {
 
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // While the daemon runs, a file is for its project without --project-id.
             let second = "\(directory)/second.json"
             #expect(
@@ -115,7 +115,7 @@ struct AdminSDKProxyTests {
             var handled: [String] = []
             while handled.count < expected.count {
                 // Written before the SDK's calls were answered: read at once.
-                guard let event = daemon.event() else { break }
+                guard let event = await daemon.event() else { break }
                 if let name = event["userInfo"]?["check"]?.stringValue { handled.append(name) }
                 if event["userInfo"]?["check"] == "send-notification" {
                     #expect(event["userInfo"]?["aps"]?["alert"]?["title"] == "Build finished")
@@ -176,7 +176,7 @@ struct AdminSDKProxyTests {
                     "--auth-token-file", secretFile, "--socket", "none", "--tls-cert", "\(directory)/fcm-proxy/server.pem",
                     "--tls-key", "\(directory)/fcm-proxy/server-key.pem",
                 ])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // The hosts file an operator writes: Google's three names are Herald's address.
             let hosts = "\(directory)/hosts"
             try """
@@ -198,7 +198,7 @@ struct AdminSDKProxyTests {
             #expect(check.output.contains("delivered: [\"" + expected.joined(separator: "\", \"") + "\"]"), "\(check.output)")
             var handled: [String] = []
             while handled.count < expected.count {
-                guard let event = daemon.event() else { break }
+                guard let event = await daemon.event() else { break }
                 if let name = event["userInfo"]?["check"]?.stringValue { handled.append(name) }
             }
             #expect(handled.sorted() == expected, "\(daemon.log)")

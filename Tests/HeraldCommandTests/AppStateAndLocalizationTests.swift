@@ -9,7 +9,7 @@ struct AppStateAndLocalizationTests {
     func appState() async throws {
         try await withTemporaryDirectory(prefix: "herald-app-state") { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let background = try await runBuiltExecutable("herald", ["app-state", "--data-dir", directory, "background"])
             #expect(background.status == 0, "\(background.error)")
             #expect(background.output.contains(#"{"app_state":"background"}"#), "\(background.output)")
@@ -26,7 +26,7 @@ struct AppStateAndLocalizationTests {
                 }, "\(daemon.log)")
             let opened = try await runBuiltExecutable("herald", ["respond", "--data-dir", directory, id])
             #expect(opened.status == 0, "\(opened.error)")
-            let event = try #require(daemon.event())
+            let event = try #require(await daemon.event())
             #expect(event["event"] == "didReceiveResponse", "the first event after the token is the response, not willPresent: \(event)")
             #expect(event["messageID"]?.stringValue == id)
 
@@ -44,11 +44,11 @@ struct AppStateAndLocalizationTests {
             try #""NEW_MESSAGE_TITLE" = "Nouveau message"; "NEW_MESSAGE" = "%@ vous écrit";"#
                 .write(toFile: "\(directory)/Localizable/fr.strings", atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: directory, environment: ["LANG": "fr_FR.UTF-8", "LC_ALL": "", "LC_MESSAGES": ""])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns =
                 #"{"payload": {"aps": {"alert": {"title-loc-key": "NEW_MESSAGE_TITLE", "loc-key": "NEW_MESSAGE", "loc-args": ["Ana"]}}}}"#
             _ = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
-            let event = try #require(daemon.event())
+            let event = try #require(await daemon.event())
             #expect(event["event"] == "willPresent")
             #expect(event["userInfo"]?["aps"]?["alert"]?["title"]?.stringValue == "Nouveau message", "\(event)")
             #expect(event["userInfo"]?["aps"]?["alert"]?["body"]?.stringValue == "Ana vous écrit", "\(event)")

@@ -21,7 +21,7 @@ struct FaultInjectionTests {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
             let mount = try PrivateMount(["-t", "tmpfs", "-o", "size=16m", "tmpfs", data])
             let daemon = try mount.daemon(logs: directory, data: data)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let handled = daemon.collectRemainingLines()
             var sender = NumberedSender(port: daemon.httpPort, token: token)
 
@@ -75,7 +75,7 @@ struct FaultInjectionTests {
             let mount = try PrivateMount(["-o", "loop,errors=remount-ro", image, data])
             let device = try #require(mount.source.split(separator: "/").last.map(String.init), "no loop device for \(image)")
             let daemon = try mount.daemon(logs: directory, data: data)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let handled = daemon.collectRemainingLines()
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<20 { #expect(try sender.send() == 200) }
@@ -104,8 +104,8 @@ struct FaultInjectionTests {
             }
             var numbers = handledNumbers(handled.lines())
             let again = try DaemonProcess(directory: copy, arguments: ["--socket", "none"])
-            #expect(echoedToken(again)?.token == token, "the identity survived")
-            while !Set(1...20).isSubset(of: numbers), let line = again.line() {
+            #expect(await echoedToken(again)?.token == token, "the identity survived")
+            while !Set(1...20).isSubset(of: numbers), let line = await again.line() {
                 numbers.formUnion(handledNumbers([line]))
             }
             #expect(await again.terminate() == 0, "\(again.log)")
@@ -120,7 +120,7 @@ struct FaultInjectionTests {
     func damagedStore(killed: Bool) async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             if killed {
@@ -151,7 +151,7 @@ struct FaultInjectionTests {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             // Killed with messages in its write-ahead log, then herald.sqlite deleted: SQLite alone would drop the log.
             let killed = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
-            let token = try #require(echoedToken(killed)?.token, "\(killed.log)")
+            let token = try #require(await echoedToken(killed)?.token, "\(killed.log)")
             var sender = NumberedSender(port: killed.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             kill(killed.process.processIdentifier, SIGKILL)
@@ -196,7 +196,7 @@ struct FaultInjectionTests {
             let noCore = ["prlimit", "--core=0", "--"]
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             let crash = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "99"}}}"#
@@ -210,10 +210,10 @@ struct FaultInjectionTests {
 
             let restarted = try DaemonProcess(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
-            #expect(echoedToken(restarted)?.token == token)
+            #expect(await echoedToken(restarted)?.token == token)
             let replay = try #require(
                 await eventuallyValue { () -> JSONValue? in
-                    guard let event = restarted.event() else { return nil }
+                    guard let event = await restarted.event() else { return nil }
                     if event["userInfo"]?["crash"] == "yes" { return event }
                     return nil
                 }, "the crashing message was not replayed; log: \(restarted.log)")
@@ -242,7 +242,7 @@ struct FaultInjectionTests {
                 return !daemon.process.isRunning && daemon.process.terminationStatus == SIGABRT
             }
             let daemon = try start()
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let poison = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "66"}}}"#
             let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: poison)
             #expect(answer.status == 200, "\(answer.body)")
@@ -253,10 +253,10 @@ struct FaultInjectionTests {
                 try #require(try await crashed(again), "start \(attempt) did not replay the poison message; log: \(again.log)")
             }
             let survivor = try start()
-            #expect(echoedToken(survivor)?.token == token, "\(survivor.log)")
+            #expect(await echoedToken(survivor)?.token == token, "\(survivor.log)")
             var sender = NumberedSender(port: survivor.httpPort, token: token)
             #expect(try sender.send() == 200)
-            #expect(survivor.event()?["userInfo"]?["n"] == "1")
+            #expect(await survivor.event()?["userInfo"]?["n"] == "1")
             // The replay ran at start, before the message above.
             #expect(survivor.log.contains("quarantined, not replayed again") && survivor.log.contains("starts=3"), "\(survivor.log)")
             #expect(survivor.process.isRunning)
@@ -298,7 +298,7 @@ struct FaultInjectionTests {
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
             let replayed = try #require(
                 await eventuallyValue { () -> JSONValue? in
-                    guard let event = fixed.event() else { return nil }
+                    guard let event = await fixed.event() else { return nil }
                     // (Not `cond ? event : nil`: JSONValue takes the nil literal, as .null, which would end the wait.)
                     if event["userInfo"]?["n"] == "66" { return event }
                     return nil
@@ -314,7 +314,7 @@ struct FaultInjectionTests {
     func fileDescriptorExhaustion() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let pid = daemon.process.processIdentifier
             // Room for about 8 connections above what the daemon has open now (StreamServer keeps 16 back).
             let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
@@ -355,7 +355,7 @@ struct FaultInjectionTests {
             #expect(await eventually { (try? httpRequest(port: port, "GET", "/healthz").status) == 200 })
             #expect(try sender.send() == 200)
             #expect(daemon.log.contains("accepting connections again"), "\(daemon.log)")
-            #expect(daemon.event()?["userInfo"]?["n"] == "1")
+            #expect(await daemon.event()?["userInfo"]?["n"] == "1")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
@@ -374,10 +374,10 @@ struct FaultInjectionTests {
             let mount = try PrivateMount(["--bind", "/dev/null", library])
             let data = directory + "/data"
             let daemon = try mount.daemon(logs: directory, data: data)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             #expect(try sender.send() == 200)
-            #expect(daemon.event()?["userInfo"]?["n"] == "1")
+            #expect(await daemon.event()?["userInfo"]?["n"] == "1")
             let maps = (try? String(contentsOfFile: "/proc/\(daemon.process.processIdentifier)/maps", encoding: .utf8)) ?? ""
             #expect(!maps.contains("libnats") && !maps.contains("libssl"), "NATS off maps neither libnats nor OpenSSL")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")

@@ -31,7 +31,7 @@ struct ListenerSecurityTests {
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "127.0.0.1:\(port)", "--socket", "0.0.0.0:0",
                     "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network", "--allow-plaintext-network",
                 ])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
@@ -56,7 +56,7 @@ struct ListenerSecurityTests {
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "0.0.0.0:\(port)", "--socket", "none",
                     "--auth-token-file", secretFile, "--allow-plaintext-network",
                 ])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(daemon.log.contains("serving plain HTTP beyond loopback, as allowed"), "\(daemon.log)")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
@@ -70,7 +70,7 @@ struct ListenerSecurityTests {
             let secret = "bearer-secret-4f1c9a"
             let environment = ["HERALD_AUTH_TOKEN": secret, "HERALD_LOG_LEVEL": "trace"]
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"], environment: environment)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let body = #"{"message": {"token": "\#(token)", "data": {"a": "b"}}}"#
             let path = "/v1/projects/demo/messages:send"
             #expect(try httpRequest(port: daemon.httpPort, "POST", path, body: body).status == 401)

@@ -9,19 +9,19 @@ struct RespondCommandTests {
     func respond() async throws {
         try await withTemporaryDirectory(prefix: "herald-respond") { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, notification: ("Hi", "there"))
             )
             let id = try #require(try JSONParser.parse(sent.body)["name"]?.stringValue?.split(separator: "/").last.map(String.init))
             var presented = false
-            while !presented, let event = daemon.event() { presented = event["event"] == "willPresent" }
+            while !presented, let event = await daemon.event() { presented = event["event"] == "willPresent" }
             #expect(presented, "\(daemon.log)")
 
             let opened = try await runBuiltExecutable("herald", ["respond", "--data-dir", directory, id, "--text", "ok"])
             #expect(opened.status == 0, "\(opened.error)")
             #expect(opened.output.contains(#""responded""#))
-            let echoed = try #require(daemon.event())
+            let echoed = try #require(await daemon.event())
             #expect(echoed["event"] == "didReceiveResponse")
             #expect(echoed["action"] == .string(NotificationResponse.defaultActionIdentifier))
             #expect(echoed["userText"] == "ok")

@@ -37,7 +37,7 @@ struct SendersTests {
             let secretFile = "\(directory)/secret"
             try "static-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let port = daemon.httpPort
             // Added while the daemon runs: it reads them within seconds.
             let tokensOnly = try await addSender("tokens-only", scopes: "send", directory: directory)
@@ -91,7 +91,7 @@ struct SendersTests {
             // What was accepted was handled; nothing refused was.
             var handled: Set<String> = []
             let expected: Set = ["tokens-only", "topic", "condition", "static", "apns"]
-            while !handled.isSuperset(of: expected), let event = daemon.event() {
+            while !handled.isSuperset(of: expected), let event = await daemon.event() {
                 if let check = event["userInfo"]?["check"]?.stringValue { handled.insert(check) }
             }
             #expect(handled.isSuperset(of: expected), "\(handled)")
@@ -141,7 +141,7 @@ struct SendersTests {
             #expect(mode == 0o600)
             let limited = try String(contentsOfFile: secretOut, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             let daemon = try DaemonProcess(directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let port = daemon.httpPort
             let body = #"{"message":{"token":"\#(token)","data":{"check":"limited"}}}"#
             // A burst of 3, then one every 2 s: the 4th at once is over the limit (a 5th with the slowest machine).
@@ -186,7 +186,7 @@ struct SendersTests {
                 in: .whitespacesAndNewlines)
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let proxy = "http://127.0.0.1:\(daemon.httpPort)"
             let environment = [
                 "HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": caFile,
@@ -204,7 +204,7 @@ struct SendersTests {
             #expect(result.output.contains(#"subscribe: 0 subscribed, failed: ['PERMISSION_DENIED']"#), "\(result.output)")
             #expect(result.output.contains("legacy subscribe refused: PermissionDeniedError"), "\(result.output)")
             var handled: [String] = []
-            while handled.isEmpty, let event = daemon.event() {
+            while handled.isEmpty, let event = await daemon.event() {
                 if let check = event["userInfo"]?["check"]?.stringValue { handled.append(check) }
             }
             #expect(handled == ["scoped-send"])

@@ -28,17 +28,17 @@ struct ServeConfigFileTests {
             metrics: 127.0.0.1:\(metricsPort)
             """.write(toFile: file, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: "\(directory)/log", httpPort: httpPort, arguments: ["serve", "--config", file])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
 
             let overHTTP = try await runHerald([
                 "send", "--http", "127.0.0.1:\(httpPort)", "--project-id", "from-file", "--token", token, "--data", "via=http",
             ])
             #expect(overHTTP.status == 0, "\(overHTTP.output) \(overHTTP.error)")
             #expect(overHTTP.output.contains("projects/from-file/messages/"))
-            #expect(daemon.event()?["userInfo"]?["via"] == "http")
+            #expect(await daemon.event()?["userInfo"]?["via"] == "http")
             let overSocket = try await runHerald(["send", "--socket", "\(directory)/run/custom.sock", "--token", token, "--title", "Hi"])
             #expect(overSocket.status == 0, "\(overSocket.output) \(overSocket.error)")
-            #expect(daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.event()?["event"] == "willPresent")
             #expect(FileManager.default.fileExists(atPath: "\(directory)/state/herald.sqlite"))
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state/analytics.sqlite"))
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state/herald.sock"))
@@ -72,12 +72,12 @@ struct ServeConfigFileTests {
                 let daemon = try DaemonProcess(
                     directory: "\(directory)/log", httpPort: run.answers, arguments: ["serve", "--config", file] + run.flags,
                     environment: run.environment)
-                let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+                let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
                 for port in ports {
                     let sent = try await runHerald(["send", "--http", "127.0.0.1:\(port)", "--token", token, "--data", "a=b"])
                     #expect(sent.status == (port == run.answers ? 0 : 1), "port \(port): \(sent.output) \(sent.error)")
                 }
-                #expect(daemon.event()?["event"] == "message")
+                #expect(await daemon.event()?["event"] == "message")
                 #expect(await daemon.terminate() == 0, "\(daemon.log)")
             }
         }

@@ -53,7 +53,7 @@ struct ServeExecFetchTests {
                     "--exec-fetch-concurrency", "2",
                 ],
                 environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "MARK=from-the-config"])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
 
             let id = try await Self.fetch(daemon, token: token, status: "0", work: work, expecting: "newData")
             let input = try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: "\(work)/\(id).json"))))
@@ -100,7 +100,7 @@ struct ServeExecFetchTests {
             }
             try configure(concurrency: 1, timeout: 600, maxReplays: 3)
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--config", file])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             func send() async throws -> String {
                 let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
                 #expect(sent.status == 0, "\(sent.error)")

@@ -34,7 +34,7 @@ struct ServeHTTP2AbuseTests {
             let certificates = try await TestCertificates.make(in: directory)
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", arguments: ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
-            _ = try #require(daemon.event()?["token"]?.stringValue)
+            _ = try #require(await daemon.event()?["token"]?.stringValue)
             let cases = ["rapid-reset", "continuation-flood", "settings-flood", "too-many-streams", "hpack-bomb"]
             let script = repositoryRoot.appendingPathComponent("Tests/HTTP2Clients/h2_abuse.py").path
             let result = try await runExecutable(

@@ -41,7 +41,7 @@ struct ServeImageAttachmentTests {
             let daemon = try DaemonProcess(
                 directory: "\(directory)/trusting",
                 arguments: ["--image-attachment-ca", certificates.caFile, "--image-attachment-max-bytes", "5000"])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             try Self.sendImage("\(server.baseURL)/bytes/4096", to: daemon, token: token)
             let trusting = daemon.directory
             #expect(await eventually { Self.attachmentSizes(trusting) == [4096] }, "\(daemon.log)")
@@ -51,7 +51,7 @@ struct ServeImageAttachmentTests {
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
             let untrusting = try DaemonProcess(directory: "\(directory)/untrusting")
-            let (other, _) = try #require(echoedToken(untrusting), "\(untrusting.log)")
+            let (other, _) = try #require(await echoedToken(untrusting), "\(untrusting.log)")
             try Self.sendImage("\(server.baseURL)/bytes/4096", to: untrusting, token: other)
             let data = untrusting.directory
             #expect(await eventually { Self.loggedNotAttached(data) }, "\(untrusting.log)")

@@ -70,7 +70,7 @@ struct ServeSNITests {
             let certificates = try await TestCertificates.make(in: directory)
             let pairs = try await Self.pairs(certificates)
             let daemon = try DaemonProcess(directory: directory + "/data", arguments: Self.arguments(pairs))
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             try await body(daemon, certificates, pairs)
         }
     }
@@ -159,7 +159,7 @@ struct ServeSNITests {
             script.standardOutput = output
             try script.run()
             let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-            #expect(lines.line(timeout: 30_000) == "open")
+            #expect(await lines.line(timeout: 30_000) == "open")
             kill(pid, SIGHUP)
             let reloaded = await eventuallyValue {
                 daemon.log.contains("TLS certificate reloaded") && daemon.log.contains("B002") ? true : nil
@@ -167,7 +167,7 @@ struct ServeSNITests {
             #expect(reloaded != nil, "\(daemon.log)")
             input.fileHandleForWriting.write(Data("reloaded\n".utf8))
             try input.fileHandleForWriting.close()
-            let seen = lines.line(timeout: 30_000)
+            let seen = await lines.line(timeout: 30_000)
             await waitUntilExitWithoutSpinning(script)
             #expect(seen?.contains("kept=B001 keptAfter=B001 keptStatus=200 b=B002 a=A001 default=9000") == true, "\(seen ?? "nothing")")
 

@@ -204,7 +204,7 @@ struct ServeSchemaCommandTests {
             let daemon = try DaemonProcess(
                 directory: directory,
                 arguments: ["--socket", "none", "--disable-plugin", "ImageAttachment", "--disable-plugin=AnalyticsStore"])
-            #expect(daemon.event() != nil, "\(daemon.log)")
+            #expect(await daemon.event() != nil, "\(daemon.log)")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
             let started = daemon.log.split(separator: "\n").first { $0.contains("herald started") }
             #expect(started?.contains("\"http\"") == true, "\(daemon.log)")

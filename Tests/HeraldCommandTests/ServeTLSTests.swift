@@ -72,7 +72,7 @@ struct ServeTLSTests {
             let (certificate, key) = try await certificates.issue(name: "server", serial: "5001")
             let daemon = try DaemonProcess(
                 directory: directory + "/data", arguments: ["--socket", "none", "--tls-cert", certificate, "--tls-key", key])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let url = "https://localhost:\(daemon.httpPort)/v1/projects/demo/messages:send"
             let body = #"{"message": {"token": "\#(token)", "data": {"over": "tls"}}}"#
             let curl = try await runExecutable(
@@ -84,7 +84,7 @@ struct ServeTLSTests {
             #expect(curl.status == 0 && curl.output.contains("projects/demo/messages/"), "\(curl.output) \(curl.error)")
             // curl offers h2 and http/1.1 by ALPN; the daemon picks HTTP/2.
             #expect(curl.output.hasSuffix("200 2"), "\(curl.output)")
-            #expect(daemon.event()?["event"]?.stringValue != nil, "\(daemon.log)")
+            #expect(await daemon.event()?["event"]?.stringValue != nil, "\(daemon.log)")
             // Plain HTTP on the TLS port is refused.
             let plain = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/curl"), ["-sS", "-m", "10", "http://127.0.0.1:\(daemon.httpPort)/healthz"])
@@ -111,12 +111,12 @@ struct ServeTLSTests {
             let data = directory + "/data"
             let daemon = try DaemonProcess(
                 directory: data, arguments: ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let http = ["--http", "https://localhost:\(daemon.httpPort)", "--ca-file", certificates.caFile]
 
             let sent = try await runHerald(["send"] + http + ["--project-id", "demo", "--token", token, "--data", "over=https"])
             #expect(sent.status == 0 && sent.output.contains("projects/demo/messages/"), "\(sent.output) \(sent.error)")
-            #expect(daemon.event()?["userInfo"]?["over"] == "https", "\(daemon.log)")
+            #expect(await daemon.event()?["userInfo"]?["over"] == "https", "\(daemon.log)")
 
             // No --http: the daemon's lock names its https address.
             let subscribed = try await runHerald(["topics", "subscribe", "--data-dir", data, "--ca-file", certificates.caFile, "storms"])
@@ -126,7 +126,7 @@ struct ServeTLSTests {
                 "\(subscribed.output)")
             let toTopic = try await runHerald(["send"] + http + ["--project-id", "demo", "--topic", "storms", "--data", "n=1"])
             #expect(toTopic.status == 0, "\(toTopic.output) \(toTopic.error)")
-            #expect(daemon.event()?["userInfo"]?["n"] == "1", "\(daemon.log)")
+            #expect(await daemon.event()?["userInfo"]?["n"] == "1", "\(daemon.log)")
 
             let untrusted = try await runHerald([
                 "send", "--http", "https://localhost:\(daemon.httpPort)", "--token", token, "--data", "a=b",
@@ -148,7 +148,7 @@ struct ServeTLSTests {
             let daemon = try DaemonProcess(
                 directory: directory + "/data",
                 arguments: ["--socket", "none", "--tls-cert", certificate, "--tls-key", key, "--tls-client-ca", certificates.caFile])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             let url = "https://localhost:\(daemon.httpPort)/healthz"
             let curl = URL(fileURLWithPath: "/usr/bin/curl")
             let without = try await runExecutable(curl, ["-sS", "-m", "10", "--cacert", certificates.caFile, url])
@@ -194,7 +194,7 @@ struct ServeTLSListenersTests {
                     "--socket", "127.0.0.1:\(socketPort)", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate,
                     "--tls-key", key,
                 ])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let line = #"{"message": {"token": "\#(token)", "data": {"over": "tls"}}}"#
             let script = """
                 import socket, ssl, sys
@@ -234,7 +234,7 @@ struct ServeTLSListenersTests {
             let daemon = try DaemonProcess(
                 directory: directory + "/data",
                 arguments: ["--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate, "--tls-key", key])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             let port = daemon.httpPort
             let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
             for variant in [["-new"], ["-reuse", "-tls1_2"]] {

@@ -9,7 +9,7 @@ struct ServeTests {
     func echoesWhatItHandles() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let tokenEvent = try #require(daemon.event(), "no token line; log: \(daemon.log)")
+            let tokenEvent = try #require(await daemon.event(), "no token line; log: \(daemon.log)")
             #expect(tokenEvent["event"] == "token")
             let token = try #require(tokenEvent["token"]?.stringValue)
             let fid = try #require(tokenEvent["installationID"]?.stringValue)
@@ -25,7 +25,7 @@ struct ServeTests {
             let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
             let id = String(name.split(separator: "/").last!)
             #expect(name == "projects/demo/messages/\(id)")
-            let presented = try #require(daemon.event())
+            let presented = try #require(await daemon.event())
             let expected: JSONValue = [
                 "event": "willPresent", "messageID": .string(id), "options": ["list", "banner", "sound"],
                 "userInfo": [
@@ -40,7 +40,7 @@ struct ServeTests {
                 "send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "sync=1",
             ])
             #expect(silent.status == 0, "\(silent.output) \(silent.error)")
-            let fetched = try #require(daemon.event())
+            let fetched = try #require(await daemon.event())
             #expect(fetched["event"] == "backgroundFetch")
             #expect(fetched["result"] == "noData")
             #expect(fetched["userInfo"]?["aps"] == ["content-available": 1])
@@ -50,7 +50,7 @@ struct ServeTests {
             let client = try TestSocketClient(.unix(path: daemon.socketPath))
             client.send(#"{"message": {"token": "\#(token)", "data": {"n": "7"}}}"# + "\n")
             #expect(client.readLines(1).first?.contains("projects/demo/messages/") == true)
-            let data = try #require(daemon.event())
+            let data = try #require(await daemon.event())
             #expect(data["event"] == "message")
             #expect(data["userInfo"]?["n"] == "7")
 
@@ -60,7 +60,7 @@ struct ServeTests {
             ])
             #expect(stranger.status == 1)
             #expect(stranger.output.contains("UNREGISTERED"))
-            let dropped = try #require(daemon.event())
+            let dropped = try #require(await daemon.event())
             #expect(dropped["event"] == "dropped")
             #expect(dropped["reason"] == "not_targeted")
 
@@ -74,7 +74,7 @@ struct ServeTests {
     func restartKeepsIdentity() async throws {
         try await withTemporaryDirectory { directory in
             let first = try DaemonProcess(directory: directory)
-            let token = try #require(first.event()?["token"]?.stringValue)
+            let token = try #require(await first.event()?["token"]?.stringValue)
             let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: first.httpPort))
             client.send(
                 "POST /v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
@@ -85,10 +85,10 @@ struct ServeTests {
             #expect(await first.terminate() == 0)
 
             let second = try DaemonProcess(directory: directory)
-            #expect(second.event()?["token"]?.stringValue == token)
+            #expect(await second.event()?["token"]?.stringValue == token)
             let sent = try await runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
             #expect(sent.status == 0, "\(sent.output)")
-            let event = try #require(second.event())
+            let event = try #require(await second.event())
             #expect(event["event"] == "message")
             #expect(event["userInfo"]?["sky"] == "clear")
             #expect(event["userInfo"]?["from"] == "/topics/weather")
@@ -102,7 +102,7 @@ struct ServeTests {
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--auth-token-file", secretFile])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
 
             let missing = try await runHerald(["send"] + address)
@@ -115,14 +115,14 @@ struct ServeTests {
             #expect(fromFile.status == 0, "\(fromFile.output)")
             let fromEnvironment = try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(fromEnvironment.status == 0, "\(fromEnvironment.output)")
-            #expect(daemon.event()?["event"] == "message")
-            #expect(daemon.event()?["event"] == "message")
+            #expect(await daemon.event()?["event"] == "message")
+            #expect(await daemon.event()?["event"] == "message")
             #expect(!daemon.log.contains("s3cret"), "the secret must never be logged")
             #expect(await daemon.terminate() == 0)
         }
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, environment: ["HERALD_AUTH_TOKEN": "from-env"])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
             #expect(try await runHerald(["send"] + address).status == 1)
             #expect(try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "from-env"]).status == 0)
@@ -134,7 +134,7 @@ struct ServeTests {
     func terminateUnderLoad() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let events = daemon.collectRemainingLines()
             let client = try TestSocketClient(.unix(path: daemon.socketPath))
             let total = 2_000
@@ -169,7 +169,7 @@ struct ServeTests {
 
             // Whatever the grace period did not finish, the next start replays from the inbox.
             let next = try DaemonProcess(directory: directory)
-            #expect(next.event()?["event"] == "token")
+            #expect(await next.event()?["event"] == "token")
             let replayed = next.collectRemainingLines()
             #expect(await next.terminate() == 0)
             handled += Self.handledIDs(replayed.lines())
@@ -195,10 +195,10 @@ struct ServeTests {
                 arguments: [
                     "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
                 ])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi", "--data", "k=v"])
             #expect(sent.status == 0)
-            #expect(daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.event()?["event"] == "willPresent")
             let scraped = try await eventuallyValue { () -> String? in
                 let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: metricsPort))
                 client.send("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -218,14 +218,14 @@ struct ServeTests {
     func secondDaemonRefused() async throws {
         try await withTemporaryDirectory { directory in
             let first = try DaemonProcess(directory: directory)
-            #expect(first.event()?["event"] == "token")
+            #expect(await first.event()?["event"] == "token")
             let second = try await runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("\(first.process.processIdentifier)"), "\(second.error)")
             #expect(await first.terminate() == 0)
             // Once the first has stopped, the directory is free again.
             let again = try DaemonProcess(directory: directory)
-            #expect(again.event()?["event"] == "token")
+            #expect(await again.event()?["event"] == "token")
             #expect(await again.terminate() == 0)
         }
     }
@@ -252,19 +252,19 @@ struct ServeTests {
     func sendFromFile() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: "\(directory)/data")
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let file = "\(directory)/message.json"
             try #"{"message": {"token": "\#(token)", "data": {"from_file": "yes"}}}"#.write(toFile: file, atomically: true, encoding: .utf8)
             #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--file", file]).status == 0)
-            #expect(daemon.event()?["userInfo"]?["from_file"] == "yes")
+            #expect(await daemon.event()?["userInfo"]?["from_file"] == "yes")
             let bare = #"{"token": "\#(token)", "data": {"from_stdin": "yes"}}"#
             #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--file", "-"], input: bare).status == 0)
-            #expect(daemon.event()?["userInfo"]?["from_stdin"] == "yes")
+            #expect(await daemon.event()?["userInfo"]?["from_stdin"] == "yes")
             let validated = try await runHerald(["send", "--socket", daemon.socketPath, "--file", "-", "--validate-only"], input: bare)
             #expect(validated.status == 0)
             #expect(await daemon.terminate() == 0)
             var rest: [String] = []
-            while let line = daemon.line() { rest.append(line) }
+            while let line = await daemon.line() { rest.append(line) }
             #expect(rest.isEmpty, "validate_only delivers nothing: \(rest)")
         }
     }
@@ -276,11 +276,11 @@ struct ServePluginTests {
     func loadsThePlugin() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--plugin", examplePlugin])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
             #expect(sent.status == 0)
             // The echo handler answers [list, banner, sound]; the plugin's [banner, sound] joins the union.
-            #expect(daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.event()?["event"] == "willPresent")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(daemon.log.contains("example"), "the plugin is listed among the started plugins")
 

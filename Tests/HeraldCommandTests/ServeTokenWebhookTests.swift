@@ -23,7 +23,7 @@ struct ServeTokenWebhookTests {
             #expect(!printed.output.contains("s3cret-webhook"))
 
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: arguments)
-            let (token, installationID) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, installationID) = try #require(await echoedToken(daemon), "\(daemon.log)")
             let request = try #require(
                 await eventuallyValue { PythonHTTPServer.recordedRequests(in: record).first }, "no request; log: \(daemon.log)")
             #expect(request["path"] == "/hooks/token")

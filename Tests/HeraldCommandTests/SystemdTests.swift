@@ -69,7 +69,7 @@ struct SystemdTests {
                 environment: [
                     "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
                 ])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             let beforeReady = notify.until("READY=1")
             #expect(beforeReady.last?.contains("READY=1") == true, "\(beforeReady)")
             let pings = (0..<3).compactMap { _ in notify.next() }
@@ -99,7 +99,7 @@ struct SystemdTests {
             try "log-level: error\nmax-replays: 5\n".write(toFile: file, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", arguments: ["--config", file], environment: ["NOTIFY_SOCKET": notify.path])
-            #expect(daemon.event()?["event"] == "token")
+            #expect(await daemon.event()?["event"] == "token")
             #expect(notify.until("READY=1").last?.contains("READY=1") == true)
             #expect(!daemon.log.contains("herald started"), "info lines under log-level error: \(daemon.log)")
 
@@ -130,7 +130,7 @@ struct SystemdTests {
             // A ping every 10 ms: the socket's queue (10 datagrams by default) is full within a tenth of a second.
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "20000"])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             #expect(await eventually { notify.isFull() }, "the daemon's notifications never filled the socket")
             // With the loop held in sendmsg by a full queue, nothing would be answered now.
             let answered = (0..<3).map { _ in (try? httpRequest(port: daemon.httpPort, "GET", "/healthz").status) == 200 }
@@ -163,7 +163,7 @@ struct SystemdTests {
                 directory: "\(directory)/data",
                 arguments: ["--socket", "none", "--tls-cert", fixtures.appendingPathComponent("rsa-15360.crt").path, "--tls-key", key],
                 environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(notify.until("READY=1").last?.contains("READY=1") == true, "\(daemon.log)")
             let pings = PingRecorder(notify)
             #expect(await eventually { pings.count >= 3 })
@@ -212,7 +212,7 @@ struct SystemdTests {
     func notUnderSystemd() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, environment: ["NOTIFY_SOCKET": "", "WATCHDOG_USEC": ""])
-            #expect(daemon.event()?["event"] == "token")
+            #expect(await daemon.event()?["event"] == "token")
             #expect(await daemon.terminate() == 0)
         }
     }

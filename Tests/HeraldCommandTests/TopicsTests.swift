@@ -29,10 +29,10 @@ struct TopicsTests {
 
             // The daemon starts with those topics: a topic message is handled, not dropped.
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "weather", "--data", "city=Oslo"])
             #expect(sent.status == 0, "\(sent.output) \(sent.error)")
-            let handled = try #require(daemon.event())
+            let handled = try #require(await daemon.event())
             #expect(handled["event"] == "message")
             #expect(handled["userInfo"]?["from"] == "/topics/weather")
             #expect(handled["userInfo"]?["city"] == "Oslo")
@@ -45,7 +45,7 @@ struct TopicsTests {
     func runningDaemon() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let http = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo"]
 
             let subscribed = try await runHerald(["topics", "subscribe", "--data-dir", directory] + http + ["storms"])
@@ -53,7 +53,7 @@ struct TopicsTests {
             #expect(subscribed.output == "subscribed to storms (through the running daemon at 127.0.0.1:\(daemon.httpPort))\n")
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=1"])
             #expect(sent.status == 0, "\(sent.output) \(sent.error)")
-            let handled = try #require(daemon.event())
+            let handled = try #require(await daemon.event())
             #expect(handled["event"] == "message")
             #expect(handled["userInfo"]?["n"] == "1")
             #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "storms\n")
@@ -62,7 +62,7 @@ struct TopicsTests {
             #expect(unsubscribed.status == 0, "\(unsubscribed.error)")
             #expect(unsubscribed.output.hasPrefix("unsubscribed from storms (through the running daemon"))
             #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=2"]).status == 0)
-            let dropped = try #require(daemon.event())
+            let dropped = try #require(await daemon.event())
             #expect(dropped["event"] == "dropped")
             #expect(dropped["reason"] == "not_targeted")
             #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "")
@@ -91,7 +91,7 @@ struct TopicsTests {
     func unreachableDaemon() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--http", "none"])
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let nobody = try freeLoopbackPort()
             let refused = try await runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(nobody)", "storms"])
             #expect(refused.status == 1)
@@ -106,7 +106,7 @@ struct TopicsTests {
     func lockFile() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             #expect(
                 DataDirectoryLock.inspect(directory: directory)
                     == .held(
@@ -118,13 +118,13 @@ struct TopicsTests {
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(subscribed.output.contains("through the running daemon at 127.0.0.1:\(daemon.httpPort)"))
             #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=1"]).status == 0)
-            #expect(daemon.event()?["event"] == "message")
+            #expect(await daemon.event()?["event"] == "message")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(DataDirectoryLock.inspect(directory: directory) == .free)
         }
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--http", "none"])
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let refused = try await runHerald(["topics", "unsubscribe", "--data-dir", directory, "storms"])
             #expect(refused.status == 1)
             #expect(refused.error.contains("(pid \(daemon.process.processIdentifier)) has no HTTP receiver"), "\(refused.error)")

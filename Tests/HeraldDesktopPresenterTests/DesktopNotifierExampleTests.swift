@@ -27,8 +27,8 @@ struct DesktopNotifierExampleTests {
             try runWithNoSignalsBlocked(process)
             defer { if process.isRunning { process.terminate() } }
             let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-            let token = try #require(lines.line().flatMap { $0.hasPrefix("token: ") ? String($0.dropFirst(7)) : nil })
-            #expect(lines.line() == "listening on \(socket); SIGINT or SIGTERM stops")
+            let token = try #require(await lines.line().flatMap { $0.hasPrefix("token: ") ? String($0.dropFirst(7)) : nil })
+            #expect(await lines.line() == "listening on \(socket); SIGINT or SIGTERM stops")
 
             let client = try TestSocketClient(.unix(path: socket))
             client.send(
@@ -36,7 +36,7 @@ struct DesktopNotifierExampleTests {
                     + "\n")
             let answer = try JSONParser.parse(Array((client.readLines(1).first ?? "").utf8))
             let id = try #require(answer["name"]?.stringValue?.split(separator: "/").last.map(String.init), "\(answer)")
-            #expect(lines.line() == "presenting \(id): Ana")
+            #expect(await lines.line() == "presenting \(id): Ana")
             let calls: @Sendable () async -> String = {
                 (try? await session.run(
                     "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
@@ -47,9 +47,9 @@ struct DesktopNotifierExampleTests {
             #expect(called.contains("['default', 'Open', 'archive', 'Archive', 'open', 'Open', 'inline-reply', 'Reply']"), "\(called)")
 
             try await session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
-            #expect(lines.line() == "response \(id) archive")
+            #expect(await lines.line() == "response \(id) archive")
             try await session.emitFromMock("NotificationReplied", signature: "us", "[<uint32 1>, <'at one'>]")
-            #expect(lines.line() == "response \(id) reply \"at one\"")
+            #expect(await lines.line() == "response \(id) reply \"at one\"")
 
             process.terminate()
             await waitUntilExitWithoutSpinning(process)

@@ -15,7 +15,7 @@ struct ServeDesktopTests {
         try await withTemporaryDirectory(prefix: "herald-serve-desktop") { directory in
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--presenter", "desktop"], environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send",
                 body: fcmBody(token: token, notification: ("Hello", "from serve")))
@@ -23,7 +23,7 @@ struct ServeDesktopTests {
             #expect(await eventually { (try? await session.displayedCount()) == 1 }, "\(daemon.log)")
             try await session.dunstctl("action", "0")
             var response: JSONValue?
-            while let event = daemon.event() {
+            while let event = await daemon.event() {
                 if event["event"] == "didReceiveResponse" {
                     response = event
                     break
@@ -56,7 +56,7 @@ struct ServeDesktopTests {
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", arguments: ["--presenter", "desktop", "--config", config],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns = #"{"payload": {"aps": {"alert": {"title": "Hi", "body": "there"}, "category": "message"}}}"#
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
@@ -73,7 +73,7 @@ struct ServeDesktopTests {
             #expect(calls.contains("'x-kde-reply-submit-button-text': <'Send'>"), "\(calls)")
             try await session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
             var response: JSONValue?
-            while let event = daemon.event() {
+            while let event = await daemon.event() {
                 if event["event"] == "didReceiveResponse" {
                     response = event
                     break
@@ -95,7 +95,7 @@ struct ServeDesktopTests {
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--presenter", "desktop", "--plugin", plugin],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns = #"{"payload": {"aps": {"alert": {"title": "Storm", "body": "at six"}, "category": "weather"}}}"#
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))

@@ -36,7 +36,7 @@ struct GatewayPipelineTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-burst") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let token = try await instance.token()
                 let total = 2000
                 let answers = Locked<[Int: (status: Int, body: String)]>([:])
@@ -73,7 +73,7 @@ struct GatewayPipelineTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-kill") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let token = try await instance.token()
                 let total = 4000
                 let answers = Locked<[Int: (status: Int, body: String)]>([:])
@@ -130,7 +130,7 @@ struct GatewayPipelineTests {
         try await withFleet([instance]) {
             try await instance.subscribe("news")
             try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let total = 500
                 let answers = Locked<[Int: (status: Int, body: String)]>([:])
                 await Self.burst(port: gateway.httpPort, numbers: 0..<total, connections: 16, answers: answers) {
@@ -153,7 +153,7 @@ struct GatewayPipelineTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-frozen") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let token = try await instance.token()
                 let port = gateway.httpPort
                 #expect(try httpRequest(port: port, "POST", Self.send, body: body(token: token, n: 0), secret: "s3cret").status == 200)

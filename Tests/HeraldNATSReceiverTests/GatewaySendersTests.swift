@@ -27,8 +27,8 @@ struct GatewaySendersTests {
                 for name in ["one", "two"] {
                     try FileManager.default.createDirectory(atPath: "\(directory)/\(name)", withIntermediateDirectories: true)
                 }
-                let one = try startGateway(server: server, directory: "\(directory)/one", secret: "gateway-secret")
-                let two = try startGateway(server: server, directory: "\(directory)/two", secret: "gateway-secret")
+                let one = try await startGateway(server: server, directory: "\(directory)/one", secret: "gateway-secret")
+                let two = try await startGateway(server: server, directory: "\(directory)/two", secret: "gateway-secret")
                 let token = try await instance.token()
                 let send = "/v1/projects/demo/messages:send"
                 let body = #"{"message":{"token":"\#(token)","data":{"check":"sender"}}}"#

@@ -23,7 +23,7 @@ struct GatewayTopicsTests {
                     "herald", ["senders", "add", "sends-only", "--scopes", "send,send-topics"] + fleet)
                 #expect(added.status == 0, "\(added.error)")
                 let sendsOnly = added.output.trimmingCharacters(in: .whitespacesAndNewlines)
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let port = gateway.httpPort
                 let (tokenA, tokenB, tokenC) = (try await a.token(), try await b.token(), try await c.token())
                 @Sendable func post(_ path: String, _ body: String, bearer: String = "s3cret") async throws -> CurlAnswer {
@@ -125,8 +125,8 @@ struct GatewayTopicsTests {
         try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
             let instance = try DaemonProcess(
                 directory: "\(directory)/instance", arguments: ["--nats-server", server.url, "--socket", "none"])
-            let (token, _) = try #require(echoedToken(instance), "no token line: \(instance.log)")
-            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let (token, _) = try #require(await echoedToken(instance), "no token line: \(instance.log)")
+            let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
             let port = gateway.httpPort
             @Sendable func batchAdd(_ topic: String) async throws -> (status: Int, results: [JSONValue], body: String) {
                 let answer = try await onOwnThread {

@@ -75,7 +75,7 @@ struct NATSAuthTests {
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data",
                 arguments: ["--nats-server", server.url, "--socket", "none", "--nats-user", "herald", "--nats-password-file", right])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(await daemon.terminate() == 0)
 
             let serve = ["serve", "--data-dir", "\(directory)/other", "--http", "none", "--socket", "none", "--nats-server", server.url]

@@ -18,11 +18,11 @@ struct ServeNATSTests {
                 arguments: [
                     "--nats-server", server.url, "--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--nats-stream", "FLEET",
                 ])
-            let (token, _) = try #require(echoedToken(daemon), "no token line: \(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "no token line: \(daemon.log)")
             let client = try NATSPublisher(url: server.url)
             let id = try client.publishStored(NATSSubjects.token(project: "demo", token: token), body(token: token, n: 1))
             #expect(id.hasPrefix("nats-FLEET-"))
-            let event = try #require(daemon.event(), "no echo: \(daemon.log)")
+            let event = try #require(await daemon.event(), "no echo: \(daemon.log)")
             #expect(event["event"] == "message")
             #expect(event["messageID"]?.stringValue == id)
             #expect(event["userInfo"]?["n"] == "1")
@@ -43,7 +43,7 @@ struct ServeNATSTests {
             // Stored while the instance was away or not: delivered after the reconnect.
             _ = try NATSPublisher(url: server.url).publishStored(
                 NATSSubjects.token(project: "demo", token: token), body(token: token, n: 2))
-            let after = try #require(daemon.event(), "no echo after the restart: \(daemon.log)")
+            let after = try #require(await daemon.event(), "no echo after the restart: \(daemon.log)")
             #expect(after["userInfo"]?["n"] == "2")
             #expect(await daemon.terminate() == 0)
         }

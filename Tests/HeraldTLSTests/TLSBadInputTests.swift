@@ -126,10 +126,10 @@ struct TLSBadInputTests {
                 clients.standardOutput = output
                 try clients.run()
                 let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-                #expect(lines.line(timeout: 30_000) == "ready \(count)")
+                #expect(await lines.line(timeout: 30_000) == "ready \(count)")
                 let result = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
                 #expect(result.output.contains("hello alpn=none"), "\(result.output)")
-                #expect(lines.line(timeout: 30_000) == "closed \(count)", "every half-open handshake closed by the server")
+                #expect(await lines.line(timeout: 30_000) == "closed \(count)", "every half-open handshake closed by the server")
                 await waitUntilExitWithoutSpinning(clients)
                 #expect(context.handshakeFailures.timedOut == count)
                 try await server.close()

@@ -167,7 +167,7 @@ struct TLSServerTests {
                 process.standardOutput = output
                 try runWithNoSignalsBlocked(process)
                 let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-                let before = lines.line()
+                let before = await lines.line()
                 #expect(before?.hasPrefix("before alpn=none") == true && before?.hasSuffix("serial=AA01") == true, "\(before ?? "nothing")")
 
                 // The files replaced by a certificate of another serial, then reloaded.
@@ -179,7 +179,7 @@ struct TLSServerTests {
 
                 // The old connection still works, on the certificate it began with.
                 input.fileHandleForWriting.write(Data("go\n".utf8))
-                let after = lines.line()
+                let after = await lines.line()
                 #expect(after?.hasPrefix("after alpn=none") == true && after?.hasSuffix("serial=AA01") == true, "\(after ?? "nothing")")
                 try input.fileHandleForWriting.close()
                 await waitUntilExitWithoutSpinning(process)
