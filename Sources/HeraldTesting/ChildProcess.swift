@@ -15,7 +15,7 @@ public func runBuiltExecutable(
     return try runExecutable(url, arguments, environment: environment, input: input)
 }
 
-/// As ``runBuiltExecutable(_:_:environment:input:)``, for the executable at `url` (a script's interpreter, say).
+/// As `runBuiltExecutable(_:_:environment:input:)`, for the executable at `url` (a script's interpreter, say).
 public func runExecutable(
     _ url: URL, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
 ) throws -> (status: Int32, output: String, error: String) {
@@ -44,6 +44,23 @@ public func runExecutable(
     let err = errorText.bytes()
     process.waitUntilExit()
     return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+}
+
+/// As the synchronous `runBuiltExecutable(_:_:environment:input:)`, waiting for the child on a thread of its own
+/// (``onOwnThread(_:)``): the form for an async test, whose body would otherwise hold one of the cooperative pool's
+/// few threads for as long as the child runs.
+public func runBuiltExecutable(
+    _ name: String, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
+) async throws -> (status: Int32, output: String, error: String) {
+    try await onOwnThread { try runBuiltExecutable(name, arguments, environment: environment, input: input) }
+}
+
+/// As the synchronous `runExecutable(_:_:environment:input:)`, waiting for the child on a thread of its own
+/// (``onOwnThread(_:)``), not on one of the cooperative pool's.
+public func runExecutable(
+    _ url: URL, _ arguments: [String], environment: [String: String] = [:], input: String? = nil
+) async throws -> (status: Int32, output: String, error: String) {
+    try await onOwnThread { try runExecutable(url, arguments, environment: environment, input: input) }
 }
 
 /// Reads a pipe to its end on a thread of its own (after `initial`, bytes already read from it), so a child
@@ -148,6 +165,16 @@ public func waitForExit(_ process: Process, timeout: Duration) -> Bool {
 /// returns at once and lets Foundation release the process and its pipes (without it their descriptors stay open).
 package func waitUntilExitWithoutSpinning(_ process: Process) {
     _ = waitForExit(process, until: .distantFuture)
+    process.waitUntilExit()
+}
+
+/// As the synchronous `waitUntilExitWithoutSpinning(_:)`, for async code: the wait is on a thread of its own
+/// (``onOwnThread(_:)``), not on one of the cooperative pool's few threads; the final `waitUntilExit()` is on the
+/// caller's thread, once the process has ended (it gives its thread a run loop, which a thread that ends must not
+/// have: Foundation then allocates in its thread-exit destructor, a crash under Thread Sanitizer).
+package func waitUntilExitWithoutSpinning(_ process: Process) async {
+    // The work throws nothing, so neither does onOwnThread here.
+    _ = try? await onOwnThread { waitForExit(process) }
     process.waitUntilExit()
 }
 

@@ -27,6 +27,13 @@ public func curlRequest(port: Int, _ method: String, _ path: String, body: Strin
     return CurlAnswer(status: status, headers: headers, body: String(result.output[split.upperBound...]))
 }
 
+/// As the synchronous `curlRequest(port:_:_:body:bearer:)`, for an async test: curl is waited for on a thread of its
+/// own (``onOwnThread(_:)``), not on one of the cooperative pool's few threads.
+public func curlRequest(port: Int, _ method: String, _ path: String, body: String? = nil, bearer: String? = nil) async throws -> CurlAnswer
+{
+    try await onOwnThread { try curlRequest(port: port, method, path, body: body, bearer: bearer) }
+}
+
 /// curl could not make the request.
 public struct CurlError: Error, CustomStringConvertible {
     public var message: String

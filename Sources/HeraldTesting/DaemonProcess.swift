@@ -69,6 +69,15 @@ public final class DaemonProcess {
         line().flatMap { try? JSONParser.parse(Array($0.utf8)) }
     }
 
+    /// As the synchronous `line()`, for an async test: the wait is on a thread of its own (``onOwnThread(_:)``), not
+    /// on one of the cooperative pool's few threads, which a daemon slow to start or to answer would hold meanwhile.
+    public func line() async -> String? { await lines.line() }
+
+    /// As the synchronous `event()`, waiting as the async `line()` does.
+    public func event() async -> JSONValue? {
+        await line().flatMap { try? JSONParser.parse(Array($0.utf8)) }
+    }
+
     /// Reads every remaining line on a thread of its own until end of file (so a daemon writing many lines
     /// never blocks on a full pipe); the returned box holds them once `done` is signalled.
     public func collectRemainingLines() -> PipeDrain {
@@ -83,8 +92,36 @@ public final class DaemonProcess {
         terminate(timeout: .seconds(120))
     }
 
-    /// As ``terminate()``, with a daemon killed `timeout` after SIGTERM.
+    /// As `terminate()`, with a daemon killed `timeout` after SIGTERM.
     public func terminate(timeout: Duration) -> Int32 {
+        Self.stop(process, directory: directory, timeout: timeout)
+        // It has ended, so this returns at once; it is what lets Foundation release the process and its pipes (a
+        // process only waited for through its termination handler is kept, with its pipes' descriptors, for good).
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// As the synchronous `terminate()`, for an async test: the daemon is waited for on a thread of its own
+    /// (``onOwnThread(_:)``), not on one of the cooperative pool's few threads, which a daemon slow to stop (seconds
+    /// under a sanitizer) would hold from every other test meanwhile.
+    public func terminate() async -> Int32 {
+        await terminate(timeout: .seconds(120))
+    }
+
+    /// As `terminate()`, with a daemon killed `timeout` after SIGTERM.
+    public func terminate(timeout: Duration) async -> Int32 {
+        let (process, directory) = (self.process, directory)
+        // The work throws nothing, so neither does onOwnThread here.
+        _ = try? await onOwnThread { Self.stop(process, directory: directory, timeout: timeout) }
+        // Here rather than on that thread, which ends: waitUntilExit() gives its thread a run loop, and a thread
+        // ending with one makes Foundation allocate in its thread-exit destructor (a crash under Thread Sanitizer).
+        // The daemon has ended, so this returns at once.
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// SIGTERM, a wait through the termination handler for at most `timeout`, then SIGKILL (said in the log).
+    private static func stop(_ process: Process, directory: String, timeout: Duration) {
         kill(process.processIdentifier, SIGTERM)
         if !waitForExit(process, timeout: timeout) {
             kill(process.processIdentifier, SIGKILL)
@@ -95,10 +132,6 @@ public final class DaemonProcess {
                 try? log.close()
             }
         }
-        // It has ended, so this returns at once; it is what lets Foundation release the process and its pipes (a
-        // process only waited for through its termination handler is kept, with its pipes' descriptors, for good).
-        process.waitUntilExit()
-        return process.terminationStatus
     }
 
     /// What the daemon logged.
@@ -130,6 +163,17 @@ public func httpRequest(port: Int, _ method: String, _ path: String, body: Strin
 /// The first `token` event a daemon run with `--echo` writes: its registration token and installation ID.
 public func echoedToken(_ daemon: DaemonProcess) -> (token: String, installationID: String)? {
     while let event = daemon.event() {
+        if event["event"] == "token", let token = event["token"]?.stringValue {
+            return (token, event["installationID"]?.stringValue ?? "")
+        }
+    }
+    return nil
+}
+
+/// As the synchronous `echoedToken(_:)`, for an async test: each line is waited for on a thread of its own (the
+/// daemon's start takes seconds under a sanitizer), not on one of the cooperative pool's few threads.
+public func echoedToken(_ daemon: DaemonProcess) async -> (token: String, installationID: String)? {
+    while let event = await daemon.event() {
         if event["event"] == "token", let token = event["token"]?.stringValue {
             return (token, event["installationID"]?.stringValue ?? "")
         }

@@ -33,7 +33,9 @@ public struct OwnProcessTrait: TestTrait, TestScoping {
         let bundle = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         let seconds = String(timeout.components.seconds)
         let filter = "^" + NSRegularExpression.escapedPattern(for: id) + "$"
-        let result = try runExecutable(
+        // Awaited (the child waited for on a thread of its own): the test runs for as long as the child does, which
+        // would otherwise hold one of the cooperative pool's few threads from every other test meanwhile.
+        let result = try await runExecutable(
             URL(fileURLWithPath: "/usr/bin/timeout"),
             ["--signal=KILL", seconds, bundle, "--testing-library", "swift-testing", "--filter", filter],
             environment: [Self.variable: id])

@@ -31,6 +31,12 @@ public struct TestCertificates: Sendable {
             newKey + ["-keyout", untrustedKeyFile, "-out", untrustedCertificateFile, "-subj", "/CN=localhost", "-addext", Self.names])
     }
 
+    /// As ``init(in:)``, for an async test: the four `openssl` runs wait on a thread of their own
+    /// (``onOwnThread(_:)``), not on one of the cooperative pool's few threads.
+    public static func make(in directory: String) async throws -> TestCertificates {
+        try await onOwnThread { try TestCertificates(in: directory) }
+    }
+
     /// A certificate and key signed by the CA, as `NAME.pem` and `NAME-key.pem`: a server's for `localhost`,
     /// 127.0.0.1 and `::1`, or a client's. `serial` is the serial number (hex, as `openssl x509 -serial` prints it).
     /// `issue(name: "server", …)` replaces ``certificateFile`` and ``keyFile``. `subject` replaces `/CN=NAME` (in
@@ -44,6 +50,15 @@ public struct TestCertificates: Sendable {
         return try sign(name: name, serial: serial, subject: subject ?? "/CN=\(name)", extensions: usage + extensions)
     }
 
+    /// As the synchronous `issue(name:serial:client:subject:extensions:)`, for an async test: `openssl` runs on a
+    /// thread of its own (``onOwnThread(_:)``), not on one of the cooperative pool's.
+    @discardableResult
+    public func issue(
+        name: String, serial: String, client: Bool = false, subject: String? = nil, extensions: String = ""
+    ) async throws -> (certificate: String, key: String) {
+        try await onOwnThread { try issue(name: name, serial: serial, client: client, subject: subject, extensions: extensions) }
+    }
+
     /// A server certificate and key signed by the CA for exactly the DNS names `dnsNames` (its subjectAltName;
     /// wildcards as written, `*.example.test`), subject `CN=NAME`, as `NAME.pem` and `NAME-key.pem` (replaced when
     /// there): a certificate that SNI chooses by name. Returns the certificate and key paths.
@@ -53,6 +68,13 @@ public struct TestCertificates: Sendable {
         let names = dnsNames.map { "DNS:\($0)" }.joined(separator: ",")
         return try sign(
             name: name, serial: serial, subject: "/CN=\(name)", extensions: "extendedKeyUsage = serverAuth\nsubjectAltName = \(names)\n")
+    }
+
+    /// As the synchronous `issueServer(name:serial:dnsNames:)`, for an async test: `openssl` runs on a thread of its
+    /// own (``onOwnThread(_:)``).
+    @discardableResult
+    public func issueServer(name: String, serial: String, dnsNames: [String]) async throws -> (certificate: String, key: String) {
+        try await onOwnThread { try issueServer(name: name, serial: serial, dnsNames: dnsNames) }
     }
 
     /// An APNs provider certificate signed by the CA, as Apple issues them: the subject's `UID` is `topics[0]` (the
@@ -74,6 +96,13 @@ public struct TestCertificates: Sendable {
         return try issue(
             name: name, serial: serial, client: true,
             subject: "/UID=\(topics[0])/CN=Apple Push Services: \(topics[0])/OU=TEAM123456", extensions: extensions)
+    }
+
+    /// As the synchronous `issueAPNsProvider(name:serial:topics:)`, for an async test: `openssl` runs on a thread of
+    /// its own (``onOwnThread(_:)``).
+    @discardableResult
+    public func issueAPNsProvider(name: String, serial: String, topics: [String]) async throws -> (certificate: String, key: String) {
+        try await onOwnThread { try issueAPNsProvider(name: name, serial: serial, topics: topics) }
     }
 
     /// A new P-256 key and a certificate for it signed by the CA (`NAME-key.pem`, `NAME.pem`, replaced when there):

@@ -6,8 +6,8 @@ import Testing
 @Suite("The EchoReceiver and LoopEcho examples, as child processes")
 struct ExamplesTests {
     @Test("EchoReceiver with no arguments feeds its samples through the bus, prints what the handlers see, exits 0")
-    func echoReceiverSamples() throws {
-        let run = try runBuiltExecutable("EchoReceiver", [])
+    func echoReceiverSamples() async throws {
+        let run = try await runBuiltExecutable("EchoReceiver", [])
         #expect(run.status == 0, "\(run.error)")
         let output = run.output
         let token = try #require(output.split(separator: "\n").first { $0.hasPrefix("Firebase registration token: ") })
@@ -30,13 +30,13 @@ struct ExamplesTests {
             let socket = "\(directory)/herald.sock"
             let child = try ExampleProcess("EchoReceiver", ["--listen", socket])
             var ready = false
-            while !ready, let line = child.line() { ready = line == "listening; SIGINT or SIGTERM stops" }
+            while !ready, let line = await child.line() { ready = line == "listening; SIGINT or SIGTERM stops" }
             try #require(ready, "never said it listens")
             let client = try TestSocketClient(.unix(path: socket))
             client.send(#"{"message": {"topic": "weather", "data": {"city": "Porto"}}}"# + "\n")
             let answer = client.readLines(1).first ?? ""
             #expect(answer.contains(#""name":"projects/herald/messages/"#), "\(answer)")
-            #expect(child.terminate() == 0)
+            #expect(await child.terminate() == 0)
             #expect(!FileManager.default.fileExists(atPath: socket))
             let output = child.remainingOutput()
             #expect(output.contains("message userInfo: "), "\(output)")
@@ -52,11 +52,11 @@ struct ExamplesTests {
         try await withTemporaryDirectory(prefix: "herald-loop-echo") { directory in
             let socket = "\(directory)/loop-echo.sock"
             let child = try ExampleProcess("LoopEcho", ["0", socket])
-            let tcpLine = try #require(child.line(), "no output")
+            let tcpLine = try #require(await child.line(), "no output")
             let port = try #require(
                 tcpLine.hasPrefix("listening on 127.0.0.1:") ? Int(tcpLine.split(separator: ":").last ?? "") : nil, "\(tcpLine)")
             #expect(port != 0)
-            #expect(child.line() == "listening on unix:\(socket)")
+            #expect(await child.line() == "listening on unix:\(socket)")
 
             for address in [SocketAddress.tcp(host: "127.0.0.1", port: port), .unix(path: socket)] {
                 let client = try TestSocketClient(address)
@@ -70,7 +70,7 @@ struct ExamplesTests {
             open.send("still here\n")
             #expect(open.readLines(1) == ["still here"])
 
-            #expect(child.terminate(with: signal) == 0)
+            #expect(await child.terminate(with: signal) == 0)
             #expect(open.readsEndOfFile())
             #expect(!FileManager.default.fileExists(atPath: socket), "the socket file is removed")
             let output = child.remainingOutput()
@@ -100,12 +100,12 @@ final class ExampleProcess {
     }
 
     /// The next line of standard output, or `nil` at end of file or after 10 s without one.
-    func line() -> String? { lines.line() }
+    func line() async -> String? { await lines.line() }
 
     /// Sends `signal` and waits for the exit status.
-    func terminate(with signal: Int32 = SIGTERM) -> Int32 {
+    func terminate(with signal: Int32 = SIGTERM) async -> Int32 {
         kill(process.processIdentifier, signal)
-        waitUntilExitWithoutSpinning(process)
+        await waitUntilExitWithoutSpinning(process)
         return process.terminationStatus
     }
 

@@ -99,7 +99,7 @@ struct AdminSDKProxyTests {
 
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // While the daemon runs, a file is for its project without --project-id.
             let second = "\(directory)/second.json"
             #expect(
@@ -115,7 +115,7 @@ struct AdminSDKProxyTests {
             var handled: [String] = []
             while handled.count < expected.count {
                 // Written before the SDK's calls were answered: read at once.
-                guard let event = daemon.event() else { break }
+                guard let event = await daemon.event() else { break }
                 if let name = event["userInfo"]?["check"]?.stringValue { handled.append(name) }
                 if event["userInfo"]?["check"] == "send-notification" {
                     #expect(event["userInfo"]?["aps"]?["alert"]?["title"] == "Build finished")
@@ -151,7 +151,7 @@ struct AdminSDKProxyTests {
                     .status == 0
             }
             #expect(refused)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -176,7 +176,7 @@ struct AdminSDKProxyTests {
                     "--auth-token-file", secretFile, "--socket", "none", "--tls-cert", "\(directory)/fcm-proxy/server.pem",
                     "--tls-key", "\(directory)/fcm-proxy/server-key.pem",
                 ])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // The hosts file an operator writes: Google's three names are Herald's address.
             let hosts = "\(directory)/hosts"
             try """
@@ -198,11 +198,11 @@ struct AdminSDKProxyTests {
             #expect(check.output.contains("delivered: [\"" + expected.joined(separator: "\", \"") + "\"]"), "\(check.output)")
             var handled: [String] = []
             while handled.count < expected.count {
-                guard let event = daemon.event() else { break }
+                guard let event = await daemon.event() else { break }
                 if let name = event["userInfo"]?["check"]?.stringValue { handled.append(name) }
             }
             #expect(handled.sorted() == expected, "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -211,22 +211,24 @@ struct AdminSDKProxyTests {
     )
     func refusals() async throws {
         try await withTemporaryDirectory { directory in
-            let withTLS = try runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--tls-cert", "c.pem", "--tls-key", "k.pem"])
+            let withTLS = try await runHerald([
+                "serve", "--data-dir", directory, "--fcm-proxy", "--tls-cert", "c.pem", "--tls-key", "k.pem",
+            ])
             #expect(withTLS.status == 64)
             #expect(withTLS.error.contains("FCM proxy needs the HTTP endpoint"), "\(withTLS.error)")
-            let withoutHTTP = try runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--http", "none"])
+            let withoutHTTP = try await runHerald(["serve", "--data-dir", directory, "--fcm-proxy", "--http", "none"])
             #expect(withoutHTTP.status == 64)
             let file = "\(directory)/taken.json"
             try "{}".write(toFile: file, atomically: true, encoding: .utf8)
-            let over = try runHerald(["credentials", "create", "--data-dir", directory, "--out", file])
+            let over = try await runHerald(["credentials", "create", "--data-dir", directory, "--out", file])
             #expect(over.status == 1 && over.error.contains("cannot create \(file)"), "\(over.error)")
             #expect(try String(contentsOfFile: file, encoding: .utf8) == "{}")
-            #expect(try runHerald(["credentials", "list", "--data-dir", directory]).output.isEmpty)
-            let badName = try runHerald([
+            #expect(try await runHerald(["credentials", "list", "--data-dir", directory]).output.isEmpty)
+            let badName = try await runHerald([
                 "credentials", "create", "--data-dir", directory, "--out", "\(directory)/x.json", "--name", "Bad Name",
             ])
             #expect(badName.status == 64)
-            let none = try runHerald(["credentials", "revoke", "--data-dir", directory, "nobody"])
+            let none = try await runHerald(["credentials", "revoke", "--data-dir", directory, "nobody"])
             #expect(none.status == 1 && none.error.contains("no valid key nobody"), "\(none.error)")
         }
     }

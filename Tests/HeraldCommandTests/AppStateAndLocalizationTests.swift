@@ -9,8 +9,8 @@ struct AppStateAndLocalizationTests {
     func appState() async throws {
         try await withTemporaryDirectory(prefix: "herald-app-state") { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
-            let background = try runBuiltExecutable("herald", ["app-state", "--data-dir", directory, "background"])
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
+            let background = try await runBuiltExecutable("herald", ["app-state", "--data-dir", directory, "background"])
             #expect(background.status == 0, "\(background.error)")
             #expect(background.output.contains(#"{"app_state":"background"}"#), "\(background.output)")
             let sent = try httpRequest(
@@ -24,16 +24,16 @@ struct AppStateAndLocalizationTests {
                     let log = (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? ""
                     return log.contains("message_id=\(id)") && log.contains("options=[.list, .banner]")
                 }, "\(daemon.log)")
-            let opened = try runBuiltExecutable("herald", ["respond", "--data-dir", directory, id])
+            let opened = try await runBuiltExecutable("herald", ["respond", "--data-dir", directory, id])
             #expect(opened.status == 0, "\(opened.error)")
-            let event = try #require(daemon.event())
+            let event = try #require(await daemon.event())
             #expect(event["event"] == "didReceiveResponse", "the first event after the token is the response, not willPresent: \(event)")
             #expect(event["messageID"]?.stringValue == id)
 
-            let bad = try runBuiltExecutable("herald", ["app-state", "--data-dir", directory, "asleep"])
+            let bad = try await runBuiltExecutable("herald", ["app-state", "--data-dir", directory, "asleep"])
             #expect(bad.status == 64)
             #expect(bad.error.contains("active or background, not 'asleep'"), "\(bad.error)")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 
@@ -44,24 +44,24 @@ struct AppStateAndLocalizationTests {
             try #""NEW_MESSAGE_TITLE" = "Nouveau message"; "NEW_MESSAGE" = "%@ vous écrit";"#
                 .write(toFile: "\(directory)/Localizable/fr.strings", atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: directory, environment: ["LANG": "fr_FR.UTF-8", "LC_ALL": "", "LC_MESSAGES": ""])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns =
                 #"{"payload": {"aps": {"alert": {"title-loc-key": "NEW_MESSAGE_TITLE", "loc-key": "NEW_MESSAGE", "loc-args": ["Ana"]}}}}"#
             _ = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
-            let event = try #require(daemon.event())
+            let event = try #require(await daemon.event())
             #expect(event["event"] == "willPresent")
             #expect(event["userInfo"]?["aps"]?["alert"]?["title"]?.stringValue == "Nouveau message", "\(event)")
             #expect(event["userInfo"]?["aps"]?["alert"]?["body"]?.stringValue == "Ana vous écrit", "\(event)")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 
     @Test("a malformed string catalog stops the start with the file and line (exit status 64)")
-    func badCatalog() throws {
-        try withTemporaryDirectory(prefix: "herald-l10n") { directory in
+    func badCatalog() async throws {
+        try await withTemporaryDirectory(prefix: "herald-l10n") { directory in
             try FileManager.default.createDirectory(atPath: "\(directory)/Localizable", withIntermediateDirectories: true)
             try "\"A\" = \"1\";\n\"B\" = \"2\"\n".write(toFile: "\(directory)/Localizable/de.strings", atomically: true, encoding: .utf8)
-            let result = try runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
+            let result = try await runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
             #expect(result.status == 64)
             #expect(
                 result.error.contains("herald: string catalog \(directory)/Localizable/de.strings, line 3: expected ';' after the value"),

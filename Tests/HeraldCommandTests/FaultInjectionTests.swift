@@ -21,7 +21,7 @@ struct FaultInjectionTests {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
             let mount = try PrivateMount(["-t", "tmpfs", "-o", "size=16m", "tmpfs", data])
             let daemon = try mount.daemon(logs: directory, data: data)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let handled = daemon.collectRemainingLines()
             var sender = NumberedSender(port: daemon.httpPort, token: token)
 
@@ -47,7 +47,7 @@ struct FaultInjectionTests {
             // Room again: the next send is accepted.
             #expect(unlink(filler) == 0)
             #expect(try sender.send() == 200)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
             // Every accepted message was handled, none of the refused ones.
             let numbers = handledNumbers(handled.lines())
@@ -70,12 +70,12 @@ struct FaultInjectionTests {
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
             #expect(FileManager.default.createFile(atPath: image, contents: nil))
             #expect(truncate(image, 32 << 20) == 0)
-            let mkfs = try runExecutable(URL(fileURLWithPath: "/sbin/mkfs.ext4"), ["-q", "-F", "-m", "0", image])
+            let mkfs = try await runExecutable(URL(fileURLWithPath: "/sbin/mkfs.ext4"), ["-q", "-F", "-m", "0", image])
             try #require(mkfs.status == 0, "\(mkfs.error)")
             let mount = try PrivateMount(["-o", "loop,errors=remount-ro", image, data])
             let device = try #require(mount.source.split(separator: "/").last.map(String.init), "no loop device for \(image)")
             let daemon = try mount.daemon(logs: directory, data: data)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let handled = daemon.collectRemainingLines()
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<20 { #expect(try sender.send() == 200) }
@@ -93,7 +93,7 @@ struct FaultInjectionTests {
             }
             #expect(refused.count == 20, "accepted on a read-only file system: \(Set(21...40).subtracting(refused).sorted())")
             #expect(daemon.process.isRunning)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
             // The store as the file system kept it, on a disk that works: what was accepted and not finished is
             // replayed; together with the first run, every accepted message is handled.
@@ -104,11 +104,11 @@ struct FaultInjectionTests {
             }
             var numbers = handledNumbers(handled.lines())
             let again = try DaemonProcess(directory: copy, arguments: ["--socket", "none"])
-            #expect(echoedToken(again)?.token == token, "the identity survived")
-            while !Set(1...20).isSubset(of: numbers), let line = again.line() {
+            #expect(await echoedToken(again)?.token == token, "the identity survived")
+            while !Set(1...20).isSubset(of: numbers), let line = await again.line() {
                 numbers.formUnion(handledNumbers([line]))
             }
-            #expect(again.terminate() == 0, "\(again.log)")
+            #expect(await again.terminate() == 0, "\(again.log)")
             #expect(Set(1...20).isSubset(of: numbers), "missing: \(Set(1...20).subtracting(numbers).sorted())")
             #expect(numbers.isDisjoint(with: refused))
         }
@@ -120,14 +120,14 @@ struct FaultInjectionTests {
     func damagedStore(killed: Bool) async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             if killed {
                 kill(daemon.process.processIdentifier, SIGKILL)
-                waitUntilExitWithoutSpinning(daemon.process)
+                await waitUntilExitWithoutSpinning(daemon.process)
             } else {
-                #expect(daemon.terminate() == 0)
+                #expect(await daemon.terminate() == 0)
                 #expect(
                     !FileManager.default.fileExists(atPath: directory + "/herald.sqlite-wal")
                         || FileManager.default.contents(atPath: directory + "/herald.sqlite-wal")?.isEmpty == true,
@@ -138,7 +138,7 @@ struct FaultInjectionTests {
             let size = try #require(FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
             #expect(size > 0)
             try Data(repeating: 0x5A, count: size).write(to: URL(fileURLWithPath: path))
-            let result = try runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none", "--echo"])
+            let result = try await runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none", "--echo"])
             #expect(result.status == 1)
             #expect(result.output.isEmpty, "no identity was minted, nothing received: \(result.output)")
             #expect(result.error.split(separator: "\n").count == 1, "\(result.error)")
@@ -151,14 +151,14 @@ struct FaultInjectionTests {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             // Killed with messages in its write-ahead log, then herald.sqlite deleted: SQLite alone would drop the log.
             let killed = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
-            let token = try #require(echoedToken(killed)?.token, "\(killed.log)")
+            let token = try #require(await echoedToken(killed)?.token, "\(killed.log)")
             var sender = NumberedSender(port: killed.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             kill(killed.process.processIdentifier, SIGKILL)
-            waitUntilExitWithoutSpinning(killed.process)
+            await waitUntilExitWithoutSpinning(killed.process)
             #expect(FileManager.default.fileExists(atPath: directory + "/herald.sqlite-wal"))
             try FileManager.default.removeItem(atPath: directory + "/herald.sqlite")
-            let orphaned = try runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
+            let orphaned = try await runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
             #expect(orphaned.status == 1)
             #expect(
                 orphaned.error.contains(directory + "/herald.sqlite-wal") && orphaned.error.contains("deleted or moved"),
@@ -168,7 +168,7 @@ struct FaultInjectionTests {
             // Stopped cleanly (no log left), then deleted: the analytics store of that run gives it away.
             try FileManager.default.removeItem(atPath: directory + "/herald.sqlite-wal")
             try? FileManager.default.removeItem(atPath: directory + "/herald.sqlite-shm")
-            let missing = try runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
+            let missing = try await runHerald(["serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none"])
             #expect(missing.status == 1)
             #expect(
                 missing.error.contains(directory + "/herald.sqlite is missing") && missing.error.contains("analytics.sqlite"),
@@ -196,7 +196,7 @@ struct FaultInjectionTests {
             let noCore = ["prlimit", "--core=0", "--"]
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
             let crash = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "99"}}}"#
@@ -210,15 +210,15 @@ struct FaultInjectionTests {
 
             let restarted = try DaemonProcess(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
-            #expect(echoedToken(restarted)?.token == token)
+            #expect(await echoedToken(restarted)?.token == token)
             let replay = try #require(
                 await eventuallyValue { () -> JSONValue? in
-                    guard let event = restarted.event() else { return nil }
+                    guard let event = await restarted.event() else { return nil }
                     if event["userInfo"]?["crash"] == "yes" { return event }
                     return nil
                 }, "the crashing message was not replayed; log: \(restarted.log)")
             #expect(replay["userInfo"]?["n"] == "99")
-            #expect(restarted.terminate() == 0, "\(restarted.log)")
+            #expect(await restarted.terminate() == 0, "\(restarted.log)")
         }
     }
 
@@ -242,7 +242,7 @@ struct FaultInjectionTests {
                 return !daemon.process.isRunning && daemon.process.terminationStatus == SIGABRT
             }
             let daemon = try start()
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let poison = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "66"}}}"#
             let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: poison)
             #expect(answer.status == 200, "\(answer.body)")
@@ -253,10 +253,10 @@ struct FaultInjectionTests {
                 try #require(try await crashed(again), "start \(attempt) did not replay the poison message; log: \(again.log)")
             }
             let survivor = try start()
-            #expect(echoedToken(survivor)?.token == token, "\(survivor.log)")
+            #expect(await echoedToken(survivor)?.token == token, "\(survivor.log)")
             var sender = NumberedSender(port: survivor.httpPort, token: token)
             #expect(try sender.send() == 200)
-            #expect(survivor.event()?["userInfo"]?["n"] == "1")
+            #expect(await survivor.event()?["userInfo"]?["n"] == "1")
             // The replay ran at start, before the message above.
             #expect(survivor.log.contains("quarantined, not replayed again") && survivor.log.contains("starts=3"), "\(survivor.log)")
             #expect(survivor.process.isRunning)
@@ -267,7 +267,7 @@ struct FaultInjectionTests {
             // The quarantine is written with the store's next group commit, which may follow the log line.
             let listed = try #require(
                 await eventuallyValue { () -> (status: Int32, output: String, error: String)? in
-                    let listed = try? runHerald(["quarantine", "list", "--data-dir", directory])
+                    let listed = try? await runHerald(["quarantine", "list", "--data-dir", directory])
                     return listed?.output.isEmpty == false ? listed : nil
                 }, "nothing quarantined; log: \(survivor.log)")
             #expect(listed.status == 0, "\(listed.error)")
@@ -278,7 +278,7 @@ struct FaultInjectionTests {
             #expect(
                 whileRunning.status == 1 && whileRunning.error.contains("a daemon is running in \(directory): stop it first"),
                 "\(whileRunning.error)")
-            #expect(survivor.terminate() == 0, "\(survivor.log)")
+            #expect(await survivor.terminate() == 0, "\(survivor.log)")
 
             let unknown = try await runHerald(["quarantine", "release", "--data-dir", directory, id, "no-such-id"])
             #expect(
@@ -298,13 +298,13 @@ struct FaultInjectionTests {
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
             let replayed = try #require(
                 await eventuallyValue { () -> JSONValue? in
-                    guard let event = fixed.event() else { return nil }
+                    guard let event = await fixed.event() else { return nil }
                     // (Not `cond ? event : nil`: JSONValue takes the nil literal, as .null, which would end the wait.)
                     if event["userInfo"]?["n"] == "66" { return event }
                     return nil
                 }, "the released message was not replayed; log: \(fixed.log)")
             #expect(replayed["messageID"]?.stringValue == id, "\(replayed)")
-            #expect(fixed.terminate() == 0, "\(fixed.log)")
+            #expect(await fixed.terminate() == 0, "\(fixed.log)")
         }
     }
 
@@ -314,12 +314,13 @@ struct FaultInjectionTests {
     func fileDescriptorExhaustion() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let pid = daemon.process.processIdentifier
             // Room for about 8 connections above what the daemon has open now (StreamServer keeps 16 back).
             let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
             let limit = open + StreamServer.reservedDescriptors + 8
-            let prlimit = try runExecutable(URL(fileURLWithPath: "/usr/bin/prlimit"), ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"])
+            let prlimit = try await runExecutable(
+                URL(fileURLWithPath: "/usr/bin/prlimit"), ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"])
             try #require(prlimit.status == 0, "\(prlimit.error)")
 
             var clients: [TestSocketClient] = []
@@ -354,8 +355,8 @@ struct FaultInjectionTests {
             #expect(await eventually { (try? httpRequest(port: port, "GET", "/healthz").status) == 200 })
             #expect(try sender.send() == 200)
             #expect(daemon.log.contains("accepting connections again"), "\(daemon.log)")
-            #expect(daemon.event()?["userInfo"]?["n"] == "1")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.event()?["userInfo"]?["n"] == "1")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -366,22 +367,22 @@ struct FaultInjectionTests {
     func withoutLibNATS() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             // libnats is loaded with dlopen when NATS is first used: an empty file in its place makes that fail.
-            let libdir = try runExecutable(URL(fileURLWithPath: "/usr/bin/pkg-config"), ["--variable=libdir", "libnats"])
+            let libdir = try await runExecutable(URL(fileURLWithPath: "/usr/bin/pkg-config"), ["--variable=libdir", "libnats"])
             let library = URL(fileURLWithPath: libdir.output.trimmingCharacters(in: .whitespacesAndNewlines) + "/libnats.so")
                 .resolvingSymlinksInPath().path
             try #require(FileManager.default.fileExists(atPath: library), "libnats-dev is installed by scripts/bootstrap")
             let mount = try PrivateMount(["--bind", "/dev/null", library])
             let data = directory + "/data"
             let daemon = try mount.daemon(logs: directory, data: data)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             #expect(try sender.send() == 200)
-            #expect(daemon.event()?["userInfo"]?["n"] == "1")
+            #expect(await daemon.event()?["userInfo"]?["n"] == "1")
             let maps = (try? String(contentsOfFile: "/proc/\(daemon.process.processIdentifier)/maps", encoding: .utf8)) ?? ""
             #expect(!maps.contains("libnats") && !maps.contains("libssl"), "NATS off maps neither libnats nor OpenSSL")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
-            let refused = try runExecutable(
+            let refused = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/nsenter"),
                 [
                     "-t", "\(mount.processIdentifier)", "-m", "--", heraldExecutable.path, "serve", "--data-dir", data,

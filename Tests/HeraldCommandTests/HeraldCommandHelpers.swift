@@ -19,5 +19,5 @@ func runHerald(_ arguments: [String], environment: [String: String] = [:], input
 func runHerald(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) async throws -> (
     status: Int32, output: String, error: String
 ) {
-    try await onOwnThread { try runBuiltExecutable("herald", arguments, environment: environment, input: input) }
+    try await runBuiltExecutable("herald", arguments, environment: environment, input: input)
 }

@@ -18,7 +18,7 @@ struct ListenerSecurityTests {
                 (["--http", "none", "--socket", "none", "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network"], "without TLS"),
             ]
             for (arguments, says) in cases {
-                let result = try runHerald(["serve", "--data-dir", directory + "/data"] + arguments)
+                let result = try await runHerald(["serve", "--data-dir", directory + "/data"] + arguments)
                 #expect(result.status == 1, "\(arguments): \(result.output) \(result.error)")
                 #expect(result.error.contains(says) && result.error.contains("0.0.0.0"), "\(arguments): \(result.error)")
             }
@@ -31,8 +31,8 @@ struct ListenerSecurityTests {
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "127.0.0.1:\(port)", "--socket", "0.0.0.0:0",
                     "--metrics", "0.0.0.0:0", "--allow-unauthenticated-network", "--allow-plaintext-network",
                 ])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -43,7 +43,7 @@ struct ListenerSecurityTests {
         try await withTemporaryDirectory(prefix: "herald-security") { directory in
             let secretFile = directory + "/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
-            let refused = try runHerald([
+            let refused = try await runHerald([
                 "serve", "--data-dir", directory + "/refused", "--http", "0.0.0.0:0", "--socket", "none", "--auth-token-file", secretFile,
             ])
             #expect(refused.status == 1, "\(refused.output) \(refused.error)")
@@ -56,9 +56,9 @@ struct ListenerSecurityTests {
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "0.0.0.0:\(port)", "--socket", "none",
                     "--auth-token-file", secretFile, "--allow-plaintext-network",
                 ])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(daemon.log.contains("serving plain HTTP beyond loopback, as allowed"), "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -70,16 +70,16 @@ struct ListenerSecurityTests {
             let secret = "bearer-secret-4f1c9a"
             let environment = ["HERALD_AUTH_TOKEN": secret, "HERALD_LOG_LEVEL": "trace"]
             let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"], environment: environment)
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let body = #"{"message": {"token": "\#(token)", "data": {"a": "b"}}}"#
             let path = "/v1/projects/demo/messages:send"
             #expect(try httpRequest(port: daemon.httpPort, "POST", path, body: body).status == 401)
             #expect(try httpRequest(port: daemon.httpPort, "POST", path, body: body, secret: secret + "x").status == 401)
             #expect(try httpRequest(port: daemon.httpPort, "POST", path, body: body, secret: String(secret.dropLast())).status == 401)
             #expect(try httpRequest(port: daemon.httpPort, "POST", path, body: body, secret: secret).status == 200)
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
             #expect(!daemon.log.contains(secret), "\(daemon.log)")
-            let printed = try runHerald(["serve", "--data-dir", directory, "--print-config"], environment: environment)
+            let printed = try await runHerald(["serve", "--data-dir", directory, "--print-config"], environment: environment)
             #expect(printed.status == 0 && !printed.output.contains(secret) && !printed.error.contains(secret), "\(printed.output)")
 
             // NATS: a token file and a URL with a user and password, and no server there: the start fails, naming the
@@ -89,7 +89,7 @@ struct ListenerSecurityTests {
             let tokenFile = directory + "/nats.token"
             try natsToken.write(toFile: tokenFile, atomically: true, encoding: .utf8)
             let natsPort = try freeLoopbackPort()
-            let failed = try runHerald(
+            let failed = try await runHerald(
                 [
                     "serve", "--data-dir", directory + "/nats", "--http", "none", "--socket", "none", "--log-level", "trace",
                     "--nats-server", "nats://alice:\(password)@127.0.0.1:\(natsPort)", "--nats-token-file", tokenFile,

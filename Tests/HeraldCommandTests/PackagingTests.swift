@@ -20,15 +20,15 @@ private let systemdAnalyze = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
 @Suite("The shipped systemd unit and the Debian package")
 struct PackagingTests {
     @Test("systemd-analyze verify accepts the unit and its socket unit")
-    func verify() throws {
-        try withTemporaryDirectory { directory in
+    func verify() async throws {
+        try await withTemporaryDirectory { directory in
             let unit = try unitForBuiltHerald(in: directory)
-            let result = try runExecutable(systemdAnalyze, ["verify", "--man=no", unit])
+            let result = try await runExecutable(systemdAnalyze, ["verify", "--man=no", unit])
             #expect(result.status == 0, "\(result.error)")
             let socket = "\(directory)/herald.socket"
             try FileManager.default.copyItem(
                 atPath: repository.appendingPathComponent("packaging/systemd/herald.socket").path, toPath: socket)
-            let socketResult = try runExecutable(systemdAnalyze, ["verify", "--man=no", socket])
+            let socketResult = try await runExecutable(systemdAnalyze, ["verify", "--man=no", socket])
             #expect(socketResult.status == 0, "\(socketResult.error)")
         }
     }
@@ -45,30 +45,30 @@ struct PackagingTests {
     }
 
     @Test("systemd-analyze security rates the unit OK or better (exposure below 2.0)")
-    func security() throws {
+    func security() async throws {
         let unit = repository.appendingPathComponent("packaging/systemd/herald.service").path
-        let result = try runExecutable(systemdAnalyze, ["security", "--offline=true", "--no-pager", unit])
+        let result = try await runExecutable(systemdAnalyze, ["security", "--offline=true", "--no-pager", unit])
         let line = result.output.split(separator: "\n").first { $0.contains("Overall exposure level") } ?? ""
         let level = line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }
         #expect(level != nil, "\(result.output)\(result.error)")
         #expect((level ?? 10) < 2.0, "\(line)")
         // systemd-analyze's own threshold (exposure × 10) agrees: above it the command fails.
-        let strict = try runExecutable(systemdAnalyze, ["security", "--offline=true", "--threshold=19", unit])
+        let strict = try await runExecutable(systemdAnalyze, ["security", "--offline=true", "--threshold=19", unit])
         #expect(strict.status == 0, "\(strict.output)")
     }
 
     @Test("herald --version is the release version at its tag, else the version with the commit's date and hash")
-    func versionNamesCommit() throws {
+    func versionNamesCommit() async throws {
         let git = URL(fileURLWithPath: "/usr/bin/git")
-        func ask(_ arguments: [String]) throws -> String {
-            try runExecutable(git, ["-C", repository.path, "-c", "safe.directory=\(repository.path)"] + arguments).output
+        func ask(_ arguments: [String]) async throws -> String {
+            try await runExecutable(git, ["-C", repository.path, "-c", "safe.directory=\(repository.path)"] + arguments).output
                 .trimmingCharacters(in: .whitespacesAndNewlines)
         }
-        let commit = try ask(["rev-parse", "--short=7", "HEAD"])
+        let commit = try await ask(["rev-parse", "--short=7", "HEAD"])
         try #require(!commit.isEmpty, "not a git checkout: the build knows no commit")
-        let date = try ask(["log", "-1", "--format=%cd", "--date=format:%Y%m%d"])
-        let tags = try ask(["tag", "--points-at", "HEAD", "--list", "v[0-9]*"]).split(separator: "\n").map(String.init)
-        let printed = try runExecutable(heraldExecutable, ["--version"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let date = try await ask(["log", "-1", "--format=%cd", "--date=format:%Y%m%d"])
+        let tags = try await ask(["tag", "--points-at", "HEAD", "--list", "v[0-9]*"]).split(separator: "\n").map(String.init)
+        let printed = try await runExecutable(heraldExecutable, ["--version"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
         let release = String(printed.prefix { $0 != "~" })
         #expect(release.split(separator: ".").count == 3 && release.allSatisfy { $0.isNumber || $0 == "." }, "\(printed)")
         if tags.contains("v\(release)") {
@@ -99,7 +99,7 @@ struct PackagingTests {
             let deb = built.output.split(separator: "\n").last.map(String.init) ?? ""
             #expect(deb.hasSuffix(".deb") && deb.contains("/herald_"), "\(built.output)")
             // The package's version is the binary's.
-            let printed = try runExecutable(heraldExecutable, ["--version"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+            let printed = try await runExecutable(heraldExecutable, ["--version"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(deb.contains("/herald_\(printed)_"), "\(deb) is not version \(printed)")
             // lintian: no error or warning beyond those the package overrides, each with its reason
             // (packaging/debian/lintian-overrides). Only for the binary to install (the command tests' second run,
@@ -112,7 +112,7 @@ struct PackagingTests {
                 #expect(lintian.status == 0, "\(lintian.output)\(lintian.error)")
             }
             let root = "\(directory)/root"
-            let extracted = try await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-x", deb, root]) }
+            let extracted = try await runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-x", deb, root])
             #expect(extracted.status == 0, "\(extracted.error)")
             for file in [
                 "usr/bin/herald", "lib/systemd/system/herald.service", "lib/systemd/system/herald.socket", "etc/herald/herald.yaml",
@@ -122,17 +122,17 @@ struct PackagingTests {
             ] {
                 #expect(FileManager.default.fileExists(atPath: "\(root)/\(file)"), "\(file) missing")
             }
-            let control = try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-I", deb])
+            let control = try await runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-I", deb])
             #expect(control.output.contains("Package: herald") && control.output.contains("conffiles"), "\(control.output)")
-            let version = try runExecutable(URL(fileURLWithPath: "\(root)/usr/bin/herald"), ["--version"])
+            let version = try await runExecutable(URL(fileURLWithPath: "\(root)/usr/bin/herald"), ["--version"])
             #expect(version.status == 0 && !version.output.isEmpty)
             // Without a running systemd (no /run/systemd/system) the maintainer scripts have nothing to do and
             // succeed.
             if !FileManager.default.fileExists(atPath: "/run/systemd/system") {
                 for (script, argument) in [("postinst", "configure"), ("postrm", "remove")] {
                     let extractedControl = "\(directory)/control"
-                    _ = try runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-e", deb, extractedControl])
-                    let ran = try runExecutable(URL(fileURLWithPath: "/bin/sh"), ["\(extractedControl)/\(script)", argument])
+                    _ = try await runExecutable(URL(fileURLWithPath: "/usr/bin/dpkg-deb"), ["-e", deb, extractedControl])
+                    let ran = try await runExecutable(URL(fileURLWithPath: "/bin/sh"), ["\(extractedControl)/\(script)", argument])
                     #expect(ran.status == 0, "\(script): \(ran.error)")
                 }
             }

@@ -30,10 +30,10 @@ struct SamplePayloadTests {
     func everySampleEveryReceiver() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             // The condition sample needs 'weather' and 'news'; the silent sample is for 'weather'.
             for topic in ["weather", "news"] {
-                #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, topic]).status == 0)
+                #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, topic]).status == 0)
             }
             for (file, event) in Self.fcmSamples {
                 let body = try sample(file, token: token)
@@ -48,7 +48,7 @@ struct SamplePayloadTests {
                 #expect(answer.objectValue?.keys == ["name"], "\(file)")
                 let id = try #require(answer["name"]?.stringValue?.split(separator: "/").last.map(String.init))
                 #expect(answer["name"]?.stringValue == "projects/demo/messages/\(id)")
-                let viaHTTP = try #require(daemon.event())
+                let viaHTTP = try #require(await daemon.event())
                 #expect(viaHTTP["event"]?.stringValue == event, "\(file) over HTTP")
                 #expect(viaHTTP["messageID"]?.stringValue == id)
 
@@ -59,7 +59,7 @@ struct SamplePayloadTests {
                 let socketAnswer = try JSONParser.parse(Array(line.utf8))
                 #expect(socketAnswer.objectValue?.keys == ["name"], "\(file): \(line)")
                 #expect(socketAnswer["name"]?.stringValue?.hasPrefix("projects/demo/messages/") == true)
-                let viaSocket = try #require(daemon.event())
+                let viaSocket = try #require(await daemon.event())
                 #expect(viaSocket["event"]?.stringValue == event, "\(file) over the socket")
             }
             for file in ["apns-provider-alert.json", "seed-alert-apns.json"] {
@@ -72,11 +72,11 @@ struct SamplePayloadTests {
                 #expect(response.hasPrefix("HTTP/1.1 200"), "\(file): \(response)")
                 let apnsID = response.split(separator: "\r\n").first { $0.lowercased().hasPrefix("apns-id:") }
                 #expect(apnsID != nil, "\(file): \(response)")
-                let presented = try #require(daemon.event())
+                let presented = try #require(await daemon.event())
                 #expect(presented["event"] == "willPresent", "\(file)")
                 #expect(presented["userInfo"]?["aps"]?["alert"] != nil)
             }
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 }

@@ -5,28 +5,30 @@ import Testing
 @Suite("herald send and topics: https URLs")
 struct SendOverHTTPSTests {
     @Test("https URLs: sent when --ca-file trusts the server's certificate, refused with a certificate error otherwise")
-    func https() throws {
-        try withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+    func https() async throws {
+        try await withTemporaryDirectory { directory in
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
 
-            let sent = try runHerald(
+            let sent = try await runHerald(
                 ["send", "--http", "\(server.baseURL)/", "--ca-file", certificates.caFile] + message,
                 environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(sent.status == 0, "\(sent.output)\(sent.error)")
             #expect(sent.output.contains("projects/demo/messages/42"), "\(sent.output)")
             #expect(sent.output.contains("Bearer s3cret"), "the bearer secret went along: \(sent.output)")
 
-            let untrusted = try runHerald(["send", "--http", server.baseURL] + message)
+            let untrusted = try await runHerald(["send", "--http", server.baseURL] + message)
             #expect(untrusted.status != 0)
             #expect(untrusted.error.contains("is not trusted"), "\(untrusted.error)")
 
-            let badURL = try runHerald(["send", "--http", "ftp://localhost:\(server.port)"] + message)
+            let badURL = try await runHerald(["send", "--http", "ftp://localhost:\(server.port)"] + message)
             #expect(badURL.status == 64)
             #expect(badURL.error.contains("--http must be HOST:PORT or an http:// or https:// URL"), "\(badURL.error)")
-            let badTopicsURL = try runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "ftp://localhost:1", "storms"])
+            let badTopicsURL = try await runHerald([
+                "topics", "subscribe", "--data-dir", directory, "--http", "ftp://localhost:1", "storms",
+            ])
             #expect(badTopicsURL.status == 64)
             #expect(badTopicsURL.error.contains("--http must be HOST:PORT or an http:// or https:// URL"), "\(badTopicsURL.error)")
         }
@@ -37,7 +39,7 @@ struct SendOverHTTPSTests {
     )
     func proxyVariables() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             // On 127.0.0.2: loopback, but not one of the names the environment's proxies are never used for.
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile, host: "127.0.0.2")
             defer { server.stop() }
@@ -162,16 +164,16 @@ extension SendOverHTTPSTests {
     )
     func tlsClosedBeforeExit() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             try Self.exitTraceSource.write(toFile: "\(directory)/exit-trace.c", atomically: true, encoding: .utf8)
-            let compiled = try runExecutable(
+            let compiled = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/env"),
                 ["clang", "-shared", "-fPIC", "-O1", "-o", "\(directory)/exit-trace.so", "\(directory)/exit-trace.c", "-ldl"])
             try #require(compiled.status == 0, "clang: \(compiled.error)")
             let trace = "\(directory)/trace"
-            let sent = try runHerald(
+            let sent = try await runHerald(
                 [
                     "send", "--http", server.baseURL, "--ca-file", certificates.caFile, "--project-id", "demo", "--token", "abc", "--data",
                     "a=b",

@@ -15,8 +15,8 @@ struct SendersTests {
     }
 
     /// Adds a sender with `herald senders add` and returns its secret (printed once).
-    private func addSender(_ name: String, scopes: String, directory: String, extra: [String] = []) throws -> String {
-        let added = try runHerald(["senders", "add", name, "--scopes", scopes, "--data-dir", directory] + extra)
+    private func addSender(_ name: String, scopes: String, directory: String, extra: [String] = []) async throws -> String {
+        let added = try await runHerald(["senders", "add", name, "--scopes", scopes, "--data-dir", directory] + extra)
         #expect(added.status == 0, "\(added.error)")
         return added.output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -37,56 +37,61 @@ struct SendersTests {
             let secretFile = "\(directory)/secret"
             try "static-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let port = daemon.httpPort
             // Added while the daemon runs: it reads them within seconds.
-            let tokensOnly = try addSender("tokens-only", scopes: "send", directory: directory)
-            let topicsOnly = try addSender("topics-only", scopes: "send-topics", directory: directory)
-            let manager = try addSender("manager", scopes: "manage-topics", directory: directory)
+            let tokensOnly = try await addSender("tokens-only", scopes: "send", directory: directory)
+            let topicsOnly = try await addSender("topics-only", scopes: "send-topics", directory: directory)
+            let manager = try await addSender("manager", scopes: "manage-topics", directory: directory)
             #expect(tokensOnly.hasPrefix("hsk_") && tokensOnly != topicsOnly)
             let known = await eventually(timeout: .seconds(30)) {
-                (try? curlRequest(port: port, "POST", send, body: tokenBody(token, "tokens-only"), bearer: tokensOnly))?.status == 200
+                (try? await curlRequest(port: port, "POST", send, body: tokenBody(token, "tokens-only"), bearer: tokensOnly))?.status == 200
             }
             try #require(known, "the daemon never took the new sender: \(daemon.log)")
             let batchAdd = #"{"to":"/topics/news","registration_tokens":["\#(token)"]}"#
             // manage-topics: the instance subscribed to news (the sends to it below are handled).
             let subscribed = await eventually(timeout: .seconds(30)) {
-                (try? curlRequest(port: port, "POST", "/iid/v1:batchAdd", body: batchAdd, bearer: manager))?.status == 200
+                (try? await curlRequest(port: port, "POST", "/iid/v1:batchAdd", body: batchAdd, bearer: manager))?.status == 200
             }
             #expect(subscribed)
 
             let topic = #"{"message":{"topic":"news","data":{"check":"topic"}}}"#
             let condition = #"{"message":{"condition":"'news' in topics","data":{"check":"condition"}}}"#
             // send: tokens only.
-            try expectDenied(try curlRequest(port: port, "POST", send, body: topic, bearer: tokensOnly), scope: "send-topics")
-            try expectDenied(try curlRequest(port: port, "POST", send, body: condition, bearer: tokensOnly), scope: "send-topics")
+            try expectDenied(try await curlRequest(port: port, "POST", send, body: topic, bearer: tokensOnly), scope: "send-topics")
+            try expectDenied(try await curlRequest(port: port, "POST", send, body: condition, bearer: tokensOnly), scope: "send-topics")
             try expectDenied(
-                try curlRequest(port: port, "POST", "/iid/v1:batchAdd", body: batchAdd, bearer: tokensOnly), scope: "manage-topics")
+                try await curlRequest(port: port, "POST", "/iid/v1:batchAdd", body: batchAdd, bearer: tokensOnly), scope: "manage-topics")
             // send-topics: topics and conditions only.
-            try expectDenied(try curlRequest(port: port, "POST", send, body: tokenBody(token, "denied"), bearer: topicsOnly), scope: "send")
-            #expect(try curlRequest(port: port, "POST", send, body: topic, bearer: topicsOnly).status == 200)
-            #expect(try curlRequest(port: port, "POST", send, body: condition, bearer: topicsOnly).status == 200)
-            try expectDenied(try curlRequest(port: port, "GET", "/iid/info/\(token)", bearer: topicsOnly), scope: "manage-topics")
+            try expectDenied(
+                try await curlRequest(port: port, "POST", send, body: tokenBody(token, "denied"), bearer: topicsOnly), scope: "send")
+            #expect(try await curlRequest(port: port, "POST", send, body: topic, bearer: topicsOnly).status == 200)
+            #expect(try await curlRequest(port: port, "POST", send, body: condition, bearer: topicsOnly).status == 200)
+            try expectDenied(try await curlRequest(port: port, "GET", "/iid/info/\(token)", bearer: topicsOnly), scope: "manage-topics")
             // manage-topics: topic management only (Instance ID and FCM v1's topicSubscriptions).
-            #expect(try curlRequest(port: port, "POST", "/iid/v1:batchAdd", body: batchAdd, bearer: manager).status == 200)
+            #expect(try await curlRequest(port: port, "POST", "/iid/v1:batchAdd", body: batchAdd, bearer: manager).status == 200)
             let subscription = "/v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=sport"
-            #expect(try curlRequest(port: port, "POST", subscription, bearer: manager).status == 200)
-            try expectDenied(try curlRequest(port: port, "POST", subscription, bearer: tokensOnly), scope: "manage-topics")
-            try expectDenied(try curlRequest(port: port, "POST", send, body: tokenBody(token, "denied"), bearer: manager), scope: "send")
+            #expect(try await curlRequest(port: port, "POST", subscription, bearer: manager).status == 200)
+            try expectDenied(try await curlRequest(port: port, "POST", subscription, bearer: tokensOnly), scope: "manage-topics")
+            try expectDenied(
+                try await curlRequest(port: port, "POST", send, body: tokenBody(token, "denied"), bearer: manager), scope: "send")
             // APNs provider style pushes are sends to a token: refused as APNs refuses them.
-            let apns = try curlRequest(port: port, "POST", "/3/device/\(token)", body: #"{"aps":{"alert":"x"}}"#, bearer: topicsOnly)
+            let apns = try await curlRequest(port: port, "POST", "/3/device/\(token)", body: #"{"aps":{"alert":"x"}}"#, bearer: topicsOnly)
             #expect(apns.status == 403 && apns.body == #"{"reason":"Forbidden"}"#, "\(apns.body)")
-            #expect(try curlRequest(port: port, "POST", "/3/device/\(token)", body: #"{"check":"apns"}"#, bearer: tokensOnly).status == 200)
+            #expect(
+                try await curlRequest(port: port, "POST", "/3/device/\(token)", body: #"{"check":"apns"}"#, bearer: tokensOnly).status
+                    == 200)
             // The bearer secret can do everything, as before.
-            #expect(try curlRequest(port: port, "POST", send, body: tokenBody(token, "static"), bearer: "static-secret").status == 200)
-            #expect(try curlRequest(port: port, "POST", "/iid/v1:batchRemove", body: batchAdd, bearer: "static-secret").status == 200)
+            #expect(
+                try await curlRequest(port: port, "POST", send, body: tokenBody(token, "static"), bearer: "static-secret").status == 200)
+            #expect(try await curlRequest(port: port, "POST", "/iid/v1:batchRemove", body: batchAdd, bearer: "static-secret").status == 200)
             // A secret nobody has: 401, as before.
-            #expect(try curlRequest(port: port, "POST", send, body: tokenBody(token, "x"), bearer: "hsk_unknown").status == 401)
+            #expect(try await curlRequest(port: port, "POST", send, body: tokenBody(token, "x"), bearer: "hsk_unknown").status == 401)
 
             // What was accepted was handled; nothing refused was.
             var handled: Set<String> = []
             let expected: Set = ["tokens-only", "topic", "condition", "static", "apns"]
-            while !handled.isSuperset(of: expected), let event = daemon.event() {
+            while !handled.isSuperset(of: expected), let event = await daemon.event() {
                 if let check = event["userInfo"]?["check"]?.stringValue { handled.insert(check) }
             }
             #expect(handled.isSuperset(of: expected), "\(handled)")
@@ -106,16 +111,17 @@ struct SendersTests {
             let revoked = try await runHerald(["senders", "revoke", "tokens-only", "--data-dir", directory])
             #expect(revoked.status == 0, "\(revoked.error)")
             let refused = await eventually(timeout: .seconds(30)) {
-                (try? curlRequest(port: port, "POST", send, body: tokenBody(token, "after-revoke"), bearer: tokensOnly))?.status == 401
+                (try? await curlRequest(port: port, "POST", send, body: tokenBody(token, "after-revoke"), bearer: tokensOnly))?.status
+                    == 401
             }
             #expect(refused, "the revoked sender is still accepted")
-            #expect(try curlRequest(port: port, "POST", send, body: topic, bearer: topicsOnly).status == 200)
+            #expect(try await curlRequest(port: port, "POST", send, body: topic, bearer: topicsOnly).status == 200)
             let relisted = try await runHerald(["senders", "list", "--data-dir", directory]).output
             let entry = try relisted.split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }.first {
                 $0["name"] == "tokens-only"
             }
             #expect(entry?["revokedAt"]?.intValue != nil, "\(relisted)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -135,13 +141,13 @@ struct SendersTests {
             #expect(mode == 0o600)
             let limited = try String(contentsOfFile: secretOut, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             let daemon = try DaemonProcess(directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let port = daemon.httpPort
             let body = #"{"message":{"token":"\#(token)","data":{"check":"limited"}}}"#
             // A burst of 3, then one every 2 s: the 4th at once is over the limit (a 5th with the slowest machine).
             var answers: [CurlAnswer] = []
             while answers.count < 6, answers.last?.status != 429 {
-                answers.append(try curlRequest(port: port, "POST", send, body: body, bearer: limited))
+                answers.append(try await curlRequest(port: port, "POST", send, body: body, bearer: limited))
             }
             #expect(answers.prefix(3).allSatisfy { $0.status == 200 }, "\(answers.map(\.status))")
             let tooMany = try #require(answers.last)
@@ -153,11 +159,11 @@ struct SendersTests {
             let retryAfter = try #require(tooMany.headers["retry-after"].flatMap { Int($0) }, "\(tooMany.headers)")
             #expect((1...2).contains(retryAfter))
             // Other senders are not limited by it.
-            #expect(try curlRequest(port: port, "POST", send, body: body, bearer: "static-secret").status == 200)
+            #expect(try await curlRequest(port: port, "POST", send, body: body, bearer: "static-secret").status == 200)
             // As a client does: wait what Retry-After said, then it is accepted.
             try await Task.sleep(for: .seconds(retryAfter))
-            #expect(try curlRequest(port: port, "POST", send, body: body, bearer: limited).status == 200)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(try await curlRequest(port: port, "POST", send, body: body, bearer: limited).status == 200)
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -180,7 +186,7 @@ struct SendersTests {
                 in: .whitespacesAndNewlines)
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let proxy = "http://127.0.0.1:\(daemon.httpPort)"
             let environment = [
                 "HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": caFile,
@@ -198,11 +204,11 @@ struct SendersTests {
             #expect(result.output.contains(#"subscribe: 0 subscribed, failed: ['PERMISSION_DENIED']"#), "\(result.output)")
             #expect(result.output.contains("legacy subscribe refused: PermissionDeniedError"), "\(result.output)")
             var handled: [String] = []
-            while handled.isEmpty, let event = daemon.event() {
+            while handled.isEmpty, let event = await daemon.event() {
                 if let check = event["userInfo"]?["check"]?.stringValue { handled.append(check) }
             }
             #expect(handled == ["scoped-send"])
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -218,16 +224,16 @@ struct SendersTests {
                 ["senders", "add", "a", "--scopes", "send", "--rate", "1e19"],
                 ["senders", "add", "a", "--scopes", "send", "--rate", "5", "--burst", "2000000"],
             ] {
-                let refused = try runHerald(arguments + ["--data-dir", directory])
+                let refused = try await runHerald(arguments + ["--data-dir", directory])
                 #expect(refused.status == 64, "\(arguments): \(refused.error)")
             }
-            #expect(try runHerald(["senders", "add", "a", "--scopes", "send", "--data-dir", directory]).status == 0)
-            let again = try runHerald(["senders", "add", "a", "--scopes", "all", "--data-dir", directory])
+            #expect(try await runHerald(["senders", "add", "a", "--scopes", "send", "--data-dir", directory]).status == 0)
+            let again = try await runHerald(["senders", "add", "a", "--scopes", "all", "--data-dir", directory])
             #expect(again.status == 1 && again.error.contains("there is a sender a already"), "\(again.error)")
-            let none = try runHerald(["senders", "revoke", "nobody", "--data-dir", directory])
+            let none = try await runHerald(["senders", "revoke", "nobody", "--data-dir", directory])
             #expect(none.status == 1 && none.error.contains("no valid sender nobody"), "\(none.error)")
-            #expect(try runHerald(["senders", "revoke", "a", "--data-dir", directory]).status == 0)
-            let twice = try runHerald(["senders", "revoke", "a", "--data-dir", directory])
+            #expect(try await runHerald(["senders", "revoke", "a", "--data-dir", directory]).status == 0)
+            let twice = try await runHerald(["senders", "revoke", "a", "--data-dir", directory])
             #expect(twice.status == 1, "\(twice.error)")
         }
     }

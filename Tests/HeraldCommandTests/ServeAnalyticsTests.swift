@@ -9,23 +9,23 @@ struct ServeAnalyticsTests {
     func serveThenReport() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
             let http = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo"]
 
             let labelled =
                 #"{"message": {"token": "\#(token)", "notification": {"title": "Sale"}, "fcm_options": {"analytics_label": "spring_sale"}}}"#
-            let sent = try runHerald(["send"] + http + ["--file", "-"], input: labelled)
+            let sent = try await runHerald(["send"] + http + ["--file", "-"], input: labelled)
             #expect(sent.status == 0, "\(sent.error)")
-            #expect(daemon.event()?["event"] == "willPresent")
-            let silent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
+            #expect(await daemon.event()?["event"] == "willPresent")
+            let silent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
             #expect(silent.status == 0, "\(silent.error)")
-            #expect(daemon.event()?["event"] == "backgroundFetch")
-            let stranger = try runHerald(["send"] + http + ["--token", "not-ours", "--data", "a=b"])
+            #expect(await daemon.event()?["event"] == "backgroundFetch")
+            let stranger = try await runHerald(["send"] + http + ["--token", "not-ours", "--data", "a=b"])
             #expect(stranger.status == 1)
-            #expect(daemon.event()?["event"] == "dropped")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "dropped")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
-            let report = try runHerald(["report", "--data-dir", directory])
+            let report = try await runHerald(["report", "--data-dir", directory])
             #expect(report.status == 0, "\(report.error)")
             let rows = report.output.split(separator: "\n").map { $0.split(separator: " ").joined(separator: " ") }
             #expect(rows.contains("label: spring_sale"))
@@ -40,13 +40,13 @@ struct ServeAnalyticsTests {
     func noAnalyticsStore() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--no-analytics-store"])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi"])
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi"])
             #expect(sent.status == 0, "\(sent.error)")
-            #expect(daemon.event()?["event"] == "willPresent")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: directory + "/analytics.sqlite"))
-            let report = try runHerald(["report", "--data-dir", directory])
+            let report = try await runHerald(["report", "--data-dir", directory])
             #expect(report.status == 1)
             #expect(report.error.contains("no analytics store"))
         }

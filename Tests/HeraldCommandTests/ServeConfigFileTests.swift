@@ -28,17 +28,17 @@ struct ServeConfigFileTests {
             metrics: 127.0.0.1:\(metricsPort)
             """.write(toFile: file, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: "\(directory)/log", httpPort: httpPort, arguments: ["serve", "--config", file])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
 
             let overHTTP = try await runHerald([
                 "send", "--http", "127.0.0.1:\(httpPort)", "--project-id", "from-file", "--token", token, "--data", "via=http",
             ])
             #expect(overHTTP.status == 0, "\(overHTTP.output) \(overHTTP.error)")
             #expect(overHTTP.output.contains("projects/from-file/messages/"))
-            #expect(daemon.event()?["userInfo"]?["via"] == "http")
+            #expect(await daemon.event()?["userInfo"]?["via"] == "http")
             let overSocket = try await runHerald(["send", "--socket", "\(directory)/run/custom.sock", "--token", token, "--title", "Hi"])
             #expect(overSocket.status == 0, "\(overSocket.output) \(overSocket.error)")
-            #expect(daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.event()?["event"] == "willPresent")
             #expect(FileManager.default.fileExists(atPath: "\(directory)/state/herald.sqlite"))
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state/analytics.sqlite"))
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state/herald.sock"))
@@ -49,7 +49,7 @@ struct ServeConfigFileTests {
                 return page.hasPrefix("HTTP/1.1 200") ? page : nil
             }
             #expect(scraped != nil)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(daemon.log.contains("debug"), "log-level debug from the file")
             #expect(daemon.log.contains("example"), "the plugin from the file is loaded")
         }
@@ -72,13 +72,13 @@ struct ServeConfigFileTests {
                 let daemon = try DaemonProcess(
                     directory: "\(directory)/log", httpPort: run.answers, arguments: ["serve", "--config", file] + run.flags,
                     environment: run.environment)
-                let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+                let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
                 for port in ports {
-                    let sent = try runHerald(["send", "--http", "127.0.0.1:\(port)", "--token", token, "--data", "a=b"])
+                    let sent = try await runHerald(["send", "--http", "127.0.0.1:\(port)", "--token", token, "--data", "a=b"])
                     #expect(sent.status == (port == run.answers ? 0 : 1), "port \(port): \(sent.output) \(sent.error)")
                 }
-                #expect(daemon.event()?["event"] == "message")
-                #expect(daemon.terminate() == 0, "\(daemon.log)")
+                #expect(await daemon.event()?["event"] == "message")
+                #expect(await daemon.terminate() == 0, "\(daemon.log)")
             }
         }
     }
@@ -89,7 +89,7 @@ struct ServeConfigFileTests {
             let file = "\(directory)/herald.yaml"
             try "project-id: from-file\nshutdown-grace: 3\ndata-dir: \(directory)/state\n".write(
                 toFile: file, atomically: true, encoding: .utf8)
-            let printed = try runHerald(
+            let printed = try await runHerald(
                 ["serve", "--config", file, "--shutdown-grace", "5", "--print-config"],
                 environment: ["HERALD_SENDER_ID": "4242", "HERALD_SHUTDOWN_GRACE": "4", "HERALD_SHUTDOWN_GRACEE": "1"])
             #expect(printed.status == 0, "\(printed.error)")
@@ -102,7 +102,7 @@ struct ServeConfigFileTests {
                     "HERALD_SHUTDOWN_GRACEE is not a setting of herald serve and is ignored (did you mean HERALD_SHUTDOWN_GRACE?)"))
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/state"), "nothing started")
             // HERALD_CONFIG names the file when --config does not.
-            let fromEnvironment = try runHerald(["serve", "--print-config"], environment: ["HERALD_CONFIG": file])
+            let fromEnvironment = try await runHerald(["serve", "--print-config"], environment: ["HERALD_CONFIG": file])
             #expect(fromEnvironment.output.contains("project-id: from-file  # config file \(file), line 1"), "\(fromEnvironment.error)")
         }
     }
@@ -137,7 +137,8 @@ struct ServeConfigFileTests {
             for bad in cases {
                 try? FileManager.default.removeItem(atPath: file)
                 if let yaml = bad.yaml { try yaml.write(toFile: file, atomically: true, encoding: .utf8) }
-                let result = try runHerald(["serve", "--config", file, "--data-dir", state] + bad.flags, environment: bad.environment)
+                let result = try await runHerald(
+                    ["serve", "--config", file, "--data-dir", state] + bad.flags, environment: bad.environment)
                 #expect(result.status == 64, "\(bad.expected): \(result.error)")
                 #expect(result.error.hasPrefix("herald: ") && result.error.contains(bad.expected), "\(result.error)")
                 #expect(result.error.filter { $0 == "\n" }.count == 1, "one line: \(result.error)")

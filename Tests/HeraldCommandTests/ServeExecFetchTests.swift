@@ -53,7 +53,7 @@ struct ServeExecFetchTests {
                     "--exec-fetch-concurrency", "2",
                 ],
                 environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "MARK=from-the-config"])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
 
             let id = try await Self.fetch(daemon, token: token, status: "0", work: work, expecting: "newData")
             let input = try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: "\(work)/\(id).json"))))
@@ -69,7 +69,7 @@ struct ServeExecFetchTests {
             _ = try await Self.fetch(daemon, token: token, status: "sleep", work: work, expecting: "failed")
             #expect(daemon.log.components(separatedBy: "ended_by=timeout").count > before, "\(daemon.log)")
 
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -100,9 +100,9 @@ struct ServeExecFetchTests {
             }
             try configure(concurrency: 1, timeout: 600, maxReplays: 3)
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--config", file])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
-            func send() throws -> String {
-                let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
+            func send() async throws -> String {
+                let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
                 #expect(sent.status == 0, "\(sent.error)")
                 let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
                 return String(name.split(separator: "/").last!)
@@ -110,9 +110,9 @@ struct ServeExecFetchTests {
             func started(_ id: String) -> Bool { FileManager.default.fileExists(atPath: "\(work)/\(id).started") }
             func logged(_ text: String) async -> Bool { await eventuallyValue { daemon.log.contains(text) ? true : nil } == true }
 
-            let first = try send()
+            let first = try await send()
             #expect(await eventuallyValue { started(first) ? true : nil } == true, "\(daemon.log)")
-            let second = try send()
+            let second = try await send()
             #expect(await logged("waiting for a turn"), "one command at a time: \(daemon.log)")
             #expect(!started(second))
 
@@ -127,12 +127,12 @@ struct ServeExecFetchTests {
             kill(daemon.process.processIdentifier, SIGHUP)
             #expect(
                 await logged(#"applied=["exec-fetch-timeout", "exec-fetch-concurrency"] needsRestart=["max-replays"]"#), "\(daemon.log)")
-            let third = try send()
+            let third = try await send()
             #expect(await logged("ended_by=timeout"), "\(daemon.log)")
             let timedOut = daemon.log.split(separator: "\n").filter { $0.contains("ended_by=timeout") }
             #expect(timedOut.count == 1 && timedOut[0].contains(third), "\(daemon.log)")
             #expect(started(third))
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -147,7 +147,7 @@ struct ServeExecFetchTests {
             exec-fetch-timeout: 20
 
             """.write(toFile: file, atomically: true, encoding: .utf8)
-            let printed = try runHerald(["serve", "--config", file, "--exec-fetch-concurrency", "2", "--print-config"])
+            let printed = try await runHerald(["serve", "--config", file, "--exec-fetch-concurrency", "2", "--print-config"])
             #expect(printed.status == 0, "\(printed.error)")
             #expect(printed.output.contains("exec-fetch-command: /bin/true  # config file \(file), line 1"), "\(printed.output)")
             #expect(printed.output.contains("--cache"), "\(printed.output)")
@@ -158,18 +158,18 @@ struct ServeExecFetchTests {
     }
 
     @Test("bad background-fetch settings stop the start with a message naming the setting")
-    func badSettings() throws {
-        let zero = try runHerald(["serve", "--exec-fetch-command", "/bin/true", "--exec-fetch-timeout", "0"])
+    func badSettings() async throws {
+        let zero = try await runHerald(["serve", "--exec-fetch-command", "/bin/true", "--exec-fetch-timeout", "0"])
         #expect(zero.status == 64)
         #expect(
             zero.error.contains("flag --exec-fetch-timeout: '0' is not valid; allowed: a whole number of seconds from 1 to 3600"),
             "\(zero.error)")
-        let noEquals = try runHerald(
+        let noEquals = try await runHerald(
             ["serve", "--exec-fetch-command", "/bin/true"], environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "NOVALUE"])
         #expect(noEquals.status == 64)
         #expect(noEquals.error.contains("environment HERALD_EXEC_FETCH_ENVIRONMENT"), "\(noEquals.error)")
         #expect(noEquals.error.contains("NAME=value"), "\(noEquals.error)")
-        let concurrency = try runHerald(["serve", "--exec-fetch-command", "/bin/true", "--exec-fetch-concurrency", "0"])
+        let concurrency = try await runHerald(["serve", "--exec-fetch-command", "/bin/true", "--exec-fetch-concurrency", "0"])
         #expect(concurrency.status == 64)
         #expect(concurrency.error.contains("--exec-fetch-concurrency"), "\(concurrency.error)")
     }
@@ -177,7 +177,7 @@ struct ServeExecFetchTests {
     @Test("a command that does not exist stops the start, naming it")
     func missingCommand() async throws {
         try await withTemporaryDirectory { directory in
-            let missing = try runHerald([
+            let missing = try await runHerald([
                 "serve", "--http", "127.0.0.1:0", "--socket", "none", "--data-dir", directory,
                 "--exec-fetch-command", "/nonexistent/fetch-command",
             ])

@@ -31,13 +31,13 @@ struct ServeHTTP2AbuseTests {
     func abuseOverTLS() async throws {
         let python = try pythonEnvironment(with: "h2 and httpx")
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", arguments: ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
-            _ = try #require(daemon.event()?["token"]?.stringValue)
+            _ = try #require(await daemon.event()?["token"]?.stringValue)
             let cases = ["rapid-reset", "continuation-flood", "settings-flood", "too-many-streams", "hpack-bomb"]
             let script = repositoryRoot.appendingPathComponent("Tests/HTTP2Clients/h2_abuse.py").path
-            let result = try runExecutable(
+            let result = try await runExecutable(
                 python,
                 [
                     script, "--port", String(daemon.httpPort), "--tls", certificates.caFile, "--alongside", "/healthz",
@@ -62,14 +62,14 @@ struct ServeHTTP2AbuseTests {
             let neighbour = try JSONDecoder().decode(Neighbour.self, from: Data(lines[cases.count].utf8))
             #expect(neighbour.ok > 0 && neighbour.other == 0 && neighbour.errors.isEmpty, "\(lines[cases.count])")
 
-            let after = try runExecutable(
+            let after = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/curl"),
                 [
                     "-sS", "-o", "/dev/null", "-w", "%{http_version} %{http_code}", "--http2", "--cacert", certificates.caFile,
                     "https://127.0.0.1:\(daemon.httpPort)/healthz",
                 ])
             #expect(after.output == "2 200", "the daemon answers after: \(after.output) \(after.error)")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 }

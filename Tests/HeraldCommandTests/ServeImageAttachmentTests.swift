@@ -34,35 +34,35 @@ struct ServeImageAttachmentTests {
     )
     func attachesWithTheOperatorsCA() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
 
             let daemon = try DaemonProcess(
                 directory: "\(directory)/trusting",
                 arguments: ["--image-attachment-ca", certificates.caFile, "--image-attachment-max-bytes", "5000"])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             try Self.sendImage("\(server.baseURL)/bytes/4096", to: daemon, token: token)
             let trusting = daemon.directory
             #expect(await eventually { Self.attachmentSizes(trusting) == [4096] }, "\(daemon.log)")
             try Self.sendImage("\(server.baseURL)/bytes/8192", to: daemon, token: token)
             #expect(await eventually { Self.loggedNotAttached(trusting) }, "\(daemon.log)")
             #expect(Self.attachmentSizes(trusting) == [4096])
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
             let untrusting = try DaemonProcess(directory: "\(directory)/untrusting")
-            let (other, _) = try #require(echoedToken(untrusting), "\(untrusting.log)")
+            let (other, _) = try #require(await echoedToken(untrusting), "\(untrusting.log)")
             try Self.sendImage("\(server.baseURL)/bytes/4096", to: untrusting, token: other)
             let data = untrusting.directory
             #expect(await eventually { Self.loggedNotAttached(data) }, "\(untrusting.log)")
             #expect(Self.attachmentSizes(data).isEmpty)
-            #expect(untrusting.terminate() == 0, "\(untrusting.log)")
+            #expect(await untrusting.terminate() == 0, "\(untrusting.log)")
         }
     }
 
     @Test("a bad image-attachment-max-bytes stops the start, naming the setting")
-    func badMaximum() throws {
-        let zero = try runHerald(["serve", "--image-attachment-max-bytes", "0"])
+    func badMaximum() async throws {
+        let zero = try await runHerald(["serve", "--image-attachment-max-bytes", "0"])
         #expect(zero.status == 64)
         #expect(zero.error.contains("flag --image-attachment-max-bytes: '0' is not valid"), "\(zero.error)")
     }

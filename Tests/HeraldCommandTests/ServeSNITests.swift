@@ -48,11 +48,11 @@ private let sniReload = #"""
 @Suite("herald serve over TLS: SNI chooses among several certificates (tls-sni-certs)")
 struct ServeSNITests {
     /// The default (`sni-default`, localhost), `sni-a` (a.example.test) and `sni-b` (*.b.example.test).
-    static func pairs(_ certificates: TestCertificates) throws -> [(certificate: String, key: String)] {
+    static func pairs(_ certificates: TestCertificates) async throws -> [(certificate: String, key: String)] {
         [
-            try certificates.issue(name: "server", serial: "9000", subject: "/CN=sni-default"),
-            try certificates.issueServer(name: "sni-a", serial: "A001", dnsNames: ["a.example.test"]),
-            try certificates.issueServer(name: "sni-b", serial: "B001", dnsNames: ["*.b.example.test"]),
+            try await certificates.issue(name: "server", serial: "9000", subject: "/CN=sni-default"),
+            try await certificates.issueServer(name: "sni-a", serial: "A001", dnsNames: ["a.example.test"]),
+            try await certificates.issueServer(name: "sni-b", serial: "B001", dnsNames: ["*.b.example.test"]),
         ]
     }
 
@@ -67,19 +67,19 @@ struct ServeSNITests {
             Void
     ) async throws {
         try await withTemporaryDirectory(prefix: "herald-sni") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let pairs = try Self.pairs(certificates)
+            let certificates = try await TestCertificates.make(in: directory)
+            let pairs = try await Self.pairs(certificates)
             let daemon = try DaemonProcess(directory: directory + "/data", arguments: Self.arguments(pairs))
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             try await body(daemon, certificates, pairs)
         }
     }
 
     /// The serial and subjectAltName of the certificate `openssl s_client` is served on `port`, asking for `name`
     /// (no SNI when `nil`).
-    static func served(port: Int, name: String?, caFile: String) throws -> String {
+    static func served(port: Int, name: String?, caFile: String) async throws -> String {
         let sni = name.map { "-servername \($0)" } ?? "-noservername"
-        let run = try runExecutable(
+        let run = try await runExecutable(
             URL(fileURLWithPath: "/bin/sh"),
             [
                 "-c",
@@ -105,13 +105,13 @@ struct ServeSNITests {
                 ("other.example.test", "9000", "DNS:localhost"), ("localhost", "9000", "DNS:localhost"),
                 (nil, "9000", "DNS:localhost"),
             ] as [(String?, String, String)] {
-                let seen = try Self.served(port: port, name: name, caFile: caFile)
+                let seen = try await Self.served(port: port, name: name, caFile: caFile)
                 #expect(seen.contains("serial=\(serial)") && seen.contains(san), "\(name ?? "no SNI"): \(seen)")
             }
 
             let curl = URL(fileURLWithPath: "/usr/bin/curl")
-            func get(_ name: String) throws -> (status: Int32, output: String, error: String) {
-                try runExecutable(
+            func get(_ name: String) async throws -> (status: Int32, output: String, error: String) {
+                try await runExecutable(
                     curl,
                     [
                         "-sS", "-v", "-m", "10", "--resolve", "\(name):\(port):127.0.0.1", "--cacert", caFile, "-w",
@@ -119,13 +119,13 @@ struct ServeSNITests {
                     ])
             }
             for (name, subject) in [("a.example.test", "CN=sni-a"), ("x.b.example.test", "CN=sni-b"), ("localhost", "CN=sni-default")] {
-                let answer = try get(name)
+                let answer = try await get(name)
                 // curl offers h2 and http/1.1 by ALPN; each certificate's context picks HTTP/2.
                 #expect(answer.status == 0 && answer.output.hasSuffix("200 2"), "\(name): \(answer.output) \(answer.error)")
                 #expect(answer.error.contains("subject: \(subject)"), "\(name): \(answer.error)")
             }
             // A name no certificate has gets the default, which curl refuses for that name.
-            let other = try get("other.example.test")
+            let other = try await get("other.example.test")
             #expect(other.status == 60 && other.error.contains("subject: CN=sni-default"), "\(other.error)")
 
             // The start names each certificate's file and names.
@@ -138,7 +138,7 @@ struct ServeSNITests {
                     },
                     "\(daemon.log)")
             }
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -149,7 +149,7 @@ struct ServeSNITests {
         try await Self.withDaemon { daemon, certificates, pairs in
             let port = daemon.httpPort
             // Replaced on disk now; the daemon reads it on SIGHUP, sent once the script's connection is open.
-            try certificates.issueServer(name: "sni-b", serial: "B002", dnsNames: ["*.b.example.test"])
+            try await certificates.issueServer(name: "sni-b", serial: "B002", dnsNames: ["*.b.example.test"])
             let pid = daemon.process.processIdentifier
             let script = Process()
             script.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
@@ -159,7 +159,7 @@ struct ServeSNITests {
             script.standardOutput = output
             try script.run()
             let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-            #expect(lines.line(timeout: 30_000) == "open")
+            #expect(await lines.line(timeout: 30_000) == "open")
             kill(pid, SIGHUP)
             let reloaded = await eventuallyValue {
                 daemon.log.contains("TLS certificate reloaded") && daemon.log.contains("B002") ? true : nil
@@ -167,8 +167,8 @@ struct ServeSNITests {
             #expect(reloaded != nil, "\(daemon.log)")
             input.fileHandleForWriting.write(Data("reloaded\n".utf8))
             try input.fileHandleForWriting.close()
-            let seen = lines.line(timeout: 30_000)
-            waitUntilExitWithoutSpinning(script)
+            let seen = await lines.line(timeout: 30_000)
+            await waitUntilExitWithoutSpinning(script)
             #expect(seen?.contains("kept=B001 keptAfter=B001 keptStatus=200 b=B002 a=A001 default=9000") == true, "\(seen ?? "nothing")")
 
             // A key that does not belong to its certificate: the reload fails, every certificate in use stays.
@@ -177,40 +177,40 @@ struct ServeSNITests {
             kill(pid, SIGHUP)
             #expect(await eventuallyValue { daemon.log.contains("TLS reload failed") ? true : nil } != nil, "\(daemon.log)")
             #expect(daemon.log.contains("does not belong to the certificate \(pairs[2].certificate)"), "\(daemon.log)")
-            let b = try Self.served(port: port, name: "x.b.example.test", caFile: certificates.caFile)
+            let b = try await Self.served(port: port, name: "x.b.example.test", caFile: certificates.caFile)
             #expect(b.contains("serial=B002"), "\(b)")
-            let a = try Self.served(port: port, name: "a.example.test", caFile: certificates.caFile)
+            let a = try await Self.served(port: port, name: "a.example.test", caFile: certificates.caFile)
             #expect(a.contains("serial=A001"), "\(a)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
     @Test(
         "tls-sni-certs: a key not its certificate's or a missing file stops the start naming the files; a bad value is refused from the flag, the variable and the file; without tls-cert it is refused"
     )
-    func badSettings() throws {
-        try withTemporaryDirectory(prefix: "herald-sni") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let pairs = try Self.pairs(certificates)
+    func badSettings() async throws {
+        try await withTemporaryDirectory(prefix: "herald-sni") { directory in
+            let certificates = try await TestCertificates.make(in: directory)
+            let pairs = try await Self.pairs(certificates)
             let data = ["serve", "--data-dir", directory + "/data", "--socket", "none"]
             let tls = ["--tls-cert", pairs[0].certificate, "--tls-key", pairs[0].key]
 
-            let mismatch = try runHerald(data + tls + ["--tls-sni-cert", "\(pairs[1].certificate):\(pairs[2].key)"])
+            let mismatch = try await runHerald(data + tls + ["--tls-sni-cert", "\(pairs[1].certificate):\(pairs[2].key)"])
             #expect(mismatch.status == 1, "\(mismatch.error)")
             #expect(
                 mismatch.error.contains("the TLS key \(pairs[2].key) does not belong to the certificate \(pairs[1].certificate)"),
                 "\(mismatch.error)")
-            let missing = try runHerald(data + tls + ["--tls-sni-cert", "\(directory)/none.pem:\(pairs[1].key)"])
+            let missing = try await runHerald(data + tls + ["--tls-sni-cert", "\(directory)/none.pem:\(pairs[1].key)"])
             #expect(
                 missing.status == 1 && missing.error.contains("cannot read the TLS certificate file \(directory)/none.pem"),
                 "\(missing.error)")
 
             let allowed = "allowed: a list of CERT:KEY"
-            let flag = try runHerald(data + tls + ["--tls-sni-cert", pairs[1].certificate])
+            let flag = try await runHerald(data + tls + ["--tls-sni-cert", pairs[1].certificate])
             #expect(
                 flag.status == 64 && flag.error.contains("flag --tls-sni-cert: '\(pairs[1].certificate)' is not valid; \(allowed)"),
                 "\(flag.error)")
-            let variable = try runHerald(data + tls, environment: ["HERALD_TLS_SNI_CERTS": "\(pairs[1].certificate):"])
+            let variable = try await runHerald(data + tls, environment: ["HERALD_TLS_SNI_CERTS": "\(pairs[1].certificate):"])
             #expect(
                 variable.status == 64
                     && variable.error.contains("environment HERALD_TLS_SNI_CERTS: '\(pairs[1].certificate):' is not valid; \(allowed)"),
@@ -218,13 +218,13 @@ struct ServeSNITests {
             let file = directory + "/herald.yaml"
             try "tls-sni-certs:\n  - \(pairs[1].certificate):\(pairs[1].key)\n  - \":\(pairs[2].key)\"\n"
                 .write(toFile: file, atomically: true, encoding: .utf8)
-            let fromFile = try runHerald(data + tls + ["--config", file])
+            let fromFile = try await runHerald(data + tls + ["--config", file])
             #expect(
                 fromFile.status == 64
                     && fromFile.error.contains("config file \(file), line 1, key tls-sni-certs: a list is not valid; \(allowed)"),
                 "\(fromFile.error)")
 
-            let withoutDefault = try runHerald(data + ["--tls-sni-cert", "\(pairs[1].certificate):\(pairs[1].key)"])
+            let withoutDefault = try await runHerald(data + ["--tls-sni-cert", "\(pairs[1].certificate):\(pairs[1].key)"])
             #expect(withoutDefault.status == 64 && withoutDefault.error.contains("tls-sni-certs need them too"), "\(withoutDefault.error)")
         }
     }

@@ -10,8 +10,8 @@ import Testing
 @Suite("herald serve configuration: the schema, in the binary")
 struct ServeSchemaCommandTests {
     @Test("a representative set by flag, variable and file, through --print-config with each source")
-    func printConfig() throws {
-        try withTemporaryDirectory { directory in
+    func printConfig() async throws {
+        try await withTemporaryDirectory { directory in
             let file = "\(directory)/herald.yaml"
             try """
             TokenWebhook:
@@ -22,7 +22,7 @@ struct ServeSchemaCommandTests {
             image-attachment-max-bytes: 2048
             presenter: none
             """.write(toFile: file, atomically: true, encoding: .utf8)
-            let run = try runHerald(
+            let run = try await runHerald(
                 [
                     "serve", "--config", file, "--print-config", "--http=127.0.0.1:0", "--shutdown-grace", "3", "--no-analytics-store",
                     "--plugin", "/a.so", "--plugin=/b.so", "--nats-max-deliver", "-1", "--exec-fetch-command", "/bin/true",
@@ -55,29 +55,29 @@ struct ServeSchemaCommandTests {
     }
 
     @Test("an unknown flag, a bad value, an unknown key: exit 64, one line naming the source, the nearest name", argumentCheckingOnly)
-    func errors() throws {
-        let unknown = try runHerald(["serve", "--htp", "127.0.0.1:0", "--print-config"])
+    func errors() async throws {
+        let unknown = try await runHerald(["serve", "--htp", "127.0.0.1:0", "--print-config"])
         #expect(unknown.status == 64)
         #expect(unknown.error == "herald: unknown flag '--htp' (did you mean '--http'?); see --help\n")
-        let bad = try runHerald(["serve", "--print-config", "--max-replays", "0"])
+        let bad = try await runHerald(["serve", "--print-config", "--max-replays", "0"])
         #expect(bad.status == 64)
         #expect(bad.error == "herald: flag --max-replays: '0' is not valid; allowed: a whole number from 1 to 1000\n")
-        let boolean = try runHerald(["serve", "--print-config", "--gateway=perhaps"])
+        let boolean = try await runHerald(["serve", "--print-config", "--gateway=perhaps"])
         #expect(boolean.error == "herald: flag --gateway: 'perhaps' is not valid; allowed: true or false\n")
-        let variable = try runHerald(["serve", "--print-config"], environment: ["HERALD_PRESENTER": "screen"])
+        let variable = try await runHerald(["serve", "--print-config"], environment: ["HERALD_PRESENTER": "screen"])
         #expect(variable.status == 64)
         #expect(variable.error == "herald: environment HERALD_PRESENTER: 'screen' is not valid; allowed: desktop, log or none\n")
-        try withTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let file = "\(directory)/herald.yaml"
             try "echo: true\nexec-fetch-timeout: 9999\n".write(toFile: file, atomically: true, encoding: .utf8)
-            let range = try runHerald(["serve", "--config", file, "--print-config"])
+            let range = try await runHerald(["serve", "--config", file, "--print-config"])
             #expect(range.status == 64)
             #expect(
                 range.error
                     == "herald: config file \(file), line 2, key exec-fetch-timeout: '9999' is not valid; allowed: a whole number of seconds from 1 to 3600\n"
             )
             try "token-webhook-urls: https://x\n".write(toFile: file, atomically: true, encoding: .utf8)
-            let key = try runHerald(["serve", "--config", file, "--print-config"])
+            let key = try await runHerald(["serve", "--config", file, "--print-config"])
             #expect(key.status == 64)
             #expect(
                 key.error.hasPrefix(
@@ -86,8 +86,8 @@ struct ServeSchemaCommandTests {
     }
 
     @Test("--help lists every setting: its flag, its variable, its default, each plugin's section")
-    func help() throws {
-        let run = try runHerald(["serve", "--help"])
+    func help() async throws {
+        let run = try await runHerald(["serve", "--help"])
         #expect(run.status == 0)
         for flag in ["--http <host:port>", "--no-echo", "--nats-server <url> (repeatable)", "--exec-fetch-env <name=value> (repeatable)"] {
             #expect(run.output.contains(flag), "\(flag)")
@@ -102,9 +102,9 @@ struct ServeSchemaCommandTests {
 
     /// What bash's completion of `herald` offers for `line` (the cursor at its end), with the script the binary
     /// generates loaded, as the bash-completion package runs it.
-    static func bashCompletions(_ script: String, _ line: String) throws -> [String] {
+    static func bashCompletions(_ script: String, _ line: String) async throws -> [String] {
         let words = line.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
-        let run = try runExecutable(
+        let run = try await runExecutable(
             URL(fileURLWithPath: "/usr/bin/bash"),
             [
                 "-c",
@@ -122,8 +122,8 @@ struct ServeSchemaCommandTests {
     }
 
     @Test("the completion scripts name every setting of serve's schema, with its values: bash completes them as a shell would")
-    func completions() throws {
-        let bash = try runHerald(["--generate-completion-script", "bash"])
+    func completions() async throws {
+        let bash = try await runHerald(["--generate-completion-script", "bash"])
         #expect(bash.status == 0, "\(bash.error)")
         let serve = try #require(bash.output.range(of: "\n_herald_serve() {\n"), "\(bash.output)")
         let function = bash.output[serve.lowerBound...].components(separatedBy: "\n}\n")[0]
@@ -132,26 +132,26 @@ struct ServeSchemaCommandTests {
             #expect(words.contains(Substring(setting.flag)), "\(setting.flag)")
             if setting.kind == .boolean { #expect(words.contains(Substring(setting.negatedFlag)), "\(setting.negatedFlag)") }
         }
-        try withTemporaryDirectory { directory in
+        try await withTemporaryDirectory { directory in
             let script = "\(directory)/herald.bash"
             try bash.output.write(toFile: script, atomically: true, encoding: .utf8)
             try "".write(toFile: "\(directory)/cert.pem", atomically: true, encoding: .utf8)
-            #expect(try Self.bashCompletions(script, "herald serve --presen") == ["--presenter"])
-            #expect(try Self.bashCompletions(script, "herald serve --no-ech") == ["--no-echo"])
+            #expect(try await Self.bashCompletions(script, "herald serve --presen") == ["--presenter"])
+            #expect(try await Self.bashCompletions(script, "herald serve --no-ech") == ["--no-echo"])
             #expect(
-                Set(try Self.bashCompletions(script, "herald serve --exec-fetch-c")) == [
+                Set(try await Self.bashCompletions(script, "herald serve --exec-fetch-c")) == [
                     "--exec-fetch-command", "--exec-fetch-concurrency",
                 ])
-            #expect(try Self.bashCompletions(script, "herald serve --presenter ") == ["desktop", "log", "none"])
-            #expect(try Self.bashCompletions(script, "herald serve --log-level w") == ["warning"])
-            #expect(try Self.bashCompletions(script, "herald serve --tls-cert \(directory)/ce") == ["\(directory)/cert.pem"])
+            #expect(try await Self.bashCompletions(script, "herald serve --presenter ") == ["desktop", "log", "none"])
+            #expect(try await Self.bashCompletions(script, "herald serve --log-level w") == ["warning"])
+            #expect(try await Self.bashCompletions(script, "herald serve --tls-cert \(directory)/ce") == ["\(directory)/cert.pem"])
             // A setting's value is not taken for a subcommand or a flag: the next word is a flag again.
-            #expect(try Self.bashCompletions(script, "herald serve --http 127.0.0.1:1 --sock") == ["--socket"])
+            #expect(try await Self.bashCompletions(script, "herald serve --http 127.0.0.1:1 --sock") == ["--socket"])
             // swift-argument-parser's own completions are still there.
-            #expect(try Self.bashCompletions(script, "herald serve --print-c") == ["--print-config"])
-            #expect(try Self.bashCompletions(script, "herald to") == ["token", "topics"])
+            #expect(try await Self.bashCompletions(script, "herald serve --print-c") == ["--print-config"])
+            #expect(try await Self.bashCompletions(script, "herald to") == ["token", "topics"])
         }
-        let zsh = try runHerald(["--generate-completion-script", "zsh"])
+        let zsh = try await runHerald(["--generate-completion-script", "zsh"])
         #expect(zsh.status == 0, "\(zsh.error)")
         for setting in ServeOption.all {
             let spec = setting.kind == .list ? "'*\(setting.flag)[" : setting.kind == .boolean ? ")\(setting.flag)[" : "'\(setting.flag)["
@@ -159,19 +159,19 @@ struct ServeSchemaCommandTests {
         }
         #expect(zsh.output.contains(":level:(trace debug info notice warning error critical)'"), "\(zsh.output)")
         #expect(zsh.output.contains("'(--no-echo)--echo[Write one JSON object per line on standard output for every handled event]'"))
-        let fish = try runHerald(["--generate-completion-script", "fish"])
+        let fish = try await runHerald(["--generate-completion-script", "fish"])
         #expect(fish.status == 0, "\(fish.error)")
         for setting in ServeOption.all { #expect(fish.output.contains(" -l '\(setting.flag.dropFirst(2))' "), "\(setting.flag)") }
         #expect(fish.output.contains("-l 'presenter' -d 'Where notifications are shown"), "\(fish.output)")
         #expect(fish.output.contains("-rfka 'desktop log none'"), "\(fish.output)")
         #expect(fish.output.contains(" 'presenter=' "), "serve's parser knows the flag takes a value: \(fish.output)")
         // A shell it does not know is still swift-argument-parser's error.
-        #expect(try runHerald(["--generate-completion-script", "tcsh"]).status != 0)
+        #expect(try await runHerald(["--generate-completion-script", "tcsh"]).status != 0)
     }
 
     @Test("the committed settings reference is what the schema generates (herald serve --print-reference)")
-    func referenceIsCurrent() throws {
-        let run = try runHerald(["serve", "--print-reference"])
+    func referenceIsCurrent() async throws {
+        let run = try await runHerald(["serve", "--print-reference"])
         #expect(run.status == 0)
         let committed = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/operators/settings.md"), encoding: .utf8)
         #expect(
@@ -180,8 +180,8 @@ struct ServeSchemaCommandTests {
     }
 
     @Test("a dynamic plugin gets its plugin-settings section as its configuration: the test plugin refuses to load when it says so")
-    func dynamicPluginSettings() throws {
-        try withTemporaryDirectory { directory in
+    func dynamicPluginSettings() async throws {
+        try await withTemporaryDirectory { directory in
             let plugin = buildProductsDirectory.appendingPathComponent("libHeraldTestPlugin.so").path
             let file = "\(directory)/herald.yaml"
             try """
@@ -190,10 +190,10 @@ struct ServeSchemaCommandTests {
               \(plugin): {fail_init: 7}
             """.write(toFile: file, atomically: true, encoding: .utf8)
             let arguments = ["serve", "--config", file, "--data-dir", "\(directory)/data", "--http", "127.0.0.1:0", "--socket", "none"]
-            let refused = try runHerald(arguments)
+            let refused = try await runHerald(arguments)
             #expect(refused.status != 0)
             #expect(refused.error.contains(plugin) && refused.error.contains("7"), "\(refused.error)")
-            let printed = try runHerald(arguments + ["--print-config"])
+            let printed = try await runHerald(arguments + ["--print-config"])
             #expect(printed.output.contains("\(plugin): {\"fail_init\": 7}  # config file \(file), line 3"), "\(printed.output)")
         }
     }
@@ -204,8 +204,8 @@ struct ServeSchemaCommandTests {
             let daemon = try DaemonProcess(
                 directory: directory,
                 arguments: ["--socket", "none", "--disable-plugin", "ImageAttachment", "--disable-plugin=AnalyticsStore"])
-            #expect(daemon.event() != nil, "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.event() != nil, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             let started = daemon.log.split(separator: "\n").first { $0.contains("herald started") }
             #expect(started?.contains("\"http\"") == true, "\(daemon.log)")
             #expect(started?.contains("image-attachment") == false, "\(daemon.log)")

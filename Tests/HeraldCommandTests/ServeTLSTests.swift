@@ -68,14 +68,14 @@ struct ServeTLSTests {
     )
     func httpsAndReload() async throws {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let (certificate, key) = try certificates.issue(name: "server", serial: "5001")
+            let certificates = try await TestCertificates.make(in: directory)
+            let (certificate, key) = try await certificates.issue(name: "server", serial: "5001")
             let daemon = try DaemonProcess(
                 directory: directory + "/data", arguments: ["--socket", "none", "--tls-cert", certificate, "--tls-key", key])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let url = "https://localhost:\(daemon.httpPort)/v1/projects/demo/messages:send"
             let body = #"{"message": {"token": "\#(token)", "data": {"over": "tls"}}}"#
-            let curl = try runExecutable(
+            let curl = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/curl"),
                 [
                     "-sS", "--cacert", certificates.caFile, "-H", "Content-Type: application/json", "-d", body, "-w",
@@ -84,21 +84,21 @@ struct ServeTLSTests {
             #expect(curl.status == 0 && curl.output.contains("projects/demo/messages/"), "\(curl.output) \(curl.error)")
             // curl offers h2 and http/1.1 by ALPN; the daemon picks HTTP/2.
             #expect(curl.output.hasSuffix("200 2"), "\(curl.output)")
-            #expect(daemon.event()?["event"]?.stringValue != nil, "\(daemon.log)")
+            #expect(await daemon.event()?["event"]?.stringValue != nil, "\(daemon.log)")
             // Plain HTTP on the TLS port is refused.
-            let plain = try runExecutable(
+            let plain = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/curl"), ["-sS", "-m", "10", "http://127.0.0.1:\(daemon.httpPort)/healthz"])
             #expect(plain.status != 0, "\(plain.output)")
 
-            try certificates.issue(name: "server", serial: "5002")
-            let script = try runExecutable(
+            try await certificates.issue(name: "server", serial: "5002")
+            let script = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/python3"),
                 ["-c", reloadUnderLoad, certificates.caFile, "\(daemon.httpPort)", "\(daemon.process.processIdentifier)"])
             #expect(script.status == 0, "\(script.output) \(script.error)")
             #expect(script.output.contains("before=5001 after=5002 keep=200"), "\(script.output) \(script.error)")
             #expect(script.output.contains("failures=0"), "\(script.output)")
             #expect(daemon.log.contains("TLS certificate reloaded"), "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -107,69 +107,71 @@ struct ServeTLSTests {
     )
     func sendAndTopics() async throws {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let data = directory + "/data"
             let daemon = try DaemonProcess(
                 directory: data, arguments: ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let http = ["--http", "https://localhost:\(daemon.httpPort)", "--ca-file", certificates.caFile]
 
-            let sent = try runHerald(["send"] + http + ["--project-id", "demo", "--token", token, "--data", "over=https"])
+            let sent = try await runHerald(["send"] + http + ["--project-id", "demo", "--token", token, "--data", "over=https"])
             #expect(sent.status == 0 && sent.output.contains("projects/demo/messages/"), "\(sent.output) \(sent.error)")
-            #expect(daemon.event()?["userInfo"]?["over"] == "https", "\(daemon.log)")
+            #expect(await daemon.event()?["userInfo"]?["over"] == "https", "\(daemon.log)")
 
             // No --http: the daemon's lock names its https address.
-            let subscribed = try runHerald(["topics", "subscribe", "--data-dir", data, "--ca-file", certificates.caFile, "storms"])
+            let subscribed = try await runHerald(["topics", "subscribe", "--data-dir", data, "--ca-file", certificates.caFile, "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(
                 subscribed.output == "subscribed to storms (through the running daemon at https://127.0.0.1:\(daemon.httpPort))\n",
                 "\(subscribed.output)")
-            let toTopic = try runHerald(["send"] + http + ["--project-id", "demo", "--topic", "storms", "--data", "n=1"])
+            let toTopic = try await runHerald(["send"] + http + ["--project-id", "demo", "--topic", "storms", "--data", "n=1"])
             #expect(toTopic.status == 0, "\(toTopic.output) \(toTopic.error)")
-            #expect(daemon.event()?["userInfo"]?["n"] == "1", "\(daemon.log)")
+            #expect(await daemon.event()?["userInfo"]?["n"] == "1", "\(daemon.log)")
 
-            let untrusted = try runHerald(["send", "--http", "https://localhost:\(daemon.httpPort)", "--token", token, "--data", "a=b"])
+            let untrusted = try await runHerald([
+                "send", "--http", "https://localhost:\(daemon.httpPort)", "--token", token, "--data", "a=b",
+            ])
             #expect(untrusted.status != 0 && untrusted.error.contains("is not trusted"), "\(untrusted.error)")
-            let untrustedTopics = try runHerald(
+            let untrustedTopics = try await runHerald(
                 ["topics", "subscribe", "--data-dir", data, "--http", "https://localhost:\(daemon.httpPort)", "--project-id", "demo", "x"])
             #expect(untrustedTopics.status != 0 && untrustedTopics.error.contains("is not trusted"), "\(untrustedTopics.error)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
     @Test("mutual TLS: curl without a client certificate is refused, with one the CA signed it is served")
     func clientCertificates() async throws {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let (certificate, key) = try certificates.issue(name: "server", serial: "6001")
-            let client = try certificates.issue(name: "client", serial: "6002", client: true)
+            let certificates = try await TestCertificates.make(in: directory)
+            let (certificate, key) = try await certificates.issue(name: "server", serial: "6001")
+            let client = try await certificates.issue(name: "client", serial: "6002", client: true)
             let daemon = try DaemonProcess(
                 directory: directory + "/data",
                 arguments: ["--socket", "none", "--tls-cert", certificate, "--tls-key", key, "--tls-client-ca", certificates.caFile])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             let url = "https://localhost:\(daemon.httpPort)/healthz"
             let curl = URL(fileURLWithPath: "/usr/bin/curl")
-            let without = try runExecutable(curl, ["-sS", "-m", "10", "--cacert", certificates.caFile, url])
+            let without = try await runExecutable(curl, ["-sS", "-m", "10", "--cacert", certificates.caFile, url])
             #expect(without.status != 0 && !without.output.contains("ready"), "\(without.output)")
-            let with = try runExecutable(
+            let with = try await runExecutable(
                 curl, ["-sS", "-m", "10", "--cacert", certificates.caFile, "--cert", client.certificate, "--key", client.key, url])
             #expect(with.status == 0 && with.output.contains("ready"), "\(with.output) \(with.error)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
     @Test("TLS settings: a certificate without its key, and a missing file, stop the start with what is wrong")
-    func badSettings() throws {
-        try withTemporaryDirectory(prefix: "herald-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let (certificate, _) = try certificates.issue(name: "server", serial: "7001")
-            let half = try runHerald(["serve", "--data-dir", directory + "/data", "--tls-cert", certificate])
+    func badSettings() async throws {
+        try await withTemporaryDirectory(prefix: "herald-tls") { directory in
+            let certificates = try await TestCertificates.make(in: directory)
+            let (certificate, _) = try await certificates.issue(name: "server", serial: "7001")
+            let half = try await runHerald(["serve", "--data-dir", directory + "/data", "--tls-cert", certificate])
             #expect(half.status == 64 && half.error.contains("both a certificate and its key"), "\(half.error)")
-            let missing = try runHerald(
+            let missing = try await runHerald(
                 ["serve", "--data-dir", directory + "/data", "--tls-cert", certificate, "--tls-key", directory + "/nothing.key"])
             #expect(
                 missing.status == 1 && missing.error.contains("cannot read the TLS key file \(directory)/nothing.key"), "\(missing.error)")
-            let beyond = try runHerald(
+            let beyond = try await runHerald(
                 ["serve", "--data-dir", directory + "/data", "--http", "0.0.0.0:0", "--socket", "none"],
                 environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(beyond.status == 1 && beyond.error.contains("without TLS"), "\(beyond.error)")
@@ -182,8 +184,8 @@ struct ServeTLSListenersTests {
     @Test("a JSON line over TLS to the socket receiver is answered; /metrics over https shows the failed handshakes")
     func socketAndMetrics() async throws {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let (certificate, key) = try certificates.issue(name: "server", serial: "8001")
+            let certificates = try await TestCertificates.make(in: directory)
+            let (certificate, key) = try await certificates.issue(name: "server", serial: "8001")
             let socketPort = try freeLoopbackPort()
             let metricsPort = try freeLoopbackPort()
             let daemon = try DaemonProcess(
@@ -192,7 +194,7 @@ struct ServeTLSListenersTests {
                     "--socket", "127.0.0.1:\(socketPort)", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate,
                     "--tls-key", key,
                 ])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let line = #"{"message": {"token": "\#(token)", "data": {"over": "tls"}}}"#
             let script = """
                 import socket, ssl, sys
@@ -201,15 +203,15 @@ struct ServeTLSListenersTests {
                 stream.sendall(sys.argv[3].encode() + b"\\n")
                 print(stream.makefile("rb").readline().decode().strip(), flush=True)
                 """
-            let answer = try runExecutable(
+            let answer = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/python3"), ["-c", script, certificates.caFile, "\(socketPort)", line])
             #expect(answer.output.contains("projects/demo/messages/"), "\(answer.output) \(answer.error)")
 
             // Plain HTTP to the TLS port of /metrics: a refused handshake, counted on the page.
             let curl = URL(fileURLWithPath: "/usr/bin/curl")
-            _ = try runExecutable(curl, ["-sS", "-m", "10", "http://127.0.0.1:\(metricsPort)/metrics"])
+            _ = try await runExecutable(curl, ["-sS", "-m", "10", "http://127.0.0.1:\(metricsPort)/metrics"])
             let page = await eventuallyValue { () -> String? in
-                let scrape = try? runExecutable(
+                let scrape = try? await runExecutable(
                     curl, ["-sS", "-m", "10", "--cacert", certificates.caFile, "https://localhost:\(metricsPort)/metrics"])
                 guard let output = scrape?.output, output.contains(#"herald_tls_handshake_failures_total{reason="refused"} 1"#) else {
                     return nil
@@ -217,7 +219,7 @@ struct ServeTLSListenersTests {
                 return output
             }
             #expect(page != nil, "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -226,13 +228,13 @@ struct ServeTLSListenersTests {
     )
     func sTimeLeavesNothingOpen() async throws {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let (certificate, key) = try certificates.issue(name: "server", serial: "8002")
+            let certificates = try await TestCertificates.make(in: directory)
+            let (certificate, key) = try await certificates.issue(name: "server", serial: "8002")
             let metricsPort = try freeLoopbackPort()
             let daemon = try DaemonProcess(
                 directory: directory + "/data",
                 arguments: ["--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate, "--tls-key", key])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             let port = daemon.httpPort
             let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
             for variant in [["-new"], ["-reuse", "-tls1_2"]] {
@@ -248,11 +250,11 @@ struct ServeTLSListenersTests {
             let metrics = "https://localhost:\(metricsPort)/metrics"
             let caFile = certificates.caFile
             let closed = await eventually {
-                let scrape = try? runExecutable(curl, ["-sS", "-m", "10", "--cacert", caFile, metrics])
+                let scrape = try? await runExecutable(curl, ["-sS", "-m", "10", "--cacert", caFile, metrics])
                 return scrape?.output.contains(#"herald_receiver_connections{receiver="http"} 0"#) == true
             }
             #expect(closed, "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 }

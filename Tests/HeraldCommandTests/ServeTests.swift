@@ -9,7 +9,7 @@ struct ServeTests {
     func echoesWhatItHandles() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let tokenEvent = try #require(daemon.event(), "no token line; log: \(daemon.log)")
+            let tokenEvent = try #require(await daemon.event(), "no token line; log: \(daemon.log)")
             #expect(tokenEvent["event"] == "token")
             let token = try #require(tokenEvent["token"]?.stringValue)
             let fid = try #require(tokenEvent["installationID"]?.stringValue)
@@ -17,7 +17,7 @@ struct ServeTests {
             #expect(tokenEvent.objectValue?.keys == ["event", "token", "installationID"])
 
             // A display notification with `herald send` over HTTP.
-            let sent = try runHerald([
+            let sent = try await runHerald([
                 "send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo",
                 "--token", token, "--title", "Hi", "--body", "there", "--data", "k=v",
             ])
@@ -25,7 +25,7 @@ struct ServeTests {
             let name = try #require(try JSONParser.parse(Array(sent.output.utf8))["name"]?.stringValue)
             let id = String(name.split(separator: "/").last!)
             #expect(name == "projects/demo/messages/\(id)")
-            let presented = try #require(daemon.event())
+            let presented = try #require(await daemon.event())
             let expected: JSONValue = [
                 "event": "willPresent", "messageID": .string(id), "options": ["list", "banner", "sound"],
                 "userInfo": [
@@ -36,9 +36,11 @@ struct ServeTests {
             #expect(presented.objectValue?.keys == ["event", "messageID", "options", "userInfo"])
 
             // A silent message over the socket.
-            let silent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "sync=1"])
+            let silent = try await runHerald([
+                "send", "--socket", daemon.socketPath, "--token", token, "--content-available", "--data", "sync=1",
+            ])
             #expect(silent.status == 0, "\(silent.output) \(silent.error)")
-            let fetched = try #require(daemon.event())
+            let fetched = try #require(await daemon.event())
             #expect(fetched["event"] == "backgroundFetch")
             #expect(fetched["result"] == "noData")
             #expect(fetched["userInfo"]?["aps"] == ["content-available": 1])
@@ -48,21 +50,21 @@ struct ServeTests {
             let client = try TestSocketClient(.unix(path: daemon.socketPath))
             client.send(#"{"message": {"token": "\#(token)", "data": {"n": "7"}}}"# + "\n")
             #expect(client.readLines(1).first?.contains("projects/demo/messages/") == true)
-            let data = try #require(daemon.event())
+            let data = try #require(await daemon.event())
             #expect(data["event"] == "message")
             #expect(data["userInfo"]?["n"] == "7")
 
             // Someone else's token: refused to the sender, a `dropped` line for the daemon's reader.
-            let stranger = try runHerald([
+            let stranger = try await runHerald([
                 "send", "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", "not-ours", "--data", "a=b",
             ])
             #expect(stranger.status == 1)
             #expect(stranger.output.contains("UNREGISTERED"))
-            let dropped = try #require(daemon.event())
+            let dropped = try #require(await daemon.event())
             #expect(dropped["event"] == "dropped")
             #expect(dropped["reason"] == "not_targeted")
 
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
             #expect(daemon.log.contains("stopping") && daemon.log.contains("stopped"))
         }
@@ -72,7 +74,7 @@ struct ServeTests {
     func restartKeepsIdentity() async throws {
         try await withTemporaryDirectory { directory in
             let first = try DaemonProcess(directory: directory)
-            let token = try #require(first.event()?["token"]?.stringValue)
+            let token = try #require(await first.event()?["token"]?.stringValue)
             let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: first.httpPort))
             client.send(
                 "POST /v1/projects/demo/registrations/\(token)/topicSubscriptions?topic_name=weather HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
@@ -80,17 +82,17 @@ struct ServeTests {
             #expect(
                 String(decoding: client.read { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self).hasPrefix(
                     "HTTP/1.1 200"))
-            #expect(first.terminate() == 0)
+            #expect(await first.terminate() == 0)
 
             let second = try DaemonProcess(directory: directory)
-            #expect(second.event()?["token"]?.stringValue == token)
-            let sent = try runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
+            #expect(await second.event()?["token"]?.stringValue == token)
+            let sent = try await runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
             #expect(sent.status == 0, "\(sent.output)")
-            let event = try #require(second.event())
+            let event = try #require(await second.event())
             #expect(event["event"] == "message")
             #expect(event["userInfo"]?["sky"] == "clear")
             #expect(event["userInfo"]?["from"] == "/topics/weather")
-            #expect(second.terminate() == 0)
+            #expect(await second.terminate() == 0)
         }
     }
 
@@ -100,31 +102,31 @@ struct ServeTests {
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--auth-token-file", secretFile])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
 
-            let missing = try runHerald(["send"] + address)
+            let missing = try await runHerald(["send"] + address)
             #expect(missing.status == 1)
             #expect(missing.output.contains("UNAUTHENTICATED"))
-            let wrong = try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "guess"])
+            let wrong = try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "guess"])
             #expect(wrong.status == 1)
             #expect(wrong.output.contains("UNAUTHENTICATED"))
-            let fromFile = try runHerald(["send", "--auth-token-file", secretFile] + address)
+            let fromFile = try await runHerald(["send", "--auth-token-file", secretFile] + address)
             #expect(fromFile.status == 0, "\(fromFile.output)")
-            let fromEnvironment = try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
+            let fromEnvironment = try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "s3cret"])
             #expect(fromEnvironment.status == 0, "\(fromEnvironment.output)")
-            #expect(daemon.event()?["event"] == "message")
-            #expect(daemon.event()?["event"] == "message")
+            #expect(await daemon.event()?["event"] == "message")
+            #expect(await daemon.event()?["event"] == "message")
             #expect(!daemon.log.contains("s3cret"), "the secret must never be logged")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, environment: ["HERALD_AUTH_TOKEN": "from-env"])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
-            #expect(try runHerald(["send"] + address).status == 1)
-            #expect(try runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "from-env"]).status == 0)
-            #expect(daemon.terminate() == 0)
+            #expect(try await runHerald(["send"] + address).status == 1)
+            #expect(try await runHerald(["send"] + address, environment: ["HERALD_AUTH_TOKEN": "from-env"]).status == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 
@@ -132,7 +134,7 @@ struct ServeTests {
     func terminateUnderLoad() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let events = daemon.collectRemainingLines()
             let client = try TestSocketClient(.unix(path: daemon.socketPath))
             let total = 2_000
@@ -161,15 +163,15 @@ struct ServeTests {
             for answer in answers where !answer.contains("\"name\"") {
                 #expect(answer.contains("UNAVAILABLE"), "\(answer)")
             }
-            waitUntilExitWithoutSpinning(daemon.process)
+            await waitUntilExitWithoutSpinning(daemon.process)
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
             var handled = Self.handledIDs(events.lines())
 
             // Whatever the grace period did not finish, the next start replays from the inbox.
             let next = try DaemonProcess(directory: directory)
-            #expect(next.event()?["event"] == "token")
+            #expect(await next.event()?["event"] == "token")
             let replayed = next.collectRemainingLines()
-            #expect(next.terminate() == 0)
+            #expect(await next.terminate() == 0)
             handled += Self.handledIDs(replayed.lines())
             #expect(accepted.isSubset(of: Set(handled)), "\(accepted.subtracting(handled).count) accepted messages were never handled")
             #expect(handled.count == Set(handled).count, "a message was handled twice")
@@ -193,10 +195,10 @@ struct ServeTests {
                 arguments: [
                     "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
                 ])
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi", "--data", "k=v"])
             #expect(sent.status == 0)
-            #expect(daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.event()?["event"] == "willPresent")
             let scraped = try await eventuallyValue { () -> String? in
                 let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: metricsPort))
                 client.send("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
@@ -204,7 +206,7 @@ struct ServeTests {
                 return page.contains(#"herald_messages_received_total{type="DISPLAY_NOTIFICATION"} 1"#) ? page : nil
             }
             #expect(scraped != nil)
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
             let lines = try String(contentsOfFile: export, encoding: .utf8).split(separator: "\n")
             let delivered = lines.compactMap { try? JSONParser.parse(Array($0.utf8)) }.filter { $0["event"] == "MESSAGE_DELIVERED" }
             #expect(delivered.count == 1)
@@ -216,15 +218,15 @@ struct ServeTests {
     func secondDaemonRefused() async throws {
         try await withTemporaryDirectory { directory in
             let first = try DaemonProcess(directory: directory)
-            #expect(first.event()?["event"] == "token")
-            let second = try runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
+            #expect(await first.event()?["event"] == "token")
+            let second = try await runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("\(first.process.processIdentifier)"), "\(second.error)")
-            #expect(first.terminate() == 0)
+            #expect(await first.terminate() == 0)
             // Once the first has stopped, the directory is free again.
             let again = try DaemonProcess(directory: directory)
-            #expect(again.event()?["event"] == "token")
-            #expect(again.terminate() == 0)
+            #expect(await again.event()?["event"] == "token")
+            #expect(await again.terminate() == 0)
         }
     }
 
@@ -250,19 +252,19 @@ struct ServeTests {
     func sendFromFile() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: "\(directory)/data")
-            let token = try #require(daemon.event()?["token"]?.stringValue)
+            let token = try #require(await daemon.event()?["token"]?.stringValue)
             let file = "\(directory)/message.json"
             try #"{"message": {"token": "\#(token)", "data": {"from_file": "yes"}}}"#.write(toFile: file, atomically: true, encoding: .utf8)
-            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--file", file]).status == 0)
-            #expect(daemon.event()?["userInfo"]?["from_file"] == "yes")
+            #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--file", file]).status == 0)
+            #expect(await daemon.event()?["userInfo"]?["from_file"] == "yes")
             let bare = #"{"token": "\#(token)", "data": {"from_stdin": "yes"}}"#
-            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--file", "-"], input: bare).status == 0)
-            #expect(daemon.event()?["userInfo"]?["from_stdin"] == "yes")
-            let validated = try runHerald(["send", "--socket", daemon.socketPath, "--file", "-", "--validate-only"], input: bare)
+            #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--file", "-"], input: bare).status == 0)
+            #expect(await daemon.event()?["userInfo"]?["from_stdin"] == "yes")
+            let validated = try await runHerald(["send", "--socket", daemon.socketPath, "--file", "-", "--validate-only"], input: bare)
             #expect(validated.status == 0)
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
             var rest: [String] = []
-            while let line = daemon.line() { rest.append(line) }
+            while let line = await daemon.line() { rest.append(line) }
             #expect(rest.isEmpty, "validate_only delivers nothing: \(rest)")
         }
     }
@@ -274,15 +276,15 @@ struct ServePluginTests {
     func loadsThePlugin() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--plugin", examplePlugin])
-            let token = try #require(daemon.event()?["token"]?.stringValue, "\(daemon.log)")
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
+            let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
             #expect(sent.status == 0)
             // The echo handler answers [list, banner, sound]; the plugin's [banner, sound] joins the union.
-            #expect(daemon.event()?["event"] == "willPresent")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "willPresent")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(daemon.log.contains("example"), "the plugin is listed among the started plugins")
 
-            let missing = try runHerald([
+            let missing = try await runHerald([
                 "serve", "--data-dir", "\(directory)/other", "--plugin", examplePlugin, "--plugin", "/nonexistent/libnothing.so",
             ])
             #expect(missing.status == 1)

@@ -23,7 +23,7 @@ struct ServeTokenWebhookTests {
             #expect(!printed.output.contains("s3cret-webhook"))
 
             let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: arguments)
-            let (token, installationID) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, installationID) = try #require(await echoedToken(daemon), "\(daemon.log)")
             let request = try #require(
                 await eventuallyValue { PythonHTTPServer.recordedRequests(in: record).first }, "no request; log: \(daemon.log)")
             #expect(request["path"] == "/hooks/token")
@@ -33,22 +33,22 @@ struct ServeTokenWebhookTests {
             #expect(body["installationID"] == .string(installationID))
             #expect(body["reason"] == "start")
             #expect(!daemon.log.contains("s3cret-webhook"))
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
     @Test("a URL that is not http(s), or a missing secret file, stops the start with a message naming it")
     func badSettings() async throws {
         try await withTemporaryDirectory { directory in
-            let scheme = try runHerald(["serve", "--data-dir", directory, "--token-webhook-url", "ftp://example.com/token"])
+            let scheme = try await runHerald(["serve", "--data-dir", directory, "--token-webhook-url", "ftp://example.com/token"])
             #expect(scheme.status == 64)
             #expect(scheme.error.contains("flag --token-webhook-url: 'ftp://example.com/token' is not valid"), "\(scheme.error)")
-            let noHost = try runHerald([
+            let noHost = try await runHerald([
                 "serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none", "--token-webhook-url", "http://",
             ])
             #expect(noHost.status != 0)
             #expect(noHost.error.contains("url"), "\(noHost.error)")
-            let missing = try runHerald([
+            let missing = try await runHerald([
                 "serve", "--data-dir", directory, "--http", "127.0.0.1:0", "--socket", "none",
                 "--token-webhook-url", "http://127.0.0.1:1/token", "--token-webhook-secret-file", "/nonexistent/webhook-secret",
             ])

@@ -52,19 +52,19 @@ struct SocketActivationTests {
             // then starts the daemon, which answers it.
             let health = try await onOwnThread { try httpRequest(port: port, "GET", "/healthz") }
             #expect(health.status == 200, "\(daemon.log)")
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             #expect(daemon.log.contains("listening sockets from the service manager"), "\(daemon.log)")
             #expect(!daemon.log.contains("matches no listener"), "\(daemon.log)")
 
             let posted = try httpRequest(
                 port: port, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, data: ["via": "http"]))
             #expect(posted.status == 200, "\(posted.body)")
-            #expect(daemon.event()?["userInfo"]?["via"] == "http")
+            #expect(await daemon.event()?["userInfo"]?["via"] == "http")
             let sent = try await runHerald(["send", "--socket", socket, "--token", token, "--data", "via=socket"])
             #expect(sent.status == 0, "\(sent.error)")
-            #expect(daemon.event()?["userInfo"]?["via"] == "socket")
+            #expect(await daemon.event()?["userInfo"]?["via"] == "socket")
 
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             // The service manager made the socket file and keeps it for the next start.
             #expect(FileManager.default.fileExists(atPath: socket))
         }
@@ -85,7 +85,7 @@ struct SocketActivationTests {
             #expect(await Self.bound(daemon, sockets: 2), "\(daemon.log)")
             let health = try await onOwnThread { try httpRequest(port: port, "GET", "/healthz") }
             #expect(health.status == 200, "\(daemon.log)")
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             // Written once the start is over, which may be after the token's line.
             let log = daemon.directory + "/stderr.log"
             #expect(
@@ -96,7 +96,7 @@ struct SocketActivationTests {
             // Closed: nothing listens there any more.
             #expect(throws: (any Error).self) { _ = try httpRequest(port: stray, "GET", "/healthz") }
             #expect(try httpRequest(port: port, "GET", "/healthz").status == 200)
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 }

@@ -69,14 +69,14 @@ struct SystemdTests {
                 environment: [
                     "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
                 ])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             let beforeReady = notify.until("READY=1")
             #expect(beforeReady.last?.contains("READY=1") == true, "\(beforeReady)")
             let pings = (0..<3).compactMap { _ in notify.next() }
             #expect(pings.filter { $0 == "WATCHDOG=1" }.count == 3, "\(pings)")
             // Counts in the STATUS= line systemctl status shows, sent when they changed.
             for index in 0..<2 {
-                let sent = try runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=\(index)"])
+                let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--data", "n=\(index)"])
                 #expect(sent.status == 0, "\(sent.error)")
             }
             let status = notify.until("STATUS=receiving: 2 messages received, 0 dropped, 0 background fetches")
@@ -84,7 +84,7 @@ struct SystemdTests {
             kill(daemon.process.processIdentifier, SIGINT)
             let stopping = notify.until("STOPPING=1")
             #expect(stopping.last?.contains("STOPPING=1") == true, "\(stopping)")
-            waitUntilExitWithoutSpinning(daemon.process)
+            await waitUntilExitWithoutSpinning(daemon.process)
             #expect(daemon.process.terminationStatus == 0, "\(daemon.log)")
         }
     }
@@ -99,7 +99,7 @@ struct SystemdTests {
             try "log-level: error\nmax-replays: 5\n".write(toFile: file, atomically: true, encoding: .utf8)
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", arguments: ["--config", file], environment: ["NOTIFY_SOCKET": notify.path])
-            #expect(daemon.event()?["event"] == "token")
+            #expect(await daemon.event()?["event"] == "token")
             #expect(notify.until("READY=1").last?.contains("READY=1") == true)
             #expect(!daemon.log.contains("herald started"), "info lines under log-level error: \(daemon.log)")
 
@@ -117,7 +117,7 @@ struct SystemdTests {
             #expect(notify.until("READY=1").last?.contains("READY=1") == true)
             #expect(daemon.log.contains("configuration reload failed"), "\(daemon.log)")
             #expect(daemon.log.contains("key log-level: 'loud' is not valid"), "\(daemon.log)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -130,7 +130,7 @@ struct SystemdTests {
             // A ping every 10 ms: the socket's queue (10 datagrams by default) is full within a tenth of a second.
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "20000"])
-            let (token, _) = try #require(echoedToken(daemon), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             #expect(await eventually { notify.isFull() }, "the daemon's notifications never filled the socket")
             // With the loop held in sendmsg by a full queue, nothing would be answered now.
             let answered = (0..<3).map { _ in (try? httpRequest(port: daemon.httpPort, "GET", "/healthz").status) == 200 }
@@ -145,7 +145,7 @@ struct SystemdTests {
             #expect(notify.next() == "WATCHDOG=1")
             // Not read again: the stop does not wait for room in the queue (STOPPING=1 is dropped, the daemon ends).
             #expect(await eventually { notify.isFull() })
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -163,14 +163,14 @@ struct SystemdTests {
                 directory: "\(directory)/data",
                 arguments: ["--socket", "none", "--tls-cert", fixtures.appendingPathComponent("rsa-15360.crt").path, "--tls-key", key],
                 environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             #expect(notify.until("READY=1").last?.contains("READY=1") == true, "\(daemon.log)")
             let pings = PingRecorder(notify)
             #expect(await eventually { pings.count >= 3 })
             // Eight clients at once: their handshakes' signatures take the loop one after another. Each handshake has
             // ten seconds from its connection (the TLS settings' default): on a loaded machine the last ones in line
             // may not get there and are closed, as they should be; each client ends either way.
-            let clients = try runExecutable(
+            let clients = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/python3"),
                 [
                     "-c",
@@ -204,7 +204,7 @@ struct SystemdTests {
             // Half of WATCHDOG_USEC apart while the loop turns; the handshakes hold it for a second or more.
             #expect(gaps.max() ?? .zero > .milliseconds(600), "longest gap between pings: \(gaps.max() ?? .zero)")
             pings.stop()
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -212,8 +212,8 @@ struct SystemdTests {
     func notUnderSystemd() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, environment: ["NOTIFY_SOCKET": "", "WATCHDOG_USEC": ""])
-            #expect(daemon.event()?["event"] == "token")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.event()?["event"] == "token")
+            #expect(await daemon.terminate() == 0)
         }
     }
 }

@@ -9,35 +9,35 @@ struct TopicsTests {
     func stoppedDaemon() async throws {
         try await withTemporaryDirectory { root in
             let directory = "\(root)/data"
-            let first = try runHerald(["topics", "subscribe", "--data-dir", directory, "weather"])
+            let first = try await runHerald(["topics", "subscribe", "--data-dir", directory, "weather"])
             #expect(first.status == 0, "\(first.error)")
             #expect(
                 first.output == "subscribed to weather (in the store of the stopped daemon in \(directory); it applies at the next start)\n"
             )
-            #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "/topics/news"]).status == 0)
-            #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "alerts"]).status == 0)
-            #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "alerts"]).status == 0)
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "alerts\nnews\nweather\n")
+            #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, "/topics/news"]).status == 0)
+            #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, "alerts"]).status == 0)
+            #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, "alerts"]).status == 0)
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "alerts\nnews\nweather\n")
 
-            let removed = try runHerald(["topics", "unsubscribe", "--data-dir", directory, "alerts"])
+            let removed = try await runHerald(["topics", "unsubscribe", "--data-dir", directory, "alerts"])
             #expect(removed.status == 0, "\(removed.error)")
             #expect(removed.output.hasPrefix("unsubscribed from alerts (in the store"))
-            let absent = try runHerald(["topics", "unsubscribe", "--data-dir", directory, "never"])
+            let absent = try await runHerald(["topics", "unsubscribe", "--data-dir", directory, "never"])
             #expect(absent.status == 0, "\(absent.error)")
             #expect(absent.output.hasPrefix("was not subscribed to never"))
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "news\nweather\n")
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "news\nweather\n")
 
             // The daemon starts with those topics: a topic message is handled, not dropped.
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--topic", "weather", "--data", "city=Oslo"])
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "weather", "--data", "city=Oslo"])
             #expect(sent.status == 0, "\(sent.output) \(sent.error)")
-            let handled = try #require(daemon.event())
+            let handled = try #require(await daemon.event())
             #expect(handled["event"] == "message")
             #expect(handled["userInfo"]?["from"] == "/topics/weather")
             #expect(handled["userInfo"]?["city"] == "Oslo")
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "news\nweather\n")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "news\nweather\n")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -45,44 +45,45 @@ struct TopicsTests {
     func runningDaemon() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let http = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo"]
 
-            let subscribed = try runHerald(["topics", "subscribe", "--data-dir", directory] + http + ["storms"])
+            let subscribed = try await runHerald(["topics", "subscribe", "--data-dir", directory] + http + ["storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(subscribed.output == "subscribed to storms (through the running daemon at 127.0.0.1:\(daemon.httpPort))\n")
-            let sent = try runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=1"])
+            let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=1"])
             #expect(sent.status == 0, "\(sent.output) \(sent.error)")
-            let handled = try #require(daemon.event())
+            let handled = try #require(await daemon.event())
             #expect(handled["event"] == "message")
             #expect(handled["userInfo"]?["n"] == "1")
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "storms\n")
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "storms\n")
 
-            let unsubscribed = try runHerald(["topics", "unsubscribe", "--data-dir", directory] + http + ["storms"])
+            let unsubscribed = try await runHerald(["topics", "unsubscribe", "--data-dir", directory] + http + ["storms"])
             #expect(unsubscribed.status == 0, "\(unsubscribed.error)")
             #expect(unsubscribed.output.hasPrefix("unsubscribed from storms (through the running daemon"))
-            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=2"]).status == 0)
-            let dropped = try #require(daemon.event())
+            #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=2"]).status == 0)
+            let dropped = try #require(await daemon.event())
             #expect(dropped["event"] == "dropped")
             #expect(dropped["reason"] == "not_targeted")
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "")
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "")
 
             // Every character FCM allows survives the trip through the URL.
-            #expect(try runHerald(["topics", "subscribe", "--data-dir", directory] + http + ["--", "-a%2Fb.c~d_e"]).status == 0)
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "-a%2Fb.c~d_e\n")
+            #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory] + http + ["--", "-a%2Fb.c~d_e"]).status == 0)
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "-a%2Fb.c~d_e\n")
             #expect(
-                try runHerald(["topics", "unsubscribe", "--data-dir", directory] + http + ["--", "/topics/-a%2Fb.c~d_e"]).output.hasPrefix(
-                    "unsubscribed from -a%2Fb.c~d_e"))
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "")
+                try await runHerald(["topics", "unsubscribe", "--data-dir", directory] + http + ["--", "/topics/-a%2Fb.c~d_e"]).output
+                    .hasPrefix(
+                        "unsubscribed from -a%2Fb.c~d_e"))
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "")
 
             // Another project, or a wrong secret: the daemon's refusal, exit status 1, nothing changed.
-            let mismatch = try runHerald([
+            let mismatch = try await runHerald([
                 "topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "other", "x",
             ])
             #expect(mismatch.status == 1)
             #expect(mismatch.error.contains("refused the change with HTTP"), "\(mismatch.error)")
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -90,14 +91,14 @@ struct TopicsTests {
     func unreachableDaemon() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--http", "none"])
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let nobody = try freeLoopbackPort()
-            let refused = try runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(nobody)", "storms"])
+            let refused = try await runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(nobody)", "storms"])
             #expect(refused.status == 1)
             #expect(refused.error.contains("\(daemon.process.processIdentifier)"), "\(refused.error)")
             #expect(refused.error.contains("keeps its topics in memory"), "\(refused.error)")
-            #expect(try runHerald(["topics", "list", "--data-dir", directory]).output == "")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -105,7 +106,7 @@ struct TopicsTests {
     func lockFile() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             #expect(
                 DataDirectoryLock.inspect(directory: directory)
                     == .held(
@@ -113,21 +114,21 @@ struct TopicsTests {
                             pid: daemon.process.processIdentifier, http: "127.0.0.1:\(daemon.httpPort)", projectID: "demo",
                             socket: daemon.socketPath)))
 
-            let subscribed = try runHerald(["topics", "subscribe", "--data-dir", directory, "storms"])
+            let subscribed = try await runHerald(["topics", "subscribe", "--data-dir", directory, "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(subscribed.output.contains("through the running daemon at 127.0.0.1:\(daemon.httpPort)"))
-            #expect(try runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=1"]).status == 0)
-            #expect(daemon.event()?["event"] == "message")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "storms", "--data", "n=1"]).status == 0)
+            #expect(await daemon.event()?["event"] == "message")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
             #expect(DataDirectoryLock.inspect(directory: directory) == .free)
         }
         try await withTemporaryDirectory { directory in
             let daemon = try DaemonProcess(directory: directory, arguments: ["--http", "none"])
-            #expect(daemon.event()?["event"] == "token", "\(daemon.log)")
-            let refused = try runHerald(["topics", "unsubscribe", "--data-dir", directory, "storms"])
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
+            let refused = try await runHerald(["topics", "unsubscribe", "--data-dir", directory, "storms"])
             #expect(refused.status == 1)
             #expect(refused.error.contains("(pid \(daemon.process.processIdentifier)) has no HTTP receiver"), "\(refused.error)")
-            #expect(daemon.terminate() == 0, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
 
@@ -168,25 +169,25 @@ struct TopicsTests {
     func badInput() async throws {
         try await withTemporaryDirectory { directory in
             for name in ["bad name", "", "weather!", "/topics/", String(repeating: "a", count: 901)] {
-                let result = try runHerald(["topics", "subscribe", "--data-dir", directory, "--", name])
+                let result = try await runHerald(["topics", "subscribe", "--data-dir", directory, "--", name])
                 #expect(result.status == 64, "\(name): \(result.error)")
                 #expect(
                     result.error.contains("is not a topic name: FCM topic names are 1 to 900 characters of a-z, A-Z, 0-9 and - _ . ~ %"),
                     "\(result.error)")
             }
-            #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, "--", "-dash_ok.~%20"]).status == 0)
-            #expect(try runHerald(["topics", "subscribe", "--data-dir", directory, String(repeating: "a", count: 900)]).status == 0)
+            #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, "--", "-dash_ok.~%20"]).status == 0)
+            #expect(try await runHerald(["topics", "subscribe", "--data-dir", directory, String(repeating: "a", count: 900)]).status == 0)
             #expect(
-                try runHerald(["topics", "list", "--data-dir", directory]).output
+                try await runHerald(["topics", "list", "--data-dir", directory]).output
                     == "-dash_ok.~%20\n\(String(repeating: "a", count: 900))\n")
 
-            let missing = try runHerald(["topics", "list", "--data-dir", "\(directory)/nothing"])
+            let missing = try await runHerald(["topics", "list", "--data-dir", "\(directory)/nothing"])
             #expect(missing.status == 1)
             #expect(
                 missing.error.contains(
                     "herald: cannot open the Herald store at \(directory)/nothing/herald.sqlite: there is no Herald store here"),
                 "\(missing.error)")
-            let unsubscribe = try runHerald(["topics", "unsubscribe", "--data-dir", "\(directory)/nothing", "weather"])
+            let unsubscribe = try await runHerald(["topics", "unsubscribe", "--data-dir", "\(directory)/nothing", "weather"])
             #expect(unsubscribe.status == 1)
             #expect(unsubscribe.error.contains("there is no Herald store here"), "\(unsubscribe.error)")
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/nothing"))

@@ -80,7 +80,7 @@ struct DaemonTests {
             let port = try #require(running.httpAddress?.port)
             #expect(running.dataDirectory == directory)
             let token = try await running.herald.token()
-            let answer = try curlRequest(
+            let answer = try await curlRequest(
                 port: port, "POST", "/v1/projects/herald/messages:send", body: fcmBody(token: token, data: ["greeting": "hello"]))
             #expect(answer.status == 200, "\(answer.body)")
             let recorder = try #require(handover.recorder.withLock { $0 })

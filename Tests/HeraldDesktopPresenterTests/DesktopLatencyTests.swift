@@ -61,7 +61,7 @@ struct DesktopLatencyTests {
             let token = try await herald.token()
             var cpu = 0.0
             for n in 0..<Self.count {
-                if n % closeEvery == 0 { try session.dunstctl("close-all") }
+                if n % closeEvery == 0 { try await session.dunstctl("close-all") }
                 let before = Self.cpuSeconds()
                 _ = try await receiver.sendAPNs(DunstTests.payload(title: "n\(n)", category: nil), deviceToken: token, to: herald).get()
                 try await herald.waitUntilIdle()
@@ -106,7 +106,7 @@ struct DesktopScreenshotTests {
             let next = path + ".next.png"
             #expect(
                 await eventually {
-                    guard (try? session.run("/usr/bin/import", "-window", "root", "-crop", "420x160+604+0", "+repage", next)) != nil,
+                    guard (try? await session.run("/usr/bin/import", "-window", "root", "-crop", "420x160+604+0", "+repage", next)) != nil,
                         let image = FileManager.default.contents(atPath: next), image.count > 6_000
                     else { return false }
                     if image == FileManager.default.contents(atPath: path) { return unlink(next) == 0 }

@@ -27,8 +27,8 @@ struct DesktopNotifierExampleTests {
             try runWithNoSignalsBlocked(process)
             defer { if process.isRunning { process.terminate() } }
             let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-            let token = try #require(lines.line().flatMap { $0.hasPrefix("token: ") ? String($0.dropFirst(7)) : nil })
-            #expect(lines.line() == "listening on \(socket); SIGINT or SIGTERM stops")
+            let token = try #require(await lines.line().flatMap { $0.hasPrefix("token: ") ? String($0.dropFirst(7)) : nil })
+            #expect(await lines.line() == "listening on \(socket); SIGINT or SIGTERM stops")
 
             let client = try TestSocketClient(.unix(path: socket))
             client.send(
@@ -36,22 +36,23 @@ struct DesktopNotifierExampleTests {
                     + "\n")
             let answer = try JSONParser.parse(Array((client.readLines(1).first ?? "").utf8))
             let id = try #require(answer["name"]?.stringValue?.split(separator: "/").last.map(String.init), "\(answer)")
-            #expect(lines.line() == "presenting \(id): Ana")
-            let calls: @Sendable () -> String = {
-                (try? session.run(
+            #expect(await lines.line() == "presenting \(id): Ana")
+            let calls: @Sendable () async -> String = {
+                (try? await session.run(
                     "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
                     "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")) ?? ""
             }
-            #expect(await eventually { calls().contains("Notify") })
-            #expect(calls().contains("['default', 'Open', 'archive', 'Archive', 'open', 'Open', 'inline-reply', 'Reply']"), "\(calls())")
+            #expect(await eventually { await calls().contains("Notify") })
+            let called = await calls()
+            #expect(called.contains("['default', 'Open', 'archive', 'Archive', 'open', 'Open', 'inline-reply', 'Reply']"), "\(called)")
 
-            try session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
-            #expect(lines.line() == "response \(id) archive")
-            try session.emitFromMock("NotificationReplied", signature: "us", "[<uint32 1>, <'at one'>]")
-            #expect(lines.line() == "response \(id) reply \"at one\"")
+            try await session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
+            #expect(await lines.line() == "response \(id) archive")
+            try await session.emitFromMock("NotificationReplied", signature: "us", "[<uint32 1>, <'at one'>]")
+            #expect(await lines.line() == "response \(id) reply \"at one\"")
 
             process.terminate()
-            waitUntilExitWithoutSpinning(process)
+            await waitUntilExitWithoutSpinning(process)
             #expect(process.terminationStatus == 0)
         }
     }

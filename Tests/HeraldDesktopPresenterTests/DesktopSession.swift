@@ -98,7 +98,7 @@ final class DesktopSession: @unchecked Sendable {
 
     private func waitForService() async throws {
         let owned = await eventually {
-            let reply = try? self.run(
+            let reply = try? await self.run(
                 "/usr/bin/dbus-send", "--print-reply=literal", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
                 "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.Notifications")
             return reply?.contains("true") == true
@@ -108,13 +108,13 @@ final class DesktopSession: @unchecked Sendable {
 
     /// Runs `dunstctl` against this session's dunst and returns its standard output.
     @discardableResult
-    func dunstctl(_ arguments: String...) throws -> String {
-        try run("/usr/bin/dunstctl", arguments)
+    func dunstctl(_ arguments: String...) async throws -> String {
+        try await run("/usr/bin/dunstctl", arguments)
     }
 
     /// `dunstctl history`: each closed notification's fields (their `data`), by name, newest first.
-    func history() throws -> [[String: JSONValue]] {
-        let text = try dunstctl("history")
+    func history() async throws -> [[String: JSONValue]] {
+        let text = try await dunstctl("history")
         guard case .object(let root) = try JSONParser.parse(text), case .array(let groups)? = root["data"] else { return [] }
         return groups.flatMap { group -> [[String: JSONValue]] in
             guard case .array(let items) = group else { return [] }
@@ -128,13 +128,13 @@ final class DesktopSession: @unchecked Sendable {
     }
 
     /// The number dunst shows now.
-    func displayedCount() throws -> Int? {
-        Int(try dunstctl("count", "displayed").trimmingCharacters(in: .whitespacesAndNewlines))
+    func displayedCount() async throws -> Int? {
+        Int(try await dunstctl("count", "displayed").trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     /// Emits a notification signal from the mock server (python-dbusmock's `EmitSignal`), with GVariant-text arguments.
-    func emitFromMock(_ member: String, signature: String, _ arguments: String) throws {
-        try run(
+    func emitFromMock(_ member: String, signature: String, _ arguments: String) async throws {
+        try await run(
             "/usr/bin/gdbus", "call", "--address", address, "--dest", "org.freedesktop.Notifications", "--object-path",
             "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.EmitSignal", "org.freedesktop.Notifications", member,
             signature, arguments)
@@ -169,12 +169,12 @@ final class DesktopSession: @unchecked Sendable {
 
     /// Runs a tool with this session's bus and display; throws with its error output when it fails.
     @discardableResult
-    func run(_ path: String, _ arguments: String...) throws -> String {
-        try run(path, arguments)
+    func run(_ path: String, _ arguments: String...) async throws -> String {
+        try await run(path, arguments)
     }
 
-    private func run(_ path: String, _ arguments: [String]) throws -> String {
-        let result = try runExecutable(URL(fileURLWithPath: path), arguments, environment: environment)
+    private func run(_ path: String, _ arguments: [String]) async throws -> String {
+        let result = try await runExecutable(URL(fileURLWithPath: path), arguments, environment: environment)
         guard result.status == 0 else { throw SessionError.failed(path, result.error) }
         return result.output
     }

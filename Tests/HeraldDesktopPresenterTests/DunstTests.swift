@@ -36,15 +36,15 @@ struct DunstTests {
             let payload =
                 #"{"aps": {"alert": {"title": "Ada", "subtitle": "Lovelace", "body": "1 < 2 & 3"}, "category": "chat", "sound": "default", "interruption-level": "time-sensitive"}}"#
             let id = try await receiver.sendAPNs(payload, deviceToken: token, to: herald).get()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("action", "0")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("action", "0")
             #expect(await eventually { handler.received.count == 1 })
             #expect(handler.received.first?.actionIdentifier == NotificationResponse.defaultActionIdentifier)
             #expect(handler.received.first?.message.messageID == id)
             #expect(await eventually { sink.events(named: .notificationOpen).contains { $0.messageID == id } })
 
-            try session.dunstctl("close")
-            let shown = try #require(try session.history().first)
+            try await session.dunstctl("close")
+            let shown = try #require(try await session.history().first)
             #expect(shown["summary"]?.stringValue == "Ada — Lovelace")
             // dunst reads markup (it has the body-markup capability): the text is sent escaped, and shows as written.
             #expect(shown["body"]?.stringValue == "1 &lt; 2 &amp; 3")
@@ -54,8 +54,8 @@ struct DunstTests {
 
             // The close after the action is no dismissal: a later dismissal arrives alone.
             let second = try await receiver.sendAPNs(Self.payload(title: "second", category: "chat"), deviceToken: token, to: herald).get()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("close")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("close")
             #expect(await eventually { handler.received.count == 2 })
             #expect(
                 handler.received.map(\.actionIdentifier) == [
@@ -75,11 +75,11 @@ struct DunstTests {
         try await withPresenter(DesktopPresenter(options: .testing(session)), handler: handler, categories: [Self.chat, Self.news]) {
             herald, receiver, sink, token in
             _ = try await receiver.sendAPNs(Self.payload(title: "news", category: "news"), deviceToken: token, to: herald).get()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("close")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("close")
             let chat = try await receiver.sendAPNs(Self.payload(title: "chat", category: "chat"), deviceToken: token, to: herald).get()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("close")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("close")
             #expect(await eventually { !handler.received.isEmpty })
             // The news notification closed first, on the same connection: had it answered, it would be first.
             #expect(handler.received.map(\.message.messageID) == [chat])
@@ -101,8 +101,8 @@ struct DunstTests {
             _ = try await receiver.sendAPNs(Self.payload(title: "1:0"), headers: collapse, deviceToken: token, to: herald).get()
             _ = try await receiver.sendAPNs(Self.payload(title: "2:0"), headers: collapse, deviceToken: token, to: herald).get()
             try await herald.waitUntilIdle()
-            try session.dunstctl("close-all")
-            let summaries = try session.history().compactMap { $0["summary"]?.stringValue }
+            try await session.dunstctl("close-all")
+            let summaries = try await session.history().compactMap { $0["summary"]?.stringValue }
             #expect(summaries.sorted() == ["2:0", "second"])
         }
     }
@@ -120,8 +120,8 @@ struct DunstTests {
             try await herald.waitUntilIdle()
             let update = await eventuallyValue { monitor.output.contains("int64 7") ? monitor.output : nil }
             #expect(update?.contains("application://herald-test.desktop") == true)
-            #expect(try session.displayedCount() == 0)
-            #expect(try session.dunstctl("count", "waiting").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+            #expect(try await session.displayedCount() == 0)
+            #expect(try await session.dunstctl("count", "waiting").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
         }
     }
 }

@@ -24,7 +24,7 @@ struct MockServerTests {
                 .get()
             try await herald.waitUntilIdle()
 
-            let calls = try session.run(
+            let calls = try await session.run(
                 "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
                 "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")
             #expect(calls.contains("'1 &lt; 2 &amp; 3'"))
@@ -35,8 +35,8 @@ struct MockServerTests {
             #expect(calls.contains("'desktop-entry': <'herald-test'>"))
 
             // The mock numbers notifications from 1.
-            try session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
-            try session.emitFromMock("NotificationReplied", signature: "us", "[<uint32 2>, <'on my way'>]")
+            try await session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
+            try await session.emitFromMock("NotificationReplied", signature: "us", "[<uint32 2>, <'on my way'>]")
             #expect(await eventually { handler.received.count == 2 })
             let responses = handler.received
             #expect(responses.first?.message.messageID == first)

@@ -15,24 +15,24 @@ struct ServeDesktopTests {
         try await withTemporaryDirectory(prefix: "herald-serve-desktop") { directory in
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--presenter", "desktop"], environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send",
                 body: fcmBody(token: token, notification: ("Hello", "from serve")))
             #expect(sent.status == 200, "\(sent.body)")
-            #expect(await eventually { (try? session.displayedCount()) == 1 }, "\(daemon.log)")
-            try session.dunstctl("action", "0")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 }, "\(daemon.log)")
+            try await session.dunstctl("action", "0")
             var response: JSONValue?
-            while let event = daemon.event() {
+            while let event = await daemon.event() {
                 if event["event"] == "didReceiveResponse" {
                     response = event
                     break
                 }
             }
             #expect(response?["action"]?.stringValue == NotificationResponse.defaultActionIdentifier, "\(daemon.log)")
-            try session.dunstctl("close-all")
-            #expect(try session.history().first?["summary"]?.stringValue == "Hello")
-            #expect(daemon.terminate() == 0)
+            try await session.dunstctl("close-all")
+            #expect(try await session.history().first?["summary"]?.stringValue == "Hello")
+            #expect(await daemon.terminate() == 0)
         }
     }
 
@@ -56,31 +56,31 @@ struct ServeDesktopTests {
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data", arguments: ["--presenter", "desktop", "--config", config],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns = #"{"payload": {"aps": {"alert": {"title": "Hi", "body": "there"}, "category": "message"}}}"#
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
             #expect(sent.status == 200, "\(sent.body)")
-            let mockCalls: @Sendable () -> String = {
-                (try? session.run(
+            let mockCalls: @Sendable () async -> String = {
+                (try? await session.run(
                     "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
                     "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")) ?? ""
             }
-            #expect(await eventually { mockCalls().contains("Notify") }, "\(daemon.log)")
-            let calls = mockCalls()
+            #expect(await eventually { await mockCalls().contains("Notify") }, "\(daemon.log)")
+            let calls = await mockCalls()
             #expect(calls.contains("['default', 'Open', 'archive', 'Archive', 'inline-reply', 'Reply']"), "\(calls)")
             #expect(calls.contains("'x-kde-reply-placeholder-text': <'Your answer'>"), "\(calls)")
             #expect(calls.contains("'x-kde-reply-submit-button-text': <'Send'>"), "\(calls)")
-            try session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
+            try await session.emitFromMock("ActionInvoked", signature: "us", "[<uint32 1>, <'archive'>]")
             var response: JSONValue?
-            while let event = daemon.event() {
+            while let event = await daemon.event() {
                 if event["event"] == "didReceiveResponse" {
                     response = event
                     break
                 }
             }
             #expect(response?["action"]?.stringValue == "archive", "\(daemon.log)")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 
@@ -95,21 +95,21 @@ struct ServeDesktopTests {
             let daemon = try DaemonProcess(
                 directory: directory, arguments: ["--presenter", "desktop", "--plugin", plugin],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
-            let token = try #require(echoedToken(daemon)?.token, "\(daemon.log)")
+            let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns = #"{"payload": {"aps": {"alert": {"title": "Storm", "body": "at six"}, "category": "weather"}}}"#
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, apns: apns))
             #expect(sent.status == 200, "\(sent.body)")
-            let mockCalls: @Sendable () -> String = {
-                (try? session.run(
+            let mockCalls: @Sendable () async -> String = {
+                (try? await session.run(
                     "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
                     "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")) ?? ""
             }
-            #expect(await eventually { mockCalls().contains("Notify") }, "\(daemon.log)")
-            let calls = mockCalls()
+            #expect(await eventually { await mockCalls().contains("Notify") }, "\(daemon.log)")
+            let calls = await mockCalls()
             #expect(calls.contains("['default', 'Open', 'details', 'Details', 'inline-reply', 'Comment']"), "\(calls)")
             #expect(calls.contains("'x-kde-reply-submit-button-text': <'Send'>"), "\(calls)")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 }

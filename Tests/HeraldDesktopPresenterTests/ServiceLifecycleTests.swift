@@ -34,9 +34,9 @@ struct ServiceLifecycleTests {
             #expect(await eventually { await presenter.state() == "ready" })
             _ = try await receiver.sendAPNs(DunstTests.payload(title: "third"), deviceToken: token, to: herald).get()
             try await herald.waitUntilIdle()
-            #expect(await eventually { (try? session.displayedCount()) == 3 })
-            try session.dunstctl("close-all")
-            let summaries = try session.history().compactMap { $0["summary"]?.stringValue }
+            #expect(await eventually { (try? await session.displayedCount()) == 3 })
+            try await session.dunstctl("close-all")
+            let summaries = try await session.history().compactMap { $0["summary"]?.stringValue }
             #expect(summaries.sorted() == ["first", "second", "third"])
             #expect(Self.warnings(logs, containing: "no notification service") == 1)
         }
@@ -57,9 +57,9 @@ struct ServiceLifecycleTests {
 
             try session.startBus()
             try await session.startDunst()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("close-all")
-            #expect(try session.history().first?["summary"]?.stringValue == "before the bus")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("close-all")
+            #expect(try await session.history().first?["summary"]?.stringValue == "before the bus")
         }
     }
 
@@ -74,18 +74,18 @@ struct ServiceLifecycleTests {
         let presenter = DesktopPresenter(options: .testing(session))
         try await withPresenter(presenter, handler: handler, logs: logs) { herald, receiver, _, token in
             _ = try await receiver.sendAPNs(DunstTests.payload(title: "before"), deviceToken: token, to: herald).get()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
             session.stopServer()
             #expect(await eventually { await presenter.state() == "no-service" })
             let during = try await receiver.sendAPNs(DunstTests.payload(title: "during"), deviceToken: token, to: herald).get()
             #expect(await eventually { Self.logged(logs, during) })
 
             try await session.startDunst()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("action", "0")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("action", "0")
             #expect(await eventually { handler.received.map(\.message.messageID) == [during] })
-            try session.dunstctl("close-all")
-            #expect(try session.history().first?["summary"]?.stringValue == "during")
+            try await session.dunstctl("close-all")
+            #expect(try await session.history().first?["summary"]?.stringValue == "during")
             #expect(Self.warnings(logs, containing: "no notification service") == 1)
         }
     }
@@ -109,9 +109,9 @@ struct ServiceLifecycleTests {
 
             try session.startBus()
             try await session.startDunst()
-            #expect(await eventually { (try? session.displayedCount()) == 1 })
-            try session.dunstctl("close-all")
-            #expect(try session.history().first?["summary"]?.stringValue == "while the bus was away")
+            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            try await session.dunstctl("close-all")
+            #expect(try await session.history().first?["summary"]?.stringValue == "while the bus was away")
             #expect(Self.warnings(logs, containing: "no session bus") == 1)
         }
     }

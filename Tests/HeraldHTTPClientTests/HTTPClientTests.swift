@@ -84,7 +84,7 @@ struct HTTPClientTests {
     @Test("https: a server certified by a trusted CA answers; an untrusted certificate is refused with a clear error")
     func https() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let trusted = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { trusted.stop() }
             let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
@@ -127,7 +127,7 @@ struct HTTPClientTests {
     func http2() async throws {
         let python = try pythonEnvironment(with: "h2")
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(
                 certificate: certificates.certificateFile, key: certificates.keyFile, http2: true, python: python)
             defer { server.stop() }
@@ -166,7 +166,7 @@ struct HTTPClientTests {
     @Test("a missing CA file is a certificate error that names the problem")
     func missingCAFile() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let loop = try startLoop()

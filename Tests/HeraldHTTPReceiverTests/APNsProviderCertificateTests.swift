@@ -13,11 +13,11 @@ struct APNsProviderCertificateTests {
     func providerCertificatesAndRetiredToken() async throws {
         let python = try pythonEnvironment(with: "httpx")
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let topic = "com.example.weather"
-            let multi = try certificates.issueAPNsProvider(name: "multi", serial: "3001", topics: [topic, "\(topic).voip"])
-            let single = try certificates.issueAPNsProvider(name: "single", serial: "3002", topics: [topic])
-            let plain = try certificates.issue(name: "plain", serial: "3003", client: true)
+            let multi = try await certificates.issueAPNsProvider(name: "multi", serial: "3001", topics: [topic, "\(topic).voip"])
+            let single = try await certificates.issueAPNsProvider(name: "single", serial: "3002", topics: [topic])
+            let plain = try await certificates.issue(name: "plain", serial: "3003", client: true)
             var options = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: "s3cret")
             options.tls = try TLSServerContext(
                 configuration: .init(
@@ -33,7 +33,7 @@ struct APNsProviderCertificateTests {
                 #expect(token != retired)
 
                 let script = repositoryRoot.appendingPathComponent("Tests/APNsPy/apns_certificate_check.py").path
-                let result = try runExecutable(
+                let result = try await runExecutable(
                     python,
                     [
                         script, "--url", "https://127.0.0.1:\(port)", "--ca-file", certificates.caFile, "--device-token", token,

@@ -22,11 +22,11 @@ private func providerToken(
 }
 
 /// The public key (PEM) of a new EC key on `curve`, made by the `openssl` command.
-private func publicKeyPEM(curve: String) throws -> String {
+private func publicKeyPEM(curve: String) async throws -> String {
     let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
-    let made = try runExecutable(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:\(curve)"])
+    let made = try await runExecutable(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:\(curve)"])
     let key = try #require(made.status == 0 ? made.output : nil, "\(made.error)")
-    let publicHalf = try runExecutable(openssl, ["pkey", "-pubout"], input: key)
+    let publicHalf = try await runExecutable(openssl, ["pkey", "-pubout"], input: key)
     return try #require(publicHalf.status == 0 ? publicHalf.output : nil, "\(publicHalf.error)")
 }
 
@@ -88,16 +88,15 @@ struct APNsProviderTokenTests {
     }
 
     @Test("keys from a public key or a .p8 private key in PEM; anything else, and a key ID given twice, refused")
-    func keys() throws {
+    func keys() async throws {
         let fromPrivate = try APNsProviderKey(keyID: "KEY1234567", teamID: "TEAM123456", pem: key.pemRepresentation)
         let verifier = try verifier([fromPrivate])
         #expect(refusal("bearer " + (try providerToken(key: key, issuedAt: now)), verifier: verifier) == nil)
         #expect(throws: APNsProviderKeyError.self) {
             try APNsProviderKey(keyID: "K", teamID: "T", pem: "-----BEGIN PUBLIC KEY-----\nAAAA\n")
         }
-        #expect(throws: APNsProviderKeyError.self) {
-            try APNsProviderKey(keyID: "K", teamID: "T", pem: try publicKeyPEM(curve: "P-384"))
-        }
+        let p384 = try await publicKeyPEM(curve: "P-384")
+        #expect(throws: APNsProviderKeyError.self) { try APNsProviderKey(keyID: "K", teamID: "T", pem: p384) }
         #expect(throws: APNsProviderKeyError.self) { try APNsProviderKey(keyID: "", teamID: "T", pem: key.publicKey.pemRepresentation) }
         #expect(throws: APNsProviderKeyError.self) { try APNsTokenVerifier(keys: [fromPrivate, fromPrivate]) }
         #expect(try APNsTokenVerifier(keys: []) == nil)

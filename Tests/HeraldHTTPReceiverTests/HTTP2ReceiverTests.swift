@@ -70,7 +70,7 @@ func withHTTPHerald(
         var options = options
         var caFile: String?
         if transport == .tls {
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             options.tls = try TLSServerContext(
                 configuration: .init(certificateFile: certificates.certificateFile, keyFile: certificates.keyFile))
             caFile = certificates.caFile
@@ -95,7 +95,7 @@ struct HTTP2ReceiverTests {
     /// curl's answer to one request, in `version` (``Endpoint/curlHTTP1`` or ``Endpoint/curlHTTP2``).
     private func curl(
         _ version: [String], _ endpoint: Endpoint, _ method: String, _ path: String, body: String? = nil, headers: [String] = []
-    ) throws -> CurlAnswer {
+    ) async throws -> CurlAnswer {
         var arguments = ["-sS", "-i"] + version + ["-X", method]
         for header in headers { arguments += ["-H", header] }
         if let body {
@@ -103,7 +103,7 @@ struct HTTP2ReceiverTests {
             try Data(body.utf8).write(to: file)
             arguments += ["-H", "content-type: application/json", "--data-binary", "@\(file.path)"]
         }
-        let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments + [endpoint.baseURL + path])
+        let result = try await runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments + [endpoint.baseURL + path])
         #expect(result.status == 0, "curl \(version) \(method) \(path): \(result.error)")
         return CurlAnswer(result.output)
     }
@@ -138,11 +138,17 @@ struct HTTP2ReceiverTests {
                     ("DELETE", "/v1/projects/demo/registrations/\(token)/topicSubscriptions/weather", nil, [auth]),
                 ]
             }
-            let answers1 = try requests("h1").map {
-                try curl(endpoint.curlHTTP1, endpoint, $0.method, $0.path, body: $0.body, headers: $0.headers)
+            var answers1: [CurlAnswer] = []
+            for request in requests("h1") {
+                answers1.append(
+                    try await curl(endpoint.curlHTTP1, endpoint, request.method, request.path, body: request.body, headers: request.headers)
+                )
             }
-            let answers2 = try requests("h2").map {
-                try curl(endpoint.curlHTTP2, endpoint, $0.method, $0.path, body: $0.body, headers: $0.headers)
+            var answers2: [CurlAnswer] = []
+            for request in requests("h2") {
+                answers2.append(
+                    try await curl(endpoint.curlHTTP2, endpoint, request.method, request.path, body: request.body, headers: request.headers)
+                )
             }
             for (request, (http1, http2)) in zip(requests("h2"), zip(answers1, answers2)) {
                 #expect(http1.version == "HTTP/1.1")
@@ -190,7 +196,7 @@ struct HTTP2ReceiverTests {
             let body = FileManager.default.temporaryDirectory.appendingPathComponent("herald-h2load-\(UUID().uuidString).json")
             try Data(#"{"message": {"token": "\#(token)", "data": {"n": "load"}}}"#.utf8).write(to: body)
             defer { try? FileManager.default.removeItem(at: body) }
-            let result = try runExecutable(
+            let result = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/h2load"),
                 [
                     "-n", "1000", "-c", "4", "-m", "10", "-d", body.path, "-H", "authorization: Bearer \(Self.secret)",

@@ -84,7 +84,7 @@ struct ServiceAccountTests {
         if let form { arguments += ["--data-raw", form] }
         if let json { arguments += ["-H", "content-type: application/json", "--data-raw", json] }
         let command = arguments + [url]
-        let result = try await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), command) }
+        let result = try await runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), command)
         var lines = result.output.split(separator: "\n", omittingEmptySubsequences: false)
         let codes = (lines.popLast() ?? "").split(separator: " ")
         return ProxiedAnswer(
@@ -263,26 +263,26 @@ struct ServiceAccountTests {
     }
 
     @Test("the proxy's CA vouches for Google's three names only: a certificate it issues for another name fails verification")
-    func constrainedAuthority() throws {
-        try withTemporaryDirectory { directory in
+    func constrainedAuthority() async throws {
+        try await withTemporaryDirectory { directory in
             let authority = try LocalCertificateAuthority.openOrCreate(
                 directory: directory + "/ca", permittedNames: ["fcm.googleapis.com", "iid.googleapis.com", "oauth2.googleapis.com"])
-            func verify(_ names: [String]) throws -> (status: Int32, output: String) {
+            func verify(_ names: [String]) async throws -> (status: Int32, output: String) {
                 try authority.issueServerCertificate(names: names)
-                let result = try runExecutable(
+                let result = try await runExecutable(
                     URL(fileURLWithPath: "/usr/bin/openssl"),
                     ["verify", "-CAfile", authority.certificateFile, "-purpose", "sslserver", authority.serverCertificateFile])
                 return (result.status, result.output + result.error)
             }
-            #expect(try verify(["fcm.googleapis.com", "iid.googleapis.com"]).status == 0)
-            let other = try verify(["example.com"])
+            #expect(try await verify(["fcm.googleapis.com", "iid.googleapis.com"]).status == 0)
+            let other = try await verify(["example.com"])
             #expect(other.status != 0 && other.output.contains("subtree violation"), "\(other.output)")
             // Half a pair left by a stop between the two writes: both are made again.
             unlink(authority.certificateFile)
             let again = try LocalCertificateAuthority.openOrCreate(directory: directory + "/ca", permittedNames: ["fcm.googleapis.com"])
             #expect(FileManager.default.fileExists(atPath: again.certificateFile))
             try again.issueServerCertificate(names: ["fcm.googleapis.com"])
-            let matched = try runExecutable(
+            let matched = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/openssl"), ["verify", "-CAfile", again.certificateFile, again.serverCertificateFile])
             #expect(matched.status == 0, "\(matched.output)\(matched.error)")
         }
@@ -307,16 +307,16 @@ struct ServiceAccountTests {
                 try await group.waitForAll()
             }
             let authority = try LocalCertificateAuthority.openOrCreate(directory: path)
-            func publicKey(_ arguments: [String]) throws -> String {
-                try runExecutable(URL(fileURLWithPath: "/usr/bin/openssl"), arguments).output
+            func publicKey(_ arguments: [String]) async throws -> String {
+                try await runExecutable(URL(fileURLWithPath: "/usr/bin/openssl"), arguments).output
             }
-            let caKey = try publicKey(["pkey", "-in", authority.keyFile, "-pubout"])
-            let caCertificateKey = try publicKey(["x509", "-in", authority.certificateFile, "-noout", "-pubkey"])
+            let caKey = try await publicKey(["pkey", "-in", authority.keyFile, "-pubout"])
+            let caCertificateKey = try await publicKey(["x509", "-in", authority.certificateFile, "-noout", "-pubkey"])
             #expect(!caKey.isEmpty && caKey == caCertificateKey)
-            let serverKey = try publicKey(["pkey", "-in", authority.serverKeyFile, "-pubout"])
-            let serverCertificateKey = try publicKey(["x509", "-in", authority.serverCertificateFile, "-noout", "-pubkey"])
+            let serverKey = try await publicKey(["pkey", "-in", authority.serverKeyFile, "-pubout"])
+            let serverCertificateKey = try await publicKey(["x509", "-in", authority.serverCertificateFile, "-noout", "-pubkey"])
             #expect(!serverKey.isEmpty && serverKey == serverCertificateKey)
-            let verified = try runExecutable(
+            let verified = try await runExecutable(
                 URL(fileURLWithPath: "/usr/bin/openssl"), ["verify", "-CAfile", authority.certificateFile, authority.serverCertificateFile])
             #expect(verified.status == 0, "\(verified.output)\(verified.error)")
         }

@@ -149,8 +149,8 @@ struct HTTP1SessionTests {
     func curl() async throws {
         try await withHTTPServer(EchoHandler()) { address, _ async throws in
             guard case .tcp(_, let port) = address else { throw POSIXError(.EINVAL) }
-            func run(_ path: String) throws -> String {
-                let result = try runExecutable(
+            func run(_ path: String) async throws -> String {
+                let result = try await runExecutable(
                     URL(fileURLWithPath: "/usr/bin/curl"),
                     [
                         "-sS", "-v", "-w", "\ncode=%{http_code}\n", "-H", "Expect: 100-continue", "--data-binary",
@@ -158,11 +158,11 @@ struct HTTP1SessionTests {
                     ])
                 return result.output + result.error
             }
-            let accepted = try run("/echo")
+            let accepted = try await run("/echo")
             #expect(accepted.contains("code=200"), "\(accepted)")
             #expect(accepted.contains("HTTP/1.1 100 Continue"), "\(accepted)")
             #expect(accepted.contains("POST /echo " + String(repeating: "b", count: 2048)))
-            let refused = try run("/refuse")
+            let refused = try await run("/refuse")
             #expect(refused.contains("code=401"), "\(refused)")
             #expect(!refused.contains("HTTP/1.1 100 Continue"), "\(refused)")
         }

@@ -95,8 +95,8 @@ final class HTTPTestServer: @unchecked Sendable {
 @Suite("HTTP/2 connections on nghttp2")
 struct HTTP2SessionTests {
     /// Runs `arguments` with curl; returns its output (a failed run records an issue).
-    func curl(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-        let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-sS"] + arguments)
+    func curl(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws -> String {
+        let result = try await runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-sS"] + arguments)
         #expect(result.status == 0, "curl: \(result.error)", sourceLocation: sourceLocation)
         return result.output
     }
@@ -110,12 +110,13 @@ struct HTTP2SessionTests {
         let url = "http://127.0.0.1:\(server.port)/v1/thing?x=1"
         let format = ["-w", "\n%{http_version} %{response_code}\n"]
         #expect(
-            try curl(["--http2-prior-knowledge", "-d", "hello"] + format + [url])
+            try await curl(["--http2-prior-knowledge", "-d", "hello"] + format + [url])
                 == "POST /v1/thing?x=1 5 HTTP/2 127.0.0.1:\(server.port)\n2 200\n")
         #expect(
-            try curl(["--http1.1", "-d", "hello"] + format + [url]) == "POST /v1/thing?x=1 5 HTTP/1.1 127.0.0.1:\(server.port)\n1.1 200\n")
+            try await curl(["--http1.1", "-d", "hello"] + format + [url])
+                == "POST /v1/thing?x=1 5 HTTP/1.1 127.0.0.1:\(server.port)\n1.1 200\n")
         // HEAD: the answer's fields, its content-length included, and no body.
-        let head = try curl(["--http2-prior-knowledge", "-I", url])
+        let head = try await curl(["--http2-prior-knowledge", "-I", url])
         #expect(head.hasPrefix("HTTP/2 200"), "\(head)")
         let length = "HEAD /v1/thing?x=1 0 HTTP/2 127.0.0.1:\(server.port)".utf8.count
         #expect(head.contains("content-length: \(length)\r\n") && head.hasSuffix("\r\n\r\n"), "\(head)")
@@ -127,7 +128,7 @@ struct HTTP2SessionTests {
         let server = try await HTTPTestServer()
         let base = "http://127.0.0.1:\(server.port)"
         let urls = (1...20).map { "\(base)/n/\($0)" } + ["\(base)/big"]
-        let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/nghttp"), ["-n", "--stat"] + urls)
+        let result = try await runExecutable(URL(fileURLWithPath: "/usr/bin/nghttp"), ["-n", "--stat"] + urls)
         #expect(result.status == 0, "\(result.error)")
         // One line of statistics per stream, each answered 200.
         #expect(result.output.split(separator: "\n").filter { $0.contains(" 200 ") }.count == 21, "\(result.output)")
@@ -145,10 +146,10 @@ struct HTTP2SessionTests {
         var frames: Int
     }
 
-    static func abuse(_ name: String, port: Int) throws -> AbuseOutcome {
+    static func abuse(_ name: String, port: Int) async throws -> AbuseOutcome {
         let python = try pythonEnvironment(with: "h2")
         let script = repositoryRoot.appendingPathComponent("Tests/HTTP2Clients/h2_abuse.py")
-        let result = try runExecutable(python, [script.path, "--port", String(port), "--case", name])
+        let result = try await runExecutable(python, [script.path, "--port", String(port), "--case", name])
         #expect(result.status == 0, "h2_abuse.py \(name): \(result.error)")
         let line = try #require(result.output.split(separator: "\n").last, "h2_abuse.py \(name) printed nothing: \(result.error)")
         return try JSONDecoder().decode(AbuseOutcome.self, from: Data(line.utf8))
@@ -164,19 +165,19 @@ struct HTTP2SessionTests {
         arguments: ["rapid-reset", "continuation-flood", "settings-flood", "hpack-bomb"])
     func abuseEndsTheConnection(name: String) async throws {
         let server = try await HTTPTestServer()
-        let outcome = try Self.abuse(name, port: server.port)
+        let outcome = try await Self.abuse(name, port: server.port)
         #expect(outcome.goaway != nil && outcome.goaway != 0, "\(name): \(outcome)")
         if name != "continuation-flood" { #expect(outcome.goaway == Self.enhanceYourCalm, "\(name): \(outcome)") }
         #expect(try await eventually(timeout: .seconds(10)) { try await server.openConnections == 0 }, "the abusive connection is closed")
         let url = "http://127.0.0.1:\(server.port)/after"
-        #expect(try curl(["--http2-prior-knowledge", url]).hasPrefix("GET /after 0 HTTP/2"))
+        #expect(try await curl(["--http2-prior-knowledge", url]).hasPrefix("GET /after 0 HTTP/2"))
         await server.stop()
     }
 
     @Test("a stream past SETTINGS_MAX_CONCURRENT_STREAMS is refused")
     func streamsPastTheLimit() async throws {
         let server = try await HTTPTestServer()
-        let outcome = try Self.abuse("too-many-streams", port: server.port)
+        let outcome = try await Self.abuse("too-many-streams", port: server.port)
         // Past the limit the client has acknowledged, nghttp2 1.52 ends the connection (GOAWAY PROTOCOL_ERROR); a
         // stream past a limit not yet acknowledged would be refused alone (RST_STREAM REFUSED_STREAM).
         #expect(outcome.goaway == Self.protocolError || outcome.resets["201"] == Self.refusedStream, "\(outcome)")
@@ -186,7 +187,7 @@ struct HTTP2SessionTests {
     @Test("a header list over the limit gets 431 on its stream; the next stream is answered")
     func headerListOverTheLimit() async throws {
         let server = try await HTTPTestServer()
-        let outcome = try Self.abuse("large-headers", port: server.port)
+        let outcome = try await Self.abuse("large-headers", port: server.port)
         #expect(outcome.statuses == ["1": 431, "3": 200], "\(outcome)")
         #expect(outcome.goaway == nil)
         await server.stop()
@@ -195,7 +196,7 @@ struct HTTP2SessionTests {
     @Test("a graceful shutdown sends GOAWAY NO_ERROR, answers the stream already taken, then closes")
     func shutdownSendsGoAway() async throws {
         let server = try await HTTPTestServer()
-        let client = Task { try await onOwnThread { try Self.abuse("wait-goaway", port: server.port) } }
+        let client = Task { try await Self.abuse("wait-goaway", port: server.port) }
         #expect(try await eventually(timeout: .seconds(10)) { try await server.loop.submit { server.handler.held.count == 1 } })
         try await server.shutdownSessions()
         try await server.releaseSlow()
@@ -209,7 +210,7 @@ struct HTTP2SessionTests {
     @Test("a request that arrived whole is answered by its handler however long it takes: the request timeout bounds its arrival only")
     func handlerLongerThanTheRequestTimeout() async throws {
         let server = try await HTTPTestServer(limits: HTTPServerLimits(requestTimeout: .milliseconds(200)))
-        let client = Task { try await onOwnThread { try Self.abuse("slow-answer", port: server.port) } }
+        let client = Task { try await Self.abuse("slow-answer", port: server.port) }
         #expect(try await eventually(timeout: .seconds(10)) { try await server.loop.submit { server.handler.held.count == 1 } })
         // Past the request timeout, by the session's own clock: no 408 may have gone out meanwhile.
         try await Task.sleep(for: .milliseconds(600))
@@ -222,7 +223,7 @@ struct HTTP2SessionTests {
     @Test("a request whose body does not come within the request timeout gets 408 on its stream; the connection goes on")
     func requestTimeout() async throws {
         let server = try await HTTPTestServer(limits: HTTPServerLimits(requestTimeout: .milliseconds(300)))
-        let outcome = try Self.abuse("slow-request", port: server.port)
+        let outcome = try await Self.abuse("slow-request", port: server.port)
         #expect(outcome.statuses == ["1": 408, "3": 200], "\(outcome)")
         #expect(outcome.goaway == nil)
         await server.stop()
@@ -231,7 +232,7 @@ struct HTTP2SessionTests {
     @Test("a preface written in pieces still picks HTTP/2")
     func splitPreface() async throws {
         let server = try await HTTPTestServer()
-        let outcome = try Self.abuse("split-preface", port: server.port)
+        let outcome = try await Self.abuse("split-preface", port: server.port)
         #expect(outcome.statuses == ["1": 200], "\(outcome)")
         await server.stop()
     }
@@ -239,7 +240,7 @@ struct HTTP2SessionTests {
     @Test("a connection with no stream open for the idle timeout is ended with GOAWAY NO_ERROR and closed")
     func idleTimeout() async throws {
         let server = try await HTTPTestServer(limits: HTTPServerLimits(idleTimeout: .milliseconds(300)))
-        let outcome = try Self.abuse("idle", port: server.port)
+        let outcome = try await Self.abuse("idle", port: server.port)
         #expect(outcome.goaway == 0 && outcome.closed, "\(outcome)")
         await server.stop()
     }

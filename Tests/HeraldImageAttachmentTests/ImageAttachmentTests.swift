@@ -48,7 +48,7 @@ struct ImageAttachmentTests {
     @Test("an image from an HTTPS server with its own CA is written to the directory and attached before willPresent")
     func attached() async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let outcome = try await present(image: "\(server.baseURL)/bytes/4096", directory: directory, certificates: certificates)
@@ -64,7 +64,7 @@ struct ImageAttachmentTests {
     @Test("without mutable-content the modifier is not called: nothing downloaded")
     func notMutable() async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let outcome = try await present(
@@ -79,7 +79,7 @@ struct ImageAttachmentTests {
         arguments: ["too large", "refused", "untrusted", "not https", "status"])
     func notAttached(_ situation: String) async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let untrusted = situation == "untrusted"
             let server = try PythonHTTPServer(
                 certificate: untrusted ? certificates.untrustedCertificateFile : certificates.certificateFile,
@@ -106,7 +106,7 @@ struct ImageAttachmentTests {
     @Test("at the deadline the download is abandoned and the notification presented without the image")
     func deadline() async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             // /slow answers after 30 s; the deadline is 1 s.

@@ -36,7 +36,7 @@ struct GatewayPipelineTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-burst") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let token = try await instance.token()
                 let total = 2000
                 let answers = Locked<[Int: (status: Int, body: String)]>([:])
@@ -60,7 +60,7 @@ struct GatewayPipelineTests {
                 #expect(Set(numbers) == Set((0..<total).map(String.init)))
                 let handledIDs = Set(instance.collector.messages.withLock { $0.compactMap(\.messageID) })
                 #expect(handledIDs == Set(ids), "the instance gives each message the ID its sender was answered with")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -73,7 +73,7 @@ struct GatewayPipelineTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-kill") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let token = try await instance.token()
                 let total = 4000
                 let answers = Locked<[Int: (status: Int, body: String)]>([:])
@@ -117,7 +117,7 @@ struct GatewayPipelineTests {
                 print(
                     "nats-server SIGKILLed mid-burst: \(stored.count) sends answered 200, \(refused.count) 503; \(handled().subtracting(stored).count) of the 503s were stored all the same"
                 )
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -130,7 +130,7 @@ struct GatewayPipelineTests {
         try await withFleet([instance]) {
             try await instance.subscribe("news")
             try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let total = 500
                 let answers = Locked<[Int: (status: Int, body: String)]>([:])
                 await Self.burst(port: gateway.httpPort, numbers: 0..<total, connections: 16, answers: answers) {
@@ -142,7 +142,7 @@ struct GatewayPipelineTests {
                 #expect(await eventually { instance.collector.numbers.count >= total })
                 try await instance.herald.waitUntilIdle()
                 #expect(instance.collector.numbers.sorted() == (0..<total).map(String.init).sorted())
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -153,7 +153,7 @@ struct GatewayPipelineTests {
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-frozen") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let token = try await instance.token()
                 let port = gateway.httpPort
                 #expect(try httpRequest(port: port, "POST", Self.send, body: body(token: token, n: 0), secret: "s3cret").status == 200)
@@ -167,7 +167,7 @@ struct GatewayPipelineTests {
                 #expect(all.count == 8)
                 #expect(all.values.allSatisfy { $0.status == 503 && $0.body.contains("UNAVAILABLE") }, "\(all.values.map(\.body))")
                 #expect(waited >= .seconds(4), "answered at the request timeout (5 s), not before: \(waited)")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }

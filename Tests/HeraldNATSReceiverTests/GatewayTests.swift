@@ -7,7 +7,7 @@ import Testing
 /// `herald serve --gateway` as a child, on a free port, with the bearer secret `secret`.
 func startGateway(
     server: NATSServerProcess, directory: String, secret: String, metricsPort: Int? = nil, extraArguments: [String] = []
-) throws -> DaemonProcess {
+) async throws -> DaemonProcess {
     let secretFile = "\(directory)/secret"
     try secret.write(toFile: secretFile, atomically: true, encoding: .utf8)
     var arguments = ["--gateway", "--nats-server", server.url, "--socket", "none", "--auth-token-file", secretFile]
@@ -15,7 +15,7 @@ func startGateway(
     arguments += extraArguments
     let gateway = try DaemonProcess(directory: "\(directory)/gateway", arguments: arguments, echo: false)
     // Ready once it printed its own token (it is not an instance of the fleet, but it is a Herald).
-    guard let line = gateway.line(), line.hasPrefix("registration token: ") else {
+    guard let line = await gateway.line(), line.hasPrefix("registration token: ") else {
         throw NATSTestError.client("the gateway did not start: \(gateway.log)")
     }
     return gateway
@@ -33,12 +33,12 @@ struct GatewayTests {
         try await withFleet([a]) {
             try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
                 let account = "\(directory)/service-account.json"
-                let created = try runBuiltExecutable(
+                let created = try await runBuiltExecutable(
                     "herald", ["credentials", "create", "--data-dir", "\(directory)/gateway", "--out", account, "--project-id", "demo"])
                 #expect(created.status == 0, "\(created.error)")
-                let ca = try runBuiltExecutable("herald", ["credentials", "ca", "--data-dir", "\(directory)/gateway"])
+                let ca = try await runBuiltExecutable("herald", ["credentials", "ca", "--data-dir", "\(directory)/gateway"])
                 let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
-                let gateway = try startGateway(
+                let gateway = try await startGateway(
                     server: server, directory: directory, secret: "gateway-secret", extraArguments: ["--fcm-proxy"])
                 let token = try await a.token()
                 let proxy = "http://127.0.0.1:\(gateway.httpPort)"
@@ -50,7 +50,7 @@ struct GatewayTests {
                     "HTTPS_PROXY": proxy, "https_proxy": proxy, "NO_PROXY": "", "no_proxy": "", "REQUESTS_CA_BUNDLE": caFile,
                     "SSL_CERT_FILE": caFile,
                 ]
-                let result = try await onOwnThread { try runExecutable(python, arguments, environment: environment) }
+                let result = try await runExecutable(python, arguments, environment: environment)
                 #expect(
                     result.status == 0, "proxy_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
                 #expect(
@@ -62,7 +62,7 @@ struct GatewayTests {
                     a.collector.messages.withLock { $0.compactMap { $0.userInfo["check"]?.stringValue } }.sorted()
                 }
                 #expect(await eventually { checks() == expected }, "\(checks())")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -80,14 +80,14 @@ struct GatewayTests {
             try await a.subscribe("all")
             try await b.subscribe("all")
             try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
-                let gateway = try startGateway(server: server, directory: directory, secret: "gateway-secret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "gateway-secret")
                 let (tokenA, tokenB, fidA) = (try await a.token(), try await b.token(), try await a.herald.installationID())
                 let script = repositoryRoot.appendingPathComponent("Tests/AdminSDK/gateway_check.py").path
                 let arguments = [
                     script, "--url", "http://127.0.0.1:\(gateway.httpPort)", "--secret", "gateway-secret", "--project", "demo",
                     "--token-a", tokenA, "--token-b", tokenB, "--fid-a", fidA,
                 ]
-                let result = try await Task.detached { try runExecutable(python, arguments) }.value
+                let result = try await runExecutable(python, arguments)
                 #expect(
                     result.status == 0, "gateway_check.py failed (exit \(result.status)):\n\(result.output)\(result.error)\n\(gateway.log)")
 
@@ -109,7 +109,7 @@ struct GatewayTests {
                 // Nothing else arrives (the dry run, the refused ones): exactly what was claimed, once each.
                 #expect(checks(a) == expectedA)
                 #expect(checks(b) == expectedB)
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -123,7 +123,7 @@ struct GatewayTests {
         try await withFleet([instance]) {
             try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
                 let metricsPort = try freeLoopbackPort()
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret", metricsPort: metricsPort)
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret", metricsPort: metricsPort)
                 let port = gateway.httpPort
                 let token = try await instance.token()
                 let send = "/v1/projects/demo/messages:send"
@@ -168,7 +168,7 @@ struct GatewayTests {
                 let again = try httpRequest(port: port, "POST", send, body: body(token: token, n: 6), secret: "s3cret")
                 #expect(again.status == 200, "\(again.body)")
                 #expect(await eventually { instance.collector.numbers == ["1", "6"] })
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -179,7 +179,7 @@ struct GatewayTests {
     func gatewayBeforeFleet() async throws {
         let server = try NATSServerProcess()
         try await withTemporaryDirectory(prefix: "herald-gateway") { directory in
-            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
             let send = "/v1/projects/demo/messages:send"
             #expect(
                 try httpRequest(port: gateway.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret").status == 404)
@@ -194,7 +194,7 @@ struct GatewayTests {
                     })
                 #expect(await eventually { instance.collector.numbers == ["2"] })
             }
-            #expect(gateway.terminate() == 0)
+            #expect(await gateway.terminate() == 0)
         }
     }
 
@@ -209,8 +209,8 @@ struct GatewayTests {
                 for name in ["one", "two"] {
                     try FileManager.default.createDirectory(atPath: "\(directory)/\(name)", withIntermediateDirectories: true)
                 }
-                let one = try startGateway(server: server, directory: "\(directory)/one", secret: "s3cret")
-                let two = try startGateway(server: server, directory: "\(directory)/two", secret: "s3cret")
+                let one = try await startGateway(server: server, directory: "\(directory)/one", secret: "s3cret")
+                let two = try await startGateway(server: server, directory: "\(directory)/two", secret: "s3cret")
                 let ports = [one.httpPort, two.httpPort]
                 let tokens = try await instances.asyncMap { try await $0.token() }
                 let send = "/v1/projects/demo/messages:send"
@@ -257,7 +257,7 @@ struct GatewayTests {
                 let unknown = try httpRequest(port: two.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret")
                 server.resume()
                 #expect(unknown.status == 404, "\(unknown.body)")
-                #expect(two.terminate() == 0)
+                #expect(await two.terminate() == 0)
             }
         }
     }

@@ -19,14 +19,15 @@ struct GatewayTopicsTests {
         try await withFleet([a, b, c]) {
             try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
                 let fleet = ["--nats", server.url, "--project-id", "demo"]
-                let added = try runBuiltExecutable("herald", ["senders", "add", "sends-only", "--scopes", "send,send-topics"] + fleet)
+                let added = try await runBuiltExecutable(
+                    "herald", ["senders", "add", "sends-only", "--scopes", "send,send-topics"] + fleet)
                 #expect(added.status == 0, "\(added.error)")
                 let sendsOnly = added.output.trimmingCharacters(in: .whitespacesAndNewlines)
-                let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+                let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
                 let port = gateway.httpPort
                 let (tokenA, tokenB, tokenC) = (try await a.token(), try await b.token(), try await c.token())
                 @Sendable func post(_ path: String, _ body: String, bearer: String = "s3cret") async throws -> CurlAnswer {
-                    try await onOwnThread { try curlRequest(port: port, "POST", path, body: body, bearer: bearer) }
+                    try await curlRequest(port: port, "POST", path, body: body, bearer: bearer)
                 }
                 func batch(_ operation: String, _ topic: String, _ tokens: [String]) async throws -> [JSONValue] {
                     let list = tokens.map { "\"\($0)\"" }.joined(separator: ",")
@@ -58,7 +59,7 @@ struct GatewayTopicsTests {
                 #expect(v1.status == 200 && v1.body.contains("topicSubscriptions/weather"), "\(v1.body)")
                 #expect(try await b.herald.subscribedTopics() == ["weather"])
                 @Sendable func delete(_ path: String) async throws -> CurlAnswer {
-                    try await onOwnThread { try curlRequest(port: port, "DELETE", path, bearer: "s3cret") }
+                    try await curlRequest(port: port, "DELETE", path, bearer: "s3cret")
                 }
                 #expect(try await delete("\(registrations)/\(tokenB)/topicSubscriptions/weather").status == 200)
                 #expect(try await b.herald.subscribedTopics() == [])
@@ -103,15 +104,15 @@ struct GatewayTopicsTests {
                 #expect(
                     try JSONParser.parse(Array(info.body.utf8)) == ["platform": "LINUX", "rel": ["topics": ["news": [:], "sports": [:]]]],
                     "\(info.body)")
-                let plain = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/\(tokenB)", bearer: "s3cret") }
+                let plain = try await curlRequest(port: port, "GET", "/iid/info/\(tokenB)", bearer: "s3cret")
                 #expect(plain.status == 200 && plain.body == #"{"platform":"LINUX"}"#, "\(plain.body)")
-                let nobody = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/nobody:unknown", bearer: "s3cret") }
+                let nobody = try await curlRequest(port: port, "GET", "/iid/info/nobody:unknown", bearer: "s3cret")
                 #expect(nobody.status == 404, "\(nobody.body)")
-                let away = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/\(tokenC)", bearer: "s3cret") }
+                let away = try await curlRequest(port: port, "GET", "/iid/info/\(tokenC)", bearer: "s3cret")
                 #expect(away.status == 503 && away.body.contains("UNAVAILABLE"), "\(away.body)")
-                let notAllowed = try await onOwnThread { try curlRequest(port: port, "GET", "/iid/info/\(tokenA)", bearer: sendsOnly) }
+                let notAllowed = try await curlRequest(port: port, "GET", "/iid/info/\(tokenA)", bearer: sendsOnly)
                 #expect(notAllowed.status == 403, "\(notAllowed.body)")
-                #expect(gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0)
             }
         }
     }
@@ -124,8 +125,8 @@ struct GatewayTopicsTests {
         try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
             let instance = try DaemonProcess(
                 directory: "\(directory)/instance", arguments: ["--nats-server", server.url, "--socket", "none"])
-            let (token, _) = try #require(echoedToken(instance), "no token line: \(instance.log)")
-            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let (token, _) = try #require(await echoedToken(instance), "no token line: \(instance.log)")
+            let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
             let port = gateway.httpPort
             @Sendable func batchAdd(_ topic: String) async throws -> (status: Int, results: [JSONValue], body: String) {
                 let answer = try await onOwnThread {
@@ -139,7 +140,7 @@ struct GatewayTopicsTests {
             // The gateway's copy of the registrations has the instance's token once its watch delivered it.
             let applied = try await eventually { try await batchAdd("news").results == [[:]] }
             #expect(applied, "gateway: \(gateway.log)\ninstance: \(instance.log)")
-            let listed = try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/instance"])
+            let listed = try await runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/instance"])
             #expect(listed.output.split(separator: "\n") == ["news"], "\(listed.output)\(listed.error)")
 
             // Frozen: connected to NATS, but it answers nothing; the gateway gives up after its request timeout (5 s).
@@ -154,18 +155,18 @@ struct GatewayTopicsTests {
             #expect(gateway.log.contains("an instance did not make a topic change"), "\(gateway.log)")
 
             // Stopped: nothing listens on its subject, answered at once.
-            #expect(instance.terminate() == 0)
+            #expect(await instance.terminate() == 0)
             // (Until nats-server has seen its connection close, a request may still go to it and time out.)
             let gone = try await eventuallyValue {
                 let answer = try await batchAdd("gone")
                 return answer.body.contains("does not listen") ? answer : nil
             }
             #expect(gone?.status == 200 && gone?.results.first?["error"] == "INTERNAL", "\(String(describing: gone))")
-            let after = try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/instance"])
+            let after = try await runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/instance"])
             #expect(!after.output.contains("gone"), "\(after.output)")
             let health = try httpRequest(port: port, "GET", "/healthz")
             #expect(health.status == 200, "\(health.body)")
-            #expect(gateway.terminate() == 0)
+            #expect(await gateway.terminate() == 0)
         }
     }
 }

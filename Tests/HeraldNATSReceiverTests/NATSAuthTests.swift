@@ -42,8 +42,8 @@ struct NATSAuthTests {
     @Test("TLS with client certificates: the test CA and a client certificate connect; without the certificate, refused")
     func tls() async throws {
         try await withTemporaryDirectory(prefix: "herald-nats-tls") { directory in
-            let certificates = try TestCertificates(in: directory)
-            let client = try certificates.issue(name: "client", serial: "2000", client: true)
+            let certificates = try await TestCertificates.make(in: directory)
+            let client = try await certificates.issue(name: "client", serial: "2000", client: true)
             let server = try NATSServerProcess(extraArguments: [
                 "--tls", "--tlscert", certificates.certificateFile, "--tlskey", certificates.keyFile, "--tlscacert",
                 certificates.caFile, "--tlsverify",
@@ -75,20 +75,20 @@ struct NATSAuthTests {
             let daemon = try DaemonProcess(
                 directory: "\(directory)/data",
                 arguments: ["--nats-server", server.url, "--socket", "none", "--nats-user", "herald", "--nats-password-file", right])
-            #expect(echoedToken(daemon) != nil, "\(daemon.log)")
-            #expect(daemon.terminate() == 0)
+            #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
+            #expect(await daemon.terminate() == 0)
 
             let serve = ["serve", "--data-dir", "\(directory)/other", "--http", "none", "--socket", "none", "--nats-server", server.url]
-            let refused = try runBuiltExecutable("herald", serve + ["--nats-user", "herald", "--nats-password-file", wrong])
+            let refused = try await runBuiltExecutable("herald", serve + ["--nats-user", "herald", "--nats-password-file", wrong])
             #expect(refused.status != 0)
             #expect(
                 refused.error.contains("Authorization Violation") && refused.error.contains("check the NATS credentials"),
                 "\(refused.error)")
             #expect(!refused.error.contains("wrong-pass"))
-            let alone = try runBuiltExecutable("herald", serve + ["--nats-user", "herald"])
+            let alone = try await runBuiltExecutable("herald", serve + ["--nats-user", "herald"])
             #expect(alone.status != 0)
             #expect(alone.error.contains("nats-user and nats-password-file go together"), "\(alone.error)")
-            let missing = try runBuiltExecutable(
+            let missing = try await runBuiltExecutable(
                 "herald", serve + ["--nats-user", "herald", "--nats-password-file", "\(directory)/missing"])
             #expect(missing.status != 0)
             #expect(missing.error.contains("cannot read the NATS password file \(directory)/missing"), "\(missing.error)")

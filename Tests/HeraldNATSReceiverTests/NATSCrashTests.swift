@@ -73,7 +73,7 @@ struct NATSCrashTests {
         try publish(0..<count / 2)
         #expect(await eventually(timeout: .seconds(30)) { handled(directory).count >= count / 4 })
         kill(first.processIdentifier, SIGKILL)
-        waitUntilExitWithoutSpinning(first)
+        await waitUntilExitWithoutSpinning(first)
         #expect(first.terminationReason == .uncaughtSignal)
         try publish(count / 2..<count)
         #expect(handled(directory).count < count, "the kill came after the stream had been handled; it tests nothing")

@@ -237,7 +237,7 @@ struct NATSReceiverTests {
         #expect(await eventually { instance.receiver.state == .reconnecting })
         // A few reconnect attempts first: a listener on the server's port counts them (and ends each at once).
         let port = server.port
-        let attempts = try await Task.detached { try acceptAndClose(port: port, count: 3, within: .seconds(10)) }.value
+        let attempts = try await onOwnThread { try acceptAndClose(port: port, count: 3, within: .seconds(10)) }
         #expect(attempts == 3)
         await instance.herald.shutdown()
         #expect(instance.receiver.state == .closed)
@@ -536,7 +536,7 @@ struct NATSPyTests {
             let token = try await instance.token()
             let script = repositoryRoot.appendingPathComponent("Tests/NATSPy/nats_py_publish.py").path
             let arguments = [script, "--url", server.url, "--project", "demo", "--token", token, "--topic", "news"]
-            let result = try await Task.detached { try runExecutable(python, arguments) }.value
+            let result = try await runExecutable(python, arguments)
             #expect(result.status == 0, "nats_py_publish.py failed (exit \(result.status)):\n\(result.output)\(result.error)")
             #expect(await eventually { Set(instance.collector.numbers) == ["py-1", "py-2", "py-3"] })
             #expect(instance.receiver.statistics.invalid == 1)
@@ -553,42 +553,37 @@ struct SendOverNATSTests {
         try await withFleet([instance]) {
             try await instance.subscribe("news")
             let token = try await instance.token()
-            let sent = try await Task.detached {
-                try runBuiltExecutable(
-                    "herald", ["send", "--nats", server.url, "--project-id", "demo", "--token", token, "--data", "n=cli-1"])
-            }.value
+            let sent = try await runBuiltExecutable(
+                "herald", ["send", "--nats", server.url, "--project-id", "demo", "--token", token, "--data", "n=cli-1"])
             #expect(sent.status == 0, "\(sent.output)\(sent.error)")
             // The name carries the ID the receiver gives the stored message.
             #expect(sent.output.contains(#"projects/demo/messages/nats-HERALD_DEMO-"#))
-            let topic = try await Task.detached {
-                try runBuiltExecutable(
-                    "herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=cli-2"])
-            }.value
+            let topic = try await runBuiltExecutable(
+                "herald", ["send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=cli-2"])
             #expect(topic.status == 0, "\(topic.output)\(topic.error)")
             #expect(await eventually { Set(instance.collector.numbers) == ["cli-1", "cli-2"] })
             let storedID = try #require(
                 instance.collector.messages.withLock { $0.first { $0.userInfo["n"]?.stringValue == "cli-1" } }?.messageID)
             #expect(sent.output.contains(storedID))
 
-            let refused = try await Task.detached {
-                try runBuiltExecutable(
-                    "herald",
-                    [
-                        "send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=1", "--title", "x", "--body",
-                        "y", "--validate-only",
-                    ])
-            }.value
+            let refused = try await runBuiltExecutable(
+                "herald",
+                [
+                    "send", "--nats", server.url, "--project-id", "demo", "--topic", "news", "--data", "n=1", "--title", "x", "--body",
+                    "y", "--validate-only",
+                ])
             #expect(refused.status == 0, "validate-only is answered by the instance: \(refused.output)\(refused.error)")
         }
     }
 
     @Test("send --nats refuses a condition, and says so when no server answers")
     func refusals() async throws {
-        let condition = try runBuiltExecutable("herald", ["send", "--nats", "nats://127.0.0.1:1", "--condition", "'a' in topics"])
+        let condition = try await runBuiltExecutable("herald", ["send", "--nats", "nats://127.0.0.1:1", "--condition", "'a' in topics"])
         #expect(condition.status != 0)
         #expect(condition.error.contains("a condition cannot be sent over NATS"))
         let port = try freeLoopbackPort()
-        let unreachable = try runBuiltExecutable("herald", ["send", "--nats", "nats://127.0.0.1:\(port)", "--token", "t", "--data", "n=1"])
+        let unreachable = try await runBuiltExecutable(
+            "herald", ["send", "--nats", "nats://127.0.0.1:\(port)", "--token", "t", "--data", "n=1"])
         #expect(unreachable.status != 0)
         #expect(unreachable.error.contains("cannot connect to NATS at nats://127.0.0.1:\(port)"))
     }

@@ -197,7 +197,7 @@ struct NATSStoredTopicTests {
             let stored: (inout NATSReceiver.Options) -> Void = { $0.topicDelivery = .stored }
             let first = try FleetInstance(server: server, store: try SQLiteStore(directory: "\(directory)/store"), configure: stored)
             try await withFleet([first]) { try await first.subscribe("news") }
-            let gateway = try startGateway(server: server, directory: directory, secret: "s3cret")
+            let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")
             let answer = try httpRequest(
                 port: gateway.httpPort, "POST", "/v1/projects/demo/messages:send", body: topicBody("news", n: 1), secret: "s3cret")
             #expect(answer.status == 200, "\(answer.body)")
@@ -210,7 +210,7 @@ struct NATSStoredTopicTests {
                 try await back.herald.waitUntilIdle()
                 #expect(back.collector.numbers == ["1"])
             }
-            #expect(gateway.terminate() == 0)
+            #expect(await gateway.terminate() == 0)
         }
     }
 }

@@ -18,11 +18,11 @@ struct ServeNATSTests {
                 arguments: [
                     "--nats-server", server.url, "--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--nats-stream", "FLEET",
                 ])
-            let (token, _) = try #require(echoedToken(daemon), "no token line: \(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "no token line: \(daemon.log)")
             let client = try NATSPublisher(url: server.url)
             let id = try client.publishStored(NATSSubjects.token(project: "demo", token: token), body(token: token, n: 1))
             #expect(id.hasPrefix("nats-FLEET-"))
-            let event = try #require(daemon.event(), "no echo: \(daemon.log)")
+            let event = try #require(await daemon.event(), "no echo: \(daemon.log)")
             #expect(event["event"] == "message")
             #expect(event["messageID"]?.stringValue == id)
             #expect(event["userInfo"]?["n"] == "1")
@@ -43,9 +43,9 @@ struct ServeNATSTests {
             // Stored while the instance was away or not: delivered after the reconnect.
             _ = try NATSPublisher(url: server.url).publishStored(
                 NATSSubjects.token(project: "demo", token: token), body(token: token, n: 2))
-            let after = try #require(daemon.event(), "no echo after the restart: \(daemon.log)")
+            let after = try #require(await daemon.event(), "no echo after the restart: \(daemon.log)")
             #expect(after["userInfo"]?["n"] == "2")
-            #expect(daemon.terminate() == 0)
+            #expect(await daemon.terminate() == 0)
         }
     }
 
@@ -62,7 +62,7 @@ struct ServeNATSTests {
             nats-ping-interval: 5
             nats-token-file: /run/secrets/nats
             """.write(toFile: file, atomically: true, encoding: .utf8)
-            let printed = try runBuiltExecutable(
+            let printed = try await runBuiltExecutable(
                 "herald", ["serve", "--config", file, "--print-config", "--nats-max-deliver", "5", "--nats-max-pings-out", "3"],
                 environment: ["HERALD_NATS_STREAM": "MINE"])
             #expect(printed.status == 0, "\(printed.error)")
@@ -76,35 +76,35 @@ struct ServeNATSTests {
             #expect(printed.output.contains("nats-ping-interval: 5  # config file"), "\(printed.output)")
             #expect(printed.output.contains("nats-max-pings-out: 3  # flag --nats-max-pings-out"))
             #expect(printed.output.contains("# nats-consumer: not set"))
-            let servers = try runBuiltExecutable(
+            let servers = try await runBuiltExecutable(
                 "herald", ["serve", "--print-config"], environment: ["HERALD_NATS_SERVERS": "nats://a:1,nats://b:2"])
             #expect(
                 servers.output.contains("nats-servers: [nats://a:1, nats://b:2]")
                     || servers.output.contains(#"nats-servers: ["nats://a:1", "nats://b:2"]"#), "\(servers.output)")
             // A password in a server URL is not printed.
-            let secret = try runBuiltExecutable(
+            let secret = try await runBuiltExecutable(
                 "herald", ["serve", "--print-config", "--nats-server", "nats://fleet:hunter2@10.0.0.1:4222"])
             #expect(secret.status == 0, "\(secret.error)")
             #expect(secret.output.contains("nats://***@10.0.0.1:4222"), "\(secret.output)")
             #expect(!secret.output.contains("hunter2"))
 
-            let badDelivery = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-topic-delivery", "everyone"])
+            let badDelivery = try await runBuiltExecutable("herald", ["serve", "--print-config", "--nats-topic-delivery", "everyone"])
             #expect(badDelivery.status == 64)
             #expect(badDelivery.error.contains("flag --nats-topic-delivery: 'everyone' is not valid; allowed: fan-out"))
-            let badPing = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-ping-interval", "0"])
+            let badPing = try await runBuiltExecutable("herald", ["serve", "--print-config", "--nats-ping-interval", "0"])
             #expect(badPing.status == 64)
             #expect(badPing.error.contains("--nats-ping-interval") && badPing.error.contains("1 to 3600"), "\(badPing.error)")
-            let badPings = try runBuiltExecutable(
+            let badPings = try await runBuiltExecutable(
                 "herald", ["serve", "--print-config"], environment: ["HERALD_NATS_MAX_PINGS_OUT": "many"])
             #expect(badPings.status == 64)
             #expect(badPings.error.contains("HERALD_NATS_MAX_PINGS_OUT"), "\(badPings.error)")
-            let badURL = try runBuiltExecutable("herald", ["serve", "--print-config", "--nats-server", "http://x:1"])
+            let badURL = try await runBuiltExecutable("herald", ["serve", "--print-config", "--nats-server", "http://x:1"])
             #expect(badURL.status == 64)
             #expect(badURL.error.contains("nats://HOST:PORT"))
-            let gatewayAlone = try runBuiltExecutable("herald", ["serve", "--gateway", "--print-config"])
+            let gatewayAlone = try await runBuiltExecutable("herald", ["serve", "--gateway", "--print-config"])
             #expect(gatewayAlone.status == 64)
             #expect(gatewayAlone.error.contains("gateway mode needs NATS servers"))
-            let missingToken = try runBuiltExecutable(
+            let missingToken = try await runBuiltExecutable(
                 "herald",
                 [
                     "serve", "--data-dir", "\(directory)/data", "--nats-server", "nats://127.0.0.1:1", "--nats-token-file",

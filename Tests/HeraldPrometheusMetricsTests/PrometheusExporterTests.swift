@@ -18,26 +18,14 @@ struct Sample: Equatable {
     var value: Double
 }
 
-/// Parses `page` with prometheus-client's text-format parser (the venv scripts/python-env makes).
-func parseWithPrometheusClient(_ page: String) throws -> [Sample] {
+/// Parses `page` with prometheus-client's text-format parser (the venv scripts/python-env makes). The parser is
+/// waited for on a thread of its own (`runExecutable`'s async form), not on one of the cooperative pool's.
+func parseWithPrometheusClient(_ page: String) async throws -> [Sample] {
     let python = try pythonEnvironment(with: "prometheus-client")
-    let process = Process()
-    process.executableURL = python
-    process.arguments = [repositoryRoot.appendingPathComponent("Tests/PrometheusParse/parse_metrics.py").path]
-    let input = Pipe()
-    let output = Pipe()
-    let error = Pipe()
-    process.standardInput = input
-    process.standardOutput = output
-    process.standardError = error
-    try runWithNoSignalsBlocked(process)
-    input.fileHandleForWriting.write(Data(page.utf8))
-    try input.fileHandleForWriting.close()
-    let lines = output.fileHandleForReading.readDataToEndOfFile()
-    let problems = String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    waitUntilExitWithoutSpinning(process)
-    #expect(process.terminationStatus == 0, "prometheus-client refused the page: \(problems)")
-    return String(decoding: lines, as: UTF8.self).split(separator: "\n").compactMap { line in
+    let result = try await runExecutable(
+        python, [repositoryRoot.appendingPathComponent("Tests/PrometheusParse/parse_metrics.py").path], input: page)
+    #expect(result.status == 0, "prometheus-client refused the page: \(result.error)")
+    return result.output.split(separator: "\n").compactMap { line in
         guard let object = try? JSONParser.parse(Array(line.utf8)), let name = object["name"]?.stringValue,
             let value = object["value"]?.doubleValue
         else { return nil }
@@ -88,7 +76,7 @@ struct PrometheusExporterTests {
         let response = try scrape(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(response.head.hasPrefix("HTTP/1.1 200"))
         #expect(response.head.contains("Content-Type: text/plain; version=0.0.4"))
-        let samples = try parseWithPrometheusClient(response.body)
+        let samples = try await parseWithPrometheusClient(response.body)
         func value(_ name: String, _ labels: [String: String] = [:]) -> Double? {
             samples.first { $0.name == name && $0.labels == labels }?.value
         }

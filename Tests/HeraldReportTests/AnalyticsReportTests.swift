@@ -235,7 +235,7 @@ struct AnalyticsReportTests {
             try #require(sent.firstDay == sent.lastDay, "the run crossed midnight UTC; run again")
             let day = sent.firstDay
             let page = directory + "/report.html"
-            let result = try runHerald(["report", "--data-dir", directory, "--days", "1", "--html", page])
+            let result = try await runHerald(["report", "--data-dir", directory, "--days", "1", "--html", page])
             #expect(result.status == 0, "\(result.error)")
             // Compared with runs of spaces collapsed: the content and order exactly (alignment is tested on its own).
             let collapsed = result.output.split(separator: "\n", omittingEmptySubsequences: false).map {
@@ -282,7 +282,7 @@ struct AnalyticsReportTests {
             #expect(html.contains("<td class=\"left\">total</td><td>4</td><td>4</td><td>1</td><td>25.0%</td>"))
             #expect(html.contains("<svg "))
 
-            let spring = try runHerald(["report", "--data-dir", directory, "--label", "spring_sale"])
+            let spring = try await runHerald(["report", "--data-dir", directory, "--label", "spring_sale"])
             #expect(spring.status == 0)
             #expect(spring.output.contains("label: spring_sale"))
             #expect(
@@ -294,12 +294,12 @@ struct AnalyticsReportTests {
     func reportCommandErrors() async throws {
         try await withDataDirectory { directory in
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            let missing = try runHerald(["report", "--data-dir", directory])
+            let missing = try await runHerald(["report", "--data-dir", directory])
             #expect(missing.status == 1)
             #expect(missing.error.contains(directory + "/analytics.sqlite"))
             #expect(!missing.error.contains("Usage"))
             #expect(!FileManager.default.fileExists(atPath: directory + "/analytics.sqlite"))
-            let badDays = try runHerald(["report", "--data-dir", directory, "--days", "0"])
+            let badDays = try await runHerald(["report", "--data-dir", directory, "--days", "0"])
             #expect(badDays.status == 64)
         }
     }
@@ -308,11 +308,11 @@ struct AnalyticsReportTests {
     func demoData() async throws {
         try await withDataDirectory { directory in
             let page = directory + "/demo.html"
-            let first = try runHerald(["report", "--data-dir", directory, "--demo", "--days", "14", "--html", page])
+            let first = try await runHerald(["report", "--data-dir", directory, "--demo", "--days", "14", "--html", page])
             #expect(first.status == 0, "\(first.error)")
             #expect(first.output.contains("label: spring_sale") && first.output.contains("label: weekly_digest"))
             #expect(FileManager.default.fileExists(atPath: page))
-            let again = try runHerald(["report", "--data-dir", directory, "--demo"])
+            let again = try await runHerald(["report", "--data-dir", directory, "--demo"])
             #expect(again.status == 1)
             #expect(again.error.contains("exists"))
         }

@@ -19,8 +19,8 @@ func withDurableHerald(directory: String, plugins: [any HeraldPlugin], _ body: (
 }
 
 /// Runs the `herald` executable built beside the test bundle; returns its exit status, standard output and error.
-func runHerald(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-    try runBuiltExecutable("herald", arguments)
+func runHerald(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+    try await runBuiltExecutable("herald", arguments)
 }
 
 extension Result {

@@ -22,23 +22,27 @@ struct CrashSafetyTests {
             let output = Pipe()
             accept.standardOutput = output
             try runWithNoSignalsBlocked(accept)
-            var seen = Data()
-            while !String(decoding: seen, as: UTF8.self).contains("accepted \(count)") {
-                let chunk = output.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                seen.append(chunk)
+            // The child's output is read on a thread of its own, not on one of the cooperative pool's.
+            let seen = try await onOwnThread {
+                var seen = Data()
+                while !String(decoding: seen, as: UTF8.self).contains("accepted \(count)") {
+                    let chunk = output.fileHandleForReading.availableData
+                    if chunk.isEmpty { break }
+                    seen.append(chunk)
+                }
+                return seen
             }
             #expect(String(decoding: seen, as: UTF8.self).contains("accepted \(count)"))
             kill(accept.processIdentifier, SIGKILL)
-            waitUntilExitWithoutSpinning(accept)
+            await waitUntilExitWithoutSpinning(accept)
             #expect(accept.terminationReason == .uncaughtSignal)
 
             let recover = try crashProbe(["recover", "\(count)", directory])
             let result = Pipe()
             recover.standardOutput = result
             try runWithNoSignalsBlocked(recover)
-            let data = result.fileHandleForReading.readDataToEndOfFile()
-            waitUntilExitWithoutSpinning(recover)
+            let data = try await onOwnThread { result.fileHandleForReading.readDataToEndOfFile() }
+            await waitUntilExitWithoutSpinning(recover)
             #expect(recover.terminationStatus == 0)
             let summary = try JSONSerialization.jsonObject(with: data) as? [String: Int]
             #expect(summary?["handled"] == count)

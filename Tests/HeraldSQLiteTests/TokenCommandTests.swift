@@ -5,8 +5,8 @@ import HeraldTesting
 import Testing
 
 /// Runs the `herald` executable built beside the test bundle; returns its exit status, standard output and error.
-func runHerald(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-    try runBuiltExecutable("herald", arguments)
+func runHerald(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+    try await runBuiltExecutable("herald", arguments)
 }
 
 @Suite("herald token")
@@ -14,12 +14,13 @@ struct TokenCommandTests {
     @Test("prints the token, minting it once; the same token on every call and for a Herald on that directory")
     func printsStableToken() async throws {
         try await withDataDirectory { directory in
-            let first = try runHerald(["token", "--data-dir", directory])
+            let first = try await runHerald(["token", "--data-dir", directory])
             #expect(first.status == 0)
             let token = first.output.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(token.contains(":"))
-            #expect(try runHerald(["token", "--data-dir", directory]).output.trimmingCharacters(in: .whitespacesAndNewlines) == token)
-            let fid = try runHerald(["token", "--data-dir", directory, "--installation-id"]).output.trimmingCharacters(
+            #expect(
+                try await runHerald(["token", "--data-dir", directory]).output.trimmingCharacters(in: .whitespacesAndNewlines) == token)
+            let fid = try await runHerald(["token", "--data-dir", directory, "--installation-id"]).output.trimmingCharacters(
                 in: .whitespacesAndNewlines)
             #expect(token.hasPrefix(fid + ":"))
             try await withDurableHerald(directory: directory, plugins: []) { herald async throws in
@@ -43,10 +44,10 @@ struct TokenCommandTests {
                 let files = [SQLiteStore.path(inDirectory: directory), SQLiteStore.path(inDirectory: directory) + "-wal"]
                 let before = files.map { FileManager.default.contents(atPath: $0) }
 
-                let printed = try runHerald(["token", "--data-dir", directory])
+                let printed = try await runHerald(["token", "--data-dir", directory])
                 #expect(printed.status == 0, "\(printed.error)")
                 #expect(printed.output.trimmingCharacters(in: .whitespacesAndNewlines) == token)
-                let fid = try runHerald(["token", "--data-dir", directory, "--installation-id"])
+                let fid = try await runHerald(["token", "--data-dir", directory, "--installation-id"])
                 #expect(token.hasPrefix(fid.output.trimmingCharacters(in: .whitespacesAndNewlines) + ":"))
                 #expect(files.map { FileManager.default.contents(atPath: $0) } == before, "herald token wrote to the store")
             }
@@ -54,8 +55,8 @@ struct TokenCommandTests {
     }
 
     @Test("a data directory that cannot be used is a one-line error naming it, and exit status 1")
-    func badDirectory() throws {
-        let result = try runHerald(["token", "--data-dir", "/etc/passwd"])
+    func badDirectory() async throws {
+        let result = try await runHerald(["token", "--data-dir", "/etc/passwd"])
         #expect(result.status == 1)
         #expect(result.error.contains("/etc/passwd"))
         #expect(!result.error.contains("Usage"))

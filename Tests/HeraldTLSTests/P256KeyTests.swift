@@ -10,8 +10,8 @@ struct P256KeyTests {
     static let openssl = URL(fileURLWithPath: "/usr/bin/openssl")
 
     /// Runs `openssl` with `arguments`; its standard output, or a failure with its error.
-    private static func openssl(_ arguments: [String], input: String? = nil) throws -> String {
-        let result = try runExecutable(openssl, arguments, input: input)
+    private static func openssl(_ arguments: [String], input: String? = nil) async throws -> String {
+        let result = try await runExecutable(openssl, arguments, input: input)
         try #require(result.status == 0, "openssl \(arguments.joined(separator: " ")): \(result.error)")
         return result.output
     }
@@ -27,21 +27,21 @@ struct P256KeyTests {
             try Data(data).write(to: URL(fileURLWithPath: "\(directory)/data"))
             try Data(Self.der(signature)).write(to: URL(fileURLWithPath: "\(directory)/signature.der"))
             try key.publicKey.pemRepresentation.write(toFile: "\(directory)/public.pem", atomically: true, encoding: .utf8)
-            let verified = try Self.openssl([
+            let verified = try await Self.openssl([
                 "dgst", "-sha256", "-verify", "\(directory)/public.pem", "-signature", "\(directory)/signature.der", "\(directory)/data",
             ])
             #expect(verified.contains("Verified OK"))
             #expect(key.publicKey.isValidES256Signature(signature, for: data))
             // openssl → here: its key (SEC1 PEM, as `openssl ecparam -genkey` writes) and its DER signature.
-            let theirs = try Self.openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout"])
+            let theirs = try await Self.openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout"])
             #expect(theirs.contains("BEGIN EC PRIVATE KEY"))
             try theirs.write(toFile: "\(directory)/theirs.pem", atomically: true, encoding: .utf8)
-            _ = try Self.openssl([
+            _ = try await Self.openssl([
                 "dgst", "-sha256", "-sign", "\(directory)/theirs.pem", "-out", "\(directory)/theirs.der", "\(directory)/data",
             ])
             let theirSignature = try Self.raw(fromDER: Array(Data(contentsOf: URL(fileURLWithPath: "\(directory)/theirs.der"))))
             let theirKey = try P256PrivateKey(pem: theirs)
-            let theirPublic = try P256PublicKey(pem: try Self.openssl(["ec", "-pubout"], input: theirs))
+            let theirPublic = try P256PublicKey(pem: try await Self.openssl(["ec", "-pubout"], input: theirs))
             #expect(theirPublic.x963Representation == theirKey.publicKey.x963Representation)
             #expect(theirPublic.isValidES256Signature(theirSignature, for: data))
             // Not for other data, another key, or a changed signature.
@@ -66,7 +66,7 @@ struct P256KeyTests {
     }
 
     @Test("malformed keys and signatures are refused: wrong length or form, a point off the curve, other curves, RSA")
-    func malformed() throws {
+    func malformed() async throws {
         let key = try P256PrivateKey()
         let point = key.publicKey.x963Representation
         var offCurve = point
@@ -76,9 +76,10 @@ struct P256KeyTests {
         for bytes in [[], Array(point.dropFirst()), point + [0], offCurve, compressedForm, [UInt8](repeating: 0, count: 65)] {
             #expect(throws: KeyError.self, "\(bytes.count) bytes") { try P256PublicKey(x963Representation: bytes) }
         }
-        let p384 = try Self.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"])
+        let p384 = try await Self.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384"])
         #expect(throws: KeyError.self) { try P256PrivateKey(pem: p384) }
-        #expect(throws: KeyError.self) { try P256PublicKey(pem: try Self.openssl(["pkey", "-pubout"], input: p384)) }
+        let p384Public = try await Self.openssl(["pkey", "-pubout"], input: p384)
+        #expect(throws: KeyError.self) { try P256PublicKey(pem: p384Public) }
         let rsa = try RSAKeyPair.generate(bits: 1024)  // small: only refused here, and quick under a sanitizer
         #expect(throws: KeyError.self) { try P256PrivateKey(pem: rsa.privateKeyPEM) }
         #expect(throws: KeyError.self) { try P256PublicKey(pem: rsa.publicKeyPEM) }

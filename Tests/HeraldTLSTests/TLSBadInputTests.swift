@@ -13,7 +13,7 @@ func capturedClientHello(on loop: EventLoop) async throws -> [UInt8] {
         connection.startReading()
     }
     // The client waits for a ServerHello that never comes; `timeout` ends it.
-    _ = try runExecutable(
+    _ = try await runExecutable(
         URL(fileURLWithPath: "/usr/bin/timeout"),
         ["2", "openssl", "s_client", "-connect", "127.0.0.1:\(server.port ?? 0)", "-servername", "localhost", "-alpn", "h2,http/1.1"],
         input: "")
@@ -44,7 +44,7 @@ struct TLSBadInputTests {
     @Test("garbage before a ClientHello is refused and counted; the server goes on")
     func garbage() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let hello = try await capturedClientHello(on: loop)
@@ -58,7 +58,7 @@ struct TLSBadInputTests {
                     #expect(client.readsClosed(), "\(garbage.debugDescription) not closed")
                 }
                 #expect(await eventually { context.handshakeFailures.refused == 3 })
-                let result = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                let result = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
                 #expect(result.output.contains("hello alpn=none"), "\(result.output)")
                 try await server.close()
             }
@@ -68,7 +68,7 @@ struct TLSBadInputTests {
     @Test("a handshake cut in half and closed is counted as closed; one left half done is closed at the timeout")
     func cutHandshake() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory, handshakeTimeout: .milliseconds(500))
+            let (certificates, context) = try await makeContext(in: directory, handshakeTimeout: .milliseconds(500))
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let hello = try await capturedClientHello(on: loop)
@@ -87,7 +87,7 @@ struct TLSBadInputTests {
                 let silent = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
                 #expect(silent.readsEndOfFile())
                 #expect(await eventually { context.handshakeFailures.timedOut == 2 })
-                let result = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                let result = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
                 #expect(result.output.contains("hello alpn=none"), "\(result.output)")
                 try await server.close()
             }
@@ -111,7 +111,7 @@ struct TLSBadInputTests {
         let count = 1000
         try #require(limit.rlim_cur >= rlim_t(count + 200), "RLIMIT_NOFILE's hard limit \(limit.rlim_max) is below \(count + 200)")
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory, handshakeTimeout: .seconds(3))
+            let (certificates, context) = try await makeContext(in: directory, handshakeTimeout: .seconds(3))
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 let helloFile = "\(directory)/client-hello"
@@ -126,11 +126,11 @@ struct TLSBadInputTests {
                 clients.standardOutput = output
                 try clients.run()
                 let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-                #expect(lines.line(timeout: 30_000) == "ready \(count)")
-                let result = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                #expect(await lines.line(timeout: 30_000) == "ready \(count)")
+                let result = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
                 #expect(result.output.contains("hello alpn=none"), "\(result.output)")
-                #expect(lines.line(timeout: 30_000) == "closed \(count)", "every half-open handshake closed by the server")
-                waitUntilExitWithoutSpinning(clients)
+                #expect(await lines.line(timeout: 30_000) == "closed \(count)", "every half-open handshake closed by the server")
+                await waitUntilExitWithoutSpinning(clients)
                 #expect(context.handshakeFailures.timedOut == count)
                 try await server.close()
             }
@@ -141,7 +141,7 @@ struct TLSBadInputTests {
     func logOncePerStretch() async throws {
         try await withTemporaryDirectory { directory in
             let collector = LogCollector()
-            let (_, context) = try makeContext(in: directory, logger: collector.logger())
+            let (_, context) = try await makeContext(in: directory, logger: collector.logger())
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for _ in 0..<20 {

@@ -33,10 +33,10 @@ struct TLSHalfCloseTests {
         arguments: [("TLSv1_2", false), ("TLSv1_2", true), ("TLSv1_3", false), ("TLSv1_3", true)])
     func halfClose(version: String, talk: Bool) async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
-                let result = try runExecutable(
+                let result = try await runExecutable(
                     URL(fileURLWithPath: "/usr/bin/python3"),
                     ["-c", halfClosingClient, "\(server.port)", certificates.caFile, version, talk ? "talk" : "quiet"])
                 #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "ended", "\(result.output)\(result.error)")

@@ -9,11 +9,11 @@ struct TLSServerTests {
     @Test("TLS 1.2 and 1.3 are accepted; the server's certificate verifies against the CA; SNI is accepted")
     func modernVersions() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1_2", "-tls1_3"] {
-                    let result = try sClient(
+                    let result = try await sClient(
                         port: server.port, [version, "-CAfile", certificates.caFile, "-verify_return_error", "-servername", "localhost"])
                     #expect(result.status == 0, "\(version): \(result.output)")
                     #expect(result.output.contains("Verify return code: 0 (ok)"))
@@ -30,14 +30,14 @@ struct TLSServerTests {
     @Test("sessions resume: a client back with the ticket it was given (TLS 1.2 and 1.3) skips the full handshake")
     func resumption() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1_2", "-tls1_3"] {
                     let session = "\(directory)/session\(version)"
-                    let first = try sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_out", session])
+                    let first = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_out", session])
                     #expect(first.output.contains("\nNew, TLSv1."), "\(version): \(first.output)")
-                    let again = try sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_in", session])
+                    let again = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_in", session])
                     #expect(again.status == 0 && again.output.contains("\nReused, TLSv1."), "\(version): \(again.output)")
                     #expect(again.output.contains("hello alpn=none"), "\(version): \(again.output)")
                 }
@@ -51,14 +51,15 @@ struct TLSServerTests {
         arguments: [true, false])
     func resumptionBySessionID(closeNotify: Bool) async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context, closeNotify: closeNotify)
                 let session = "\(directory)/session"
-                let first = try sClient(port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_out", session])
+                let first = try await sClient(
+                    port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_out", session])
                 #expect(first.output.contains("\nNew, TLSv1.2"), "\(first.output)")
                 for _ in 0..<2 {
-                    let again = try sClient(
+                    let again = try await sClient(
                         port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_in", session])
                     #expect(again.output.contains("\nReused, TLSv1.2"), "\(again.output)")
                 }
@@ -70,12 +71,13 @@ struct TLSServerTests {
     @Test("TLS 1.0 and 1.1 are refused (the client allowed to offer them), and the refusals counted")
     func oldVersionsRefused() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1", "-tls1_1"] {
                     // Security level 0: OpenSSL's client would refuse to offer these versions itself otherwise.
-                    let result = try sClient(port: server.port, [version, "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", certificates.caFile])
+                    let result = try await sClient(
+                        port: server.port, [version, "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", certificates.caFile])
                     #expect(result.status != 0, "\(version): \(result.output)")
                     #expect(!result.output.contains("alpn="), "\(version) got through: \(result.output)")
                 }
@@ -88,13 +90,13 @@ struct TLSServerTests {
     @Test("ALPN: the listener's protocols offered, the client's choice reported to the session")
     func alpn() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory)
+            let (certificates, context) = try await makeContext(in: directory)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for (offer, chosen) in [
                     ("h2", "h2"), ("http/1.1", "http/1.1"), ("h2,http/1.1", "h2"), ("http/1.1,h2", "h2"), ("spdy/1", "none"),
                 ] {
-                    let result = try sClient(port: server.port, ["-alpn", offer, "-CAfile", certificates.caFile])
+                    let result = try await sClient(port: server.port, ["-alpn", offer, "-CAfile", certificates.caFile])
                     #expect(result.status == 0, "\(offer): \(result.output)")
                     #expect(result.output.contains("hello alpn=\(chosen) "), "\(offer): \(result.output)")
                     if chosen != "none" { #expect(result.output.contains("ALPN protocol: \(chosen)"), "\(result.output)") }
@@ -102,7 +104,7 @@ struct TLSServerTests {
                 try await server.close()
                 // A listener that speaks HTTP/1.1 only never agrees to h2.
                 let http1 = try await TLSTestServer.start(on: loop, context: context, protocols: ["http/1.1"])
-                let result = try sClient(port: http1.port, ["-alpn", "h2,http/1.1", "-CAfile", certificates.caFile])
+                let result = try await sClient(port: http1.port, ["-alpn", "h2,http/1.1", "-CAfile", certificates.caFile])
                 #expect(result.output.contains("hello alpn=http/1.1 "), "\(result.output)")
                 try await http1.close()
             }
@@ -112,20 +114,20 @@ struct TLSServerTests {
     @Test("mutual TLS: a client without a certificate or with one of another CA is refused; one the CA signed gets through")
     func clientCertificates() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory, clientCA: true)
-            let client = try certificates.issue(name: "client", serial: "2001", client: true)
+            let (certificates, context) = try await makeContext(in: directory, clientCA: true)
+            let client = try await certificates.issue(name: "client", serial: "2001", client: true)
             try FileManager.default.createDirectory(atPath: "\(directory)/other", withIntermediateDirectories: true)
-            let other = try TestCertificates(in: "\(directory)/other")
-            let stranger = try other.issue(name: "stranger", serial: "3001", client: true)
+            let other = try await TestCertificates.make(in: "\(directory)/other")
+            let stranger = try await other.issue(name: "stranger", serial: "3001", client: true)
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
                 for version in ["-tls1_2", "-tls1_3"] {
-                    let without = try sClient(port: server.port, [version, "-CAfile", certificates.caFile])
+                    let without = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile])
                     #expect(!without.output.contains("alpn="), "\(version) without a certificate got through: \(without.output)")
-                    let foreign = try sClient(
+                    let foreign = try await sClient(
                         port: server.port, [version, "-CAfile", certificates.caFile, "-cert", stranger.certificate, "-key", stranger.key])
                     #expect(!foreign.output.contains("alpn="), "\(version) with another CA's certificate got through: \(foreign.output)")
-                    let with = try sClient(
+                    let with = try await sClient(
                         port: server.port, [version, "-CAfile", certificates.caFile, "-cert", client.certificate, "-key", client.key])
                     #expect(with.status == 0, "\(with.output)")
                     #expect(
@@ -141,7 +143,7 @@ struct TLSServerTests {
     @Test("reload: new handshakes get the new certificate, a connection opened before goes on with its own")
     func reload() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory, serial: "AA01")
+            let (certificates, context) = try await makeContext(in: directory, serial: "AA01")
             #expect(context.certificate.serial == "AA01")
             try await withRunningLoop(name: "tls-test") { loop in
                 let server = try await TLSTestServer.start(on: loop, context: context)
@@ -165,22 +167,22 @@ struct TLSServerTests {
                 process.standardOutput = output
                 try runWithNoSignalsBlocked(process)
                 let lines = LineReader(output.fileHandleForReading.fileDescriptor)
-                let before = lines.line()
+                let before = await lines.line()
                 #expect(before?.hasPrefix("before alpn=none") == true && before?.hasSuffix("serial=AA01") == true, "\(before ?? "nothing")")
 
                 // The files replaced by a certificate of another serial, then reloaded.
-                try certificates.issue(name: "server", serial: "BB02")
+                try await certificates.issue(name: "server", serial: "BB02")
                 try context.reload()
                 #expect(context.certificate.serial == "BB02")
-                let fresh = try sClient(port: server.port, ["-CAfile", certificates.caFile])
+                let fresh = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
                 #expect(fresh.output.contains("serial=BB02"), "\(fresh.output)")
 
                 // The old connection still works, on the certificate it began with.
                 input.fileHandleForWriting.write(Data("go\n".utf8))
-                let after = lines.line()
+                let after = await lines.line()
                 #expect(after?.hasPrefix("after alpn=none") == true && after?.hasSuffix("serial=AA01") == true, "\(after ?? "nothing")")
                 try input.fileHandleForWriting.close()
-                waitUntilExitWithoutSpinning(process)
+                await waitUntilExitWithoutSpinning(process)
                 try await server.close()
             }
         }
@@ -189,8 +191,8 @@ struct TLSServerTests {
     @Test("a reload that fails (a key of another certificate) keeps the certificate in use and says why")
     func failedReload() async throws {
         try await withTemporaryDirectory { directory in
-            let (certificates, context) = try makeContext(in: directory, serial: "CC01")
-            let other = try certificates.issue(name: "other", serial: "CC02")
+            let (certificates, context) = try await makeContext(in: directory, serial: "CC01")
+            let other = try await certificates.issue(name: "other", serial: "CC02")
             try FileManager.default.removeItem(atPath: "\(directory)/server-key.pem")
             try FileManager.default.copyItem(atPath: other.key, toPath: "\(directory)/server-key.pem")
             #expect(throws: TLSConfigurationError.keyMismatch(certificate: "\(directory)/server.pem", key: "\(directory)/server-key.pem")) {
@@ -201,10 +203,10 @@ struct TLSServerTests {
     }
 
     @Test("files that cannot be used are refused with the file named")
-    func badFiles() throws {
-        try withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
-            let (certificate, key) = try certificates.issue(name: "server", serial: "1")
+    func badFiles() async throws {
+        try await withTemporaryDirectory { directory in
+            let certificates = try await TestCertificates.make(in: directory)
+            let (certificate, key) = try await certificates.issue(name: "server", serial: "1")
             #expect(throws: TLSConfigurationError.self) {
                 try TLSServerContext(configuration: .init(certificateFile: "\(directory)/missing.pem", keyFile: key))
             }

@@ -63,9 +63,9 @@ final class TLSTestServer: Sendable {
 func makeContext(
     in directory: String, serial: String = "1001", clientCA: Bool = false, handshakeTimeout: Duration = .seconds(10),
     logger: Logger = Logger(label: "tls-test")
-) throws -> (TestCertificates, TLSServerContext) {
-    let certificates = try TestCertificates(in: directory)
-    let (certificate, key) = try certificates.issue(name: "server", serial: serial)
+) async throws -> (TestCertificates, TLSServerContext) {
+    let certificates = try await TestCertificates.make(in: directory)
+    let (certificate, key) = try await certificates.issue(name: "server", serial: serial)
     var configuration = TLSServerContext.Configuration(
         certificateFile: certificate, keyFile: key, clientCAFile: clientCA ? certificates.caFile : nil)
     configuration.handshakeTimeout = handshakeTimeout
@@ -74,8 +74,8 @@ func makeContext(
 
 /// `openssl s_client` to 127.0.0.1:`port` with `arguments`, the lines `input` sent after the handshake; waits for the
 /// server to close (at most 20 s). Returns the exit status and what it printed (standard output and error).
-func sClient(port: Int, _ arguments: [String], input: String = "hello\nend\n") throws -> (status: Int32, output: String) {
-    let result = try runExecutable(
+func sClient(port: Int, _ arguments: [String], input: String = "hello\nend\n") async throws -> (status: Int32, output: String) {
+    let result = try await runExecutable(
         URL(fileURLWithPath: "/usr/bin/timeout"),
         ["20", "openssl", "s_client", "-connect", "127.0.0.1:\(port)", "-ign_eof"] + arguments, input: input)
     return (result.status, result.output + result.error)

@@ -303,7 +303,7 @@ struct TokenWebhookTests {
     @Test("https: delivered to a server whose certificate the CA file trusts; an untrusted certificate is retried, never sent to")
     func https() async throws {
         try await withTemporaryDirectory { directory in
-            let certificates = try TestCertificates(in: directory)
+            let certificates = try await TestCertificates.make(in: directory)
             let trusted = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { trusted.stop() }
             let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)

@@ -38,7 +38,7 @@ struct UnifiedPushAnalyticsTests {
             let metricsURL = try #require(world.metricsURL)
             let scraped = await eventually {
                 let page =
-                    (try? await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-s", metricsURL]) })?.output ?? ""
+                    (try? await runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), ["-s", metricsURL]))?.output ?? ""
                 return page.contains(#"herald_messages_received_total{type="UNIFIEDPUSH"} 5"#)
                     && page.contains("herald_unifiedpush_delivered_total 1")
             }

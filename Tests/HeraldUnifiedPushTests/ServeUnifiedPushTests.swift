@@ -44,19 +44,19 @@ struct ServeUnifiedPushTests {
         #expect(try await back.next("message")["body"] == Array("marker".utf8).hex)
         #expect(back.messages.count == 2, "handed over more than once")
 
-        let list = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "list", "--data-dir", data]) }
+        let list = try await runExecutable(heraldExecutable, ["up", "list", "--data-dir", data])
         #expect(list.status == 0, "\(list.error)")
         let token = try endpointToken(endpoint)
         #expect(list.output.contains(#""endpointToken":"\#(token)""#), "\(list.output)")
         #expect(list.output.contains(#""service":"org.example.Served""#), "\(list.output)")
 
-        let refused = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, token]) }
+        let refused = try await runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, token])
         #expect(refused.status != 0 && refused.error.contains("stop it first"), "\(refused.error)")
         let running = Sendably(daemon)
         #expect(try await onOwnThread { running.value.terminate() } == 0)
-        let unknown = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, "nope"]) }
+        let unknown = try await runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, "nope"])
         #expect(unknown.status != 0 && unknown.error.contains("no such registration"), "\(unknown.error)")
-        let dropped = try await onOwnThread { try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, token]) }
+        let dropped = try await runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", data, token])
         #expect(dropped.status == 0, "\(dropped.error)")
 
         // The next start tells the app, and the endpoint is gone.
@@ -68,7 +68,7 @@ struct ServeUnifiedPushTests {
 
         // The daemon's analytics store counts the pushes apart (what the first, SIGKILLed run had not flushed may
         // be missing; "marker" and "while away" were delivered by the second, "late" refused by the third).
-        let report = try await onOwnThread { try runExecutable(heraldExecutable, ["report", "--data-dir", data]) }
+        let report = try await runExecutable(heraldExecutable, ["report", "--data-dir", data])
         #expect(report.status == 0, "\(report.error)")
         #expect(report.output.contains("UnifiedPush pushes"), "\(report.output)")
         let total = try #require(

@@ -251,7 +251,7 @@ func post(_ url: String, _ body: [UInt8], headers: [String] = ["TTL: 60"], in di
     try Data(body).write(to: URL(fileURLWithPath: file))
     let arguments =
         ["-s", "-o", "/dev/null", "-D", "-", "-X", "POST", "--data-binary", "@\(file)"] + headers.flatMap { ["-H", $0] } + [url]
-    let result = try await onOwnThread { try runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments) }
+    let result = try await runExecutable(URL(fileURLWithPath: "/usr/bin/curl"), arguments)
     unlink(file)
     var answer = PushAnswer(status: 0, headers: [:])
     for line in result.output.split(separator: "\r\n") {

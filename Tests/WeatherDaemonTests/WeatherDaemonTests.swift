@@ -12,16 +12,16 @@ struct WeatherDaemonTests {
     func refreshesTheCache() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try WeatherProcess(directory: directory)
-            let token = try #require(daemon.token(), "not ready; log: \(daemon.log())")
+            let token = try #require(await daemon.token(), "not ready; log: \(daemon.log())")
             #expect(token.contains(":"))
-            #expect(daemon.logLine { $0.contains("subscribed") && $0.contains("topic=weather") } != nil)
+            #expect(await daemon.logLine { $0.contains("subscribed") && $0.contains("topic=weather") } != nil)
 
             let client = try TestSocketClient(.unix(path: "\(directory)/herald.sock"))
             let silent =
                 #"{"message": {"topic": "weather", "data": {"city": "Oslo", "summary": "sleet", "high": "3"}, "apns": {"headers": {"apns-push-type": "background", "apns-priority": "5"}, "payload": {"aps": {"content-available": 1}}}}}"#
             client.send(silent + "\n")
             #expect(client.readLines(1).first?.contains(#""name":"projects/herald/messages/"#) == true)
-            let refreshed = try #require(daemon.logLine { $0.contains("forecast refreshed") }, "\(daemon.log())")
+            let refreshed = try #require(await daemon.logLine { $0.contains("forecast refreshed") }, "\(daemon.log())")
             #expect(refreshed.contains("result=newData"))
             let cache = "\(directory)/forecast.json"
             #expect(try String(contentsOfFile: cache, encoding: .utf8) == #"{"city":"Oslo","high":"3","summary":"sleet"}"# + "\n")
@@ -30,20 +30,20 @@ struct WeatherDaemonTests {
             // The same forecast again (a new message ID): nothing new, the file is left alone.
             client.send(silent + "\n")
             #expect(client.readLines(1).count == 1)
-            let unchanged = try #require(daemon.logLine { $0.contains("forecast unchanged") }, "\(daemon.log())")
+            let unchanged = try #require(await daemon.logLine { $0.contains("forecast unchanged") }, "\(daemon.log())")
             #expect(unchanged.contains("result=noData"))
             #expect(try FileManager.default.attributesOfItem(atPath: cache)[.systemFileNumber] as? Int == firstInode)
 
             // A new forecast replaces the file (a rename: a new inode), leaving no temporary file behind.
             client.send(silent.replacingOccurrences(of: "sleet", with: "snow") + "\n")
             #expect(client.readLines(1).count == 1)
-            #expect(daemon.logLine { $0.contains("forecast refreshed") } != nil)
+            #expect(await daemon.logLine { $0.contains("forecast refreshed") } != nil)
             #expect(try String(contentsOfFile: cache, encoding: .utf8) == #"{"city":"Oslo","high":"3","summary":"snow"}"# + "\n")
             #expect(try FileManager.default.attributesOfItem(atPath: cache)[.systemFileNumber] as? Int != firstInode)
             #expect(try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.contains(".tmp") }.isEmpty)
 
-            #expect(daemon.terminate() == 0, "\(daemon.log())")
-            #expect(daemon.logLine { $0.contains("stopped") } != nil)
+            #expect(await daemon.terminate() == 0, "\(daemon.log())")
+            #expect(await daemon.logLine { $0.contains("stopped") } != nil)
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/herald.sock"))
         }
     }
@@ -52,14 +52,14 @@ struct WeatherDaemonTests {
     func presentsByCategory() async throws {
         try await withTemporaryDirectory { directory in
             let daemon = try WeatherProcess(directory: directory)
-            #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
+            #expect(await daemon.token() != nil, "not ready; log: \(daemon.log())")
             let client = try TestSocketClient(.unix(path: "\(directory)/herald.sock"))
 
             client.send(
                 #"{"message": {"topic": "weather", "notification": {"title": "Storm warning", "body": "Gusts to 120 km/h"}, "apns": {"payload": {"aps": {"category": "SEVERE_WEATHER"}}}}}"#
                     + "\n")
             #expect(client.readLines(1).count == 1)
-            let severe = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
+            let severe = try #require(await daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
             #expect(severe.contains("options=[.banner, .sound]"), "\(severe)")
             #expect(severe.contains("actions=SEE_FORECAST,SHARE_WARNING"), "\(severe)")
             #expect(severe.contains("title=Storm warning"), "\(severe)")
@@ -68,10 +68,10 @@ struct WeatherDaemonTests {
                 #"{"message": {"topic": "weather", "notification": {"title": "Tomorrow", "body": "Sunny"}, "apns": {"payload": {"aps": {"category": "FORECAST"}}}}}"#
                     + "\n")
             #expect(client.readLines(1).count == 1)
-            let everyday = try #require(daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
+            let everyday = try #require(await daemon.logLine { $0.contains("presenting") }, "\(daemon.log())")
             #expect(everyday.contains("options=[.list]"), "\(everyday)")
             #expect(everyday.contains("actions=SEE_FORECAST"), "\(everyday)")
-            #expect(daemon.terminate() == 0, "\(daemon.log())")
+            #expect(await daemon.terminate() == 0, "\(daemon.log())")
         }
     }
 
@@ -80,32 +80,33 @@ struct WeatherDaemonTests {
         try await withTemporaryDirectory { directory in
             // Without HTTP: listed, but not changed behind its back.
             let quiet = try WeatherProcess(directory: "\(directory)/quiet")
-            #expect(quiet.token() != nil, "not ready; log: \(quiet.log())")
-            #expect(try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
-            let refused = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
+            #expect(await quiet.token() != nil, "not ready; log: \(quiet.log())")
+            #expect(try await runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/quiet"]).output == "weather\n")
+            let refused = try await runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/quiet", "storms"])
             #expect(refused.status == 1)
             #expect(refused.error.contains("pid \(quiet.process.processIdentifier)) has no HTTP receiver"), "\(refused.error)")
-            #expect(quiet.terminate() == 0, "\(quiet.log())")
+            #expect(await quiet.terminate() == 0, "\(quiet.log())")
 
             // With HTTP: the lock file gives the address and project, so no flag is needed.
             let port = try freeLoopbackPort()
             let daemon = try WeatherProcess(
                 directory: "\(directory)/http", arguments: ["--http", "127.0.0.1:\(port)", "--project-id", "weather-demo"])
-            #expect(daemon.token() != nil, "not ready; log: \(daemon.log())")
-            let subscribed = try runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
+            #expect(await daemon.token() != nil, "not ready; log: \(daemon.log())")
+            let subscribed = try await runBuiltExecutable("herald", ["topics", "subscribe", "--data-dir", "\(directory)/http", "storms"])
             #expect(subscribed.status == 0, "\(subscribed.error)")
             #expect(subscribed.output.contains("through the running daemon at 127.0.0.1:\(port)"))
             let client = try TestSocketClient(.unix(path: "\(directory)/http/herald.sock"))
             client.send(#"{"message": {"topic": "storms", "notification": {"title": "Hail"}}}"# + "\n")
             #expect(client.readLines(1).count == 1)
-            #expect(daemon.logLine { $0.contains("presenting") && $0.contains("title=Hail") } != nil, "\(daemon.log())")
-            #expect(try runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
+            #expect(await daemon.logLine { $0.contains("presenting") && $0.contains("title=Hail") } != nil, "\(daemon.log())")
+            #expect(
+                try await runBuiltExecutable("herald", ["topics", "list", "--data-dir", "\(directory)/http"]).output == "storms\nweather\n")
 
             // A second daemon on the same directory is refused, naming the first.
-            let second = try runBuiltExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
+            let second = try await runBuiltExecutable("WeatherDaemon", ["--data-dir", "\(directory)/http", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("locked by pid \(daemon.process.processIdentifier)"), "\(second.error)")
-            #expect(daemon.terminate() == 0, "\(daemon.log())")
+            #expect(await daemon.terminate() == 0, "\(daemon.log())")
         }
     }
 }
@@ -131,14 +132,14 @@ final class WeatherProcess {
     }
 
     /// The token from the line the daemon prints once it is ready.
-    func token() -> String? {
-        guard let line = output.line(), line.hasPrefix("registration token: ") else { return nil }
+    func token() async -> String? {
+        guard let line = await output.line(), line.hasPrefix("registration token: ") else { return nil }
         return String(line.dropFirst("registration token: ".count))
     }
 
     /// The next log line that `matches`, reading on (and keeping what it reads) until one does.
-    func logLine(_ matches: (String) -> Bool) -> String? {
-        while let line = errors.line() {
+    func logLine(_ matches: (String) -> Bool) async -> String? {
+        while let line = await errors.line() {
             logLines.append(line)
             if matches(line) { return line }
         }
@@ -152,9 +153,9 @@ final class WeatherProcess {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    func terminate() -> Int32 {
+    func terminate() async -> Int32 {
         kill(process.processIdentifier, SIGTERM)
-        waitUntilExitWithoutSpinning(process)
+        await waitUntilExitWithoutSpinning(process)
         return process.terminationStatus
     }
 
