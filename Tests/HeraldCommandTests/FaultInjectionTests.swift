@@ -256,7 +256,8 @@ struct FaultInjectionTests {
             #expect(await echoedToken(survivor)?.token == token, "\(survivor.log)")
             var sender = NumberedSender(port: survivor.httpPort, token: token)
             #expect(try sender.send() == 200)
-            #expect(await survivor.event()?["userInfo"]?["n"] == "1")
+            let event = await survivor.event()
+            #expect(event?["userInfo"]?["n"] == "1", "\(String(describing: event)); log: \(survivor.log)")
             // The replay ran at start, before the message above.
             #expect(survivor.log.contains("quarantined, not replayed again") && survivor.log.contains("starts=3"), "\(survivor.log)")
             #expect(survivor.process.isRunning)

@@ -107,60 +107,63 @@ struct NATSStoredTopicTests {
     }
 
     @Test(
-        "a stored topic's acks go in batches: a trickle of messages is acknowledged with a few acks, every message by the end; flush sends the acks that wait"
+        "a stored topic's acks go in batches: messages handled one at a time wait for the delay or a batch, not an ack each; flush sends those that wait; no delay is an ack per loop turn"
     )
     func acknowledgementsInBatches() async throws {
         let server = try NATSServerProcess()
         let publisher = try NATSPublisher(url: server.url)
-        let count = 100
-        // A message every 5 ms: an ack at the end of each loop turn would be about one per message.
-        func trickle(_ topic: String, to instance: FleetInstance) async throws -> Duration {
-            try await instance.subscribe(topic)
-            let serverCPU = server.cpuTime
-            for n in 1...count {
+        // One message at a time, each handled before the next is sent: each is committed in a loop turn of its own.
+        func trickle(_ topic: String, _ numbers: ClosedRange<Int>, to instance: FleetInstance) async throws {
+            for n in numbers {
                 _ = try publisher.publishTopic(
                     "herald.demo.topic.\(topic)", body: Array(topicBody(topic, n: n).utf8), messageID: "\(topic)\(n)", stored: true)
-                try await Task.sleep(for: .milliseconds(5))
+                #expect(await eventually { instance.collector.numbers.contains("\(n)") })
             }
-            #expect(await eventually { instance.receiver.statistics.acknowledged == count })
-            return server.cpuTime - serverCPU
         }
-        let batched = try FleetInstance(server: server) { $0.topicDelivery = .stored }
-        let perTurn = try FleetInstance(server: server) {
-            $0.topicDelivery = .stored
-            $0.cumulativeAckDelay = .zero
-        }
-        try await withFleet([batched, perTurn]) {
-            let batchedCPU = try await trickle("batched", to: batched)
-            let perTurnCPU = try await trickle("turns", to: perTurn)
-            let (batches, turns) = (batched.receiver.statistics.acknowledgementsSent, perTurn.receiver.statistics.acknowledgementsSent)
-            // 20 ms of 5 ms apart: about 4 messages an ack (fewer acks when the loop is late, never more).
-            #expect(batches >= 1 && batches <= count / 2, "\(batches) acks")
-            print(
-                "\(count) messages 5 ms apart: \(batches) acks (nats-server CPU \(batchedCPU)), \(turns) with an ack per loop turn (\(perTurnCPU))"
-            )
-        }
-        // Acks that wait for their delay are sent by flush (and at stop).
-        let waiting = try FleetInstance(server: server) {
-            $0.topicDelivery = .stored
-            $0.cumulativeAckDelay = .seconds(600)
-        }
-        try await withFleet([waiting]) {
-            try await waiting.subscribe("waiting")
-            for n in 1...5 {
-                _ = try publisher.publishTopic(
-                    "herald.demo.topic.waiting", body: Array(topicBody("waiting", n: n).utf8), messageID: "w\(n)", stored: true)
+        func stored(delay: Duration, maxAckPending: Int = 1024) throws -> FleetInstance {
+            try FleetInstance(server: server) {
+                $0.topicDelivery = .stored
+                $0.cumulativeAckDelay = delay
+                $0.maxAckPending = maxAckPending
             }
-            #expect(await eventually { waiting.collector.numbers.count == 5 })
+        }
+        // A long delay, a batch of 128: ten messages wait for flush(), which covers them with one ack (two if the
+        // last commit came after the first flush).
+        let waiting = try stored(delay: .seconds(600))
+        // A batch of 2 (an eighth of 16): an ack every second message, none waits for the delay.
+        let pairs = try stored(delay: .seconds(600), maxAckPending: 16)
+        // A short delay: the timer acknowledges a message left alone.
+        let timed = try stored(delay: .milliseconds(50))
+        // No delay: an ack per loop turn, so one per message here.
+        let perTurn = try stored(delay: .zero)
+        try await withFleet([waiting, pairs, timed, perTurn]) {
+            for (instance, topic) in [(waiting, "waiting"), (pairs, "pairs"), (timed, "timed"), (perTurn, "turns")] {
+                try await instance.subscribe(topic)
+            }
+            try await trickle("waiting", 1...10, to: waiting)
             try await waiting.herald.waitUntilIdle()
             #expect(waiting.receiver.statistics.acknowledgementsSent == 0)
-            // The last commit may come just after the handler's end: flushed until all five are acknowledged.
             #expect(
                 try await eventually {
                     try await waiting.receiver.flush()
-                    return waiting.receiver.statistics.acknowledged == 5
+                    return waiting.receiver.statistics.acknowledged == 10
                 })
             #expect((1...2).contains(waiting.receiver.statistics.acknowledgementsSent))
+
+            try await trickle("pairs", 1...10, to: pairs)
+            #expect(await eventually { pairs.receiver.statistics.acknowledged == 10 })
+            // 5 (an ack per pair); fewer only if a commit came late, never more.
+            #expect((3...5).contains(pairs.receiver.statistics.acknowledgementsSent))
+
+            try await trickle("timed", 1...1, to: timed)
+            #expect(await eventually { timed.receiver.statistics.acknowledged == 1 })
+            #expect(timed.receiver.statistics.acknowledgementsSent == 1)
+
+            for n in 1...5 {
+                try await trickle("turns", n...n, to: perTurn)
+                #expect(await eventually { perTurn.receiver.statistics.acknowledged == n })
+            }
+            #expect(perTurn.receiver.statistics.acknowledgementsSent == 5)
         }
     }
 
