@@ -43,10 +43,21 @@ private let reloadUnderLoad = #"""
                 counts["requests"] += 2
                 counts["failures"] += 0 if ok else 1
 
+    def answered(more):
+        # Until the load has made `more` requests from now (20 s at most): it runs across each reload.
+        with lock:
+            target = counts["requests"] + more
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            with lock:
+                if counts["requests"] >= target:
+                    return
+            time.sleep(0.01)
+
     threads = [threading.Thread(target=load) for _ in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
+    answered(16)
     after = before
     for _ in range(3):
         os.kill(pid, signal.SIGHUP)
@@ -54,7 +65,7 @@ private let reloadUnderLoad = #"""
         while after == before and time.time() < deadline:
             time.sleep(0.05)
             after = serial()
-        time.sleep(0.3)
+        answered(16)
     stop.set()
     for thread in threads:
         thread.join()
