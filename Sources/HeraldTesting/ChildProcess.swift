@@ -1,4 +1,5 @@
 public import Foundation
+import HeraldEventLoop
 
 /// The directory holding the products built beside the running test bundle (`herald`, example executables,
 /// plugin shared objects).
@@ -96,20 +97,47 @@ public final class PipeDrain: @unchecked Sendable {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read and released).
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound and released), for a child to listen on.
+///
+/// Chosen below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768–60999 by default), from 20000
+/// up, and never the same twice in this process: a port from that range (what binding to port 0 gives) could be
+/// taken, between this answer and the child's `listen`, by any outgoing connection of the tests running beside it
+/// — a daemon once failed to start with `EADDRINUSE` that way. Falls back to a port the kernel chooses when none
+/// below the range is free.
 public func freeLoopbackPort() throws -> Int {
+    let (low, high) = ephemeralPortRange()
+    let candidates = low > 20_100 ? Array(20_000..<low) : high < 65_000 ? Array((high + 1)...65_535) : []
+    for _ in 0..<64 where !candidates.isEmpty {
+        let port = candidates.randomElement()!
+        guard handedOutPorts.withLock({ $0.insert(port).inserted }) else { continue }
+        if let fd = try? boundLoopbackSocket(port: port) {
+            close(fd.fd)
+            return port
+        }
+    }
     let (fd, port) = try boundLoopbackSocket()
     close(fd)
     return port
 }
 
-/// A TCP socket bound to a free port on 127.0.0.1, not listening (close it when done): a port where nothing answers
-/// (a connection is refused) and that no other test can take while it is held.
-package func boundLoopbackSocket() throws -> (fd: Int32, port: Int) {
+/// Ports ``freeLoopbackPort()`` has answered in this process.
+private let handedOutPorts = Locked<Set<Int>>([])
+
+/// The kernel's range for ephemeral ports (outgoing connections, binds to port 0).
+private func ephemeralPortRange() -> (low: Int, high: Int) {
+    let fields = ((try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? "")
+        .split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).compactMap { Int($0) }
+    return fields.count == 2 ? (fields[0], fields[1]) : (32_768, 60_999)
+}
+
+/// A TCP socket bound to a free port on 127.0.0.1 (`port`, or one the kernel chooses), not listening (close it when
+/// done): a port where nothing answers (a connection is refused) and that no other test can take while it is held.
+package func boundLoopbackSocket(port: Int = 0) throws -> (fd: Int32, port: Int) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = UInt16(port).bigEndian
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }

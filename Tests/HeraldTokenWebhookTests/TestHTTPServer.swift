@@ -1,5 +1,6 @@
 import Glibc
 import Herald
+import HeraldTesting
 
 /// A tiny HTTP/1.1 server for the tests, on Herald's `StreamServer` and an event loop of its own: it records every
 /// request (with when it arrived) and answers each with what the test's script says.
@@ -74,22 +75,8 @@ final class TestHTTPServer: Sendable {
         await loop.shutdownGracefully()
     }
 
-    /// A TCP port on 127.0.0.1 that nobody listens on (bound once by the system's choice, then released).
-    static func unusedPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw UVError(code: -errno, operation: "socket") }
-        defer { Glibc.close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw UVError(code: -errno, operation: "bind") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
+    /// A TCP port on 127.0.0.1 that nobody listens on (HeraldTesting's `freeLoopbackPort()`).
+    static func unusedPort() throws -> Int { try freeLoopbackPort() }
 
     /// One connection: reads requests (head and `Content-Length` body) and writes the scripted answers.
     private final class Session {
