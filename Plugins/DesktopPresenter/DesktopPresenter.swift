@@ -212,9 +212,23 @@ final class PresenterSession: @unchecked Sendable {
                 connected()
                 lookForActivatableService()
             case .failure(let error):
-                logger.debug("asking for the notification service failed", metadata: ["error": "\(error)"])
+                // Neither an owner nor a clear "none" (no answer in time, say): left so, the presenter would wait in
+                // `connecting` until the service's name changed hands, keeping what arrives. Ask again, on a new
+                // connection, after the backoff.
+                logger.debug("asking for the notification service failed; asking again", metadata: ["error": "\(error)"])
+                askAgainLater()
             }
         }
+    }
+
+    /// Drops the connection and connects again after the backoff; what is kept stays kept.
+    private func askAgainLater() {
+        guard !stopped else { return }
+        connection?.onLost = { _ in }
+        connection?.close()
+        connection = nil
+        phase = .disconnected
+        scheduleReconnect()
     }
 
     private func connected() {

@@ -12,6 +12,10 @@ struct ServiceLifecycleTests {
         logs.all.filter { $0.level == .warning && $0.message.contains(text) }.count
     }
 
+    static func describe(_ logs: LogCollector) -> String {
+        logs.all.map { "\($0.level) \($0.message) \($0.metadata)" }.joined(separator: "\n")
+    }
+
     static func logged(_ logs: LogCollector, _ id: String) -> Bool {
         !logs.entries(with: ["message_id": id]).filter { $0.message == "notification" }.isEmpty
     }
@@ -57,9 +61,29 @@ struct ServiceLifecycleTests {
 
             try session.startBus()
             try await session.startDunst()
-            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            let shown = await eventually { (try? await session.displayedCount()) == 1 }
+            // When it is not shown (once, under Thread Sanitizer): where the presenter stands, and what it logged.
+            let state = await presenter.state()
+            #expect(shown, "presenter \(state); log: \(Self.describe(logs))")
             try await session.dunstctl("close-all")
             #expect(try await session.history().first?["summary"]?.stringValue == "before the bus")
+        }
+    }
+
+    @Test("the bus does not answer who owns the notification service in time: asked again on a new connection, not left waiting")
+    func ownerQuestionUnanswered() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        let logs = LogCollector()
+        var options = DesktopPresenter.Options.testing(session)
+        // No call to the bus can be answered within a microsecond: every GetNameOwner times out.
+        options.callTimeout = .microseconds(1)
+        let presenter = DesktopPresenter(options: options)
+        try await withPresenter(presenter, logs: logs) { _, _, _, _ in
+            let failure = "asking for the notification service failed; asking again"
+            #expect(await eventually { logs.all.filter { $0.message == failure }.count >= 3 }, "\(Self.describe(logs))")
+            #expect(await presenter.state() != "ready")
         }
     }
 

@@ -239,7 +239,10 @@ struct NATSClusterTests {
                 let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
                 seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }
                 guard let mine, let theirs else { return false }
-                return mine.lastSequence == theirs.lastSequence && mine.lastSequence >= total
+                // At or past the survivor's: once (under Thread Sanitizer) the restarted node, the old leader, counted
+                // one sequence more than the others (10,001 against 10,000) for good, a publish nats-server 2.9 kept
+                // in its copy that the cluster never confirmed (every message was still handled exactly once).
+                return mine.lastSequence >= theirs.lastSequence && theirs.lastSequence >= total
             }
             // And its replicas of the stream's consumers are current too: its `/healthz` says ok only then. Killing the
             // survivor before that once left the instances without the 300 messages below for two minutes (under Thread
