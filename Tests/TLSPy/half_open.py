@@ -1,7 +1,8 @@
 """Half-open TLS handshakes from a process of their own: opens --count connections to 127.0.0.1:--port, sends each
 the ClientHello in --hello (a real client's first flight, caught by the test) and nothing more, prints
-`ready COUNT`, then waits for the server to close every one of them (end of file or reset) and prints
-`closed COUNT`, or `closed N of COUNT` when --wait seconds pass first.
+`ready COUNT`, then `answered COUNT` once the server has answered (its first flight) or closed every one of them,
+then waits for the server to close every one (end of file or reset) and prints `closed COUNT`, or `closed N of
+COUNT` when --wait seconds pass first (`answered` is then printed before it if it was not yet).
 
 Tests/HeraldTLSTests (TLSBadInputTests.manyHalfOpen) runs it so that the clients' descriptors are this process's,
 not the test process's: its soft RLIMIT_NOFILE is raised to the hard limit first.
@@ -37,6 +38,8 @@ def main():
     for client in sockets:
         poller.register(client.fileno(), select.POLLIN)
         open_ones[client.fileno()] = client
+    answered = set()
+    told = False
     deadline = time.monotonic() + args.wait
     while open_ones and time.monotonic() < deadline:
         for fd, _ in poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
@@ -47,10 +50,16 @@ def main():
                 data = client.recv(65536)
             except (ConnectionResetError, OSError):
                 data = b""
+            answered.add(fd)
             if not data:
                 poller.unregister(fd)
                 del open_ones[fd]
                 client.close()
+        if not told and len(answered) == len(sockets):
+            print(f"answered {len(answered)}", flush=True)
+            told = True
+    if not told:
+        print(f"answered {len(answered)} of {len(sockets)}", flush=True)
     closed = len(sockets) - len(open_ones)
     print(f"closed {closed}" if not open_ones else f"closed {closed} of {len(sockets)}", flush=True)
     sys.exit(0 if not open_ones else 1)
