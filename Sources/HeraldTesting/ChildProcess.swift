@@ -106,9 +106,9 @@ public final class PipeDrain: @unchecked Sendable {
 /// below the range is free.
 public func freeLoopbackPort() throws -> Int {
     let (low, high) = ephemeralPortRange()
-    let candidates = low > 20_100 ? Array(20_000..<low) : high < 65_000 ? Array((high + 1)...65_535) : []
-    for _ in 0..<64 where !candidates.isEmpty {
-        let port = candidates.randomElement()!
+    let candidates: ClosedRange<Int>? = low > 20_100 ? 20_000...(low - 1) : high < 65_000 ? (high + 1)...65_535 : nil
+    for _ in 0..<64 {
+        guard let port = candidates?.randomElement() else { break }
         guard handedOutPorts.withLock({ $0.insert(port).inserted }) else { continue }
         if let fd = try? boundLoopbackSocket(port: port) {
             close(fd.fd)
