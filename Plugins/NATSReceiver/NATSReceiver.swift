@@ -355,6 +355,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             throw NATSReceiverError.connect(servers: options.servers, detail: detail)
         }
         self.place = place
+        herald_nats_loop_set_deliver(place) { message, closure in SubscriptionRelay.from(closure).deliver(message) }
         self.reconnectLimits = limits
         self.connection = connection
         var jsOptions = jsOptions()
@@ -420,18 +421,18 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             for message in self.held[self.heldStart...] { natsMsg_Destroy(message) }
             self.held.removeAll()
             self.heldStart = 0
-            for subscription in self.topicSubscriptions.values { Self.close(subscription) }
+            for subscription in self.topicSubscriptions.values { self.close(subscription) }
             self.topicSubscriptions.removeAll()
-            for subscription in self.storedTopicSubscriptions.values { Self.close(subscription) }
+            for subscription in self.storedTopicSubscriptions.values { self.close(subscription) }
             self.storedTopicSubscriptions.removeAll()
             for message in self.collapsing.values.joined() { natsMsg_Destroy(message.message) }
             self.collapsing.removeAll()
             self.acknowledgeSettled()
             for acks in self.storedTopicAcks.values { acks.discard() }
             self.storedTopicAcks.removeAll()
-            if let subscription = self.tokenSubscription { Self.close(subscription) }
+            if let subscription = self.tokenSubscription { self.close(subscription) }
             self.tokenSubscription = nil
-            if let requests = self.topicRequestSubscription { Self.close(requests.subscription) }
+            if let requests = self.topicRequestSubscription { self.close(requests.subscription) }
             self.topicRequestSubscription = nil
             natsConnection_Close(connection.pointer)
             if let jetStream = self.jetStream { jsCtx_Destroy(jetStream) }
@@ -471,9 +472,33 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         guard status == NATS_OK else { throw NATSReceiverError.flush(detail: String(cString: natsStatus_GetText(status))) }
     }
 
-    private static func close(_ subscription: OpaquePointer) {
+    /// Stops draining `subscription` on the loop, releases its relay, unsubscribes and destroys it. Loop thread.
+    private func close(_ subscription: OpaquePointer) {
+        if let place, let relay = herald_nats_loop_remove(place, subscription) {
+            Unmanaged<SubscriptionRelay>.fromOpaque(relay).release()
+        }
+        Self.discard(subscription, relay: nil)
+    }
+
+    /// Unsubscribes and destroys a subscription that was never registered with the loop, and releases `relay`.
+    private static func discard(_ subscription: OpaquePointer, relay: UnsafeMutableRawPointer?) {
         natsSubscription_Unsubscribe(subscription)
         natsSubscription_Destroy(subscription)
+        if let relay { Unmanaged<SubscriptionRelay>.fromOpaque(relay).release() }
+    }
+
+    /// Registers `subscription` (synchronous) with the loop, which from now on takes its messages after each read of
+    /// the connection and hands them to `relay` (retained until ``close(_:)``); what arrived before is taken on the
+    /// next turn. False (the subscription discarded) when out of memory. Loop thread.
+    private func adopt(_ subscription: OpaquePointer, relay: UnsafeMutableRawPointer) -> Bool {
+        guard let place, let context, herald_nats_loop_add(place, subscription, relay) else {
+            Self.discard(subscription, relay: relay)
+            return false
+        }
+        context.loop.execute {
+            if let place = self.place { herald_nats_loop_drain(place, true) }
+        }
+        return true
     }
 
     // MARK: Token and topics
@@ -499,7 +524,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
             guard token != current, let jetStream else { return }
             try await context.loop.submit {
-                if let subscription = self.tokenSubscription { Self.close(subscription) }
+                if let subscription = self.tokenSubscription { self.close(subscription) }
                 self.tokenSubscription = nil
                 self.subscribedToken = nil
             }
@@ -522,12 +547,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             let durable = self.options.consumer ?? NATSSubjects.consumerName(token: token)
             let filter = NATSSubjects.token(project: project, token: token)
             // Token consumers acknowledge each message (work-queue retention: an acknowledged message leaves the stream).
-            let (subscription, _) = try await self.subscribeDurable(
+            let (subscription, relay, _) = try await self.subscribeDurable(
                 stream: stream, durable: durable, filter: filter, deliverNew: false, jetStream: jetStream, context: context)
             try await context.loop.submit {
                 if self.stopping {
-                    Self.close(subscription.pointer)
-                } else {
+                    Self.discard(subscription.pointer, relay: relay.pointer)
+                } else if self.adopt(subscription.pointer, relay: relay.pointer) {
                     self.tokenSubscription = subscription.pointer
                     self.subscribedToken = token
                     self.followTopicRequests(of: token, context: context)
@@ -546,15 +571,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         guard let connection, !stopping else { return }
         let instance = NATSSubjects.registrationKey(token: token)
         guard topicRequestSubscription?.instance != instance else { return }
-        if let requests = topicRequestSubscription { Self.close(requests.subscription) }
+        if let requests = topicRequestSubscription { self.close(requests.subscription) }
         topicRequestSubscription = nil
         let subject = NATSSubjects.topicRequests(project: context.projectID, instance: instance)
-        let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .topicRequest)
-        let closure = Unmanaged.passRetained(relay).toOpaque()
+        let closure = Unmanaged.passRetained(SubscriptionRelay(receiver: self, kind: .topicRequest)).toOpaque()
         var subscription: OpaquePointer?
-        let status = natsConnection_Subscribe(
-            &subscription, connection, subject, { _, _, message, closure in SubscriptionRelay.from(closure).received(message) },
-            closure)
+        let status = natsConnection_SubscribeSync(&subscription, connection, subject)
         guard status == NATS_OK, let subscription else {
             Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
             context.logger.error(
@@ -562,7 +584,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
             return
         }
-        Self.prepare(subscription, closure: closure, options: options)
+        Self.prepare(subscription, options: options)
+        guard adopt(subscription, relay: closure) else { return }
         topicRequestSubscription = (instance, subscription)
     }
 
@@ -615,12 +638,12 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private func subscribeDurable(
         stream: String, durable: String, filter: String, deliverNew: Bool, ackAll: Bool = false, jetStream: UnsafeHandle,
         context: PluginContext
-    ) async throws -> (subscription: UnsafeHandle, acks: CumulativeAcks?) {
+    ) async throws -> (subscription: UnsafeHandle, relay: UnsafeRawHandle, acks: CumulativeAcks?) {
         let project = context.projectID
         let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
-        let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .jetStream)
+        let relay = SubscriptionRelay(receiver: self, kind: .jetStream)
         let options = self.options
-        let result: Result<(UnsafeHandle, CumulativeAcks?), NATSReceiverError> = try await context.loop.offload {
+        let result: Result<(UnsafeHandle, UnsafeRawHandle, CumulativeAcks?), NATSReceiverError> = try await context.loop.offload {
             var code = jsErrCode(rawValue: 0)
             var state = herald_nats_consumer_state()
             var status = herald_nats_ensure_consumer(
@@ -645,11 +668,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             // restart) is freed when the server has seen that connection go: until then, try again, for a while.
             var wait: UInt32 = 50_000
             while true {
-                status = herald_nats_subscribe_durable(
-                    &subscription, jetStream.pointer, stream, durable, filter,
-                    { _, _, message, closure in
-                        SubscriptionRelay.from(closure).received(message)
-                    }, closure, &code)
+                status = herald_nats_subscribe_durable(&subscription, jetStream.pointer, stream, durable, filter, nil, nil, &code)
                 guard status != NATS_OK, wait <= Self.boundConsumerPatience,
                     String(cString: herald_nats_last_error(status)).contains("already bound")
                 else { break }
@@ -663,11 +682,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                         operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
                         code: Int(code.rawValue)))
             }
-            Self.prepare(subscription, closure: closure, options: options)
-            return .success((UnsafeHandle(subscription), relay.acks))
+            Self.prepare(subscription, options: options)
+            return .success((UnsafeHandle(subscription), UnsafeRawHandle(closure), relay.acks))
         }
-        let (subscription, acks) = try result.get()
-        return (subscription, acks)
+        return try result.get()
     }
 
     /// Stored topic delivery: a durable consumer per wanted topic (made from the next message on: a subscriber gets
@@ -683,7 +701,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let stream = topicStreamName
         for topic in current.subtracting(wanted) {
             try await context.loop.submit {
-                if let subscription = self.storedTopicSubscriptions.removeValue(forKey: topic) { Self.close(subscription) }
+                if let subscription = self.storedTopicSubscriptions.removeValue(forKey: topic) { self.close(subscription) }
                 // Left: what was settled and not acknowledged yet goes with the consumer.
                 self.storedTopicAcks.removeValue(forKey: topic)?.discard()
             }
@@ -694,16 +712,20 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             }
         }
         for topic in wanted.subtracting(current) {
-            let (subscription, acks) = try await subscribeDurable(
+            let (subscription, relay, acks) = try await subscribeDurable(
                 stream: stream, durable: NATSSubjects.topicConsumerName(instance: instance, topic: topic),
                 filter: NATSSubjects.topic(project: context.projectID, topic: topic), deliverNew: true,
                 ackAll: options.cumulativeTopicAcks, jetStream: jetStream, context: context)
             try await context.loop.submit {
                 if self.stopping {
-                    Self.close(subscription.pointer)
+                    Self.discard(subscription.pointer, relay: relay.pointer)
                 } else {
-                    self.storedTopicSubscriptions[topic] = subscription.pointer
                     if let acks { self.storedTopicAcks[topic] = acks }
+                    if self.adopt(subscription.pointer, relay: relay.pointer) {
+                        self.storedTopicSubscriptions[topic] = subscription.pointer
+                    } else {
+                        self.storedTopicAcks.removeValue(forKey: topic)?.discard()
+                    }
                 }
             }
         }
@@ -724,16 +746,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
-    /// Limits and the completion callback (which releases the relay once no callback can come any more).
-    private static func prepare(_ subscription: OpaquePointer, closure: UnsafeMutableRawPointer, options: Options) {
+    /// How much may wait on the subscription between two drains before cnats drops messages (a slow consumer).
+    private static func prepare(_ subscription: OpaquePointer, options: Options) {
         natsSubscription_SetPendingLimits(
             subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
-        natsSubscription_SetOnCompleteCB(
-            subscription,
-            { closure in
-                guard let closure else { return }
-                Unmanaged<SubscriptionRelay>.fromOpaque(closure).release()
-            }, closure)
     }
 
     public func topicsDidChange(_ topics: Set<String>) {
@@ -758,19 +774,17 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             return
         }
         for (topic, subscription) in topicSubscriptions where !wantedTopics.contains(topic) {
-            Self.close(subscription)
+            self.close(subscription)
             topicSubscriptions[topic] = nil
         }
         for topic in wantedTopics where topicSubscriptions[topic] == nil {
             let subject = NATSSubjects.topic(project: context.projectID, topic: topic)
-            let relay = SubscriptionRelay(receiver: self, loop: context.loop, kind: .core)
-            let closure = Unmanaged.passRetained(relay).toOpaque()
+            let closure = Unmanaged.passRetained(SubscriptionRelay(receiver: self, kind: .core)).toOpaque()
             var subscription: OpaquePointer?
-            let handler: natsMsgHandler = { _, _, message, closure in SubscriptionRelay.from(closure).received(message) }
             let status: natsStatus =
                 switch options.topicDelivery {
-                case .fanOut: natsConnection_Subscribe(&subscription, connection, subject, handler, closure)
-                case .shared(let group): natsConnection_QueueSubscribe(&subscription, connection, subject, group, handler, closure)
+                case .fanOut: natsConnection_SubscribeSync(&subscription, connection, subject)
+                case .shared(let group): natsConnection_QueueSubscribeSync(&subscription, connection, subject, group)
                 case .stored: NATS_ERR
                 }
             guard status == NATS_OK, let subscription else {
@@ -780,8 +794,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                     metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
                 continue
             }
-            Self.prepare(subscription, closure: closure, options: options)
-            topicSubscriptions[topic] = subscription
+            Self.prepare(subscription, options: options)
+            if adopt(subscription, relay: closure) { topicSubscriptions[topic] = subscription }
         }
     }
 

@@ -8,21 +8,27 @@ struct UnsafeHandle: @unchecked Sendable {
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
 }
 
-/// The receiver side of one subscription's callbacks: hops each message to the loop. Retained by cnats (through
-/// the closure pointer) until the subscription's completion callback.
+/// A raw pointer (a retained relay) carried out of an offloaded closure.
+struct UnsafeRawHandle: @unchecked Sendable {
+    let pointer: UnsafeMutableRawPointer
+    init(_ pointer: UnsafeMutableRawPointer) { self.pointer = pointer }
+}
+
+/// The receiver side of one subscription: what its messages are (for ``NATSReceiver/handle(_:kind:acks:)``). Its
+/// subscription is synchronous and drained on the loop after each read (`herald_nats_loop_add`), which holds it as an
+/// unretained pointer; the receiver retains it from then until it removes the subscription.
 final class SubscriptionRelay: @unchecked Sendable {
-    // @unchecked Sendable: `receiver` is set in init and never changed; weak references are thread-safe.
+    // @unchecked Sendable: `receiver` and `kind` are set in init and never changed; `acks` is set before the
+    // subscription is registered with the loop, which is the only place that reads it afterwards.
     /// Stored messages, core messages (topics), or a gateway's topic management requests (`NATSTopicRequest`).
     enum Kind { case jetStream, core, topicRequest }
     private weak var receiver: NATSReceiver?
-    private let loop: EventLoop
     let kind: Kind
     /// The acks of the subscription's consumer when it acknowledges cumulatively; set before the first delivery.
     var acks: CumulativeAcks?
 
-    init(receiver: NATSReceiver, loop: EventLoop, kind: Kind) {
+    init(receiver: NATSReceiver, kind: Kind) {
         self.receiver = receiver
-        self.loop = loop
         self.kind = kind
     }
 
@@ -30,16 +36,14 @@ final class SubscriptionRelay: @unchecked Sendable {
         Unmanaged<SubscriptionRelay>.fromOpaque(closure!).takeUnretainedValue()
     }
 
-    /// On a cnats delivery thread.
-    func received(_ message: OpaquePointer?) {
+    /// A message taken from the subscription on the loop thread; takes ownership of it.
+    func deliver(_ message: OpaquePointer?) {
         guard let message else { return }
         guard let receiver else {
             natsMsg_Destroy(message)
             return
         }
-        let handle = UnsafeHandle(message)
-        let (kind, acks) = (self.kind, self.acks)
-        loop.execute { receiver.handle(handle.pointer, kind: kind, acks: acks) }
+        receiver.handle(message, kind: kind, acks: acks)
     }
 }
 

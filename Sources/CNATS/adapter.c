@@ -11,17 +11,39 @@
    and calls back once with UV_EBADF. That adapter then lets cnats read once — which returns data still buffered
    before the error, if any — and never polls the socket again, so the dead connection was not noticed until the
    pings ran out (minutes). Here the handle is started again after that read while cnats still wants events, and
-   the level-triggered readiness brings cnats back until it has read the error and reconnects. */
+   the level-triggered readiness brings cnats back until it has read the error and reconnects.
+
+   Messages are delivered on the loop too. cnats would run a thread per asynchronous subscription: each read on the
+   loop would hand its messages to that thread, and the thread hand each back to the loop, two thread switches per
+   batch. Herald's subscriptions are synchronous instead: cnats queues what the loop reads on the subscription, and
+   right after each read the adapter takes what every registered subscription holds and gives it to the owner's
+   `deliver` function, on the loop thread. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include "CNATS.h"
+
+typedef struct herald_nats_drained {
+    natsSubscription *sub; /* NULL once removed (while a drain was going through the list) */
+    void *closure;
+} herald_nats_drained;
 
 struct herald_nats_loop {
     uv_loop_t *loop;
     uv_thread_t loopThread;
     /* The connection's watch once attached; read by herald_nats_open_adapter_handles (loop thread). */
     void *_Atomic adapter;
+
+    /* The synchronous subscriptions drained after each read, and where their messages go; loop thread only. */
+    natsConnection *nc;
+    herald_nats_deliver_fn deliver;
+    herald_nats_drained *drained;
+    int drainedCount;
+    int drainedCapacity;
+    bool draining;
+    /* The connection's count of messages received at the last drain: a read that brought none drains nothing. */
+    natsStatistics *statistics;
+    uint64_t drainedAt;
 };
 
 typedef struct herald_nats_watch {
@@ -50,7 +72,78 @@ herald_nats_loop *herald_nats_loop_create(uv_loop_t *loop) {
     return place;
 }
 
-void herald_nats_loop_free(herald_nats_loop *place) { free(place); }
+void herald_nats_loop_free(herald_nats_loop *place) {
+    if (place == NULL) return;
+    if (place->statistics != NULL) natsStatistics_Destroy(place->statistics);
+    free(place->drained);
+    free(place);
+}
+
+void herald_nats_loop_set_deliver(herald_nats_loop *place, herald_nats_deliver_fn deliver) { place->deliver = deliver; }
+
+bool herald_nats_loop_add(herald_nats_loop *place, natsSubscription *sub, void *closure) {
+    if (place->drainedCount == place->drainedCapacity) {
+        int capacity = place->drainedCapacity == 0 ? 8 : place->drainedCapacity * 2;
+        herald_nats_drained *grown = realloc(place->drained, (size_t)capacity * sizeof *grown);
+        if (grown == NULL) return false;
+        place->drained = grown;
+        place->drainedCapacity = capacity;
+    }
+    place->drained[place->drainedCount++] = (herald_nats_drained){ sub, closure };
+    return true;
+}
+
+/* Drops the removed entries, keeping the others' order. */
+static void compact(herald_nats_loop *place) {
+    int kept = 0;
+    for (int i = 0; i < place->drainedCount; i++) {
+        if (place->drained[i].sub != NULL) place->drained[kept++] = place->drained[i];
+    }
+    place->drainedCount = kept;
+}
+
+void *herald_nats_loop_remove(herald_nats_loop *place, natsSubscription *sub) {
+    for (int i = 0; i < place->drainedCount; i++) {
+        if (place->drained[i].sub != sub) continue;
+        void *closure = place->drained[i].closure;
+        place->drained[i].sub = NULL;
+        if (!place->draining) compact(place);
+        return closure;
+    }
+    return NULL;
+}
+
+void herald_nats_loop_drain(herald_nats_loop *place, bool always) {
+    if (place->drainedCount == 0 || place->draining || place->deliver == NULL) return;
+    if (!always && place->nc != NULL) {
+        if (place->statistics == NULL) natsStatistics_Create(&place->statistics);
+        uint64_t received = 0;
+        if (place->statistics != NULL && natsConnection_GetStats(place->nc, place->statistics) == NATS_OK
+            && natsStatistics_GetCounts(place->statistics, &received, NULL, NULL, NULL, NULL) == NATS_OK) {
+            if (received == place->drainedAt) return;
+            place->drainedAt = received;
+        }
+    }
+    place->draining = true;
+    /* `deliver` may add subscriptions (the list can move: entries are read by index) or remove them (marked). */
+    for (int i = 0; i < place->drainedCount; i++) {
+        natsSubscription *sub = place->drained[i].sub;
+        int pending = 0;
+        if (sub == NULL || natsSubscription_GetPending(sub, &pending, NULL) != NATS_OK) continue;
+        /* Only this thread adds to the subscription's queue (in natsConnection_ProcessReadEvent): what is pending
+           now is there to take, with no wait and no error text for an empty queue. */
+        while (pending > 0 && place->drained[i].sub == sub) {
+            natsMsg *msg = NULL;
+            natsStatus status = natsSubscription_NextMsg(&msg, sub, 0);
+            if (status == NATS_SLOW_CONSUMER) continue; /* reported once (the error handler heard of it too) */
+            if (status != NATS_OK || msg == NULL) break;
+            pending -= 1;
+            place->deliver(msg, place->drained[i].closure);
+        }
+    }
+    place->draining = false;
+    compact(place);
+}
 
 static bool on_loop_thread(const herald_nats_watch *watch) {
     uv_thread_t self = uv_thread_self();
@@ -123,10 +216,14 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
            it has, it still wants reads, and the handle is started again. */
         watch->polledEvents = 0;
         natsConnection_ProcessReadEvent(watch->nc);
+        herald_nats_loop_drain(watch->place, false);
         apply(watch);
         return;
     }
-    if (events & UV_READABLE) natsConnection_ProcessReadEvent(watch->nc);
+    if (events & UV_READABLE) {
+        natsConnection_ProcessReadEvent(watch->nc);
+        herald_nats_loop_drain(watch->place, false);
+    }
     if ((events & UV_WRITABLE) && handle == watch->poll && !watch->closing) natsConnection_ProcessWriteEvent(watch->nc);
 }
 
@@ -160,6 +257,7 @@ static natsStatus herald_attach(void **userData, void *loop, natsConnection *nc,
         watch->wake.data = watch;
         watch->nc = nc;
         watch->place = place;
+        place->nc = nc;
         watch->openHandles = 1;
         *userData = watch;
         atomic_store(&place->adapter, watch);

@@ -107,6 +107,7 @@ natsStatus herald_nats_subscribe_durable(natsSubscription **subscription, jsCtx 
     options.Consumer = durable;
     options.ManualAck = true;
     *errorCode = 0;
+    if (callback == NULL) return js_SubscribeSync(subscription, js, filter, NULL, &options, errorCode);
     return js_Subscribe(subscription, js, filter, callback, closure, NULL, &options, errorCode);
 }
 

@@ -13,7 +13,6 @@
     X(jsConsumerConfig_Init) \
     X(jsConsumerInfo_Destroy) \
     X(jsCtx_Destroy) \
-    X(jsMsgMetaData_Destroy) \
     X(jsOptions_Init) \
     X(jsPubAck_Destroy) \
     X(jsPubOptions_Init) \
@@ -29,6 +28,7 @@
     X(js_KeyValue) \
     X(js_Publish) \
     X(js_Subscribe) \
+    X(js_SubscribeSync) \
     X(kvConfig_Init) \
     X(kvEntry_Destroy) \
     X(kvEntry_Key) \
@@ -49,15 +49,17 @@
     X(natsConnection_Destroy) \
     X(natsConnection_FlushTimeout) \
     X(natsConnection_GetConnectedUrl) \
+    X(natsConnection_GetStats) \
     X(natsConnection_JetStream) \
     X(natsConnection_ProcessReadEvent) \
     X(natsConnection_ProcessWriteEvent) \
     X(natsConnection_Publish) \
     X(natsConnection_PublishMsg) \
-    X(natsConnection_QueueSubscribe) \
+    X(natsConnection_QueueSubscribeSync) \
     X(natsConnection_Request) \
     X(natsConnection_Status) \
     X(natsConnection_Subscribe) \
+    X(natsConnection_SubscribeSync) \
     X(natsInbox_Create) \
     X(natsInbox_Destroy) \
     X(natsMsgHeader_Get) \
@@ -67,7 +69,6 @@
     X(natsMsg_Destroy) \
     X(natsMsg_GetData) \
     X(natsMsg_GetDataLength) \
-    X(natsMsg_GetMetaData) \
     X(natsMsg_GetReply) \
     X(natsMsg_GetSubject) \
     X(natsMsg_IsNoResponders) \
@@ -96,8 +97,13 @@
     X(natsOptions_SetToken) \
     X(natsOptions_SetUserCredentialsFromFiles) \
     X(natsOptions_SetUserInfo) \
+    X(natsStatistics_Create) \
+    X(natsStatistics_Destroy) \
+    X(natsStatistics_GetCounts) \
     X(natsStatus_GetText) \
     X(natsSubscription_Destroy) \
+    X(natsSubscription_GetPending) \
+    X(natsSubscription_NextMsg) \
     X(natsSubscription_SetOnCompleteCB) \
     X(natsSubscription_SetPendingLimits) \
     X(natsSubscription_Unsubscribe) \
@@ -138,7 +144,6 @@ const char *herald_nats_load_failure(void) {
 natsStatus jsConsumerConfig_Init(jsConsumerConfig *cc) { return herald_nats_load() ? loaded_jsConsumerConfig_Init(cc) : NATS_ERR; }
 void jsConsumerInfo_Destroy(jsConsumerInfo *ci) { if (herald_nats_load()) loaded_jsConsumerInfo_Destroy(ci); }
 void jsCtx_Destroy(jsCtx *js) { if (herald_nats_load()) loaded_jsCtx_Destroy(js); }
-void jsMsgMetaData_Destroy(jsMsgMetaData *meta) { if (herald_nats_load()) loaded_jsMsgMetaData_Destroy(meta); }
 natsStatus jsOptions_Init(jsOptions *opts) { return herald_nats_load() ? loaded_jsOptions_Init(opts) : NATS_ERR; }
 void jsPubAck_Destroy(jsPubAck *pubAck) { if (herald_nats_load()) loaded_jsPubAck_Destroy(pubAck); }
 natsStatus jsPubOptions_Init(jsPubOptions *opts) { return herald_nats_load() ? loaded_jsPubOptions_Init(opts) : NATS_ERR; }
@@ -154,6 +159,7 @@ natsStatus js_GetStreamInfo(jsStreamInfo **si, jsCtx *js, const char *stream, js
 natsStatus js_KeyValue(kvStore **new_kv, jsCtx *js, const char *bucket) { return herald_nats_load() ? loaded_js_KeyValue(new_kv, js, bucket) : NATS_ERR; }
 natsStatus js_Publish(jsPubAck **pubAck, jsCtx *js, const char *subj, const void *data, int dataLen, jsPubOptions *opts, jsErrCode *errCode) { return herald_nats_load() ? loaded_js_Publish(pubAck, js, subj, data, dataLen, opts, errCode) : NATS_ERR; }
 natsStatus js_Subscribe(natsSubscription **sub, jsCtx *js, const char *subject, natsMsgHandler cb, void* cbClosure, jsOptions *opts, jsSubOptions *subOpts, jsErrCode *errCode) { return herald_nats_load() ? loaded_js_Subscribe(sub, js, subject, cb, cbClosure, opts, subOpts, errCode) : NATS_ERR; }
+natsStatus js_SubscribeSync(natsSubscription **sub, jsCtx *js, const char *subject, jsOptions *opts, jsSubOptions *subOpts, jsErrCode *errCode) { return herald_nats_load() ? loaded_js_SubscribeSync(sub, js, subject, opts, subOpts, errCode) : NATS_ERR; }
 natsStatus kvConfig_Init(kvConfig *cfg) { return herald_nats_load() ? loaded_kvConfig_Init(cfg) : NATS_ERR; }
 void kvEntry_Destroy(kvEntry *e) { if (herald_nats_load()) loaded_kvEntry_Destroy(e); }
 const char* kvEntry_Key(kvEntry *e) { return herald_nats_load() ? loaded_kvEntry_Key(e) : "(libnats not loaded)"; }
@@ -174,15 +180,17 @@ natsStatus natsConnection_Connect(natsConnection **nc, natsOptions *options) { r
 void natsConnection_Destroy(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_Destroy(nc); }
 natsStatus natsConnection_FlushTimeout(natsConnection *nc, int64_t timeout) { return herald_nats_load() ? loaded_natsConnection_FlushTimeout(nc, timeout) : NATS_ERR; }
 natsStatus natsConnection_GetConnectedUrl(natsConnection *nc, char *buffer, size_t bufferSize) { return herald_nats_load() ? loaded_natsConnection_GetConnectedUrl(nc, buffer, bufferSize) : NATS_ERR; }
+natsStatus natsConnection_GetStats(natsConnection *nc, natsStatistics *stats) { return herald_nats_load() ? loaded_natsConnection_GetStats(nc, stats) : NATS_ERR; }
 natsStatus natsConnection_JetStream(jsCtx **js, natsConnection *nc, jsOptions *opts) { return herald_nats_load() ? loaded_natsConnection_JetStream(js, nc, opts) : NATS_ERR; }
 void natsConnection_ProcessReadEvent(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_ProcessReadEvent(nc); }
 void natsConnection_ProcessWriteEvent(natsConnection *nc) { if (herald_nats_load()) loaded_natsConnection_ProcessWriteEvent(nc); }
 natsStatus natsConnection_Publish(natsConnection *nc, const char *subj, const void *data, int dataLen) { return herald_nats_load() ? loaded_natsConnection_Publish(nc, subj, data, dataLen) : NATS_ERR; }
 natsStatus natsConnection_PublishMsg(natsConnection *nc, natsMsg *msg) { return herald_nats_load() ? loaded_natsConnection_PublishMsg(nc, msg) : NATS_ERR; }
-natsStatus natsConnection_QueueSubscribe(natsSubscription **sub, natsConnection *nc, const char *subject, const char *queueGroup, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_QueueSubscribe(sub, nc, subject, queueGroup, cb, cbClosure) : NATS_ERR; }
+natsStatus natsConnection_QueueSubscribeSync(natsSubscription **sub, natsConnection *nc, const char *subject, const char *queueGroup) { return herald_nats_load() ? loaded_natsConnection_QueueSubscribeSync(sub, nc, subject, queueGroup) : NATS_ERR; }
 natsStatus natsConnection_Request(natsMsg **replyMsg, natsConnection *nc, const char *subj, const void *data, int dataLen, int64_t timeout) { return herald_nats_load() ? loaded_natsConnection_Request(replyMsg, nc, subj, data, dataLen, timeout) : NATS_ERR; }
 natsConnStatus natsConnection_Status(natsConnection *nc) { return herald_nats_load() ? loaded_natsConnection_Status(nc) : (natsConnStatus)0; }
 natsStatus natsConnection_Subscribe(natsSubscription **sub, natsConnection *nc, const char *subject, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_Subscribe(sub, nc, subject, cb, cbClosure) : NATS_ERR; }
+natsStatus natsConnection_SubscribeSync(natsSubscription **sub, natsConnection *nc, const char *subject) { return herald_nats_load() ? loaded_natsConnection_SubscribeSync(sub, nc, subject) : NATS_ERR; }
 natsStatus natsInbox_Create(natsInbox **newInbox) { return herald_nats_load() ? loaded_natsInbox_Create(newInbox) : NATS_ERR; }
 void natsInbox_Destroy(natsInbox *inbox) { if (herald_nats_load()) loaded_natsInbox_Destroy(inbox); }
 natsStatus natsMsgHeader_Get(natsMsg *msg, const char *key, const char **value) { return herald_nats_load() ? loaded_natsMsgHeader_Get(msg, key, value) : NATS_ERR; }
@@ -192,7 +200,6 @@ natsStatus natsMsg_Create(natsMsg **newMsg, const char *subj, const char *reply,
 void natsMsg_Destroy(natsMsg *msg) { if (herald_nats_load()) loaded_natsMsg_Destroy(msg); }
 const char* natsMsg_GetData(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetData(msg) : "(libnats not loaded)"; }
 int natsMsg_GetDataLength(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetDataLength(msg) : (int)0; }
-natsStatus natsMsg_GetMetaData(jsMsgMetaData **new_meta, natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetMetaData(new_meta, msg) : NATS_ERR; }
 const char* natsMsg_GetReply(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetReply(msg) : "(libnats not loaded)"; }
 const char* natsMsg_GetSubject(const natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_GetSubject(msg) : "(libnats not loaded)"; }
 bool natsMsg_IsNoResponders(natsMsg *msg) { return herald_nats_load() ? loaded_natsMsg_IsNoResponders(msg) : (bool)0; }
@@ -221,8 +228,13 @@ natsStatus natsOptions_SetTimeout(natsOptions *opts, int64_t timeout) { return h
 natsStatus natsOptions_SetToken(natsOptions *opts, const char *token) { return herald_nats_load() ? loaded_natsOptions_SetToken(opts, token) : NATS_ERR; }
 natsStatus natsOptions_SetUserCredentialsFromFiles(natsOptions *opts, const char *userOrChainedFile, const char *seedFile) { return herald_nats_load() ? loaded_natsOptions_SetUserCredentialsFromFiles(opts, userOrChainedFile, seedFile) : NATS_ERR; }
 natsStatus natsOptions_SetUserInfo(natsOptions *opts, const char *user, const char *password) { return herald_nats_load() ? loaded_natsOptions_SetUserInfo(opts, user, password) : NATS_ERR; }
+natsStatus natsStatistics_Create(natsStatistics **newStats) { return herald_nats_load() ? loaded_natsStatistics_Create(newStats) : NATS_ERR; }
+void natsStatistics_Destroy(natsStatistics *stats) { if (herald_nats_load()) loaded_natsStatistics_Destroy(stats); }
+natsStatus natsStatistics_GetCounts(const natsStatistics *stats, uint64_t *inMsgs, uint64_t *inBytes, uint64_t *outMsgs, uint64_t *outBytes, uint64_t *reconnects) { return herald_nats_load() ? loaded_natsStatistics_GetCounts(stats, inMsgs, inBytes, outMsgs, outBytes, reconnects) : NATS_ERR; }
 const char* natsStatus_GetText(natsStatus s) { return herald_nats_load() ? loaded_natsStatus_GetText(s) : "(libnats not loaded)"; }
 void natsSubscription_Destroy(natsSubscription *sub) { if (herald_nats_load()) loaded_natsSubscription_Destroy(sub); }
+natsStatus natsSubscription_GetPending(natsSubscription *sub, int *msgs, int *bytes) { return herald_nats_load() ? loaded_natsSubscription_GetPending(sub, msgs, bytes) : NATS_ERR; }
+natsStatus natsSubscription_NextMsg(natsMsg **nextMsg, natsSubscription *sub, int64_t timeout) { return herald_nats_load() ? loaded_natsSubscription_NextMsg(nextMsg, sub, timeout) : NATS_ERR; }
 natsStatus natsSubscription_SetOnCompleteCB(natsSubscription *sub, natsOnCompleteCB cb, void *closure) { return herald_nats_load() ? loaded_natsSubscription_SetOnCompleteCB(sub, cb, closure) : NATS_ERR; }
 natsStatus natsSubscription_SetPendingLimits(natsSubscription *sub, int msgLimit, int bytesLimit) { return herald_nats_load() ? loaded_natsSubscription_SetPendingLimits(sub, msgLimit, bytesLimit) : NATS_ERR; }
 natsStatus natsSubscription_Unsubscribe(natsSubscription *sub) { return herald_nats_load() ? loaded_natsSubscription_Unsubscribe(sub) : NATS_ERR; }

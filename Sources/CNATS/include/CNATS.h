@@ -27,6 +27,18 @@ void herald_nats_loop_free(herald_nats_loop *place);
    thread is recorded as the loop's), and connect there too: the first attach creates the adapter's handles. */
 natsStatus herald_nats_use_loop(natsOptions *opts, herald_nats_loop *place);
 
+/* Messages of synchronous subscriptions, taken on the loop right after each read of the connection: `deliver`
+   gets each (it owns `msg`) with the closure its subscription was added with. Loop thread, all of them.
+   herald_nats_loop_add registers a subscription (false when out of memory); what it held before that is taken at
+   the next read or herald_nats_loop_drain(place, true). herald_nats_loop_remove unregisters it (before it is
+   destroyed) and answers its closure (NULL when it was not registered). herald_nats_loop_drain(place, false) is
+   what a read does: nothing unless the connection received messages since the last drain. */
+typedef void (*herald_nats_deliver_fn)(natsMsg *msg, void *closure);
+void herald_nats_loop_set_deliver(herald_nats_loop *place, herald_nats_deliver_fn deliver);
+bool herald_nats_loop_add(herald_nats_loop *place, natsSubscription *sub, void *closure);
+void *herald_nats_loop_remove(herald_nats_loop *place, natsSubscription *sub);
+void herald_nats_loop_drain(herald_nats_loop *place, bool always);
+
 /* Handles the adapter still has open on the loop for this connection (0 once it has fully detached, or when it
    never attached). Call on the loop thread. */
 int herald_nats_open_adapter_handles(herald_nats_loop *place);
@@ -74,7 +86,8 @@ natsStatus herald_nats_ensure_consumer(jsCtx *js, const char *stream, const char
 natsStatus herald_nats_delete_consumer(jsCtx *js, const char *stream, const char *durable, jsErrCode *errorCode);
 
 /* Subscribes to the existing durable consumer `durable` of `stream` with manual acks; messages go to `callback`
-   on cnats's delivery thread for the subscription. */
+   on cnats's delivery thread for the subscription, or, when `callback` is NULL, wait on the subscription
+   (synchronous: for herald_nats_loop_add). */
 natsStatus herald_nats_subscribe_durable(natsSubscription **subscription, jsCtx *js, const char *stream,
                                          const char *durable, const char *filter, natsMsgHandler callback,
                                          void *closure, jsErrCode *errorCode);
