@@ -8,8 +8,9 @@ import Logging
 /// durable message system instead of a network of its own.
 ///
 /// The connection runs on Herald's loop through an event-loop adapter of Herald's own (CNATS/adapter.c): the loop
-/// reads and writes the socket; cnats hands each message to a delivery thread of its own, from which the receiver hops to the loop before it
-/// touches the bus. Three ways in, each with its guarantee:
+/// reads and writes the socket, and the receiver's subscriptions are synchronous: right after each read the adapter takes
+/// the messages cnats queued on them and hands them to the receiver on the loop thread (no cnats delivery thread per
+/// subscription, no hop back to the loop). Three ways in, each with its guarantee:
 ///
 /// - **Token messages** (`herald.<project>.token.<token>`) are stored by JetStream in the stream
 ///   ``Options/stream`` (work-queue retention) and pushed to this instance's durable consumer
@@ -33,7 +34,7 @@ import Logging
 /// ``Options/maxHeldMessages``) until it has room.
 public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     // @unchecked Sendable: `options` is immutable; `shared` is a lock; everything else is touched on the loop
-    // thread only (start, stop and the token change hop to it; cnats's threads hop to it before touching state).
+    // thread only (start, stop and the token change hop to it; cnats's connection callbacks hop to it before touching state).
 
     /// How topic messages reach the instance.
     public enum TopicDelivery: Sendable, Hashable {
@@ -380,6 +381,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let steps: [() -> natsStatus] = [
             { NATSConnectionSettings.apply(self.options, to: natsOptions) },
             { natsOptions_SetAllowReconnect(natsOptions, true) },
+            // What the loop publishes (acks, replies) is handed to the adapter at once, to go out when the loop next
+            // polls the socket writable (with everything else published in the same turn); without it cnats signals
+            // a flusher thread of its own, which sleeps 1 ms to gather more and then asks the adapter from its
+            // thread: a wake-up of that thread and one of the loop for every batch of acks.
+            { natsOptions_SetSendAsap(natsOptions, true) },
             { natsOptions_SetMaxReconnect(natsOptions, Int32(clamping: self.options.maxReconnectAttempts)) },
             { natsOptions_SetCustomReconnectDelay(natsOptions, herald_nats_reconnect_delay, limits) },
             { natsOptions_SetDisconnectedCB(natsOptions, { _, closure in ConnectionRelay.from(closure).disconnected() }, relay) },
@@ -801,7 +807,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     // MARK: Messages
 
-    /// A message from a cnats delivery thread, now on the loop thread. Takes ownership of `message`. `acks`: those
+    /// A message taken from one of the receiver's subscriptions, on the loop thread. Takes ownership of `message`. `acks`: those
     /// of its consumer when it acknowledges cumulatively.
     func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, acks: CumulativeAcks? = nil) {
         guard let context, connection != nil, !stopping else {
