@@ -6,7 +6,7 @@ import Testing
 
 /// `herald serve --gateway` as a child, on a free port, with the bearer secret `secret`.
 func startGateway(
-    server: NATSServerProcess, directory: String, secret: String, metricsPort: Int? = nil, extraArguments: [String] = []
+    server: any TestNATSServer, directory: String, secret: String, metricsPort: Int? = nil, extraArguments: [String] = []
 ) async throws -> DaemonProcess {
     let secretFile = "\(directory)/secret"
     try secret.write(toFile: secretFile, atomically: true, encoding: .utf8)
