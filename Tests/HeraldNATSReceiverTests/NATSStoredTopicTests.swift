@@ -12,7 +12,7 @@ func topicBody(_ topic: String, n: Int, android: String = "") -> String {
 @Suite("Stored topic delivery: topic messages wait in JetStream for subscribed instances, within their TTL", .serialized)
 struct NATSStoredTopicTests {
     @Test(
-        "each subscribed instance handles each topic message once; one that was stopped gets, once back, what was sent within the TTL, the newest of a collapse key; expired ones are dropped as expired"
+        "each subscribed instance handles each topic message once; one that was stopped gets, once back, what was sent within the TTL (android.ttl or apns-expiration), the newest of a collapse key; expired ones are dropped as expired"
     )
     func instanceBackWithinTTL() async throws {
         let server = try NATSServerProcess()
@@ -21,8 +21,12 @@ struct NATSStoredTopicTests {
             let online = try FleetInstance(server: server, configure: stored)
             let away = try FleetInstance(server: server, store: try SQLiteStore(directory: directory), configure: stored)
             let publisher = try NATSPublisher(url: server.url)
-            func send(_ topic: String, _ n: Int, android: String = "") throws {
-                let body = Array(topicBody(topic, n: n, android: android).utf8)
+            func send(_ topic: String, _ n: Int, android: String = "", apnsExpiration: Int64? = nil) throws {
+                var text = topicBody(topic, n: n, android: android)
+                if let apnsExpiration {
+                    text = #"{"message": {"topic": "\#(topic)", "data": {"n": "\#(n)"}, "apns": {"headers": {"apns-expiration": "\#(apnsExpiration)"}}}}"#
+                }
+                let body = Array(text.utf8)
                 let id = try publisher.publishTopic(
                     NATSSubjects.topic(project: "demo", topic: topic), body: body, messageID: "t\(n)", stored: true)
                 #expect(id?.hasPrefix("nats-HERALD_DEMO_TOPICS-") == true)
@@ -42,22 +46,26 @@ struct NATSStoredTopicTests {
                 try send("news", 7, android: #""collapse_key": "score""#)
                 try send("news", 8)
                 try send("other", 9)
-                #expect(await eventually { Set(online.collector.numbers).isSuperset(of: ["4", "5", "7", "8"]) })
-                // The 1 s TTL of message 5 runs out while `away` is stopped.
-                #expect(await eventually { Int64(Date().timeIntervalSince1970) > expiring + 2 })
+                // APNs' expiration (seconds since 1970) is a TTL too: 10 expires while `away` is stopped, 11 does not.
+                try send("news", 10, apnsExpiration: expiring + 4)
+                try send("news", 11, apnsExpiration: expiring + 3600)
+                #expect(await eventually { Set(online.collector.numbers).isSuperset(of: ["4", "5", "7", "8", "10", "11"]) })
+                // The 1 s TTL of message 5 and the expiration of 10 run out while `away` is stopped.
+                #expect(await eventually { Int64(Date().timeIntervalSince1970) > expiring + 5 })
 
                 let sink = RecordingSink()
                 let back = try FleetInstance(
                     server: server, store: try SQLiteStore(directory: directory), plugins: [sink], configure: stored)
                 try await withFleet([back]) {
-                    #expect(await eventually { back.collector.numbers == ["4", "8", "7"] || back.collector.numbers == ["4", "7", "8"] })
+                    #expect(await eventually { Set(back.collector.numbers) == ["4", "7", "8", "11"] })
                     try await back.herald.waitUntilIdle()
                     try await back.receiver.flush()
-                    #expect(Set(back.collector.numbers) == ["4", "7", "8"])
-                    #expect(back.collector.numbers.count == 3)
+                    #expect(Set(back.collector.numbers) == ["4", "7", "8", "11"])
+                    #expect(back.collector.numbers.count == 4)
                 }
                 let drops = sink.events(named: .messageDropped).compactMap { $0.parameters["reason"] }
-                #expect(drops.contains("expired"), "\(drops)")
+                // Two expired: 5 (android.ttl) and 10 (apns-expiration).
+                #expect(drops.filter { $0 == "expired" }.count == 2, "\(drops)")
                 #expect(drops.contains("collapsed"), "\(drops)")
                 // Nothing twice at the instance that stayed.
                 #expect(online.collector.numbers.count == Set(online.collector.numbers).count)
