@@ -24,7 +24,8 @@ struct NATSStoredTopicTests {
             func send(_ topic: String, _ n: Int, android: String = "", apnsExpiration: Int64? = nil) throws {
                 var text = topicBody(topic, n: n, android: android)
                 if let apnsExpiration {
-                    text = #"{"message": {"topic": "\#(topic)", "data": {"n": "\#(n)"}, "apns": {"headers": {"apns-expiration": "\#(apnsExpiration)"}}}}"#
+                    let apns = #""apns": {"headers": {"apns-expiration": "\#(apnsExpiration)"}}"#
+                    text = #"{"message": {"topic": "\#(topic)", "data": {"n": "\#(n)"}, \#(apns)}}"#
                 }
                 let body = Array(text.utf8)
                 let id = try publisher.publishTopic(
