@@ -17,7 +17,9 @@
    loop would hand its messages to that thread, and the thread hand each back to the loop, two thread switches per
    batch. Herald's subscriptions are synchronous instead: cnats queues what the loop reads on the subscription, and
    right after each read the adapter takes what every registered subscription holds and gives it to the owner's
-   `deliver` function, on the loop thread. */
+   `deliver` function, on the loop thread. That looks at each subscription after a read that brought messages (a
+   read that brought none, by the connection's count, looks at none): some 17 ns per subscription, 34 µs for an
+   instance on 2,000 topics, shared by the messages of that read. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>

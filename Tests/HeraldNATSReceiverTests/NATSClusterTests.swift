@@ -151,9 +151,16 @@ struct NATSClusterTests {
                 defer { _ = gateway.terminate() }
                 let tokens = try await instances.asyncMap { try await $0.token() }
                 for instance in instances { try await instance.subscribe("news") }
-                #expect(try cluster.streamState(node: 0, stream: "HERALD_DEMO") != nil)
-                #expect(try cluster.streamState(node: 1, stream: "HERALD_DEMO") != nil)
-                #expect(try cluster.streamState(node: 2, stream: "HERALD_DEMO") != nil)
+                // Every node holds a replica (R3) of the token stream, the stored topics' stream and the registrations
+                // bucket (a key-value bucket is the stream `KV_<bucket>`).
+                for stream in ["HERALD_DEMO", "HERALD_DEMO_TOPICS", "KV_HERALD_DEMO_REGISTRATIONS"] {
+                    for node in 0..<3 {
+                        let replicated = await eventually(timeout: .seconds(30)) {
+                            (try? cluster.streamState(node: node, stream: stream)) != nil
+                        }
+                        #expect(replicated, "node\(node) holds no replica of \(stream)")
+                    }
+                }
 
                 let total = 10_000
                 let senders = 4
