@@ -28,7 +28,7 @@ private let reloadUnderLoad = #"""
     before = serial()
     stop = threading.Event()
     counts = {"requests": 0, "failures": 0}
-    lock = threading.Lock()
+    lock = threading.Condition()
 
     def load():
         while not stop.is_set():
@@ -42,17 +42,13 @@ private let reloadUnderLoad = #"""
             with lock:
                 counts["requests"] += 2
                 counts["failures"] += 0 if ok else 1
+                lock.notify_all()
 
     def answered(more):
         # Until the load has made `more` requests from now (20 s at most): it runs across each reload.
         with lock:
             target = counts["requests"] + more
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            with lock:
-                if counts["requests"] >= target:
-                    return
-            time.sleep(0.01)
+            lock.wait_for(lambda: counts["requests"] >= target, timeout=20)
 
     threads = [threading.Thread(target=load) for _ in range(4)]
     for thread in threads:

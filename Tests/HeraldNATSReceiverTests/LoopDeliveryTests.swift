@@ -97,6 +97,23 @@ private final class LoopConnection: @unchecked Sendable {
     }
 }
 
+/// A nats-server, a publisher beside it, and a loop with a `LoopConnection` to the server for `body`; the
+/// connection is closed and its adapter's handles gone before the loop ends.
+private func withLoopConnection(
+    named name: String, _ body: (EventLoop, LoopConnection, NATSPublisher) async throws -> Void
+) async throws {
+    let server = try NATSServerProcess(jetStream: false)
+    defer { server.stop() }
+    let publisher = try NATSPublisher(url: server.url)
+    try await withEventLoop(named: name) { loop in
+        let nats = try await loop.submit { try LoopConnection(url: server.url, loop: loop) }
+        try await body(loop, nats, publisher)
+        try await loop.submit { nats.closeAll() }
+        #expect(try await eventually { try await loop.submit { herald_nats_open_adapter_handles(nats.place) == 0 } })
+        try await loop.submit { herald_nats_loop_free(nats.place) }
+    }
+}
+
 /// The NATS receiver's messages are taken on the loop thread right after each read of the connection (no cnats
 /// delivery thread): the adapter's drain of synchronous subscriptions, against a real nats-server.
 @Suite("NATS on the loop: synchronous subscriptions drained after each read")
@@ -105,11 +122,7 @@ struct LoopDeliveryTests {
         "every message of every registered subscription is delivered on the loop, in order; subscriptions added or removed during a drain, and one registered after its messages came, are handled"
     )
     func drainedOnTheLoop() async throws {
-        let server = try NATSServerProcess(jetStream: false)
-        defer { server.stop() }
-        let publisher = try NATSPublisher(url: server.url)
-        try await withEventLoop(named: "loop-delivery") { loop in
-            let nats = try await loop.submit { try LoopConnection(url: server.url, loop: loop) }
+        try await withLoopConnection(named: "loop-delivery") { loop, nats, publisher in
             try await loop.submit {
                 try nats.subscribe("a")
                 try nats.subscribe("b")
@@ -153,9 +166,6 @@ struct LoopDeliveryTests {
             #expect(received["c"] == (1...10).map(String.init) + ["end"])
             #expect(received["late"] == (1...1000).map(String.init))
 
-            try await loop.submit { nats.closeAll() }
-            #expect(try await eventually { try await loop.submit { herald_nats_open_adapter_handles(nats.place) == 0 } })
-            try await loop.submit { herald_nats_loop_free(nats.place) }
         }
     }
 
@@ -163,11 +173,7 @@ struct LoopDeliveryTests {
         "a subscription that overflowed its pending limit before a drain: the drain goes past cnats's slow-consumer report and takes what was kept"
     )
     func slowConsumer() async throws {
-        let server = try NATSServerProcess(jetStream: false)
-        defer { server.stop() }
-        let publisher = try NATSPublisher(url: server.url)
-        try await withEventLoop(named: "loop-delivery-slow") { loop in
-            let nats = try await loop.submit { try LoopConnection(url: server.url, loop: loop) }
+        try await withLoopConnection(named: "loop-delivery-slow") { loop, nats, publisher in
             try await loop.submit {
                 try nats.subscribe("slow", register: false)
                 #expect(natsSubscription_SetPendingLimits(nats.subscriptions["slow"], 5, 1 << 20) == NATS_OK)
@@ -186,9 +192,6 @@ struct LoopDeliveryTests {
             #expect(offLoop == 0)
             #expect(received["slow"] == (1...5).map(String.init))
 
-            try await loop.submit { nats.closeAll() }
-            #expect(try await eventually { try await loop.submit { herald_nats_open_adapter_handles(nats.place) == 0 } })
-            try await loop.submit { herald_nats_loop_free(nats.place) }
         }
     }
 }
