@@ -495,12 +495,15 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     /// Registers `subscription` (synchronous) with the loop, which from now on takes its messages after each read of
     /// the connection and hands them to `relay` (retained until ``close(_:)``); what arrived before is taken on the
-    /// next turn. False (the subscription discarded) when out of memory. Loop thread.
+    /// next turn. False (the subscription discarded) when out of memory. Also sets how much may wait on it between
+    /// two drains before cnats drops messages (a slow consumer). Loop thread.
     private func adopt(_ subscription: OpaquePointer, relay: UnsafeMutableRawPointer) -> Bool {
         guard let place, let context, herald_nats_loop_add(place, subscription, relay) else {
             Self.discard(subscription, relay: relay)
             return false
         }
+        natsSubscription_SetPendingLimits(
+            subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
         context.loop.execute {
             if let place = self.place { herald_nats_loop_drain(place, true) }
         }
@@ -590,7 +593,6 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
             return
         }
-        Self.prepare(subscription, options: options)
         guard adopt(subscription, relay: closure) else { return }
         topicRequestSubscription = (instance, subscription)
     }
@@ -688,7 +690,6 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                         operation: "subscribe to the consumer \(durable)", detail: String(cString: herald_nats_last_error(status)),
                         code: Int(code.rawValue)))
             }
-            Self.prepare(subscription, options: options)
             return .success((UnsafeHandle(subscription), UnsafeRawHandle(closure), relay.acks))
         }
         return try result.get()
@@ -752,12 +753,6 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
-    /// How much may wait on the subscription between two drains before cnats drops messages (a slow consumer).
-    private static func prepare(_ subscription: OpaquePointer, options: Options) {
-        natsSubscription_SetPendingLimits(
-            subscription, Int32(clamping: options.pendingMessagesLimit), Int32(clamping: options.pendingBytesLimit))
-    }
-
     public func topicsDidChange(_ topics: Set<String>) {
         wantedTopics = topics
         applyTopics()
@@ -800,7 +795,6 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                     metadata: ["subject": "\(subject)", "error": "\(String(cString: herald_nats_last_error(status)))"])
                 continue
             }
-            Self.prepare(subscription, options: options)
             if adopt(subscription, relay: closure) { topicSubscriptions[topic] = subscription }
         }
     }
