@@ -28,10 +28,11 @@ public import Herald
 /// `validate_only` checks the request (and a token's registration) and publishes nothing. NATS unreachable (down,
 /// reconnecting, or no answer within ``NATSReceiver/Options/requestTimeout``): `503 UNAVAILABLE`; the sender retries.
 ///
-/// No send waits for a round trip on a thread of its own: the publish is handed to cnats (which writes it out on its
-/// own threads) and the send suspends until it is settled, so any number are in flight at once on the one
-/// connection. A stored send resumes when JetStream's acknowledgement reaches the gateway's one subscription for
-/// them (each publish's reply subject ends in a number of its own); a core topic send resumes when a flush that
+/// No send waits for a round trip on a thread of its own: the publish is handed to cnats, whose connection runs on
+/// the loop as the receiver's does (Herald's adapter reads and writes its socket), and the send suspends until it is
+/// settled, so any number are in flight at once on the one connection. A stored send resumes when JetStream's
+/// acknowledgement reaches the gateway's one subscription for them (each publish's reply subject ends in a number of
+/// its own), taken on the loop right after the read that brought it; a core topic send resumes when a flush that
 /// began after its publish has completed (one flush at a time, on a thread of the gateway's, for every send waiting
 /// when it begins). No acknowledgement within the request timeout, or the connection lost meanwhile: `503
 /// UNAVAILABLE` (the message may have been stored; the retry, with the same `Nats-Msg-Id`, is stored once).
@@ -66,17 +67,26 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         let options = self.options
         let project = context.projectID
         let webPushEndpointURL = self.webPushEndpointURL
-        let publisher = try await context.loop.offload {
-            let publisher = try NATSPublisher(options: options, timeout: options.requestTimeout, reconnect: true)
-            // Token messages sent before any instance started are kept for it.
-            try publisher.ensureStream(project: project, options: options)
-            if webPushEndpointURL != nil {
-                try publisher.ensureStream(
-                    NATSSubjects.webPushStreamName(project: project), subjects: NATSSubjects.allWebPushes(project: project),
-                    options: options)
+        // The connection runs on the loop (connected there, as the adapter needs): acknowledgements are read and
+        // their sends resumed on the loop thread. Its round trips (the streams here) run off the loop.
+        let loop = context.loop
+        let publisher = try await loop.submit {
+            try NATSPublisher(options: options, timeout: options.requestTimeout, reconnect: true, loop: loop)
+        }
+        do {
+            try await loop.offload {
+                // Token messages sent before any instance started are kept for it.
+                try publisher.ensureStream(project: project, options: options)
+                if webPushEndpointURL != nil {
+                    try publisher.ensureStream(
+                        NATSSubjects.webPushStreamName(project: project), subjects: NATSSubjects.allWebPushes(project: project),
+                        options: options)
+                }
             }
-            try publisher.startPipeline()
-            return publisher
+            try await loop.submit { try publisher.startPipeline() }
+        } catch {
+            await publisher.shutdown()
+            throw error
         }
         // Registrations are read from a watched copy of the bucket: an unknown token is answered without a round trip.
         publisher.watchRegistrations(bucket: options.registrationBucket ?? NATSSubjects.registrationBucket(project: project))
@@ -93,7 +103,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
     }
 
     public func stop() async {
-        // The publisher's connection closes when its last reference (a send in progress, the watch) goes.
+        // The publisher is closed here; its memory goes with its last reference (a send in progress, a watch).
         let publisher = shared.withLock { shared in
             defer { shared = (nil, nil) }
             return shared.publisher
@@ -101,11 +111,20 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         // Sends in flight are answered now, UNAVAILABLE: stored or not, their senders' retries are stored once.
         publisher?.closePipeline()
         publisher?.stopWatching()
+        // The connection closes on the loop, and its handles there are gone before the loop may stop.
+        await publisher?.shutdown()
     }
 
     /// Sends waiting for JetStream's acknowledgement or a flush now (none once stopped).
     package var sendsInFlight: Int {
         shared.withLock { $0.publisher }?.sendsInFlight ?? 0
+    }
+
+    /// The libuv handles the connection to NATS has open on the loop (it runs there while the gateway does: its
+    /// socket's poll and the adapter's wake-up); 0 once stopped.
+    package func connectionHandlesOnLoop() async -> Int {
+        guard case (let publisher?, let context?) = shared.withLock({ $0 }) else { return 0 }
+        return (try? await context.loop.submit { Int(publisher.adapterHandles) }) ?? 0
     }
 
     /// The watched copy's registration of `token`'s installation: `nil` while the watch has not caught up (a send

@@ -11,14 +11,20 @@ import Herald
 ///   started after the publish has completed: the server has the message. One thread of the pipeline's own runs one
 ///   flush at a time for every send waiting when it starts (those that come meanwhile share the next).
 ///
-/// Each send is resumed exactly once, from whichever thread settles it: its acknowledgement (cnats's thread for the
-/// subscription), its flush (the flusher's thread), its deadline (``NATSReceiver/Options/requestTimeout`` after the
+/// On a publisher whose connection runs on Herald's loop (a gateway's), the acknowledgements' subscription is
+/// synchronous and registered with the loop's adapter: the loop takes each acknowledgement right after it reads it
+/// and resumes its send there, with no thread of cnats's between the socket and the send. On a publisher with cnats's
+/// own threads, a thread of cnats's for the subscription does.
+///
+/// Each send is resumed exactly once, from whichever thread settles it: its acknowledgement (the loop, or cnats's
+/// thread for the subscription), its flush (the flusher's thread), its deadline (``NATSReceiver/Options/requestTimeout`` after the
 /// publish; the flusher's thread checks every 100 ms), the connection lost (cnats's callback thread: a send in flight
 /// is not known to be stored, so it fails, and its sender's retry, with the same `Nats-Msg-Id`, is stored once), or
 /// ``close()``. An acknowledgement that comes after its send was settled otherwise finds nothing and is dropped.
 final class NATSPipeline: @unchecked Sendable {
-    // @unchecked Sendable: the mutable state is only touched with `mutex` held; `connection`, `prefix` and
-    // `subscription` are set once by start(connection:) before any send, and read-only from then on.
+    // @unchecked Sendable: the mutable state is only touched with `mutex` held; `connection`, `prefix`, `place` and
+    // `subscription` are set once by start(connection:place:) before any send, and read-only from then on until
+    // unsubscribe() (the loop thread with a place, else the publisher's deinit).
 
     /// Where JetStream stored a message: the stream and its sequence there.
     struct Stored: Sendable, Equatable {
@@ -50,6 +56,8 @@ final class NATSPipeline: @unchecked Sendable {
     private let timeout: Duration
     private var connection: OpaquePointer?
     private var subscription: OpaquePointer?
+    /// The adapter's place on the loop the connection runs on, when it does (the subscription is registered there).
+    private var place: OpaquePointer?
     /// `_INBOX.<unique>.`: every acknowledgement's subject is this and a number.
     private var prefix = ""
 
@@ -76,8 +84,10 @@ final class NATSPipeline: @unchecked Sendable {
         return try body(&state)
     }
 
-    /// Subscribes to the acknowledgements on `connection` and starts the flusher. Once, before any send.
-    func start(connection: OpaquePointer) throws {
+    /// Subscribes to the acknowledgements on `connection` and starts the flusher. Once, before any send. With
+    /// `place` (the connection runs on Herald's loop through the adapter), on the loop thread: the subscription is
+    /// registered there and its acknowledgements are taken on the loop (``deliver``).
+    func start(connection: OpaquePointer, place: OpaquePointer? = nil) throws {
         var inbox: UnsafeMutablePointer<natsInbox>?
         guard natsInbox_Create(&inbox) == NATS_OK, let inbox else {
             throw NATSReceiverError.subscribe(subject: "_INBOX", detail: String(cString: herald_nats_last_error(NATS_NO_MEMORY)))
@@ -86,6 +96,50 @@ final class NATSPipeline: @unchecked Sendable {
         natsInbox_Destroy(inbox)
         self.connection = connection
         let closure = Unmanaged.passRetained(self).toOpaque()
+        if let place {
+            try subscribeOnLoop(connection: connection, place: place, closure: closure)
+        } else {
+            try subscribeWithThread(connection: connection, closure: closure)
+        }
+        locked { $0.flusherRunning = true }
+        let created = detachThread { [self] in runFlusher() }
+        if created != 0 {
+            locked { $0.flusherRunning = false }
+            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: "cannot start the flusher thread (\(created))")
+        }
+    }
+
+    /// The adapter's delivery of an acknowledgement taken on the loop: `closure` is the pipeline its subscription
+    /// was registered with.
+    static let deliver: herald_nats_deliver_fn = { message, closure in
+        guard let message, let closure else { return }
+        Unmanaged<NATSPipeline>.fromOpaque(closure).takeUnretainedValue().acknowledged(message)
+        natsMsg_Destroy(message)
+    }
+
+    /// A synchronous subscription registered with the loop's adapter (which holds `closure`, a reference to the
+    /// pipeline, until ``unsubscribe()``).
+    private func subscribeOnLoop(connection: OpaquePointer, place: OpaquePointer, closure: UnsafeMutableRawPointer) throws {
+        var subscriptionPointer: OpaquePointer?
+        let status = natsConnection_SubscribeSync(&subscriptionPointer, connection, prefix + "*")
+        guard status == NATS_OK, let subscription = subscriptionPointer else {
+            Unmanaged<NATSPipeline>.fromOpaque(closure).release()
+            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: String(cString: herald_nats_last_error(status)))
+        }
+        // Acknowledgements are never dropped for a slow consumer: each is a send's answer.
+        natsSubscription_SetPendingLimits(subscription, -1, -1)
+        guard herald_nats_loop_add(place, subscription, closure) else {
+            natsSubscription_Unsubscribe(subscription)
+            natsSubscription_Destroy(subscription)
+            Unmanaged<NATSPipeline>.fromOpaque(closure).release()
+            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: "out of memory")
+        }
+        self.place = place
+        self.subscription = subscription
+    }
+
+    /// An asynchronous subscription: cnats's thread for it takes the acknowledgements.
+    private func subscribeWithThread(connection: OpaquePointer, closure: UnsafeMutableRawPointer) throws {
         var subscriptionPointer: OpaquePointer?
         let status = natsConnection_Subscribe(
             &subscriptionPointer, connection, prefix + "*",
@@ -104,12 +158,6 @@ final class NATSPipeline: @unchecked Sendable {
         natsSubscription_SetOnCompleteCB(
             subscription, { closure in closure.map { Unmanaged<NATSPipeline>.fromOpaque($0).release() } }, closure)
         self.subscription = subscription
-        locked { $0.flusherRunning = true }
-        let created = detachThread { [self] in runFlusher() }
-        if created != 0 {
-            locked { $0.flusherRunning = false }
-            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: "cannot start the flusher thread (\(created))")
-        }
     }
 
     // MARK: Stored sends
@@ -143,7 +191,7 @@ final class NATSPipeline: @unchecked Sendable {
         }
     }
 
-    /// An acknowledgement (or a no-responders answer), on cnats's thread for the subscription.
+    /// An acknowledgement (or a no-responders answer), on the loop or cnats's thread for the subscription.
     private func acknowledged(_ message: OpaquePointer) {
         var number: UInt64 = 0
         var sequence: UInt64 = 0
@@ -273,9 +321,14 @@ final class NATSPipeline: @unchecked Sendable {
         while state.flusherRunning { pthread_cond_wait(condition, mutex) }
     }
 
-    /// Ends the subscription (before the connection is destroyed; the pipeline itself goes once cnats is done with it).
+    /// Ends the subscription (before the connection is destroyed; the pipeline itself goes once cnats, or the loop's
+    /// adapter, is done with it). With a place, on the loop thread. Once.
     func unsubscribe() {
         guard let subscription else { return }
+        self.subscription = nil
+        if let place, let closure = herald_nats_loop_remove(place, subscription) {
+            Unmanaged<NATSPipeline>.fromOpaque(closure).release()
+        }
         natsSubscription_Unsubscribe(subscription)
         natsSubscription_Destroy(subscription)
     }

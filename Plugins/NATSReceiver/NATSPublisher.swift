@@ -1,17 +1,25 @@
 import CNATS
 import Glibc
-import Herald
+public import Herald
 
 /// Publishes send bodies to Herald's NATS subjects (``NATSSubjects``), as `herald send --nats` does: token
 /// messages through JetStream (answered once the stream has stored them), topic messages as core NATS requests
 /// (answered by a subscribed instance).
 ///
-/// A plain cnats connection with cnats's own threads (no event loop): every call blocks until it is answered or
-/// times out, so call it from a thread that may block (a command's main task, a blocking pool).
+/// A plain cnats connection, with cnats's own threads or (a gateway's, ``init(options:timeout:reconnect:loop:)``)
+/// on Herald's loop: every call but the pipeline's blocks until it is answered or times out, so call it from a
+/// thread that may block (a command's main task, a blocking pool), never from the loop thread of a publisher on the
+/// loop (the loop reads the answers).
 public final class NATSPublisher: @unchecked Sendable {
     // @unchecked Sendable: cnats connections, JetStream contexts and key-value stores may be used from any thread;
-    // the first two are immutable here, the stores sit behind a lock; all are destroyed in deinit.
+    // the first two are immutable here, the stores sit behind a lock; all are destroyed in deinit. `place` is used
+    // on the loop thread only, and freed by shutdown().
     private let connection: OpaquePointer
+    /// The loop the connection runs on, and the adapter's place there; `nil` with cnats's own threads.
+    private let loop: EventLoop?
+    private let place: OpaquePointer?
+    /// Whether ``shutdown()`` has begun (a publisher on a loop).
+    private let shutDown = Locked(false)
     private let jetStream: OpaquePointer
     private let timeout: Duration
     /// Key-value buckets opened so far, by name: opening one is a round trip (stream info), so a gateway, which reads
@@ -27,10 +35,21 @@ public final class NATSPublisher: @unchecked Sendable {
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
     /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
     /// receiver does (``NATSReceiver/Options/reconnectWait`` and its limits); ``isConnected`` says when it is up.
-    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false) throws {
+    ///
+    /// With `loop` (called on its thread, which it blocks while it connects, as ``NATSReceiver`` does), the
+    /// connection's socket is read and written on that loop through Herald's cnats adapter, and the pipeline's
+    /// acknowledgements are taken there (no thread of cnats's between the socket and a gateway's sends); close it
+    /// with ``shutdown()`` before the loop stops.
+    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false, loop: EventLoop? = nil) throws {
         self.timeout = timeout
         let natsOptions = try NATSConnectionSettings.createOptions(servers: options.servers)
         defer { natsOptions_Destroy(natsOptions) }
+        var place: OpaquePointer?
+        if let loop {
+            loop.preconditionInEventLoop()
+            place = herald_nats_loop_create(loop.uv)
+            if place == nil { throw NATSReceiverError.connect(servers: options.servers, detail: "out of memory") }
+        }
         var status = NATSConnectionSettings.apply(options, to: natsOptions)
         if status == NATS_OK { status = natsOptions_SetAllowReconnect(natsOptions, reconnect) }
         // Each publish written out at once, not after cnats's flusher thread has slept its 1 ms to gather more: the
@@ -61,18 +80,25 @@ public final class NATSPublisher: @unchecked Sendable {
                 },
             ])
         }
+        if status == NATS_OK, let place { status = herald_nats_use_loop(natsOptions, place) }
         var connectionPointer: OpaquePointer?
         if status == NATS_OK { status = natsConnection_Connect(&connectionPointer, natsOptions) }
         guard status == NATS_OK, let connection = connectionPointer else {
             Unmanaged<NATSPipeline>.fromOpaque(relay).release()
+            if let place { herald_nats_loop_free(place) }
             throw NATSReceiverError.connect(servers: options.servers, detail: String(cString: herald_nats_last_error(status)))
         }
+        if let place { herald_nats_loop_set_deliver(place, NATSPipeline.deliver) }
+        self.loop = loop
+        self.place = place
         self.pipeline = pipeline
         var jsOptions = jsOptions()
         jsOptions_Init(&jsOptions)
         jsOptions.Wait = timeout.milliseconds
         var jsPointer: OpaquePointer?
         guard natsConnection_JetStream(&jsPointer, connection, &jsOptions) == NATS_OK, let jetStream = jsPointer else {
+            // On a loop, the adapter's place is left (a few bytes): it may be freed only once the loop has closed
+            // the handles the connection's close asks it to.
             natsConnection_Destroy(connection)
             throw NATSReceiverError.jetStream(
                 operation: "open a JetStream context", detail: String(cString: herald_nats_last_error(NATS_ERR)), code: 0)
@@ -84,7 +110,8 @@ public final class NATSPublisher: @unchecked Sendable {
     deinit {
         pipeline.close()
         pipeline.waitForFlusher()
-        pipeline.unsubscribe()
+        // On a loop the subscription is the loop's to end (shutdown() did; without it, it and the place are left).
+        if loop == nil { pipeline.unsubscribe() }
         for bucket in buckets.withLock({ Array($0.values) }) { kvStore_Destroy(bucket) }
         jsCtx_Destroy(jetStream)
         natsConnection_Destroy(connection)
@@ -219,7 +246,39 @@ public final class NATSPublisher: @unchecked Sendable {
     /// ``publishTopicPipelined(_:body:messageID:stored:)`` need it. Subscribes to the acknowledgements' subjects and
     /// starts the flusher's thread; once.
     func startPipeline() throws {
-        try pipeline.start(connection: connection)
+        loop?.preconditionInEventLoop()
+        try pipeline.start(connection: connection, place: place)
+    }
+
+    /// Closes a publisher on a loop: fails every send in flight (as ``closePipeline()``), ends the acknowledgements'
+    /// subscription and the connection on the loop, and returns once the adapter has closed its handles and let go
+    /// of the loop (which must not stop before). Does nothing for a publisher with cnats's own threads, or again.
+    /// Not on the loop thread.
+    func shutdown() async {
+        guard let loop, place != nil else { return }
+        let first = shutDown.withLock { done in
+            defer { done = true }
+            return !done
+        }
+        guard first else { return }
+        pipeline.close()
+        // The flusher may be in a flush, whose PONG the loop reads: waited for off the loop.
+        _ = try? await loop.offload { self.pipeline.waitForFlusher() }
+        guard (try? await loop.submit({ self.closeOnLoop() })) != nil else { return }
+        _ = await eventuallyOnLoop(loop) { self.adapterHandles == 0 }
+        try? await loop.submit { self.freePlace() }
+    }
+
+    private func closeOnLoop() {
+        pipeline.unsubscribe()
+        natsConnection_Close(connection)
+    }
+
+    /// The libuv handles the adapter has open on the loop for the connection (a publisher on a loop; loop thread).
+    package var adapterHandles: Int32 { place.map { herald_nats_open_adapter_handles($0) } ?? 0 }
+
+    private func freePlace() {
+        if let place { herald_nats_loop_free(place) }
     }
 
     /// Fails every send ``startPipeline()``'s pipeline has in flight (`UNAVAILABLE` for their senders, who retry)

@@ -172,7 +172,9 @@ struct GatewayPipelineTests {
         }
     }
 
-    @Test("a gateway stopped with sends in flight (the server frozen) answers each UNAVAILABLE at once; none is left waiting")
+    @Test(
+        "a gateway stopped with sends in flight (the server frozen) answers each UNAVAILABLE at once; none is left waiting; its connection ran on the loop and let go of it"
+    )
     func stopWithSendsInFlight() async throws {
         let server = try NATSServerProcess()
         let instance = try FleetInstance(server: server)
@@ -198,6 +200,9 @@ struct GatewayPipelineTests {
                 // timeout: the test waits for the copy.)
                 #expect(await eventually { (gateway.watchedRegistration(token: token) ?? nil) != nil })
                 #expect(await eventually { (try? await send(0).get()) != nil })
+                // The connection runs on the gateway's loop: its socket polled there, beside the adapter's wake-up.
+                // (Stopped, it lets go of them before Herald's loop stops: a handle left would crash that stop.)
+                #expect(await gateway.connectionHandlesOnLoop() == 2)
                 server.pause()  // returns once every thread of the server is stopped: none acknowledges a send after it
                 let sends = (1...8).map { n in Task { try await send(n) } }
                 #expect(await eventually { gateway.sendsInFlight == 8 })
@@ -217,6 +222,7 @@ struct GatewayPipelineTests {
                     #expect("\(error)".contains("the gateway is stopping"), "\(error)")
                 }
                 #expect(gateway.sendsInFlight == 0)
+                #expect(await gateway.connectionHandlesOnLoop() == 0)
             }
         }
     }
