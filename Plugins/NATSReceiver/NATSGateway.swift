@@ -32,9 +32,10 @@ public import Herald
 /// the loop as the receiver's does (Herald's adapter reads and writes its socket), and the send suspends until it is
 /// settled, so any number are in flight at once on the one connection. A stored send resumes when JetStream's
 /// acknowledgement reaches the gateway's one subscription for them (each publish's reply subject ends in a number of
-/// its own), taken on the loop right after the read that brought it; a core topic send resumes when a flush that
-/// began after its publish has completed (one flush at a time, on a thread of the gateway's, for every send waiting
-/// when it begins). No acknowledgement within the request timeout, or the connection lost meanwhile: `503
+/// its own), taken on the loop right after the read that brought it; a core topic send resumes when the server has
+/// its publish: an empty marker message the gateway publishes after it, to a subject of that subscription, has come
+/// back (the server handles one connection's messages in order, so this says what a flush's PONG would; one marker
+/// at a time, for every send waiting when it is published). No acknowledgement within the request timeout, or the connection lost meanwhile: `503
 /// UNAVAILABLE` (the message may have been stored; the retry, with the same `Nats-Msg-Id`, is stored once).
 /// ``stop()`` answers the sends in flight `503 UNAVAILABLE` at once. Only a registration the watched copy cannot
 /// answer yet (the watch catching up at start) is read from the bucket, on the loop's blocking pool.
@@ -115,7 +116,7 @@ public final class NATSGateway: Receiver, SendForwarder, @unchecked Sendable {
         await publisher?.shutdown()
     }
 
-    /// Sends waiting for JetStream's acknowledgement or a flush now (none once stopped).
+    /// Sends waiting for JetStream's acknowledgement or a marker now (none once stopped).
     package var sendsInFlight: Int {
         shared.withLock { $0.publisher }?.sendsInFlight ?? 0
     }

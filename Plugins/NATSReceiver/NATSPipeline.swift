@@ -2,29 +2,30 @@ import CNATS
 import Glibc
 import Herald
 
-/// The sends of a ``NATSPublisher`` that are answered later, with no thread waiting for each (a gateway's):
+/// The sends of a gateway's ``NATSPublisher`` that are answered later, with no thread waiting for each. Its
+/// connection runs on Herald's loop, and one synchronous subscription on `prefix.*`, registered with the loop's
+/// adapter, takes every answer the server sends back: the loop takes each right after the read that brought it and
+/// resumes its send there, with no thread between the socket and the send.
 ///
-/// - **stored** (``store(_:body:messageID:)``): a JetStream publish whose reply subject is this pipeline's prefix and
-///   a number of its own; one subscription on `prefix.*` takes every acknowledgement and resumes the send its number
-///   names. Many are in flight at once on the one connection, acknowledged as the server stores them.
-/// - **flushed** (``flushed()``, after a core publish): answered once a flush (a PING whose PONG came back) that
-///   started after the publish has completed: the server has the message. One thread of the pipeline's own runs one
-///   flush at a time for every send waiting when it starts (those that come meanwhile share the next).
+/// - **stored** (``store(_:body:messageID:)``): a JetStream publish whose reply subject is the prefix and a number of
+///   its own; its acknowledgement resumes the send the number names. Many are in flight at once on the one
+///   connection, acknowledged as the server stores them.
+/// - **flushed** (``flushed()``, after a core publish): answered once the server has the message. A marker, an
+///   empty message to `prefix.f<n>` (which the subscription takes), is published after it: the server handles what
+///   one connection sends in order, so once the marker comes back every publish made before it has reached the
+///   server, as a flush's PONG would say, without a thread waiting for that PONG. One marker is in flight at a time,
+///   for every send waiting when it was published (those that come meanwhile share the next).
 ///
-/// On a publisher whose connection runs on Herald's loop (a gateway's), the acknowledgements' subscription is
-/// synchronous and registered with the loop's adapter: the loop takes each acknowledgement right after it reads it
-/// and resumes its send there, with no thread of cnats's between the socket and the send. On a publisher with cnats's
-/// own threads, a thread of cnats's for the subscription does.
-///
-/// Each send is resumed exactly once, from whichever thread settles it: its acknowledgement (the loop, or cnats's
-/// thread for the subscription), its flush (the flusher's thread), its deadline (``NATSReceiver/Options/requestTimeout`` after the
-/// publish; the flusher's thread checks every 100 ms), the connection lost (cnats's callback thread: a send in flight
-/// is not known to be stored, so it fails, and its sender's retry, with the same `Nats-Msg-Id`, is stored once), or
-/// ``close()``. An acknowledgement that comes after its send was settled otherwise finds nothing and is dropped.
+/// Each send is resumed exactly once, by whatever settles it first: its acknowledgement or marker (the loop), its
+/// deadline (``NATSReceiver/Options/requestTimeout`` after the publish; the sweeper's thread checks every 100 ms),
+/// the connection lost (cnats's callback thread: a send in flight is not known to be stored, so it fails, and its
+/// sender's retry, with the same `Nats-Msg-Id`, is stored once), or ``close()``. An answer that comes after its send
+/// was settled otherwise finds nothing and is dropped (markers are numbered: one published before the connection
+/// was lost and delivered after it came back settles nothing).
 final class NATSPipeline: @unchecked Sendable {
     // @unchecked Sendable: the mutable state is only touched with `mutex` held; `connection`, `prefix`, `place` and
-    // `subscription` are set once by start(connection:place:) before any send, and read-only from then on until
-    // unsubscribe() (the loop thread with a place, else the publisher's deinit).
+    // `subscription` are set once by start(connection:place:) (on the loop) before any send, and read-only from then
+    // on until unsubscribe() (on the loop).
 
     /// Where JetStream stored a message: the stream and its sequence there.
     struct Stored: Sendable, Equatable {
@@ -35,6 +36,14 @@ final class NATSPipeline: @unchecked Sendable {
     typealias Waiting = CheckedContinuation<Result<Stored, NATSReceiverError>, Never>
     typealias Flushing = CheckedContinuation<Result<Void, NATSReceiverError>, Never>
 
+    /// The marker in flight: its number, the sends it answers, and when the first of them times out (each send
+    /// times out ``NATSReceiver/Options/requestTimeout`` after its publish, also one that waited for this marker).
+    private struct Marker {
+        let number: UInt64
+        let flushes: [Flushing]
+        let deadline: UInt64
+    }
+
     private struct State {
         /// Stored sends waiting for their acknowledgement, by the number ending their reply subject.
         var acks: [UInt64: (waiting: Waiting, subject: String, deadline: UInt64)] = [:]
@@ -42,12 +51,16 @@ final class NATSPipeline: @unchecked Sendable {
         var next: UInt64 = 1
         /// The sweep's cursor: no number below it waits (numbers are given in the order of their deadlines).
         var oldest: UInt64 = 1
-        /// Core publishes waiting for a flush that has not started yet.
+        /// Core publishes waiting for the next marker (one is in flight), in their order, and when the first of them
+        /// times out.
         var flushes: [Flushing] = []
-        /// Bumped when the connection is lost: a flush that began before is not proof of a publish made before it.
-        var epoch: UInt64 = 0
+        var firstDeadline: UInt64 = 0
+        /// The marker in flight, if any.
+        var marker: Marker?
+        /// The last marker's number.
+        var markers: UInt64 = 0
         var closed = false
-        var flusherRunning = false
+        var sweeperRunning = false
     }
 
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
@@ -56,10 +69,12 @@ final class NATSPipeline: @unchecked Sendable {
     private let timeout: Duration
     private var connection: OpaquePointer?
     private var subscription: OpaquePointer?
-    /// The adapter's place on the loop the connection runs on, when it does (the subscription is registered there).
+    /// The adapter's place on the loop the connection runs on (the subscription is registered there).
     private var place: OpaquePointer?
-    /// `_INBOX.<unique>.`: every acknowledgement's subject is this and a number.
+    /// `_INBOX.<unique>.`: every answer's subject is this and a number (an acknowledgement) or `f` and a number (a
+    /// marker).
     private var prefix = ""
+    private var prefixLength: Int32 = 0
 
     init(timeout: Duration) {
         self.timeout = timeout
@@ -84,50 +99,26 @@ final class NATSPipeline: @unchecked Sendable {
         return try body(&state)
     }
 
-    /// Subscribes to the acknowledgements on `connection` and starts the flusher. Once, before any send. With
-    /// `place` (the connection runs on Herald's loop through the adapter), on the loop thread: the subscription is
-    /// registered there and its acknowledgements are taken on the loop (``deliver``).
-    func start(connection: OpaquePointer, place: OpaquePointer? = nil) throws {
+    /// Subscribes to the answers on `connection`, which runs on the loop of the adapter's `place`, and starts the
+    /// sweeper. On the loop thread; once, before any send.
+    func start(connection: OpaquePointer, place: OpaquePointer) throws {
         var inbox: UnsafeMutablePointer<natsInbox>?
         guard natsInbox_Create(&inbox) == NATS_OK, let inbox else {
             throw NATSReceiverError.subscribe(subject: "_INBOX", detail: String(cString: herald_nats_last_error(NATS_NO_MEMORY)))
         }
         prefix = String(cString: inbox) + "."
+        prefixLength = Int32(prefix.utf8.count)
         natsInbox_Destroy(inbox)
         self.connection = connection
-        let closure = Unmanaged.passRetained(self).toOpaque()
-        if let place {
-            try subscribeOnLoop(connection: connection, place: place, closure: closure)
-        } else {
-            try subscribeWithThread(connection: connection, closure: closure)
-        }
-        locked { $0.flusherRunning = true }
-        let created = detachThread { [self] in runFlusher() }
-        if created != 0 {
-            locked { $0.flusherRunning = false }
-            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: "cannot start the flusher thread (\(created))")
-        }
-    }
-
-    /// The adapter's delivery of an acknowledgement taken on the loop: `closure` is the pipeline its subscription
-    /// was registered with.
-    static let deliver: herald_nats_deliver_fn = { message, closure in
-        guard let message, let closure else { return }
-        Unmanaged<NATSPipeline>.fromOpaque(closure).takeUnretainedValue().acknowledged(message)
-        natsMsg_Destroy(message)
-    }
-
-    /// A synchronous subscription registered with the loop's adapter (which holds `closure`, a reference to the
-    /// pipeline, until ``unsubscribe()``).
-    private func subscribeOnLoop(connection: OpaquePointer, place: OpaquePointer, closure: UnsafeMutableRawPointer) throws {
         var subscriptionPointer: OpaquePointer?
         let status = natsConnection_SubscribeSync(&subscriptionPointer, connection, prefix + "*")
         guard status == NATS_OK, let subscription = subscriptionPointer else {
-            Unmanaged<NATSPipeline>.fromOpaque(closure).release()
             throw NATSReceiverError.subscribe(subject: prefix + "*", detail: String(cString: herald_nats_last_error(status)))
         }
-        // Acknowledgements are never dropped for a slow consumer: each is a send's answer.
+        // Answers are never dropped for a slow consumer: each is a send's.
         natsSubscription_SetPendingLimits(subscription, -1, -1)
+        // The adapter holds a reference to the pipeline until unsubscribe().
+        let closure = Unmanaged.passRetained(self).toOpaque()
         guard herald_nats_loop_add(place, subscription, closure) else {
             natsSubscription_Unsubscribe(subscription)
             natsSubscription_Destroy(subscription)
@@ -136,28 +127,20 @@ final class NATSPipeline: @unchecked Sendable {
         }
         self.place = place
         self.subscription = subscription
+        locked { $0.sweeperRunning = true }
+        let created = detachThread { [self] in runSweeper() }
+        if created != 0 {
+            locked { $0.sweeperRunning = false }
+            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: "cannot start the sweeper thread (\(created))")
+        }
     }
 
-    /// An asynchronous subscription: cnats's thread for it takes the acknowledgements.
-    private func subscribeWithThread(connection: OpaquePointer, closure: UnsafeMutableRawPointer) throws {
-        var subscriptionPointer: OpaquePointer?
-        let status = natsConnection_Subscribe(
-            &subscriptionPointer, connection, prefix + "*",
-            { _, _, message, closure in
-                guard let message, let closure else { return }
-                Unmanaged<NATSPipeline>.fromOpaque(closure).takeUnretainedValue().acknowledged(message)
-                natsMsg_Destroy(message)
-            }, closure)
-        guard status == NATS_OK, let subscription = subscriptionPointer else {
-            Unmanaged<NATSPipeline>.fromOpaque(closure).release()
-            throw NATSReceiverError.subscribe(subject: prefix + "*", detail: String(cString: herald_nats_last_error(status)))
-        }
-        // Acknowledgements are never dropped for a slow consumer (each is a send's answer); the pipeline goes once
-        // cnats is done with the subscription (no callback runs after that).
-        natsSubscription_SetPendingLimits(subscription, -1, -1)
-        natsSubscription_SetOnCompleteCB(
-            subscription, { closure in closure.map { Unmanaged<NATSPipeline>.fromOpaque($0).release() } }, closure)
-        self.subscription = subscription
+    /// The adapter's delivery of an answer taken on the loop: `closure` is the pipeline its subscription was
+    /// registered with.
+    static let deliver: herald_nats_deliver_fn = { message, closure in
+        guard let message, let closure else { return }
+        Unmanaged<NATSPipeline>.fromOpaque(closure).takeUnretainedValue().answered(message)
+        natsMsg_Destroy(message)
     }
 
     // MARK: Stored sends
@@ -166,7 +149,7 @@ final class NATSPipeline: @unchecked Sendable {
     /// stream stored it once acknowledged; a failure (JetStream refused it, no answer in time, connection lost,
     /// closed) otherwise. Does not block.
     func store(_ subject: String, body: [UInt8], messageID: String) async -> Result<Stored, NATSReceiverError> {
-        let deadline = Self.now() + UInt64(timeout.nanoseconds)
+        let deadline = deadline()
         return await withCheckedContinuation { (waiting: Waiting) in
             let number: UInt64? = locked { state in
                 guard !state.closed, connection != nil else { return nil }
@@ -191,15 +174,25 @@ final class NATSPipeline: @unchecked Sendable {
         }
     }
 
-    /// An acknowledgement (or a no-responders answer), on the loop or cnats's thread for the subscription.
-    private func acknowledged(_ message: OpaquePointer) {
+    /// An answer taken on the loop: a marker, or an acknowledgement (or a no-responders answer).
+    private func answered(_ message: OpaquePointer) {
+        if let subject = natsMsg_GetSubject(message), subject[Int(prefixLength)] == CChar(UInt8(ascii: "f")) {
+            var number: UInt64 = 0
+            var digit = subject + Int(prefixLength) + 1
+            while digit.pointee >= 0x30 && digit.pointee <= 0x39 {
+                number = number &* 10 &+ UInt64(digit.pointee - 0x30)
+                digit += 1
+            }
+            marked(number)
+            return
+        }
         var number: UInt64 = 0
         var sequence: UInt64 = 0
         var code = jsErrCode(rawValue: 0)
         var stream = [CChar](repeating: 0, count: 256)
         var errorText = [CChar](repeating: 0, count: 256)
         let status = herald_nats_read_pub_ack(
-            message, Int32(prefix.utf8.count), &number, &sequence, &stream, stream.count, &code, &errorText, errorText.count)
+            message, prefixLength, &number, &sequence, &stream, stream.count, &code, &errorText, errorText.count)
         if status == NATS_INVALID_SUBJECT { return }
         guard let entry = locked({ $0.acks.removeValue(forKey: number) }) else { return }
         if status == NATS_OK {
@@ -214,55 +207,74 @@ final class NATSPipeline: @unchecked Sendable {
 
     // MARK: Flushed sends
 
-    /// Returns once a flush that started after this call has completed: the server has every core publish made
-    /// on this connection before the call. Does not block; one flush serves every send waiting when it starts.
+    /// Returns once the server has every core publish made on this connection before the call (a marker published
+    /// after them has come back). Does not block; one marker serves every send waiting when it is published.
     func flushed() async -> Result<Void, NATSReceiverError> {
         await withCheckedContinuation { (flushing: Flushing) in
-            let queued = locked { state in
-                guard !state.closed, state.flusherRunning else { return false }
+            let outcome = locked { state -> (queued: Bool, marker: UInt64?) in
+                guard !state.closed else { return (false, nil) }
+                if state.flushes.isEmpty { state.firstDeadline = deadline() }
                 state.flushes.append(flushing)
-                if state.flushes.count == 1 { pthread_cond_signal(condition) }
-                return true
+                return (true, state.marker == nil ? Self.nextMarker(&state) : nil)
             }
-            if !queued { flushing.resume(returning: .failure(.flush(detail: "the gateway is stopping"))) }
-        }
-    }
-
-    /// The flusher's thread: flushes for the sends waiting, and answers stored sends whose deadline passed.
-    private func runFlusher() {
-        while true {
-            let (batch, epoch, closed) = nextBatch()
-            expire()
-            if closed {
-                for flushing in batch { flushing.resume(returning: .failure(.flush(detail: "the gateway is stopping"))) }
-                locked { state in
-                    state.flusherRunning = false
-                    pthread_cond_broadcast(condition)
-                }
+            guard outcome.queued else {
+                flushing.resume(returning: .failure(.flush(detail: "the gateway is stopping")))
                 return
             }
-            guard !batch.isEmpty, let connection else { continue }
-            let status = natsConnection_FlushTimeout(connection, timeout.milliseconds)
-            let lost = locked { $0.epoch != epoch }
-            let result: Result<Void, NATSReceiverError> =
-                if status != NATS_OK {
-                    .failure(.flush(detail: String(cString: herald_nats_last_error(status))))
-                } else if lost {
-                    .failure(.flush(detail: "the connection was lost meanwhile"))
-                } else {
-                    .success(())
-                }
-            for flushing in batch { flushing.resume(returning: result) }
+            if let number = outcome.marker { publishMarker(number) }
         }
     }
 
-    /// The sends waiting for a flush (after waiting up to 100 ms for one), the connection's epoch, and whether closed.
-    /// Not in a `locked` closure: its `inout` access to the state would let the compiler keep what it read before the
-    /// wait, when other threads change the state during it.
-    private func nextBatch() -> (batch: [Flushing], epoch: UInt64, closed: Bool) {
+    /// Makes the sends waiting the next marker's (under the lock); its number.
+    private static func nextMarker(_ state: inout State) -> UInt64 {
+        state.markers += 1
+        state.marker = Marker(number: state.markers, flushes: state.flushes, deadline: state.firstDeadline)
+        state.flushes = []
+        return state.markers
+    }
+
+    private func publishMarker(_ number: UInt64) {
+        guard let connection else { return }
+        let status = natsConnection_Publish(connection, prefix + "f" + String(number), nil, 0)
+        guard status != NATS_OK else { return }
+        settleMarker(number, .failure(.flush(detail: String(cString: herald_nats_last_error(status)))))
+    }
+
+    /// The marker `number` came back: the server has what was published before it.
+    private func marked(_ number: UInt64) {
+        settleMarker(number, .success(()))
+    }
+
+    /// Settles the sends of marker `number` with `result`, if it is still the one in flight, and publishes the next
+    /// marker for the sends that came meanwhile.
+    private func settleMarker(_ number: UInt64, _ result: Result<Void, NATSReceiverError>) {
+        let (settled, next) = locked { state -> ([Flushing], UInt64?) in
+            guard let marker = state.marker, marker.number == number else { return ([], nil) }
+            state.marker = nil
+            let next = state.flushes.isEmpty || state.closed ? nil : Self.nextMarker(&state)
+            return (marker.flushes, next)
+        }
+        for flushing in settled { flushing.resume(returning: result) }
+        if let next { publishMarker(next) }
+    }
+
+    // MARK: Settling what is in flight
+
+    /// The sweeper's thread: every 100 ms, answers the sends whose deadline passed, until closed.
+    private func runSweeper() {
+        while waitForSweep() { expire() }
+        locked { state in
+            state.sweeperRunning = false
+            pthread_cond_broadcast(condition)
+        }
+    }
+
+    /// Waits 100 ms (or until closed); whether to sweep. Not in a `locked` closure: its `inout` access to the state
+    /// would let the compiler keep what it read before the wait, when other threads change the state during it.
+    private func waitForSweep() -> Bool {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
-        if state.flushes.isEmpty && !state.closed {
+        if !state.closed {
             var wake = timespec()
             clock_gettime(CLOCK_MONOTONIC, &wake)
             wake.tv_nsec += 100_000_000
@@ -272,17 +284,13 @@ final class NATSPipeline: @unchecked Sendable {
             }
             pthread_cond_timedwait(condition, mutex, &wake)
         }
-        let batch = state.flushes
-        state.flushes = []
-        return (batch, state.epoch, state.closed)
+        return !state.closed
     }
 
-    // MARK: Settling what is in flight
-
-    /// Fails the stored sends whose deadline has passed.
+    /// Fails the stored sends, and the marker's, whose deadline has passed.
     func expire() {
         let now = Self.now()
-        let expired = locked { state -> [(waiting: Waiting, subject: String, deadline: UInt64)] in
+        let (expired, marker) = locked { state -> ([(waiting: Waiting, subject: String, deadline: UInt64)], UInt64?) in
             var expired: [(waiting: Waiting, subject: String, deadline: UInt64)] = []
             while state.oldest < state.next {
                 if let entry = state.acks[state.oldest] {
@@ -292,11 +300,14 @@ final class NATSPipeline: @unchecked Sendable {
                 }
                 state.oldest += 1
             }
-            return expired
+            return (expired, state.marker.flatMap { $0.deadline <= now ? $0.number : nil })
         }
         for entry in expired {
             entry.waiting.resume(
                 returning: .failure(Self.failure(entry.subject, "no acknowledgement within \(timeout) (the server is slow or away)")))
+        }
+        if let marker {
+            settleMarker(marker, .failure(.flush(detail: "the server did not answer within \(timeout) (it is slow or away)")))
         }
     }
 
@@ -306,23 +317,23 @@ final class NATSPipeline: @unchecked Sendable {
         settleAll(detail: "the connection to NATS was lost", closing: false)
     }
 
-    /// Fails everything in flight and every later send; stops the flusher. Does not wait.
+    /// Fails everything in flight and every later send; stops the sweeper. Does not wait.
     func close() {
         settleAll(detail: "the gateway is stopping", closing: true)
     }
 
-    /// Waits until the flusher's thread has ended (after ``close()``): before the connection is destroyed.
-    func waitForFlusher() {
+    /// Waits until the sweeper's thread has ended (after ``close()``): before the connection is destroyed.
+    func waitForSweeper() {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         state.closed = true
         pthread_cond_broadcast(condition)
-        // The state read afresh after each wait (no `inout` access held across it: see nextBatch()).
-        while state.flusherRunning { pthread_cond_wait(condition, mutex) }
+        // The state read afresh after each wait (no `inout` access held across it: see waitForSweep()).
+        while state.sweeperRunning { pthread_cond_wait(condition, mutex) }
     }
 
-    /// Ends the subscription (before the connection is destroyed; the pipeline itself goes once cnats, or the loop's
-    /// adapter, is done with it). With a place, on the loop thread. Once.
+    /// Ends the subscription (before the connection is closed; the pipeline itself goes once the adapter has let go
+    /// of it). On the loop thread; once.
     func unsubscribe() {
         guard let subscription else { return }
         self.subscription = nil
@@ -333,12 +344,11 @@ final class NATSPipeline: @unchecked Sendable {
         natsSubscription_Destroy(subscription)
     }
 
-    /// Sends waiting now: for an acknowledgement, or for a flush that has not started.
-    var inFlight: Int { locked { $0.acks.count + $0.flushes.count } }
+    /// Sends waiting now: for an acknowledgement or a marker.
+    var inFlight: Int { locked { $0.acks.count + $0.flushes.count + ($0.marker?.flushes.count ?? 0) } }
 
     private func settleAll(detail: String, closing: Bool) {
         let (acks, flushes) = locked { state in
-            state.epoch += 1
             if closing {
                 state.closed = true
                 pthread_cond_broadcast(condition)
@@ -347,12 +357,16 @@ final class NATSPipeline: @unchecked Sendable {
                 state.acks = [:]
                 state.oldest = state.next
                 state.flushes = []
+                state.marker = nil
             }
-            return (Array(state.acks.values), state.flushes)
+            return (Array(state.acks.values), (state.marker?.flushes ?? []) + state.flushes)
         }
         for entry in acks { entry.waiting.resume(returning: .failure(Self.failure(entry.subject, detail))) }
         for flushing in flushes { flushing.resume(returning: .failure(.flush(detail: detail))) }
     }
+
+    /// When a send made now times out.
+    private func deadline() -> UInt64 { Self.now() + UInt64(timeout.nanoseconds) }
 
     private static func failure(_ subject: String, _ detail: String) -> NATSReceiverError {
         .jetStream(operation: "store a message on \(subject)", detail: detail, code: 0)

@@ -109,9 +109,8 @@ public final class NATSPublisher: @unchecked Sendable {
 
     deinit {
         pipeline.close()
-        pipeline.waitForFlusher()
-        // On a loop the subscription is the loop's to end (shutdown() did; without it, it and the place are left).
-        if loop == nil { pipeline.unsubscribe() }
+        pipeline.waitForSweeper()
+        // The pipeline's subscription, on the loop, is ended by shutdown() (without it, it and the place are left).
         for bucket in buckets.withLock({ Array($0.values) }) { kvStore_Destroy(bucket) }
         jsCtx_Destroy(jetStream)
         natsConnection_Destroy(connection)
@@ -243,10 +242,13 @@ public final class NATSPublisher: @unchecked Sendable {
     }
 
     /// Starts answering sends without a thread waiting for each (a gateway): ``storePipelined(_:body:messageID:)`` and
-    /// ``publishTopicPipelined(_:body:messageID:stored:)`` need it. Subscribes to the acknowledgements' subjects and
-    /// starts the flusher's thread; once.
+    /// ``publishTopicPipelined(_:body:messageID:stored:)`` need it, and a publisher on a loop (on its thread).
+    /// Subscribes to the answers' subjects and starts the sweeper's thread (which times sends out); once.
     func startPipeline() throws {
-        loop?.preconditionInEventLoop()
+        guard let loop, let place else {
+            throw NATSReceiverError.subscribe(subject: "_INBOX", detail: "a pipeline needs a publisher on a loop")
+        }
+        loop.preconditionInEventLoop()
         try pipeline.start(connection: connection, place: place)
     }
 
@@ -262,8 +264,8 @@ public final class NATSPublisher: @unchecked Sendable {
         }
         guard first else { return }
         pipeline.close()
-        // The flusher may be in a flush, whose PONG the loop reads: waited for off the loop.
-        _ = try? await loop.offload { self.pipeline.waitForFlusher() }
+        // The sweeper's thread ends within its 100 ms wait: waited for off the loop.
+        _ = try? await loop.offload { self.pipeline.waitForSweeper() }
         guard (try? await loop.submit({ self.closeOnLoop() })) != nil else { return }
         _ = await eventuallyOnLoop(loop) { self.adapterHandles == 0 }
         try? await loop.submit { self.freePlace() }
@@ -287,7 +289,7 @@ public final class NATSPublisher: @unchecked Sendable {
         pipeline.close()
     }
 
-    /// Sends of the pipeline waiting for an acknowledgement or a flush now.
+    /// Sends of the pipeline waiting for an acknowledgement or a marker now.
     package var sendsInFlight: Int { pipeline.inFlight }
 
     /// ``publishStored(_:body:messageID:)`` without blocking (after ``startPipeline()``): JetStream's acknowledgement
@@ -300,8 +302,8 @@ public final class NATSPublisher: @unchecked Sendable {
     }
 
     /// ``publishTopic(_:body:messageID:stored:)`` without blocking (after ``startPipeline()``): stored, as
-    /// ``storePipelined(_:body:messageID:)``; else a core publish answered once a flush that followed it has completed (one
-    /// flush for every send waiting at once).
+    /// ``storePipelined(_:body:messageID:)``; else a core publish answered once the server has it (a marker published
+    /// after it has come back: one marker for every send waiting at once).
     func publishTopicPipelined(_ subject: String, body: [UInt8], messageID: String, stored: Bool) async throws -> String? {
         if stored { return try await storePipelined(subject, body: body, messageID: messageID) }
         let status = body.withUnsafeBytes { natsConnection_Publish(connection, subject, $0.baseAddress, Int32($0.count)) }
@@ -650,7 +652,7 @@ final class StoredSubscription: @unchecked Sendable {
 }
 
 /// Runs `body` on a detached thread of its own (a watch that blocks for as long as the publisher lives, the
-/// pipeline's flusher); `pthread_create`'s status: 0 when the thread runs, else `body` was not run.
+/// pipeline's sweeper); `pthread_create`'s status: 0 when the thread runs, else `body` was not run.
 @discardableResult
 func detachThread(_ body: @escaping @Sendable () -> Void) -> Int32 {
     final class Body: Sendable {
