@@ -186,22 +186,25 @@ final class NATSPipeline: @unchecked Sendable {
             marked(number)
             return
         }
-        var number: UInt64 = 0
-        var sequence: UInt64 = 0
-        var code = jsErrCode(rawValue: 0)
-        var stream = [CChar](repeating: 0, count: 256)
-        var errorText = [CChar](repeating: 0, count: 256)
-        let status = herald_nats_read_pub_ack(
-            message, prefixLength, &number, &sequence, &stream, stream.count, &code, &errorText, errorText.count)
-        if status == NATS_INVALID_SUBJECT { return }
-        guard let entry = locked({ $0.acks.removeValue(forKey: number) }) else { return }
-        if status == NATS_OK {
-            entry.waiting.resume(returning: .success(Stored(stream: Self.string(stream), sequence: sequence)))
-        } else {
-            entry.waiting.resume(
-                returning: .failure(
-                    NATSReceiverError.jetStream(
-                        operation: "store a message on \(entry.subject)", detail: Self.string(errorText), code: Int(code.rawValue))))
+        // The stream's name and an error's text are read into the stack, not into arrays allocated per answer.
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { buffer in
+            let stream = buffer.baseAddress!
+            let errorText = stream + 256
+            var number: UInt64 = 0
+            var sequence: UInt64 = 0
+            var code = jsErrCode(rawValue: 0)
+            let status = herald_nats_read_pub_ack(message, prefixLength, &number, &sequence, stream, 256, &code, errorText, 256)
+            if status == NATS_INVALID_SUBJECT { return }
+            guard let entry = locked({ $0.acks.removeValue(forKey: number) }) else { return }
+            if status == NATS_OK {
+                entry.waiting.resume(returning: .success(Stored(stream: String(cString: stream), sequence: sequence)))
+            } else {
+                entry.waiting.resume(
+                    returning: .failure(
+                        NATSReceiverError.jetStream(
+                            operation: "store a message on \(entry.subject)", detail: String(cString: errorText),
+                            code: Int(code.rawValue))))
+            }
         }
     }
 
@@ -370,10 +373,6 @@ final class NATSPipeline: @unchecked Sendable {
 
     private static func failure(_ subject: String, _ detail: String) -> NATSReceiverError {
         .jetStream(operation: "store a message on \(subject)", detail: detail, code: 0)
-    }
-
-    private static func string(_ text: [CChar]) -> String {
-        String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     private static func now() -> UInt64 {

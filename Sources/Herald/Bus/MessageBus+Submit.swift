@@ -75,7 +75,9 @@ extension MessageBus {
         }
         if let forwarder = context.forwarder {
             let answer = LoopBound(completion, loop: loop)
-            Task(executorPreference: loop) {
+            // On the loop's task executor: the forwarder's nonisolated async calls continue on the loop thread at
+            // once, instead of each going through the loop's queue (as with the loop itself, a serial executor).
+            Task(executorPreference: loop.taskExecutor) {
                 switch await forwarder.forward(request, body: body) {
                 case .success(let id): answer.value(.accepted(messageID: id))
                 case .failure(let error): answer.value(.refused(error))
