@@ -41,7 +41,7 @@ final class CumulativeAcks: @unchecked Sendable {
     /// Settled messages waiting for an ack.
     var waiting: Int { settled.count }
 
-    /// Frees a message this no longer needs (natsMsg_Destroy; tests track them instead).
+    /// Frees a message this no longer needs (herald_nats_message_free; tests track them instead).
     private let destroy: (OpaquePointer) -> Void
 
     /// A new consumer (`state` all zero), or one kept from an earlier run: its last delivery, and the messages
@@ -56,7 +56,7 @@ final class CumulativeAcks: @unchecked Sendable {
     /// `lastDelivery` (stream sequence `deliveredThrough`), with `unacknowledged` messages delivered and not acked.
     init(
         acknowledgedThrough: UInt64, lastDelivery: UInt64, deliveredThrough: UInt64, unacknowledged: Int, ackWait: Duration,
-        redeliveryDelay: Duration, maxDeliver: Int, destroy: @escaping (OpaquePointer) -> Void = { natsMsg_Destroy($0) }
+        redeliveryDelay: Duration, maxDeliver: Int, destroy: @escaping (OpaquePointer) -> Void = { herald_nats_message_free($0) }
     ) {
         self.ackWait = ackWait
         self.redeliveryDelay = redeliveryDelay

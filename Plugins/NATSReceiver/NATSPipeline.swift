@@ -140,7 +140,7 @@ final class NATSPipeline: @unchecked Sendable {
     static let deliver: herald_nats_deliver_fn = { message, closure in
         guard let message, let closure else { return }
         Unmanaged<NATSPipeline>.fromOpaque(closure).takeUnretainedValue().answered(message)
-        natsMsg_Destroy(message)
+        herald_nats_message_free(message)
     }
 
     // MARK: Stored sends

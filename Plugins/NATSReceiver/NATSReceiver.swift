@@ -424,14 +424,14 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         shared.withLock { $0.closing = true }
         let place: UnsafeHandle? = try? await context.loop.submit {
-            for message in self.held[self.heldStart...] { natsMsg_Destroy(message) }
+            for message in self.held[self.heldStart...] { herald_nats_message_free(message) }
             self.held.removeAll()
             self.heldStart = 0
             for subscription in self.topicSubscriptions.values { self.close(subscription) }
             self.topicSubscriptions.removeAll()
             for subscription in self.storedTopicSubscriptions.values { self.close(subscription) }
             self.storedTopicSubscriptions.removeAll()
-            for message in self.collapsing.values.joined() { natsMsg_Destroy(message.message) }
+            for message in self.collapsing.values.joined() { herald_nats_message_free(message.message) }
             self.collapsing.removeAll()
             self.acknowledgeSettled()
             for acks in self.storedTopicAcks.values { acks.discard() }
@@ -604,7 +604,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let reply = natsMsg_GetReply(message).map { String(cString: $0) }
         let length = Int(natsMsg_GetDataLength(message))
         let body: [UInt8] = natsMsg_GetData(message).map { Array(UnsafeRawBufferPointer(start: $0, count: length)) } ?? []
-        natsMsg_Destroy(message)
+        herald_nats_message_free(message)
         guard let reply else { return }
         let request: NATSTopicRequest
         do {
@@ -806,7 +806,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     func handle(_ message: OpaquePointer, kind: SubscriptionRelay.Kind, acks: CumulativeAcks? = nil) {
         guard let context, connection != nil, !stopping else {
             // Not acknowledged: JetStream delivers it again (to the next start); a core message is gone.
-            natsMsg_Destroy(message)
+            herald_nats_message_free(message)
             return
         }
         if kind == .topicRequest { return takeTopicRequest(message, context: context) }
@@ -822,7 +822,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 // A copy of a message acknowledged already: delivered again before the ack reached the server, or
                 // by a server that lost the ack. Acknowledged again (it and all below were committed).
                 natsMsg_Ack(message, nil)
-                natsMsg_Destroy(message)
+                herald_nats_message_free(message)
                 return
             }
             delivery = Delivery(acks: acks, sequence: sequence, deliveries: metadata.delivered)
@@ -1062,13 +1062,13 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 {
                     shared.withLock { $0.statistics.redeliveryRequested += 1 }
                 }
-                natsMsg_Destroy(message)
+                herald_nats_message_free(message)
             case .done:
-                natsMsg_Destroy(message)
+                herald_nats_message_free(message)
             }
             return
         }
-        defer { natsMsg_Destroy(message) }
+        defer { herald_nats_message_free(message) }
         guard connection != nil else { return }
         switch settlement {
         case .acknowledge:

@@ -40,7 +40,7 @@ final class SubscriptionRelay: @unchecked Sendable {
     func deliver(_ message: OpaquePointer?) {
         guard let message else { return }
         guard let receiver else {
-            natsMsg_Destroy(message)
+            herald_nats_message_free(message)
             return
         }
         receiver.handle(message, kind: kind, acks: acks)

@@ -54,7 +54,12 @@ public enum NATSSubjects {
     /// The key of a token in the registrations bucket: its installation ID (the part before `:`), since keys may
     /// not hold `:`. The value is the whole token, so a rotated-away token no longer matches.
     public static func registrationKey(token: String) -> String {
-        sanitized(String(token.split(separator: ":", maxSplits: 1).first ?? Substring(token)))
+        // The first run of characters that holds no `:` (leading ones are skipped); a token of nothing but `:`, whole.
+        let utf8 = token.utf8
+        guard let start = utf8.firstIndex(where: { $0 != UInt8(ascii: ":") }) else { return sanitized(token) }
+        let end = utf8[start...].firstIndex(of: UInt8(ascii: ":")) ?? utf8.endIndex
+        if start == utf8.startIndex && end == utf8.endIndex { return sanitized(token) }
+        return sanitized(String(token[start..<end]))
     }
 
     /// The subject of UnifiedPush pushes for the endpoint `endpoint` of the instance `instance` (its installation ID,
@@ -86,14 +91,22 @@ public enum NATSSubjects {
             && !token.utf8.contains { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") || $0 <= 0x20 }
     }
 
+    /// `name` with every character but `a-z`, `A-Z`, `0-9`, `-` and `_` replaced by `_` (one per Unicode scalar).
+    /// A name that needs no change (a gateway's every token) is returned as it is, without a copy.
     static func sanitized(_ name: String) -> String {
-        String(
-            String.UnicodeScalarView(
-                name.unicodeScalars.map { scalar in
-                    switch scalar {
-                    case "a"..."z", "A"..."Z", "0"..."9", "-", "_": scalar
-                    default: "_"
-                    }
-                }))
+        func allowed(_ byte: UInt8) -> Bool {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "_"):
+                true
+            default: false
+            }
+        }
+        if name.utf8.allSatisfy(allowed) { return name }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(name.utf8.count)
+        // A scalar that is not allowed becomes one `_`: its first byte does, its continuation bytes are left out.
+        for byte in name.utf8 where byte & 0xC0 != 0x80 { bytes.append(allowed(byte) ? byte : UInt8(ascii: "_")) }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

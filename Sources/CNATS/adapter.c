@@ -147,6 +147,17 @@ void herald_nats_loop_drain(herald_nats_loop *place, bool always) {
     compact(place);
 }
 
+void herald_nats_message_free(natsMsg *msg) {
+    if (msg == NULL) return;
+    void (*free_message)(void *) = herald_nats_message_free_function();
+    void *const *words = (void *const *)msg;
+    if (free_message != NULL && words[1] == (void *)free_message) {
+        free_message(msg);
+        return;
+    }
+    natsMsg_Destroy(msg);
+}
+
 static bool on_loop_thread(const herald_nats_watch *watch) {
     uv_thread_t self = uv_thread_self();
     return uv_thread_equal(&self, &watch->place->loopThread);

@@ -265,7 +265,7 @@ natsStatus herald_nats_publish_message(natsConnection *nc, const char *subject, 
     natsStatus status = natsMsg_Create(&message, subject, reply, (const char *)data, length);
     if (status == NATS_OK && messageID != NULL) status = natsMsgHeader_Set(message, "Nats-Msg-Id", messageID);
     if (status == NATS_OK) status = natsConnection_PublishMsg(nc, message);
-    natsMsg_Destroy(message);
+    herald_nats_message_free(message);
     return status;
 }
 

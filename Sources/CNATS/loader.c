@@ -58,7 +58,6 @@
     X(natsConnection_QueueSubscribeSync) \
     X(natsConnection_Request) \
     X(natsConnection_Status) \
-    X(natsConnection_Subscribe) \
     X(natsConnection_SubscribeSync) \
     X(natsInbox_Create) \
     X(natsInbox_Destroy) \
@@ -112,6 +111,7 @@
 #define DECLARE(name) static __typeof__(&name) loaded_##name;
 HERALD_NATS_FUNCTIONS(DECLARE)
 
+static void (*loaded_natsMsg_free)(void *);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int loaded;
 static char failure[512];
@@ -129,6 +129,8 @@ static void load(void) {
         return; \
     }
     HERALD_NATS_FUNCTIONS(RESOLVE)
+    /* Not in nats.h, and not needed: NULL when this libnats does not export it. */
+    loaded_natsMsg_free = (void (*)(void *))dlsym(library, "natsMsg_free");
     loaded = 1;
 }
 
@@ -139,6 +141,10 @@ int herald_nats_load(void) {
 
 const char *herald_nats_load_failure(void) {
     return herald_nats_load() ? NULL : failure;
+}
+
+void (*herald_nats_message_free_function(void))(void *) {
+    return herald_nats_load() ? loaded_natsMsg_free : NULL;
 }
 
 natsStatus jsConsumerConfig_Init(jsConsumerConfig *cc) { return herald_nats_load() ? loaded_jsConsumerConfig_Init(cc) : NATS_ERR; }
@@ -189,7 +195,6 @@ natsStatus natsConnection_PublishMsg(natsConnection *nc, natsMsg *msg) { return 
 natsStatus natsConnection_QueueSubscribeSync(natsSubscription **sub, natsConnection *nc, const char *subject, const char *queueGroup) { return herald_nats_load() ? loaded_natsConnection_QueueSubscribeSync(sub, nc, subject, queueGroup) : NATS_ERR; }
 natsStatus natsConnection_Request(natsMsg **replyMsg, natsConnection *nc, const char *subj, const void *data, int dataLen, int64_t timeout) { return herald_nats_load() ? loaded_natsConnection_Request(replyMsg, nc, subj, data, dataLen, timeout) : NATS_ERR; }
 natsConnStatus natsConnection_Status(natsConnection *nc) { return herald_nats_load() ? loaded_natsConnection_Status(nc) : (natsConnStatus)0; }
-natsStatus natsConnection_Subscribe(natsSubscription **sub, natsConnection *nc, const char *subject, natsMsgHandler cb, void *cbClosure) { return herald_nats_load() ? loaded_natsConnection_Subscribe(sub, nc, subject, cb, cbClosure) : NATS_ERR; }
 natsStatus natsConnection_SubscribeSync(natsSubscription **sub, natsConnection *nc, const char *subject) { return herald_nats_load() ? loaded_natsConnection_SubscribeSync(sub, nc, subject) : NATS_ERR; }
 natsStatus natsInbox_Create(natsInbox **newInbox) { return herald_nats_load() ? loaded_natsInbox_Create(newInbox) : NATS_ERR; }
 void natsInbox_Destroy(natsInbox *inbox) { if (herald_nats_load()) loaded_natsInbox_Destroy(inbox); }

@@ -194,4 +194,20 @@ struct LoopDeliveryTests {
 
         }
     }
+
+    @Test(
+        "a message cnats made is freed on the calling thread: its second word is libnats's natsMsg_free, as herald_nats_message_free checks (otherwise it falls back to natsMsg_Destroy and cnats's collector thread)"
+    )
+    func messageFreedHere() throws {
+        try #require(herald_nats_load() == 1, "\(String(cString: herald_nats_last_error(NATS_ERR)))")
+        let free = try #require(herald_nats_message_free_function(), "this libnats exports no natsMsg_free")
+        var created: OpaquePointer?
+        try #require(natsMsg_Create(&created, "herald.check", nil, "body", 4) == NATS_OK)
+        let message = try #require(created)
+        let words = UnsafeRawPointer(message).assumingMemoryBound(to: UnsafeRawPointer?.self)
+        #expect(
+            words[1] == unsafeBitCast(free, to: UnsafeRawPointer.self),
+            "libnats's message layout changed: messages go to its collector thread")
+        herald_nats_message_free(message)
+    }
 }

@@ -14,6 +14,19 @@
 int herald_nats_load(void);
 const char *herald_nats_load_failure(void);
 
+/* libnats's own function that frees a message it made (natsMsg_free, exported though not in nats.h), or NULL when
+   this libnats has none or is not loaded. herald_nats_message_free uses it. */
+void (*herald_nats_message_free_function(void))(void *);
+
+/* Frees a message Herald took from one of its subscriptions (or made), as natsMsg_Destroy does but on this thread:
+   natsMsg_Destroy hands each message cnats made to cnats's garbage-collector thread, under a global lock, and
+   wakes that thread whenever it sleeps — on the loop, a futex wake-up and a thread switch for nearly every batch of
+   messages read. A message cnats made begins with that thread's list entry, whose second word is the function that
+   frees it (natsMsg_free); when it is (libnats 3.4's layout), the message is freed here at once, as that thread
+   would; otherwise natsMsg_Destroy. Not for a message cnats marked as its own to destroy (only its auto-ack
+   callbacks' and internal control messages are; a message from natsSubscription_NextMsg never is). */
+void herald_nats_message_free(natsMsg *msg);
+
 /* One connection's place on a loop: the loop, and the adapter's per-connection state once attached (so the
    owner can tell when the adapter's handles have all closed). */
 typedef struct herald_nats_loop herald_nats_loop;
