@@ -35,12 +35,15 @@ public final class NATSPublisher: @unchecked Sendable {
     /// Connects to `servers` (with `options`' credentials, token and TLS files). Throws ``NATSReceiverError/connect(servers:detail:)``.
     /// With `reconnect` (a long-lived publisher such as ``NATSGateway``), a lost connection is regained as the
     /// receiver does (``NATSReceiver/Options/reconnectWait`` and its limits); ``isConnected`` says when it is up.
-    ///
-    /// With `loop` (called on its thread, which it blocks while it connects, as ``NATSReceiver`` does), the
-    /// connection's socket is read and written on that loop through Herald's cnats adapter, and the pipeline's
-    /// acknowledgements are taken there (no thread of cnats's between the socket and a gateway's sends); close it
-    /// with ``shutdown()`` before the loop stops.
-    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false, loop: EventLoop? = nil) throws {
+    public convenience init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false) throws {
+        try self.init(options: options, timeout: timeout, reconnect: reconnect, loop: nil)
+    }
+
+    /// A publisher as ``init(options:timeout:reconnect:)`` makes it; with `loop` (called on its thread, which it
+    /// blocks while it connects, as ``NATSReceiver`` does), the connection's socket is read and written on that loop
+    /// through Herald's cnats adapter, and the pipeline's answers are taken there (no thread of cnats's between the
+    /// socket and a gateway's sends); close such a publisher with ``shutdown()`` before the loop stops.
+    public init(options: NATSReceiver.Options, timeout: Duration = .seconds(5), reconnect: Bool = false, loop: EventLoop?) throws {
         self.timeout = timeout
         let natsOptions = try NATSConnectionSettings.createOptions(servers: options.servers)
         defer { natsOptions_Destroy(natsOptions) }
@@ -252,11 +255,11 @@ public final class NATSPublisher: @unchecked Sendable {
         try pipeline.start(connection: connection, place: place)
     }
 
-    /// Closes a publisher on a loop: fails every send in flight (as ``closePipeline()``), ends the acknowledgements'
+    /// Closes a publisher on a loop: fails every pipelined send in flight and every later one, ends the answers'
     /// subscription and the connection on the loop, and returns once the adapter has closed its handles and let go
     /// of the loop (which must not stop before). Does nothing for a publisher with cnats's own threads, or again.
     /// Not on the loop thread.
-    func shutdown() async {
+    public func shutdown() async {
         guard let loop, place != nil else { return }
         let first = shutDown.withLock { done in
             defer { done = true }
