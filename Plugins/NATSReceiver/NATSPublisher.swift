@@ -270,7 +270,8 @@ public final class NATSPublisher: @unchecked Sendable {
         // The sweeper's thread ends within its 100 ms wait: waited for off the loop.
         _ = try? await loop.offload { self.pipeline.waitForSweeper() }
         guard (try? await loop.submit({ self.closeOnLoop() })) != nil else { return }
-        _ = await eventuallyOnLoop(loop) { self.adapterHandles == 0 }
+        // Freed only once its handles are closed (a poll callback still to come would use it); else left.
+        guard await eventuallyOnLoop(loop, { self.adapterHandles == 0 }) else { return }
         try? await loop.submit { self.freePlace() }
     }
 

@@ -449,11 +449,13 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
         // The adapter closes its libuv handles over the next loop turns; they must be gone before the loop shuts
         // down (its shutdown closes every handle it finds, and takes each one's data for one of its own).
+        // The place is freed only once they are (a poll callback still to come would use it); else it is left.
+        var closed = true
         if let place {
-            _ = await eventuallyOnLoop(context.loop) { herald_nats_open_adapter_handles(place.pointer) == 0 }
+            closed = await eventuallyOnLoop(context.loop) { herald_nats_open_adapter_handles(place.pointer) == 0 }
         }
-        try? await context.loop.submit {
-            if let place = self.place { herald_nats_loop_free(place) }
+        try? await context.loop.submit { [closed] in
+            if closed, let place = self.place { herald_nats_loop_free(place) }
             self.place = nil
             self.reconnectLimits?.deallocate()
             self.reconnectLimits = nil

@@ -13,6 +13,15 @@
    pings ran out (minutes). Here the handle is started again after that read while cnats still wants events, and
    the level-triggered readiness brings cnats back until it has read the error and reconnects.
 
+   The poll handle watches a duplicate of cnats's socket, which the adapter owns and closes only once the handle is
+   closed. cnats closes its socket when the connection is lost, from whichever thread found that out (the loop, its
+   ping timer, its reconnect thread), before the loop has stopped polling it; the number is then free, and the next
+   socket opened in the process (an HTTP client accepted by the same loop, a reconnect) may get it. A handle on that
+   number stopped or closed afterwards removed the new socket's registration from epoll (libuv's invalidate on stop),
+   and libuv aborts when it later changes a registration epoll no longer has: seen as a gateway aborting while a
+   nats-server of its cluster was killed under load. The duplicate's number stays the adapter's until its handle is
+   gone.
+
    Messages are delivered on the loop too. cnats would run a thread per asynchronous subscription: each read on the
    loop would hand its messages to that thread, and the thread hand each back to the loop, two thread switches per
    batch. Herald's subscriptions are synchronous instead: cnats queues what the loop reads on the subscription, and
@@ -20,9 +29,11 @@
    `deliver` function, on the loop thread. That looks at each subscription after a read that brought messages (a
    read that brought none, by the connection's count, looks at none): some 17 ns per subscription, 34 µs for an
    instance on 2,000 topics, shared by the messages of that read. */
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "CNATS.h"
 
 typedef struct herald_nats_drained {
@@ -48,6 +59,12 @@ struct herald_nats_loop {
     uint64_t drainedAt;
 };
 
+/* A poll handle and the duplicate of cnats's socket it watches (closed with the handle). */
+typedef struct herald_nats_poll {
+    uv_poll_t handle; /* first: the handle's address is the struct's */
+    int descriptor;
+} herald_nats_poll;
+
 typedef struct herald_nats_watch {
     natsConnection *nc;
     herald_nats_loop *place;
@@ -61,7 +78,7 @@ typedef struct herald_nats_watch {
     bool detached;
 
     /* What the loop has made of it; loop thread only. */
-    uv_poll_t *poll;
+    struct herald_nats_poll *poll;
     unsigned polledGeneration;
     int polledEvents;
     bool closing;
@@ -165,7 +182,11 @@ static bool on_loop_thread(const herald_nats_watch *watch) {
 
 static void handle_closed(uv_handle_t *handle) {
     herald_nats_watch *watch = handle->data;
-    if (handle != (uv_handle_t *)&watch->wake) free(handle);
+    if (handle != (uv_handle_t *)&watch->wake) {
+        herald_nats_poll *poll = (herald_nats_poll *)handle;
+        close(poll->descriptor);
+        free(poll);
+    }
     watch->openHandles -= 1;
     if (watch->openHandles == 0) {
         uv_mutex_destroy(&watch->lock);
@@ -187,30 +208,34 @@ static void apply(herald_nats_watch *watch) {
 
     if (detached) {
         watch->closing = true;
-        if (watch->poll != NULL) uv_close((uv_handle_t *)watch->poll, handle_closed);
+        if (watch->poll != NULL) uv_close((uv_handle_t *)&watch->poll->handle, handle_closed);
         watch->poll = NULL;
         uv_close((uv_handle_t *)&watch->wake, handle_closed);
         return;
     }
     if (generation != watch->polledGeneration) {
-        /* A new socket (a reconnect): the old handle goes first, so libuv forgets the old descriptor before it
-           learns the new one, which may have the same number. */
-        if (watch->poll != NULL) uv_close((uv_handle_t *)watch->poll, handle_closed);
+        /* A new socket (a reconnect): the old handle (and its duplicate) goes, a new one watches a duplicate of
+           the new socket. */
+        if (watch->poll != NULL) uv_close((uv_handle_t *)&watch->poll->handle, handle_closed);
         watch->poll = NULL;
         watch->polledGeneration = generation;
         watch->polledEvents = 0;
-        uv_poll_t *poll = malloc(sizeof *poll);
-        if (poll == NULL || uv_poll_init_socket(watch->place->loop, poll, socket) != 0) {
+        herald_nats_poll *poll = malloc(sizeof *poll);
+        int descriptor = poll != NULL ? fcntl(socket, F_DUPFD_CLOEXEC, 0) : -1;
+        if (descriptor < 0 || uv_poll_init_socket(watch->place->loop, &poll->handle, descriptor) != 0) {
+            if (descriptor >= 0) close(descriptor);
             free(poll);
             natsConnection_Close(watch->nc);
             return;
         }
-        poll->data = watch;
+        poll->descriptor = descriptor;
+        poll->handle.data = watch;
         watch->poll = poll;
         watch->openHandles += 1;
     }
     if (watch->poll != NULL && events != watch->polledEvents) {
-        int result = events != 0 ? uv_poll_start(watch->poll, events, on_poll) : uv_poll_stop(watch->poll);
+        int result =
+            events != 0 ? uv_poll_start(&watch->poll->handle, events, on_poll) : uv_poll_stop(&watch->poll->handle);
         if (result != 0) {
             natsConnection_Close(watch->nc);
             return;
@@ -223,7 +248,7 @@ static void on_wake(uv_async_t *handle) { apply(handle->data); }
 
 static void on_poll(uv_poll_t *handle, int status, int events) {
     herald_nats_watch *watch = handle->data;
-    if (handle != watch->poll) return;
+    if (watch->poll == NULL || handle != &watch->poll->handle) return;
     if (status < 0) {
         /* libuv stopped the handle (epoll reported an error). cnats reads what is left and then the error; until
            it has, it still wants reads, and the handle is started again. */
@@ -237,7 +262,8 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
         natsConnection_ProcessReadEvent(watch->nc);
         herald_nats_loop_drain(watch->place, false);
     }
-    if ((events & UV_WRITABLE) && handle == watch->poll && !watch->closing) natsConnection_ProcessWriteEvent(watch->nc);
+    if ((events & UV_WRITABLE) && watch->poll != NULL && handle == &watch->poll->handle && !watch->closing)
+        natsConnection_ProcessWriteEvent(watch->nc);
 }
 
 /* Records a change (under the lock) and gets the loop to apply it. */
