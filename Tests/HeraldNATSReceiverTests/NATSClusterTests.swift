@@ -175,6 +175,10 @@ struct NATSClusterTests {
                 // retries what was not answered 200 with the same body: the gateway gives a send the same Nats-Msg-Id
                 // each time (a hash of it), so JetStream stores it once.
                 let port = gateway.httpPort
+                // A gateway that exited ends the sending at once (its log is in the failure), instead of every send
+                // being retried for its whole allowance.
+                let process = gateway.process
+                let gatewayExited: @Sendable () -> Bool = { !process.isRunning }
                 let send: @Sendable (String) -> String? = { body in
                     guard
                         let answer = try? httpRequest(
@@ -190,7 +194,7 @@ struct NATSClusterTests {
                             if n % (total / topics) == 0 {
                                 // One topic message per ten token messages, to all three instances.
                                 let k = topicBase + n / (total / topics)
-                                for _ in 0..<3000 {
+                                for _ in 0..<3000 where !gatewayExited() {
                                     if let id = send(topicBody("news", n: k)) {
                                         acknowledgedTopics.withLock { $0[k] = id }
                                         break
@@ -201,7 +205,7 @@ struct NATSClusterTests {
                             }
                             let token = tokens[n % 3]
                             let deadline = ContinuousClock.now + .seconds(60)
-                            while ContinuousClock.now < deadline {
+                            while ContinuousClock.now < deadline, !gatewayExited() {
                                 if let id = send(body(token: token, n: n)) {
                                     acknowledged.withLock { $0[n] = id }
                                     acknowledgedAt.withLock { $0.append(.now) }
@@ -222,6 +226,7 @@ struct NATSClusterTests {
                 try cluster.nodes[victim].start()
                 let restartedAt = ContinuousClock.now
                 await sending.value
+                try #require(!gatewayExited(), "the gateway exited: \(gateway.log)")
                 let answered = acknowledged.withLock { $0 }
                 #expect(answered.count == total)
                 let answeredTopics = acknowledgedTopics.withLock { $0 }
@@ -292,7 +297,7 @@ struct NATSClusterTests {
                 await onThreads(1) { _ in
                     for n in total..<(total + 300) {
                         let token = tokens[n % 3]
-                        for _ in 0..<3000 {
+                        for _ in 0..<3000 where !gatewayExited() {
                             if let id = send(body(token: token, n: n)) {
                                 acknowledged.withLock { $0[n] = id }
                                 break
@@ -301,6 +306,7 @@ struct NATSClusterTests {
                         }
                     }
                 }
+                try #require(!gatewayExited(), "the gateway exited: \(gateway.log)")
                 #expect(acknowledged.withLock { $0.count } == total + 300)
                 let handledAfter = await allHandled(total + 3 * topics + 300, by: instances)
                 // When they are not all handled, what each instance misses of the 300, and what the two nodes left say.
