@@ -569,7 +569,7 @@ let package = Package(
         // Daemons started in the test process with a plugin of the test's own.
         .testTarget(
             name: "HeraldDaemonTests",
-            dependencies: ["Herald", "HeraldDaemon", "HeraldTesting"],
+            dependencies: ["Herald", "HeraldDaemon", "HeraldTesting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

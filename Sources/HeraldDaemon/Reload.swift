@@ -19,42 +19,6 @@ final class LiveLogLevel: Sendable {
     private static func code(_ level: Logger.Level) -> UInt8 { UInt8(Logger.Level.allCases.firstIndex(of: level)!) }
 }
 
-/// swift-log's standard-error handler filtered by a ``LiveLogLevel`` instead of a level fixed at bootstrap; a logger
-/// that sets its own level keeps it.
-struct LiveLevelLogHandler: LogHandler {
-    private var base: StreamLogHandler
-    private let live: LiveLogLevel
-    private var own: Logger.Level?
-
-    init(label: String, level: LiveLogLevel) {
-        base = StreamLogHandler.standardError(label: label)
-        base.logLevel = .trace
-        live = level
-    }
-
-    var logLevel: Logger.Level {
-        get { own ?? live.level }
-        set { own = newValue }
-    }
-
-    var metadata: Logger.Metadata {
-        get { base.metadata }
-        set { base.metadata = newValue }
-    }
-
-    var metadataProvider: Logger.MetadataProvider? {
-        get { base.metadataProvider }
-        set { base.metadataProvider = newValue }
-    }
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { base[metadataKey: key] }
-        set { base[metadataKey: key] = newValue }
-    }
-
-    func log(event: LogEvent) { base.log(event: event) }
-}
-
 /// What SIGHUP does to a running `herald serve`: read the configuration again (the file; flags and the environment
 /// cannot change under a running process) and apply what can change live — the settings the schema marks live (the
 /// log level here, a plugin's through ``LiveConfigurable``), and the TLS certificate and key read again from their

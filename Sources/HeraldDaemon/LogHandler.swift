@@ -1,0 +1,159 @@
+import Glibc
+import Logging
+import Synchronization
+
+/// The daemon's log handler: lines on standard error in the format of swift-log's `StreamLogHandler`
+/// (`2026-11-29T16:22:00+0000 info herald: key=value key=value [Module] message`, metadata sorted by key), filtered
+/// by a ``LiveLogLevel`` instead of a level fixed at bootstrap; a logger that sets its own level keeps it.
+///
+/// It writes what `StreamLogHandler` writes, at a fraction of its cost, because `herald serve`'s default presenter
+/// logs a line per notification: the timestamp is formatted once per second, not per line; a statement's metadata
+/// is sorted and written straight into the line's bytes, without a merged dictionary and a string per entry when the
+/// logger has no metadata of its own; and the line goes out in one `write(2)`, whole, so that lines of several
+/// threads never interleave.
+struct LiveLevelLogHandler: LogHandler {
+    private let label: String
+    private let live: LiveLogLevel
+    private let descriptor: Int32
+    private var own: Logger.Level?
+    /// The logger's own metadata as text (`key=value` pairs sorted by key), made when it changes.
+    private var metadataText: String?
+
+    var metadataProvider: Logger.MetadataProvider?
+
+    var metadata: Logger.Metadata = [:] {
+        didSet { metadataText = Self.text(of: metadata) }
+    }
+
+    /// A handler writing to `descriptor` (standard error unless a test gives another).
+    init(label: String, level: LiveLogLevel, descriptor: Int32 = STDERR_FILENO) {
+        self.label = label
+        live = level
+        self.descriptor = descriptor
+        metadataProvider = LoggingSystem.metadataProvider
+    }
+
+    var logLevel: Logger.Level {
+        get { own ?? live.level }
+        set { own = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
+        LogClock.appendTimestamp(to: &line)
+        line.append(UInt8(ascii: " "))
+        line.appendText(event.level.rawValue)
+        if !label.isEmpty { line.append(UInt8(ascii: " ")) }
+        line.appendText(label)
+        line.append(UInt8(ascii: ":"))
+        appendMetadata(of: event, to: &line)
+        line.append(contentsOf: " [".utf8)
+        line.appendText(event.source)
+        line.append(contentsOf: "] ".utf8)
+        line.appendText(event.message.description)
+        line.append(UInt8(ascii: "\n"))
+        Self.write(line, to: descriptor)
+    }
+
+    /// The metadata as `StreamLogHandler` merges it: the logger's own, then the provider's, then the statement's, then
+    /// the error's, each winning over the ones before; each entry preceded by a space.
+    private func appendMetadata(of event: LogEvent, to line: inout [UInt8]) {
+        let provided = metadataProvider?.get() ?? [:]
+        let explicit = event.metadata ?? [:]
+        if provided.isEmpty && explicit.isEmpty && event.error == nil {
+            if let metadataText {
+                line.append(UInt8(ascii: " "))
+                line.appendText(metadataText)
+            }
+            return
+        }
+        if metadata.isEmpty && provided.isEmpty && event.error == nil {
+            Self.append(explicit, to: &line)
+            return
+        }
+        var merged = metadata
+        merged.merge(provided) { _, provided in provided }
+        merged.merge(explicit) { _, explicit in explicit }
+        if let error = event.error {
+            merged["error.message"] = "\(error)"
+            merged["error.type"] = "\(String(reflecting: type(of: error)))"
+        }
+        Self.append(merged, to: &line)
+    }
+
+    private static func append(_ metadata: Logger.Metadata, to line: inout [UInt8]) {
+        for (key, value) in metadata.sorted(by: { $0.key < $1.key }) {
+            line.append(UInt8(ascii: " "))
+            line.appendText(key)
+            line.append(UInt8(ascii: "="))
+            if case .string(let text) = value {
+                line.appendText(text)
+            } else {
+                line.appendText(value.description)
+            }
+        }
+    }
+
+    private static func text(of metadata: Logger.Metadata) -> String? {
+        guard !metadata.isEmpty else { return nil }
+        var line: [UInt8] = []
+        append(metadata, to: &line)
+        return String(decoding: line.dropFirst(), as: UTF8.self)
+    }
+
+    /// One `write(2)` for the whole line where the kernel takes it (standard error is unbuffered in C too).
+    private static func write(_ line: [UInt8], to descriptor: Int32) {
+        line.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                if written > 0 {
+                    offset += written
+                } else if written < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return
+                }
+            }
+        }
+    }
+}
+
+extension [UInt8] {
+    /// Appends `text`'s UTF-8 bytes in one copy (`append(contentsOf: text.utf8)` goes through the generic sequence
+    /// path).
+    fileprivate mutating func appendText(_ text: String) {
+        var text = text
+        text.withUTF8 { append(contentsOf: $0) }
+    }
+}
+
+/// The local time of log lines, `%Y-%m-%dT%H:%M:%S%z` as `StreamLogHandler` writes it, formatted once per second.
+private enum LogClock {
+    private struct Formatted {
+        var second: time_t = -1
+        var text: [UInt8] = []
+    }
+
+    private static let last = Mutex(Formatted())
+
+    static func appendTimestamp(to line: inout [UInt8]) {
+        var now = time(nil)
+        last.withLock { last in
+            if last.second != now {
+                var local = tm()
+                var buffer = [CChar](repeating: 0, count: 64)
+                let count = localtime_r(&now, &local) == nil ? 0 : strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%S%z", &local)
+                last.text = count == 0 ? Array("<unknown>".utf8) : buffer[..<count].map { UInt8(bitPattern: $0) }
+                last.second = now
+            }
+            line.append(contentsOf: last.text)
+        }
+    }
+}
