@@ -9,6 +9,8 @@ extension JSONValue {
     /// written as `null`.
     public func jsonBytes() -> [UInt8] {
         var output: [UInt8] = []
+        // Room for a typical message's `userInfo` at once, instead of five reallocations on the way to it.
+        if case .object = self { output.reserveCapacity(256) }
         write(into: &output)
         return output
     }

@@ -52,6 +52,9 @@ struct AppStateAndLocalizationTests {
             #expect(event["event"] == "willPresent")
             #expect(event["userInfo"]?["aps"]?["alert"]?["title"]?.stringValue == "Nouveau message", "\(event)")
             #expect(event["userInfo"]?["aps"]?["alert"]?["body"]?.stringValue == "Ana vous écrit", "\(event)")
+            // The log presenter's line shows the alert as presented: resolved, not the keys the sender wrote.
+            let line = await eventuallyValue { daemon.log.split(separator: "\n").first { $0.hasSuffix("] notification") } }
+            #expect(line?.contains("body=Ana vous écrit") == true && line?.contains("title=Nouveau message") == true, "\(daemon.log)")
             #expect(await daemon.terminate() == 0)
         }
     }

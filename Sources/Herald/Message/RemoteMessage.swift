@@ -94,10 +94,17 @@ public struct RemoteMessage: Sendable, Hashable {
     var apsPresentation: APSPresentation {
         guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return APSPresentation() }
         var presentation = APSPresentation()
-        if case .object(let alert)? = aps["alert"] {
+        switch aps["alert"] {
+        case .object(let alert)?:
             presentation.alertHasLocalizationKey =
                 alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
                 || alert["loc-key"]?.stringValue != nil
+            presentation.alertTitle = alert["title"]?.stringValue
+            presentation.alertBody = alert["body"]?.stringValue
+        case .string(let body)?:
+            presentation.alertBody = body
+        default:
+            break
         }
         presentation.mutableContent = aps["mutable-content"]?.intValue == 1
         presentation.category = aps["category"]?.stringValue
@@ -226,4 +233,7 @@ struct APSPresentation {
     var mutableContent = false
     /// `aps.category`.
     var category: String?
+    /// `aps.alert`'s title and body (a string alert is the body), as ``APS/Alert`` reads them.
+    var alertTitle: String?
+    var alertBody: String?
 }

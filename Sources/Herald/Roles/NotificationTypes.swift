@@ -11,11 +11,18 @@ public struct PresentationOptions: OptionSet, Sendable, Hashable, CustomStringCo
     public static let banner = PresentationOptions(rawValue: 1 << 4)
 
     public var description: String {
-        let names: [(PresentationOptions, String)] = [
-            (.list, "list"), (.banner, "banner"), (.sound, "sound"), (.badge, "badge"), (.alert, "alert"),
-        ]
-        return "[" + names.filter { contains($0.0) }.map { ".\($0.1)" }.joined(separator: ", ") + "]"
+        guard !isEmpty else { return "[]" }
+        var text = "["
+        for (option, name) in Self.names where contains(option) {
+            if text.utf8.count > 1 { text += ", " }
+            text += name
+        }
+        return text + "]"
     }
+
+    private static let names: [(PresentationOptions, String)] = [
+        (.list, ".list"), (.banner, ".banner"), (.sound, ".sound"), (.badge, ".badge"), (.alert, ".alert"),
+    ]
 }
 
 /// What a background-fetch worker found, as `UIBackgroundFetchResult`.
