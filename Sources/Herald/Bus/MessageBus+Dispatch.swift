@@ -86,20 +86,14 @@ extension MessageBus {
         // `aps` is decoded whole only where it is needed: most notifications have no localization key and no
         // content modifier to run. Neither changes `aps.category` (they write `aps.alert` only).
         let presentation = message.apsPresentation
-        // Whether the alert may differ from what `presentation` read.
-        var alertChanged = false
         if presentation.alertHasLocalizationKey, let alert = message.aps.alert,
             let resolved = configuration.alertLocalization.resolved(alert)
         {
             var content = message.content
             (content.title, content.subtitle, content.body) = (resolved.title, resolved.subtitle, resolved.body)
             message.apply(content)
-            alertChanged = true
         }
-        if presentation.mutableContent && !pluginSet.contentModifiers.isEmpty {
-            message = await modifyContent(message)
-            alertChanged = true
-        }
+        if presentation.mutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
         var options: PresentationOptions = []
         let foreground = applicationState == .active
         if foreground {
@@ -128,8 +122,7 @@ extension MessageBus {
         }
         presented.setValue(message, forKey: messageID, hash: idHash ?? messageID.hashValue)
         if pluginSet.presenters.isEmpty, logger.logLevel <= .info {
-            let changed = alertChanged ? message.aps.alert : nil
-            let (title, body) = alertChanged ? (changed?.title, changed?.body) : (presentation.alertTitle, presentation.alertBody)
+            let (title, body) = message.alertTitleAndBody
             logger.info(
                 "notification",
                 metadata: [

@@ -88,23 +88,27 @@ public struct RemoteMessage: Sendable, Hashable {
     /// The typed view of `aps` (an empty one when the message has none).
     public var aps: APS { APS(userInfo[UserInfoKey.aps]) ?? APS() }
 
+    /// `aps.alert`'s title and body as ``APS/Alert`` reads them (a string alert is the body), without decoding the rest
+    /// of `aps`: what the log presenter's line shows.
+    var alertTitleAndBody: (title: String?, body: String?) {
+        guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return (nil, nil) }
+        switch aps["alert"] {
+        case .object(let alert)?: return (alert["title"]?.stringValue, alert["body"]?.stringValue)
+        case .string(let body)?: return (nil, body)
+        default: return (nil, nil)
+        }
+    }
+
     /// What the bus reads from `aps` for every notification before presenting it, from one look-up of `aps`
     /// without decoding the rest of it: whether `aps.alert` names a localization key (`title-loc-key`,
     /// `subtitle-loc-key`, `loc-key`) as a string, whether `aps.mutable-content` is 1, and `aps.category`.
     var apsPresentation: APSPresentation {
         guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return APSPresentation() }
         var presentation = APSPresentation()
-        switch aps["alert"] {
-        case .object(let alert)?:
+        if case .object(let alert)? = aps["alert"] {
             presentation.alertHasLocalizationKey =
                 alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
                 || alert["loc-key"]?.stringValue != nil
-            presentation.alertTitle = alert["title"]?.stringValue
-            presentation.alertBody = alert["body"]?.stringValue
-        case .string(let body)?:
-            presentation.alertBody = body
-        default:
-            break
         }
         presentation.mutableContent = aps["mutable-content"]?.intValue == 1
         presentation.category = aps["category"]?.stringValue
@@ -233,7 +237,4 @@ struct APSPresentation {
     var mutableContent = false
     /// `aps.category`.
     var category: String?
-    /// `aps.alert`'s title and body (a string alert is the body), as ``APS/Alert`` reads them.
-    var alertTitle: String?
-    var alertBody: String?
 }
