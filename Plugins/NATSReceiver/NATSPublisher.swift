@@ -269,15 +269,13 @@ public final class NATSPublisher: @unchecked Sendable {
         pipeline.close()
         // The sweeper's thread ends within its 100 ms wait: waited for off the loop.
         _ = try? await loop.offload { self.pipeline.waitForSweeper() }
-        guard (try? await loop.submit({ self.closeOnLoop() })) != nil else { return }
+        guard (try? await loop.submit({ self.pipeline.unsubscribe() })) != nil else { return }
+        // Off the loop: cnats's close flushes first and waits up to 500 ms for the server's PONG, which only the loop
+        // can read.
+        _ = try? await loop.offload { natsConnection_Close(self.connection) }
         // Freed only once its handles are closed (a poll callback still to come would use it); else left.
         guard await eventuallyOnLoop(loop, { self.adapterHandles == 0 }) else { return }
         try? await loop.submit { self.freePlace() }
-    }
-
-    private func closeOnLoop() {
-        pipeline.unsubscribe()
-        natsConnection_Close(connection)
     }
 
     /// The libuv handles the adapter has open on the loop for the connection (a publisher on a loop; loop thread).

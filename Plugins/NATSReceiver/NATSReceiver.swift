@@ -423,7 +423,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             _ = try? await context.loop.offload { natsConnection_FlushTimeout(connection.pointer, 2000) }
         }
         shared.withLock { $0.closing = true }
-        let place: UnsafeHandle? = try? await context.loop.submit {
+        try? await context.loop.submit {
             for message in self.held[self.heldStart...] { herald_nats_message_free(message) }
             self.held.removeAll()
             self.heldStart = 0
@@ -440,7 +440,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
             self.tokenSubscription = nil
             if let requests = self.topicRequestSubscription { self.close(requests.subscription) }
             self.topicRequestSubscription = nil
-            natsConnection_Close(connection.pointer)
+        }
+        // Off the loop: cnats's close flushes first and waits up to 500 ms for the server's PONG, which only the loop
+        // can read (on the loop thread, every stop took those 500 ms, the loop blocked throughout).
+        _ = try? await context.loop.offload { natsConnection_Close(connection.pointer) }
+        let place: UnsafeHandle? = try? await context.loop.submit {
             if let jetStream = self.jetStream { jsCtx_Destroy(jetStream) }
             self.jetStream = nil
             natsConnection_Destroy(connection.pointer)
