@@ -29,14 +29,50 @@ struct NATSThroughputTests {
 
             let instance = try FleetInstance(server: server, store: try makeStore()) { $0.maxAckPending = 4096 }
             let clock = ContinuousClock()
-            let start = clock.now
+            let (start, startCPU, startServerCPU) = (clock.now, processCPUTime(), server.cpuTime)
+            var (firstHandled, end) = (start, start)
+            var cpu: (herald: Duration, server: Duration) = (.zero, .zero)
+            let handled: @Sendable () -> Int = { instance.collector.messages.withLock { $0.count } }
             try await withFleet([instance]) {
-                #expect(await eventually(timeout: .seconds(120)) { instance.collector.messages.withLock { $0.count } >= Self.count })
+                #expect(await eventually(timeout: .seconds(120)) { handled() >= 1 })
+                firstHandled = clock.now
+                #expect(await eventually(timeout: .seconds(120)) { handled() >= Self.count })
+                // The acks the instance owes are part of the work: counted once the server has taken them.
+                #expect(await eventually { instance.receiver.statistics.acknowledged >= Self.count })
+                try await instance.receiver.flush()
+                end = clock.now
+                cpu = (processCPUTime() - startCPU, server.cpuTime - startServerCPU)
             }
-            let elapsed = clock.now - start
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let stopped = clock.now
+            let rate = Double(Self.count) / Self.seconds(end - start)
+            print("NATS JetStream -> one instance (\(kind) store): the instance's stop took \(stopped - end)")
             print(
-                "NATS JetStream -> one instance (\(kind) store): \(Self.count) messages in \(elapsed): \(Int(Double(Self.count) / seconds)) messages/s"
+                "NATS JetStream -> one instance (\(kind) store): \(Self.count) messages in \(end - start) from the instance's start,"
+                    + " \(Int(rate)) messages/s; \(Int(Double(Self.count - 1) / Self.seconds(end - firstHandled))) messages/s from the first message;"
+                    + " CPU per message: Herald \(Self.microseconds(cpu.herald, Self.count)) µs, nats-server \(Self.microseconds(cpu.server, Self.count)) µs"
+            )
+            try await Self.ceiling(server: server, herald: rate, kind: kind)
+        }
+    }
+
+    /// With HERALD_NATS_CEILING (the path of Benchmarks/scripts/jetstream-drain-ceiling.c built), the plain cnats
+    /// ceiling of the same work on the same nats-server right after Herald's drain: as many messages published
+    /// asynchronously into a work-queue stream of its own, then drained with an ack each, by a pull consumer and by a
+    /// push one; prints each and Herald's drain ÷ each.
+    private static func ceiling(server: NATSServerProcess, herald rate: Double, kind: String) async throws {
+        guard let path = ProcessInfo.processInfo.environment["HERALD_NATS_CEILING"] else { return }
+        for mode in ["pull", "push"] {
+            let result = try await runExecutable(URL(fileURLWithPath: path), [server.url, "\(count)", mode])
+            #expect(result.status == 0, "\(result.error)")
+            let fields = Dictionary(
+                result.output.split(separator: " ").compactMap { field -> (String, String)? in
+                    let parts = field.split(separator: "=", maxSplits: 1)
+                    return parts.count == 2 ? (String(parts[0]), String(parts[1]).trimmingCharacters(in: .whitespacesAndNewlines)) : nil
+                }, uniquingKeysWith: { $1 })
+            let drain = try #require(fields["drain"].flatMap(Double.init), "\(result.output)")
+            print(
+                "plain cnats ceiling (\(mode), after the \(kind) store's run): \(fields["publish"] ?? "?") publishes/s, drained \(Int(drain)) messages/s,"
+                    + " its CPU per message drained \(fields["drain_cpu_us"] ?? "?") µs; Herald ÷ ceiling: \(String(format: "%.2f", rate / drain))"
             )
         }
     }
@@ -156,6 +192,10 @@ struct NATSThroughputTests {
             print("fan-out, \(way.rawValue): \(acks) acks for \(count * instances.count) deliveries")
         }
         return figure
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     private static func microseconds(_ duration: Duration, _ count: Int) -> Double {
