@@ -132,6 +132,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         public var streamMaxBytes: Int = -1
         /// Publishes with the same `Nats-Msg-Id` within this window are stored once.
         public var duplicateWindow: Duration = .seconds(120)
+        /// The most publishes remembered to recognise a second stored copy (tests make it small).
+        package var recentPublishLimit = 65_536
         /// Copies a cluster keeps of the streams and the registrations bucket Herald creates; `nil` for
         /// ``effectiveReplicas``'s default (3 when ``servers`` names three servers or more, else 1).
         public var replicas: Int?
@@ -222,11 +224,18 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     private var collapsing:
         [String: [(key: String, message: OpaquePointer, expiresAt: Int64, identity: StoredDeliveryIdentity?, delivery: Delivery?)]] = [:]
     private var wantedTopics: Set<String> = []
-    /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the ID Herald gave
-    /// each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
+    /// The stored messages offered to the bus lately, by stream and publisher ID (`Nats-Msg-Id`): the stream sequence
+    /// of each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
     /// (another stream sequence, the same `Nats-Msg-Id`) stored within ``Options/duplicateWindow`` of the first is
     /// the same message, as JetStream itself would have judged it.
-    private var recentPublishes: [String: (messageID: String, storedAt: Int64, at: ContinuousClock.Instant)] = [:]
+    private var recentPublishes: [String: (sequence: UInt64, storedAt: Int64, at: ContinuousClock.Instant)] = [:]
+    /// The keys of ``recentPublishes`` in the order they were remembered, from `publishOrderStart` on: the oldest is
+    /// forgotten first (an entry whose key was remembered again or forgotten since no longer matches, and is skipped).
+    private var publishOrder: [(key: String, at: ContinuousClock.Instant)] = []
+    private var publishOrderStart = 0
+    /// ``Options/recentPublishLimit`` and ``Options/duplicateWindow``, read once per message.
+    private let recentPublishLimit: Int
+    private let duplicateWindow: Duration
     /// `herald.<project>.topic.` as a C string, made on the first message.
     private var topicSubjectPrefix: [CChar] = []
     /// Core NATS messages that arrived while the bus was full, in order, from `heldStart` on.
@@ -243,6 +252,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
 
     public init(options: Options) {
         self.options = options
+        recentPublishLimit = options.recentPublishLimit
+        duplicateWindow = options.duplicateWindow
     }
 
     public var descriptor: PluginDescriptor {
@@ -949,22 +960,22 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     ) {
         // The same stored message keeps its ID across redeliveries, so the inbox de-duplicates them.
         let messageID = identity?.messageID
-        let publish = identity?.publish?.key
-        if let messageID, let stored = identity?.publish {
+        let publish = identity?.publish
+        if let messageID, let stored = publish {
             // Judged as JetStream judges a publish: by when each copy was stored, not when it is taken here (two
             // sends of the same body stored minutes apart, read together from a backlog, are two messages).
-            if let earlier = recentPublishes[stored.key], earlier.messageID != messageID,
-                abs(stored.storedAt - earlier.storedAt) < options.duplicateWindow.nanoseconds
+            if let earlier = recentPublishes[stored.key], earlier.sequence != stored.sequence,
+                abs(stored.storedAt - earlier.storedAt) < duplicateWindow.nanoseconds
             {
                 // A publish JetStream stored twice: around a stream leader's change, a publisher's retry with the same
                 // `Nats-Msg-Id` can reach a leader that has not seen the first copy. Handled once.
                 shared.withLock { $0.statistics.duplicatesDropped += 1 }
                 context.logger.debug(
                     "a second stored copy of a publish already taken; acknowledged, not handled again",
-                    metadata: ["message_id": "\(messageID)", "first": "\(earlier.messageID)"])
+                    metadata: ["message_id": "\(messageID)", "first_sequence": "\(earlier.sequence)"])
                 return settle(message, .acknowledge, delivery)
             }
-            rememberPublish(stored.key, messageID: messageID, storedAt: stored.storedAt)
+            rememberPublish(stored.key, sequence: stored.sequence, storedAt: stored.storedAt)
         }
         let project = context.projectID
         let sendContext = SendContext(messageID: messageID, answerWhenHandled: kind == .jetStream, expiresAt: expiresAt)
@@ -990,9 +1001,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 return
             }
             let taken = if case .accepted = outcome { true } else { false }
-            if !taken, let publish, recentPublishes[publish]?.messageID == messageID {
+            if !taken, let publish, recentPublishes[publish.key]?.sequence == publish.sequence {
                 // Not taken: another copy of it may be.
-                recentPublishes[publish] = nil
+                recentPublishes[publish.key] = nil
             }
             switch outcome {
             case .accepted: settle(message, .acknowledge, delivery)
@@ -1008,19 +1019,24 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         }
     }
 
-    /// The most publishes ``recentPublishes`` keeps; past it, those older than the window go, then the oldest half.
-    static let recentPublishLimit = 65_536
-
-    private func rememberPublish(_ key: String, messageID: String, storedAt: Int64) {
+    /// Remembers a publish taken now, forgetting the oldest first (a few per call at most, whatever the backlog).
+    private func rememberPublish(_ key: String, sequence: UInt64, storedAt: Int64) {
         let now = ContinuousClock.now
-        if recentPublishes.count >= Self.recentPublishLimit {
-            recentPublishes = recentPublishes.filter { now - $0.value.at < options.duplicateWindow }
-            if recentPublishes.count >= Self.recentPublishLimit {
-                let kept = recentPublishes.sorted { $0.value.at > $1.value.at }.prefix(Self.recentPublishLimit / 2)
-                recentPublishes = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
+        while publishOrderStart < publishOrder.count {
+            let oldest = publishOrder[publishOrderStart]
+            // At most `recentPublishLimit`, none taken longer ago than the duplicate window.
+            guard recentPublishes.count >= recentPublishLimit || now - oldest.at >= duplicateWindow else { break }
+            if let index = recentPublishes.index(forKey: oldest.key), recentPublishes.values[index].at == oldest.at {
+                recentPublishes.remove(at: index)
             }
+            publishOrderStart += 1
         }
-        recentPublishes[key] = (messageID, storedAt, now)
+        if publishOrderStart > 1024, publishOrderStart * 2 > publishOrder.count {
+            publishOrder.removeFirst(publishOrderStart)
+            publishOrderStart = 0
+        }
+        recentPublishes[key] = (sequence, storedAt, now)
+        publishOrder.append((key, now))
     }
 
     /// A stored message's identity, made once per delivery: the ID Herald gives it, and, when its publisher gave it
@@ -1028,7 +1044,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// JetStream stored it (nanoseconds since 1970).
     struct StoredDeliveryIdentity {
         let messageID: String
-        let publish: (key: String, storedAt: Int64)?
+        let publish: (key: String, sequence: UInt64, storedAt: Int64)?
     }
 
     static func storedIdentity(_ message: OpaquePointer, metadata: herald_nats_delivery) -> StoredDeliveryIdentity {
@@ -1036,7 +1052,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let stream = UnsafeRawBufferPointer(start: metadata.stream, count: metadata.streamLength)
         let messageID = storedMessageID(stream: stream, sequence: metadata.streamSequence, unique: unique, storedAt: metadata.timestamp)
         let publish = unique.map { unique in
-            (key: String(decoding: stream, as: UTF8.self) + " " + String(cString: unique), storedAt: metadata.timestamp)
+            (
+                key: String(decoding: stream, as: UTF8.self) + " " + String(cString: unique), sequence: metadata.streamSequence,
+                storedAt: metadata.timestamp
+            )
         }
         return StoredDeliveryIdentity(messageID: messageID, publish: publish)
     }

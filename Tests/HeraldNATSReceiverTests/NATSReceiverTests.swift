@@ -142,6 +142,38 @@ struct NATSReceiverTests {
         }
     }
 
+    @Test(
+        "the publishes remembered for second stored copies are bounded: past the limit the oldest is forgotten (its copy is handled again), the newest still recognised"
+    )
+    func rememberedPublishesBounded() async throws {
+        let server = try NATSServerProcess()
+        var short = NATSReceiver.Options(servers: [server.url])
+        short.duplicateWindow = .seconds(1)
+        let client = try NATSPublisher(url: server.url)
+        try client.ensureStream(project: "demo", options: short)
+        let instance = try FleetInstance(server: server) { $0.recentPublishLimit = 4 }
+        try await withFleet([instance]) {
+            let subject = try await instance.tokenSubject()
+            let token = try await instance.token()
+            var ids: [String] = []
+            for n in 1...6 { ids.append(try client.publishStored(subject, body(token: token, n: n), messageID: "publish-\(n)")) }
+            #expect(await eventually { instance.collector.numbers.count == 6 })
+            // Once JetStream's window has passed it stores a publisher's retry again: of the first and the last publish.
+            for (n, first) in [(6, ids[5]), (1, ids[0])] {
+                let again = try await eventuallyValue {
+                    let id = try client.publishStored(subject, body(token: token, n: n), messageID: "publish-\(n)")
+                    return id != first ? id : nil
+                }
+                try #require(again != nil, "JetStream never stored publish \(n) a second time")
+            }
+            #expect(try await eventually { try client.storedMessages(stream: "HERALD_DEMO") == 0 })
+            // The last is remembered: its copy dropped. The first was forgotten (4 kept): its copy handled again.
+            #expect(instance.receiver.statistics.duplicatesDropped == 1)
+            #expect(await eventually { instance.collector.numbers.count == 7 })
+            #expect(instance.collector.numbers.sorted() == ["1", "1", "2", "3", "4", "5", "6"])
+        }
+    }
+
     @Test("two publishes of one Nats-Msg-Id stored further apart than the window are two messages, though taken together from a backlog")
     func sameIDStoredApart() async throws {
         let server = try NATSServerProcess()
