@@ -157,6 +157,7 @@ final class DaemonService: Service, Sendable {
         configuration.projectID = settings.projectID
         configuration.shutdownGracePeriod = .seconds(settings.shutdownGrace)
         configuration.maxReplays = settings.maxReplays
+        configuration.maxInFlight = settings.maxInFlight
         configuration.contentModifierDeadline = .seconds(settings.contentModifierDeadline)
         configuration.alertLocalization = localization
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,

@@ -95,6 +95,7 @@ struct ServeSettings: Sendable {
     var logLevel: Logger.Level { string(.logLevel).flatMap(Logger.Level.init(rawValue:)) ?? .info }
     var shutdownGrace: Int { integer(.shutdownGrace) }
     var maxReplays: Int { integer(.maxReplays) }
+    var maxInFlight: Int { integer(.maxInFlight) }
     var contentModifierDeadline: Int { integer(.contentModifierDeadline) }
     var analyticsStore: Bool { boolean(SQLiteAnalyticsStore.Settings.enabled) }
     var analyticsRetentionDays: Int { integer(SQLiteAnalyticsStore.Settings.retentionDays) }

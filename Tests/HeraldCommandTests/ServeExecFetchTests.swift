@@ -185,4 +185,43 @@ struct ServeExecFetchTests {
             #expect(missing.error.contains("/nonexistent/fetch-command"), "\(missing.error)")
         }
     }
+
+    @Test(
+        "max-in-flight bounds the messages accepted and not yet handled: two silent messages whose fetches run fill a limit of 2 (the log says so, with the limit), a third send waits until they end and is then handled"
+    )
+    func maxInFlight() async throws {
+        try await withTemporaryDirectory { directory in
+            let work = "\(directory)/work"
+            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+            let script = try Self.writeScript(in: work)
+            // Each fetch sleeps until its timeout ends it: its message stays in flight for 2 s.
+            let daemon = try DaemonProcess(
+                directory: "\(directory)/data",
+                arguments: [
+                    "--max-in-flight", "2", "--exec-fetch-command", script, "--exec-fetch-argument", work, "--exec-fetch-timeout", "2",
+                    "--exec-fetch-concurrency", "2",
+                ])
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
+            try "sleep".write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
+            let socket = daemon.socketPath
+            let send = { (n: Int) in
+                try await runHerald(["send", "--socket", socket, "--token", token, "--content-available", "--data", "n=\(n)"])
+            }
+            for n in 1...2 {
+                let sent = try await send(n)
+                #expect(sent.status == 0, "\(sent.error)")
+            }
+            #expect(
+                await eventuallyValue { daemon.log.contains("bus full: pausing receivers") && daemon.log.contains("limit=2") ? true : nil }
+                    == true,
+                "\(daemon.log)")
+            // Read once the fetches have ended and the bus has room again.
+            let third = try await send(3)
+            #expect(third.status == 0, "\(third.error)")
+            #expect(
+                await eventuallyValue { daemon.log.components(separatedBy: "result=failed").count == 4 ? true : nil } == true,
+                "three fetches ended: \(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
 }
