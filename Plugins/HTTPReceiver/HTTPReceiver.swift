@@ -245,11 +245,13 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         refresher?.cancel()
         sendersRefresher?.cancel()
         guard let context else { return }
-        try? await context.loop.submit {
+        // Returns once every connection has closed, its answers out (or a second has passed).
+        await context.loop.submit { done in
             // HTTP/2 clients are told with a GOAWAY, sent as the connections close.
             for connection in self.connections.values { connection.shutdown() }
-            self.listener?.close()
+            guard let listener = self.listener else { return done() }
             self.listener = nil
+            listener.close(completion: done)
         }
     }
 

@@ -125,9 +125,11 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
 
     public func stop() async {
         guard let context else { return }
-        try? await context.loop.submit {
-            self.listener?.close()
+        // Returns once every connection has closed, its answers out (or a second has passed).
+        await context.loop.submit { done in
+            guard let listener = self.listener else { return done() }
             self.listener = nil
+            listener.close(completion: done)
         }
     }
 

@@ -278,6 +278,22 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         }
     }
 
+    /// Runs `body` on the loop and waits until it calls the `done` it is given (once); returns at once when the loop
+    /// has closed. Callable from any thread but the loop's.
+    package func submit(waitingFor body: @escaping @Sendable (_ done: @escaping @Sendable () -> Void) -> Void) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resumed = Mutex(false)
+            let done: @Sendable () -> Void = {
+                let first = resumed.withLock { resumed in
+                    defer { resumed = true }
+                    return !resumed
+                }
+                if first { continuation.resume() }
+            }
+            if !enqueue(.closure { body(done) }) { done() }
+        }
+    }
+
     // MARK: Flushing writes before polling
 
     /// Asks for `connection.flushGatheredWrites()` to run before the loop next polls for I/O; `false` when the

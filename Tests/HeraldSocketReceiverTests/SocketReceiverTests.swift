@@ -330,4 +330,36 @@ struct SocketReceiverTests {
         #expect(handler.count.withLock { $0 } == 50)
         await herald.shutdown()
     }
+
+    @Test(
+        "at a stop the answers written go out whole: a client that reads only once the stop began gets every answer, then the end of the stream"
+    )
+    func answersGoOutAtStop() async throws {
+        final class Counter: MessageHandler, Sendable {
+            let count = Locked(0)
+            func didReceive(_ message: RemoteMessage) async throws { count.withLock { $0 += 1 } }
+        }
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.projectID = "demo"
+        let herald = Herald(configuration: configuration)
+        let path = socketPath()
+        let handler = Counter()
+        try herald.register(SocketReceiver(options: .init(addresses: [.unix(path: path)])))
+        try herald.register(handler)
+        try await herald.start()
+        let token = try await herald.token()
+        let client = try TestSocketClient(.unix(path: path))
+        // Far more answers than the socket's buffers hold: most wait in the receiver until the client reads.
+        let count = 10_000
+        var lines = ""
+        for n in 0..<count { lines += #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# + "\n" }
+        client.send(lines)
+        #expect(await eventually { handler.count.withLock { $0 } == count })
+        let stopped = Task { await herald.shutdown() }
+        let answers = client.readLines(count + 1)
+        #expect(answers.count == count)
+        #expect(answers.allSatisfy { $0.contains("projects/demo/messages/") }, "\(answers.filter { !$0.contains("projects/") }.prefix(2))")
+        #expect(client.readsClosed())
+        await stopped.value
+    }
 }

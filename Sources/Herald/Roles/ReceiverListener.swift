@@ -27,6 +27,9 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// Every open connection; its session once it has one (a TLS connection gets it when its handshake is done).
     private var sessions: [ObjectIdentifier: (connection: StreamConnection, session: Session?)] = [:]
     private var paused = false
+    /// Called once every connection has closed, after ``close(linger:completion:)``.
+    private var closeWaiters: [() -> Void] = []
+    private var lingerTimer: ScheduledTask?
 
     /// - Parameters:
     ///   - context: the plugin's context: its loop and logger.
@@ -89,12 +92,41 @@ public final class ReceiverListener<Session: ReceiverSession> {
         }
     }
 
-    /// Closes the servers and every connection.
+    /// Closes the servers and every connection. What the connections have written still goes out: each stops
+    /// reading and is half-closed once its queued writes are out (its peer reads every answer, then the end), then
+    /// closed — or closed as it is after `linger`, when its peer does not take them. `completion` runs once every
+    /// connection has closed.
+    public func close(linger: Duration = .seconds(1), completion: @escaping () -> Void) {
+        close(linger: linger, then: completion)
+    }
+
+    /// Closes the servers and every connection, as ``close(linger:completion:)`` does (a second's linger).
     public func close() {
+        close(linger: .seconds(1), then: nil)
+    }
+
+    private func close(linger: Duration, then completion: (() -> Void)?) {
         for server in servers { server.close() }
         servers.removeAll()
-        for entry in sessions.values { entry.connection.close() }
-        sessions.removeAll()
+        if let completion { closeWaiters.append(completion) }
+        guard !sessions.isEmpty else { return closeFinished() }
+        for entry in sessions.values {
+            let connection = entry.connection
+            connection.pauseReading()
+            connection.shutdownWriting { _ in connection.close() }
+        }
+        guard lingerTimer == nil else { return }
+        // The timer keeps the listener until every connection has closed (its owner may have let it go).
+        let closeAll = LoopBound({ for entry in self.sessions.values { entry.connection.close() } }, loop: context.loop)
+        lingerTimer = context.loop.scheduleTask(in: linger) { closeAll.value() }
+    }
+
+    private func closeFinished() {
+        lingerTimer?.cancel()
+        lingerTimer = nil
+        let waiters = closeWaiters
+        closeWaiters.removeAll()
+        for waiter in waiters { waiter() }
     }
 
     /// Connections closed at accept because the limit was reached, since the warning that said so; `nil` while
@@ -139,6 +171,7 @@ public final class ReceiverListener<Session: ReceiverSession> {
             session?.closed()
             guard let self else { return }
             self.sessions[key] = nil
+            if self.sessions.isEmpty, !self.closeWaiters.isEmpty || self.lingerTimer != nil { self.closeFinished() }
             if let refused = self.refusedAtLimit {
                 self.refusedAtLimit = nil
                 self.context.logger.notice(
