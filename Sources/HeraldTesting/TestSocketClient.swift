@@ -50,16 +50,28 @@ public final class TestSocketClient {
 
     public func halfClose() { shutdown(fd, Int32(SHUT_WR)) }
 
-    /// Reads until `count` lines arrived, end of file, or the 10 s receive timeout.
+    /// Bytes read after the last whole line ``readLines(_:)`` returned: the start of the next line.
+    private var partialLine: [UInt8] = []
+
+    /// Reads until `count` lines arrived, end of file, or the 10 s receive timeout; returns the whole lines read
+    /// (more than `count` when they came together), and at end of file or the timeout what there is of a last one.
     public func readLines(_ count: Int) -> [String] {
-        var data: [UInt8] = []
+        var data = partialLine
+        var lines = data.count { $0 == UInt8(ascii: "\n") }
         var buffer = [UInt8](repeating: 0, count: 65536)
-        while data.filter({ $0 == UInt8(ascii: "\n") }).count < count {
+        var ended = false
+        while lines < count {
             let read = receive(&buffer, buffer.count)
-            if read <= 0 { break }
+            if read <= 0 {
+                ended = true
+                break
+            }
             data.append(contentsOf: buffer[0..<read])
+            lines += buffer[0..<read].count { $0 == UInt8(ascii: "\n") }
         }
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+        let end = ended ? data.endIndex : (data.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.startIndex)
+        partialLine = Array(data[end...])
+        return String(decoding: data[..<end], as: UTF8.self).split(separator: "\n").map(String.init)
     }
 
     /// Reads until `predicate` holds for what was read, end of file, or the receive timeout.
