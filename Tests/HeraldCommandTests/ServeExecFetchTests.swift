@@ -22,6 +22,20 @@ struct ServeExecFetchTests {
         return path
     }
 
+    /// A daemon in `directory/data` running ``writeScript(in:)``'s script (in `directory/work`, its argument) as its
+    /// fetch command, with `arguments` besides.
+    static func daemonRunningScript(in directory: String, arguments: [String], environment: [String: String] = [:]) throws -> (
+        daemon: DaemonProcess, work: String
+    ) {
+        let work = "\(directory)/work"
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        let script = try writeScript(in: work)
+        let daemon = try DaemonProcess(
+            directory: "\(directory)/data", arguments: ["--exec-fetch-command", script, "--exec-fetch-argument", work] + arguments,
+            environment: environment)
+        return (daemon, work)
+    }
+
     /// Sends a silent message and waits for the command's result line in the daemon's log.
     static func fetch(_ daemon: DaemonProcess, token: String, status: String, work: String, expecting result: String) async throws
         -> String
@@ -43,15 +57,8 @@ struct ServeExecFetchTests {
     @Test("exit 0 is new data, 3 no data, 7 failed; the message on standard input, the environment set; a timeout ends it, failed")
     func runsTheCommand() async throws {
         try await withTemporaryDirectory { directory in
-            let work = "\(directory)/work"
-            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-            let script = try Self.writeScript(in: work)
-            let daemon = try DaemonProcess(
-                directory: "\(directory)/data",
-                arguments: [
-                    "--exec-fetch-command", script, "--exec-fetch-argument", work, "--exec-fetch-timeout", "1",
-                    "--exec-fetch-concurrency", "2",
-                ],
+            let (daemon, work) = try Self.daemonRunningScript(
+                in: directory, arguments: ["--exec-fetch-timeout", "1", "--exec-fetch-concurrency", "2"],
                 environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "MARK=from-the-config"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
 
@@ -191,16 +198,9 @@ struct ServeExecFetchTests {
     )
     func maxInFlight() async throws {
         try await withTemporaryDirectory { directory in
-            let work = "\(directory)/work"
-            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-            let script = try Self.writeScript(in: work)
             // Each fetch sleeps until its timeout ends it: its message stays in flight for 2 s.
-            let daemon = try DaemonProcess(
-                directory: "\(directory)/data",
-                arguments: [
-                    "--max-in-flight", "2", "--exec-fetch-command", script, "--exec-fetch-argument", work, "--exec-fetch-timeout", "2",
-                    "--exec-fetch-concurrency", "2",
-                ])
+            let (daemon, work) = try Self.daemonRunningScript(
+                in: directory, arguments: ["--max-in-flight", "2", "--exec-fetch-timeout", "2", "--exec-fetch-concurrency", "2"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             try "sleep".write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
             let socket = daemon.socketPath

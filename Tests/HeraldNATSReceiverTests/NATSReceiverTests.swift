@@ -114,14 +114,20 @@ struct NATSReceiverTests {
         }
     }
 
-    @Test("one publish JetStream stored twice (one Nats-Msg-Id, two stream sequences, as around a leader's change) is handled once")
-    func secondStoredCopy() async throws {
-        let server = try NATSServerProcess()
-        // The stream made first with a one-second duplicate window, so that one publish can be stored twice.
+    /// A publisher to the token stream, made first with a one-second duplicate window, so that JetStream stores one
+    /// publish twice once the window has passed.
+    func publisherToShortWindowStream(_ server: NATSServerProcess) throws -> NATSPublisher {
         var short = NATSReceiver.Options(servers: [server.url])
         short.duplicateWindow = .seconds(1)
         let client = try NATSPublisher(url: server.url)
         try client.ensureStream(project: "demo", options: short)
+        return client
+    }
+
+    @Test("one publish JetStream stored twice (one Nats-Msg-Id, two stream sequences, as around a leader's change) is handled once")
+    func secondStoredCopy() async throws {
+        let server = try NATSServerProcess()
+        let client = try publisherToShortWindowStream(server)
         let instance = try FleetInstance(server: server)
         try await withFleet([instance]) {
             let subject = try await instance.tokenSubject()
@@ -147,10 +153,7 @@ struct NATSReceiverTests {
     )
     func rememberedPublishesBounded() async throws {
         let server = try NATSServerProcess()
-        var short = NATSReceiver.Options(servers: [server.url])
-        short.duplicateWindow = .seconds(1)
-        let client = try NATSPublisher(url: server.url)
-        try client.ensureStream(project: "demo", options: short)
+        let client = try publisherToShortWindowStream(server)
         let instance = try FleetInstance(server: server) { $0.recentPublishLimit = 4 }
         try await withFleet([instance]) {
             let subject = try await instance.tokenSubject()
@@ -177,10 +180,7 @@ struct NATSReceiverTests {
     @Test("two publishes of one Nats-Msg-Id stored further apart than the window are two messages, though taken together from a backlog")
     func sameIDStoredApart() async throws {
         let server = try NATSServerProcess()
-        var short = NATSReceiver.Options(servers: [server.url])
-        short.duplicateWindow = .seconds(1)
-        let client = try NATSPublisher(url: server.url)
-        try client.ensureStream(project: "demo", options: short)
+        let client = try publisherToShortWindowStream(server)
         // The instance's store outlives it: the one started later has the same token and consumer.
         let store = InMemoryStore()
         let away = try FleetInstance(server: server, store: store) { $0.duplicateWindow = .seconds(1) }
