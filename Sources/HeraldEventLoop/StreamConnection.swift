@@ -21,6 +21,8 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     public internal(set) var label: String
     private var closeError: UVError?
     private var reading = false
+    /// The half-close under way, until libuv has done it.
+    private var pendingShutdown: ShutdownRequest?
     /// TLS (or another filter) between the socket and the user; `nil` for a plain connection. Read on every read and
     /// flush: unchecked for exclusivity (loop thread only, set once before reading), so a plain connection pays a
     /// test of the optional and no runtime access check.
@@ -461,25 +463,35 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             completion?(UVError(code: Int32(UV_ENOTCONN.rawValue), operation: "half-close a closed connection"))
             return
         }
+        // A half-close under way: this call's completion waits for it too (libuv would refuse a second one at once,
+        // and a caller closing on that error would cut off the writes the first one waits for).
+        if let pending = pendingShutdown {
+            if let completion { pending.completions.append(completion) }
+            return
+        }
         let request = ShutdownRequest(connection: self, completion: completion)
         request.request.pointee.data = Unmanaged.passRetained(request).toOpaque()
         let result = uv_shutdown(request.request, stream) { request, status in
             let owner = Unmanaged<ShutdownRequest>.fromOpaque(request!.pointee.data).takeRetainedValue()
-            owner.completion?(status < 0 ? UVError(code: status, operation: "half-close \(owner.connection.label)") : nil)
+            owner.connection.pendingShutdown = nil
+            let error = status < 0 ? UVError(code: status, operation: "half-close \(owner.connection.label)") : nil
+            for completion in owner.completions { completion(error) }
         }
         if result < 0 {
             Unmanaged<ShutdownRequest>.fromOpaque(request.request.pointee.data).release()
             completion?(UVError(code: result, operation: "half-close \(label)"))
+        } else {
+            pendingShutdown = request
         }
     }
 
     private final class ShutdownRequest {
         let request = UnsafeMutablePointer<uv_shutdown_t>.allocate(capacity: 1)
-        let completion: ((UVError?) -> Void)?
+        var completions: [(UVError?) -> Void]
         let connection: StreamConnection
         init(connection: StreamConnection, completion: ((UVError?) -> Void)?) {
             self.connection = connection
-            self.completion = completion
+            self.completions = completion.map { [$0] } ?? []
         }
         deinit { request.deallocate() }
     }

@@ -332,9 +332,9 @@ struct SocketReceiverTests {
     }
 
     @Test(
-        "at a stop the answers written go out whole: a client that reads only once the stop began gets every answer, then the end of the stream"
-    )
-    func answersGoOutAtStop() async throws {
+        "at a stop the answers written go out whole: a client that reads only once the stop began gets every answer, then the end of the stream (also when it had half-closed, so that the session was already ending)",
+        arguments: [false, true])
+    func answersGoOutAtStop(halfClosed: Bool) async throws {
         final class Counter: MessageHandler, Sendable {
             let count = Locked(0)
             func didReceive(_ message: RemoteMessage) async throws { count.withLock { $0 += 1 } }
@@ -354,6 +354,7 @@ struct SocketReceiverTests {
         var lines = ""
         for n in 0..<count { lines += #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# + "\n" }
         client.send(lines)
+        if halfClosed { client.halfClose() }
         #expect(await eventually { handler.count.withLock { $0 } == count })
         let stopped = Task { await herald.shutdown() }
         let answers = client.readLines(count + 1)
