@@ -282,14 +282,8 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     /// has closed. Callable from any thread but the loop's.
     package func submit(waitingFor body: @escaping @Sendable (_ done: @escaping @Sendable () -> Void) -> Void) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let resumed = Mutex(false)
-            let done: @Sendable () -> Void = {
-                let first = resumed.withLock { resumed in
-                    defer { resumed = true }
-                    return !resumed
-                }
-                if first { continuation.resume() }
-            }
+            let resumed = Locked(false)
+            let done: @Sendable () -> Void = { if resumed.setFirst() { continuation.resume() } }
             if !enqueue(.closure { body(done) }) { done() }
         }
     }

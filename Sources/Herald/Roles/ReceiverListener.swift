@@ -171,7 +171,8 @@ public final class ReceiverListener<Session: ReceiverSession> {
             session?.closed()
             guard let self else { return }
             self.sessions[key] = nil
-            if self.sessions.isEmpty, !self.closeWaiters.isEmpty || self.lingerTimer != nil { self.closeFinished() }
+            // The linger timer runs from a close with connections open until the last has closed.
+            if self.sessions.isEmpty, self.lingerTimer != nil { self.closeFinished() }
             if let refused = self.refusedAtLimit {
                 self.refusedAtLimit = nil
                 self.context.logger.notice(
