@@ -70,8 +70,8 @@ struct FleetTests {
             // read is acknowledged and dropped, not offered forever.
             let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
             let stream = NATSSubjects.webPushStreamName(project: "herald")
-            let instanceID = try #require(
-                try client.value(key: try endpointToken(endpoint), bucket: NATSSubjects.webPushBucket(project: "herald")))
+            let bucket = NATSSubjects.webPushBucket(project: "herald")
+            let instanceID = try #require(await eventuallyValue { try client.value(key: try endpointToken(endpoint), bucket: bucket) })
             _ = try client.publishStored(
                 NATSSubjects.webPush(project: "herald", instance: instanceID, endpoint: try endpointToken(endpoint)),
                 body: Array("junk".utf8))
@@ -113,9 +113,8 @@ struct FleetTests {
             let token = try endpointToken(endpoint)
             let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
             let bucket = NATSSubjects.webPushBucket(project: "herald")
-            let written = try await eventually { try client.value(key: token, bucket: bucket) != nil }
-            try #require(written, "the instance never wrote its endpoint to \(bucket)")
-            let instanceID = try #require(try client.value(key: token, bucket: bucket)).split(separator: " ")[0]
+            let written = try await eventuallyValue { try client.value(key: token, bucket: bucket) }
+            let instanceID = try #require(written, "the instance never wrote its endpoint to \(bucket)").split(separator: " ")[0]
             let subject = NATSSubjects.webPush(project: "herald", instance: String(instanceID), endpoint: token)
             let stream = NATSSubjects.webPushStreamName(project: "herald")
             // As the gateway publishes a push (a new JetStream message ID each time, so that the stream keeps both):
