@@ -228,10 +228,10 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     /// of each, when JetStream stored it and when it was taken here (for eviction). A second stored copy of one publish
     /// (another stream sequence, the same `Nats-Msg-Id`) stored within ``Options/duplicateWindow`` of the first is
     /// the same message, as JetStream itself would have judged it.
-    private var recentPublishes: [String: (sequence: UInt64, storedAt: Int64, at: ContinuousClock.Instant)] = [:]
+    private var recentPublishes: [PublishFingerprint: (sequence: UInt64, storedAt: Int64, at: ContinuousClock.Instant)] = [:]
     /// The keys of ``recentPublishes`` in the order they were remembered, from `publishOrderStart` on: the oldest is
     /// forgotten first (an entry whose key was remembered again or forgotten since no longer matches, and is skipped).
-    private var publishOrder: [(key: String, at: ContinuousClock.Instant)] = []
+    private var publishOrder: [(key: PublishFingerprint, at: ContinuousClock.Instant)] = []
     private var publishOrderStart = 0
     /// ``Options/recentPublishLimit`` and ``Options/duplicateWindow``, read once per message.
     private let recentPublishLimit: Int
@@ -1020,7 +1020,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     }
 
     /// Remembers a publish taken now, forgetting the oldest first (a few per call at most, whatever the backlog).
-    private func rememberPublish(_ key: String, sequence: UInt64, storedAt: Int64) {
+    private func rememberPublish(_ key: PublishFingerprint, sequence: UInt64, storedAt: Int64) {
         let now = ContinuousClock.now
         while publishOrderStart < publishOrder.count {
             let oldest = publishOrder[publishOrderStart]
@@ -1040,11 +1040,11 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
     }
 
     /// A stored message's identity, made once per delivery: the ID Herald gives it, and, when its publisher gave it
-    /// a `Nats-Msg-Id`, `<stream> <Nats-Msg-Id>` (the key ``recentPublishes`` knows the publish by) with when
-    /// JetStream stored it (nanoseconds since 1970).
+    /// a `Nats-Msg-Id`, the fingerprint of its stream and `Nats-Msg-Id` (the key ``recentPublishes`` knows the
+    /// publish by) with its stream sequence and when JetStream stored it (nanoseconds since 1970).
     struct StoredDeliveryIdentity {
         let messageID: String
-        let publish: (key: String, sequence: UInt64, storedAt: Int64)?
+        let publish: (key: PublishFingerprint, sequence: UInt64, storedAt: Int64)?
     }
 
     static func storedIdentity(_ message: OpaquePointer, metadata: herald_nats_delivery) -> StoredDeliveryIdentity {
@@ -1053,8 +1053,8 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let messageID = storedMessageID(stream: stream, sequence: metadata.streamSequence, unique: unique, storedAt: metadata.timestamp)
         let publish = unique.map { unique in
             (
-                key: String(decoding: stream, as: UTF8.self) + " " + String(cString: unique), sequence: metadata.streamSequence,
-                storedAt: metadata.timestamp
+                key: PublishFingerprint(stream: stream, publisherID: UnsafeRawBufferPointer(start: unique, count: strlen(unique))),
+                sequence: metadata.streamSequence, storedAt: metadata.timestamp
             )
         }
         return StoredDeliveryIdentity(messageID: messageID, publish: publish)
