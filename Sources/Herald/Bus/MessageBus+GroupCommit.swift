@@ -77,7 +77,10 @@ extension MessageBus {
         commitRetryDelay = .zero
         for ack in acks {
             ack.completion(.success(ack.id))
-            for follower in followers.removeValue(forKey: ack.id) ?? [] { follower.completion(.success(follower.id)) }
+            // Followers are rare (a second send of a message whose commit is under way): no hash of the ID without.
+            if !followers.isEmpty {
+                for follower in followers.removeValue(forKey: ack.id) ?? [] { follower.completion(.success(follower.id)) }
+            }
             if draining {
                 // Committed after shutdown began: the inbox replays it at the next start.
                 inFlight -= 1
