@@ -200,6 +200,9 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         /// Second stored copies of one publish (one `Nats-Msg-Id`, another stream sequence) acknowledged without
         /// being handled again.
         public var duplicatesDropped = 0
+        /// Subscriptions to a durable consumer tried again because the consumer was still bound to the subscription
+        /// of a connection that ended (a restart before the server had seen the old connection go).
+        public var boundConsumerRetries = 0
     }
 
     public let options: Options
@@ -668,6 +671,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
         let deliver = NATSSubjects.deliverSubject(project: project, consumer: durable)
         let relay = SubscriptionRelay(receiver: self, kind: .jetStream)
         let options = self.options
+        let shared = self.shared
         let result: Result<(UnsafeHandle, UnsafeRawHandle, CumulativeAcks?), NATSReceiverError> = try await context.loop.offload {
             var code = jsErrCode(rawValue: 0)
             var state = herald_nats_consumer_state()
@@ -697,6 +701,7 @@ public final class NATSReceiver: Receiver, TokenHandler, @unchecked Sendable {
                 guard status != NATS_OK, wait <= Self.boundConsumerPatience,
                     String(cString: herald_nats_last_error(status)).contains("already bound")
                 else { break }
+                shared.withLock { $0.statistics.boundConsumerRetries += 1 }
                 usleep(wait)
                 wait *= 2
             }

@@ -287,7 +287,8 @@ struct NATSReceiverTests {
             let oldToken = try await old.token()
             let new = try FleetInstance(server: server, store: try SQLiteStore(directory: directory))
             async let started: Void = new.start()
-            try await Task.sleep(for: .milliseconds(300))
+            // The old instance lets its consumer go only once the new one was refused it at least once.
+            #expect(await eventually { new.receiver.statistics.boundConsumerRetries > 0 }, "the consumer was never found bound")
             await old.herald.shutdown()
             try await started
             #expect(new.receiver.state == .connected)
