@@ -3,8 +3,11 @@ import HeraldTesting
 
 /// The sender's side in the tests: NATSPublisher with string bodies.
 extension NATSPublisher {
+    /// A JetStream request may wait 30 s for its answer, not the 5 s of a publisher's default: while the whole suite
+    /// runs, dozens of servers and instances start at once on a few cores, and a test's read of a stream or bucket
+    /// answered late is not what it tests.
     convenience init(url: String) throws {
-        try self.init(options: NATSReceiver.Options(servers: [url]))
+        try self.init(options: NATSReceiver.Options(servers: [url]), timeout: .seconds(30))
     }
 
     @discardableResult

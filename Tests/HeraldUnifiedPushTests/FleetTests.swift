@@ -68,7 +68,7 @@ struct FleetTests {
             #expect(location.withLock { $0 }?.hasSuffix("/" + (message["id"] ?? "?")) == true, "Location names the message the app got")
             // The instance acknowledged it to JetStream (work-queue retention: the stream forgets it), and one it cannot
             // read is acknowledged and dropped, not offered forever.
-            let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+            let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]), timeout: .seconds(30))
             let stream = NATSSubjects.webPushStreamName(project: "herald")
             let bucket = NATSSubjects.webPushBucket(project: "herald")
             let instanceID = try #require(await eventuallyValue { try client.value(key: try endpointToken(endpoint), bucket: bucket) })
@@ -111,7 +111,7 @@ struct FleetTests {
             let app = try world.app("org.example.FleetApp", version: 2, register: "again")
             let endpoint = try #require(try await app.next("endpoint")["endpoint"])
             let token = try endpointToken(endpoint)
-            let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]))
+            let client = try NATSPublisher(options: NATSReceiver.Options(servers: [nats.url]), timeout: .seconds(30))
             let bucket = NATSSubjects.webPushBucket(project: "herald")
             let written = try await eventuallyValue { try client.value(key: token, bucket: bucket) }
             let instanceID = try #require(written, "the instance never wrote its endpoint to \(bucket)").split(separator: " ")[0]
@@ -202,7 +202,7 @@ struct FleetTests {
         #expect(dropped.status == 0, "\(dropped.error)")
         let again = try serveInstance()
         #expect(try await app.next("unregistered")["token"] == "served", "\(again.log)")
-        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]))
+        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]), timeout: .seconds(30))
         let left = try await eventually { try client.value(key: token, bucket: NATSSubjects.webPushBucket(project: "herald")) == nil }
         #expect(left, "the endpoint unregistered offline is still in the bucket: \(again.log)")
         #expect(try await post(endpoint, Array("late".utf8), in: world.directory).status == 404)
@@ -237,7 +237,7 @@ struct FleetTests {
         try await app.stopped()
         #expect(try await post(endpoint, Array("while away".utf8), in: world.directory).status == 201)
         // The instance took it from JetStream (its work queue is empty again): it is in the instance's store only.
-        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]))
+        let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]), timeout: .seconds(30))
         let stream = NATSSubjects.webPushStreamName(project: "herald")
         let taken = try await eventually { try client.storedMessages(stream: stream) == 0 }
         try #require(taken, "the instance never took the push from \(stream): \(instance.log)")
