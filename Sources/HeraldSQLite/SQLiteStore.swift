@@ -496,8 +496,20 @@ public final class SQLiteStore: HeraldStore, Sendable {
 
     /// `id` as SQLite keeps it when bound as `TEXT`: up to its first NUL.
     private static func storedID(_ id: String) -> String {
-        guard let nul = id.utf8.firstIndex(of: 0) else { return id }
-        return String(decoding: id.utf8[..<nul], as: UTF8.self)
+        let length = storedLength(id)
+        return length == id.utf8.count ? id : String(decoding: id.utf8.prefix(length), as: UTF8.self)
+    }
+
+    /// How many bytes of `id`'s UTF-8 SQLite keeps when it is bound as `TEXT`: those before its first NUL, all of them
+    /// without one. Scanned with `memchr` (commits ask this of every ID they write).
+    private static func storedLength(_ id: String) -> Int {
+        if let length = id.utf8.withContiguousStorageIfAvailable({ storedLength($0) }) { return length }
+        return id.utf8.firstIndex(of: 0).map { id.utf8.distance(from: id.utf8.startIndex, to: $0) } ?? id.utf8.count
+    }
+
+    private static func storedLength(_ utf8: UnsafeBufferPointer<UInt8>) -> Int {
+        guard let base = utf8.baseAddress, let nul = memchr(base, 0, utf8.count) else { return utf8.count }
+        return UnsafeRawPointer(nul) - UnsafeRawPointer(base)
     }
 
     /// `seen.message_ids` for `ids`: each ID's UTF-8 bytes up to its first NUL, then a NUL.
@@ -505,9 +517,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(ids.count * 24)
         for id in ids {
-            var utf8 = id.utf8[...]
-            if let nul = utf8.firstIndex(of: 0) { utf8 = utf8[..<nul] }
-            bytes.append(contentsOf: utf8)
+            let copied: Void? = id.utf8.withContiguousStorageIfAvailable { utf8 in
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[..<storedLength(utf8)]))
+            }
+            if copied == nil { bytes.append(contentsOf: id.utf8.prefix(storedLength(id))) }
             bytes.append(0)
         }
         return bytes

@@ -261,6 +261,29 @@ struct SQLiteStoreTests {
         }
     }
 
+    @Test("an ID with a NUL is kept up to it, as SQLite binds TEXT: in the inbox, in the window, and when finished in its batch")
+    func idsWithNUL() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow()
+            func cut(_ id: String, _ suffix: UInt8) -> InboxRecord {
+                InboxRecord(
+                    messageID: id + "\u{0}" + String(suffix), userInfo: [suffix], targetKind: "fid", targetValue: "f", collapseKey: nil,
+                    priority: 10, expiration: nil, receivedAt: 1)
+            }
+            let long = "nats-HERALD_DEMO-12345-" + String(repeating: "x", count: 40)
+            // Accepted whole; one of them finished in the same batch under another tail after its NUL.
+            try store.commit(
+                StoreBatch(accepted: [cut(long, 1), cut("short", 2), record(3)], finished: ["short\u{0}other"]), window: window, now: 1)
+            let state = try SQLiteStore(directory: directory).load(window: window, now: 1)
+            #expect(state.pending.map(\.messageID) == [long, "m3"])
+            #expect(state.seenMessageIDs == [long, "short", "m3"])
+            // Finished by the ID as stored (without the tail), in a later batch.
+            try store.commit(StoreBatch(finished: [long]), window: window, now: 2)
+            #expect(try store.load(window: window, now: 2).pending.map(\.messageID) == ["m3"])
+        }
+    }
+
     @Test("a window entry stamped before an older-stamped one (the clock went back) is still pruned by age, for good")
     func clockWentBack() throws {
         try withTemporaryDirectory { directory in
