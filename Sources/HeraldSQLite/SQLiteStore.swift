@@ -192,8 +192,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
             // An ID both accepted and finished in this batch leaves after its new entry is written, as if the batch
             // were applied in order. (IDs are compared as SQLite stores them, up to the first NUL.)
             var finishedLater: [String] = []
+            // The accepted IDs, taken out of their records once (a lazy map through the records copied each whole).
+            let acceptedIDs = batch.accepted.map(\.messageID)
             if !batch.finished.isEmpty {
-                let acceptedIDs = batch.accepted.isEmpty ? [] : Set(batch.accepted.lazy.map { Self.storedID($0.messageID) })
+                let acceptedIDs = acceptedIDs.isEmpty ? [] : Set(acceptedIDs.lazy.map(Self.storedID))
                 let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
                 for messageID in batch.finished {
                     if !acceptedIDs.isEmpty && acceptedIDs.contains(Self.storedID(messageID)) {
@@ -228,7 +230,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
                     let insertSeen = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")
                     try insertSeen.bind(1, position)
                     try insertSeen.bind(2, now)
-                    try insertSeen.bind(3, Self.encodeWindowIDs(batch.accepted.lazy.map(\.messageID)))
+                    try insertSeen.bind(3, Self.encodeWindowIDs(acceptedIDs))
                     try insertSeen.execute()
                 }
             }
