@@ -195,10 +195,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
             // The accepted IDs, taken out of their records once (a lazy map through the records copied each whole).
             let acceptedIDs = batch.accepted.map(\.messageID)
             if !batch.finished.isEmpty {
-                let acceptedIDs = acceptedIDs.isEmpty ? [] : Set(acceptedIDs.lazy.map(Self.storedID))
+                let acceptedAsStored = acceptedIDs.isEmpty ? [] : Set(acceptedIDs.lazy.map(Self.storedID))
                 let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
                 for messageID in batch.finished {
-                    if !acceptedIDs.isEmpty && acceptedIDs.contains(Self.storedID(messageID)) {
+                    if !acceptedAsStored.isEmpty && acceptedAsStored.contains(Self.storedID(messageID)) {
                         finishedLater.append(messageID)
                         continue
                     }
