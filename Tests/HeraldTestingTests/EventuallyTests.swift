@@ -6,29 +6,25 @@ struct Refused: Error, Equatable {
     let attempt: Int
 }
 
+/// Counts the calls of a condition: the number of this one; throws ``Refused`` for each before `until`.
+private func attempt(_ attempts: Locked<Int>, refusedBefore until: Int = .max) throws -> Int {
+    let attempt = attempts.withLock {
+        $0 += 1
+        return $0
+    }
+    if attempt < until { throw Refused(attempt: attempt) }
+    return attempt
+}
+
 @Suite("eventually: a poll that fails for a while, then holds or not")
 struct EventuallyTests {
     @Test("a condition that throws is asked again; it holds once it stops throwing")
     func throwsThenHolds() async throws {
         let attempts = Locked(0)
-        let held = try await eventually {
-            let attempt = attempts.withLock {
-                $0 += 1
-                return $0
-            }
-            if attempt < 3 { throw Refused(attempt: attempt) }
-            return true
-        }
+        let held = try await eventually { try attempt(attempts, refusedBefore: 3) == 3 }
         #expect(held)
         #expect(attempts.withLock { $0 } == 3)
-        let value = try await eventuallyValue {
-            let attempt = attempts.withLock {
-                $0 += 1
-                return $0
-            }
-            if attempt < 6 { throw Refused(attempt: attempt) }
-            return attempt
-        }
+        let value = try await eventuallyValue { try attempt(attempts, refusedBefore: 6) }
         #expect(value == 6)
     }
 
@@ -36,13 +32,7 @@ struct EventuallyTests {
     func throwsToTheEnd() async throws {
         let attempts = Locked(0)
         await #expect {
-            _ = try await eventually(timeout: .milliseconds(50)) {
-                let attempt = attempts.withLock {
-                    $0 += 1
-                    return $0
-                }
-                throw Refused(attempt: attempt)
-            }
+            _ = try await eventually(timeout: .milliseconds(50)) { try attempt(attempts) > 0 }
         } throws: { error in
             (error as? Refused)?.attempt == attempts.withLock { $0 } && attempts.withLock { $0 } > 1
         }
