@@ -24,11 +24,15 @@ public final class Herald: @unchecked Sendable {
         public var projectID: String = "herald"
         /// The most messages accepted but not yet handled; past it senders get `QUOTA_EXCEEDED` and receivers pause.
         public var maxInFlight: Int = 1024
-        /// How long a background-fetch worker may take before it is cancelled and counted `.failed`.
+        /// How long a background-fetch worker may take before it is cancelled and counted `.failed`, counted from when
+        /// it starts running (not while it waits for a free slot or a thread).
         public var backgroundFetchDeadline: Duration = .seconds(30)
         /// How long finished inbox entries wait for a commit of accepted messages to take them along before they are
         /// committed on their own (tests lengthen it to see the ride-along whatever the machine's pace).
         package var finishedEntriesCommitDelay: Duration = .milliseconds(100)
+        /// Where background-fetch workers and content modifiers run (nil: the global concurrent executor). Tests give
+        /// an executor that holds the work back, to show that a worker's deadline does not count the wait for a thread.
+        package var workerExecutor: (any TaskExecutor)? = nil
         /// The string catalogs alerts' localization keys (`loc-key`, `title-loc-key`, `subtitle-loc-key`) are
         /// resolved from; with none, a key is shown as itself, as on an Apple device.
         public var alertLocalization = AlertLocalization(tables: [])

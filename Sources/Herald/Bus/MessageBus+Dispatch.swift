@@ -154,7 +154,7 @@ extension MessageBus {
         let (timeSource, deadline) = (timeSource, configuration.contentModifierDeadline)
         let final: (content: NotificationContent, expired: String?) = await withCheckedContinuation { continuation in
             let task = Locked<Task<Void, Never>?>(nil)
-            let started = Task(executorPreference: globalConcurrentExecutor) {
+            let started = Task(executorPreference: configuration.workerExecutor ?? globalConcurrentExecutor) {
                 // The deadline counts from when the modifiers start, as an extension's time counts from its launch:
                 // a task that waited for a thread (a busy machine) has not used any of it.
                 running.withLock { $0 = modifiers.first }
@@ -211,24 +211,29 @@ extension MessageBus {
     private func runFetch(_ worker: any BackgroundFetchWorker, _ message: RemoteMessage) async -> BackgroundFetchResult {
         await acquireFetchSlot()
         let resolved = Locked(false)
+        let (timeSource, deadline) = (timeSource, configuration.backgroundFetchDeadline)
         return await withCheckedContinuation { (continuation: CheckedContinuation<BackgroundFetchResult, Never>) in
             let task = Locked<Task<Void, Never>?>(nil)
-            let timer = timeSource.scheduleTask(in: configuration.backgroundFetchDeadline) { [logger, analytics, loop] in
-                // Claim the outcome before cancelling: a worker that stops at once on cancellation must not
-                // answer first and hide that the deadline passed.
-                guard
-                    resolved.setFirst()
-                else { return }
-                task.withLock { $0 }?.cancel()
-                logger.warning(
-                    "background fetch ran past its deadline; cancelled and counted as failed",
-                    metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
-                loop.execute {
-                    analytics.record(.diagnostic, for: message, parameters: ["detail": "fetch_deadline", "plugin": worker.descriptor.name])
+            let started = Task(executorPreference: configuration.workerExecutor ?? globalConcurrentExecutor) {
+                [self, logger, analytics, loop] in
+                // The deadline counts from when the worker starts, as the content modifiers' does: a task that waited
+                // for a thread (a busy machine) has not used any of the worker's time.
+                let timer = timeSource.scheduleTask(in: deadline) {
+                    // Claim the outcome before cancelling: a worker that stops at once on cancellation must not
+                    // answer first and hide that the deadline passed.
+                    guard
+                        resolved.setFirst()
+                    else { return }
+                    task.withLock { $0 }?.cancel()
+                    logger.warning(
+                        "background fetch ran past its deadline; cancelled and counted as failed",
+                        metadata: ["plugin": "\(worker.descriptor.name)", "message_id": "\(message.messageID ?? "")"])
+                    loop.execute {
+                        analytics.record(
+                            .diagnostic, for: message, parameters: ["detail": "fetch_deadline", "plugin": worker.descriptor.name])
+                    }
+                    continuation.resume(returning: .failed)
                 }
-                continuation.resume(returning: .failed)
-            }
-            let started = Task(executorPreference: globalConcurrentExecutor) { [self] in
                 let result = await worker.fetch(message)
                 timer.cancel()
                 // The slot is free only when the worker has really stopped, not when its deadline passed.

@@ -53,6 +53,30 @@ struct ContentModifierTests {
         #expect(handler.messages.first?.aps.alert?.body == "best attempt")
         #expect(await eventually { modifier.wasCancelled })
     }
+
+    @Test("the deadline counts from when the modifiers start: a wait for a thread longer than it uses none of their time")
+    func deadlineFromStart() async throws {
+        let clock = ManualEventLoop()
+        let executor = HeldBackExecutor()
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.contentModifierDeadline = .seconds(30)
+        configuration.workerExecutor = executor
+        let modifier = Decrypting(blockAfterFirstChange: false)
+        let handler = Presented()
+        try await withHerald(configuration: configuration, timeSource: clock, plugins: [modifier, handler]) { herald, receiver, sink in
+            let token = try await herald.token()
+            _ = try await receiver.sendAPNs(Self.payload(mutable: true), deviceToken: token, to: herald).get()
+            #expect(await eventually { executor.enqueued == 1 })
+            clock.advanceTime(by: .seconds(60))
+            #expect(clock.pendingTimerCount == 0)
+            executor.release()
+            try await herald.waitUntilIdle()
+            #expect(!sink.events(named: .diagnostic).contains { $0.parameters["detail"] == "content_modifier_deadline" })
+        }
+        #expect(handler.messages.first?.aps.alert?.title == "hello")
+        #expect(handler.messages.first?.aps.alert?.subtitle == "decrypted")
+        #expect(modifier.calls == 1)
+    }
 }
 
 /// Puts the data key `secret` in the title; blocking, it waits until cancelled after its first change.
