@@ -56,6 +56,18 @@ public final class PythonHTTPServer: Sendable {
         }
     }
 
+    /// As `init`, for an async test: Python starts on a thread of its own (``onOwnThread(_:)``), not on one of the
+    /// cooperative pool's few threads, which an interpreter slow to start (a second or more on a busy machine) would
+    /// hold from every other test meanwhile.
+    public static func start(
+        certificate: String? = nil, key: String? = nil, http2: Bool = false, python: URL? = nil, record: String? = nil,
+        host: String = "127.0.0.1"
+    ) async throws -> PythonHTTPServer {
+        try await onOwnThread {
+            try PythonHTTPServer(certificate: certificate, key: key, http2: http2, python: python, record: record, host: host)
+        }
+    }
+
     /// The requests a server started with `record: file` received so far, oldest first, each a JSON object with
     /// `method`, `path`, `headers` (names in lower case) and `body`.
     public static func recordedRequests(in file: String) -> [JSONValue] {

@@ -122,7 +122,8 @@ def main():
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.cert, args.key)
         server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll interval: shutdown() waits for it, and the tests wait for the exit.
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     print(f"PORT {server.server_address[1]}", flush=True)
     sys.stdin.read()
     stopping.set()

@@ -8,7 +8,7 @@ struct SendOverHTTPSTests {
     func https() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
 
@@ -41,11 +41,12 @@ struct SendOverHTTPSTests {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
             // On 127.0.0.2: loopback, but not one of the names the environment's proxies are never used for.
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile, host: "127.0.0.2")
+            let server = try await PythonHTTPServer.start(
+                certificate: certificates.certificateFile, key: certificates.keyFile, host: "127.0.0.2")
             defer { server.stop() }
-            let plain = try PythonHTTPServer(host: "127.0.0.2")
+            let plain = try await PythonHTTPServer.start(host: "127.0.0.2")
             defer { plain.stop() }
-            let local = try PythonHTTPServer()
+            let local = try await PythonHTTPServer.start()
             defer { local.stop() }
             let proxy = try await TinyProxy(directory: directory)
             let message = ["--project-id", "demo", "--token", "abc", "--data", "a=b"]
@@ -165,7 +166,7 @@ extension SendOverHTTPSTests {
     func tlsClosedBeforeExit() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             try Self.exitTraceSource.write(toFile: "\(directory)/exit-trace.c", atomically: true, encoding: .utf8)
             let compiled = try await runExecutable(

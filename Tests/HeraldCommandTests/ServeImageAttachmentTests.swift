@@ -35,7 +35,7 @@ struct ServeImageAttachmentTests {
     func attachesWithTheOperatorsCA() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
 
             let daemon = try DaemonProcess(

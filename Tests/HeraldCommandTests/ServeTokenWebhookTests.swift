@@ -9,7 +9,7 @@ struct ServeTokenWebhookTests {
     func postsTheToken() async throws {
         try await withTemporaryDirectory { directory in
             let record = "\(directory)/requests.jsonl"
-            let server = try PythonHTTPServer(record: record)
+            let server = try await PythonHTTPServer.start(record: record)
             defer { server.stop() }
             let secretFile = "\(directory)/webhook-secret"
             try "s3cret-webhook\n".write(toFile: secretFile, atomically: true, encoding: .utf8)

@@ -27,7 +27,10 @@ final class NotifySocket: Sendable {
     /// The next notification, or `nil` after 10 s.
     func next() -> String? {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let count = recv(fd, &buffer, buffer.count, 0)
+        var count: Int
+        // A receive timeout makes recv fail with EINTR at any signal with a handler, SA_RESTART or not (the test
+        // process's child processes end all the time): that is not the end of the notifications.
+        repeat { count = recv(fd, &buffer, buffer.count, 0) } while count < 0 && errno == EINTR
         guard count > 0 else { return nil }
         return String(decoding: buffer[0..<count], as: UTF8.self)
     }

@@ -49,7 +49,7 @@ struct HTTPClientTests {
 
     @Test("plain HTTP: the method, headers and body arrive; status, headers and body come back; the connection is kept")
     func plainExchange() async throws {
-        let server = try PythonHTTPServer()
+        let server = try await PythonHTTPServer.start()
         defer { server.stop() }
         let loop = try startLoop()
         let client = HTTPClient(loop: loop)
@@ -85,11 +85,12 @@ struct HTTPClientTests {
     func https() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let trusted = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let trusted = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { trusted.stop() }
-            let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
+            let untrusted = try await PythonHTTPServer.start(
+                certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
             defer { untrusted.stop() }
-            let plain = try PythonHTTPServer()
+            let plain = try await PythonHTTPServer.start()
             defer { plain.stop() }
             let loop = try startLoop()
             let client = HTTPClient(loop: loop, configuration: .init(caFile: certificates.caFile))
@@ -128,7 +129,7 @@ struct HTTPClientTests {
         let python = try pythonEnvironment(with: "h2")
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(
+            let server = try await PythonHTTPServer.start(
                 certificate: certificates.certificateFile, key: certificates.keyFile, http2: true, python: python)
             defer { server.stop() }
             let loop = try startLoop()
@@ -153,7 +154,7 @@ struct HTTPClientTests {
 
     @Test("a configured proxy carries every request: the host is never resolved here")
     func proxy() async throws {
-        let proxy = try PythonHTTPServer()
+        let proxy = try await PythonHTTPServer.start()
         defer { proxy.stop() }
         let loop = try startLoop()
         let client = HTTPClient(loop: loop, configuration: .init(proxy: proxy.baseURL))
@@ -167,7 +168,7 @@ struct HTTPClientTests {
     func missingCAFile() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let loop = try startLoop()
             let client = HTTPClient(loop: loop, configuration: .init(caFile: "\(directory)/no-such-ca.pem"))
@@ -182,7 +183,7 @@ struct HTTPClientTests {
 
     @Test("no answer within the timeout is a timeout error, on time")
     func timeout() async throws {
-        let server = try PythonHTTPServer()
+        let server = try await PythonHTTPServer.start()
         defer { server.stop() }
         let loop = try startLoop()
         let client = HTTPClient(loop: loop)
@@ -197,7 +198,7 @@ struct HTTPClientTests {
 
     @Test("a body over the limit is an error, whether announced by Content-Length or chunked; at the limit it is kept")
     func responseLimit() async throws {
-        let server = try PythonHTTPServer()
+        let server = try await PythonHTTPServer.start()
         defer { server.stop() }
         let loop = try startLoop()
         let client = HTTPClient(loop: loop)
@@ -276,7 +277,7 @@ struct HTTPClientTests {
 
     @Test("200 concurrent requests on one loop: every one answered, over at most the per-host connection limit, kept for the next burst")
     func concurrent() async throws {
-        let server = try PythonHTTPServer()
+        let server = try await PythonHTTPServer.start()
         defer { server.stop() }
         let loop = try startLoop()
         let client = HTTPClient(loop: loop, configuration: .init(maximumConnectionsPerHost: 8))
@@ -308,7 +309,7 @@ struct HTTPClientTests {
 
     @Test("cancelling the calling task abandons the request at once; the loop's shutdown fails the requests under way")
     func cancellationAndShutdown() async throws {
-        let server = try PythonHTTPServer()
+        let server = try await PythonHTTPServer.start()
         defer { server.stop() }
         let loop = try startLoop()
         let client = HTTPClient(loop: loop)

@@ -49,7 +49,7 @@ struct ImageAttachmentTests {
     func attached() async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let outcome = try await present(image: "\(server.baseURL)/bytes/4096", directory: directory, certificates: certificates)
             let attachment = try #require(outcome.presented?.attachments.first)
@@ -65,7 +65,7 @@ struct ImageAttachmentTests {
     func notMutable() async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             let outcome = try await present(
                 image: "\(server.baseURL)/bytes/16", directory: directory, certificates: certificates, mutableContent: false)
@@ -81,7 +81,7 @@ struct ImageAttachmentTests {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
             let certificates = try await TestCertificates.make(in: directory)
             let untrusted = situation == "untrusted"
-            let server = try PythonHTTPServer(
+            let server = try await PythonHTTPServer.start(
                 certificate: untrusted ? certificates.untrustedCertificateFile : certificates.certificateFile,
                 key: untrusted ? certificates.untrustedKeyFile : certificates.keyFile)
             defer { server.stop() }
@@ -107,7 +107,7 @@ struct ImageAttachmentTests {
     func deadline() async throws {
         try await withTemporaryDirectory(prefix: "herald-image") { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let server = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
             // /slow answers after 30 s; the deadline is 1 s.
             let outcome = try await present(

@@ -32,24 +32,25 @@ final class NATSCluster: TestNATSServer, @unchecked Sendable {
         for node in nodes { try node.start() }
     }
 
-    /// Node `index`'s monitoring of JetStream (`/jsz`, its streams), with curl (the server answers chunked).
-    func monitoring(node index: Int) throws -> JSONValue {
-        let result = try runExecutable(
+    /// Node `index`'s monitoring of JetStream (`/jsz`, its streams), with curl (the server answers chunked). Curl runs
+    /// on a thread of its own: the test polls this while the instances' tasks need the cooperative pool.
+    func monitoring(node index: Int) async throws -> JSONValue {
+        let result = try await runExecutable(
             URL(fileURLWithPath: "/usr/bin/curl"), ["-sf", "--max-time", "5", "http://127.0.0.1:\(monitorPorts[index])/jsz?streams=true"])
         return try JSONParser.parse(Array(result.output.utf8))
     }
 
     /// Node `index`'s `/healthz` answer (its body): with JetStream, `{"status":"ok"}` only once its replicas of every
     /// stream and consumer are current, what an operator waits for before taking down another node.
-    func health(node index: Int) -> String {
-        let result = try? runExecutable(
+    func health(node index: Int) async -> String {
+        let result = try? await runExecutable(
             URL(fileURLWithPath: "/usr/bin/curl"), ["-s", "--max-time", "5", "http://127.0.0.1:\(monitorPorts[index])/healthz"])
         return result?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? "no answer"
     }
 
     /// What node `index`'s monitoring says of its copy of `stream`: (last sequence, messages), or `nil` when it has none.
-    func streamState(node index: Int, stream: String) throws -> (lastSequence: Int, messages: Int)? {
-        let json = try monitoring(node: index)
+    func streamState(node index: Int, stream: String) async throws -> (lastSequence: Int, messages: Int)? {
+        let json = try await monitoring(node: index)
         for account in json["account_details"]?.arrayValue ?? [] {
             for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
                 guard let state = detail["state"] else { return nil }
@@ -86,9 +87,9 @@ final class NATSCluster: TestNATSServer, @unchecked Sendable {
     }
 
     /// The node that leads `stream`'s replicas now (by its monitoring), or `nil` when none says.
-    func streamLeader(_ stream: String) throws -> Int? {
+    func streamLeader(_ stream: String) async throws -> Int? {
         for index in nodes.indices {
-            guard let json = try? monitoring(node: index) else { continue }
+            guard let json = try? await monitoring(node: index) else { continue }
             for account in json["account_details"]?.arrayValue ?? [] {
                 for detail in account["stream_detail"]?.arrayValue ?? [] where detail["name"]?.stringValue == stream {
                     if let leader = detail["cluster"]?["leader"]?.stringValue, leader.hasPrefix("node") {
@@ -135,7 +136,10 @@ struct NATSClusterTests {
         let options = senderOptions
         // The cluster elects its JetStream leader a moment after the nodes are ready.
         let ready = await eventually(timeout: .seconds(30)) {
-            (try? NATSPublisher(options: options, reconnect: true).ensureStream(project: project, options: options)) != nil
+            // On a thread of its own: each try waits for JetStream's answer, up to the client's timeout.
+            (try? await onOwnThread {
+                try NATSPublisher(options: options, reconnect: true).ensureStream(project: project, options: options)
+            }) != nil
         }
         try #require(ready)
         let instances = try (0..<3).map { _ in
@@ -156,7 +160,7 @@ struct NATSClusterTests {
                 for stream in ["HERALD_DEMO", "HERALD_DEMO_TOPICS", "KV_HERALD_DEMO_REGISTRATIONS"] {
                     for node in 0..<3 {
                         let replicated = await eventually(timeout: .seconds(30)) {
-                            (try? cluster.streamState(node: node, stream: stream)) != nil
+                            (try? await cluster.streamState(node: node, stream: stream)) != nil
                         }
                         #expect(replicated, "node\(node) holds no replica of \(stream)")
                     }
@@ -219,11 +223,12 @@ struct NATSClusterTests {
                     }
                 }
                 #expect(await eventually(timeout: .seconds(120)) { acknowledged.withLock { $0.count } >= 3_000 })
-                let victim = try cluster.streamLeader("HERALD_DEMO") ?? 0
+                let victim = try await cluster.streamLeader("HERALD_DEMO") ?? 0
                 killedAt.withLock { $0 = .now }
-                cluster.nodes[victim].kill()
+                let leader = cluster.nodes[victim]
+                try await onOwnThread { leader.kill() }
                 #expect(await eventually(timeout: .seconds(120)) { acknowledged.withLock { $0.count } >= 7_000 })
-                try cluster.nodes[victim].start()
+                try await onOwnThread { try leader.start() }
                 let restartedAt = ContinuousClock.now
                 await sending.value
                 try #require(!gatewayExited(), "the gateway exited: \(gateway.log)")
@@ -260,8 +265,8 @@ struct NATSClusterTests {
                 let seen = Locked("")
                 // Two minutes at most: with the whole suite running beside it, catching up took more than one.
                 let caughtUp = await eventually(timeout: .seconds(120)) {
-                    let mine = try? cluster.streamState(node: victim, stream: "HERALD_DEMO")
-                    let theirs = try? cluster.streamState(node: survivor, stream: "HERALD_DEMO")
+                    let mine = try? await cluster.streamState(node: victim, stream: "HERALD_DEMO")
+                    let theirs = try? await cluster.streamState(node: survivor, stream: "HERALD_DEMO")
                     seen.withLock { $0 = "restarted node: \(String(describing: mine)), survivor: \(String(describing: theirs))" }
                     guard let mine, let theirs else { return false }
                     // At or past the survivor's: once (under Thread Sanitizer) the restarted node, the old leader, counted
@@ -275,7 +280,7 @@ struct NATSClusterTests {
                 let health = Locked("")
                 let healthStart = ContinuousClock.now
                 let healthy = await eventually(timeout: .seconds(120)) {
-                    let answer = cluster.health(node: victim)
+                    let answer = await cluster.health(node: victim)
                     health.withLock { $0 = answer }
                     return answer.contains("\"ok\"")
                 }
@@ -285,7 +290,7 @@ struct NATSClusterTests {
                 // the next step kills the survivor, and one suite run that killed it as soon as the last sequences
                 // matched missed the bound of the 300 messages after it.
                 _ = await eventually(timeout: .seconds(30)) {
-                    (try? cluster.streamState(node: survivor, stream: "HERALD_DEMO"))?.messages == 0
+                    (try? await cluster.streamState(node: survivor, stream: "HERALD_DEMO"))?.messages == 0
                 }
                 #expect(healthy, "node\(victim)'s /healthz after its restart: \(health.withLock { $0 })")
                 #expect(
@@ -293,7 +298,8 @@ struct NATSClusterTests {
                     "\(seen.withLock { $0 }); \(cluster.consumerStates(node: survivor, stream: "HERALD_DEMO")); instances' statistics: \(instances.map { String(describing: $0.receiver.statistics) })"
                 )
                 // And it serves: with another node lost now, the stream's majority needs it. 300 more, each handled once.
-                cluster.nodes[survivor].kill()
+                let lost = cluster.nodes[survivor]
+                try await onOwnThread { lost.kill() }
                 await onThreads(1) { _ in
                     for n in total..<(total + 300) {
                         let token = tokens[n % 3]
@@ -309,6 +315,7 @@ struct NATSClusterTests {
                 try #require(!gatewayExited(), "the gateway exited: \(gateway.log)")
                 #expect(acknowledged.withLock { $0.count } == total + 300)
                 let handledAfter = await allHandled(total + 3 * topics + 300, by: instances)
+                let leaderAfter = try? await cluster.streamLeader("HERALD_DEMO")
                 // When they are not all handled, what each instance misses of the 300, and what the two nodes left say.
                 let third = 3 - victim - survivor
                 let misses = instances.enumerated().map { index, instance in
@@ -321,7 +328,7 @@ struct NATSClusterTests {
                 }
                 #expect(
                     handledAfter,
-                    "after node\(survivor) was SIGKILLed: \(misses.joined(separator: "; ")); stream leader \(String(describing: try? cluster.streamLeader("HERALD_DEMO"))); \(cluster.consumerStates(node: victim, stream: "HERALD_DEMO")); \(cluster.consumerStates(node: third, stream: "HERALD_DEMO"))"
+                    "after node\(survivor) was SIGKILLed: \(misses.joined(separator: "; ")); stream leader \(String(describing: leaderAfter)); \(cluster.consumerStates(node: victim, stream: "HERALD_DEMO")); \(cluster.consumerStates(node: third, stream: "HERALD_DEMO"))"
                 )
                 for instance in instances { try await instance.herald.waitUntilIdle() }
                 // Each handled once. (Seen once before: a message handled twice after the killed leader's node rejoined —

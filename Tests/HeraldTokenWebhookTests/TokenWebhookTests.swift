@@ -309,9 +309,10 @@ struct TokenWebhookTests {
     func https() async throws {
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let trusted = try PythonHTTPServer(certificate: certificates.certificateFile, key: certificates.keyFile)
+            let trusted = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { trusted.stop() }
-            let untrusted = try PythonHTTPServer(certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
+            let untrusted = try await PythonHTTPServer.start(
+                certificate: certificates.untrustedCertificateFile, key: certificates.untrustedKeyFile)
             defer { untrusted.stop() }
 
             let (herald, webhook) = try await startHerald(
