@@ -5,6 +5,11 @@ public import Testing
 /// with the three, then shuts the instance down (also when `body` throws) and checks that no libuv handle is left.
 ///
 /// `timeSource` lets the test drive deadlines with a ``ManualEventLoop``; by default the instance's own loop.
+///
+/// The shutdown waits as long as a test needs: where `configuration` keeps the defaults of
+/// `Herald.Configuration/analyticsDrainTimeout` and `shutdownGracePeriod`, they are two minutes
+/// (``patientShutdown(_:)``). A sink's or a handler's task can wait seconds for a thread while the whole suite runs
+/// in parallel, and the defaults would count its events as lost.
 public func withHerald(
     configuration: Herald.Configuration = .init(senderID: "1234567890"),
     timeSource: (any EventLoopScheduler)? = nil,
@@ -13,7 +18,7 @@ public func withHerald(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ body: (Herald, InMemoryReceiver, RecordingSink) async throws -> Void
 ) async throws {
-    let herald = Herald(configuration: configuration, timeSource: timeSource)
+    let herald = Herald(configuration: patientShutdown(configuration), timeSource: timeSource)
     let receiver = InMemoryReceiver()
     let sink = RecordingSink()
     try herald.register(receiver)
@@ -29,6 +34,18 @@ public func withHerald(
     }
     await herald.shutdown()
     #expect(herald.loop.statistics.liveHandles == 0, "libuv handles left open", sourceLocation: sourceLocation)
+}
+
+/// `configuration` with the shutdown's bounds it keeps at their defaults (`analyticsDrainTimeout`, 5 s;
+/// `shutdownGracePeriod`, 10 s) raised to two minutes, for a test's instance: on a machine running the whole suite at
+/// once, a sink's or a handler's task can wait that long for a thread, and the defaults would then count its events
+/// as lost or cut its handling short. Bounds a test chose are kept.
+public func patientShutdown(_ configuration: Herald.Configuration) -> Herald.Configuration {
+    let defaults = Herald.Configuration()
+    var configuration = configuration
+    if configuration.analyticsDrainTimeout == defaults.analyticsDrainTimeout { configuration.analyticsDrainTimeout = .seconds(120) }
+    if configuration.shutdownGracePeriod == defaults.shutdownGracePeriod { configuration.shutdownGracePeriod = .seconds(120) }
+    return configuration
 }
 
 /// Registers `plugins` on `herald`, starts it, runs `body` with it, then shuts it down, also when `body` throws: for

@@ -11,7 +11,7 @@ struct EchoHandlerTests {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]) }
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         try herald.register(EchoHandler(output: fds[1], installationID: { "fid-1" }))
         try herald.register(
             category: NotificationCategory(

@@ -55,7 +55,7 @@ struct DesktopLatencyTests {
         try session.startBus()
         try await session.startDunst()
         let timed = TimedPresenter(DesktopPresenter(options: .testing(session)))
-        let herald = Herald(configuration: .init(senderID: "1"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1")))
         let receiver = InMemoryReceiver()
         try await withStarted(herald, plugins: [receiver, timed]) { herald in
             let token = try await herald.token()

@@ -256,7 +256,7 @@ func withPresenter(
     logs: LogCollector = LogCollector(),
     _ body: (Herald, InMemoryReceiver, RecordingSink, String) async throws -> Void
 ) async throws {
-    let herald = Herald(configuration: .init(senderID: "1234567890"), logger: logs.logger())
+    let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), logger: logs.logger())
     let receiver = InMemoryReceiver()
     let sink = RecordingSink()
     for category in categories { try herald.register(category: category) }

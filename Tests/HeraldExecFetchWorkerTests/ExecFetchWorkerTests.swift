@@ -331,7 +331,7 @@ struct ExecFetchWorkerTests {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.shutdownGracePeriod = .milliseconds(200)
         configuration.analyticsDrainTimeout = .milliseconds(200)
-        let herald = Herald(configuration: configuration, loop: loop)
+        let herald = Herald(configuration: patientShutdown(configuration), loop: loop)
         let worker = ExecFetchWorker(options: .init(command: script, timeout: .seconds(120)))
         try herald.register(worker)
         try await herald.start()

@@ -48,7 +48,7 @@ func withWorker(
     var configuration = Herald.Configuration(senderID: "1234567890")
     configuration.backgroundFetchDeadline = deadline
     configuration.shutdownGracePeriod = shutdownGracePeriod
-    let herald = Herald(configuration: configuration, logger: logs.logger())
+    let herald = Herald(configuration: patientShutdown(configuration), logger: logs.logger())
     let sink = RecordingSink()
     try herald.register(worker)
     try herald.register(sink)

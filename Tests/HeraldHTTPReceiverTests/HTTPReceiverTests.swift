@@ -62,7 +62,7 @@ func withHTTPHerald(
 ) async throws {
     var configuration = Herald.Configuration(senderID: "1234567890")
     configuration.projectID = "demo"
-    let herald = Herald(configuration: configuration)
+    let herald = Herald(configuration: patientShutdown(configuration))
     let receiver = HTTPReceiver(options: options)
     let collected = Collected()
     try herald.register(receiver)

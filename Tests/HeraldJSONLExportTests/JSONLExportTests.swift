@@ -12,7 +12,7 @@ struct JSONLExportTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
         defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics/delivery-metrics.jsonl"  // the directory is created at start
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         let export = JSONLExport(options: .init(path: path, appName: "com.example.weatherd"))
         let receiver = InMemoryReceiver()
         let handler = Presenting()
@@ -113,7 +113,7 @@ struct JSONLExportTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
         defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/metrics.jsonl"
-        let herald = Herald(configuration: .init(senderID: "my-project"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "my-project")))
         let export = JSONLExport(options: .init(path: path, events: .fcmEventsOnly), installationID: { "fid-from-closure" })
         try herald.register(export)
         try await herald.start()
@@ -220,7 +220,7 @@ struct JSONLExportTests {
         // Room for every event: this test is about rotation, not about a sink that falls behind (a loaded CI
         // machine's fsyncs at each rotation can put the export more than the default 10,000 events behind).
         configuration.analyticsBufferLimit = 100_000
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: kept))
         let recording = RecordingSink()
         try herald.register(export)
@@ -364,7 +364,7 @@ struct JSONLExportTests {
         configuration.analyticsBatchSize = 60
         configuration.analyticsFlushInterval = .seconds(30)  // the batch is handed over when full
         configuration.analyticsRetryDelay = .milliseconds(20)
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let export = JSONLExport(options: .init(path: path, maximumFileBytes: limit, keptFiles: 50))
         let recording = RecordingSink()
         try herald.register(export)
@@ -394,7 +394,7 @@ struct JSONLExportTests {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.analyticsMaximumAttempts = 2
         configuration.analyticsRetryDelay = .milliseconds(10)
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let export = JSONLExport(options: .init(path: "/dev/full", maximumFileBytes: 256, keptFiles: 2))
         let handler = Presenting()
         try herald.register(export)
@@ -427,7 +427,7 @@ struct JSONLExportTests {
         let directory = try makeTemporaryDirectory(prefix: "herald-jsonl")
         defer { removeTemporaryDirectory(directory) }
         let path = "\(directory)/out/metrics.jsonl"
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         let export = JSONLExport(options: .init(path: path))
         try herald.register(export)
         try await herald.start()
@@ -452,7 +452,7 @@ struct JSONLExportTests {
         let blocker = "\(directory)/not-a-directory"
         #expect(FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8)))
         let path = "\(blocker)/metrics.jsonl"
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         try herald.register(JSONLExport(options: .init(path: path)))
         do {
             try await herald.start()
@@ -539,7 +539,7 @@ struct JSONLExportTests {
         handle.write(Data(#"{"event_timestamp":"2025-03-01 12:"#.utf8))
         handle.closeFile()
 
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         try herald.register(JSONLExport(options: .init(path: path)))
         try await herald.start()
         let token = try await herald.token()

@@ -193,7 +193,7 @@ struct GatewayPipelineTests {
             let token = try await instance.token()
             var configuration = Herald.Configuration(senderID: "1234567890")
             configuration.projectID = "demo"
-            let herald = Herald(configuration: configuration, store: InMemoryStore())
+            let herald = Herald(configuration: patientShutdown(configuration), store: InMemoryStore())
             var options = NATSReceiver.Options(servers: [server.url])
             // Longer than the test can take: the sends stay in flight until the stop, however slowly a loaded
             // machine starts their tasks (the default 5 s would answer the first ones UNAVAILABLE before the last

@@ -33,7 +33,7 @@ final class FleetInstance: Sendable {
         configuration.projectID = "demo"
         configuration.maxInFlight = maxInFlight
         configuration.isAutoInitEnabled = autoInit
-        herald = Herald(configuration: configuration, store: store)
+        herald = Herald(configuration: patientShutdown(configuration), store: store)
         var options = NATSReceiver.Options(servers: [server.url])
         options.ackWait = .seconds(2)
         options.redeliveryDelay = .milliseconds(100)

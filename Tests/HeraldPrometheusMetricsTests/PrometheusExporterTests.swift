@@ -41,7 +41,7 @@ struct PrometheusExporterTests {
     func countersMatch() async throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let path = "/tmp/herald-prom-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         var exporterOptions = PrometheusExporter.Options(address: .tcp(host: "127.0.0.1", port: 0))
         exporterOptions.idleTimeout = .seconds(5)

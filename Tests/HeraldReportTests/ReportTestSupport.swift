@@ -13,9 +13,9 @@ func withDataDirectory(_ body: (String) async throws -> Void) async throws {
 
 /// Starts Herald on an SQLite store in `directory` with `plugins`, runs `body`, and shuts it down.
 func withDurableHerald(directory: String, plugins: [any HeraldPlugin], _ body: (Herald) async throws -> Void) async throws {
-    var configuration = Herald.Configuration(senderID: "1234567890")
-    configuration.shutdownGracePeriod = .seconds(10)
-    try await withStarted(Herald(configuration: configuration, store: try SQLiteStore(directory: directory)), plugins: plugins, body)
+    let configuration = Herald.Configuration(senderID: "1234567890")
+    try await withStarted(
+        Herald(configuration: patientShutdown(configuration), store: try SQLiteStore(directory: directory)), plugins: plugins, body)
 }
 
 /// Runs the `herald` executable built beside the test bundle; returns its exit status, standard output and error.

@@ -227,7 +227,7 @@ struct DurableInboxTests {
             let holding = DurableRecorder(holding: true)
             var configuration = Herald.Configuration(senderID: "1")
             configuration.shutdownGracePeriod = .milliseconds(50)
-            let herald = Herald(configuration: configuration, store: store)
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
             try herald.register(holding)
             try await herald.start()
             let token = try await herald.token()
@@ -258,7 +258,7 @@ struct DurableInboxTests {
     func followersShareTheCommitOutcome() async throws {
         try await withDataDirectory { directory in
             let store = try SQLiteStore(directory: directory)
-            let herald = Herald(configuration: .init(senderID: "1"), store: store)
+            let herald = Herald(configuration: patientShutdown(.init(senderID: "1")), store: store)
             try herald.register(DurableRecorder())
             try await herald.start()
             let token = try await herald.token()

@@ -59,7 +59,8 @@ func withDurableHerald(
 ) async throws {
     var configuration = configuration
     configuration.shutdownGracePeriod = shutdownGrace
-    try await withStarted(Herald(configuration: configuration, store: try SQLiteStore(directory: directory)), plugins: plugins, body)
+    try await withStarted(
+        Herald(configuration: patientShutdown(configuration), store: try SQLiteStore(directory: directory)), plugins: plugins, body)
 }
 
 /// A data-only message to `token` with the given ID.

@@ -54,7 +54,7 @@ struct GroupCommitTests {
             // message come after them. The stop commits what is left.
             var configuration = Herald.Configuration(senderID: "1234567890")
             configuration.finishedEntriesCommitDelay = .seconds(600)
-            try await withStarted(Herald(configuration: configuration, store: store), plugins: [recorder]) {
+            try await withStarted(Herald(configuration: patientShutdown(configuration), store: store), plugins: [recorder]) {
                 herald async throws in
                 let token = try await herald.token()
                 for index in 0..<count {
@@ -79,7 +79,9 @@ struct GroupCommitTests {
     func finishedEntriesCommittedWhenIdle() async throws {
         try await withDataDirectory { directory in
             let store = try CommitCountingStore(directory: directory)
-            try await withStarted(Herald(configuration: .init(senderID: "1234567890"), store: store), plugins: [DurableRecorder()]) {
+            try await withStarted(
+                Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store), plugins: [DurableRecorder()]
+            ) {
                 herald async throws in
                 let token = try await herald.token()
                 _ = try await herald.deliver(dataMessage(id: "alone", token: token)).get()

@@ -17,7 +17,9 @@ func withSocketHerald(
 ) async throws {
     var configuration = Herald.Configuration(senderID: "1234567890")
     configuration.projectID = "demo"
-    let herald = logs.map { Herald(configuration: configuration, logger: $0.logger()) } ?? Herald(configuration: configuration)
+    let herald =
+        logs.map { Herald(configuration: patientShutdown(configuration), logger: $0.logger()) }
+        ?? Herald(configuration: patientShutdown(configuration))
     let receiver = SocketReceiver(options: options(address))
     let collector = Collector()
     try herald.register(receiver)
@@ -311,7 +313,7 @@ struct SocketReceiverTests {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
         configuration.maxInFlight = 4
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let path = socketPath()
         let receiver = SocketReceiver(options: .init(addresses: [.unix(path: path)]))
         let handler = SlowHandler()
@@ -341,7 +343,7 @@ struct SocketReceiverTests {
         }
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let path = socketPath()
         let handler = Counter()
         try herald.register(SocketReceiver(options: .init(addresses: [.unix(path: path)])))

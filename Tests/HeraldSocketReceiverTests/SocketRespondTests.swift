@@ -17,7 +17,7 @@ struct SocketRespondTests {
     func respond() async throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.projectID = "demo"
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let receiver = SocketReceiver(options: .init(addresses: [.unix(path: socketPath())]))
         let handler = RespondingHandler()
         let sink = RecordingSink()
@@ -66,7 +66,7 @@ struct SocketRespondTests {
 
     @Test("an app_state line sets the bus's application state and is answered with it; another value is refused")
     func appState() async throws {
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         let receiver = SocketReceiver(options: .init(addresses: [.unix(path: socketPath())]))
         try await withStarted(herald, plugins: [receiver]) { herald in
             let client = try TestSocketClient(try await receiver.listeningAddresses()[0])

@@ -10,7 +10,7 @@ struct ServiceLifecycleTests {
     @Test("in a host's ServiceGroup, the group's graceful shutdown stops Herald: run returns, the loop is closed, in-flight work finished")
     func gracefulShutdownStopsHerald() async throws {
         let gate = GatedHandler()
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         let receiver = InMemoryReceiver()
         try herald.register(receiver)
         try herald.register(gate)

@@ -12,7 +12,7 @@ struct TokenWebhookTests {
         configuration: Herald.Configuration = .init(senderID: "1234567890"),
         clock: any Clock<Duration> = ContinuousClock()
     ) async throws -> (Herald, TokenWebhook) {
-        let herald = Herald(configuration: configuration)
+        let herald = Herald(configuration: patientShutdown(configuration))
         let webhook = try TokenWebhook(options: options, herald: herald, clock: clock)
         try herald.register(webhook)
         try await herald.start()

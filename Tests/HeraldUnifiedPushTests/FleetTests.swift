@@ -24,14 +24,14 @@ struct FleetTests {
         receiverOptions.forwarder = gateway
         receiverOptions.webPush = gateway
         let receiver = HTTPReceiver(options: receiverOptions)
-        let gatewayHerald = Herald(configuration: .init(senderID: "1234567890"), store: gatewayStore)
+        let gatewayHerald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: gatewayStore)
 
         let store = try SQLiteStore(directory: world.dataDirectory)
         var distributorOptions = UnifiedPushDistributor.Options(endpointURL: gatewayEndpointURL, busAddress: world.bus.address)
         distributorOptions.reconnectDelay = .milliseconds(50)
         let distributor = UnifiedPushDistributor(options: distributorOptions, store: store)
         let relay = NATSWebPushRelay(options: natsOptions, endpoint: distributor)
-        let instance = Herald(configuration: .init(senderID: "1234567890"), store: store)
+        let instance = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store)
 
         try await withStarted(gatewayHerald, plugins: [gateway, receiver]) { _ in
             try await withStarted(instance, plugins: [distributor, relay]) { instance in

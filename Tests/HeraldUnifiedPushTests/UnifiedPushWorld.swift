@@ -52,7 +52,7 @@ final class UnifiedPushWorld: @unchecked Sendable {
         var receiverOptions = HTTPReceiver.Options(address: .tcp(host: "127.0.0.1", port: 0), secret: secret)
         receiverOptions.webPush = distributor
         let receiver = HTTPReceiver(options: receiverOptions)
-        let herald = Herald(configuration: .init(senderID: "1234567890"), store: store)
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store)
         var plugins: [any HeraldPlugin] = [receiver, distributor]
         let metrics = PrometheusExporter(options: .init(address: .tcp(host: "127.0.0.1", port: 0)))
         if analytics {

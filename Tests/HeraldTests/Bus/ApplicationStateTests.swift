@@ -47,7 +47,7 @@ struct ApplicationStateTests {
     @Test("the state set before start applies from the first message")
     func setBeforeStart() async throws {
         let app = RecordingApp()
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         herald.applicationState = .background
         let receiver = InMemoryReceiver()
         try await withStarted(herald, plugins: [receiver, app]) { herald in

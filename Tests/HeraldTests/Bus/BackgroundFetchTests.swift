@@ -53,7 +53,8 @@ struct BackgroundFetchTests {
         var configuration = Herald.Configuration(senderID: "1")
         configuration.backgroundFetchDeadline = .seconds(30)
         let worker = HangingWorker()
-        try await withHerald(configuration: configuration, timeSource: clock, plugins: [worker]) { herald, receiver, sink in
+        try await withHerald(configuration: patientShutdown(configuration), timeSource: clock, plugins: [worker]) {
+            herald, receiver, sink in
             let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.silentAPNs, headers: Self.backgroundHeaders, deviceToken: token, to: herald).get()
             #expect(await eventually { worker.started.withLock { $0 } == 1 })
@@ -80,7 +81,8 @@ struct BackgroundFetchTests {
         configuration.backgroundFetchDeadline = .seconds(30)
         configuration.workerExecutor = executor
         let worker = OffLoopWorker()
-        try await withHerald(configuration: configuration, timeSource: clock, plugins: [worker]) { herald, receiver, sink in
+        try await withHerald(configuration: patientShutdown(configuration), timeSource: clock, plugins: [worker]) {
+            herald, receiver, sink in
             worker.loop.withLock { $0 = herald.loop }
             let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.silentAPNs, headers: Self.backgroundHeaders, deviceToken: token, to: herald).get()

@@ -38,7 +38,7 @@ struct ContentModifierTests {
         configuration.contentModifierDeadline = .seconds(1)
         let modifier = Decrypting(blockAfterFirstChange: true)
         let handler = Presented()
-        try await withHerald(configuration: configuration, plugins: [modifier, handler]) { herald, receiver, sink in
+        try await withHerald(configuration: patientShutdown(configuration), plugins: [modifier, handler]) { herald, receiver, sink in
             let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.payload(mutable: true), deviceToken: token, to: herald).get()
             try await herald.waitUntilIdle()
@@ -63,7 +63,8 @@ struct ContentModifierTests {
         configuration.workerExecutor = executor
         let modifier = Decrypting(blockAfterFirstChange: false)
         let handler = Presented()
-        try await withHerald(configuration: configuration, timeSource: clock, plugins: [modifier, handler]) { herald, receiver, sink in
+        try await withHerald(configuration: patientShutdown(configuration), timeSource: clock, plugins: [modifier, handler]) {
+            herald, receiver, sink in
             let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.payload(mutable: true), deviceToken: token, to: herald).get()
             #expect(await eventually { executor.enqueued == 1 })

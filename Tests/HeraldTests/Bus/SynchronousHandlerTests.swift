@@ -82,7 +82,7 @@ final class BothRoles: SynchronousMessageHandler, MessageHandler, Sendable {
 struct SynchronousHandlerTests {
     @Test("a synchronous handler gets every data-only message once, in order, on the loop thread, outside any task")
     func everyMessageOnceInOrder() async throws {
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         let handler = SynchronousRecorder(loop: herald.loop)
         let receiver = InMemoryReceiver()
         try await withStarted(herald, plugins: [receiver, handler]) { herald in
@@ -118,7 +118,7 @@ struct SynchronousHandlerTests {
     func mixed() async throws {
         let log = Locked<[String]>([])
         let first = LoggingHandler(name: "a1", log: log)
-        let herald = Herald(configuration: .init(senderID: "1234567890"))
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")))
         let synchronous = SynchronousRecorder(name: "s", loop: herald.loop, log: log)
         let last = LoggingHandler(name: "a2", log: log)
         let receiver = InMemoryReceiver()
@@ -204,7 +204,7 @@ struct SynchronousHandlerTests {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.maxInFlight = 1
         let handler = SynchronousRecorder()
-        try await withHerald(configuration: configuration, plugins: [handler]) { herald, receiver, sink in
+        try await withHerald(configuration: patientShutdown(configuration), plugins: [handler]) { herald, receiver, sink in
             let token = try await herald.token()
             for index in 0..<10 {
                 _ = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(index)"]), to: herald).get()
@@ -221,7 +221,8 @@ struct SynchronousHandlerTests {
     func durableInboxRemoval() async throws {
         let store = DurableMemoryStore()
         let first = SynchronousRecorder()
-        try await withStarted(Herald(configuration: .init(senderID: "1234567890"), store: store), plugins: [first]) { herald in
+        try await withStarted(Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store), plugins: [first]) {
+            herald in
             let token = try await herald.token()
             let bus = try herald.bus
             for index in 0..<5 {
@@ -233,7 +234,8 @@ struct SynchronousHandlerTests {
         #expect(first.recorded.count == 5)
         #expect(try store.load(window: .init(), now: 0).pending.isEmpty)
         let second = SynchronousRecorder()
-        try await withStarted(Herald(configuration: .init(senderID: "1234567890"), store: store), plugins: [second]) { herald in
+        try await withStarted(Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store), plugins: [second]) {
+            herald in
             try await herald.waitUntilIdle()
         }
         #expect(second.recorded.isEmpty)
