@@ -147,10 +147,13 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
     let connection: StreamConnection
     let context: PluginContext
     let options: SocketReceiver.Options
-    private var buffer: [UInt8] = []
+    // Unchecked for exclusivity: touched on the loop thread only, and no access to them spans a call that could
+    // come back to this session (each is changed by its own methods; waiting answers are written after `answers`
+    // is done with): the run-time checks cost about 100 instructions each, several per line.
+    @exclusivity(unchecked) private var buffer: [UInt8] = []
     /// Bytes read while the bus was full, offered when it has room again.
-    private var held: [UInt8] = []
-    private var answers = OrderedAnswers<[UInt8]>()
+    @exclusivity(unchecked) private var held: [UInt8] = []
+    @exclusivity(unchecked) private var answers = OrderedAnswers<[UInt8]>()
     private var ended = false
     private var closeAfterAnswers = false
     private var idleTimer: ScheduledTask?
@@ -331,7 +334,11 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             appendFCMSendResponse(project: project, messageID: messageID, to: &output)
             output.append(UInt8(ascii: "\n"))
         }
-        answers.written(sequence) { connection.write($0) }
+        // Answers that were waiting for this one (rare: lines pipelined ahead of their answers), written once
+        // `answers` is no longer being changed: a write may close the connection, whose handler reads `answers`.
+        var ready: [[UInt8]] = []
+        answers.written(sequence) { ready.append($0) }
+        for line in ready { connection.write(line) }
         finishIfDone()
     }
 
@@ -392,26 +399,29 @@ struct ResponseRequest: Equatable {
 
     /// Whether `line` is a JSON object whose first member is `name`, checked without parsing.
     static func startsWithMember(_ line: [UInt8], _ name: StaticString) -> Bool {
-        // Asked of every line the socket reads, most of them sends: compared byte by byte, nothing allocated.
-        var index = line.startIndex
-        func skipSpace() {
-            while index < line.endIndex {
-                let byte = line[index]
-                guard byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A else { return }
-                index += 1
-            }
-        }
-        skipSpace()
+        // Asked of every line the socket reads, most of them sends: compared byte by byte, nothing allocated. The
+        // index is a plain local, not one captured by a closure (which would cost run-time exclusivity checks).
+        var index = skippingSpace(line, from: line.startIndex)
         guard index < line.endIndex, line[index] == UInt8(ascii: "{") else { return false }
-        index += 1
-        skipSpace()
+        index = skippingSpace(line, from: index + 1)
         guard index < line.endIndex, line[index] == UInt8(ascii: "\"") else { return false }
-        index += 1
+        let start = index + 1
         return name.withUTF8Buffer { name in
-            guard line.endIndex - index > name.count else { return false }
-            for offset in 0..<name.count where line[index + offset] != name[offset] { return false }
-            return line[index + name.count] == UInt8(ascii: "\"")
+            guard line.endIndex - start > name.count else { return false }
+            for offset in 0..<name.count where line[start + offset] != name[offset] { return false }
+            return line[start + name.count] == UInt8(ascii: "\"")
         }
+    }
+
+    /// The index of the first byte at or after `index` that is not JSON whitespace (or the end).
+    private static func skippingSpace(_ line: [UInt8], from index: Int) -> Int {
+        var index = index
+        while index < line.endIndex {
+            let byte = line[index]
+            guard byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A else { break }
+            index += 1
+        }
+        return index
     }
 
     /// The request, or what is wrong with it.

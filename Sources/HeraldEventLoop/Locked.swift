@@ -8,7 +8,9 @@ import Glibc
 package final class Locked<Value>: @unchecked Sendable {
     // @unchecked Sendable: `value` is only read or written between pthread_mutex_lock and unlock.
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private var value: Value
+    /// Unchecked for exclusivity: every access is in `withLock`, under the mutex, which is not recursive (a nested
+    /// `withLock` on one thread deadlocks before it could overlap an access), so the run-time check could never fire.
+    @exclusivity(unchecked) private var value: Value
 
     package init(_ value: Value) {
         self.value = value

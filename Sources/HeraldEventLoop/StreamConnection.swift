@@ -316,9 +316,17 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
             completion?(UVError(code: Int32(UV_ECANCELED.rawValue), operation: "write to a closed connection"))
             return
         }
-        let before = gathered.count
-        body(&gathered)
-        guard gathered.count > before else {
+        // `body` appends to the gathered bytes moved out of the property, so that no access to it spans the call (the
+        // compiler can then leave out the run-time exclusivity checks), and a write from inside `body` is no
+        // overlapping access: its bytes, gathered meanwhile, follow the body's.
+        var bytes: [UInt8] = []
+        swap(&bytes, &gathered)
+        let before = bytes.count
+        body(&bytes)
+        let grew = bytes.count > before
+        if !gathered.isEmpty { bytes.append(contentsOf: gathered) }
+        swap(&bytes, &gathered)
+        guard grew else {
             completion?(nil)
             return
         }

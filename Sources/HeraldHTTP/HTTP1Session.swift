@@ -23,11 +23,14 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     /// The limits, copied once per connection.
     private let options: HTTPServerLimits
     private let parser = UnsafeMutablePointer<http_parser>.allocate(capacity: 1)
-    private var url: [UInt8] = []
-    private var headers = HTTPHeaders()
-    private var headerBytes = 0
-    private var body: [UInt8] = []
-    private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
+    // Unchecked for exclusivity: touched on the loop thread only, and no access to them spans a call that could
+    // come back to this session (each is changed by its own methods; waiting answers are collected, then written):
+    // the run-time checks cost about 100 instructions each, a dozen per request.
+    @exclusivity(unchecked) private var url: [UInt8] = []
+    @exclusivity(unchecked) private var headers = HTTPHeaders()
+    @exclusivity(unchecked) private var headerBytes = 0
+    @exclusivity(unchecked) private var body: [UInt8] = []
+    @exclusivity(unchecked) private var answers = OrderedAnswers<(bytes: [UInt8], close: Bool)>()
     /// The place in the answer order of the last request of the connection, once known: its answer closes it.
     private var lastSequence: Int?
     private var isClosed = false

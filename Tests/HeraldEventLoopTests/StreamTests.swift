@@ -324,6 +324,39 @@ struct StreamTests {
         }
     }
 
+    @Test("a write made from inside a write's body follows the body's bytes; both completions run", arguments: addresses)
+    func writeInsideWrite(kind: String) async throws {
+        try await withRunningLoop { loop in
+            let accepted = Locked<StreamConnection?>(nil)
+            let collector = ByteCollector()
+            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
+                accepted.withLock { $0 = connection }
+                collector.attach(to: connection)
+            }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            #expect(await eventually { accepted.withLock { $0 } != nil })
+            let completions = Locked<[String]>([])
+            try await loop.submit {
+                client.write(Array("first\n".utf8))
+                client.write(completion: { _ in completions.withLock { $0.append("outer") } }) { bytes in
+                    bytes.append(contentsOf: "outer ".utf8)
+                    client.write(completion: { _ in completions.withLock { $0.append("inner") } }) {
+                        $0.append(contentsOf: "inner\n".utf8)
+                    }
+                    bytes.append(contentsOf: "body\n".utf8)
+                }
+            }
+            let expected = "first\nouter body\ninner\n"
+            await collector.waitForBytes(expected.utf8.count)
+            #expect(String(decoding: collector.bytes, as: UTF8.self) == expected)
+            #expect(await eventually { completions.withLock { $0.count } == 2 })
+            try await loop.submit {
+                client.close()
+                server.close()
+            }
+        }
+    }
+
     @Test("writing to a closed connection completes with ECANCELED")
     func writeAfterClose() async throws {
         try await withRunningLoop { loop in

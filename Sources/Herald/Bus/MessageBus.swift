@@ -59,12 +59,15 @@ public final class MessageBus: @unchecked Sendable {
     var manualStages: [String: ManualStage] = [:]
     var responseSerial = 0
     var draining = false
-    var seenIDs = BoundedSet<String>(capacity: 1)
-    var presented = BoundedDictionary<String, RemoteMessage>(capacity: 1)
+    // Unchecked for exclusivity, with `idleWaiters`: loop thread only, and each is changed by its own methods,
+    // which call nothing that could come back to the bus; their run-time checks were a few hundred instructions per
+    // message.
+    @exclusivity(unchecked) var seenIDs = BoundedSet<String>(capacity: 1)
+    @exclusivity(unchecked) var presented = BoundedDictionary<String, RemoteMessage>(capacity: 1)
     private let applicationStateBox: Locked<ApplicationState>
     var fetchesRunning = 0
     var fetchQueue: [() -> Void] = []
-    private var idleWaiters: [@Sendable () -> Void] = []
+    @exclusivity(unchecked) private var idleWaiters: [@Sendable () -> Void] = []
 
     init(
         loop: EventLoop, timeSource: any EventLoopScheduler, configuration: Herald.Configuration, logger: Logger,
