@@ -28,6 +28,25 @@ struct StreamTests {
         kind == "tcp" ? .tcp(host: "127.0.0.1", port: 0) : .unix(path: temporarySocketPath())
     }
 
+    /// A loop, a server at an address of `kind` whose connection's bytes `collector` collects, and a client connected
+    /// to it (`accepted` holds the server's side once it is accepted).
+    static func withCollectedConnection(
+        _ kind: String,
+        _ body: (EventLoop, StreamServer, StreamConnection, Locked<StreamConnection?>, ByteCollector) async throws -> Void
+    ) async throws {
+        try await withRunningLoop { loop in
+            let accepted = Locked<StreamConnection?>(nil)
+            let collector = ByteCollector()
+            let server = try await StreamServer.listen(on: loop, at: address(kind)) { connection in
+                accepted.withLock { $0 = connection }
+                collector.attach(to: connection)
+            }
+            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
+            #expect(await eventually { accepted.withLock { $0 } != nil })
+            try await body(loop, server, client, accepted, collector)
+        }
+    }
+
     @Test("echo round trip", arguments: addresses)
     func echo(kind: String) async throws {
         try await withRunningLoop { loop in
@@ -247,15 +266,7 @@ struct StreamTests {
         "writes of one turn of the loop are gathered: nothing is sent until the turn ends, then all of it in order; each completion runs once",
         arguments: addresses)
     func writesOfOneTurnAreGathered(kind: String) async throws {
-        try await withRunningLoop { loop in
-            let accepted = Locked<StreamConnection?>(nil)
-            let collector = ByteCollector()
-            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
-                accepted.withLock { $0 = connection }
-                collector.attach(to: connection)
-            }
-            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
-            #expect(await eventually { accepted.withLock { $0 } != nil })
+        try await Self.withCollectedConnection(kind) { loop, server, client, accepted, collector in
             let completions = Locked<[UVError?]>([])
             let during: (queued: Int, arrived: Int) = try await loop.submit {
                 for line in 0..<100 {
@@ -326,15 +337,7 @@ struct StreamTests {
 
     @Test("a write made from inside a write's body follows the body's bytes; both completions run", arguments: addresses)
     func writeInsideWrite(kind: String) async throws {
-        try await withRunningLoop { loop in
-            let accepted = Locked<StreamConnection?>(nil)
-            let collector = ByteCollector()
-            let server = try await StreamServer.listen(on: loop, at: Self.address(kind)) { connection in
-                accepted.withLock { $0 = connection }
-                collector.attach(to: connection)
-            }
-            let client = try await StreamConnection.connect(to: server.localAddress, on: loop)
-            #expect(await eventually { accepted.withLock { $0 } != nil })
+        try await Self.withCollectedConnection(kind) { loop, server, client, accepted, collector in
             let completions = Locked<[String]>([])
             try await loop.submit {
                 client.write(Array("first\n".utf8))

@@ -28,7 +28,7 @@ struct ImageAttachmentTests {
         let modifier = ImageAttachment(
             options: .init(directory: "\(directory)/attachments", maximumBytes: maximumBytes, caFile: certificates.caFile))
         var outcome = Outcome(diagnostics: [])
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [modifier, handler, presenter]) {
+        try await withHerald(configuration: configuration, plugins: [modifier, handler, presenter]) {
             herald, receiver, sink in
             let token = try await herald.token()
             let body = """

@@ -63,7 +63,7 @@ struct AnalyticsSinkDeliveryTests {
     @Test("a sink that throws gets the same batch again with backoff; it ends with every event, in order, and its failures counted")
     func throwingSinkIsRetried() async throws {
         let flaky = FlakySink(failures: 4)
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [flaky]) { herald, receiver, recording in
+        try await withHerald(configuration: configuration, plugins: [flaky]) { herald, receiver, recording in
             let token = try await herald.token()
             for n in 0..<200 {
                 guard case .success = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(n)"]), to: herald) else {
@@ -88,7 +88,7 @@ struct AnalyticsSinkDeliveryTests {
         var configuration = self.configuration
         configuration.analyticsMaximumAttempts = 3
         let flaky = FlakySink(failures: 3)
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [flaky]) { herald, receiver, recording in
+        try await withHerald(configuration: configuration, plugins: [flaky]) { herald, receiver, recording in
             let token = try await herald.token()
             _ = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "first"]), to: herald)
             #expect(try await eventually { try await herald.analyticsStatistics().sinks["flaky"]?.lost ?? 0 > 0 })
@@ -113,7 +113,7 @@ struct AnalyticsSinkDeliveryTests {
         let blocked = BlockedSink()
         let slow = SlowSink()
         let handled = Locked(0)
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [blocked, slow, CountingHandler(handled)]) {
+        try await withHerald(configuration: configuration, plugins: [blocked, slow, CountingHandler(handled)]) {
             herald, receiver, recording in
             let token = try await herald.token()
             let total = 1_000
@@ -147,7 +147,7 @@ struct AnalyticsSinkDeliveryTests {
         configuration.analyticsBufferLimit = 300
         configuration.analyticsDrainTimeout = .milliseconds(100)
         let blocked = BlockedSink()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [blocked]) { herald, receiver, recording in
+        try await withHerald(configuration: configuration, plugins: [blocked]) { herald, receiver, recording in
             let token = try await herald.token()
             for n in 0..<500 {
                 _ = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(n)"]), to: herald)

@@ -35,7 +35,7 @@ struct AnalyticsWiringTests {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.analyticsWiring = wiring
         let app = WiringApp()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [app]) { herald, receiver, sink in
+        try await withHerald(configuration: configuration, plugins: [app]) { herald, receiver, sink in
             app.herald.withLock { $0 = herald }
             let token = try await herald.token()
             let display = try await receiver.sendFCM(fcmBody(token: token, notification: ("Hi", "there")), to: herald).get()

@@ -53,7 +53,7 @@ struct BackgroundFetchTests {
         var configuration = Herald.Configuration(senderID: "1")
         configuration.backgroundFetchDeadline = .seconds(30)
         let worker = HangingWorker()
-        try await withHerald(configuration: patientShutdown(configuration), timeSource: clock, plugins: [worker]) {
+        try await withHerald(configuration: configuration, timeSource: clock, plugins: [worker]) {
             herald, receiver, sink in
             let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.silentAPNs, headers: Self.backgroundHeaders, deviceToken: token, to: herald).get()
@@ -75,23 +75,11 @@ struct BackgroundFetchTests {
 
     @Test("the deadline counts from when the worker starts: a worker that waited longer than it for a thread is not failed")
     func deadlineFromStart() async throws {
-        let clock = ManualEventLoop()
-        let executor = HeldBackExecutor()
-        var configuration = Herald.Configuration(senderID: "1")
-        configuration.backgroundFetchDeadline = .seconds(30)
-        configuration.workerExecutor = executor
         let worker = OffLoopWorker()
-        try await withHerald(configuration: patientShutdown(configuration), timeSource: clock, plugins: [worker]) {
-            herald, receiver, sink in
+        try await withWorkHeldBackAMinute(plugins: [worker]) { herald, receiver, token in
             worker.loop.withLock { $0 = herald.loop }
-            let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.silentAPNs, headers: Self.backgroundHeaders, deviceToken: token, to: herald).get()
-            // The worker's task is waiting for a thread; a minute passes before it gets one.
-            #expect(await eventually { executor.enqueued == 1 })
-            clock.advanceTime(by: .seconds(60))
-            #expect(clock.pendingTimerCount == 0)
-            executor.release()
-            try await herald.waitUntilIdle()
+        } then: { herald, sink in
             #expect(worker.ranOnLoop.withLock { $0 } == false)
             await herald.shutdown()
             let fetch = try #require(sink.events(named: .backgroundFetch).first)

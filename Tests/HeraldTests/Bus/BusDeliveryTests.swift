@@ -139,7 +139,7 @@ struct BusDeliveryTests {
         var configuration = Herald.Configuration(senderID: "1")
         configuration.maxInFlight = 4
         let gated = GatedHandler()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [gated]) { herald, receiver, sink in
+        try await withHerald(configuration: configuration, plugins: [gated]) { herald, receiver, sink in
             let token = try await herald.token()
             for index in 0..<4 {
                 _ = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(index)"]), to: herald).get()
@@ -221,7 +221,7 @@ struct BusDeliveryTests {
         var configuration = Herald.Configuration(senderID: "1")
         configuration.analyticsWiring = .manual
         let delegate = RecordingDelegate()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [delegate]) { herald, receiver, sink in
+        try await withHerald(configuration: configuration, plugins: [delegate]) { herald, receiver, sink in
             let token = try await herald.token()
             _ = try await receiver.sendFCM(fcmBody(token: token, notification: ("t", "b")), to: herald).get()
             try await herald.waitUntilIdle()

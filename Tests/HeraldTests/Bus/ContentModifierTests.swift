@@ -38,7 +38,7 @@ struct ContentModifierTests {
         configuration.contentModifierDeadline = .seconds(1)
         let modifier = Decrypting(blockAfterFirstChange: true)
         let handler = Presented()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [modifier, handler]) { herald, receiver, sink in
+        try await withHerald(configuration: configuration, plugins: [modifier, handler]) { herald, receiver, sink in
             let token = try await herald.token()
             _ = try await receiver.sendAPNs(Self.payload(mutable: true), deviceToken: token, to: herald).get()
             try await herald.waitUntilIdle()
@@ -56,22 +56,11 @@ struct ContentModifierTests {
 
     @Test("the deadline counts from when the modifiers start: a wait for a thread longer than it uses none of their time")
     func deadlineFromStart() async throws {
-        let clock = ManualEventLoop()
-        let executor = HeldBackExecutor()
-        var configuration = Herald.Configuration(senderID: "1234567890")
-        configuration.contentModifierDeadline = .seconds(30)
-        configuration.workerExecutor = executor
         let modifier = Decrypting(blockAfterFirstChange: false)
         let handler = Presented()
-        try await withHerald(configuration: patientShutdown(configuration), timeSource: clock, plugins: [modifier, handler]) {
-            herald, receiver, sink in
-            let token = try await herald.token()
+        try await withWorkHeldBackAMinute(plugins: [modifier, handler]) { herald, receiver, token in
             _ = try await receiver.sendAPNs(Self.payload(mutable: true), deviceToken: token, to: herald).get()
-            #expect(await eventually { executor.enqueued == 1 })
-            clock.advanceTime(by: .seconds(60))
-            #expect(clock.pendingTimerCount == 0)
-            executor.release()
-            try await herald.waitUntilIdle()
+        } then: { _, sink in
             #expect(!sink.events(named: .diagnostic).contains { $0.parameters["detail"] == "content_modifier_deadline" })
         }
         #expect(handler.messages.first?.aps.alert?.title == "hello")

@@ -204,7 +204,7 @@ struct SynchronousHandlerTests {
         var configuration = Herald.Configuration(senderID: "1234567890")
         configuration.maxInFlight = 1
         let handler = SynchronousRecorder()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [handler]) { herald, receiver, sink in
+        try await withHerald(configuration: configuration, plugins: [handler]) { herald, receiver, sink in
             let token = try await herald.token()
             for index in 0..<10 {
                 _ = try await receiver.sendFCM(fcmBody(token: token, data: ["n": "\(index)"]), to: herald).get()

@@ -94,7 +94,7 @@ struct AlertLocalizationTests {
             ["NEW_PHOTO_TITLE": "Neues Foto", "NEW_PHOTO": "%1$@ hat ein Foto von %2$@ geteilt", "SUB": "in %@"]
         ])
         let handler = SeenByWillPresent()
-        try await withHerald(configuration: patientShutdown(configuration), plugins: [handler]) { herald, receiver, _ in
+        try await withHerald(configuration: configuration, plugins: [handler]) { herald, receiver, _ in
             let token = try await herald.token()
             let payload = #"""
                 {"aps": {"alert": {"title": "ignored", "title-loc-key": "NEW_PHOTO_TITLE", "subtitle-loc-key": "SUB",
