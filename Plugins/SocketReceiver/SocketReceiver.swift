@@ -335,7 +335,7 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             output.append(UInt8(ascii: "\n"))
         }
         // Answers that were waiting for this one (rare: lines pipelined ahead of their answers), written once
-        // `answers` is no longer being changed: a write may close the connection, whose handler reads `answers`.
+        // `answers` is no longer being changed: a write that fails closes the connection and runs its handlers.
         var ready: [[UInt8]] = []
         answers.written(sequence) { ready.append($0) }
         for line in ready { connection.write(line) }
