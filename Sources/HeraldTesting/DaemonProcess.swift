@@ -61,6 +61,30 @@ public final class DaemonProcess {
         try runWithNoSignalsBlocked(process)
     }
 
+    /// As the convenience `init`, for an async test: the daemon is spawned from a thread of its own
+    /// (``onOwnThread(_:)``), not from one of the cooperative pool's few threads, which would otherwise wait there for
+    /// the spawn and for the lock that takes the test process's spawns one at a time.
+    public static func start(
+        directory: String, arguments: [String] = [], environment: [String: String] = [:], echo: Bool = true, launcher: [String] = []
+    ) async throws -> DaemonProcess {
+        try await onOwnThread {
+            HandedOver(
+                try DaemonProcess(directory: directory, arguments: arguments, environment: environment, echo: echo, launcher: launcher))
+        }.value
+    }
+
+    /// As `init(directory:httpPort:arguments:environment:launcher:)`, spawning from a thread of its own as
+    /// ``start(directory:arguments:environment:echo:launcher:)`` does.
+    public static func start(
+        directory: String, httpPort: Int, arguments: [String], environment: [String: String] = [:], launcher: [String] = []
+    ) async throws -> DaemonProcess {
+        try await onOwnThread {
+            HandedOver(
+                try DaemonProcess(
+                    directory: directory, httpPort: httpPort, arguments: arguments, environment: environment, launcher: launcher))
+        }.value
+    }
+
     /// The next line of standard output, or `nil` at end of file or after 10 s without one.
     public func line() -> String? { lines.line() }
 
@@ -179,4 +203,12 @@ public func echoedToken(_ daemon: DaemonProcess) async -> (token: String, instal
         }
     }
     return nil
+}
+
+/// A daemon made on one thread and used on another: the thread that made it has ended before the caller resumes,
+/// and nothing else holds it.
+private struct HandedOver: @unchecked Sendable {
+    // @unchecked Sendable: handed from the thread that made it to the caller once, never shared.
+    let value: DaemonProcess
+    init(_ value: DaemonProcess) { self.value = value }
 }

@@ -18,7 +18,7 @@ struct APNsCertificateTests {
             let plain = try await certificates.issue(name: "plain", serial: "2003", client: true)
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data",
                 arguments: [
                     "--auth-token-file", secretFile, "--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile,

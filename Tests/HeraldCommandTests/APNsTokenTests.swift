@@ -20,7 +20,7 @@ struct APNsTokenTests {
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
             let certificates = try await TestCertificates.make(in: directory)
             let tls = overTLS ? ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile] : []
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data",
                 arguments: ["--auth-token-file", secretFile, "--apns-key", "KEY1234567:TEAM123456:\(key)"] + tls)
             let token = try #require(await daemon.event()?["token"]?.stringValue)

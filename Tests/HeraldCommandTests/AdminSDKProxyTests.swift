@@ -97,7 +97,7 @@ struct AdminSDKProxyTests {
             let caKeyMode = try FileManager.default.attributesOfItem(atPath: "\(directory)/fcm-proxy/ca-key.pem")[.posixPermissions] as? Int
             #expect(caKeyMode == 0o600)
 
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
             let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             // While the daemon runs, a file is for its project without --project-id.
@@ -169,7 +169,7 @@ struct AdminSDKProxyTests {
             let caFile = ca.output.trimmingCharacters(in: .whitespacesAndNewlines)
             // Port 443 on an address of 127.0.0.0/8 of this test's own, so that tests running at once do not meet.
             let address = "127.\(Int.random(in: 1...254)).\(Int.random(in: 1...254)).\(Int.random(in: 1...254))"
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory, httpPort: 443,
                 arguments: [
                     "serve", "--http", "\(address):443", "--data-dir", directory, "--project-id", "demo", "--echo",

@@ -8,7 +8,7 @@ struct AppStateAndLocalizationTests {
     @Test("herald app-state background: notifications are presented without willPresent and reach the handlers when opened")
     func appState() async throws {
         try await withTemporaryDirectory(prefix: "herald-app-state") { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let background = try await runBuiltExecutable("herald", ["app-state", "--data-dir", directory, "background"])
             #expect(background.status == 0, "\(background.error)")
@@ -43,7 +43,8 @@ struct AppStateAndLocalizationTests {
             try FileManager.default.createDirectory(atPath: "\(directory)/Localizable", withIntermediateDirectories: true)
             try #""NEW_MESSAGE_TITLE" = "Nouveau message"; "NEW_MESSAGE" = "%@ vous écrit";"#
                 .write(toFile: "\(directory)/Localizable/fr.strings", atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(directory: directory, environment: ["LANG": "fr_FR.UTF-8", "LC_ALL": "", "LC_MESSAGES": ""])
+            let daemon = try await DaemonProcess.start(
+                directory: directory, environment: ["LANG": "fr_FR.UTF-8", "LC_ALL": "", "LC_MESSAGES": ""])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let apns =
                 #"{"payload": {"aps": {"alert": {"title-loc-key": "NEW_MESSAGE_TITLE", "loc-key": "NEW_MESSAGE", "loc-args": ["Ana"]}}}}"#

@@ -20,7 +20,7 @@ struct FaultInjectionTests {
             let data = directory + "/data"
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
             let mount = try PrivateMount(["-t", "tmpfs", "-o", "size=16m", "tmpfs", data])
-            let daemon = try mount.daemon(logs: directory, data: data)
+            let daemon = try await mount.daemon(logs: directory, data: data)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let handled = daemon.collectRemainingLines()
             var sender = NumberedSender(port: daemon.httpPort, token: token)
@@ -74,7 +74,7 @@ struct FaultInjectionTests {
             try #require(mkfs.status == 0, "\(mkfs.error)")
             let mount = try PrivateMount(["-o", "loop,errors=remount-ro", image, data])
             let device = try #require(mount.source.split(separator: "/").last.map(String.init), "no loop device for \(image)")
-            let daemon = try mount.daemon(logs: directory, data: data)
+            let daemon = try await mount.daemon(logs: directory, data: data)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let handled = daemon.collectRemainingLines()
             var sender = NumberedSender(port: daemon.httpPort, token: token)
@@ -103,7 +103,7 @@ struct FaultInjectionTests {
                 try FileManager.default.copyItem(atPath: mount.path(data + "/" + file), toPath: copy + "/" + file)
             }
             var numbers = handledNumbers(handled.lines())
-            let again = try DaemonProcess(directory: copy, arguments: ["--socket", "none"])
+            let again = try await DaemonProcess.start(directory: copy, arguments: ["--socket", "none"])
             #expect(await echoedToken(again)?.token == token, "the identity survived")
             while !Set(1...20).isSubset(of: numbers), let line = await again.line() {
                 numbers.formUnion(handledNumbers([line]))
@@ -119,7 +119,7 @@ struct FaultInjectionTests {
         arguments: [false, true])
     func damagedStore(killed: Bool) async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
+            let daemon = try await DaemonProcess.start(directory: directory, arguments: ["--socket", "none"])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
@@ -150,7 +150,7 @@ struct FaultInjectionTests {
     func deletedStore() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
             // Killed with messages in its write-ahead log, then herald.sqlite deleted: SQLite alone would drop the log.
-            let killed = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
+            let killed = try await DaemonProcess.start(directory: directory, arguments: ["--socket", "none"])
             let token = try #require(await echoedToken(killed)?.token, "\(killed.log)")
             var sender = NumberedSender(port: killed.httpPort, token: token)
             for _ in 0..<5 { #expect(try sender.send() == 200) }
@@ -194,7 +194,7 @@ struct FaultInjectionTests {
             let environment = ["TEST_PLUGIN_CRASH_FLAG": flag, "SWIFT_BACKTRACE": "enable=no"]
             // No core file: the abort is the test.
             let noCore = ["prlimit", "--core=0", "--"]
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
@@ -208,7 +208,7 @@ struct FaultInjectionTests {
             #expect(daemon.process.terminationReason == .uncaughtSignal && daemon.process.terminationStatus == SIGABRT, "\(daemon.log)")
             #expect(!FileManager.default.fileExists(atPath: flag))
 
-            let restarted = try DaemonProcess(
+            let restarted = try await DaemonProcess.start(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: environment, launcher: noCore)
             #expect(await echoedToken(restarted)?.token == token)
             let replay = try #require(
@@ -233,15 +233,15 @@ struct FaultInjectionTests {
             let plugin = buildProductsDirectory.appendingPathComponent("libHeraldTestPlugin.so").path
             let environment = ["TEST_PLUGIN_CRASH_ALWAYS": "1", "SWIFT_BACKTRACE": "enable=no"]
             let arguments = ["--socket", "none", "--plugin", plugin, "--max-replays", "2"]
-            func start() throws -> DaemonProcess {
-                try DaemonProcess(
+            func start() async throws -> DaemonProcess {
+                try await DaemonProcess.start(
                     directory: directory, arguments: arguments, environment: environment, launcher: ["prlimit", "--core=0", "--"])
             }
             func crashed(_ daemon: DaemonProcess) async throws -> Bool {
                 _ = await eventuallyValue { daemon.process.isRunning ? nil : true }
                 return !daemon.process.isRunning && daemon.process.terminationStatus == SIGABRT
             }
-            let daemon = try start()
+            let daemon = try await start()
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let poison = #"{"message": {"token": "\#(token)", "data": {"crash": "yes", "n": "66"}}}"#
             let answer = try httpRequest(port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: poison)
@@ -249,10 +249,10 @@ struct FaultInjectionTests {
             try #require(try await crashed(daemon), "the daemon did not crash; log: \(daemon.log)")
             // Starts 1 and 2 replay it (and crash again); start 3 quarantines it.
             for attempt in 1...2 {
-                let again = try start()
+                let again = try await start()
                 try #require(try await crashed(again), "start \(attempt) did not replay the poison message; log: \(again.log)")
             }
-            let survivor = try start()
+            let survivor = try await start()
             #expect(await echoedToken(survivor)?.token == token, "\(survivor.log)")
             var sender = NumberedSender(port: survivor.httpPort, token: token)
             #expect(try sender.send() == 200)
@@ -299,7 +299,7 @@ struct FaultInjectionTests {
             #expect(try await runHerald(["quarantine", "list", "--data-dir", directory]).output.isEmpty)
 
             // With the handler fixed (no crash), the next start replays it.
-            let fixed = try DaemonProcess(
+            let fixed = try await DaemonProcess.start(
                 directory: directory, arguments: ["--socket", "none", "--plugin", plugin], environment: ["SWIFT_BACKTRACE": "enable=no"])
             let replayed = try #require(
                 await eventuallyValue { () -> JSONValue? in
@@ -318,7 +318,7 @@ struct FaultInjectionTests {
         .timeLimit(.minutes(1)))
     func fileDescriptorExhaustion() async throws {
         try await withTemporaryDirectory(prefix: "herald-fault") { directory in
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"])
+            let daemon = try await DaemonProcess.start(directory: directory, arguments: ["--socket", "none"])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let pid = daemon.process.processIdentifier
             // Room for about 8 connections above what the daemon has open now (StreamServer keeps 16 back).
@@ -378,7 +378,7 @@ struct FaultInjectionTests {
             try #require(FileManager.default.fileExists(atPath: library), "libnats-dev is installed by scripts/bootstrap")
             let mount = try PrivateMount(["--bind", "/dev/null", library])
             let data = directory + "/data"
-            let daemon = try mount.daemon(logs: directory, data: data)
+            let daemon = try await mount.daemon(logs: directory, data: data)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             var sender = NumberedSender(port: daemon.httpPort, token: token)
             #expect(try sender.send() == 200)
@@ -507,9 +507,9 @@ final class PrivateMount {
     func path(_ path: String) -> String { "/proc/\(process.processIdentifier)/root\(path)" }
 
     /// `herald serve --echo` inside the namespace with its data directory at `data`, HTTP only; its log in `logs`.
-    func daemon(logs: String, data: String) throws -> DaemonProcess {
+    func daemon(logs: String, data: String) async throws -> DaemonProcess {
         let port = try freeLoopbackPort()
-        return try DaemonProcess(
+        return try await DaemonProcess.start(
             directory: logs, httpPort: port,
             arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--project-id", "demo", "--echo", "--socket", "none"],
             launcher: launcher)

@@ -25,7 +25,7 @@ struct ListenerSecurityTests {
             // Allowed on purpose (and /metrics in plain HTTP), the socket receiver and /metrics start (HTTP still needs its
             // secret).
             let port = try freeLoopbackPort()
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory + "/allowed", httpPort: port,
                 arguments: [
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "127.0.0.1:\(port)", "--socket", "0.0.0.0:0",
@@ -50,7 +50,7 @@ struct ListenerSecurityTests {
             #expect(refused.error.contains("refusing to serve plain HTTP on 0.0.0.0"), "\(refused.error)")
 
             let port = try freeLoopbackPort()
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory + "/allowed", httpPort: port,
                 arguments: [
                     "serve", "--data-dir", directory + "/allowed", "--echo", "--http", "0.0.0.0:\(port)", "--socket", "none",
@@ -69,7 +69,7 @@ struct ListenerSecurityTests {
         try await withTemporaryDirectory(prefix: "herald-security") { directory in
             let secret = "bearer-secret-4f1c9a"
             let environment = ["HERALD_AUTH_TOKEN": secret, "HERALD_LOG_LEVEL": "trace"]
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--socket", "none"], environment: environment)
+            let daemon = try await DaemonProcess.start(directory: directory, arguments: ["--socket", "none"], environment: environment)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let body = #"{"message": {"token": "\#(token)", "data": {"a": "b"}}}"#
             let path = "/v1/projects/demo/messages:send"

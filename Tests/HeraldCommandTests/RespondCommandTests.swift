@@ -8,7 +8,7 @@ struct RespondCommandTests {
     @Test("a response reaches a running daemon's handlers; an unknown message or action is named, exit 1")
     func respond() async throws {
         try await withTemporaryDirectory(prefix: "herald-respond") { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let sent = try httpRequest(
                 port: daemon.httpPort, "POST", "/v1/projects/demo/messages:send", body: fcmBody(token: token, notification: ("Hi", "there"))

@@ -29,7 +29,7 @@ struct SamplePayloadTests {
     @Test("FCM v1 samples over HTTP and over the socket; APNs samples over the APNs route")
     func everySampleEveryReceiver() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             let token = try #require(await daemon.event()?["token"]?.stringValue)
             // The condition sample needs 'weather' and 'news'; the silent sample is for 'weather'.
             for topic in ["weather", "news"] {

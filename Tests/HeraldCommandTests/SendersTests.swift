@@ -36,7 +36,8 @@ struct SendersTests {
         try await withTemporaryDirectory { directory in
             let secretFile = "\(directory)/secret"
             try "static-secret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
+            let daemon = try await DaemonProcess.start(
+                directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let port = daemon.httpPort
             // Added while the daemon runs: it reads them within seconds.
@@ -140,7 +141,8 @@ struct SendersTests {
             let mode = try FileManager.default.attributesOfItem(atPath: secretOut)[.posixPermissions] as? Int
             #expect(mode == 0o600)
             let limited = try String(contentsOfFile: secretOut, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
+            let daemon = try await DaemonProcess.start(
+                directory: directory, arguments: ["--auth-token-file", secretFile, "--socket", "none"])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let port = daemon.httpPort
             let body = #"{"message":{"token":"\#(token)","data":{"check":"limited"}}}"#
@@ -184,7 +186,7 @@ struct SendersTests {
             #expect(listed.contains(#""scopes":["send","send-topics"]"#), "\(listed)")
             let caFile = try await runHerald(["credentials", "ca", "--data-dir", directory]).output.trimmingCharacters(
                 in: .whitespacesAndNewlines)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory, arguments: ["--fcm-proxy", "--auth-token-file", secretFile, "--socket", "none"])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let proxy = "http://127.0.0.1:\(daemon.httpPort)"

@@ -8,7 +8,7 @@ struct ServeAnalyticsTests {
     @Test("herald serve writes DATA-DIR/analytics.sqlite by default; herald report then shows what was sent")
     func serveThenReport() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             let token = try #require(await daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
             let http = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo"]
 
@@ -39,7 +39,7 @@ struct ServeAnalyticsTests {
     @Test("--no-analytics-store writes no analytics file; herald report then says there is none")
     func noAnalyticsStore() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--no-analytics-store"])
+            let daemon = try await DaemonProcess.start(directory: directory, arguments: ["--no-analytics-store"])
             let token = try #require(await daemon.event()?["token"]?.stringValue, "no token line; log: \(daemon.log)")
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--title", "Hi"])
             #expect(sent.status == 0, "\(sent.error)")

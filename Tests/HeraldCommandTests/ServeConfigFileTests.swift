@@ -27,7 +27,8 @@ struct ServeConfigFileTests {
               - \(examplePlugin)
             metrics: 127.0.0.1:\(metricsPort)
             """.write(toFile: file, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(directory: "\(directory)/log", httpPort: httpPort, arguments: ["serve", "--config", file])
+            let daemon = try await DaemonProcess.start(
+                directory: "\(directory)/log", httpPort: httpPort, arguments: ["serve", "--config", file])
             let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
 
             let overHTTP = try await runHerald([
@@ -69,7 +70,7 @@ struct ServeConfigFileTests {
                 (environment, ["--http", "127.0.0.1:\(ports[2])"], ports[2]),
             ]
             for run in runs {
-                let daemon = try DaemonProcess(
+                let daemon = try await DaemonProcess.start(
                     directory: "\(directory)/log", httpPort: run.answers, arguments: ["serve", "--config", file] + run.flags,
                     environment: run.environment)
                 let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")

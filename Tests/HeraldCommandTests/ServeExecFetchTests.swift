@@ -24,13 +24,13 @@ struct ServeExecFetchTests {
 
     /// A daemon in `directory/data` running ``writeScript(in:)``'s script (in `directory/work`, its argument) as its
     /// fetch command, with `arguments` besides.
-    static func daemonRunningScript(in directory: String, arguments: [String], environment: [String: String] = [:]) throws -> (
+    static func daemonRunningScript(in directory: String, arguments: [String], environment: [String: String] = [:]) async throws -> (
         daemon: DaemonProcess, work: String
     ) {
         let work = "\(directory)/work"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         let script = try writeScript(in: work)
-        let daemon = try DaemonProcess(
+        let daemon = try await DaemonProcess.start(
             directory: "\(directory)/data", arguments: ["--exec-fetch-command", script, "--exec-fetch-argument", work] + arguments,
             environment: environment)
         return (daemon, work)
@@ -57,7 +57,7 @@ struct ServeExecFetchTests {
     @Test("exit 0 is new data, 3 no data, 7 failed; the message on standard input, the environment set; a timeout ends it, failed")
     func runsTheCommand() async throws {
         try await withTemporaryDirectory { directory in
-            let (daemon, work) = try Self.daemonRunningScript(
+            let (daemon, work) = try await Self.daemonRunningScript(
                 in: directory, arguments: ["--exec-fetch-timeout", "1", "--exec-fetch-concurrency", "2"],
                 environment: ["HERALD_EXEC_FETCH_ENVIRONMENT": "MARK=from-the-config"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
@@ -106,7 +106,7 @@ struct ServeExecFetchTests {
                 """.write(toFile: file, atomically: true, encoding: .utf8)
             }
             try configure(concurrency: 1, timeout: 600, maxReplays: 3)
-            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--config", file])
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data", arguments: ["--config", file])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             func send() async throws -> String {
                 let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token", token, "--content-available"])
@@ -199,7 +199,7 @@ struct ServeExecFetchTests {
     func maxInFlight() async throws {
         try await withTemporaryDirectory { directory in
             // Each fetch sleeps until its timeout ends it: its message stays in flight for 2 s.
-            let (daemon, work) = try Self.daemonRunningScript(
+            let (daemon, work) = try await Self.daemonRunningScript(
                 in: directory, arguments: ["--max-in-flight", "2", "--exec-fetch-timeout", "2", "--exec-fetch-concurrency", "2"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             try "sleep".write(toFile: "\(work)/status", atomically: true, encoding: .utf8)

@@ -32,7 +32,7 @@ struct ServeHTTP2AbuseTests {
         let python = try pythonEnvironment(with: "h2 and httpx")
         try await withTemporaryDirectory { directory in
             let certificates = try await TestCertificates.make(in: directory)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data", arguments: ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
             _ = try #require(await daemon.event()?["token"]?.stringValue)
             let cases = ["rapid-reset", "continuation-flood", "settings-flood", "too-many-streams", "hpack-bomb"]

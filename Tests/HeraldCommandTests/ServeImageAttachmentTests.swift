@@ -38,7 +38,7 @@ struct ServeImageAttachmentTests {
             let server = try await PythonHTTPServer.start(certificate: certificates.certificateFile, key: certificates.keyFile)
             defer { server.stop() }
 
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/trusting",
                 arguments: ["--image-attachment-ca", certificates.caFile, "--image-attachment-max-bytes", "5000"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
@@ -50,7 +50,7 @@ struct ServeImageAttachmentTests {
             #expect(Self.attachmentSizes(trusting) == [4096])
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
 
-            let untrusting = try DaemonProcess(directory: "\(directory)/untrusting")
+            let untrusting = try await DaemonProcess.start(directory: "\(directory)/untrusting")
             let (other, _) = try #require(await echoedToken(untrusting), "\(untrusting.log)")
             try Self.sendImage("\(server.baseURL)/bytes/4096", to: untrusting, token: other)
             let data = untrusting.directory

@@ -69,7 +69,7 @@ struct ServeSNITests {
         try await withTemporaryDirectory(prefix: "herald-sni") { directory in
             let certificates = try await TestCertificates.make(in: directory)
             let pairs = try await Self.pairs(certificates)
-            let daemon = try DaemonProcess(directory: directory + "/data", arguments: Self.arguments(pairs))
+            let daemon = try await DaemonProcess.start(directory: directory + "/data", arguments: Self.arguments(pairs))
             #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
             try await body(daemon, certificates, pairs)
         }

@@ -201,7 +201,7 @@ struct ServeSchemaCommandTests {
     @Test("disable-plugins: the bundled plugins it names do not start, whatever their own settings say")
     func disabledPlugins() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory,
                 arguments: ["--socket", "none", "--disable-plugin", "ImageAttachment", "--disable-plugin=AnalyticsStore"])
             #expect(await daemon.event() != nil, "\(daemon.log)")

@@ -76,7 +76,7 @@ struct ServeTLSTests {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
             let certificates = try await TestCertificates.make(in: directory)
             let (certificate, key) = try await certificates.issue(name: "server", serial: "5001")
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory + "/data", arguments: ["--socket", "none", "--tls-cert", certificate, "--tls-key", key])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let url = "https://localhost:\(daemon.httpPort)/v1/projects/demo/messages:send"
@@ -115,7 +115,7 @@ struct ServeTLSTests {
         try await withTemporaryDirectory(prefix: "herald-tls") { directory in
             let certificates = try await TestCertificates.make(in: directory)
             let data = directory + "/data"
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: data, arguments: ["--tls-cert", certificates.certificateFile, "--tls-key", certificates.keyFile])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let http = ["--http", "https://localhost:\(daemon.httpPort)", "--ca-file", certificates.caFile]
@@ -151,7 +151,7 @@ struct ServeTLSTests {
             let certificates = try await TestCertificates.make(in: directory)
             let (certificate, key) = try await certificates.issue(name: "server", serial: "6001")
             let client = try await certificates.issue(name: "client", serial: "6002", client: true)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory + "/data",
                 arguments: ["--socket", "none", "--tls-cert", certificate, "--tls-key", key, "--tls-client-ca", certificates.caFile])
             #expect(await echoedToken(daemon) != nil, "\(daemon.log)")
@@ -194,7 +194,7 @@ struct ServeTLSListenersTests {
             let (certificate, key) = try await certificates.issue(name: "server", serial: "8001")
             let socketPort = try freeLoopbackPort()
             let metricsPort = try freeLoopbackPort()
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory + "/data",
                 arguments: [
                     "--socket", "127.0.0.1:\(socketPort)", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate,
@@ -237,7 +237,7 @@ struct ServeTLSListenersTests {
             let certificates = try await TestCertificates.make(in: directory)
             let (certificate, key) = try await certificates.issue(name: "server", serial: "8002")
             let metricsPort = try freeLoopbackPort()
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory + "/data",
                 arguments: ["--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--tls-cert", certificate, "--tls-key", key])
             #expect(await echoedToken(daemon) != nil, "\(daemon.log)")

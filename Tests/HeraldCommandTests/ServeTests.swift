@@ -8,7 +8,7 @@ struct ServeTests {
     @Test("receives over HTTP and the socket; --echo lines are exactly as documented; SIGTERM exits 0 and removes the socket")
     func echoesWhatItHandles() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             let tokenEvent = try #require(await daemon.event(), "no token line; log: \(daemon.log)")
             #expect(tokenEvent["event"] == "token")
             let token = try #require(tokenEvent["token"]?.stringValue)
@@ -73,7 +73,7 @@ struct ServeTests {
     @Test("a restart keeps the token and the topics")
     func restartKeepsIdentity() async throws {
         try await withTemporaryDirectory { directory in
-            let first = try DaemonProcess(directory: directory)
+            let first = try await DaemonProcess.start(directory: directory)
             let token = try #require(await first.event()?["token"]?.stringValue)
             let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: first.httpPort))
             client.send(
@@ -84,7 +84,7 @@ struct ServeTests {
                     "HTTP/1.1 200"))
             #expect(await first.terminate() == 0)
 
-            let second = try DaemonProcess(directory: directory)
+            let second = try await DaemonProcess.start(directory: directory)
             #expect(await second.event()?["token"]?.stringValue == token)
             let sent = try await runHerald(["send", "--socket", second.socketPath, "--topic", "weather", "--data", "sky=clear"])
             #expect(sent.status == 0, "\(sent.output)")
@@ -101,7 +101,7 @@ struct ServeTests {
         try await withTemporaryDirectory { directory in
             let secretFile = "\(directory)/secret"
             try "s3cret\n".write(toFile: secretFile, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--auth-token-file", secretFile])
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data", arguments: ["--auth-token-file", secretFile])
             let token = try #require(await daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
 
@@ -121,7 +121,7 @@ struct ServeTests {
             #expect(await daemon.terminate() == 0)
         }
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory, environment: ["HERALD_AUTH_TOKEN": "from-env"])
+            let daemon = try await DaemonProcess.start(directory: directory, environment: ["HERALD_AUTH_TOKEN": "from-env"])
             let token = try #require(await daemon.event()?["token"]?.stringValue)
             let address = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo", "--token", token, "--data", "a=b"]
             #expect(try await runHerald(["send"] + address).status == 1)
@@ -133,7 +133,7 @@ struct ServeTests {
     @Test("SIGTERM under load: every message the daemon accepted is handled, once, by this run or the next")
     func terminateUnderLoad() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             let token = try #require(await daemon.event()?["token"]?.stringValue)
             let events = daemon.collectRemainingLines()
             let client = try TestSocketClient(.unix(path: daemon.socketPath))
@@ -168,7 +168,7 @@ struct ServeTests {
             var handled = Self.handledIDs(events.lines())
 
             // Whatever the grace period did not finish, the next start replays from the inbox.
-            let next = try DaemonProcess(directory: directory)
+            let next = try await DaemonProcess.start(directory: directory)
             #expect(await next.event()?["event"] == "token")
             let replayed = next.collectRemainingLines()
             #expect(await next.terminate() == 0)
@@ -190,7 +190,7 @@ struct ServeTests {
         try await withTemporaryDirectory { directory in
             let metricsPort = try freeLoopbackPort()
             let export = "\(directory)/export/delivery.jsonl"
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data",
                 arguments: [
                     "--metrics", "127.0.0.1:\(metricsPort)", "--delivery-metrics", export,
@@ -217,14 +217,14 @@ struct ServeTests {
     @Test("a second daemon on the same data directory is refused, naming the first one's pid")
     func secondDaemonRefused() async throws {
         try await withTemporaryDirectory { directory in
-            let first = try DaemonProcess(directory: directory)
+            let first = try await DaemonProcess.start(directory: directory)
             #expect(await first.event()?["event"] == "token")
             let second = try await runHerald(["serve", "--data-dir", directory, "--http", "none", "--socket", "none"])
             #expect(second.status == 1)
             #expect(second.error.contains("\(first.process.processIdentifier)"), "\(second.error)")
             #expect(await first.terminate() == 0)
             // Once the first has stopped, the directory is free again.
-            let again = try DaemonProcess(directory: directory)
+            let again = try await DaemonProcess.start(directory: directory)
             #expect(await again.event()?["event"] == "token")
             #expect(await again.terminate() == 0)
         }
@@ -251,7 +251,7 @@ struct ServeTests {
     @Test("herald send --file takes a send body or a bare message, from a file or standard input")
     func sendFromFile() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: "\(directory)/data")
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data")
             let token = try #require(await daemon.event()?["token"]?.stringValue)
             let file = "\(directory)/message.json"
             try #"{"message": {"token": "\#(token)", "data": {"from_file": "yes"}}}"#.write(toFile: file, atomically: true, encoding: .utf8)
@@ -275,7 +275,7 @@ struct ServePluginTests {
     @Test("a shared-object plugin loaded with --plugin answers willPresent; a bad path stops the start, naming it")
     func loadsThePlugin() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: ["--plugin", examplePlugin])
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data", arguments: ["--plugin", examplePlugin])
             let token = try #require(await daemon.event()?["token"]?.stringValue, "\(daemon.log)")
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--token=\(token)", "--title", "Hi"])
             #expect(sent.status == 0)

@@ -22,7 +22,7 @@ struct ServeTokenWebhookTests {
             #expect(printed.output.contains("token-webhook-secret-file: \(secretFile)"), "\(printed.output)")
             #expect(!printed.output.contains("s3cret-webhook"))
 
-            let daemon = try DaemonProcess(directory: "\(directory)/data", arguments: arguments)
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data", arguments: arguments)
             let (token, installationID) = try #require(await echoedToken(daemon), "\(daemon.log)")
             let request = try #require(
                 await eventuallyValue { PythonHTTPServer.recordedRequests(in: record).first }, "no request; log: \(daemon.log)")

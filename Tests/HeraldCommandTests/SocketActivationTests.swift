@@ -39,7 +39,7 @@ struct SocketActivationTests {
         try await withTemporaryDirectory { directory in
             let port = try freeLoopbackPort()
             let socket = "\(directory)/activated.sock"
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data", httpPort: port,
                 arguments: [
                     "serve", "--http", "127.0.0.1:\(port)", "--socket", socket, "--data-dir", "\(directory)/data", "--project-id", "demo",
@@ -75,7 +75,7 @@ struct SocketActivationTests {
         try await withTemporaryDirectory { directory in
             let port = try freeLoopbackPort()
             let stray = try freeLoopbackPort()
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data", httpPort: port,
                 arguments: [
                     "serve", "--http", "127.0.0.1:\(port)", "--socket", "none", "--data-dir", "\(directory)/data", "--project-id", "demo",

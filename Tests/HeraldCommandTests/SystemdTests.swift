@@ -67,7 +67,7 @@ struct SystemdTests {
     func notifications() async throws {
         try await withTemporaryDirectory { directory in
             let notify = try NotifySocket(directory: directory)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data",
                 environment: [
                     "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
@@ -100,7 +100,7 @@ struct SystemdTests {
             let notify = try NotifySocket(directory: directory)
             let file = "\(directory)/herald.yaml"
             try "log-level: error\nmax-replays: 5\n".write(toFile: file, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data", arguments: ["--config", file], environment: ["NOTIFY_SOCKET": notify.path])
             #expect(await daemon.event()?["event"] == "token")
             #expect(notify.until("READY=1").last?.contains("READY=1") == true)
@@ -131,7 +131,7 @@ struct SystemdTests {
         try await withTemporaryDirectory { directory in
             let notify = try NotifySocket(directory: directory)
             // A ping every 10 ms: the socket's queue (10 datagrams by default) is full within a tenth of a second.
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data", environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "20000"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             #expect(await eventually { notify.isFull() }, "the daemon's notifications never filled the socket")
@@ -162,7 +162,7 @@ struct SystemdTests {
             try FileManager.default.copyItem(atPath: fixtures.appendingPathComponent("rsa-15360.key").path, toPath: key)
             chmod(key, 0o600)
             let notify = try NotifySocket(directory: directory)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data",
                 arguments: ["--socket", "none", "--tls-cert", fixtures.appendingPathComponent("rsa-15360.crt").path, "--tls-key", key],
                 environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
@@ -214,7 +214,7 @@ struct SystemdTests {
     @Test("without NOTIFY_SOCKET nothing is sent and nothing fails")
     func notUnderSystemd() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory, environment: ["NOTIFY_SOCKET": "", "WATCHDOG_USEC": ""])
+            let daemon = try await DaemonProcess.start(directory: directory, environment: ["NOTIFY_SOCKET": "", "WATCHDOG_USEC": ""])
             #expect(await daemon.event()?["event"] == "token")
             #expect(await daemon.terminate() == 0)
         }

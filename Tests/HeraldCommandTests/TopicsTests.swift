@@ -28,7 +28,7 @@ struct TopicsTests {
             #expect(try await runHerald(["topics", "list", "--data-dir", directory]).output == "news\nweather\n")
 
             // The daemon starts with those topics: a topic message is handled, not dropped.
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let sent = try await runHerald(["send", "--socket", daemon.socketPath, "--topic", "weather", "--data", "city=Oslo"])
             #expect(sent.status == 0, "\(sent.output) \(sent.error)")
@@ -44,7 +44,7 @@ struct TopicsTests {
     @Test("on a running daemon: a change goes through its HTTP receiver and takes effect at once; list shows it")
     func runningDaemon() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let http = ["--http", "127.0.0.1:\(daemon.httpPort)", "--project-id", "demo"]
 
@@ -90,7 +90,7 @@ struct TopicsTests {
     @Test("a running daemon that cannot be reached is never written behind its back")
     func unreachableDaemon() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--http", "none"])
+            let daemon = try await DaemonProcess.start(directory: directory, arguments: ["--http", "none"])
             #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let nobody = try freeLoopbackPort()
             let refused = try await runHerald(["topics", "subscribe", "--data-dir", directory, "--http", "127.0.0.1:\(nobody)", "storms"])
@@ -105,7 +105,7 @@ struct TopicsTests {
     @Test("herald serve's data-directory lock tells herald topics where to reach it, or that it has no HTTP receiver")
     func lockFile() async throws {
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory)
+            let daemon = try await DaemonProcess.start(directory: directory)
             #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             #expect(
                 DataDirectoryLock.inspect(directory: directory)
@@ -123,7 +123,7 @@ struct TopicsTests {
             #expect(DataDirectoryLock.inspect(directory: directory) == .free)
         }
         try await withTemporaryDirectory { directory in
-            let daemon = try DaemonProcess(directory: directory, arguments: ["--http", "none"])
+            let daemon = try await DaemonProcess.start(directory: directory, arguments: ["--http", "none"])
             #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
             let refused = try await runHerald(["topics", "unsubscribe", "--data-dir", directory, "storms"])
             #expect(refused.status == 1)

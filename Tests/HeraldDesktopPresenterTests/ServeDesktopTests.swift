@@ -13,7 +13,7 @@ struct ServeDesktopTests {
         try session.startBus()
         try await session.startDunst()
         try await withTemporaryDirectory(prefix: "herald-serve-desktop") { directory in
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory, arguments: ["--presenter", "desktop"], environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
             let sent = try httpRequest(
@@ -53,7 +53,7 @@ struct ServeDesktopTests {
                     title: Reply
                     text-input: {button-title: Send, placeholder: Your answer}
             """.write(toFile: config, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data", arguments: ["--presenter", "desktop", "--config", config],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")
@@ -92,7 +92,7 @@ struct ServeDesktopTests {
         try await session.startMockServer(capabilities: ["actions", "body", "inline-reply"])
         try await withTemporaryDirectory(prefix: "herald-serve-plugin-categories") { directory in
             let plugin = buildProductsDirectory.appendingPathComponent("libHeraldExamplePlugin.so").path
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory, arguments: ["--presenter", "desktop", "--plugin", plugin],
                 environment: ["DBUS_SESSION_BUS_ADDRESS": session.address])
             let token = try #require(await echoedToken(daemon)?.token, "\(daemon.log)")

@@ -13,7 +13,7 @@ func startGateway(
     var arguments = ["--gateway", "--nats-server", server.url, "--socket", "none", "--auth-token-file", secretFile]
     if let metricsPort { arguments += ["--metrics", "127.0.0.1:\(metricsPort)"] }
     arguments += extraArguments
-    let gateway = try DaemonProcess(directory: "\(directory)/gateway", arguments: arguments, echo: false)
+    let gateway = try await DaemonProcess.start(directory: "\(directory)/gateway", arguments: arguments, echo: false)
     // Ready once it printed its own token (it is not an instance of the fleet, but it is a Herald).
     guard let line = await gateway.line(), line.hasPrefix("registration token: ") else {
         throw NATSTestError.client("the gateway did not start: \(gateway.log)")

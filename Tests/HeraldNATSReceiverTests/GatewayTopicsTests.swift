@@ -123,7 +123,7 @@ struct GatewayTopicsTests {
     func servedInstance() async throws {
         let server = try NATSServerProcess()
         try await withTemporaryDirectory(prefix: "herald-gateway-topics") { directory in
-            let instance = try DaemonProcess(
+            let instance = try await DaemonProcess.start(
                 directory: "\(directory)/instance", arguments: ["--nats-server", server.url, "--socket", "none"])
             let (token, _) = try #require(await echoedToken(instance), "no token line: \(instance.log)")
             let gateway = try await startGateway(server: server, directory: directory, secret: "s3cret")

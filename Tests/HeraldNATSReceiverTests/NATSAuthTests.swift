@@ -72,7 +72,7 @@ struct NATSAuthTests {
             let wrong = "\(directory)/wrong"
             try "s3cret-pass\n".write(toFile: right, atomically: true, encoding: .utf8)
             try "wrong-pass\n".write(toFile: wrong, atomically: true, encoding: .utf8)
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: "\(directory)/data",
                 arguments: ["--nats-server", server.url, "--socket", "none", "--nats-user", "herald", "--nats-password-file", right])
             #expect(await echoedToken(daemon) != nil, "\(daemon.log)")

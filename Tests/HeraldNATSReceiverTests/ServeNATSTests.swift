@@ -13,7 +13,7 @@ struct ServeNATSTests {
         let server = try NATSServerProcess()
         try await withTemporaryDirectory(prefix: "herald-serve-nats") { directory in
             let metricsPort = try freeLoopbackPort()
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: directory,
                 arguments: [
                     "--nats-server", server.url, "--socket", "none", "--metrics", "127.0.0.1:\(metricsPort)", "--nats-stream", "FLEET",

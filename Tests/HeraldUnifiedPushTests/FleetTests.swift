@@ -167,8 +167,8 @@ struct FleetTests {
     func serveGatewayAndInstance() async throws {
         let fleet = try await ServedFleet.start()
         let (world, gateway, endpointURL) = (fleet.world, fleet.gateway, fleet.endpointURL)
-        func serveInstance() throws -> DaemonProcess { try fleet.serveInstance() }
-        let instance = try serveInstance()
+        func serveInstance() async throws -> DaemonProcess { try await fleet.serveInstance() }
+        let instance = try await serveInstance()
         let owned = try await eventually { try await world.distributorOwnsName() }
         try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
 
@@ -200,7 +200,7 @@ struct FleetTests {
             try runExecutable(heraldExecutable, ["up", "unregister", "--data-dir", world.dataDirectory, token])
         }
         #expect(dropped.status == 0, "\(dropped.error)")
-        let again = try serveInstance()
+        let again = try await serveInstance()
         #expect(try await app.next("unregistered")["token"] == "served", "\(again.log)")
         let client = try NATSPublisher(options: NATSReceiver.Options(servers: [fleet.nats.url]), timeout: .seconds(30))
         let left = try await eventually { try client.value(key: token, bucket: NATSSubjects.webPushBucket(project: "herald")) == nil }
@@ -220,7 +220,7 @@ struct FleetTests {
         let fleet = try await ServedFleet.start()
         let (world, gateway) = (fleet.world, fleet.gateway)
         func serveInstance() async throws -> DaemonProcess {
-            let instance = try fleet.serveInstance()
+            let instance = try await fleet.serveInstance()
             let owned = try await eventually { try await world.distributorOwnsName() }
             try #require(owned, "the instance did not own the distributor's name: \(instance.log)")
             return instance
@@ -276,7 +276,7 @@ private struct ServedFleet {
         let gatewayPort = try freeLoopbackPort()
         let endpointURL = "http://127.0.0.1:\(gatewayPort)/up/"
         let gatewayData = world.directory + "/gateway"
-        let gateway = try DaemonProcess(
+        let gateway = try await DaemonProcess.start(
             directory: gatewayData, httpPort: gatewayPort,
             arguments: [
                 "serve", "--gateway", "--nats-server", nats.url, "--http", "127.0.0.1:\(gatewayPort)", "--data-dir", gatewayData,
@@ -285,8 +285,8 @@ private struct ServedFleet {
         return ServedFleet(nats: nats, world: world, gateway: gateway, endpointURL: endpointURL, instancePort: try freeLoopbackPort())
     }
 
-    func serveInstance() throws -> DaemonProcess {
-        try DaemonProcess(
+    func serveInstance() async throws -> DaemonProcess {
+        try await DaemonProcess.start(
             directory: world.dataDirectory, httpPort: instancePort,
             arguments: [
                 "serve", "--unifiedpush", "--nats-server", nats.url, "--http", "127.0.0.1:\(instancePort)", "--data-dir",

@@ -15,7 +15,7 @@ struct ServeUnifiedPushTests {
         // One port for every start: the endpoint the app got stays valid across restarts.
         let port = try freeLoopbackPort()
         func serve() async throws -> DaemonProcess {
-            let daemon = try DaemonProcess(
+            let daemon = try await DaemonProcess.start(
                 directory: data, httpPort: port,
                 arguments: ["serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--unifiedpush", "--socket", "none"],
                 environment: environment)
@@ -145,7 +145,7 @@ struct ServeUnifiedPushTests {
     /// distributor's name. `callTimeout`: seconds an app may take to answer.
     static func serve(_ world: UnifiedPushWorld, port: Int, callTimeout: Int = 5) async throws -> DaemonProcess {
         let data = world.dataDirectory
-        let daemon = try DaemonProcess(
+        let daemon = try await DaemonProcess.start(
             directory: data, httpPort: port,
             arguments: [
                 "serve", "--http", "127.0.0.1:\(port)", "--data-dir", data, "--unifiedpush", "--socket", "none",
