@@ -1,7 +1,7 @@
 // HeraldServer: a Herald instance with a no-op handler, behind the HTTPReceiver and/or the SocketReceiver plugins,
 // for the network benchmarks (scripts/peers, scripts/http-vs-hummingbird, scripts/socket-vs-nio).
 //
-//     HeraldServer [--http PORT] [--socket PATH] [--project ID] [--durable DIR] [--fetch-delay-ms MS] [--max-fetches N]
+//     HeraldServer [--http PORT] [--socket PATH] [--project ID] [--durable DIR] [--synchronous] [--fetch-delay-ms MS] [--max-fetches N]
 //     HeraldServer --decode N --body FILE [--token TOKEN]
 //
 // The HTTP receiver listens on 127.0.0.1:PORT with no secret (loopback only). On start it prints
@@ -12,7 +12,9 @@
 // The store is in memory, or with `--durable DIR` the SQLite store in DIR with the durable inbox on (each message
 // committed before its sender is answered). The handler is a NotificationHandler (answers `[]`), a Presenter (does
 // nothing; without one the bus writes a log line per notification) and a MessageHandler (data-only messages), and
-// counts every invocation. With `--fetch-delay-ms MS` a background-fetch worker is registered too: it waits MS
+// counts every invocation. With `--synchronous` it is the synchronous variant of each of those roles
+// (SynchronousNotificationHandler, SynchronousPresenter, SynchronousMessageHandler), which the bus calls without a
+// task per message. With `--fetch-delay-ms MS` a background-fetch worker is registered too: it waits MS
 // milliseconds per silent message (`Task.sleep`) and answers `.noData`; `--max-fetches N` sets the bus's
 // `maxConcurrentFetches` (default 16). SIGUSR1 then first prints `fetched=<n> concurrent_max=<k>
 // first_start_ns=<t> last_end_ns=<t>` (CLOCK_REALTIME of the first fetch's start and the last fetch's end).
@@ -44,6 +46,24 @@ final class NoOpHandler: NotificationHandler, Presenter, MessageHandler, Sendabl
     func present(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) async {}
 
     func didReceive(_ message: RemoteMessage) async throws {
+        handled.add(1, ordering: .relaxed)
+    }
+}
+
+/// `NoOpHandler` in the synchronous roles (`--synchronous`).
+final class SynchronousNoOpHandler: SynchronousNotificationHandler, SynchronousPresenter, SynchronousMessageHandler, Sendable {
+    let handled = Atomic<Int>(0)
+
+    var descriptor: PluginDescriptor { PluginDescriptor(name: "bench-no-op", summary: "counts messages, does nothing else") }
+
+    func presentationOptions(for message: RemoteMessage) -> PresentationOptions {
+        handled.add(1, ordering: .relaxed)
+        return []
+    }
+
+    func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) {}
+
+    func handle(_ message: RemoteMessage) throws {
         handled.add(1, ordering: .relaxed)
     }
 }
@@ -144,7 +164,9 @@ if let count = option("--decode").flatMap(Int.init) {
 let httpPort = option("--http").flatMap(Int.init)
 let socketPath = option("--socket")
 guard httpPort != nil || socketPath != nil else {
-    say("usage: HeraldServer [--http PORT] [--socket PATH] [--project ID] [--durable DIR] [--fetch-delay-ms MS] [--max-fetches N]", to: 2)
+    say(
+        "usage: HeraldServer [--http PORT] [--socket PATH] [--project ID] [--durable DIR] [--synchronous] [--fetch-delay-ms MS] [--max-fetches N]",
+        to: 2)
     exit(2)
 }
 
@@ -188,8 +210,16 @@ if let directory = option("--durable") {
     store = InMemoryStore()
 }
 let herald = Herald(configuration: configuration, store: store, logger: logger)
-let handler = NoOpHandler()
-try herald.register(handler)
+let handledCount: @Sendable () -> Int
+if CommandLine.arguments.contains("--synchronous") {
+    let handler = SynchronousNoOpHandler()
+    try herald.register(handler)
+    handledCount = { handler.handled.load(ordering: .relaxed) }
+} else {
+    let handler = NoOpHandler()
+    try herald.register(handler)
+    handledCount = { handler.handled.load(ordering: .relaxed) }
+}
 let fetchWorker = option("--fetch-delay-ms").flatMap(Int.init).map { WaitingFetchWorker(delay: .milliseconds($0)) }
 if let fetchWorker { try herald.register(fetchWorker) }
 if let httpPort {
@@ -208,6 +238,6 @@ say("ready")
 
 reportSignals(signals) {
     if let fetchWorker { say(fetchWorker.summary) }
-    say("handled=\(handler.handled.load(ordering: .relaxed))")
+    say("handled=\(handledCount())")
 }
 block { [herald] in await herald.shutdown() }

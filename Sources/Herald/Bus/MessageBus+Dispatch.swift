@@ -2,8 +2,9 @@
 // fetch slots; a person's response goes to the notification handlers; manual analytics wiring follows along.
 
 extension MessageBus {
-    /// An accepted message goes on: receipt analytics, then its handlers in a task of its own, or, for a data-only
-    /// message when every message handler is synchronous, straight away without one.
+    /// An accepted message goes on: receipt analytics, then its handlers in a task of its own, or straight away
+    /// without one for a data-only message when every message handler is synchronous, and for a display notification
+    /// when every notification handler and presenter is synchronous and no content modifier has to change it.
     /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp; `idHash`,
     /// when the caller hashed `id` already (`id.hashValue`, for the de-duplication window), keys it in `presented`.
     func admitted(
@@ -23,6 +24,15 @@ extension MessageBus {
             finished(id: id)
             handled?.value()
             return
+        }
+        if kind == .display, pluginSet.presentingIsSynchronous {
+            let presentation = message.apsPresentation
+            if !presentation.mutableContent || pluginSet.contentModifiers.isEmpty {
+                presentSynchronously(message, presentation, id: id, idHash: idHash)
+                finished(id: id)
+                handled?.value()
+                return
+            }
         }
         // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
         // one of them really suspends; from then on the task goes on as the loop's work.
@@ -82,33 +92,80 @@ extension MessageBus {
     }
 
     private func present(_ arrived: RemoteMessage, id messageID: String, idHash: Int?) async {
-        var message = arrived
-        // `aps` is decoded whole only where it is needed: most notifications have no localization key and no
-        // content modifier to run. Neither changes `aps.category` (they write `aps.alert` only).
-        let presentation = message.apsPresentation
-        if presentation.alertHasLocalizationKey, let alert = message.aps.alert,
-            let resolved = configuration.alertLocalization.resolved(alert)
-        {
-            var content = message.content
-            (content.title, content.subtitle, content.body) = (resolved.title, resolved.subtitle, resolved.body)
-            message.apply(content)
-        }
+        let presentation = arrived.apsPresentation
+        var message = localized(arrived, presentation)
         if presentation.mutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
-        var options: PresentationOptions = []
         let foreground = applicationState == .active
+        var options = foreground ? [] : Self.backgroundOptions(message)
         if foreground {
             let stage = beginManualStage(.presenting, for: message)
             for handler in pluginSet.notificationHandlers {
-                options.formUnion(await handler.willPresent(message))
+                switch handler {
+                case .synchronous(let handler): options.formUnion(handler.presentationOptions(for: message))
+                case .asynchronous(let handler): options.formUnion(await handler.willPresent(message))
+                }
             }
             endManualStage(stage, for: message)
-        } else {
-            // In the background the system shows what the payload asks for, and the app is not asked.
-            let aps = message.aps
-            if aps.alert != nil { options.formUnion([.banner, .list]) }
-            if aps.sound != nil { options.insert(.sound) }
-            if aps.badge != nil { options.insert(.badge) }
         }
+        let actions = willShow(message, presentation, options: options, id: messageID, idHash: idHash)
+        for presenter in pluginSet.presenters {
+            switch presenter {
+            case .synchronous(let presenter): presenter.show(message, options: options, actions: actions)
+            case .asynchronous(let presenter): await presenter.present(message, options: options, actions: actions)
+            }
+        }
+        didShow(message, options: options, foreground: foreground)
+    }
+
+    /// ``present(_:id:idHash:)`` without suspending, for when every notification handler and presenter is
+    /// synchronous and no content modifier is to run: the same steps in the same order.
+    private func presentSynchronously(_ arrived: RemoteMessage, _ presentation: APSPresentation, id messageID: String, idHash: Int?) {
+        let message = localized(arrived, presentation)
+        let foreground = applicationState == .active
+        var options = foreground ? [] : Self.backgroundOptions(message)
+        if foreground {
+            let stage = beginManualStage(.presenting, for: message)
+            for case .synchronous(let handler) in pluginSet.notificationHandlers {
+                options.formUnion(handler.presentationOptions(for: message))
+            }
+            endManualStage(stage, for: message)
+        }
+        let actions = willShow(message, presentation, options: options, id: messageID, idHash: idHash)
+        for case .synchronous(let presenter) in pluginSet.presenters {
+            presenter.show(message, options: options, actions: actions)
+        }
+        didShow(message, options: options, foreground: foreground)
+    }
+
+    /// The message with its alert resolved through ``Herald/Configuration/alertLocalization`` when it names a
+    /// localization key. `aps` is decoded whole only where it is needed: most notifications have no localization
+    /// key and no content modifier to run. Neither changes `aps.category` (they write `aps.alert` only).
+    private func localized(_ arrived: RemoteMessage, _ presentation: APSPresentation) -> RemoteMessage {
+        guard presentation.alertHasLocalizationKey, let alert = arrived.aps.alert,
+            let resolved = configuration.alertLocalization.resolved(alert)
+        else { return arrived }
+        var message = arrived
+        var content = message.content
+        (content.title, content.subtitle, content.body) = (resolved.title, resolved.subtitle, resolved.body)
+        message.apply(content)
+        return message
+    }
+
+    /// In the background the system shows what the payload asks for, and the app is not asked.
+    private static func backgroundOptions(_ message: RemoteMessage) -> PresentationOptions {
+        let aps = message.aps
+        var options: PresentationOptions = []
+        if aps.alert != nil { options.formUnion([.banner, .list]) }
+        if aps.sound != nil { options.insert(.sound) }
+        if aps.badge != nil { options.insert(.badge) }
+        return options
+    }
+
+    /// Before the presenters: the category's actions (a diagnostic for an unknown category), the message kept for
+    /// its responses, and the log line when there is no presenter. Returns the actions.
+    private func willShow(
+        _ message: RemoteMessage, _ presentation: APSPresentation, options: PresentationOptions, id messageID: String, idHash: Int?
+    ) -> [NotificationAction] {
         var actions: [NotificationAction] = []
         if let categoryID = presentation.category {
             if let category = categories[categoryID] {
@@ -130,9 +187,11 @@ extension MessageBus {
                     "body": .string(body ?? ""), "options": .string(options.description),
                 ])
         }
-        for presenter in pluginSet.presenters {
-            await presenter.present(message, options: options, actions: actions)
-        }
+        return actions
+    }
+
+    /// After the presenters: the foreground or background analytics event.
+    private func didShow(_ message: RemoteMessage, options: PresentationOptions, foreground: Bool) {
         // The parameters (a dictionary and the options' description) are built only for a pipeline with sinks.
         if configuration.analyticsWiring == .automatic, analytics.hasSinks {
             if !foreground {
@@ -285,7 +344,7 @@ extension MessageBus {
         }
         responseSerial += 1
         let stage = beginManualStage(.responding(response, serial: responseSerial), for: message)
-        for handler in pluginSet.notificationHandlers {
+        for handler in pluginSet.responseHandlers {
             await handler.didReceive(response)
         }
         endManualStage(stage, for: message)

@@ -10,7 +10,9 @@ public typealias DeliveryOutcome = Result<String, MessageError>
 /// (receivers run there); ``deliver(_:validateOnly:)`` may be awaited from anywhere. Handlers run in a task
 /// per message on the loop's executor, started immediately (they run inside the delivery call until one
 /// suspends), so a slow or throwing handler holds up only its own message; a data-only message whose handlers
-/// are all ``SynchronousMessageHandler``s is handled inside the delivery call without a task.
+/// are all ``SynchronousMessageHandler``s, and a display notification whose handlers and presenters are all
+/// synchronous (``SynchronousNotificationHandler``, ``SynchronousPresenter``) and which no content modifier has to
+/// change, are handled inside the delivery call without a task.
 ///
 /// This file holds the bus's state and what reads it; the path itself is in extensions: receivers' way in
 /// (`MessageBus+Submit`), admission (`MessageBus+Admission`), the durable inbox's group commit and replay
@@ -292,7 +294,10 @@ public final class MessageBus: @unchecked Sendable {
 struct PluginSet: Sendable {
     var all: [any HeraldPlugin] = []
     var receivers: [any Receiver] = []
-    var notificationHandlers: [any NotificationHandler] = []
+    /// The notification handlers of both kinds, in registration order: who is asked "will present".
+    var notificationHandlers: [PresentationHandler] = []
+    /// The ``NotificationHandler``s, in registration order: who gets a person's responses.
+    var responseHandlers: [any NotificationHandler] = []
     /// The message handlers of both kinds, in registration order: what a data-only message goes to.
     var messageHandlers: [DataHandler] = []
     /// Whether every message handler is a ``SynchronousMessageHandler``: then data-only messages go to them without
@@ -301,13 +306,23 @@ struct PluginSet: Sendable {
     var fetchWorkers: [any BackgroundFetchWorker] = []
     var tokenHandlers: [any TokenHandler] = []
     var analyticsSinks: [any AnalyticsSink] = []
-    var presenters: [any Presenter] = []
+    /// The presenters of both kinds, in registration order.
+    var presenters: [AnyPresenter] = []
+    /// Whether every notification handler is a ``SynchronousNotificationHandler`` and every presenter a
+    /// ``SynchronousPresenter``: then a display notification no content modifier changes is presented without a task.
+    var presentingIsSynchronous = true
     var contentModifiers: [any ContentModifier] = []
 
     mutating func add(_ plugin: any HeraldPlugin) {
         all.append(plugin)
         if let receiver = plugin as? any Receiver { receivers.append(receiver) }
-        if let handler = plugin as? any NotificationHandler { notificationHandlers.append(handler) }
+        if let handler = plugin as? any SynchronousNotificationHandler {
+            notificationHandlers.append(.synchronous(handler))
+        } else if let handler = plugin as? any NotificationHandler {
+            notificationHandlers.append(.asynchronous(handler))
+            presentingIsSynchronous = false
+        }
+        if let handler = plugin as? any NotificationHandler { responseHandlers.append(handler) }
         if let handler = plugin as? any SynchronousMessageHandler {
             messageHandlers.append(.synchronous(handler))
         } else if let handler = plugin as? any MessageHandler {
@@ -317,7 +332,12 @@ struct PluginSet: Sendable {
         if let worker = plugin as? any BackgroundFetchWorker { fetchWorkers.append(worker) }
         if let handler = plugin as? any TokenHandler { tokenHandlers.append(handler) }
         if let sink = plugin as? any AnalyticsSink { analyticsSinks.append(sink) }
-        if let presenter = plugin as? any Presenter { presenters.append(presenter) }
+        if let presenter = plugin as? any SynchronousPresenter {
+            presenters.append(.synchronous(presenter))
+        } else if let presenter = plugin as? any Presenter {
+            presenters.append(.asynchronous(presenter))
+            presentingIsSynchronous = false
+        }
         if let modifier = plugin as? any ContentModifier { contentModifiers.append(modifier) }
     }
 }
@@ -326,4 +346,16 @@ struct PluginSet: Sendable {
 enum DataHandler: Sendable {
     case synchronous(any SynchronousMessageHandler)
     case asynchronous(any MessageHandler)
+}
+
+/// A notification handler of either kind, as "will present" asks it.
+enum PresentationHandler: Sendable {
+    case synchronous(any SynchronousNotificationHandler)
+    case asynchronous(any NotificationHandler)
+}
+
+/// A presenter of either kind.
+enum AnyPresenter: Sendable {
+    case synchronous(any SynchronousPresenter)
+    case asynchronous(any Presenter)
 }

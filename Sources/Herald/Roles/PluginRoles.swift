@@ -1,6 +1,8 @@
 /// Something that plugs into a ``Herald`` instance. A plugin conforms to one or more role protocols
-/// (``Receiver``, ``NotificationHandler``, ``MessageHandler`` or ``SynchronousMessageHandler``, ``BackgroundFetchWorker``, ``TokenHandler``,
-/// ``AnalyticsSink``, ``Presenter``); each role's methods have no-op defaults, so a plugin writes only what it needs.
+/// (``Receiver``, ``NotificationHandler`` or ``SynchronousNotificationHandler``, ``MessageHandler`` or
+/// ``SynchronousMessageHandler``, ``BackgroundFetchWorker``, ``TokenHandler``, ``AnalyticsSink``, ``Presenter`` or
+/// ``SynchronousPresenter``, ``ContentModifier``); each role's methods have no-op defaults, so a plugin writes only
+/// what it needs.
 ///
 /// Plugins are registered with ``Herald/register(_:)`` before the instance starts; the set is then frozen.
 /// A plugin never owns the loop: it gets the loop and the bus in ``start(_:)`` and gives them back in ``stop()``.
@@ -49,12 +51,12 @@ public struct PluginRoles: OptionSet, Sendable, Hashable, CustomStringConvertibl
     public static func of(_ plugin: any HeraldPlugin) -> PluginRoles {
         var roles: PluginRoles = []
         if plugin is any Receiver { roles.insert(.receiver) }
-        if plugin is any NotificationHandler { roles.insert(.notificationHandler) }
+        if plugin is any NotificationHandler || plugin is any SynchronousNotificationHandler { roles.insert(.notificationHandler) }
         if plugin is any MessageHandler || plugin is any SynchronousMessageHandler { roles.insert(.messageHandler) }
         if plugin is any BackgroundFetchWorker { roles.insert(.backgroundFetchWorker) }
         if plugin is any TokenHandler { roles.insert(.tokenHandler) }
         if plugin is any AnalyticsSink { roles.insert(.analyticsSink) }
-        if plugin is any Presenter { roles.insert(.presenter) }
+        if plugin is any Presenter || plugin is any SynchronousPresenter { roles.insert(.presenter) }
         if plugin is any ContentModifier { roles.insert(.contentModifier) }
         return roles
     }
@@ -150,6 +152,29 @@ extension NotificationHandler {
     public func didReceive(_ response: NotificationResponse) async {}
 }
 
+/// Answers "will present" without suspending: the synchronous variant of ``NotificationHandler/willPresent(_:)``, for
+/// handlers that decide from the message and their own state (a setting, a do-not-disturb flag, a counter).
+///
+/// The bus calls ``presentationOptions(for:)`` on the loop thread, in registration order with the other notification
+/// handlers; the answers are combined as a union, as theirs are. When every notification handler and every presenter
+/// of the instance is synchronous (``SynchronousPresenter``, or none: the log line), a display notification that no
+/// content modifier has to change goes through them without a task: the calls happen inside the delivery, as for
+/// ``SynchronousMessageHandler``. Otherwise each notification gets a task as with ``NotificationHandler`` alone, and
+/// the synchronous handlers are called from it, in their place in the order.
+///
+/// A handler must return promptly: it runs on the loop thread, and every receiver waits while it runs. A person's
+/// responses still go to ``NotificationHandler/didReceive(_:)``: a plugin that wants them conforms to both roles, and
+/// is then asked "will present" through this one only. Counted as ``PluginRoles/notificationHandler``.
+public protocol SynchronousNotificationHandler: HeraldPlugin {
+    /// A display notification arrived, in the foreground: answer how to present it. Called on the loop thread. The
+    /// default answers `[]` (show nothing).
+    func presentationOptions(for message: RemoteMessage) -> PresentationOptions
+}
+
+extension SynchronousNotificationHandler {
+    public func presentationOptions(for message: RemoteMessage) -> PresentationOptions { [] }
+}
+
 /// Handles data-only messages (neither display nor silent).
 public protocol MessageHandler: HeraldPlugin {
     /// A data-only message arrived. A thrown error is logged and recorded; it never stops other handlers.
@@ -222,6 +247,24 @@ public protocol Presenter: HeraldPlugin {
 
 extension Presenter {
     public func present(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) async {}
+}
+
+/// Shows a notification without suspending: the synchronous variant of ``Presenter``, for presenters that hand the
+/// notification on at once (a line to a file or a socket, a queue of their own that another thread drains).
+///
+/// The bus calls ``show(_:options:actions:)`` on the loop thread, in registration order with the other presenters.
+/// With synchronous notification handlers (or none) and no asynchronous presenter, a notification is presented
+/// without a task (see ``SynchronousNotificationHandler``). A presenter must return promptly: every receiver waits
+/// while it runs; one that talks to a desktop or a remote service is a ``Presenter``. A plugin that conforms to both
+/// roles is called through this one only. Counted as ``PluginRoles/presenter``.
+public protocol SynchronousPresenter: HeraldPlugin {
+    /// Present `message` as `options` say, with the actions of its category (empty for an unknown category). Called
+    /// on the loop thread.
+    func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction])
+}
+
+extension SynchronousPresenter {
+    public func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) {}
 }
 
 /// Changes a notification before it is presented, as an Apple notification service extension: called for each
