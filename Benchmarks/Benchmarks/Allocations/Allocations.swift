@@ -52,6 +52,17 @@ let benchmarks: @Sendable () -> Void = {
         SynchronousBusFixture.shared.dispatch(count: benchmark.scaledIterations.count)
     }
 
+    // The same for display notifications to a SynchronousNotificationHandler and SynchronousPresenter.
+    Benchmark(
+        "BusDispatchSynchronousNotification",
+        configuration: .init(
+            thresholds: [.mallocCountTotal: .init(absolute: [.p90: 0])],
+            setup: { SynchronousBusFixture.notifications.start() }, teardown: { SynchronousBusFixture.notifications.stop() }
+        )
+    ) { benchmark in
+        SynchronousBusFixture.notifications.dispatch(count: benchmark.scaledIterations.count)
+    }
+
     // A receiver's way in: the body decoded, named and delivered by MessageBus.submit.
     Benchmark(
         "BusSubmitInMemory",

@@ -48,21 +48,43 @@ public final class SynchronousCountingHandler: SynchronousMessageHandler, @unche
     }
 }
 
-/// One Herald instance with a ``SynchronousCountingHandler`` and the in-memory store, for the bus's synchronous
-/// path: messages are decoded before the iterations, each with its own message ID as a receiver's decode gives
-/// it, and delivered round a pool twice the de-duplication window's size, so each delivery is a new message to
-/// the bus (its ID has left the window when it comes round again).
+/// A no-op synchronous notification handler and presenter that signals when the expected number of notifications
+/// has been shown.
+public final class SynchronousCountingPresenter: SynchronousNotificationHandler, SynchronousPresenter, @unchecked Sendable {
+    // @unchecked Sendable: `remaining` is only touched on the loop thread (handlers run there).
+    public var remaining = 0
+    public let done = DispatchSemaphore(value: 0)
+    public init() {}
+    public func presentationOptions(for message: RemoteMessage) -> PresentationOptions { [.banner] }
+    public func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) {
+        remaining -= 1
+        if remaining == 0 { done.signal() }
+    }
+}
+
+/// One Herald instance with the in-memory store and synchronous plugins, for the bus's synchronous paths:
+/// ``shared`` sends data-only messages to a ``SynchronousCountingHandler``, ``notifications`` display notifications
+/// to a ``SynchronousCountingPresenter``. Messages are decoded before the iterations, each with its own message ID
+/// as a receiver's decode gives it, and delivered round a pool twice the de-duplication window's size, so each
+/// delivery is a new message to the bus (its ID has left the window when it comes round again).
 public final class SynchronousBusFixture: @unchecked Sendable {
     // @unchecked Sendable: set up before and torn down after the iterations, on the benchmark thread; `next` and
     // `count` are read and written on the loop thread only, in between.
-    public static let shared = SynchronousBusFixture()
+    public static let shared = SynchronousBusFixture(notifications: false)
+    public static let notifications = SynchronousBusFixture(notifications: true)
     static let window = 1024
+    let isNotifications: Bool
     var herald: Herald?
     var bus: MessageBus?
     var messages: [RemoteMessage] = []
     var next = 0
     var count = 0
     let handler = SynchronousCountingHandler()
+    let presenter = SynchronousCountingPresenter()
+
+    init(notifications: Bool) {
+        isNotifications = notifications
+    }
 
     public func start() {
         var configuration = Herald.Configuration(senderID: "1")
@@ -70,12 +92,14 @@ public final class SynchronousBusFixture: @unchecked Sendable {
         configuration.deduplication.maximumCount = Self.window
         let herald = Herald(configuration: configuration, store: InMemoryStore())
         try! herald.register(handler)
+        try! herald.register(presenter)
+        let isNotifications = isNotifications
         let ready = DispatchSemaphore(value: 0)
         let box = ResultBox()
         Task {
             try! await herald.start()
             let token = try! await herald.token()
-            let body = dataMessageBody(token: token)
+            let body = isNotifications ? notificationBody(token: token) : dataMessageBody(token: token)
             box.messages = (0..<2 * Self.window).map { _ in
                 try! FCMSendRequest.decode(Array(body.utf8), context: herald.decodingContext).message
             }
@@ -92,16 +116,24 @@ public final class SynchronousBusFixture: @unchecked Sendable {
     public func dispatch(count: Int) {
         guard let herald else { return }
         self.count = count
-        herald.loop.execute {
-            let fixture = SynchronousBusFixture.shared
-            guard let bus = fixture.bus else { return }
-            fixture.handler.remaining = fixture.count
-            for _ in 0..<fixture.count {
-                bus.deliver(fixture.messages[fixture.next]) { _ in }
-                fixture.next = (fixture.next + 1) % fixture.messages.count
-            }
+        if isNotifications {
+            herald.loop.execute { SynchronousBusFixture.notifications.deliverAll() }
+            presenter.done.wait()
+        } else {
+            herald.loop.execute { SynchronousBusFixture.shared.deliverAll() }
+            handler.done.wait()
         }
-        handler.done.wait()
+    }
+
+    /// On the loop thread: delivers `count` messages of the pool.
+    private func deliverAll() {
+        guard let bus else { return }
+        handler.remaining = count
+        presenter.remaining = count
+        for _ in 0..<count {
+            bus.deliver(messages[next]) { _ in }
+            next = (next + 1) % messages.count
+        }
     }
 
     public func stop() {
@@ -233,6 +265,13 @@ public final class NullSink: AnalyticsSink, Sendable {
 }
 
 /// The benchmark's FCM v1 body addressed to `token`, without its notification and APNs parts: a data message.
+/// The sample body as a display notification without a category (an unknown category would log a warning per
+/// message).
+func notificationBody(token: String) -> String {
+    String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
+        .replacingOccurrences(of: #", "category": "MATCH_UPDATE""#, with: "")
+}
+
 func dataMessageBody(token: String) -> String {
     String(decoding: fcmBody, as: UTF8.self).replacingOccurrences(of: "REPLACE_WITH_TOKEN", with: token)
         .replacingOccurrences(of: #""notification": { "title": "Portugal vs. Denmark", "body": "great match!" },"#, with: "")
