@@ -59,17 +59,31 @@ extension JSONValue {
 package enum JSONWriter {
     static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
         if value < 0 { output.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        // 20 digits hold UInt64.max; digits are produced backwards into a fixed buffer.
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var start = digits.count
-            repeat {
-                start -= 1
-                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude != 0
+            let start = writeDecimal(value.magnitude, backwardsInto: digits)
             output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
         }
+    }
+
+    /// `value` in decimal, `String(value)` without the generic formatting behind it.
+    package static func decimalString(_ value: UInt64) -> String {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            let start = writeDecimal(value, backwardsInto: digits)
+            return String(decoding: UnsafeBufferPointer(rebasing: digits[start...]), as: UTF8.self)
+        }
+    }
+
+    /// Writes `value` in decimal at the end of `digits` (20 bytes hold `UInt64.max`), last digit first; returns the
+    /// index of the first digit.
+    private static func writeDecimal(_ value: UInt64, backwardsInto digits: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        var magnitude = value
+        var start = digits.count
+        repeat {
+            start -= 1
+            digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+        } while magnitude != 0
+        return start
     }
 
     static func writeDouble(_ value: Double, into output: inout [UInt8]) {

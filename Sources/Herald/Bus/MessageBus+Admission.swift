@@ -20,13 +20,12 @@ extension MessageBus {
     }
 
     /// ``deliver(_:validateOnly:answerWhenHandled:completion:)`` for either kind of caller.
-    func deliver(_ message: RemoteMessage, validateOnly: Bool, answerWhenHandled: Bool, answer completion: Answer) {
+    func deliver(_ message: consuming RemoteMessage, validateOnly: Bool, answerWhenHandled: Bool, answer completion: Answer) {
         loop.preconditionInEventLoop()
         guard !draining else {
             completion(.failure(MessageError(.shuttingDown)))
             return
         }
-        var message = message
         let messageID: String
         if let id = message.messageID {
             messageID = id

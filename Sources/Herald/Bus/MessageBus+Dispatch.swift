@@ -8,7 +8,8 @@ extension MessageBus {
     /// `now`, when the caller read the clock for this message a moment ago, is the receipt's timestamp; `idHash`,
     /// when the caller hashed `id` already (`id.hashValue`, for the de-duplication window), keys it in `presented`.
     func admitted(
-        _ message: RemoteMessage, id: String, idHash: Int? = nil, at now: Int64? = nil, then handled: LoopBound<() -> Void>? = nil
+        _ message: consuming RemoteMessage, id: String, idHash: Int? = nil, at now: Int64? = nil,
+        then handled: LoopBound<() -> Void>? = nil
     ) {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
@@ -36,7 +37,7 @@ extension MessageBus {
         }
         // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
         // one of them really suspends; from then on the task goes on as the loop's work.
-        Task.immediate(executorPreference: loop.taskExecutor) { [self] in
+        Task.immediate(executorPreference: loop.taskExecutor) { [self, message] in
             await route(message, id: id, idHash: idHash, kind: kind)
             finished(id: id)
             handled?.value()
@@ -119,7 +120,9 @@ extension MessageBus {
 
     /// ``present(_:id:idHash:)`` without suspending, for when every notification handler and presenter is
     /// synchronous and no content modifier is to run: the same steps in the same order.
-    private func presentSynchronously(_ arrived: RemoteMessage, _ presentation: APSPresentation, id messageID: String, idHash: Int?) {
+    private func presentSynchronously(
+        _ arrived: consuming RemoteMessage, _ presentation: APSPresentation, id messageID: String, idHash: Int?
+    ) {
         let message = localized(arrived, presentation)
         let foreground = applicationState == .active
         var options = foreground ? [] : Self.backgroundOptions(message)
@@ -140,7 +143,7 @@ extension MessageBus {
     /// The message with its alert resolved through ``Herald/Configuration/alertLocalization`` when it names a
     /// localization key. `aps` is decoded whole only where it is needed: most notifications have no localization
     /// key and no content modifier to run. Neither changes `aps.category` (they write `aps.alert` only).
-    private func localized(_ arrived: RemoteMessage, _ presentation: APSPresentation) -> RemoteMessage {
+    private func localized(_ arrived: consuming RemoteMessage, _ presentation: APSPresentation) -> RemoteMessage {
         guard presentation.alertHasLocalizationKey, let alert = arrived.aps.alert,
             let resolved = configuration.alertLocalization.resolved(alert)
         else { return arrived }

@@ -86,8 +86,10 @@ extension MessageBus {
             return
         }
         if let limit = context.expiresAt { request.message.expiration = min(request.message.expiration ?? limit, limit) }
+        let validateOnly = request.validateOnly
+        // The message is moved out of the request, not copied field by field.
         deliver(
-            request.message, validateOnly: request.validateOnly, answerWhenHandled: context.answerWhenHandled,
+            (consume request).message, validateOnly: validateOnly, answerWhenHandled: context.answerWhenHandled,
             answer: .submission(completion)
         )
     }

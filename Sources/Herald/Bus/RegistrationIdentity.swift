@@ -1,3 +1,4 @@
+import HeraldJSON
 import Synchronization
 
 /// Mints the instance's identity: its installation ID (`fid`, 128 random bits) and registration token
@@ -66,6 +67,6 @@ public enum RegistrationIdentity {
 final class MessageIDGenerator: Sendable {
     private let next = Atomic<UInt64>(UInt64.random(in: 1_000_000_000_000_000...9_000_000_000_000_000))
     func make() -> String {
-        String(next.add(1, ordering: .relaxed).newValue)
+        JSONWriter.decimalString(next.add(1, ordering: .relaxed).newValue)
     }
 }

@@ -19,10 +19,14 @@ public struct FCMSendRequest: Sendable, Hashable {
     /// the checks below, wherever each is in the body.
     public static func decode(_ body: [UInt8], context: DecodingContext) throws(MessageError) -> FCMSendRequest {
         guard !body.isEmpty else { throw MessageError(.emptyPayload) }
-        let decoded = body.withUnsafeBytes { bytes in
-            Result { () throws(MessageError) in try decode(bytes, context: context) }
+        // Returned straight from the closure: a `Result` around it would be copied out, the message field by field.
+        do {
+            return try body.withUnsafeBytes { bytes in try decode(bytes, context: context) }
+        } catch let error as MessageError {
+            throw error
+        } catch {
+            preconditionFailure("decoding throws MessageError only; withUnsafeBytes erased its type")
         }
-        return try decoded.get()
     }
 
     private static func decode(_ body: UnsafeRawBufferPointer, context: DecodingContext) throws(MessageError) -> FCMSendRequest {
