@@ -65,6 +65,11 @@ package enum JSONWriter {
         }
     }
 
+    /// Appends the bytes of `literal` (a copy of its static bytes, without going through `String`).
+    package static func appendLiteral(_ literal: StaticString, to output: inout [UInt8]) {
+        literal.withUTF8Buffer { output.append(contentsOf: $0) }
+    }
+
     /// `value` in decimal, `String(value)` without the generic formatting behind it.
     package static func decimalString(_ value: UInt64) -> String {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in

@@ -14,7 +14,7 @@ extension MessageBus {
         // Automatic wiring records the receipt straight away: the de-duplication window already lets each message
         // ID through once, so the receipt set (which manual wiring needs) would only cost a hash-set insert and an
         // eviction per message.
-        let kind = message.kind
+        let (kind, presentation) = message.kindAndPresentation
         if configuration.analyticsWiring == .automatic, analytics.hasSinks {
             analytics.record(.notificationReceive, for: message, messageID: id, kind: kind, timestamp: now)
         }
@@ -27,7 +27,6 @@ extension MessageBus {
             return
         }
         if kind == .display, pluginSet.presentingIsSynchronous {
-            let presentation = message.apsPresentation
             if !presentation.mutableContent || pluginSet.contentModifiers.isEmpty {
                 presentSynchronously(message, presentation, id: id, idHash: idHash)
                 finished(id: id)
@@ -38,7 +37,7 @@ extension MessageBus {
         // Started immediately: the handlers run now, on this thread, while the message is still in the cache, until
         // one of them really suspends; from then on the task goes on as the loop's work.
         Task.immediate(executorPreference: loop.taskExecutor) { [self, message] in
-            await route(message, id: id, idHash: idHash, kind: kind)
+            await route(message, id: id, idHash: idHash, kind: kind, presentation: presentation)
             finished(id: id)
             handled?.value()
         }
@@ -58,8 +57,8 @@ extension MessageBus {
 
     // MARK: Routing
 
-    private func route(_ message: RemoteMessage, id: String, idHash: Int?, kind: MessageKind) async {
-        if kind.contains(.display) { await present(message, id: id, idHash: idHash) }
+    private func route(_ message: RemoteMessage, id: String, idHash: Int?, kind: MessageKind, presentation: APSPresentation) async {
+        if kind.contains(.display) { await present(message, presentation, id: id, idHash: idHash) }
         if kind.contains(.silent) { await backgroundFetch(message) }
         if kind.isDataOnly {
             for handler in pluginSet.messageHandlers {
@@ -92,8 +91,7 @@ extension MessageBus {
         }
     }
 
-    private func present(_ arrived: RemoteMessage, id messageID: String, idHash: Int?) async {
-        let presentation = arrived.apsPresentation
+    private func present(_ arrived: RemoteMessage, _ presentation: APSPresentation, id messageID: String, idHash: Int?) async {
         var message = localized(arrived, presentation)
         if presentation.mutableContent && !pluginSet.contentModifiers.isEmpty { message = await modifyContent(message) }
         let foreground = applicationState == .active
@@ -118,7 +116,7 @@ extension MessageBus {
         didShow(message, options: options, foreground: foreground)
     }
 
-    /// ``present(_:id:idHash:)`` without suspending, for when every notification handler and presenter is
+    /// ``present(_:_:id:idHash:)`` without suspending, for when every notification handler and presenter is
     /// synchronous and no content modifier is to run: the same steps in the same order.
     private func presentSynchronously(
         _ arrived: consuming RemoteMessage, _ presentation: APSPresentation, id messageID: String, idHash: Int?

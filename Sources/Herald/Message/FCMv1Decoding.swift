@@ -54,7 +54,7 @@ public struct FCMSendRequest: Sendable, Hashable {
             guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: "validate_only", expected: "true or false")) }
             validateOnly = bool
         }
-        return FCMSendRequest(message: message, validateOnly: validateOnly)
+        return FCMSendRequest(message: consume message, validateOnly: validateOnly)
     }
 
     /// The fields of each object of the FCM v1 send request. The order of `request`, `message` and

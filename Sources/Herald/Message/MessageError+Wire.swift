@@ -38,11 +38,12 @@ public func fcmSendResponse(project: String, messageID: String) -> JSONValue {
 /// Appends ``fcmSendResponse(project:messageID:)`` as compact JSON, byte for byte what its `jsonBytes()` gives,
 /// without building the value (receivers answer every message with it).
 public func appendFCMSendResponse(project: String, messageID: String, to output: inout [UInt8]) {
-    output.append(contentsOf: #"{"name":"projects/"#.utf8)
+    // The fixed parts copied from their static bytes (one answer per message).
+    JSONWriter.appendLiteral(#"{"name":"projects/"#, to: &output)
     JSONWriter.appendEscapedContents(project, to: &output)
-    output.append(contentsOf: "/messages/".utf8)
+    JSONWriter.appendLiteral("/messages/", to: &output)
     JSONWriter.appendEscapedContents(messageID, to: &output)
-    output.append(contentsOf: #""}"#.utf8)
+    JSONWriter.appendLiteral(#""}"#, to: &output)
 }
 
 /// The number of bytes ``appendFCMSendResponse(project:messageID:to:)`` appends (a `Content-Length`), counted

@@ -99,20 +99,47 @@ public struct RemoteMessage: Sendable, Hashable {
         }
     }
 
-    /// What the bus reads from `aps` for every notification before presenting it, from one look-up of `aps`
-    /// without decoding the rest of it: whether `aps.alert` names a localization key (`title-loc-key`,
-    /// `subtitle-loc-key`, `loc-key`) as a string, whether `aps.mutable-content` is 1, and `aps.category`.
-    var apsPresentation: APSPresentation {
-        guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return APSPresentation() }
+    /// ``kind`` and what the bus reads from `aps` for every notification before presenting it (``APSPresentation``),
+    /// from one look-up of `aps` and one walk over its members, without decoding the rest of it (a look-up per key
+    /// took a dozen).
+    var kindAndPresentation: (kind: MessageKind, presentation: APSPresentation) {
+        guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return ([], APSPresentation()) }
+        // The same rule as `aps.isDisplay` / `aps.contentAvailable`: an alert or a sound (a string or an object) or
+        // a numeric badge displays; `content-available: 1` is silent.
+        var kind: MessageKind = []
         var presentation = APSPresentation()
-        if case .object(let alert)? = aps["alert"] {
-            presentation.alertHasLocalizationKey =
-                alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
-                || alert["loc-key"]?.stringValue != nil
+        for (key, value) in aps {
+            switch key {
+            case "alert":
+                switch value {
+                case .string:
+                    kind.insert(.display)
+                case .object(let alert):
+                    kind.insert(.display)
+                    presentation.alertHasLocalizationKey =
+                        alert["title-loc-key"]?.stringValue != nil || alert["subtitle-loc-key"]?.stringValue != nil
+                        || alert["loc-key"]?.stringValue != nil
+                default:
+                    break
+                }
+            case "sound":
+                switch value {
+                case .string, .object: kind.insert(.display)
+                default: break
+                }
+            case "badge":
+                if value.intValue != nil { kind.insert(.display) }
+            case "content-available":
+                if value.intValue == 1 { kind.insert(.silent) }
+            case "mutable-content":
+                presentation.mutableContent = value.intValue == 1
+            case "category":
+                presentation.category = value.stringValue
+            default:
+                break
+            }
         }
-        presentation.mutableContent = aps["mutable-content"]?.intValue == 1
-        presentation.category = aps["category"]?.stringValue
-        return presentation
+        return (kind, presentation)
     }
 
     /// The analytics label (`fcm_options.analytics_label`, kept in `userInfo` as `google.c.a.m_l`).
@@ -138,25 +165,7 @@ public struct RemoteMessage: Sendable, Hashable {
     }
 
     /// Which paths the message takes through the bus.
-    public var kind: MessageKind {
-        // The same rule as `aps.isDisplay` / `aps.contentAvailable`, read from the three keys it needs instead of
-        // decoding all of `aps` (this runs several times per message on the hot path).
-        guard let aps = userInfo[UserInfoKey.aps]?.objectValue else { return [] }
-        var kind: MessageKind = []
-        let alert: Bool
-        switch aps["alert"] {
-        case .string?, .object?: alert = true
-        default: alert = false
-        }
-        let sound: Bool
-        switch aps["sound"] {
-        case .string?, .object?: sound = true
-        default: sound = false
-        }
-        if alert || sound || aps["badge"]?.intValue != nil { kind.insert(.display) }
-        if aps["content-available"]?.intValue == 1 { kind.insert(.silent) }
-        return kind
-    }
+    public var kind: MessageKind { kindAndPresentation.kind }
 
     /// Whether the message has expired at `nowSeconds` (seconds since 1970).
     public func isExpired(atSeconds nowSeconds: Int64) -> Bool {
@@ -229,7 +238,7 @@ public struct MessageKind: OptionSet, Sendable, Hashable {
     public var isDataOnly: Bool { isEmpty }
 }
 
-/// The members of `aps` the bus reads for every notification (``RemoteMessage/apsPresentation``).
+/// The members of `aps` the bus reads for every notification (``RemoteMessage/kindAndPresentation``).
 struct APSPresentation {
     /// `aps.alert` names a localization key as a string.
     var alertHasLocalizationKey = false
