@@ -197,6 +197,11 @@ final class DaemonService: Service, Sendable {
                 try herald.register(plugin)
                 if let live = plugin as? any LiveConfigurable { reload.add(live) }
             }
+            // `--presenter log`: a line per notification, as the bus writes one when no presenter is registered, so
+            // not beside a presenter of the embedder's or a plugin's either.
+            if !herald.registeredPlugins.contains(where: { $0.roles.contains(.presenter) }) {
+                try herald.register(LogLinePresenter(logger: logger))
+            }
             try await herald.start()
             for address in InheritedSockets.closeUntaken() {
                 logger.warning(
@@ -397,7 +402,7 @@ final class DaemonService: Service, Sendable {
         case "desktop" where settings.isEnabled(DesktopPresenter.Settings.section):
             try herald.register(DesktopPresenter(options: .init(configuration: settings.configuration)))
         case "none": try herald.register(SilentPresenter())
-        default: break  // log: the bus logs each notification when no presenter is registered
+        default: break  // log: registered once the embedder's plugins are, unless one of them presents (`run()`)
         }
         if let distributor {
             try herald.register(distributor)
@@ -411,8 +416,8 @@ final class DaemonService: Service, Sendable {
     }
 }
 
-/// `--presenter none`: notifications are shown nowhere, not even logged.
-private final class SilentPresenter: Presenter {
+/// `--presenter none`: notifications are shown nowhere, not even logged. Synchronous: it never suspends.
+private final class SilentPresenter: SynchronousPresenter {
     var descriptor: PluginDescriptor { PluginDescriptor(name: "none", summary: "shows notifications nowhere") }
 }
 

@@ -44,19 +44,50 @@ struct LiveLevelLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
+        writeLine(level: event.level, source: event.source, message: event.message.description) { line in
+            appendMetadata(of: event, to: &line)
+        }
+    }
+
+    /// The line `log(event:)` writes for a statement at `level` from `source` whose metadata is `entries` (string
+    /// values, in key order, distinct keys), without the `Logger.Metadata` dictionary a statement builds and this
+    /// handler would sort: for a line written per message (the log presenter's). With metadata of the logger's own or
+    /// a metadata provider to merge in, it goes through `log(event:)`.
+    func log(_ level: Logger.Level, _ message: String, entries: KeyValuePairs<String, String>, source: String) {
+        guard metadataText == nil, metadataProvider == nil else {
+            var metadata: Logger.Metadata = [:]
+            for (key, value) in entries { metadata[key] = .string(value) }
+            log(
+                event: LogEvent(
+                    level: level, message: "\(message)", metadata: metadata, source: source, file: #fileID, function: #function,
+                    line: #line))
+            return
+        }
+        writeLine(level: level, source: source, message: message) { line in
+            for (key, value) in entries {
+                line.append(UInt8(ascii: " "))
+                line.appendText(key)
+                line.append(UInt8(ascii: "="))
+                line.appendText(value)
+            }
+        }
+    }
+
+    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, in one `write(2)`.
+    private func writeLine(level: Logger.Level, source: String, message: String, metadata: (inout [UInt8]) -> Void) {
         var line: [UInt8] = []
         line.reserveCapacity(256)
         LogClock.appendTimestamp(to: &line)
         line.append(UInt8(ascii: " "))
-        line.appendText(event.level.rawValue)
+        line.appendText(level.rawValue)
         if !label.isEmpty { line.append(UInt8(ascii: " ")) }
         line.appendText(label)
         line.append(UInt8(ascii: ":"))
-        appendMetadata(of: event, to: &line)
+        metadata(&line)
         line.append(contentsOf: " [".utf8)
-        line.appendText(event.source)
+        line.appendText(source)
         line.append(contentsOf: "] ".utf8)
-        line.appendText(event.message.description)
+        line.appendText(message)
         line.append(UInt8(ascii: "\n"))
         Self.write(line, to: descriptor)
     }

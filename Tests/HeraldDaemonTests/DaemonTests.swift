@@ -25,6 +25,11 @@ final class RecordingHandler: MessageHandler {
     }
 }
 
+/// A presenter of the embedder's, which shows nothing.
+final class QuietPresenter: SynchronousPresenter {
+    var descriptor: PluginDescriptor { PluginDescriptor(name: "quiet", summary: "shows nothing") }
+}
+
 /// What the daemon hands over: the recorder it made, and the daemon once ready (on `readiness`, which ends when the
 /// daemon's run does).
 final class Handover: Sendable {
@@ -61,33 +66,61 @@ struct DaemonTests {
     func embeddedPluginReceives() async throws {
         try await withTemporaryDirectory { directory in
             let handover = Handover()
-            let daemon = Self.daemon(handover)
-            let run = Task {
-                defer { handover.ready.finish() }
-                try await daemon.run(
-                    arguments: [
-                        "--http", "127.0.0.1:0", "--socket", "none", "--data-dir", directory, "--log-level", "error",
-                        "--recorder-label", "embedded",
-                    ],
-                    environment: [:])
+            try await Self.whileRunning(Self.daemon(handover), handover, directory: directory) { running in
+                let port = try #require(running.httpAddress?.port)
+                #expect(running.dataDirectory == directory)
+                let token = try await running.herald.token()
+                let answer = try await curlRequest(
+                    port: port, "POST", "/v1/projects/herald/messages:send", body: fcmBody(token: token, data: ["greeting": "hello"]))
+                #expect(answer.status == 200, "\(answer.body)")
+                let recorder = try #require(handover.recorder.withLock { $0 })
+                #expect(await eventually { recorder.received.withLock { $0 } == ["embedded: hello"] })
             }
-            var readiness = handover.readiness.makeAsyncIterator()
-            guard let running = await readiness.next() else {
-                let result = await run.result
-                Issue.record("the daemon stopped before it was ready: \(result)")
-                return
-            }
-            let port = try #require(running.httpAddress?.port)
-            #expect(running.dataDirectory == directory)
-            let token = try await running.herald.token()
-            let answer = try await curlRequest(
-                port: port, "POST", "/v1/projects/herald/messages:send", body: fcmBody(token: token, data: ["greeting": "hello"]))
-            #expect(answer.status == 200, "\(answer.body)")
-            let recorder = try #require(handover.recorder.withLock { $0 })
-            #expect(await eventually { recorder.received.withLock { $0 } == ["embedded: hello"] })
-            await running.stop()
-            try await run.value
         }
+    }
+
+    @Test("--presenter log (the default) registers the log presenter, unless a plugin of the embedder's presents", .timeLimit(.minutes(5)))
+    func logPresenterUnlessEmbedderPresents() async throws {
+        for embedderPresents in [false, true] {
+            try await withTemporaryDirectory { directory in
+                let handover = Handover()
+                var daemon = Self.daemon(handover)
+                if embedderPresents { daemon.addPlugin { _ in QuietPresenter() } }
+                try await Self.whileRunning(daemon, handover, directory: directory) { running in
+                    let presenters = running.herald.registeredPlugins.filter { $0.roles.contains(.presenter) }.map(\.descriptor.name)
+                    #expect(presenters == (embedderPresents ? ["quiet"] : ["log"]))
+                }
+            }
+        }
+    }
+
+    /// Runs `daemon` on loopback HTTP in `directory` until `body` returns, then stops it.
+    private static func whileRunning(
+        _ daemon: Daemon, _ handover: Handover, directory: String, _ body: (Daemon.Running) async throws -> Void
+    ) async throws {
+        let run = Task {
+            defer { handover.ready.finish() }
+            try await daemon.run(
+                arguments: [
+                    "--http", "127.0.0.1:0", "--socket", "none", "--data-dir", directory, "--log-level", "error",
+                    "--recorder-label", "embedded",
+                ],
+                environment: [:])
+        }
+        var readiness = handover.readiness.makeAsyncIterator()
+        guard let running = await readiness.next() else {
+            let result = await run.result
+            Issue.record("the daemon stopped before it was ready: \(result)")
+            return
+        }
+        do {
+            try await body(running)
+        } catch {
+            await running.stop()
+            throw error
+        }
+        await running.stop()
+        try await run.value
     }
 
     @Test("a bad setting, the daemon's or the embedder's, is a DaemonError with exit status 64 naming where it came from")

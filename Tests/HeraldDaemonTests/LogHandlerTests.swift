@@ -84,6 +84,32 @@ struct LogHandlerTests {
                 == " info herald: body=Body, with spaces message_id=7466006403971758 options=[] title=Hi [HeraldDaemonTests] notification")
     }
 
+    @Test("a line from entries in key order (the log presenter's) is a statement's line, also when metadata must be merged")
+    func entriesAsAStatement() throws {
+        let provider = Logger.MetadataProvider { ["request": "r-1"] }
+        for (provider, metadata) in [(nil, [:]), (provider, [:]), (nil, ["plugin": "socket"] as Logger.Metadata)] {
+            var pipe: [Int32] = [0, 0]
+            #expect(Glibc.pipe(&pipe) == 0)
+            defer { close(pipe[0]) }
+            var daemon = LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: pipe[1])
+            daemon.metadataProvider = provider
+            daemon.metadata = metadata
+            daemon.log(
+                .info, "notification", entries: ["body": "B, b", "message_id": "7", "options": "[]", "title": "T"], source: "Herald")
+            close(pipe[1])
+            var bytes = [UInt8](repeating: 0, count: 4096)
+            let count = read(pipe[0], &bytes, bytes.count)
+            let line = String(decoding: bytes[..<max(count, 0)], as: UTF8.self)
+            let collected = Collected()
+            var stream = StreamLogHandler(label: "herald", stream: collected, metadataProvider: provider)
+            stream.metadata = metadata
+            Logger(label: "herald", factory: { _ in stream }).info(
+                "notification", metadata: ["title": "T", "body": "B, b", "message_id": "7", "options": "[]"], source: "Herald")
+            let expected = try #require(collected.lines.first)
+            #expect(line.drop { $0 != " " } == expected.drop { $0 != " " } + "\n")
+        }
+    }
+
     @Test("the logger's own metadata, a metadata provider's and the statement's, merged in that order of precedence")
     func mergedMetadata() throws {
         let provider = Logger.MetadataProvider { ["request": "r-1", "plugin": "from-provider"] }

@@ -90,7 +90,7 @@ public struct RemoteMessage: Sendable, Hashable {
 
     /// `aps.alert`'s title and body as ``APS/Alert`` reads them (a string alert is the body), without decoding the rest
     /// of `aps`: what the log presenter's line shows.
-    var alertTitleAndBody: (title: String?, body: String?) {
+    package var alertTitleAndBody: (title: String?, body: String?) {
         guard case .object(let aps)? = userInfo[UserInfoKey.aps] else { return (nil, nil) }
         switch aps["alert"] {
         case .object(let alert)?: return (alert["title"]?.stringValue, alert["body"]?.stringValue)
