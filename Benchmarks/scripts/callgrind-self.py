@@ -67,8 +67,10 @@ def read(path):
                     skip_next = False
                     continue
                 fields = line.split()
+                # The position, then the events' costs in order: instructions (Ir) first, also when the cache
+                # simulation adds columns after it.
                 if len(fields) >= 2 and current is not None:
-                    self_cost[current] += int(fields[-1])
+                    self_cost[current] += int(fields[1])
 
 
 for path in paths:
