@@ -185,8 +185,10 @@ public final class SQLiteStore: HeraldStore, Sendable {
             // The order is chosen so that the pages the pruning and the finished entries free are reused by the
             // inserts that follow, in the same transaction: fewer distinct pages reach the WAL. The result is the same
             // as inserting first.
-            let recordsWindow = !batch.accepted.isEmpty && window.maximumCount > 0
-            let position = try Self.newestPosition(db) + (recordsWindow ? Int64(batch.accepted.count) : 0)
+            // The IDs the window keeps: not those made on receipt (`InboxRecord.deduplicates`).
+            let windowIDs = batch.accepted.lazy.filter(\.deduplicates).map(\.messageID)
+            let recordsWindow = !windowIDs.isEmpty && window.maximumCount > 0
+            let position = try Self.newestPosition(db) + (recordsWindow ? Int64(windowIDs.count) : 0)
             try Self.pruneWindow(db, window: window, now: now, newestPosition: position)
 
             // An ID both accepted and finished in this batch leaves after its new entry is written, as if the batch
@@ -230,7 +232,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
                     let insertSeen = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")
                     try insertSeen.bind(1, position)
                     try insertSeen.bind(2, now)
-                    try insertSeen.bind(3, Self.encodeWindowIDs(acceptedIDs))
+                    try insertSeen.bind(3, Self.encodeWindowIDs(windowIDs))
                     try insertSeen.execute()
                 }
             }

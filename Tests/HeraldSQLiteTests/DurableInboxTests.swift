@@ -300,4 +300,44 @@ struct DurableInboxTests {
             #expect(state.seenMessageIDs.last == "w99")
         }
     }
+
+    @Test("an ID made on receipt (an FCM v1 send's) takes no place in the window: an ID a sender gave stays, across a restart too")
+    func newIDsOutsideWindow() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1")
+            configuration.deduplication = DeduplicationWindow(maximumCount: 3, maximumAge: .seconds(3600))
+            let given = SendContext(messageID: "given-1")
+            let first = DurableRecorder()
+            try await withDurableHerald(directory: directory, configuration: configuration, plugins: [first]) { herald async throws in
+                let bus = try herald.bus
+                let body = Array(fcmBody(token: try await herald.token(), data: ["a": "b"]).utf8)
+                #expect(await bus.submit(body, given) == .accepted(messageID: "given-1"))
+                var madeIDs: Set<String> = []
+                for _ in 0..<10 {
+                    let outcome = await bus.submit(body, SendContext())
+                    guard case .accepted(let id) = outcome else {
+                        Issue.record("not accepted: \(outcome)")
+                        return
+                    }
+                    madeIDs.insert(id)
+                }
+                #expect(madeIDs.count == 10 && !madeIDs.contains("given-1"))
+                // After ten new IDs the window of three still has the given one: its redelivery is a duplicate.
+                #expect(await bus.submit(body, given) == .accepted(messageID: "given-1"))
+                try await herald.waitUntilIdle()
+                #expect(first.messages.count == 11)
+                #expect(first.messages.filter { $0.messageID == "given-1" }.count == 1)
+            }
+            let state = try SQLiteStore(directory: directory).load(window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            #expect(state.seenMessageIDs == ["given-1"])
+            let second = DurableRecorder()
+            try await withDurableHerald(directory: directory, configuration: configuration, plugins: [second]) { herald async throws in
+                let bus = try herald.bus
+                let body = Array(fcmBody(token: try await herald.token(), data: ["a": "b"]).utf8)
+                #expect(await bus.submit(body, given) == .accepted(messageID: "given-1"))
+                try await herald.waitUntilIdle()
+                #expect(second.messages.isEmpty, "the restored window knows the given ID")
+            }
+        }
+    }
 }

@@ -43,7 +43,8 @@ public final class Herald: @unchecked Sendable {
         /// How many background-fetch workers run at once; more wait their turn.
         public var maxConcurrentFetches: Int = 16
         /// Which message IDs are remembered to drop duplicates: at most this many, none older than this
-        /// (kept in the store, so the window survives restarts).
+        /// (kept in the store, so the window survives restarts). Only IDs a sender or transport gave are kept: an ID
+        /// made on receipt (an FCM v1 send's) cannot come again.
         public var deduplication = DeduplicationWindow()
         /// With a durable store: commit each message before acknowledging its sender, replay unfinished ones
         /// at the next start (at-least-once). Off: acknowledge on acceptance (at-most-once).

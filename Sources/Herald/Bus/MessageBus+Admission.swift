@@ -19,20 +19,29 @@ extension MessageBus {
         deliver(message, validateOnly: validateOnly, answerWhenHandled: answerWhenHandled, answer: .delivery(completion))
     }
 
-    /// ``deliver(_:validateOnly:answerWhenHandled:completion:)`` for either kind of caller.
-    func deliver(_ message: consuming RemoteMessage, validateOnly: Bool, answerWhenHandled: Bool, answer completion: Answer) {
+    /// ``deliver(_:validateOnly:answerWhenHandled:completion:)`` for either kind of caller. `newID`: the message's ID
+    /// was made for it on receipt (an FCM v1 send, whose body cannot carry one), so no earlier message can have it.
+    func deliver(
+        _ message: consuming RemoteMessage, validateOnly: Bool, answerWhenHandled: Bool, newID: Bool = false,
+        answer completion: Answer
+    ) {
         loop.preconditionInEventLoop()
         guard !draining else {
             completion(.failure(MessageError(.shuttingDown)))
             return
         }
         let messageID: String
+        // Whether the de-duplication window is asked and told: an ID made here or on receipt is nobody's retry, and
+        // keeping it would only push out of the window IDs that senders and transports give (`apns-id`, a JetStream
+        // sequence), which are the ones a retry repeats.
+        var windowed = !newID
         if let id = message.messageID {
             messageID = id
         } else {
             // Every accepted message has an ID: the inbox and the de-duplication window are keyed by it.
             messageID = messageIDs.make()
             message.userInfo[UserInfoKey.messageID] = .string(messageID)
+            windowed = false
         }
         guard let targeted = isTargeted(message, refusing: completion) else { return }
         if validateOnly {
@@ -52,9 +61,10 @@ extension MessageBus {
             dropped(message, reason: .expired, detail: "expired before delivery")
             return
         }
-        // Hashed once for the window's look-up, its insertion and, for a notification, `presented`.
-        let messageIDHash = messageID.hashValue
-        if seenIDs.contains(messageID, hash: messageIDHash) {
+        // Hashed once for the window's look-up, its insertion and, for a notification, `presented` (which hashes it
+        // itself when the window was not asked).
+        let messageIDHash: Int? = windowed ? messageID.hashValue : nil
+        if let messageIDHash, seenIDs.contains(messageID, hash: messageIDHash) {
             // The sender retried a message already accepted: acknowledge again (once it is committed), deliver once.
             dropped(message, reason: .duplicate, detail: "already accepted")
             if uncommitted.contains(messageID) {
@@ -70,7 +80,7 @@ extension MessageBus {
             completion(.failure(MessageError(.busy(limit: configuration.maxInFlight))))
             return
         }
-        seenIDs.insert(messageID, hash: messageIDHash)
+        if let messageIDHash { seenIDs.insert(messageID, hash: messageIDHash) }
         inFlight += 1
         if inFlight >= configuration.maxInFlight { pauseReceivers() }
         guard durable else {
@@ -84,7 +94,7 @@ extension MessageBus {
             }
             return
         }
-        admitToInbox(message, id: messageID, completion: completion)
+        admitToInbox(message, id: messageID, deduplicates: messageIDHash != nil, completion: completion)
     }
 
     /// Whether `message` is for this instance: its token or installation ID, a subscribed topic, or a condition
@@ -123,7 +133,7 @@ extension MessageBus {
 
     /// With the durable inbox: the admitted message joins the next commit's batch; its sender is answered when
     /// that commit is done.
-    private func admitToInbox(_ message: RemoteMessage, id messageID: String, completion: Answer) {
+    private func admitToInbox(_ message: RemoteMessage, id messageID: String, deduplicates: Bool, completion: Answer) {
         if let collapseKey = message.collapseKey,
             let index = batchAcks.firstIndex(where: { $0.message.collapseKey == collapseKey && $0.message.target == message.target })
         {
@@ -138,7 +148,9 @@ extension MessageBus {
             if inFlight == 0 { notifyIdle() }
             dropped(replaced.message, reason: .collapsed, detail: "replaced by \(messageID)")
         }
-        batch.accepted.append(InboxRecord(message, messageID: messageID))
+        var record = InboxRecord(message, messageID: messageID)
+        record.deduplicates = deduplicates
+        batch.accepted.append(record)
         batchAcks.append((message, messageID, completion))
         uncommitted.insert(messageID)
         scheduleCommit()

@@ -87,10 +87,16 @@ extension MessageBus {
         }
         if let limit = context.expiresAt { request.message.expiration = min(request.message.expiration ?? limit, limit) }
         let validateOnly = request.validateOnly
+        // An FCM v1 body has no message ID: without one from the transport, the decoder made it.
+        let newID: Bool
+        switch context.format {
+        case .fcm: newID = context.messageID == nil
+        case .apns: newID = false
+        }
         // The message is moved out of the request, not copied field by field.
         deliver(
             (consume request).message, validateOnly: validateOnly, answerWhenHandled: context.answerWhenHandled,
-            answer: .submission(completion)
+            newID: newID, answer: .submission(completion)
         )
     }
 

@@ -116,6 +116,10 @@ public struct InboxRecord: Sendable, Hashable {
     public var priority: Int
     public var expiration: Int64?
     public var receivedAt: Int64
+    /// Whether the de-duplication window keeps this message's ID: `false` for an ID made on receipt (an FCM v1
+    /// send's, whose body cannot carry one), which no retry can repeat. A commit adds to the window only the IDs
+    /// of records that keep theirs. Not stored with the record: one read back has the default.
+    public var deduplicates: Bool = true
 
     public init(
         messageID: String, userInfo: [UInt8], targetKind: String, targetValue: String, collapseKey: String?,

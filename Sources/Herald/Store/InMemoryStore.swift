@@ -37,7 +37,7 @@ public final class InMemoryStore: HeraldStore, Sendable {
     public func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
         state.withLock { contents in
             contents.pending.append(contentsOf: batch.accepted)
-            contents.seen.append(contentsOf: batch.accepted.map { ($0.messageID, now) })
+            contents.seen.append(contentsOf: batch.accepted.lazy.filter(\.deduplicates).map { ($0.messageID, now) })
             if !batch.finished.isEmpty || !batch.quarantined.isEmpty {
                 let finished = Set(batch.finished + batch.quarantined)  // no quarantine here: they just leave
                 contents.pending.removeAll { finished.contains($0.messageID) }
