@@ -38,12 +38,53 @@ public func fcmSendResponse(project: String, messageID: String) -> JSONValue {
 /// Appends ``fcmSendResponse(project:messageID:)`` as compact JSON, byte for byte what its `jsonBytes()` gives,
 /// without building the value (receivers answer every message with it).
 public func appendFCMSendResponse(project: String, messageID: String, to output: inout [UInt8]) {
-    // The fixed parts copied from their static bytes (one answer per message).
+    var project = project
+    var messageID = messageID
+    // The common case, neither string having a byte to escape: the answer's length is known, so it is appended
+    // once and its five parts copied into place (five appends of their own cost more than the copying).
+    let written = project.withUTF8 { projectBytes in
+        messageID.withUTF8 { idBytes in
+            appendUnescaped(project: UnsafeRawBufferPointer(projectBytes), messageID: UnsafeRawBufferPointer(idBytes), to: &output)
+        }
+    }
+    guard !written else { return }
+    // The fixed parts copied from their static bytes.
     JSONWriter.appendLiteral(#"{"name":"projects/"#, to: &output)
     JSONWriter.appendEscapedContents(project, to: &output)
     JSONWriter.appendLiteral("/messages/", to: &output)
     JSONWriter.appendEscapedContents(messageID, to: &output)
     JSONWriter.appendLiteral(#""}"#, to: &output)
+}
+
+/// ``appendFCMSendResponse(project:messageID:to:)`` when neither string has a byte JSON escapes and the answer is
+/// at most 100 bytes; `false` (nothing appended) otherwise.
+private func appendUnescaped(project: UnsafeRawBufferPointer, messageID: UnsafeRawBufferPointer, to output: inout [UInt8]) -> Bool {
+    let head: StaticString = #"{"name":"projects/"#
+    let middle: StaticString = "/messages/"
+    let tail: StaticString = #""}"#
+    // Room for the answer is made by appending as many bytes of these (a copy, where a repeated value is appended
+    // byte by byte), then written over.
+    let room: StaticString = "...................................................................................................."
+    let count = head.utf8CodeUnitCount + project.count + middle.utf8CodeUnitCount + messageID.count + tail.utf8CodeUnitCount
+    guard count <= room.utf8CodeUnitCount, let projectBase = project.baseAddress, let idBase = messageID.baseAddress,
+        JSONWriter.firstByteToEscape(in: projectBase, count: project.count, from: 0) == project.count,
+        JSONWriter.firstByteToEscape(in: idBase, count: messageID.count, from: 0) == messageID.count
+    else { return false }
+    let start = output.count
+    output.append(contentsOf: UnsafeBufferPointer(start: room.utf8Start, count: count))
+    output.withUnsafeMutableBytes { bytes in
+        var at = bytes.baseAddress! + start
+        at.copyMemory(from: head.utf8Start, byteCount: head.utf8CodeUnitCount)
+        at += head.utf8CodeUnitCount
+        at.copyMemory(from: projectBase, byteCount: project.count)
+        at += project.count
+        at.copyMemory(from: middle.utf8Start, byteCount: middle.utf8CodeUnitCount)
+        at += middle.utf8CodeUnitCount
+        at.copyMemory(from: idBase, byteCount: messageID.count)
+        at += messageID.count
+        at.copyMemory(from: tail.utf8Start, byteCount: tail.utf8CodeUnitCount)
+    }
+    return true
 }
 
 /// The number of bytes ``appendFCMSendResponse(project:messageID:to:)`` appends (a `Content-Length`), counted

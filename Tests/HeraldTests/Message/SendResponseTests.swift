@@ -7,6 +7,8 @@ struct SendResponseTests {
     static let awkwardStrings = [
         "", "a", "0:1700000000000000%abc", "with \"quotes\" and \\ backslash", "tab\tnew\nline\r", "\u{01}\u{1f}\u{7f}",
         "café ☕️ — 東京", String(repeating: "x", count: 40) + "\"" + String(repeating: "y", count: 17), "ends with \\",
+        // Nothing to escape, one byte past (and just within) the answers written in one piece.
+        String(repeating: "7", count: 59), String(repeating: "7", count: 58), "123456789012345",
     ]
 
     @Test("the send answer written in place is byte for byte the answer built as a value", arguments: awkwardStrings)
@@ -15,5 +17,13 @@ struct SendResponseTests {
         appendFCMSendResponse(project: "demo-project", messageID: messageID, to: &output)
         #expect(output == Array("before ".utf8) + fcmSendResponse(project: "demo-project", messageID: messageID).jsonBytes())
         #expect(fcmSendResponseByteCount(project: "demo-project", messageID: messageID) == output.count - "before ".utf8.count)
+    }
+
+    @Test("a project ID with bytes to escape, or empty", arguments: ["", "quote\"d", "a\u{01}b", "proj-ét"])
+    func projectEscaped(project: String) {
+        var output: [UInt8] = []
+        appendFCMSendResponse(project: project, messageID: "123456789012345", to: &output)
+        #expect(output == fcmSendResponse(project: project, messageID: "123456789012345").jsonBytes())
+        #expect(fcmSendResponseByteCount(project: project, messageID: "123456789012345") == output.count)
     }
 }
