@@ -141,7 +141,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
 }
 
 /// One connection: splits lines, submits each to the bus, and writes the answers in order.
-final class LineSession: ReceiverSession, @unchecked Sendable {
+final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendable {
     // @unchecked Sendable: only its idle timer's closure crosses into a @Sendable context, and that timer
     // fires on the loop thread, where all of the session's state lives.
     let connection: StreamConnection
@@ -272,11 +272,14 @@ final class LineSession: ReceiverSession, @unchecked Sendable {
             setApplicationState(sequence)
             return
         }
-        context.bus.submit(buffer, SendContext()) { [weak self] outcome in
-            switch outcome {
-            case .accepted(let id): self?.answerSent(sequence, messageID: id)
-            case .invalid(let error), .refused(let error): self?.answer(sequence, error.fcmErrorBody)
-            }
+        // The bus answers through `answer(_:tag:)` with the line's place in the order: no closure per line.
+        context.bus.submit(buffer, SendContext(), answering: self, tag: sequence)
+    }
+
+    func answer(_ outcome: SendOutcome, tag sequence: Int) {
+        switch outcome {
+        case .accepted(let id): answerSent(sequence, messageID: id)
+        case .invalid(let error), .refused(let error): answer(sequence, error.fcmErrorBody)
         }
     }
 

@@ -175,16 +175,32 @@ extension MessageBus {
 enum Answer {
     case delivery((DeliveryOutcome) -> Void)
     case submission((SendOutcome) -> Void)
+    /// A receiver's session answering its senders itself, with the tag it gave the submission.
+    case answering(any SubmissionAnswering, tag: Int)
 
     func callAsFunction(_ outcome: DeliveryOutcome) {
         switch self {
         case .delivery(let completion):
             completion(outcome)
-        case .submission(let completion):
+        case .submission, .answering:
             switch outcome {
-            case .success(let id): completion(.accepted(messageID: id))
-            case .failure(let error): completion(.refused(error))
+            case .success(let id): send(.accepted(messageID: id))
+            case .failure(let error): send(.refused(error))
             }
+        }
+    }
+
+    /// The outcome of a submission (`.invalid` for a body that is not a send request): as it is to a submission's
+    /// waiter, as the delivery's outcome to a caller of `deliver`.
+    func send(_ outcome: SendOutcome) {
+        switch self {
+        case .delivery(let completion):
+            switch outcome {
+            case .accepted(let id): completion(.success(id))
+            case .invalid(let error), .refused(let error): completion(.failure(error))
+            }
+        case .submission(let completion): completion(outcome)
+        case .answering(let session, let tag): session.answer(outcome, tag: tag)
         }
     }
 }

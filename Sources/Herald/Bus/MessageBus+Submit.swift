@@ -38,6 +38,14 @@ public struct SendContext: Sendable {
     }
 }
 
+/// A receiver's session (a connection) that answers its senders itself, told each outcome by
+/// ``MessageBus/submit(_:_:answering:tag:)`` with the tag it gave: one object for all its messages where
+/// ``MessageBus/submit(_:_:completion:)`` takes a closure per message.
+public protocol SubmissionAnswering: AnyObject {
+    /// The outcome of the submission given `tag`. Called once per submission, on the loop thread.
+    func answer(_ outcome: SendOutcome, tag: Int)
+}
+
 /// What a receiver answers its sender with, from ``MessageBus/submit(_:_:completion:)``.
 public enum SendOutcome: Sendable, Equatable {
     /// The message was accepted (with `validate_only`: it is valid), under this ID.
@@ -64,13 +72,24 @@ extension MessageBus {
     /// ``deliver(_:validateOnly:answerWhenHandled:completion:)`` answers. Loop thread only; `completion` runs on
     /// the loop thread. The receiver keeps only its transport: framing, and writing the answer in its wire shape.
     public func submit(_ body: [UInt8], _ context: SendContext, completion: @escaping (SendOutcome) -> Void) {
+        submit(body, context, answer: .submission(completion))
+    }
+
+    /// ``submit(_:_:completion:)`` for a receiver's session that answers its senders itself: the outcome goes to
+    /// `session`'s ``SubmissionAnswering/answer(_:tag:)`` with `tag` (say, the answer's place in the session's order),
+    /// so that no closure is made per message. The bus keeps `session` until it has answered.
+    public func submit(_ body: [UInt8], _ context: SendContext, answering session: any SubmissionAnswering, tag: Int) {
+        submit(body, context, answer: .answering(session, tag: tag))
+    }
+
+    private func submit(_ body: [UInt8], _ context: SendContext, answer completion: Answer) {
         loop.preconditionInEventLoop()
         var request: FCMSendRequest
         do {
             request = try decode(body, context)
         } catch {
             recordInvalid(error)
-            completion(.invalid(error))
+            completion.send(.invalid(error))
             return
         }
         if let forwarder = context.forwarder {
@@ -79,8 +98,8 @@ extension MessageBus {
             // once, instead of each going through the loop's queue (as with the loop itself, a serial executor).
             Task(executorPreference: loop.taskExecutor) {
                 switch await forwarder.forward(request, body: body) {
-                case .success(let id): answer.value(.accepted(messageID: id))
-                case .failure(let error): answer.value(.refused(error))
+                case .success(let id): answer.value.send(.accepted(messageID: id))
+                case .failure(let error): answer.value.send(.refused(error))
                 }
             }
             return
@@ -96,7 +115,7 @@ extension MessageBus {
         // The message is moved out of the request, not copied field by field.
         deliver(
             (consume request).message, validateOnly: validateOnly, answerWhenHandled: context.answerWhenHandled,
-            newID: newID, answer: .submission(completion)
+            newID: newID, answer: completion
         )
     }
 

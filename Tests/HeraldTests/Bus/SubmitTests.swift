@@ -98,4 +98,61 @@ struct SubmitTests {
             #expect(delegate.recorded.messages.isEmpty)
         }
     }
+
+    @Test("a session answering its senders itself: each outcome (accepted, duplicate, invalid, refused, forwarded) with its tag")
+    func answeringSession() async throws {
+        let delegate = RecordingDelegate()
+        let forwarder = KeepingForwarder()
+        try await withHerald(plugins: [delegate]) { herald, _, _ in
+            let bus = try herald.bus
+            let token = try await herald.token()
+            let session = AnsweringSession(loop: herald.loop)
+            let good = Array(fcmBody(token: token, data: ["a": "b"]).utf8)
+            try await herald.loop.submit {
+                bus.submit(good, SendContext(), answering: session, tag: 7)
+                bus.submit(good, SendContext(messageID: "given"), answering: session, tag: 8)
+                bus.submit(good, SendContext(messageID: "given"), answering: session, tag: 9)
+                bus.submit(Array("{".utf8), SendContext(), answering: session, tag: 10)
+                bus.submit(Array(fcmBody(token: "someone-else", data: ["a": "b"]).utf8), SendContext(), answering: session, tag: 11)
+                bus.submit(good, SendContext(forwarder: forwarder), answering: session, tag: 12)
+            }
+            #expect(await eventually { session.outcomes.count == 6 })
+            let outcomes = session.outcomes
+            #expect(outcomes.map(\.tag) == [7, 8, 9, 10, 11, 12])
+            guard case .accepted(let id) = outcomes[0].outcome else {
+                Issue.record("not accepted: \(outcomes[0])")
+                return
+            }
+            #expect(outcomes[1].outcome == .accepted(messageID: "given") && outcomes[2].outcome == .accepted(messageID: "given"))
+            // The same outcomes as the closure's.
+            let invalid = await bus.submit(Array("{".utf8), SendContext())
+            guard case .invalid = invalid else {
+                Issue.record("not invalid: \(invalid)")
+                return
+            }
+            #expect(outcomes[3].outcome == invalid)
+            #expect(outcomes[4].outcome.error?.status == .unregistered)
+            #expect(outcomes[5].outcome == .accepted(messageID: "forwarded-1"))
+            #expect(outcomes.allSatisfy { $0.onLoop })
+            try await herald.waitUntilIdle()
+            #expect(delegate.recorded.messages.map(\.messageID) == [id, "given"])
+        }
+    }
+}
+
+/// Records what the bus tells it, and whether it was told on the loop thread.
+final class AnsweringSession: SubmissionAnswering, Sendable {
+    private let loop: EventLoop
+    private let told = Locked<[(outcome: SendOutcome, tag: Int, onLoop: Bool)]>([])
+
+    init(loop: EventLoop) {
+        self.loop = loop
+    }
+
+    func answer(_ outcome: SendOutcome, tag: Int) {
+        let onLoop = loop.inEventLoop
+        told.withLock { $0.append((outcome, tag, onLoop)) }
+    }
+
+    var outcomes: [(outcome: SendOutcome, tag: Int, onLoop: Bool)] { told.withLock { $0 } }
 }
