@@ -110,7 +110,7 @@ public final class Herald: @unchecked Sendable {
     public let store: any HeraldStore
     private let state: Locked<Lifecycle> = Locked(.registering(PluginSet(), [:]))
     private let messageIDs = MessageIDGenerator()
-    private let applicationStateBox = Locked(ApplicationState.active)
+    private let applicationStateBox = ApplicationStateCell()
 
     /// Creates an instance. With no `loop`, the instance makes one and runs it on a thread of its own.
     /// `store` keeps identity, topics and the inbox: `SQLiteStore` from `HeraldSQLite` for a daemon (the
@@ -379,12 +379,12 @@ public final class Herald: @unchecked Sendable {
     /// silent messages still wake the background-fetch workers, and data messages still reach the message handlers.
     /// Settable before and after ``start()``, from any thread.
     public var applicationState: ApplicationState {
-        get { applicationStateBox.withLock { $0 } }
+        get { applicationStateBox.value }
         set {
             if case .started(let bus) = state.withLock({ $0 }) {
                 bus.applicationState = newValue
             } else {
-                applicationStateBox.withLock { $0 = newValue }
+                applicationStateBox.exchange(newValue)
             }
         }
     }

@@ -131,9 +131,16 @@ extension MessageBus {
     }
 
     private func decode(_ body: [UInt8], _ context: SendContext) throws(MessageError) -> FCMSendRequest {
+        guard let id = context.messageID else { return try decode(body, context.format, decoding) }
         var decoding = self.decoding
-        if let id = context.messageID { decoding.makeMessageID = { id } }
-        switch context.format {
+        decoding.makeMessageID = { id }
+        return try decode(body, context.format, decoding)
+    }
+
+    private func decode(_ body: [UInt8], _ format: SendContext.Format, _ decoding: borrowing DecodingContext) throws(MessageError)
+        -> FCMSendRequest
+    {
+        switch format {
         case .fcm:
             return try FCMSendRequest.decode(body, context: decoding)
         case .apns(let headers, let deviceToken):

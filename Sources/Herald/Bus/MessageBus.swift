@@ -66,7 +66,7 @@ public final class MessageBus: @unchecked Sendable {
     // message.
     @exclusivity(unchecked) var seenIDs = BoundedSet<String>(capacity: 1)
     @exclusivity(unchecked) var presented = BoundedDictionary<String, RemoteMessage>(capacity: 1)
-    private let applicationStateBox: Locked<ApplicationState>
+    private let applicationStateBox: ApplicationStateCell
     var fetchesRunning = 0
     var fetchQueue: [() -> Void] = []
     @exclusivity(unchecked) private var idleWaiters: [@Sendable () -> Void] = []
@@ -75,7 +75,7 @@ public final class MessageBus: @unchecked Sendable {
         loop: EventLoop, timeSource: any EventLoopScheduler, configuration: Herald.Configuration, logger: Logger,
         plugins: PluginSet, categories: [String: NotificationCategory], identity: StoredIdentity,
         store: any HeraldStore, messageIDs: MessageIDGenerator, topics: Set<String> = [], seenMessageIDs: [String] = [],
-        pendingMessageIDs: [String] = [], applicationState: Locked<ApplicationState> = Locked(.active)
+        pendingMessageIDs: [String] = [], applicationState: ApplicationStateCell = ApplicationStateCell()
     ) {
         self.applicationStateBox = applicationState
         self.messageIDs = messageIDs
@@ -141,6 +141,8 @@ public final class MessageBus: @unchecked Sendable {
     }
 
     func notifyIdle() {
+        // Every message of a synchronous path ends with nothing in flight: most often nobody waits.
+        guard !idleWaiters.isEmpty else { return }
         let waiters = idleWaiters
         idleWaiters.removeAll()
         for waiter in waiters { waiter() }
@@ -231,12 +233,9 @@ public final class MessageBus: @unchecked Sendable {
     /// ``Herald/applicationState``; receivers that take the state from outside (the socket receiver) set it here.
     /// Callable from any thread; the change applies to notifications presented from then on.
     public var applicationState: ApplicationState {
-        get { applicationStateBox.withLock { $0 } }
+        get { applicationStateBox.value }
         set {
-            let old = applicationStateBox.withLock { state in
-                defer { state = newValue }
-                return state
-            }
+            let old = applicationStateBox.exchange(newValue)
             if old != newValue { logger.info("application state changed", metadata: ["state": "\(newValue.rawValue)"]) }
         }
     }

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// How to present a notification, as `UNNotificationPresentationOptions` (same raw values).
 public struct PresentationOptions: OptionSet, Sendable, Hashable, CustomStringConvertible {
     public let rawValue: UInt
@@ -205,4 +207,22 @@ public enum ApplicationState: String, Sendable, Hashable, CaseIterable {
     case active
     /// Not in use: notifications are presented as their payload asks; handlers see them when opened.
     case background
+}
+
+/// The application state shared by an instance and its bus: read on every notification's path, so an atomic rather
+/// than a lock.
+final class ApplicationStateCell: Sendable {
+    private let isBackground: Atomic<Bool>
+
+    init(_ state: ApplicationState = .active) {
+        isBackground = Atomic(state == .background)
+    }
+
+    var value: ApplicationState { isBackground.load(ordering: .acquiring) ? .background : .active }
+
+    /// Sets `state`; returns the state before.
+    @discardableResult
+    func exchange(_ state: ApplicationState) -> ApplicationState {
+        isBackground.exchange(state == .background, ordering: .acquiringAndReleasing) ? .background : .active
+    }
 }
