@@ -48,7 +48,7 @@ struct BoundedDictionary<Key: Hashable, Value> {
     }
 
     /// Sets the value of `key`, whose `hashValue` the caller computed before (for another table keyed alike).
-    mutating func setValue(_ value: Value, forKey key: Key, hash: Int) {
+    mutating func setValue(_ value: consuming Value, forKey key: Key, hash: Int) {
         table.set(key, value, hash: hash)
     }
 
@@ -108,7 +108,7 @@ struct BoundedTable<Key: Hashable, Value> {
     }
 
     /// ``set(_:_:)`` with `hash`, which must be `key.hashValue`.
-    mutating func set(_ key: Key, _ value: Value, hash: Int) {
+    mutating func set(_ key: Key, _ value: consuming Value, hash: Int) {
         if count > 0, let slot = find(key, hash: hash) {
             values[Int(slots[slot])] = value
         } else {
@@ -137,7 +137,8 @@ struct BoundedTable<Key: Hashable, Value> {
         }
     }
 
-    private mutating func append(_ key: Key, _ value: Value, hash: Int) {
+    /// `value` is taken, not borrowed: a message kept in `presented` is moved into its place, not copied.
+    private mutating func append(_ key: Key, _ value: consuming Value, hash: Int) {
         if used == keys.count {
             if keys.count < capacity {
                 grow()

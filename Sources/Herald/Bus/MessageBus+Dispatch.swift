@@ -131,11 +131,14 @@ extension MessageBus {
             }
             endManualStage(stage, for: message)
         }
-        let actions = willShow(message, presentation, options: options, id: messageID, idHash: idHash)
+        let actions = willShow(message, presentation, options: options, id: messageID, idHash: idHash, keeping: false)
         for case .synchronous(let presenter) in pluginSet.presenters {
             presenter.show(message, options: options, actions: actions)
         }
         didShow(message, options: options, foreground: foreground)
+        // Kept for its responses last, so that the message is moved there, not copied: nothing between `willShow`
+        // and here suspends, so a response (which `respond` awaits) can come only after it.
+        presented.setValue(consume message, forKey: messageID, hash: idHash ?? messageID.hashValue)
     }
 
     /// The message with its alert resolved through ``Herald/Configuration/alertLocalization`` when it names a
@@ -163,9 +166,11 @@ extension MessageBus {
     }
 
     /// Before the presenters: the category's actions (a diagnostic for an unknown category), the message kept for
-    /// its responses, and the log line when there is no presenter. Returns the actions.
+    /// its responses (unless the caller keeps it itself once the presenters are done: `keeping` false), and the log
+    /// line when there is no presenter. Returns the actions.
     private func willShow(
-        _ message: RemoteMessage, _ presentation: APSPresentation, options: PresentationOptions, id messageID: String, idHash: Int?
+        _ message: RemoteMessage, _ presentation: APSPresentation, options: PresentationOptions, id messageID: String, idHash: Int?,
+        keeping: Bool = true
     ) -> [NotificationAction] {
         var actions: [NotificationAction] = []
         if let categoryID = presentation.category {
@@ -178,7 +183,7 @@ extension MessageBus {
                 analytics.record(.diagnostic, for: message, parameters: ["detail": "unknown_category", "category": categoryID])
             }
         }
-        presented.setValue(message, forKey: messageID, hash: idHash ?? messageID.hashValue)
+        if keeping { presented.setValue(message, forKey: messageID, hash: idHash ?? messageID.hashValue) }
         if pluginSet.presenters.isEmpty, logger.logLevel <= .info {
             let (title, body) = message.alertTitleAndBody
             logger.info(
