@@ -264,13 +264,15 @@ final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendab
             refuse(sequence, MessageError(.payloadTooLarge(size: buffer.count, limit: options.maximumLineBytes)))
             return
         }
-        if ResponseRequest.isRespondLine(buffer) {
+        switch ResponseRequest.kind(of: buffer) {
+        case .respond:
             respond(sequence)
             return
-        }
-        if ResponseRequest.startsWithMember(buffer, "app_state") {
+        case .applicationState:
             setApplicationState(sequence)
             return
+        case .send:
+            break
         }
         // The bus answers through `answer(_:tag:)` with the line's place in the order: no closure per line.
         context.bus.submit(buffer, SendContext(), answering: self, tag: sequence)
@@ -394,22 +396,36 @@ struct ResponseRequest: Equatable {
     var action: String
     var text: String?
 
-    /// Whether `line` is a respond request: its first member is `"respond"` (checked without parsing, so that
-    /// send lines pay nothing for it).
-    static func isRespondLine(_ line: [UInt8]) -> Bool {
-        startsWithMember(line, "respond")
+    /// What a line of the socket asks for, by its first member.
+    enum LineKind {
+        /// `{"respond": ...}`: a person's response.
+        case respond
+        /// `{"app_state": ...}`: the application state.
+        case applicationState
+        /// Anything else: a send request (or a line that is not valid, which the bus names).
+        case send
     }
 
-    /// Whether `line` is a JSON object whose first member is `name`, checked without parsing.
-    static func startsWithMember(_ line: [UInt8], _ name: StaticString) -> Bool {
-        // Asked of every line the socket reads, most of them sends: compared byte by byte, nothing allocated. The
-        // index is a plain local, not one captured by a closure (which would cost run-time exclusivity checks).
+    /// What `line` asks for: a JSON object whose first member is `"respond"` or `"app_state"`, or a send. Checked
+    /// without parsing and asked of every line the socket reads, most of them sends, which pay for one byte's
+    /// comparison after the first key's quote.
+    static func kind(of line: [UInt8]) -> LineKind {
         var index = skippingSpace(line, from: line.startIndex)
-        guard index < line.endIndex, line[index] == UInt8(ascii: "{") else { return false }
+        guard index < line.endIndex, line[index] == UInt8(ascii: "{") else { return .send }
         index = skippingSpace(line, from: index + 1)
-        guard index < line.endIndex, line[index] == UInt8(ascii: "\"") else { return false }
-        let start = index + 1
-        return name.withUTF8Buffer { name in
+        guard index + 1 < line.endIndex, line[index] == UInt8(ascii: "\"") else { return .send }
+        switch line[index + 1] {
+        case UInt8(ascii: "r"): return names(line, from: index + 1, "respond") ? .respond : .send
+        case UInt8(ascii: "a"): return names(line, from: index + 1, "app_state") ? .applicationState : .send
+        default: return .send
+        }
+    }
+
+    /// Whether the key starting at `start` (after its opening quote) is `name`: its bytes and the closing quote.
+    private static func names(_ line: [UInt8], from start: Int, _ name: StaticString) -> Bool {
+        // Compared byte by byte, nothing allocated. The index is a plain local, not one captured by a closure (which
+        // would cost run-time exclusivity checks).
+        name.withUTF8Buffer { name in
             guard line.endIndex - start > name.count else { return false }
             for offset in 0..<name.count where line[start + offset] != name[offset] { return false }
             return line[start + name.count] == UInt8(ascii: "\"")
