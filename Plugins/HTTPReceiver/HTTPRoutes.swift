@@ -18,6 +18,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     let sendPath: String
     /// `sendPath` as bytes, to recognise the request nearly every request is without making Strings of it.
     private let sendPathBytes: [UInt8]
+    /// Writes the answers to accepted sends (the project's part made once).
+    private let sendAnswers: FCMSendResponseWriter
     private let router = HTTPRouter()
     /// Who the request being routed is from: set by ``authorization(_:)``, which the router (or ``handle(_:responder:)``)
     /// calls just before the route, on the same thread at once; read by the route through ``refusal(needing:)``.
@@ -35,6 +37,7 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         self.context = context
         self.sendPath = "/v1/projects/\(context.projectID)/messages:send"
         self.sendPathBytes = Array(sendPath.utf8)
+        self.sendAnswers = FCMSendResponseWriter(project: context.projectID)
         addRoutes()
     }
 
@@ -205,13 +208,15 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
         }
         // The API is captured strongly: it outlives the bus's answer anyway, and a weak reference would cost a
         // side-table lookup on every request.
+        let sendAnswers = self.sendAnswers
         context.bus.submit(request.body, SendContext(forwarder: options.forwarder)) { outcome in
             switch outcome {
             case .accepted(let id):
-                // The answer's bytes written straight from the project and the ID, no JSONValue.
+                // The answer's bytes written straight from the project (it is this instance's) and the ID, no
+                // JSONValue.
                 var body: [UInt8] = []
                 body.reserveCapacity(fcmSendResponseByteCount(project: project, messageID: id))
-                appendFCMSendResponse(project: project, messageID: id, to: &body)
+                sendAnswers.append(messageID: id, to: &body)
                 responder.respond(HTTPResponse(status: 200, contentType: HTTPResponse.jsonContentType, body: body))
             case .invalid(let error), .refused(let error):
                 self.respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)

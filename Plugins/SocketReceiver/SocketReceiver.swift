@@ -159,11 +159,14 @@ final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendab
     private var idleTimer: ScheduledTask?
     private var lineTimer: ScheduledTask?
     private var isClosed = false
+    /// Writes the answers to accepted sends (the project's part made once).
+    private let sendAnswers: FCMSendResponseWriter
 
     init(connection: StreamConnection, context: PluginContext, options: SocketReceiver.Options) {
         self.connection = connection
         self.context = context
         self.options = options
+        self.sendAnswers = FCMSendResponseWriter(project: context.projectID)
     }
 
     func start() {
@@ -327,16 +330,16 @@ final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendab
     /// outgoing bytes when it is next in order (the common case: no answer is built on its own).
     private func answerSent(_ sequence: Int, messageID: String) {
         guard !isClosed else { return }
-        let project = context.projectID
+        let sendAnswers = self.sendAnswers
         guard answers.isNextToWrite(sequence) else {
             var line: [UInt8] = []
-            appendFCMSendResponse(project: project, messageID: messageID, to: &line)
+            sendAnswers.append(messageID: messageID, to: &line)
             line.append(UInt8(ascii: "\n"))
             answer(sequence, line: line)
             return
         }
         connection.write { output in
-            appendFCMSendResponse(project: project, messageID: messageID, to: &output)
+            sendAnswers.append(messageID: messageID, to: &output)
             output.append(UInt8(ascii: "\n"))
         }
         // Answers that were waiting for this one (rare: lines pipelined ahead of their answers), written once

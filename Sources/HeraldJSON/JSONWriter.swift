@@ -147,6 +147,7 @@ package enum JSONWriter {
     /// The offset of the first `"`, `\` or control character from `offset`, or `count` when there is none;
     /// eight bytes at a time while eight are left.
     package static func firstByteToEscape(in base: UnsafeRawPointer, count: Int, from offset: Int) -> Int {
+        let start = offset
         var offset = offset
         while offset + 8 <= count {
             let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
@@ -161,6 +162,18 @@ package enum JSONWriter {
                 return offset + special.trailingZeroBitCount / 8
             }
             offset += 8
+        }
+        if offset < count && count - 8 >= start {
+            // The last eight bytes at once, overlapping bytes this call found plain: those raise no flag (a flag, and
+            // the borrow that can make a false one after it, needs a byte to escape), so the first flag is in the
+            // rest.
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self))
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let belowSpace = word &- ones &* 0x20
+            let quotes = (word ^ (ones &* 0x22)) &- ones
+            let backslashes = (word ^ (ones &* 0x5C)) &- ones
+            let special = (belowSpace | quotes | backslashes) & ~word & (ones &* 0x80)
+            return special == 0 ? count : count - 8 + special.trailingZeroBitCount / 8
         }
         while offset < count {
             let byte = base.load(fromByteOffset: offset, as: UInt8.self)

@@ -54,6 +54,39 @@ struct JSONWriterTests {
         #expect(JSONValue.double(.nan).jsonString() == "null")
     }
 
+    @Test("the first byte to escape, found eight at a time, is the one a byte-by-byte search finds, from every start")
+    func firstByteToEscapeAgreesWithBytes() {
+        func reference(_ bytes: [UInt8], from start: Int) -> Int {
+            bytes[start...].firstIndex { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") } ?? bytes.count
+        }
+        // Plain ASCII and non-ASCII fillers, with one or two bytes to escape anywhere (two: the second one after a
+        // first that an earlier start skips).
+        for filler: UInt8 in [UInt8(ascii: "x"), 0x7F, 0xC3, 0xFF] {
+            for length in 0...24 {
+                var cases: [[UInt8]] = [Array(repeating: filler, count: length)]
+                for special: UInt8 in [0x22, 0x5C, 0x00, 0x0A, 0x1F] {
+                    for position in 0..<length {
+                        var bytes = Array(repeating: filler, count: length)
+                        bytes[position] = special
+                        cases.append(bytes)
+                        if position + 3 < length {
+                            bytes[position + 3] = 0x22
+                            cases.append(bytes)
+                        }
+                    }
+                }
+                for bytes in cases {
+                    for start in 0...length {
+                        let found = bytes.withUnsafeBytes { raw in
+                            JSONWriter.firstByteToEscape(in: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: length, from: start)
+                        }
+                        #expect(found == reference(bytes, from: start), "\(bytes) from \(start)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("strings escape quote, backslash and control characters only")
     func strings() {
         #expect(JSONValue.string("").jsonString() == #""""#)

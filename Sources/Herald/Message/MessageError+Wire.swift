@@ -56,6 +56,38 @@ public func appendFCMSendResponse(project: String, messageID: String, to output:
     JSONWriter.appendLiteral(#""}"#, to: &output)
 }
 
+/// Writes ``fcmSendResponse(project:messageID:)`` for many answers of one project, as
+/// ``appendFCMSendResponse(project:messageID:to:)`` does, with the bytes before the message ID made once: for a
+/// receiver's connection, which answers every message it accepts.
+public struct FCMSendResponseWriter: Sendable {
+    /// `{"name":"projects/{project}/messages/`.
+    private let head: [UInt8]
+
+    public init(project: String) {
+        var head: [UInt8] = []
+        JSONWriter.appendLiteral(#"{"name":"projects/"#, to: &head)
+        JSONWriter.appendEscapedContents(project, to: &head)
+        JSONWriter.appendLiteral("/messages/", to: &head)
+        self.head = head
+    }
+
+    /// Appends the answer for `messageID`, byte for byte what `appendFCMSendResponse` appends.
+    public func append(messageID: String, to output: inout [UInt8]) {
+        output.append(contentsOf: head)
+        var messageID = messageID
+        let plain = messageID.withUTF8 { id -> Bool in
+            guard let base = id.baseAddress, JSONWriter.firstByteToEscape(in: base, count: id.count, from: 0) == id.count else {
+                return id.isEmpty
+            }
+            output.append(contentsOf: id)
+            return true
+        }
+        if !plain { JSONWriter.appendEscapedContents(messageID, to: &output) }
+        output.append(UInt8(ascii: "\""))
+        output.append(UInt8(ascii: "}"))
+    }
+}
+
 /// ``appendFCMSendResponse(project:messageID:to:)`` when neither string has a byte JSON escapes and the answer is
 /// at most 100 bytes; `false` (nothing appended) otherwise.
 private func appendUnescaped(project: UnsafeRawBufferPointer, messageID: UnsafeRawBufferPointer, to output: inout [UInt8]) -> Bool {

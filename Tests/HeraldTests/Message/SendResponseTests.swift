@@ -17,6 +17,9 @@ struct SendResponseTests {
         appendFCMSendResponse(project: "demo-project", messageID: messageID, to: &output)
         #expect(output == Array("before ".utf8) + fcmSendResponse(project: "demo-project", messageID: messageID).jsonBytes())
         #expect(fcmSendResponseByteCount(project: "demo-project", messageID: messageID) == output.count - "before ".utf8.count)
+        var written = Array("before ".utf8)
+        FCMSendResponseWriter(project: "demo-project").append(messageID: messageID, to: &written)
+        #expect(written == output, "the writer for the project writes the same bytes")
     }
 
     @Test("a project ID with bytes to escape, or empty", arguments: ["", "quote\"d", "a\u{01}b", "proj-ét"])
@@ -25,5 +28,8 @@ struct SendResponseTests {
         appendFCMSendResponse(project: project, messageID: "123456789012345", to: &output)
         #expect(output == fcmSendResponse(project: project, messageID: "123456789012345").jsonBytes())
         #expect(fcmSendResponseByteCount(project: project, messageID: "123456789012345") == output.count)
+        var written: [UInt8] = []
+        FCMSendResponseWriter(project: project).append(messageID: "123456789012345", to: &written)
+        #expect(written == output)
     }
 }
