@@ -78,7 +78,8 @@ struct JSONWriterTests {
                 for bytes in cases {
                     for start in 0...length {
                         let found = bytes.withUnsafeBytes { raw in
-                            JSONWriter.firstByteToEscape(in: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: length, from: start)
+                            JSONWriter.firstByteToEscape(
+                                in: raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: length, from: start)
                         }
                         #expect(found == reference(bytes, from: start), "\(bytes) from \(start)")
                     }
