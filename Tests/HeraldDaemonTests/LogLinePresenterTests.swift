@@ -97,4 +97,29 @@ struct LogLinePresenterTests {
         let quiet = try await notificationLines(presenter: true, level: .notice, bodies: Self.bodies)
         #expect(quiet.lines.isEmpty)
     }
+
+    @Test("with a log handler other than the daemon's, the line goes through the logger: the bus's own statement")
+    func anotherHandler() async throws {
+        func lines(presenter: Bool) async throws -> [LogEntry] {
+            let collector = LogCollector()
+            let logger = collector.logger()
+            let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), logger: logger)
+            let receiver = InMemoryReceiver()
+            try await withStarted(herald, plugins: [receiver] + (presenter ? [LogLinePresenter(logger: logger)] : [])) { herald in
+                let token = try await herald.token()
+                for body in Self.bodies(token) { _ = try await receiver.sendFCM(body, to: herald).get() }
+                try await herald.waitUntilIdle()
+            }
+            return collector.all.filter { $0.message == "notification" }
+        }
+        let bus = try await lines(presenter: false)
+        let presenter = try await lines(presenter: true)
+        #expect(presenter.count == 3)
+        #expect(presenter.allSatisfy { $0.level == .info && $0.metadata["message_id"]?.isEmpty == false })
+        func withoutIDs(_ entries: [LogEntry]) -> [[String: String]] {
+            entries.map { entry in entry.metadata.filter { $0.key != "message_id" } }
+        }
+        #expect(withoutIDs(presenter) == withoutIDs(bus))
+        #expect(presenter.first?.metadata["title"] == "Build finished" && presenter.first?.metadata["options"] == "[]")
+    }
 }
