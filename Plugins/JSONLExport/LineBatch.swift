@@ -109,6 +109,28 @@ final class LineBatch {
     /// `bytes` escaped as the inside of a JSON string: `"`, `\` and control characters, the runs between them
     /// copied whole (what ``JSONValue/write(into:)`` writes for a string, without the quotes).
     func appendEscaped(_ bytes: UnsafeRawBufferPointer) {
-        JSONWriter.forEachEscapedPiece(of: bytes) { append($0) }
+        guard let source = bytes.baseAddress else { return }
+        var runStart = 0
+        while true {
+            let index = JSONWriter.firstByteToEscape(in: source, count: bytes.count, from: runStart)
+            append(UnsafeRawBufferPointer(start: source + runStart, count: index - runStart))
+            guard index < bytes.count else { return }
+            let byte = source.load(fromByteOffset: index, as: UInt8.self)
+            append(UInt8(ascii: "\\"))
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): append(byte)
+            case UInt8(ascii: "\n"): append(UInt8(ascii: "n"))
+            case UInt8(ascii: "\r"): append(UInt8(ascii: "r"))
+            case UInt8(ascii: "\t"): append(UInt8(ascii: "t"))
+            case 0x08: append(UInt8(ascii: "b"))
+            case 0x0C: append(UInt8(ascii: "f"))
+            default:
+                append("u00")
+                append(UInt8(ascii: "0") + byte >> 4)
+                let low = byte & 0xF
+                append(low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10)
+            }
+            runStart = index + 1
+        }
     }
 }

@@ -8,16 +8,11 @@ extension JSONValue {
     /// a double. JSON has no infinity or NaN: a non-finite double (which ``JSONParser`` never produces) is
     /// written as `null`.
     public func jsonBytes() -> [UInt8] {
-        // Counted first, then written into an array of that size through a pointer: no capacity check and growth
-        // per appended piece (a durable message's `userInfo` is written so for the inbox).
-        let count = jsonByteCount
-        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            var writer = JSONBufferWriter(buffer)
-            writer.write(self)
-            // The count and the writing walk the same tree and agree (tested); the writer never passes the end.
-            precondition(writer.written == count, "the JSON writer wrote \(writer.written) bytes of the \(count) counted")
-            initialized = count
-        }
+        var output: [UInt8] = []
+        // Room for a typical message's `userInfo` at once, instead of five reallocations on the way to it.
+        if case .object = self { output.reserveCapacity(256) }
+        write(into: &output)
+        return output
     }
 
     /// The value as compact JSON text; see ``jsonBytes()``.
@@ -28,19 +23,48 @@ extension JSONValue {
     /// Appends the value's compact JSON text (see ``jsonBytes()``) to `output`.
     public func write(into output: inout [UInt8]) {
         switch self {
+        case .null:
+            output.append(contentsOf: "null".utf8)
+        case .bool(let value):
+            output.append(contentsOf: value ? "true".utf8 : "false".utf8)
+        case .int(let value):
+            JSONWriter.writeInteger(value, into: &output)
+        case .double(let value):
+            JSONWriter.writeDouble(value, into: &output)
         case .string(let value):
-            // Strings are what is written this way most (one field of a line at a time): escaped straight in.
-            output.append(UInt8(ascii: "\""))
-            JSONWriter.appendEscapedContents(value, to: &output)
-            output.append(UInt8(ascii: "\""))
-        default:
-            output.append(contentsOf: jsonBytes())
+            JSONWriter.writeString(value, into: &output)
+        case .array(let elements):
+            output.append(UInt8(ascii: "["))
+            for (position, element) in elements.enumerated() {
+                if position > 0 { output.append(UInt8(ascii: ",")) }
+                element.write(into: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .object(let object):
+            output.append(UInt8(ascii: "{"))
+            var first = true
+            for member in object.members {
+                if !first { output.append(UInt8(ascii: ",")) }
+                first = false
+                JSONWriter.writeString(member.key, into: &output)
+                output.append(UInt8(ascii: ":"))
+                member.value.write(into: &output)
+            }
+            output.append(UInt8(ascii: "}"))
         }
     }
 }
 
-/// The pieces of JSON text the writers share: literals, decimals, escaped string contents.
+/// The scalar encoders behind ``JSONValue/write(into:)``.
 package enum JSONWriter {
+    static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
+        if value < 0 { output.append(UInt8(ascii: "-")) }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            let start = writeDecimal(value.magnitude, backwardsInto: digits)
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+        }
+    }
+
     /// Appends the bytes of `literal` (a copy of its static bytes, without going through `String`).
     package static func appendLiteral(_ literal: StaticString, to output: inout [UInt8]) {
         literal.withUTF8Buffer { output.append(contentsOf: $0) }
@@ -56,7 +80,7 @@ package enum JSONWriter {
 
     /// Writes `value` in decimal at the end of `digits` (20 bytes hold `UInt64.max`), last digit first; returns the
     /// index of the first digit.
-    static func writeDecimal(_ value: UInt64, backwardsInto digits: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    private static func writeDecimal(_ value: UInt64, backwardsInto digits: UnsafeMutableBufferPointer<UInt8>) -> Int {
         var magnitude = value
         var start = digits.count
         repeat {
@@ -65,6 +89,23 @@ package enum JSONWriter {
             magnitude /= 10
         } while magnitude != 0
         return start
+    }
+
+    static func writeDouble(_ value: Double, into output: inout [UInt8]) {
+        guard value.isFinite else {
+            output.append(contentsOf: "null".utf8)
+            return
+        }
+        // Swift's description is the shortest text that reads back as the same Double; for finite values it
+        // is valid JSON and always has a fraction or an exponent ("0.1", "2.0", "-0.0", "1e+16", "5e-324"),
+        // which the round-trip tests check.
+        output.append(contentsOf: value.description.utf8)
+    }
+
+    static func writeString(_ value: String, into output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        appendEscapedContents(value, to: &output)
+        output.append(UInt8(ascii: "\""))
     }
 
     /// Appends `value` escaped as the inside of a JSON string (no quotes).
@@ -77,47 +118,30 @@ package enum JSONWriter {
 
     /// Appends `utf8` with `"`, `\` and control characters escaped, copying the runs between them whole.
     private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, into output: inout [UInt8]) {
-        forEachEscapedPiece(of: UnsafeRawBufferPointer(utf8)) { output.append(contentsOf: $0) }
-    }
-
-    /// Calls `body` with `bytes` escaped as the inside of a JSON string, piece by piece: each run of bytes that need
-    /// no escaping (found eight at a time) whole, and each escape sequence.
-    @inline(__always)
-    package static func forEachEscapedPiece(of bytes: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) {
-        guard let base = bytes.baseAddress else { return }
+        guard let base = utf8.baseAddress else { return }
         var runStart = 0
         while true {
-            let index = firstByteToEscape(in: base, count: bytes.count, from: runStart)
-            if index > runStart { body(UnsafeRawBufferPointer(start: base + runStart, count: index - runStart)) }
-            guard index < bytes.count else { return }
-            withEscapeSequence(of: base.load(fromByteOffset: index, as: UInt8.self), body)
+            let index = firstByteToEscape(in: UnsafeRawPointer(base), count: utf8.count, from: runStart)
+            output.append(contentsOf: UnsafeBufferPointer(start: base + runStart, count: index - runStart))
+            guard index < utf8.count else { return }
+            let byte = base[index]
+            output.append(UInt8(ascii: "\\"))
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): output.append(byte)
+            case UInt8(ascii: "\n"): output.append(UInt8(ascii: "n"))
+            case UInt8(ascii: "\r"): output.append(UInt8(ascii: "r"))
+            case UInt8(ascii: "\t"): output.append(UInt8(ascii: "t"))
+            case 0x08: output.append(UInt8(ascii: "b"))
+            case 0x0C: output.append(UInt8(ascii: "f"))
+            default:
+                // Only bytes below 0x20 get here: the first hex digit is 0 or 1.
+                output.append(contentsOf: "u00".utf8)
+                output.append(UInt8(ascii: "0") + byte >> 4)
+                let low = byte & 0xF
+                output.append(low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10)
+            }
             runStart = index + 1
         }
-    }
-
-    /// Calls `body` with the escape sequence of `byte`, one that JSON must escape (`"`, `\` or a control character):
-    /// `\` and a letter, or `\u00XX`.
-    @inline(__always)
-    package static func withEscapeSequence(of byte: UInt8, _ body: (UnsafeRawBufferPointer) -> Void) {
-        let second: UInt8
-        switch byte {
-        case UInt8(ascii: "\""), UInt8(ascii: "\\"): second = byte
-        case UInt8(ascii: "\n"): second = UInt8(ascii: "n")
-        case UInt8(ascii: "\r"): second = UInt8(ascii: "r")
-        case UInt8(ascii: "\t"): second = UInt8(ascii: "t")
-        case 0x08: second = UInt8(ascii: "b")
-        case 0x0C: second = UInt8(ascii: "f")
-        default:
-            // Only bytes below 0x20 get here: the first hex digit is 0 or 1.
-            let low = byte & 0xF
-            let sequence: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (
-                UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), UInt8(ascii: "0") + byte >> 4,
-                low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10
-            )
-            withUnsafeBytes(of: sequence) { body($0) }
-            return
-        }
-        withUnsafeBytes(of: (UInt8(ascii: "\\"), second)) { body($0) }
     }
 
     /// The offset of the first `"`, `\` or control character from `offset`, or `count` when there is none;
@@ -222,82 +246,5 @@ extension JSONWriter {
             }
         }
         return length
-    }
-}
-
-/// Writes a value's compact JSON, as ``JSONValue/write(into:)`` does, into a buffer ``JSONValue/jsonByteCount`` sized:
-/// each piece copied in place. It stops the process rather than write past the buffer's end.
-struct JSONBufferWriter {
-    private let base: UnsafeMutableRawPointer
-    private let capacity: Int
-    private(set) var written = 0
-
-    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
-        base = UnsafeMutableRawPointer(buffer.baseAddress ?? UnsafeMutablePointer(bitPattern: 1)!)
-        capacity = buffer.count
-    }
-
-    private mutating func put(_ byte: UInt8) {
-        precondition(written < capacity, "the JSON writer passed the counted length")
-        base.storeBytes(of: byte, toByteOffset: written, as: UInt8.self)
-        written += 1
-    }
-
-    private mutating func put(_ bytes: UnsafeRawBufferPointer) {
-        guard let source = bytes.baseAddress else { return }
-        precondition(capacity - written >= bytes.count, "the JSON writer passed the counted length")
-        (base + written).copyMemory(from: source, byteCount: bytes.count)
-        written += bytes.count
-    }
-
-    private mutating func put(_ literal: StaticString) {
-        put(UnsafeRawBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
-    }
-
-    mutating func write(_ value: JSONValue) {
-        switch value {
-        case .null: put("null")
-        case .bool(let value): put(value ? "true" : "false")
-        case .int(let value):
-            if value < 0 { put(UInt8(ascii: "-")) }
-            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-                let start = JSONWriter.writeDecimal(value.magnitude, backwardsInto: digits)
-                put(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(digits)[start...]))
-            }
-        case .double(let value):
-            guard value.isFinite else { return put("null") }
-            var text = value.description
-            text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
-        case .string(let value):
-            writeString(value)
-        case .array(let elements):
-            put(UInt8(ascii: "["))
-            for (position, element) in elements.enumerated() {
-                if position > 0 { put(UInt8(ascii: ",")) }
-                write(element)
-            }
-            put(UInt8(ascii: "]"))
-        case .object(let object):
-            put(UInt8(ascii: "{"))
-            var first = true
-            for member in object.members {
-                if !first { put(UInt8(ascii: ",")) }
-                first = false
-                writeString(member.key)
-                put(UInt8(ascii: ":"))
-                write(member.value)
-            }
-            put(UInt8(ascii: "}"))
-        }
-    }
-
-    /// `value` quoted, with `"`, `\` and control characters escaped; the runs between them copied whole.
-    private mutating func writeString(_ value: String) {
-        put(UInt8(ascii: "\""))
-        var value = value
-        value.withUTF8 { utf8 in
-            JSONWriter.forEachEscapedPiece(of: UnsafeRawBufferPointer(utf8)) { put($0) }
-        }
-        put(UInt8(ascii: "\""))
     }
 }
