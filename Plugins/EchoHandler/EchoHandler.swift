@@ -26,15 +26,17 @@ public final class EchoHandler: NotificationHandler, MessageHandler, BackgroundF
     }
 
     private let options: Options
-    private let output: Int32
     private let installationID: @Sendable () async -> String?
-    private let writeLock = Locked(())
+    /// The descriptor lines are written to, used under its lock so that lines from several threads do not interleave.
+    /// (A lock around a value of its own: Thread Sanitizer reported the accesses to a `Locked(())`'s empty value as a
+    /// race, the instrumentation of an access to nothing being free to move outside the lock.)
+    private let output: Locked<Int32>
 
     /// Echoes to file descriptor `output` (1, standard output, by default). `installationID` supplies the
     /// `installationID` of `token` lines (for example `{ try? await herald.installationID() }`).
     public init(options: Options = Options(), output: Int32 = 1, installationID: @escaping @Sendable () async -> String? = { nil }) {
         self.options = options
-        self.output = output
+        self.output = Locked(output)
         self.installationID = installationID
     }
 
@@ -94,7 +96,7 @@ public final class EchoHandler: NotificationHandler, MessageHandler, BackgroundF
     private func write(_ line: JSONObject) {
         var bytes = JSONValue.object(line).jsonBytes()
         bytes.append(UInt8(ascii: "\n"))
-        writeLock.withLock { _ in
+        output.withLock { output in
             var offset = 0
             while offset < bytes.count {
                 let written = bytes[offset...].withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
