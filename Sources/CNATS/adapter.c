@@ -266,13 +266,18 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
         natsConnection_ProcessWriteEvent(watch->nc);
 }
 
-/* Records a change (under the lock) and gets the loop to apply it. */
+/* Gets the loop to apply a change just recorded; called with the lock held, which it releases. Off the loop, the
+   wake-up is sent before the lock is let go: once it is, the loop may see a detach, close the handles and free the
+   watch, so nothing here touches the watch after unlocking. */
 static natsStatus changed(herald_nats_watch *watch) {
     if (on_loop_thread(watch)) {
+        uv_mutex_unlock(&watch->lock);
         apply(watch);
         return NATS_OK;
     }
-    return uv_async_send(&watch->wake) == 0 ? NATS_OK : NATS_ERR;
+    natsStatus status = uv_async_send(&watch->wake) == 0 ? NATS_OK : NATS_ERR;
+    uv_mutex_unlock(&watch->lock);
+    return status;
 }
 
 static natsStatus herald_attach(void **userData, void *loop, natsConnection *nc, natsSock socket) {
@@ -305,7 +310,6 @@ static natsStatus herald_attach(void **userData, void *loop, natsConnection *nc,
     watch->socket = socket;
     watch->generation += 1;
     watch->events = UV_READABLE;
-    uv_mutex_unlock(&watch->lock);
     return changed(watch);
 }
 
@@ -314,7 +318,6 @@ static natsStatus herald_poll(void *userData, int event, bool add) {
     uv_mutex_lock(&watch->lock);
     if (add) watch->events |= event;
     else watch->events &= ~event;
-    uv_mutex_unlock(&watch->lock);
     return changed(watch);
 }
 
@@ -326,7 +329,6 @@ static natsStatus herald_detach(void *userData) {
     herald_nats_watch *watch = userData;
     uv_mutex_lock(&watch->lock);
     watch->detached = true;
-    uv_mutex_unlock(&watch->lock);
     return changed(watch);
 }
 
