@@ -51,6 +51,35 @@ struct RawStatement {
         try check(code)
     }
 
+    /// Binds `values`' texts and BLOBs where they are (`SQLITE_STATIC`: SQLite neither allocates nor copies for
+    /// them), runs the statement to completion, resets it and clears every binding, so that no pointer into `values`
+    /// stays with the statement; returns the number of rows it changed. Integers and `NULL`s bound with `bind` before
+    /// are used and cleared too.
+    @discardableResult
+    func execute(_ values: borrowing StatementValues) throws -> Int {
+        defer { sqlite3_clear_bindings(handle) }
+        return try values.bytes.withUnsafeBufferPointer { buffer in
+            for slot in values.slots {
+                let code: Int32
+                if slot.count < 0 {
+                    code = sqlite3_bind_null(handle, slot.index)
+                } else if slot.isText {
+                    // NUL-terminated in `bytes`: bound up to the first NUL, as `bind(_:_:)` binds a `String`.
+                    code = (buffer.baseAddress! + slot.offset).withMemoryRebound(to: CChar.self, capacity: slot.count + 1) {
+                        sqlite3_bind_text(handle, slot.index, $0, -1, sqliteStatic)
+                    }
+                } else if slot.count == 0 {
+                    code = sqlite3_bind_zeroblob(handle, slot.index, 0)
+                } else {
+                    let bytes = buffer.baseAddress! + slot.offset
+                    code = sqlite3_bind_blob64(handle, slot.index, bytes, sqlite3_uint64(slot.count), sqliteStatic)
+                }
+                try check(code)
+            }
+            return try execute()
+        }
+    }
+
     /// Drops the bound values (SQLite keeps a copy of each until it is rebound).
     func clearBindings() {
         sqlite3_clear_bindings(handle)
@@ -91,6 +120,52 @@ struct RawStatement {
             resultCode: ResultCode(rawValue: extended), message: message, sql: sqlite3_sql(handle).map { String(cString: $0) })
     }
 }
+
+/// The texts and BLOBs of one execution of a ``RawStatement``, copied one after the other into one buffer that is
+/// reused from row to row: binding them with `SQLITE_TRANSIENT` had SQLite free its copy of the last row's value and
+/// allocate a new one for each value of each row (under its allocator's lock), more than this copy costs.
+struct StatementValues {
+    struct Slot {
+        var index: Int32
+        var offset: Int
+        /// -1 for `NULL`.
+        var count: Int
+        var isText: Bool
+    }
+
+    fileprivate private(set) var bytes: [UInt8] = []
+    fileprivate private(set) var slots: [Slot] = []
+
+    init() {
+        bytes.reserveCapacity(1024)
+        slots.reserveCapacity(8)
+    }
+
+    /// Forgets the values of the last row, keeping the buffer.
+    mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        slots.removeAll(keepingCapacity: true)
+    }
+
+    /// `value` as TEXT for parameter `index` (up to its first NUL), or `NULL`.
+    mutating func text(_ index: Int32, _ value: String?) {
+        guard var value else { return slots.append(Slot(index: index, offset: 0, count: -1, isText: true)) }
+        let offset = bytes.count
+        value.withUTF8 { bytes.append(contentsOf: $0) }
+        bytes.append(0)
+        slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
+    }
+
+    /// `value` as a BLOB for parameter `index`; an empty array is an empty BLOB, never `NULL`.
+    mutating func blob(_ index: Int32, _ value: [UInt8]) {
+        let offset = bytes.count
+        bytes.append(contentsOf: value)
+        slots.append(Slot(index: index, offset: offset, count: value.count, isText: false))
+    }
+}
+
+/// `SQLITE_STATIC`: SQLite reads a bound value where it is, for as long as it stays bound.
+private var sqliteStatic: sqlite3_destructor_type? { nil }
 
 /// `SQLITE_TRANSIENT`: SQLite copies a bound value before the call returns.
 private var sqliteTransient: sqlite3_destructor_type { unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self) }

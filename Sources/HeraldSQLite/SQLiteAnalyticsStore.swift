@@ -204,25 +204,27 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         defer { statement.clearBindings() }
+        var values = StatementValues()
         for row in rows {
             let event = row.event
-            try statement.bind(1, row.key)
-            try statement.bind(2, event.name.rawValue)
+            values.removeAll()
+            values.blob(1, row.key)
+            values.text(2, event.name.rawValue)
             try statement.bind(3, event.timestamp)
             try statement.bind(4, event.receivedAt ?? event.timestamp)
-            try statement.bind(5, event.messageID)
-            try statement.bind(6, event.analyticsLabel)
-            try statement.bind(7, event.topic)
-            try statement.bind(8, event.collapseKey)
+            values.text(5, event.messageID)
+            values.text(6, event.analyticsLabel)
+            values.text(7, event.topic)
+            values.text(8, event.collapseKey)
             try statement.bind(9, event.priority.map { Int64($0.rawValue) })
-            try statement.bind(10, event.messageType)
+            values.text(10, event.messageType)
             try statement.bind(11, event.ttl)
             try statement.bind(12, event.receivedAt)
-            try statement.bind(13, event.name == .messageDropped ? event.parameters["reason"] : nil)
-            try statement.bind(14, event.name == .backgroundFetch ? event.parameters["result"] : nil)
+            values.text(13, event.name == .messageDropped ? event.parameters["reason"] : nil)
+            values.text(14, event.name == .backgroundFetch ? event.parameters["result"] : nil)
             try statement.bind(15, event.name == .backgroundFetch ? event.parameters["duration_ms"].flatMap { Int64($0) } : nil)
-            try statement.bind(16, row.parameters)
-            try statement.execute()
+            values.text(16, row.parameters)
+            try statement.execute(values)
         }
     }
 

@@ -199,13 +199,15 @@ public final class SQLiteStore: HeraldStore, Sendable {
             if !batch.finished.isEmpty {
                 let acceptedAsStored = acceptedIDs.isEmpty ? [] : Set(acceptedIDs.lazy.map(Self.storedID))
                 let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
+                var values = StatementValues()
                 for messageID in batch.finished {
                     if !acceptedAsStored.isEmpty && acceptedAsStored.contains(Self.storedID(messageID)) {
                         finishedLater.append(messageID)
                         continue
                     }
-                    try delete.bind(1, messageID)
-                    try delete.execute()
+                    values.removeAll()
+                    values.text(1, messageID)
+                    try delete.execute(values)
                 }
             }
             if !batch.accepted.isEmpty {
@@ -216,17 +218,18 @@ public final class SQLiteStore: HeraldStore, Sendable {
                             (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                         """)
-                defer { insert.clearBindings() }  // No copy of the last message stays in memory.
+                var values = StatementValues()
                 for record in batch.accepted {
-                    try insert.bind(1, record.messageID)
-                    try insert.bind(2, record.userInfo)
-                    try insert.bind(3, record.targetKind)
-                    try insert.bind(4, record.targetValue)
-                    try insert.bind(5, record.collapseKey)
+                    values.removeAll()
+                    values.text(1, record.messageID)
+                    values.blob(2, record.userInfo)
+                    values.text(3, record.targetKind)
+                    values.text(4, record.targetValue)
+                    values.text(5, record.collapseKey)
                     try insert.bind(6, Int64(record.priority))
                     try insert.bind(7, record.expiration)
                     try insert.bind(8, record.receivedAt)
-                    try insert.execute()
+                    try insert.execute(values)  // Its bindings cleared: no copy of the last message stays with it.
                 }
                 if recordsWindow {
                     let insertSeen = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")

@@ -284,6 +284,37 @@ struct SQLiteStoreTests {
         }
     }
 
+    @Test(
+        "each record of a batch is stored with its own values: long then short, NULL between texts, empty and non-ASCII values; nothing of one row stays for the next"
+    )
+    func rowsKeepTheirOwnValues() throws {
+        try withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let window = DeduplicationWindow()
+            let records = [
+                InboxRecord(
+                    messageID: "long-" + String(repeating: "é", count: 300), userInfo: Array(repeating: 0x7B, count: 2_000),
+                    targetKind: "condition", targetValue: "'a' in topics && 'b' in topics", collapseKey: String(repeating: "k", count: 100),
+                    priority: 10, expiration: 5, receivedAt: 1),
+                InboxRecord(
+                    messageID: "s", userInfo: [], targetKind: "fid", targetValue: "", collapseKey: nil, priority: 5, expiration: nil,
+                    receivedAt: 2),
+                InboxRecord(
+                    messageID: "天気", userInfo: [0, 1, 0], targetKind: "topic", targetValue: "ニュース", collapseKey: "c",
+                    priority: 10, expiration: nil, receivedAt: 3),
+            ]
+            try store.commit(StoreBatch(accepted: records), window: window, now: 1)
+            let state = try SQLiteStore(directory: directory).load(window: window, now: 1)
+            #expect(state.pending.map(\.messageID) == records.map(\.messageID))
+            for (stored, record) in zip(state.pending, records) {
+                #expect(stored == record, "\(record.messageID)")
+            }
+            // Finished one at a time, each by its own ID (the shorter after the longer).
+            try store.commit(StoreBatch(finished: [records[0].messageID, records[1].messageID]), window: window, now: 2)
+            #expect(try store.load(window: window, now: 2).pending.map(\.messageID) == ["天気"])
+        }
+    }
+
     @Test("a window entry stamped before an older-stamped one (the clock went back) is still pruned by age, for good")
     func clockWentBack() throws {
         try withTemporaryDirectory { directory in
