@@ -71,6 +71,10 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     /// route then needed its body after all.
     private var reservedSequence: Int?
     private var idleTimer: ScheduledTask?
+    /// When the connection closes for idleness: ``HTTPServerLimits/idleTimeout`` after its last read. A read only
+    /// moves it; the timer, armed once, looks at it when it fires and waits the rest (cancelling the timer and
+    /// scheduling a new one at each read cost two allocations and a timer-heap insertion per request).
+    private var idleDeadline = Deadline(uptimeNanoseconds: 0)
     /// Runs while a request takes more than the read it began in; most never need it.
     private var requestTimer: ScheduledTask?
     /// When the connection began lingering (its answers written, its write side shut), and when the peer last
@@ -99,6 +103,7 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
         connection.onRead = { [weak self] bytes in self?.read(bytes) }
         connection.onEnd = { [weak self] in self?.peerEnded() }
         connection.startReading()
+        idleDeadline = loop.now + options.idleTimeout
         armIdleTimer()
     }
 
@@ -110,10 +115,13 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     }
 
     private func armIdleTimer() {
-        idleTimer?.cancel()
-        idleTimer = loop.scheduleTask(in: options.idleTimeout) { [weak self] in
+        idleTimer = loop.scheduleTask(deadline: idleDeadline) { [weak self] in
             guard let self, !self.isClosed else { return }
-            self.connection.close()
+            if self.loop.now < self.idleDeadline {
+                self.armIdleTimer()
+            } else {
+                self.connection.close()
+            }
         }
     }
 
@@ -122,7 +130,7 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
             if lingerStart != nil { lastLingerRead = .now }
             return
         }
-        armIdleTimer()
+        idleDeadline = loop.now + options.idleTimeout
         guard let base = bytes.baseAddress else { return }
         // The parser pauses where a request begins and where its head ends: the bytes between are the head,
         // scanned here, and the head is checked before its body is read.

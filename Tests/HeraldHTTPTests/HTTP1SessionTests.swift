@@ -100,6 +100,30 @@ struct HTTP1SessionTests {
         }
     }
 
+    @Test(
+        "the idle timeout counts from the last read: a connection sending a request every 250 ms stays open past it, then closes once silent"
+    )
+    func idleTimeoutFromLastRead() async throws {
+        var limits = HTTPServerLimits()
+        limits.idleTimeout = .seconds(2)
+        try await withHTTPServer(EchoHandler(), limits: limits) { address, _ async throws in
+            let client = try TestSocketClient(address)
+            let start = ContinuousClock.now
+            var answered = 0
+            // The client's pace is what is tested: for 2.5 times the timeout, never silent for long.
+            while ContinuousClock.now - start < .seconds(5) {
+                client.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+                let read = answers(in: client.read { answers(in: $0).count >= 1 })
+                #expect(read.map(\.status) == [200])
+                guard read.count == 1 else { return }
+                answered += 1
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            #expect(answered >= 10)
+            #expect(client.readsClosed())
+        }
+    }
+
     @Test("malformed requests get the handler's answer to the error: 400 with what was wrong, and a close")
     func malformed() async throws {
         try await withHTTPServer(EchoHandler()) { address, _ async throws in
