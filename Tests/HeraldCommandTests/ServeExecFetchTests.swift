@@ -15,6 +15,10 @@ struct ServeExecFetchTests {
         echo "$MARK" > "$1/$HERALD_MESSAGE_ID.mark"
         status=$(cat "$1/status")
         if [ "$status" = sleep ]; then exec sleep 60; fi
+        if [ "$status" = wait ]; then
+            while [ ! -e "$1/release" ]; do sleep 0.05; done
+            exit 7
+        fi
         exit "$status"
 
         """.write(toFile: path, atomically: true, encoding: .utf8)
@@ -198,13 +202,14 @@ struct ServeExecFetchTests {
     )
     func maxInFlight() async throws {
         try await withTemporaryDirectory { directory in
-            // Each fetch sleeps until its timeout ends it: its message stays in flight for 2 s.
+            // Each fetch waits until the test releases it (failed, exit 7): its message stays in flight until then,
+            // however long the sends take to arrive.
             let (daemon, work) = try await Self.daemonRunningScript(
-                in: directory, arguments: ["--max-in-flight", "2", "--exec-fetch-timeout", "2", "--exec-fetch-concurrency", "2"])
+                in: directory, arguments: ["--max-in-flight", "2", "--exec-fetch-timeout", "60", "--exec-fetch-concurrency", "2"])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
-            try "sleep".write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
+            try "wait".write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
             let socket = daemon.socketPath
-            let send = { (n: Int) in
+            let send = { @Sendable (n: Int) in
                 try await runHerald(["send", "--socket", socket, "--token", token, "--content-available", "--data", "n=\(n)"])
             }
             for n in 1...2 {
@@ -215,8 +220,10 @@ struct ServeExecFetchTests {
                 await eventuallyValue { daemon.log.contains("bus full: pausing receivers") && daemon.log.contains("limit=2") ? true : nil }
                     == true,
                 "\(daemon.log)")
-            // Read once the fetches have ended and the bus has room again.
-            let third = try await send(3)
+            // Sent while the bus is full: read once the fetches have ended and the bus has room again.
+            let pending = Task { try await send(3) }
+            try "".write(toFile: "\(work)/release", atomically: true, encoding: .utf8)
+            let third = try await pending.value
             #expect(third.status == 0, "\(third.error)")
             #expect(
                 await eventuallyValue { daemon.log.components(separatedBy: "result=failed").count == 4 ? true : nil } == true,
