@@ -159,6 +159,7 @@ final class DaemonService: Service, Sendable {
         configuration.maxReplays = settings.maxReplays
         configuration.maxInFlight = settings.maxInFlight
         configuration.contentModifierDeadline = .seconds(settings.contentModifierDeadline)
+        configuration.backgroundFetchDeadline = .seconds(settings.backgroundFetchDeadline)
         configuration.alertLocalization = localization
         // The data directory's lock, held for the daemon's whole life (the kernel drops it when the process ends,
         // even on SIGKILL): a second daemon on the directory is refused, and `herald topics` finds this one.
@@ -370,6 +371,7 @@ final class DaemonService: Service, Sendable {
             let worker = ExecFetchWorker(options: execFetch)
             try herald.register(worker)
             reload.add(worker)
+            settings.warnIfExecFetchOutlastsDeadline(logger: logger)
         }
         if let url = settings.tokenWebhookURL, settings.isEnabled(TokenWebhook.Settings.section) {
             let secret = try settings.tokenWebhookSecretFile.map { try readSecret(file: $0, what: "token webhook secret file") }

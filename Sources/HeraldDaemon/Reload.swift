@@ -1,6 +1,7 @@
 import CSystemd
 import Glibc
 import Herald
+import HeraldExecFetchWorker
 import HeraldTLS
 import Logging
 import Synchronization
@@ -84,6 +85,7 @@ final class ConfigurationReload: Sendable {
         if applied.contains(ServeOption.logLevel.key) { logLevel.level = new.logLevel }
         if !applied.isEmpty {
             for plugin in plugins { plugin.applyLiveSettings(inForce.configuration) }
+            if applied.contains(ExecFetchWorker.Settings.timeout.key) { inForce.warnIfExecFetchOutlastsDeadline(logger: logger) }
         }
         if let tls {
             do {

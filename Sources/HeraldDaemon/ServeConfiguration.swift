@@ -97,6 +97,7 @@ struct ServeSettings: Sendable {
     var maxReplays: Int { integer(.maxReplays) }
     var maxInFlight: Int { integer(.maxInFlight) }
     var contentModifierDeadline: Int { integer(.contentModifierDeadline) }
+    var backgroundFetchDeadline: Int { integer(.backgroundFetchDeadline) }
     var analyticsStore: Bool { boolean(SQLiteAnalyticsStore.Settings.enabled) }
     var analyticsRetentionDays: Int { integer(SQLiteAnalyticsStore.Settings.retentionDays) }
     var plugins: [String] { configuration.list(.plugins) }
@@ -118,6 +119,18 @@ struct ServeSettings: Sendable {
 
     /// The background-fetch worker's options, `nil` when no command is set.
     var execFetchOptions: ExecFetchWorker.Options? { ExecFetchWorker.Options(configuration: configuration) }
+
+    /// Warns when the background-fetch command may run as long as Herald lets a fetch run: Herald then cancels the run
+    /// at its deadline before the command's own timeout ends it (the same SIGTERM and `.failed`, but the operator's
+    /// timeout is not the one in force). Logged at the start and after a reload that changes the timeout.
+    func warnIfExecFetchOutlastsDeadline(logger: Logger) {
+        guard execFetchOptions != nil, isEnabled(ExecFetchWorker.Settings.section) else { return }
+        let timeout = integer(ExecFetchWorker.Settings.timeout)
+        guard timeout >= backgroundFetchDeadline else { return }
+        logger.warning(
+            "exec-fetch-timeout is not shorter than background-fetch-deadline: a run still going at the deadline is ended then (counted failed); raise background-fetch-deadline for longer runs",
+            metadata: ["exec_fetch_timeout": "\(timeout)s", "background_fetch_deadline": "\(backgroundFetchDeadline)s"])
+    }
 
     /// The token webhook's URL, `nil` when off.
     var tokenWebhookURL: String? { string(TokenWebhook.Settings.url) }

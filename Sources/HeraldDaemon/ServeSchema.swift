@@ -59,6 +59,12 @@ extension ServeOption {
         help:
             "Seconds content modifiers (the image download) may take with a mutable-content notification before it is presented as it is.",
         valueName: "seconds")
+    static let backgroundFetchDeadline = ServeOption(
+        "background-fetch-deadline", .integer(1...3_600), default: .integer(30), "30",
+        allowed: "a whole number of seconds from 1 to 3600",
+        help:
+            "Seconds a background fetch (a silent message's workers: exec-fetch, a plugin's) may take, from when its worker starts; then it is cancelled and counted failed. Keep exec-fetch-timeout below it.",
+        valueName: "seconds")
     static let plugins = ServeOption(
         "plugins", .list, default: .list([]), "none",
         allowed: "a list of paths of shared objects, e.g. [/usr/lib/herald/libweather.so] (environment: separated by ':')",
@@ -111,7 +117,7 @@ extension ServeOption {
         name: "herald serve", summary: "The daemon itself: identity, data, logging, lifecycle, the listeners' TLS, dynamic plugins.",
         settings: [
             projectID, senderID, dataDirectory, presenter, logLevel, shutdownGrace, maxReplays, maxInFlight, contentModifierDeadline,
-            plugins,
+            backgroundFetchDeadline, plugins,
             allowUnauthenticatedNetwork, allowPlaintextNetwork, tlsCertificate, tlsKey, tlsSNICertificates, tlsClientCA,
             disabledPlugins,
         ], topLevel: true)

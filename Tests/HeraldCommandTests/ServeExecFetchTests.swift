@@ -102,6 +102,7 @@ struct ServeExecFetchTests {
                 log-level: debug
                 shutdown-grace: 0  # the commands still running are ended at once at the stop
                 max-replays: \(maxReplays)
+                background-fetch-deadline: 3600  # the first run is ended by the stop only, however slow the machine
                 ExecFetchWorker:
                   exec-fetch-command: \(script)
                   exec-fetch-arguments: [\(work)]
@@ -143,6 +144,45 @@ struct ServeExecFetchTests {
             let timedOut = daemon.log.split(separator: "\n").filter { $0.contains("ended_by=timeout") }
             #expect(timedOut.count == 1 && timedOut[0].contains(third), "\(daemon.log)")
             #expect(started(third))
+            #expect(!daemon.log.contains("is not shorter than background-fetch-deadline"), "\(daemon.log)")
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
+    @Test(
+        "background-fetch-deadline ends a run still going at it (cancelled, failed) before a longer exec-fetch-timeout; the start and a reload that sets such a timeout warn that it is not the shorter"
+    )
+    func deadlineBeforeTimeout() async throws {
+        try await withTemporaryDirectory { directory in
+            let work = "\(directory)/work"
+            try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+            let script = try Self.writeScript(in: work)
+            let file = "\(directory)/herald.yaml"
+            func configure(timeout: Int) throws {
+                try """
+                background-fetch-deadline: 1
+                exec-fetch-command: \(script)
+                exec-fetch-arguments: [\(work)]
+                exec-fetch-timeout: \(timeout)
+                """.write(toFile: file, atomically: true, encoding: .utf8)
+            }
+            try configure(timeout: 25)
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data", arguments: ["--config", file])
+            let warning = "exec-fetch-timeout is not shorter than background-fetch-deadline"
+            #expect(await eventuallyValue { daemon.log.contains(warning) ? true : nil } == true, "\(daemon.log)")
+            #expect(daemon.log.contains("background_fetch_deadline=1s exec_fetch_timeout=25s"), "\(daemon.log)")
+            let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
+
+            try configure(timeout: 20)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(
+                await eventuallyValue { daemon.log.contains("background_fetch_deadline=1s exec_fetch_timeout=20s") ? true : nil } == true,
+                "\(daemon.log)")
+
+            _ = try await Self.fetch(daemon, token: token, status: "sleep", work: work, expecting: "failed")
+            #expect(daemon.log.contains("background fetch ran past its deadline"), "\(daemon.log)")
+            #expect(daemon.log.contains("ended_by=cancelled"), "\(daemon.log)")
+            #expect(!daemon.log.contains("ended_by=timeout"), "\(daemon.log)")
             #expect(await daemon.terminate() == 0, "\(daemon.log)")
         }
     }
@@ -205,7 +245,11 @@ struct ServeExecFetchTests {
             // Each fetch waits until the test releases it (failed, exit 7): its message stays in flight until then,
             // however long the sends take to arrive.
             let (daemon, work) = try await Self.daemonRunningScript(
-                in: directory, arguments: ["--max-in-flight", "2", "--exec-fetch-timeout", "60", "--exec-fetch-concurrency", "2"])
+                in: directory,
+                arguments: [
+                    "--max-in-flight", "2", "--exec-fetch-timeout", "60", "--exec-fetch-concurrency", "2",
+                    "--background-fetch-deadline", "120",
+                ])
             let (token, _) = try #require(await echoedToken(daemon), "\(daemon.log)")
             try "wait".write(toFile: "\(work)/status", atomically: true, encoding: .utf8)
             let socket = daemon.socketPath

@@ -17,6 +17,7 @@ struct ServeSchemaTests {
         "presenter": "none", "disable-plugins": "ImageAttachment", "desktop-app-name": "Weather", "desktop-app-icon": "weather-clear",
         "desktop-entry": "org.example.Weather",
         "log-level": "debug", "shutdown-grace": "7", "max-replays": "5", "max-in-flight": "64", "content-modifier-deadline": "12",
+        "background-fetch-deadline": "45",
         "plugins": "/usr/lib/herald/a.so", "tls-cert": "/etc/herald/cert.pem", "tls-key": "/etc/herald/key.pem",
         "tls-client-ca": "/etc/herald/ca.pem", "tls-sni-certs": "/etc/herald/b.pem:/etc/herald/b-key.pem",
         "unifiedpush-endpoint-url": "https://push.example/up/", "unifiedpush-call-timeout": "20",

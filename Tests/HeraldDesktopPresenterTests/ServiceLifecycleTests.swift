@@ -133,7 +133,9 @@ struct ServiceLifecycleTests {
 
             try session.startBus()
             try await session.startDunst()
-            #expect(await eventually { (try? await session.displayedCount()) == 1 })
+            let shown = await eventually { (try? await session.displayedCount()) == 1 }
+            let (state, count) = (await presenter.state(), try? await session.displayedCount())
+            #expect(shown, "presenter \(state), dunst showing \(String(describing: count)):\n\(Self.describe(logs))")
             try await session.dunstctl("close-all")
             #expect(try await session.history().first?["summary"]?.stringValue == "while the bus was away")
             #expect(Self.warnings(logs, containing: "no session bus") == 1)
