@@ -207,9 +207,12 @@ final class PresenterSession: @unchecked Sendable {
             switch result {
             case .success(let reply):
                 connected()
+                // A change of owner signalled before this answer was read is as new (the match came first).
+                guard case .connecting = phase else { return }
                 serviceAppeared(owner: reply.string())
             case .failure(let error) where error.name == "org.freedesktop.DBus.Error.NameHasNoOwner":
                 connected()
+                guard case .connecting = phase else { return }
                 lookForActivatableService()
             case .failure(let error):
                 // Neither an owner nor a clear "none" (no answer in time, say): left so, the presenter would wait in
@@ -240,6 +243,9 @@ final class PresenterSession: @unchecked Sendable {
     /// No service runs now; one the bus starts on demand counts as there.
     private func lookForActivatableService() {
         callBus("ListActivatableNames", []) { [unowned self] result in
+            // A service that took the name while the bus was asked (its NameOwnerChanged came first) is there,
+            // whatever this answer says: it must not be taken back.
+            guard case .connecting = phase else { return }
             if case .success(let reply) = result, reply.stringArray()?.contains(Self.service) == true {
                 serviceAppeared(owner: nil)
             } else {

@@ -114,6 +114,41 @@ struct ServiceLifecycleTests {
         }
     }
 
+    @Test(
+        "the service takes its name between the presenter's two questions (who owns it? can the bus start it?): the presenter sees it there, presents to it"
+    )
+    func serviceAppearsWhileAsking() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        // What the bus sends the presenter after its GetNameOwner is held back: the answer (no owner yet) and the
+        // signal that the service took the name then reach it together, so it asks ListActivatableNames, which
+        // answers "not activatable", after the name has changed hands.
+        let relay = try BusRelay(busAddress: session.address, directory: session.directory)
+        defer { relay.stop() }
+        relay.hold(afterTheClientSends: "GetNameOwner")
+        var options = DesktopPresenter.Options.testing(session)
+        options.busAddress = relay.address
+        let logs = LogCollector()
+        let presenter = DesktopPresenter(options: options)
+        try await withPresenter(presenter, logs: logs) { herald, receiver, _, token in
+            #expect(await eventually { relay.holds("NameHasNoOwner") }, "\(Self.describe(logs))")
+            try await session.startMockServer(capabilities: ["body"])
+            #expect(await eventually { relay.holds("NameOwnerChanged") }, "\(Self.describe(logs))")
+            relay.release()
+            let ready = await eventually { await presenter.state() == "ready" }
+            let state = await presenter.state()
+            #expect(ready, "presenter \(state):\n\(Self.describe(logs))")
+            _ = try await receiver.sendAPNs(DunstTests.payload(title: "shown"), deviceToken: token, to: herald).get()
+            try await herald.waitUntilIdle()
+            let calls = try await session.run(
+                "/usr/bin/gdbus", "call", "--address", session.address, "--dest", "org.freedesktop.Notifications", "--object-path",
+                "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls")
+            #expect(calls.contains("'shown'"), "\(calls)")
+            #expect(Self.warnings(logs, containing: "no notification service") == 0, "\(Self.describe(logs))")
+        }
+    }
+
     @Test("the bus lost: one warning, reconnection with backoff, and nothing lost")
     func busRestarts() async throws {
         let session = try DesktopSession()
