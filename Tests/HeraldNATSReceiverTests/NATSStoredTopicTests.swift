@@ -167,17 +167,18 @@ struct NATSStoredTopicTests {
             #expect((1...2).contains(waiting.receiver.statistics.acknowledgementsSent))
 
             try await trickle("pairs", 1...10, to: pairs)
-            #expect(await eventually { pairs.receiver.statistics.acknowledged == 10 })
+            #expect(
+                await eventually { pairs.receiver.statistics.acknowledged == 10 }, "\(pairs.receiver.statistics)")
             // 5 (an ack per pair); fewer only if a commit came late, never more.
-            #expect((3...5).contains(pairs.receiver.statistics.acknowledgementsSent))
+            #expect((3...5).contains(pairs.receiver.statistics.acknowledgementsSent), "\(pairs.receiver.statistics)")
 
             try await trickle("timed", 1...1, to: timed)
-            #expect(await eventually { timed.receiver.statistics.acknowledged == 1 })
-            #expect(timed.receiver.statistics.acknowledgementsSent == 1)
+            #expect(await eventually { timed.receiver.statistics.acknowledged == 1 }, "\(timed.receiver.statistics)")
+            #expect(timed.receiver.statistics.acknowledgementsSent == 1, "\(timed.receiver.statistics)")
 
             for n in 1...5 {
                 try await trickle("turns", n...n, to: perTurn)
-                #expect(await eventually { perTurn.receiver.statistics.acknowledged == n })
+                #expect(await eventually { perTurn.receiver.statistics.acknowledged == n }, "\(perTurn.receiver.statistics)")
             }
             #expect(perTurn.receiver.statistics.acknowledgementsSent == 5)
         }
