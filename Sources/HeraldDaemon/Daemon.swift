@@ -257,13 +257,20 @@ final class DaemonService: Service, Sendable {
     }
 
     /// SIGHUP reloads the configuration (``ConfigurationReload``), on a pool thread: it reads files. New TLS
-    /// handshakes use a reloaded certificate; connections already open keep theirs. SIGHUPs are taken one at a time.
+    /// handshakes use a reloaded certificate; connections already open keep theirs. SIGHUPs are taken one at a time;
+    /// those that came during the start give one reload here.
     private func reloadOnHangup(loop: EventLoop) async throws {
         let reload = self.reload
         try await loop.submit {
             _ = try SignalWatcher.watch(SIGHUP, on: loop) { _ in
                 Task { try? await loop.offload { reload.reload() } }
             }
+        }
+        // A SIGHUP during the start (noted since `EarlyHangup.noteFromNow()`): one reload now. One that came after the
+        // watcher took over is also answered by it; a second reload of the same file changes nothing.
+        if EarlyHangup.take() {
+            logger.notice("SIGHUP came during the start; reloading the configuration now")
+            Task { try? await loop.offload { reload.reload() } }
         }
     }
 

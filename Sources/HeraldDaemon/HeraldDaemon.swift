@@ -156,6 +156,8 @@ public struct Daemon: Sendable {
             writeLine(settings.rendered(environment: environment))
             return
         }
+        // From here the daemon starts: a SIGHUP until its loop watches for them is noted, not fatal.
+        EarlyHangup.noteFromNow()
         // The string catalogs of localized alerts: a broken one stops the start, as a bad setting does.
         let localization: AlertLocalization
         do {

@@ -6,6 +6,23 @@ import HeraldTLS
 import Logging
 import Synchronization
 
+/// SIGHUPs that arrive while the daemon starts, before its loop watches for them (a log rotation's `kill -HUP`, a
+/// reload asked for at boot): noted, and answered with one reload once the loop watches, instead of ending the process
+/// (SIGHUP's default action).
+enum EarlyHangup {
+    private static let received = Atomic<Bool>(false)
+
+    /// Notes each SIGHUP from now until the loop's watcher takes the signal over.
+    static func noteFromNow() {
+        signal(SIGHUP) { _ in EarlyHangup.received.store(true, ordering: .relaxed) }
+    }
+
+    /// Whether a SIGHUP was noted (and forgets it).
+    static func take() -> Bool {
+        received.exchange(false, ordering: .relaxed)
+    }
+}
+
 /// The daemon's log level, which a reload (SIGHUP) can change while every logger already made keeps working.
 final class LiveLogLevel: Sendable {
     private let raw: Atomic<UInt8>

@@ -211,6 +211,28 @@ struct SystemdTests {
         }
     }
 
+    @Test(
+        "a SIGHUP while the daemon starts does not end it: the configuration is reloaded once the daemon is up"
+    )
+    func hangupDuringStart() async throws {
+        try await withTemporaryDirectory { directory in
+            let file = "\(directory)/herald.yaml"
+            try "log-level: debug\nmax-replays: 5\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let daemon = try await DaemonProcess.start(directory: "\(directory)/data", arguments: ["--config", file])
+            // The service group's first line: the daemon has begun to start (stores, plugins and listeners come next).
+            #expect(
+                await eventuallyValue { daemon.log.contains("Starting service lifecycle") ? true : nil } == true, "\(daemon.log)")
+            try "log-level: debug\nmax-replays: 7\n".write(toFile: file, atomically: true, encoding: .utf8)
+            kill(daemon.process.processIdentifier, SIGHUP)
+            #expect(await daemon.event()?["event"] == "token", "\(daemon.log)")
+            #expect(
+                await eventuallyValue { daemon.log.contains(#"applied=[] needsRestart=["max-replays"]"#) ? true : nil } == true,
+                "\(daemon.log)")
+            #expect(daemon.process.isRunning)
+            #expect(await daemon.terminate() == 0, "\(daemon.log)")
+        }
+    }
+
     @Test("without NOTIFY_SOCKET nothing is sent and nothing fails")
     func notUnderSystemd() async throws {
         try await withTemporaryDirectory { directory in
