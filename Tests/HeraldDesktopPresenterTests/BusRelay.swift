@@ -1,6 +1,5 @@
 import Foundation
 import Glibc
-import Synchronization
 
 /// A relay between one client and a private bus that can hold back what the bus sends the client: the test
 /// decides when the client reads answers and signals the bus has already sent, and so sets up an order of events
@@ -9,14 +8,16 @@ import Synchronization
 /// It relays bytes (no file descriptors: the presenter sends none); the bus sees the relay's credentials, which are
 /// the test's, as the client's would be.
 final class BusRelay: @unchecked Sendable {
-    // @unchecked Sendable: the relay's thread and the test share `state`, behind its lock; the sockets are the thread's.
+    // @unchecked Sendable: the relay's thread and the test share `state`, behind `lock`; the sockets are the thread's.
 
     /// The address the client connects to.
     let address: String
     private let path: String
     private let busPath: String
     private let listener: Int32
-    private let state = Mutex(State())
+    // An NSLock, not `Synchronization.Mutex`: Thread Sanitizer sees a pthread mutex, not the futex-based `Mutex`.
+    private let lock = NSLock()
+    private var state = State()
     private let finished = DispatchSemaphore(value: 0)
 
     private struct State {
@@ -27,6 +28,12 @@ final class BusRelay: @unchecked Sendable {
         var held: [UInt8] = []
         var release = false
         var stop = false
+    }
+
+    private func withState<R>(_ body: (inout State) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&state)
     }
 
     /// Listens in `directory` for a client of the bus at `busAddress` (`unix:path=...`).
@@ -46,21 +53,21 @@ final class BusRelay: @unchecked Sendable {
     /// From the moment the client has sent `text` (a method's name, say), what the bus sends it is held until
     /// ``release()``.
     func hold(afterTheClientSends text: String) {
-        state.withLock { $0.trigger = Array(text.utf8) }
+        withState { $0.trigger = Array(text.utf8) }
     }
 
     /// Whether what is held contains `text` (an error's name, a signal's member).
     func holds(_ text: String) -> Bool {
-        state.withLock { Self.find(Array(text.utf8), in: $0.held) }
+        withState { Self.find(Array(text.utf8), in: $0.held) }
     }
 
     /// Sends the client what was held, and everything after as it comes.
     func release() {
-        state.withLock { $0.release = true }
+        withState { $0.release = true }
     }
 
     func stop() {
-        let first = state.withLock { state in
+        let first = withState { state in
             defer { state.stop = true }
             return !state.stop
         }
@@ -71,7 +78,7 @@ final class BusRelay: @unchecked Sendable {
     }
 
     private func relay() {
-        guard let client = accept(until: { state.withLock { $0.stop } }) else { return }
+        guard let client = accept(until: { withState { $0.stop } }) else { return }
         defer { close(client) }
         guard let bus = try? Self.connect(busPath) else { return }
         defer { close(bus) }
@@ -80,7 +87,7 @@ final class BusRelay: @unchecked Sendable {
             var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: bus, events: Int16(POLLIN), revents: 0)]
             // A bounded wait, so that a release or a stop is seen while neither side sends.
             _ = poll(&fds, 2, 10)
-            let (stop, flush) = state.withLock { state -> (Bool, [UInt8]) in
+            let (stop, flush) = withState { state -> (Bool, [UInt8]) in
                 guard state.release, state.holding else { return (state.stop, []) }
                 state.holding = false
                 state.trigger = nil
@@ -92,7 +99,7 @@ final class BusRelay: @unchecked Sendable {
                 let count = read(client, &buffer, buffer.count)
                 if count <= 0 { return }
                 let bytes = Array(buffer[..<count])
-                state.withLock { state in
+                withState { state in
                     guard let trigger = state.trigger, !state.holding, !state.release else { return }
                     state.fromClient += bytes
                     if Self.find(trigger, in: state.fromClient) { state.holding = true }
@@ -103,7 +110,7 @@ final class BusRelay: @unchecked Sendable {
                 let count = read(bus, &buffer, buffer.count)
                 if count <= 0 { return }
                 let bytes = Array(buffer[..<count])
-                let held = state.withLock { state -> Bool in
+                let held = withState { state -> Bool in
                     if state.holding { state.held += bytes }
                     return state.holding
                 }
