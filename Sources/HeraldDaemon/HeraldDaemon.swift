@@ -1,10 +1,10 @@
 import ArgumentParser
 import Glibc
 public import Herald
+import HeraldEventLoop
 import HeraldHTTPReceiver
 public import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// `herald serve` as a library: the same settings (flags, `HERALD_*` variables, the YAML file, `--print-config`),
 /// the same bundled plugins, the same lifecycle (SIGTERM and SIGINT stop it gracefully, SIGHUP reloads, sd_notify
@@ -250,7 +250,7 @@ public struct DaemonError: Error, Equatable, CustomStringConvertible {
 
 /// A daemon's service group, once made: what ``Daemon/Running/stop()`` shuts down gracefully.
 final class GroupHandle: Sendable {
-    private let group = Mutex<ServiceGroup?>(nil)
+    private let group = Locked<ServiceGroup?>(nil)
 
     func set(_ group: ServiceGroup) {
         self.group.withLock { $0 = group }
@@ -264,7 +264,7 @@ final class GroupHandle: Sendable {
 
 /// swift-log's one bootstrap of the process, made by the first daemon that runs (at its log level).
 private enum LogBootstrap {
-    private static let done = Mutex(false)
+    private static let done = Locked(false)
 
     static func once(level: LiveLogLevel) {
         done.withLock { done in

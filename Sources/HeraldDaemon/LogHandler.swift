@@ -1,6 +1,6 @@
 import Glibc
+import HeraldEventLoop
 import Logging
-import Synchronization
 
 /// The daemon's log handler: lines on standard error in the format of swift-log's `StreamLogHandler`
 /// (`2026-11-29T16:22:00+0000 info herald: key=value key=value [Module] message`, metadata sorted by key), filtered
@@ -172,7 +172,7 @@ private enum LogClock {
         var text: [UInt8] = []
     }
 
-    private static let last = Mutex(Formatted())
+    private static let last = Locked(Formatted())
 
     static func appendTimestamp(to line: inout [UInt8]) {
         var now = time(nil)

@@ -52,13 +52,13 @@ final class ConfigurationReload: Sendable {
     private let logger: Logger
     /// The settings in force: those of the start with the live changes since, and the plugins that take live
     /// changes. Reloads take turns on it.
-    private let inForce: Mutex<(settings: ServeSettings, plugins: [any LiveConfigurable])>
+    private let inForce: Locked<(settings: ServeSettings, plugins: [any LiveConfigurable])>
 
     init(
         running: ServeSettings, resolve: @escaping @Sendable () throws -> ServeSettings, logLevel: LiveLogLevel, tls: TLSServerContext?,
         logger: Logger
     ) {
-        inForce = Mutex((running, []))
+        inForce = Locked((running, []))
         liveKeys = Set(running.schema.settings.filter(\.isLive).map(\.key))
         self.resolve = resolve
         self.logLevel = logLevel

@@ -1,6 +1,5 @@
 import Herald
 import HeraldEventLoop
-import Synchronization
 
 /// The daemon's `STATUS=` line for systemd, which `systemctl status herald` shows: messages received, dropped and
 /// background fetches since the start, sent every 2 s when they changed. An analytics sink, so it counts what the
@@ -12,9 +11,9 @@ final class SystemdStatus: AnalyticsSink {
         var fetches = 0
     }
 
-    private let counts = Mutex(Counts())
-    private let sent = Mutex(Counts())
-    private let ticker = Mutex<RepeatedTask?>(nil)
+    private let counts = Locked(Counts())
+    private let sent = Locked(Counts())
+    private let ticker = Locked<RepeatedTask?>(nil)
 
     var descriptor: PluginDescriptor {
         PluginDescriptor(name: "systemd-status", summary: "counts of messages in the STATUS= line systemd shows")

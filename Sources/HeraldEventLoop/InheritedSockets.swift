@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 
 /// Listening sockets the service manager opened for the process before it started (systemd socket activation):
 /// offered here once at start, each is then taken by the ``StreamServer`` asked to listen on its address, instead
@@ -11,7 +10,7 @@ import Synchronization
 /// (the same host as written, the same port; for a Unix socket the same path). A Unix socket taken this way is
 /// not removed when the server closes: its file belongs to the service manager.
 public enum InheritedSockets {
-    private static let offered = Mutex<[(descriptor: Int32, address: SocketAddress)]>([])
+    private static let offered = Locked<[(descriptor: Int32, address: SocketAddress)]>([])
 
     /// Records listening socket `descriptor` for the server that will listen on its address; returns that address,
     /// or `nil` when the descriptor is not a listening stream socket on TCP or a Unix path (it is then left alone).

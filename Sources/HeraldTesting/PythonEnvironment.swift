@@ -1,5 +1,5 @@
 public import Foundation
-import Synchronization
+import HeraldEventLoop
 public import Testing
 
 /// The repository's root (three levels up from this file, `Sources/HeraldTesting/`), for the scripts, test
@@ -25,7 +25,7 @@ public func pythonEnvironment(with package: String, sourceLocation: SourceLocati
 }
 
 /// The packages found in the venv so far, so that each is looked for once per test process.
-private let foundPackages = Mutex<Set<String>>([])
+private let foundPackages = Locked<Set<String>>([])
 
 /// Whether the venv's `python` has the distribution `package` installed.
 private func pythonHas(_ package: String, python: URL) -> Bool {

@@ -1,7 +1,7 @@
 import Herald
 import HeraldDaemon
+import HeraldEventLoop
 import HeraldTesting
-import Synchronization
 import Testing
 
 /// A handler of the test's own, as an embedder writes one: records each data message with the label its setting
@@ -13,7 +13,7 @@ final class RecordingHandler: MessageHandler {
     static let section = ConfigurationSection(name: "recorder", summary: "Records data messages.", settings: [label])
 
     let labelValue: String
-    let received = Mutex<[String]>([])
+    let received = Locked<[String]>([])
 
     init(label: String) { labelValue = label }
 
@@ -33,7 +33,7 @@ final class QuietPresenter: SynchronousPresenter {
 /// What the daemon hands over: the recorder it made, and the daemon once ready (on `readiness`, which ends when the
 /// daemon's run does).
 final class Handover: Sendable {
-    let recorder = Mutex<RecordingHandler?>(nil)
+    let recorder = Locked<RecordingHandler?>(nil)
     let readiness: AsyncStream<Daemon.Running>
     let ready: AsyncStream<Daemon.Running>.Continuation
 

@@ -1,6 +1,6 @@
 import Glibc
+import HeraldEventLoop
 import Logging
-import Synchronization
 import Testing
 
 @testable import HeraldDaemon
@@ -15,7 +15,7 @@ struct LogHandlerTests {
 
     /// `StreamLogHandler`'s output, collected.
     final class Collected: TextOutputStream, @unchecked Sendable {
-        private let text = Mutex("")
+        private let text = Locked("")
         func write(_ string: String) { text.withLock { $0 += string } }
         var lines: [String] { text.withLock { $0 }.split(separator: "\n").map(String.init) }
     }

@@ -1,5 +1,5 @@
+import HeraldEventLoop
 import HeraldTesting
-import Synchronization
 import Testing
 
 @testable import HeraldExecFetchWorker
@@ -15,7 +15,7 @@ struct ConcurrencyLimitTests {
     }
 
     final class Flag: Sendable {
-        private let value = Mutex(false)
+        private let value = Locked(false)
         func set() { value.withLock { $0 = true } }
         var isSet: Bool { value.withLock { $0 } }
     }

@@ -1,6 +1,6 @@
 import Foundation
+import HeraldEventLoop
 import HeraldTesting
-import Synchronization
 
 /// A minimal NATS server on a loopback port: enough protocol for a core-NATS client (INFO, a PONG for every PING,
 /// everything else read and ignored), and one thing nats-server cannot be made to do on cue: end the connection
@@ -14,7 +14,7 @@ final class ResettingNATSServer: Sendable {
         var stopped = false
         var connections = 0
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init() throws {
         (listener, port) = try listenOnLoopback()
