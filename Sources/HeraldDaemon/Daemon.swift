@@ -261,16 +261,16 @@ final class DaemonService: Service, Sendable {
     /// those that came during the start give one reload here.
     private func reloadOnHangup(loop: EventLoop) async throws {
         let reload = self.reload
+        // Off the loop: a reload reads the file and may open TLS keys.
+        let reloadNow: @Sendable () -> Void = { Task { try? await loop.offload { reload.reload() } } }
         try await loop.submit {
-            _ = try SignalWatcher.watch(SIGHUP, on: loop) { _ in
-                Task { try? await loop.offload { reload.reload() } }
-            }
+            _ = try SignalWatcher.watch(SIGHUP, on: loop) { _ in reloadNow() }
         }
         // A SIGHUP during the start (noted since `EarlyHangup.noteFromNow()`): one reload now. One that came after the
         // watcher took over is also answered by it; a second reload of the same file changes nothing.
         if EarlyHangup.take() {
             logger.notice("SIGHUP came during the start; reloading the configuration now")
-            Task { try? await loop.offload { reload.reload() } }
+            reloadNow()
         }
     }
 

@@ -1,5 +1,7 @@
 import Foundation
 import Glibc
+import HeraldEventLoop
+import HeraldTesting
 
 /// A relay between one client and a private bus that can hold back what the bus sends the client: the test
 /// decides when the client reads answers and signals the bus has already sent, and so sets up an order of events
@@ -80,8 +82,9 @@ final class BusRelay: @unchecked Sendable {
     private func relay() {
         guard let client = accept(until: { withState { $0.stop } }) else { return }
         defer { close(client) }
-        guard let bus = try? Self.connect(busPath) else { return }
-        defer { close(bus) }
+        // Closed when the relay returns (the client's deinit).
+        guard let busSide = try? TestSocketClient(.unix(path: busPath)) else { return }
+        let bus = busSide.fd
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
             var fds = [pollfd(fd: client, events: Int16(POLLIN), revents: 0), pollfd(fd: bus, events: Int16(POLLIN), revents: 0)]
@@ -168,20 +171,6 @@ final class BusRelay: @unchecked Sendable {
         guard bound == 0, Glibc.listen(fd, 1) == 0 else {
             close(fd)
             throw RelayError("cannot listen on \(path): errno \(errno)")
-        }
-        return fd
-    }
-
-    private static func connect(_ path: String) throws -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw RelayError("socket: errno \(errno)") }
-        var address = address(path)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard connected == 0 else {
-            close(fd)
-            throw RelayError("cannot connect to \(path): errno \(errno)")
         }
         return fd
     }
