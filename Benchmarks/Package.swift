@@ -158,6 +158,16 @@ let package = Package(
             path: "Servers/BusProfile",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // A group commit of the durable inbox per message: the daemon's SQLite store beside an append-only segment file.
+        .executableTarget(
+            name: "InboxLayouts",
+            dependencies: [
+                .product(name: "Herald", package: "Herald"),
+                .product(name: "HeraldSQLite", package: "Herald"),
+            ],
+            path: "Servers/InboxLayouts",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // A pipelined JSON-lines client: N connections, each writing M lines while reading the answers.
         .executableTarget(
             name: "SocketLoad",

@@ -1,0 +1,234 @@
+// InboxLayouts: what a group commit of the durable inbox costs, per message, in the store `herald serve` uses and in
+// an append-only segment file, at the group sizes a daemon sees (a commit per 8 requests over HTTP with 16
+// connections, hundreds on a pipelined socket).
+//
+//   InboxLayouts [--directory DIR] [--groups 1,8,16,64,256] [--seconds 3] [--layouts sqlite,segment,segment-reused]
+//
+// Each commit does what the daemon's commit does for FCM v1 sends over HTTP: it stores the group's new records (the
+// sample body's `userInfo`, IDs made on receipt, so no de-duplication window rows) and removes the previous group's,
+// whose handlers have finished, then makes it durable. Layouts:
+//
+// - sqlite: HeraldSQLite's `SQLiteStore.commit`, the daemon's own code on its own schema (WAL, synchronous = FULL).
+// - segment: each commit's frames (a record: length, CRC-32, ID, target, `userInfo`; a removal: length, CRC-32, ID)
+//   appended to one file with one write(2), then fdatasync; the index (message ID → offset) in memory, rebuilt by
+//   reading the file at start. The file grows with every commit, so each fdatasync also journals its new size.
+// - segment-reused: the same frames written over a file already written once (as SQLite reuses its write-ahead log
+//   after a checkpoint), so fdatasync writes data only.
+//
+// Printed per layout and group size: commits/s, µs of the committing thread's CPU per message (user, kernel) and µs
+// of the whole machine's CPU per message (from /proc/stat: the kernel's journal thread and block-layer work
+// included, so run it on an otherwise idle machine), and the mean latency of a commit.
+import Foundation
+import Glibc
+import Herald
+import HeraldSQLite
+
+struct Options {
+    var directory = FileManager.default.temporaryDirectory.path
+    var groups = [1, 8, 16, 64, 256]
+    var seconds = 3.0
+    var layouts = ["sqlite", "segment", "segment-reused"]
+}
+
+var options = Options()
+var arguments = CommandLine.arguments.dropFirst().makeIterator()
+while let argument = arguments.next() {
+    guard let value = arguments.next() else { fatalError("\(argument) needs a value") }
+    switch argument {
+    case "--directory": options.directory = value
+    case "--groups": options.groups = value.split(separator: ",").compactMap { Int($0) }
+    case "--seconds": options.seconds = Double(value) ?? 3
+    case "--layouts": options.layouts = value.split(separator: ",").map(String.init)
+    default: fatalError("unknown option \(argument)")
+    }
+}
+
+/// The sample notification's `userInfo` as the inbox stores it (JSON bytes), 15-digit IDs as the daemon makes them.
+let userInfo = Array(
+    #"{"aps":{"alert":{"title":"Build finished","body":"main passed in 4m 12s; 1,204 tests, no failures"},"sound":"default","category":"BUILD"},"build":"8812","branch":"main","gcm.message_id":"0"}"#
+        .utf8)
+var nextID: UInt64 = 100_000_000_000_000
+@MainActor func record() -> InboxRecord {
+    nextID += 1
+    var record = InboxRecord(
+        messageID: String(nextID), userInfo: userInfo, targetKind: "token", targetValue: "registration-token-of-this-instance",
+        collapseKey: nil, priority: 10, expiration: nil, receivedAt: 1_764_460_800_000)
+    record.deduplicates = false
+    return record
+}
+
+/// A layout: one commit of `accepted`, removing `finished`, durable when it returns.
+protocol Layout {
+    mutating func commit(accepted: [InboxRecord], finished: [String]) throws
+}
+
+struct SQLiteLayout: Layout {
+    let store: SQLiteStore
+    init(directory: String) throws { store = try SQLiteStore(directory: directory) }
+    func commit(accepted: [InboxRecord], finished: [String]) throws {
+        try store.commit(StoreBatch(accepted: accepted, finished: finished), window: DeduplicationWindow(), now: 1_764_460_800_000)
+    }
+}
+
+struct SegmentLayout: Layout {
+    let fd: Int32
+    var offset: Int64 = 0
+    var index: [String: Int64] = [:]
+    var frames: [UInt8] = []
+    let reuse: Bool
+
+    init(path: String, reuse: Bool) throws {
+        fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        self.reuse = reuse
+        if reuse {
+            // Written once and made durable, as a write-ahead log is by its first use.
+            let zeros = [UInt8](repeating: 0, count: 1 << 20)
+            for _ in 0..<512 { _ = zeros.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
+            fsync(fd)
+        }
+    }
+
+    mutating func commit(accepted: [InboxRecord], finished: [String]) throws {
+        frames.removeAll(keepingCapacity: true)
+        for record in accepted {
+            index[record.messageID] = offset + Int64(frames.count)
+            frame(kind: 1) { body in
+                Self.field(Array(record.messageID.utf8), into: &body)
+                Self.field(Array(record.targetKind.utf8), into: &body)
+                Self.field(Array(record.targetValue.utf8), into: &body)
+                Self.integer(UInt64(record.priority), into: &body)
+                Self.integer(UInt64(record.receivedAt), into: &body)
+                Self.field(record.userInfo, into: &body)
+            }
+        }
+        for messageID in finished {
+            index[messageID] = nil
+            frame(kind: 2) { body in Self.field(Array(messageID.utf8), into: &body) }
+        }
+        let size = frames.count
+        let written = frames.withUnsafeBytes { pwrite(fd, $0.baseAddress, size, Int(reuse ? offset % (512 << 20) : offset)) }
+        guard written == size, fdatasync(fd) == 0 else { throw POSIXError(.EIO) }
+        offset += Int64(size)
+    }
+
+    /// A frame: its length (4 bytes), the CRC-32 of what follows (4), the kind (1), the body.
+    private mutating func frame(kind: UInt8, _ body: (inout [UInt8]) -> Void) {
+        let start = frames.count
+        frames.append(contentsOf: [0, 0, 0, 0, 0, 0, 0, 0, kind])
+        body(&frames)
+        let length = UInt32(frames.count - start - 8)
+        let crc = frames[(start + 8)...].withUnsafeBytes { CRC32.checksum($0) }
+        withUnsafeBytes(of: length.littleEndian) { frames.replaceSubrange(start..<(start + 4), with: $0) }
+        withUnsafeBytes(of: crc.littleEndian) { frames.replaceSubrange((start + 4)..<(start + 8), with: $0) }
+    }
+
+    private static func field(_ bytes: [UInt8], into body: inout [UInt8]) {
+        integer(UInt64(bytes.count), into: &body)
+        body.append(contentsOf: bytes)
+    }
+
+    private static func integer(_ value: UInt64, into body: inout [UInt8]) {
+        var value = value
+        repeat {
+            body.append(UInt8(value & 0x7F) | (value >= 0x80 ? 0x80 : 0))
+            value >>= 7
+        } while value != 0
+    }
+}
+
+/// CRC-32 (IEEE), a table a byte at a time: what a segment file's reader needs to find a torn frame.
+enum CRC32 {
+    static let table: [UInt32] = (0..<256).map { byte in
+        var crc = UInt32(byte)
+        for _ in 0..<8 { crc = crc & 1 == 1 ? 0xEDB8_8320 ^ (crc >> 1) : crc >> 1 }
+        return crc
+    }
+
+    static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        table.withUnsafeBufferPointer { table in
+            for byte in bytes { crc = table[Int(UInt8(truncatingIfNeeded: crc) ^ byte)] ^ (crc >> 8) }
+        }
+        return ~crc
+    }
+}
+
+/// The machine's busy time in clock ticks, all CPUs (user, nice, system, irq, softirq, steal).
+func machineBusyTicks() -> Int {
+    guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8), let line = stat.split(separator: "\n").first else {
+        return 0
+    }
+    let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
+    guard fields.count >= 8 else { return 0 }
+    return fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
+}
+
+func threadCPU() -> (user: Double, system: Double) {
+    var usage = rusage()
+    getrusage(__rusage_who_t(1), &usage)  // RUSAGE_THREAD
+    return (
+        Double(usage.ru_utime.tv_sec) * 1e6 + Double(usage.ru_utime.tv_usec),
+        Double(usage.ru_stime.tv_sec) * 1e6 + Double(usage.ru_stime.tv_usec)
+    )
+}
+
+func now() -> Double {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+}
+
+@MainActor func measure(layout name: String, group: Int) throws {
+    let directory = "\(options.directory)/inbox-layouts-\(getpid())-\(name)-\(group)"
+    try? FileManager.default.removeItem(atPath: directory)
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    var layout: any Layout =
+        switch name {
+        case "sqlite": try SQLiteLayout(directory: directory)
+        case "segment": try SegmentLayout(path: "\(directory)/segment", reuse: false)
+        case "segment-reused": try SegmentLayout(path: "\(directory)/segment", reuse: true)
+        default: fatalError("unknown layout \(name)")
+        }
+    // Warm-up: a few commits (statements prepared, pages in the cache).
+    var previous: [String] = []
+    for _ in 0..<20 {
+        let accepted = (0..<group).map { _ in record() }
+        try layout.commit(accepted: accepted, finished: previous)
+        previous = accepted.map(\.messageID)
+    }
+    let batches = (0..<64).map { _ in (0..<group).map { _ in record() } }
+    var commits = 0
+    let cpuBefore = threadCPU()
+    let ticksBefore = machineBusyTicks()
+    let start = now()
+    while now() - start < options.seconds || commits < 20 {
+        var accepted = batches[commits % batches.count]
+        for index in accepted.indices { accepted[index].messageID = String(nextID + UInt64(index)) }
+        nextID += UInt64(group)
+        try layout.commit(accepted: accepted, finished: previous)
+        previous = accepted.map(\.messageID)
+        commits += 1
+    }
+    let elapsed = now() - start
+    let cpuAfter = threadCPU()
+    let ticks = machineBusyTicks() - ticksBefore
+    let messages = Double(commits * group)
+    let hz = Double(sysconf(Int32(_SC_CLK_TCK)))
+    print(
+        String(
+            format:
+                "%-15@ group %4d: %7.0f commits/s, %8.0f messages/s; thread CPU %6.2f µs/message (user %6.2f, kernel %6.2f); machine CPU %6.2f µs/message; commit latency %7.1f µs",
+            name as NSString, group, Double(commits) / elapsed, messages / elapsed,
+            (cpuAfter.user - cpuBefore.user + cpuAfter.system - cpuBefore.system) / messages,
+            (cpuAfter.user - cpuBefore.user) / messages, (cpuAfter.system - cpuBefore.system) / messages,
+            Double(ticks) / hz * 1e6 / messages,
+            elapsed * 1e6 / Double(commits)))
+}
+
+for group in options.groups {
+    for layout in options.layouts {
+        try measure(layout: layout, group: group)
+    }
+}
