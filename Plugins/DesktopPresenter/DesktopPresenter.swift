@@ -217,9 +217,15 @@ final class PresenterSession: @unchecked Sendable {
             case .failure(let error):
                 // Neither an owner nor a clear "none" (no answer in time, say): left so, the presenter would wait in
                 // `connecting` until the service's name changed hands, keeping what arrives. Ask again, on a new
-                // connection, after the backoff.
-                logger.debug("asking for the notification service failed; asking again", metadata: ["error": "\(error)"])
-                askAgainLater()
+                // connection, after the backoff — unless the connection was lost: then the call fails first (sd-bus
+                // answers the pending calls before it reports the loss, in the same turn of the loop) and the
+                // loss's own handling (`connectionLost`: its warning, the kept notifications to the log) follows.
+                let asked = self.connection.map(ObjectIdentifier.init)
+                loop.execute { [self] in
+                    guard self.connection.map(ObjectIdentifier.init) == asked, case .connecting = phase else { return }
+                    logger.debug("asking for the notification service failed; asking again", metadata: ["error": "\(error)"])
+                    askAgainLater()
+                }
             }
         }
     }

@@ -149,6 +149,35 @@ struct ServiceLifecycleTests {
         }
     }
 
+    @Test(
+        "the bus lost while the presenter asks who owns the service: the loss reported (one warning, its reason), what waits sent to the log, reconnection with backoff"
+    )
+    func busLostWhileAsking() async throws {
+        let session = try DesktopSession()
+        defer { session.stop() }
+        try session.startBus()
+        // The bus's answer to GetNameOwner is held; then the connection ends with the call still open.
+        let relay = try BusRelay(busAddress: session.address, directory: session.directory)
+        defer { relay.stop() }
+        relay.hold(afterTheClientSends: "GetNameOwner")
+        var options = DesktopPresenter.Options.testing(session)
+        options.busAddress = relay.address
+        let logs = LogCollector()
+        let presenter = DesktopPresenter(options: options)
+        try await withPresenter(presenter, logs: logs) { herald, receiver, _, token in
+            #expect(await eventually { relay.holds("NameHasNoOwner") }, "\(Self.describe(logs))")
+            let kept = try await receiver.sendAPNs(DunstTests.payload(title: "kept while asking"), deviceToken: token, to: herald).get()
+            relay.stop()
+            #expect(await eventually { Self.logged(logs, kept) }, "\(Self.describe(logs))")
+            #expect(
+                await eventually { logs.all.contains { $0.message.contains("session bus still unavailable") } }, "\(Self.describe(logs))")
+            // The warning is the loss's, not the failed reconnection's (the relay is gone).
+            let warnings = logs.all.filter { $0.level == .warning && $0.message.contains("no session bus") }
+            #expect(warnings.count == 1, "\(Self.describe(logs))")
+            #expect(warnings.first.map { "\($0.metadata)".contains("connection lost") } == true, "\(Self.describe(logs))")
+        }
+    }
+
     @Test("the bus lost: one warning, reconnection with backoff, and nothing lost")
     func busRestarts() async throws {
         let session = try DesktopSession()
