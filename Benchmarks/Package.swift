@@ -12,6 +12,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", exact: "2.101.3"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.34.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // Herald's EventLoop beside SwiftNIO's MultiThreadedEventLoopGroup(numberOfThreads: 1), in one run.
@@ -164,6 +165,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Herald", package: "Herald"),
                 .product(name: "HeraldSQLite", package: "Herald"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             path: "Servers/InboxLayouts",
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -14,11 +14,17 @@
 //   reading the file at start. The file grows with every commit, so each fdatasync also journals its new size.
 // - segment-reused: the same frames written over a file already written once (as SQLite reuses its write-ahead log
 //   after a checkpoint), so fdatasync writes data only.
+// - rows-indexed, rows-indexed-pruned, rows-keyed, rows-keyed-pruned: the inbox's statements on a database of their
+//   own (WAL, synchronous = FULL, values bound through GRDB, so compare these four with each other, not with
+//   `sqlite`): `indexed` is the store's table (an integer key, the message ID UNIQUE: two B-trees), `keyed` a
+//   `WITHOUT ROWID` table keyed by the message ID with the order in a column (one B-tree); `pruned` also runs the
+//   four statements with which each of the store's commits checks and prunes the de-duplication window.
 //
 // Printed per layout and group size: commits/s, µs of the committing thread's CPU per message (user, kernel) and µs
 // of the whole machine's CPU per message (from /proc/stat: the kernel's journal thread and block-layer work
 // included, so run it on an otherwise idle machine), and the mean latency of a commit.
 import Foundation
+import GRDB
 import Glibc
 import Herald
 import HeraldSQLite
@@ -67,6 +73,73 @@ struct SQLiteLayout: Layout {
     init(directory: String) throws { store = try SQLiteStore(directory: directory) }
     func commit(accepted: [InboxRecord], finished: [String]) throws {
         try store.commit(StoreBatch(accepted: accepted, finished: finished), window: DeduplicationWindow(), now: 1_764_460_800_000)
+    }
+}
+
+final class RowsLayout: Layout {
+    let queue: DatabaseQueue
+    let keyed: Bool
+    let prune: Bool
+    var nextSeq: Int64 = 1
+
+    init(path: String, keyed: Bool, prune: Bool) throws {
+        self.keyed = keyed
+        self.prune = prune
+        queue = try DatabaseQueue(path: path)
+        try queue.writeWithoutTransaction { db in
+            _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            let columns = """
+                user_info BLOB NOT NULL, target_kind TEXT NOT NULL, target_value TEXT NOT NULL, collapse_key TEXT,
+                priority INTEGER NOT NULL, expiration INTEGER, received_at INTEGER NOT NULL
+                """
+            try db.execute(
+                sql: keyed
+                    ? "CREATE TABLE inbox (message_id TEXT NOT NULL PRIMARY KEY, seq INTEGER NOT NULL, \(columns)) STRICT, WITHOUT ROWID"
+                    : "CREATE TABLE inbox (seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, \(columns)) STRICT")
+            try db.execute(
+                sql: "CREATE TABLE seen (position INTEGER PRIMARY KEY, seen_at INTEGER NOT NULL, message_ids BLOB NOT NULL) STRICT")
+        }
+    }
+
+    func commit(accepted: [InboxRecord], finished: [String]) throws {
+        try queue.inTransaction(.immediate) { db in
+            if prune {
+                let newest = try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(position) FROM seen")) ?? 0
+                let firstKept = try Int64.fetchOne(
+                    db.cachedStatement(sql: "SELECT position FROM seen WHERE seen_at >= ? ORDER BY position LIMIT 1"),
+                    arguments: [1_764_374_400_000])
+                if let firstKept {
+                    try db.cachedStatement(sql: "DELETE FROM seen WHERE position < ?").execute(arguments: [firstKept])
+                } else {
+                    try db.cachedStatement(sql: "DELETE FROM seen").execute()
+                }
+                try db.cachedStatement(sql: "DELETE FROM seen WHERE position <= ?").execute(arguments: [newest - 10_000])
+            }
+            let delete = try db.cachedStatement(sql: "DELETE FROM inbox WHERE message_id = ?")
+            for messageID in finished { try delete.execute(arguments: [messageID]) }
+            let insert = try db.cachedStatement(
+                sql: keyed
+                    ? "INSERT OR REPLACE INTO inbox (message_id, seq, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    : "INSERT OR REPLACE INTO inbox (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            )
+            for record in accepted {
+                let data = Data(record.userInfo)
+                if keyed {
+                    try insert.execute(arguments: [
+                        record.messageID, nextSeq, data, record.targetKind, record.targetValue, record.collapseKey, record.priority,
+                        record.expiration, record.receivedAt,
+                    ])
+                    nextSeq += 1
+                } else {
+                    try insert.execute(arguments: [
+                        record.messageID, data, record.targetKind, record.targetValue, record.collapseKey, record.priority,
+                        record.expiration, record.receivedAt,
+                    ])
+                }
+            }
+            return .commit
+        }
     }
 }
 
@@ -189,6 +262,10 @@ func now() -> Double {
         case "sqlite": try SQLiteLayout(directory: directory)
         case "segment": try SegmentLayout(path: "\(directory)/segment", reuse: false)
         case "segment-reused": try SegmentLayout(path: "\(directory)/segment", reuse: true)
+        case "rows-indexed": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: false, prune: false)
+        case "rows-indexed-pruned": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: false, prune: true)
+        case "rows-keyed": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: true, prune: false)
+        case "rows-keyed-pruned": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: true, prune: true)
         default: fatalError("unknown layout \(name)")
         }
     // Warm-up: a few commits (statements prepared, pages in the cache).
