@@ -149,32 +149,44 @@ struct ServiceLifecycleTests {
         }
     }
 
+    /// The presenter's questions before it presents, and what in the bus's (or the service's) answer shows that the
+    /// question was answered: the answer is held, so the question is still open when the connection ends.
+    static let questions: [(question: String, answered: String, service: Bool)] = [
+        ("GetNameOwner", "NameHasNoOwner", false),
+        ("ListActivatableNames", "org.freedesktop.DBus", false),
+        ("GetCapabilities", "body", true),
+    ]
+
     @Test(
-        "the bus lost while the presenter asks who owns the service: the loss reported (one warning, its reason), what waits sent to the log, reconnection with backoff"
+        "the bus lost while the presenter asks a question (who owns the service, can the bus start one, what can it do): reported as the loss it is (one warning, its reason, never \"no notification service\"), what waits sent to the log, reconnection with backoff",
+        arguments: questions.indices
     )
-    func busLostWhileAsking() async throws {
+    func busLostWhileAsking(_ index: Int) async throws {
+        let (question, answered, service) = Self.questions[index]
         let session = try DesktopSession()
         defer { session.stop() }
         try session.startBus()
-        // The bus's answer to GetNameOwner is held; then the connection ends with the call still open.
+        if service { try await session.startMockServer(capabilities: ["body"]) }
         let relay = try BusRelay(busAddress: session.address, directory: session.directory)
         defer { relay.stop() }
-        relay.hold(afterTheClientSends: "GetNameOwner")
+        relay.hold(afterTheClientSends: question)
         var options = DesktopPresenter.Options.testing(session)
         options.busAddress = relay.address
         let logs = LogCollector()
         let presenter = DesktopPresenter(options: options)
         try await withPresenter(presenter, logs: logs) { herald, receiver, _, token in
-            #expect(await eventually { relay.holds("NameHasNoOwner") }, "\(Self.describe(logs))")
+            #expect(await eventually { relay.holds(answered) }, "\(question): \(Self.describe(logs))")
             let kept = try await receiver.sendAPNs(DunstTests.payload(title: "kept while asking"), deviceToken: token, to: herald).get()
             relay.stop()
-            #expect(await eventually { Self.logged(logs, kept) }, "\(Self.describe(logs))")
+            #expect(await eventually { Self.logged(logs, kept) }, "\(question): \(Self.describe(logs))")
             #expect(
-                await eventually { logs.all.contains { $0.message.contains("session bus still unavailable") } }, "\(Self.describe(logs))")
+                await eventually { logs.all.contains { $0.message.contains("session bus still unavailable") } },
+                "\(question): \(Self.describe(logs))")
             // The warning is the loss's, not the failed reconnection's (the relay is gone).
             let warnings = logs.all.filter { $0.level == .warning && $0.message.contains("no session bus") }
-            #expect(warnings.count == 1, "\(Self.describe(logs))")
-            #expect(warnings.first.map { "\($0.metadata)".contains("connection lost") } == true, "\(Self.describe(logs))")
+            #expect(warnings.count == 1, "\(question): \(Self.describe(logs))")
+            #expect(warnings.first.map { "\($0.metadata)".contains("connection lost") } == true, "\(question): \(Self.describe(logs))")
+            #expect(Self.warnings(logs, containing: "no notification service") == 0, "\(question): \(Self.describe(logs))")
         }
     }
 
