@@ -40,6 +40,8 @@ final class DistributorEngine: @unchecked Sendable {
     private var attempted: Set<String> = []
     private var connection: DBusConnection?
     private(set) var ownsName = false
+    /// Whether the refusal of the name was logged at `error` since the name was last Herald's.
+    private var warnedNoName = false
     private var reconnectDelay: Duration
     private var reconnectTask: ScheduledTask?
     private var retryTask: ScheduledTask?
@@ -117,18 +119,49 @@ final class DistributorEngine: @unchecked Sendable {
             case .success(let reply) where reply.uint32() == 1 || reply.uint32() == 4:
                 ownsName = true
                 reconnectDelay = options.reconnectDelay
+                warnedNoName = false
                 logger.info("UnifiedPush distributor on the session bus", metadata: ["name": "\(options.serviceName)"])
                 dropUnregistered()
                 deliverAll()
             case .success:
-                logger.error(
-                    "another process owns the distributor's name on the bus: apps cannot register with Herald",
+                withoutName(
+                    "another process owns the distributor's name on the bus: apps cannot register with Herald until it is free",
                     metadata: ["name": "\(options.serviceName)"])
             case .failure(let error):
-                logger.error("cannot own the distributor's name on the bus", metadata: ["error": "\(error)"])
+                // A lost connection fails the call first and is reported just after, in the same turn of the loop:
+                // then that loss is the news (`onLost`), not this.
+                let asked = ObjectIdentifier(connection)
+                loop.execute { [self] in
+                    guard let current = self.connection, ObjectIdentifier(current) == asked, !stopped else { return }
+                    withoutName(
+                        "cannot own the distributor's name on the bus: apps cannot register with Herald until it can",
+                        metadata: ["name": "\(options.serviceName)", "error": "\(error)"])
+                }
             }
         }
         scheduleRetry()
+    }
+
+    /// The name was refused (another process owns it, the bus's policy, no answer in time): said once, at `error`
+    /// (again at `debug`), then asked again on a new connection after the backoff, until the name is Herald's.
+    private func withoutName(_ message: Logger.Message, metadata: Logger.Metadata) {
+        guard !stopped else { return }
+        if warnedNoName {
+            logger.debug("\(message); asking again", metadata: metadata)
+        } else {
+            warnedNoName = true
+            logger.error("\(message); asking again with backoff", metadata: metadata)
+        }
+        connection?.onLost = { _ in }
+        connection?.close()
+        connection = nil
+        ownsName = false
+        inFlight = []
+        checkingOwner = []
+        guard reconnectTask == nil else { return }
+        let delay = reconnectDelay
+        reconnectDelay = min(reconnectDelay * 2, options.maxReconnectDelay)
+        reconnectTask = loop.scheduleTask(in: delay) { [self] in connect() }
     }
 
     private func unavailable(_ reason: String) {

@@ -1,8 +1,10 @@
 import Foundation
+import Herald
 import HeraldSQLite
 import HeraldTLS
 import HeraldTesting
 import HeraldUnifiedPush
+import Logging
 import Testing
 
 /// Herald as a UnifiedPush distributor and push provider, end to end: a private `dbus-daemon`, a UnifiedPush app in
@@ -174,6 +176,34 @@ extension DistributorTests {
             #expect(owned, "the distributor did not own its name again")
             let back = try world.app("org.example.Loyal", version: 2)
             #expect(try await back.next("message")["body"] == Array("kept".utf8).hex)
+        }
+    }
+
+    @Test(
+        "the bus refuses the distributor's name (its policy): one error, asked again with backoff, and the name is Herald's once the bus allows it"
+    )
+    func nameRefusedThenAllowed() async throws {
+        let world = try UnifiedPushWorld()
+        try await world.startBus()
+        try await world.refuseOwnership(of: "org.unifiedpush.Distributor.herald")
+        let logs = LogCollector()
+        let store = try SQLiteStore(directory: world.dataDirectory)
+        var options = UnifiedPushDistributor.Options(busAddress: world.bus.address)
+        options.reconnectDelay = .milliseconds(50)
+        options.maxReconnectDelay = .milliseconds(200)
+        let distributor = UnifiedPushDistributor(options: options, store: store)
+        let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store, logger: logs.logger())
+        @Sendable func refusals(_ level: Logger.Level) -> Int {
+            logs.all.filter { $0.level == level && $0.message.contains("cannot own the distributor's name") }.count
+        }
+        try await withStarted(herald, plugins: [distributor]) { herald in
+            // Refused, said once, and asked again (each later refusal at debug).
+            #expect(await eventually { refusals(.debug) >= 2 }, "\(logs.all.map(\.message))")
+            #expect(refusals(.error) == 1, "\(logs.all.map(\.message))")
+            #expect(try await herald.loop.submit { distributor.ownsName } == false)
+            try await world.refuseOwnership(of: nil)
+            #expect(try await eventually { try await herald.loop.submit { distributor.ownsName } }, "\(logs.all.map(\.message))")
+            #expect(try await world.distributorOwnsName())
         }
     }
 

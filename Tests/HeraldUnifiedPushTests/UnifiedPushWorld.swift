@@ -98,6 +98,30 @@ final class UnifiedPushWorld: @unchecked Sendable {
         try await onOwnThread { self.bus.stop() }
     }
 
+    /// Makes the running bus refuse `name` to every connection (a `deny own` rule after the configuration's
+    /// `allow own="*"`), or with `nil` allow every name again, and has it read its configuration again
+    /// (`ReloadConfig`, answered once the new rules are in force).
+    func refuseOwnership(of name: String?) async throws {
+        let config = "\(directory)/bus.conf"
+        var text = try String(contentsOfFile: config, encoding: .utf8)
+        text = text.replacingOccurrences(of: #"<deny own="[^"]*"/>\n"#, with: "", options: .regularExpression)
+        if let name {
+            text = text.replacingOccurrences(of: #"<allow own="*"/>"#, with: #"<allow own="*"/>"# + "\n<deny own=\"\(name)\"/>\n")
+        }
+        try text.write(toFile: config, atomically: true, encoding: .utf8)
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
+        let reply = try await onOwnThread {
+            try runExecutable(
+                URL(fileURLWithPath: "/usr/bin/dbus-send"),
+                [
+                    "--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.ReloadConfig",
+                ],
+                environment: environment)
+        }
+        try #require(reply.status == 0, "ReloadConfig: \(reply.output) \(reply.error)")
+    }
+
     /// Whether someone owns the distributor's name on the bus now (asked with dbus-send).
     func distributorOwnsName() async throws -> Bool {
         let environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
