@@ -218,7 +218,7 @@ final class PresenterSession: @unchecked Sendable {
                 // Neither an owner nor a clear "none" (no answer in time, say): left so, the presenter would wait in
                 // `connecting` until the service's name changed hands, keeping what arrives. Ask again, on a new
                 // connection, after the backoff.
-                unlessLostMeanwhile { [self] in
+                connection.nextTurnIfOpen { [self] in
                     guard case .connecting = phase else { return }
                     logger.debug("asking for the notification service failed; asking again", metadata: ["error": "\(error)"])
                     askAgainLater()
@@ -253,23 +253,11 @@ final class PresenterSession: @unchecked Sendable {
             case .success(let reply) where reply.stringArray()?.contains(Self.service) == true: serviceAppeared(owner: nil)
             case .success: serviceAbsent()
             case .failure:
-                unlessLostMeanwhile { [self] in
+                connection?.nextTurnIfOpen { [self] in
                     guard case .connecting = phase else { return }
                     serviceAbsent()
                 }
             }
-        }
-    }
-
-    /// Runs `body` on the loop's next turn if the connection is still the one of now. A call that fails with its
-    /// connection's loss fails first (sd-bus answers the pending calls, then reports the loss, in the same turn):
-    /// what the failure would conclude (no service, ask again) is then left to `connectionLost`, which reports the
-    /// loss as such (its warning, the kept notifications to the log) and connects again.
-    private func unlessLostMeanwhile(_ body: @escaping @Sendable () -> Void) {
-        let asked = connection.map(ObjectIdentifier.init)
-        loop.execute { [self] in
-            guard asked != nil, connection.map(ObjectIdentifier.init) == asked else { return }
-            body()
         }
     }
 
@@ -344,7 +332,7 @@ final class PresenterSession: @unchecked Sendable {
                 logger.debug("notification service ready", metadata: ["capabilities": "\(capabilities.sorted())"])
                 presentPending()
             case .failure(let error):
-                unlessLostMeanwhile { [self] in
+                connection?.nextTurnIfOpen { [self] in
                     guard case .resolving(let current) = phase, current == owner else { return }
                     logger.debug("the notification service did not answer GetCapabilities", metadata: ["error": "\(error)"])
                     serviceAbsent()

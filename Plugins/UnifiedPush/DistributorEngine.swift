@@ -128,11 +128,9 @@ final class DistributorEngine: @unchecked Sendable {
                     "another process owns the distributor's name on the bus: apps cannot register with Herald until it is free",
                     metadata: ["name": "\(options.serviceName)"])
             case .failure(let error):
-                // A lost connection fails the call first and is reported just after, in the same turn of the loop:
-                // then that loss is the news (`onLost`), not this.
-                let asked = ObjectIdentifier(connection)
-                loop.execute { [self] in
-                    guard let current = self.connection, ObjectIdentifier(current) == asked, !stopped else { return }
+                // Unless the connection was lost (that loss is the news, `onLost`, not this).
+                connection.nextTurnIfOpen { [self] in
+                    guard !stopped else { return }
                     withoutName(
                         "cannot own the distributor's name on the bus: apps cannot register with Herald until it can",
                         metadata: ["name": "\(options.serviceName)", "error": "\(error)"])

@@ -297,6 +297,18 @@ package final class DBusConnection {
         kick()
     }
 
+    /// Runs `body` on the loop's next turn if this connection is still open then. For what a failed call concludes
+    /// (a service absent, a name refused): a call that fails because the connection was lost fails first and the
+    /// loss is reported just after, in the same turn, so the conclusion gives way to ``onLost``, which reports the
+    /// loss as such; likewise when the connection's owner closed it meanwhile. Loop thread only.
+    package func nextTurnIfOpen(_ body: @escaping () -> Void) {
+        let bound = LoopBound((connection: self, body: body), loop: loop)
+        loop.execute {
+            let (connection, body) = bound.value
+            if connection.isOpen { body() }
+        }
+    }
+
     /// Runs sd-bus now: what a handler answered outside sd-bus's own processing (a deferred reply) is sent.
     package func flush() { kick() }
 
@@ -318,7 +330,9 @@ package final class DBusConnection {
                     bus, nil, message,
                     { message, userdata, _ in
                         Unmanaged<DBusConnection>.fromOpaque(userdata!).takeUnretainedValue().didReply(DBusMessage(raw: message!))
-                        return 0
+                        // Handled. sd-bus passes this on as `sd_bus_process`'s result when it fails the pending calls
+                        // of a lost connection: 0 would say "nothing done" there.
+                        return 1
                     }, Unmanaged.passUnretained(self).toOpaque(), microseconds)
                 var cookie: UInt64 = 0
                 if result >= 0, sd_bus_message_get_cookie(message, &cookie) >= 0 { replies[cookie] = reply }
@@ -399,6 +413,10 @@ package final class DBusConnection {
 
     /// Runs sd-bus until it has nothing left to do, then waits for what it needs next. Not reentrant: a call
     /// from inside one of its callbacks is left to the running pass.
+    ///
+    /// A lost connection is seen through in one pass: sd-bus fails the pending calls one per `sd_bus_process`, then
+    /// closes, and the pass ends in ``onLost``. So a pending call's failure and the loss come in the same turn of the
+    /// loop, the failure first: what a caller defers to the next turn finds the connection already lost.
     private func kick() {
         guard let bus, !processing else { return }
         processing = true
@@ -409,7 +427,9 @@ package final class DBusConnection {
                 lose(String(cString: strerror(-result)))
                 return
             }
-            if result == 0 || closeRequested { break }
+            if closeRequested { break }
+            // 0 is "nothing to do" while the connection is open; closing, sd-bus goes on until it reports the loss.
+            if result == 0, sd_bus_is_open(bus) > 0 { break }
         }
         processing = false
         if closeRequested {
