@@ -104,10 +104,7 @@ final class DistributorEngine: @unchecked Sendable {
         }
         self.connection = connection
         connection.onLost = { [unowned self] reason in
-            self.connection = nil
-            ownsName = false
-            inFlight = []
-            checkingOwner = []
+            forgetConnection()
             unavailable("connection lost: \(reason)")
         }
         connection.onSignal = { [unowned self] signal in nameOwnerChanged(signal) }
@@ -152,14 +149,19 @@ final class DistributorEngine: @unchecked Sendable {
         }
         connection?.onLost = { _ in }
         connection?.close()
-        connection = nil
-        ownsName = false
-        inFlight = []
-        checkingOwner = []
+        forgetConnection()
         guard reconnectTask == nil else { return }
         let delay = reconnectDelay
         reconnectDelay = min(reconnectDelay * 2, options.maxReconnectDelay)
         reconnectTask = loop.scheduleTask(in: delay) { [self] in connect() }
+    }
+
+    /// What belonged to the connection that is gone (lost, or closed to ask for the name again).
+    private func forgetConnection() {
+        connection = nil
+        ownsName = false
+        inFlight = []
+        checkingOwner = []
     }
 
     private func unavailable(_ reason: String) {
