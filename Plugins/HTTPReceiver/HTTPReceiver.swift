@@ -245,7 +245,7 @@ public final class HTTPReceiver: Receiver, @unchecked Sendable {
         refresher?.cancel()
         sendersRefresher?.cancel()
         guard let context else { return }
-        // Returns once every connection has closed, its answers out (or a second has passed).
+        // Returns once every connection has closed, its answers out (or its peer took none of them for a second).
         await context.loop.submit { done in
             // HTTP/2 clients are told with a GOAWAY, sent as the connections close.
             for connection in self.connections.values { connection.shutdown() }

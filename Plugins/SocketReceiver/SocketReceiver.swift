@@ -125,7 +125,7 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
 
     public func stop() async {
         guard let context else { return }
-        // Returns once every connection has closed, its answers out (or a second has passed).
+        // Returns once every connection has closed, its answers out (or its peer took none of them for a second).
         await context.loop.submit { done in
             guard let listener = self.listener else { return done() }
             self.listener = nil

@@ -337,6 +337,26 @@ struct SocketReceiverTests {
         "at a stop the answers written go out whole: a client that reads only once the stop began gets every answer, then the end of the stream (also when it had half-closed, so that the session was already ending)",
         arguments: [false, true])
     func answersGoOutAtStop(halfClosed: Bool) async throws {
+        // Far more answers than the socket's buffers hold: most wait in the receiver until the client reads.
+        let count = 10_000
+        try await answersWaiting(count, halfClosed: halfClosed) { herald, client in
+            let stopped = Task { await herald.shutdown() }
+            // On a thread of its own: a client that waits for a turn of Swift's cooperative pool is one that does not read.
+            nonisolated(unsafe) let reader = client
+            let (answers, closed) = try await onOwnThread { (reader.readLines(count + 1), reader.readsClosed()) }
+            #expect(answers.count == count)
+            #expect(
+                answers.allSatisfy { $0.contains("projects/demo/messages/") }, "\(answers.filter { !$0.contains("projects/") }.prefix(2))")
+            #expect(closed)
+            await stopped.value
+        }
+    }
+
+    /// A Herald whose socket receiver was sent `count` lines on `client`'s connection (then the end of its stream, when
+    /// `halfClosed`) and has handled them all, their answers waiting for the client to read them.
+    private func answersWaiting(
+        _ count: Int, halfClosed: Bool = false, _ body: (Herald, TestSocketClient) async throws -> Void
+    ) async throws {
         final class Counter: MessageHandler, Sendable {
             let count = Locked(0)
             func didReceive(_ message: RemoteMessage) async throws { count.withLock { $0 += 1 } }
@@ -351,18 +371,51 @@ struct SocketReceiverTests {
         try await herald.start()
         let token = try await herald.token()
         let client = try TestSocketClient(.unix(path: path))
-        // Far more answers than the socket's buffers hold: most wait in the receiver until the client reads.
-        let count = 10_000
         var lines = ""
         for n in 0..<count { lines += #"{"message": {"token": "\#(token)", "data": {"n": "\#(n)"}}}"# + "\n" }
         client.send(lines)
         if halfClosed { client.halfClose() }
         #expect(await eventually { handler.count.withLock { $0 } == count })
-        let stopped = Task { await herald.shutdown() }
-        let answers = client.readLines(count + 1)
-        #expect(answers.count == count)
-        #expect(answers.allSatisfy { $0.contains("projects/demo/messages/") }, "\(answers.filter { !$0.contains("projects/") }.prefix(2))")
-        #expect(client.readsClosed())
-        await stopped.value
+        try await body(herald, client)
+    }
+
+    @Test(
+        "at a stop a client that reads its answers slowly, for longer than the linger, still gets every one: a connection is closed as it is only once its peer has taken nothing for the linger"
+    )
+    func slowReaderAtStop() async throws {
+        let count = 10_000
+        try await answersWaiting(count) { herald, client in
+            let stopped = Task { await herald.shutdown() }
+            // 64 KiB every 300 ms: the answers (about 700 KB) take some 3 s to read, three times the linger. The pace is
+            // what is tested; on a thread of its own, so that the pace is the client's, not the cooperative pool's.
+            nonisolated(unsafe) let reader = client
+            let (data, closed) = try await onOwnThread { () -> ([UInt8], Bool) in
+                var data: [UInt8] = []
+                while data.count(where: { $0 == UInt8(ascii: "\n") }) < count {
+                    let chunk = reader.read(until: { $0.count >= 65_536 })
+                    if chunk.isEmpty { break }
+                    data += chunk
+                    Thread.sleep(forTimeInterval: 0.3)
+                }
+                return (data, reader.readsClosed())
+            }
+            let answers = String(decoding: data, as: UTF8.self).split(separator: "\n")
+            #expect(answers.count == count)
+            #expect(answers.allSatisfy { $0.contains("projects/demo/messages/") })
+            #expect(closed)
+            await stopped.value
+        }
+    }
+
+    @Test("at a stop a client that takes none of its answers is closed once the linger has passed; the stop ends")
+    func stuckReaderAtStop() async throws {
+        let count = 10_000
+        try await answersWaiting(count) { herald, client in
+            await herald.shutdown()
+            // What the kernel's buffers held, then the end: the rest was never written.
+            let data = client.read(until: { _ in false })
+            #expect(data.count { $0 == UInt8(ascii: "\n") } < count)
+            #expect(client.readsClosed())
+        }
     }
 }

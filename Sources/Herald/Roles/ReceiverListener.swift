@@ -30,6 +30,8 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// Called once every connection has closed, after ``close(linger:completion:)``.
     private var closeWaiters: [() -> Void] = []
     private var lingerTimer: ScheduledTask?
+    /// While closing: each connection's queued bytes at the last look of the linger timer.
+    private var queuedAtLastLook: [ObjectIdentifier: Int] = [:]
 
     /// - Parameters:
     ///   - context: the plugin's context: its loop and logger.
@@ -94,8 +96,8 @@ public final class ReceiverListener<Session: ReceiverSession> {
 
     /// Closes the servers and every connection. What the connections have written still goes out: each stops
     /// reading and is half-closed once its queued writes are out (its peer reads every answer, then the end), then
-    /// closed — or closed as it is after `linger`, when its peer does not take them. `completion` runs once every
-    /// connection has closed.
+    /// closed — or closed as it is when its peer has taken none of them for `linger` (a peer that reads, however
+    /// slowly, gets them all). `completion` runs once every connection has closed.
     public func close(linger: Duration = .seconds(1), completion: @escaping () -> Void) {
         close(linger: linger, then: completion)
     }
@@ -116,14 +118,42 @@ public final class ReceiverListener<Session: ReceiverSession> {
             connection.shutdownWriting { _ in connection.close() }
         }
         guard lingerTimer == nil else { return }
+        for (key, entry) in sessions { queuedAtLastLook[key] = entry.connection.writeQueueSize }
+        scheduleLingerLook(linger)
+    }
+
+    /// In `linger`, closes the connections whose queued bytes did not change since the last look (their peer took
+    /// none), and looks again later while any is open. A look that comes late (the loop was held up: by a loaded
+    /// machine, say) only looks: the loop runs timers before it writes what became writable meanwhile, so a peer that
+    /// read would look idle.
+    private func scheduleLingerLook(_ linger: Duration) {
+        let scheduled = ContinuousClock.now
         // The timer keeps the listener until every connection has closed (its owner may have let it go).
-        let closeAll = LoopBound({ for entry in self.sessions.values { entry.connection.close() } }, loop: context.loop)
-        lingerTimer = context.loop.scheduleTask(in: linger) { closeAll.value() }
+        let look = LoopBound(
+            {
+                let late = ContinuousClock.now - scheduled > linger * 3 / 2
+                for (key, entry) in self.sessions {
+                    let queued = entry.connection.writeQueueSize
+                    if !late, self.queuedAtLastLook[key] == queued {
+                        if queued > 0 {
+                            self.context.logger.warning(
+                                "closing a connection at stop: its peer took none of its answers for the linger; they are not sent",
+                                metadata: ["peer": "\(entry.connection.label)", "bytes": "\(queued)", "linger": "\(linger)"])
+                        }
+                        entry.connection.close()
+                    } else {
+                        self.queuedAtLastLook[key] = queued
+                    }
+                }
+                if !self.sessions.isEmpty { self.scheduleLingerLook(linger) }
+            }, loop: context.loop)
+        lingerTimer = context.loop.scheduleTask(in: linger) { look.value() }
     }
 
     private func closeFinished() {
         lingerTimer?.cancel()
         lingerTimer = nil
+        queuedAtLastLook = [:]
         let waiters = closeWaiters
         closeWaiters.removeAll()
         for waiter in waiters { waiter() }
