@@ -2,6 +2,8 @@
 #define HERALD_CLIBUV_SHIM_H
 
 #include <uv.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <string.h>
 #include <sys/prctl.h>
 
@@ -12,6 +14,13 @@ static inline int herald_set_thread_name(const char *name) { return prctl(PR_SET
 static inline size_t herald_uv_tcp_size(void) { return sizeof(uv_tcp_t); }
 static inline size_t herald_uv_pipe_size(void) { return sizeof(uv_pipe_t); }
 static inline size_t herald_uv_process_size(void) { return sizeof(uv_process_t); }
+
+/* Bytes written to a socket that its peer has not taken yet (SIOCOUTQ: for TCP, not yet acknowledged; for a Unix
+   socket, not yet read, counted as the kernel charges them), or -1 when it cannot be asked. */
+static inline int herald_socket_untaken(int fd) {
+    int count = 0;
+    return ioctl(fd, SIOCOUTQ, &count) == 0 ? count : -1;
+}
 
 /* libuv's handles all begin with the uv_handle_t fields; these casts keep the Swift side free of
    pointer rebinding for the common "treat this handle as a uv_handle_t / uv_stream_t" case. */

@@ -65,6 +65,17 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
         return isClosing ? 0 : uv_stream_get_write_queue_size(stream) + gathered.count
     }
 
+    /// Bytes written that the peer has not taken yet: those queued here (``writeQueueSize``) and those in the kernel's
+    /// send queue (for TCP, not yet acknowledged by the peer; for a Unix socket, not yet read by it, as the kernel
+    /// counts them). It goes down while the peer reads, also while the queue here stays as it is: the kernel asks for
+    /// more only once most of its queue has been read.
+    package var untakenBytes: Int {
+        loop.preconditionInEventLoop()
+        guard !isClosing else { return 0 }
+        let fd = fileDescriptor
+        return writeQueueSize + (fd >= 0 ? max(0, Int(herald_socket_untaken(fd))) : 0)
+    }
+
     /// The socket's file descriptor (for tests and diagnostics; do not read or write it behind libuv's back).
     var fileDescriptor: Int32 {
         loop.preconditionInEventLoop()

@@ -30,8 +30,8 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// Called once every connection has closed, after ``close(linger:completion:)``.
     private var closeWaiters: [() -> Void] = []
     private var lingerTimer: ScheduledTask?
-    /// While closing: each connection's queued bytes at the last look of the linger timer.
-    private var queuedAtLastLook: [ObjectIdentifier: Int] = [:]
+    /// While closing: each connection's bytes its peer had not taken at the last look of the linger timer.
+    private var untakenAtLastLook: [ObjectIdentifier: Int] = [:]
 
     /// - Parameters:
     ///   - context: the plugin's context: its loop and logger.
@@ -118,31 +118,30 @@ public final class ReceiverListener<Session: ReceiverSession> {
             connection.shutdownWriting { _ in connection.close() }
         }
         guard lingerTimer == nil else { return }
-        for (key, entry) in sessions { queuedAtLastLook[key] = entry.connection.writeQueueSize }
+        for (key, entry) in sessions { untakenAtLastLook[key] = entry.connection.untakenBytes }
         scheduleLingerLook(linger)
     }
 
-    /// In `linger`, closes the connections whose queued bytes did not change since the last look (their peer took
-    /// none), and looks again later while any is open. A look that comes late (the loop was held up: by a loaded
-    /// machine, say) only looks: the loop runs timers before it writes what became writable meanwhile, so a peer that
-    /// read would look idle.
+    /// In `linger`, closes the connections whose peer took nothing since the last look (the bytes it has not taken,
+    /// queued here or in the kernel, are as many as then), and looks again later while any is open. The kernel's part
+    /// counts: it takes more from the queue here only once most of its own has been read, so a peer that reads slowly
+    /// can leave the queue here unchanged for longer than the linger.
     private func scheduleLingerLook(_ linger: Duration) {
-        let scheduled = ContinuousClock.now
         // The timer keeps the listener until every connection has closed (its owner may have let it go).
         let look = LoopBound(
             {
-                let late = ContinuousClock.now - scheduled > linger * 3 / 2
                 for (key, entry) in self.sessions {
-                    let queued = entry.connection.writeQueueSize
-                    if !late, self.queuedAtLastLook[key] == queued {
-                        if queued > 0 {
+                    let untaken = entry.connection.untakenBytes
+                    if self.untakenAtLastLook[key] == untaken {
+                        let unsent = entry.connection.writeQueueSize
+                        if unsent > 0 {
                             self.context.logger.warning(
                                 "closing a connection at stop: its peer took none of its answers for the linger; they are not sent",
-                                metadata: ["peer": "\(entry.connection.label)", "bytes": "\(queued)", "linger": "\(linger)"])
+                                metadata: ["peer": "\(entry.connection.label)", "bytes": "\(unsent)", "linger": "\(linger)"])
                         }
                         entry.connection.close()
                     } else {
-                        self.queuedAtLastLook[key] = queued
+                        self.untakenAtLastLook[key] = untaken
                     }
                 }
                 if !self.sessions.isEmpty { self.scheduleLingerLook(linger) }
@@ -153,7 +152,7 @@ public final class ReceiverListener<Session: ReceiverSession> {
     private func closeFinished() {
         lingerTimer?.cancel()
         lingerTimer = nil
-        queuedAtLastLook = [:]
+        untakenAtLastLook = [:]
         let waiters = closeWaiters
         closeWaiters.removeAll()
         for waiter in waiters { waiter() }
