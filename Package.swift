@@ -93,6 +93,13 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
+        // zlib's CRC-32, the checksum of each frame of the inbox's log file (HeraldSQLite's `InboxLog`).
+        .systemLibrary(
+            name: "CZlib",
+            path: "Sources/CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         // The HTTP/1.1 parser of HeraldHTTP's session.
         .systemLibrary(
             name: "CHTTPParser",
@@ -181,7 +188,10 @@ let package = Package(
         // The durable store on SQLite: identity, topics, the inbox, the de-duplication window; the analytics sink.
         .target(
             name: "HeraldSQLite",
-            dependencies: ["Herald", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")],
+            dependencies: [
+                "Herald", "HeraldEventLoop", "CZlib", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The analytics report read from the sink's file, as text and as a self-contained HTML page (`herald report`).

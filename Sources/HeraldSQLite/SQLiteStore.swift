@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Glibc
 public import Herald
+import HeraldEventLoop
 
 /// The embedded default `HeraldStore`: one SQLite file, `<directory>/herald.sqlite`, opened with GRDB.
 ///
@@ -19,8 +20,14 @@ public import Herald
 public final class SQLiteStore: HeraldStore, Sendable {
     /// The path of the database file, `<directory>/herald.sqlite`.
     public let path: String
+    /// The path of the inbox's log, `<directory>/inbox.log` (`InboxLog`): the pending messages and the
+    /// de-duplication window.
+    package let inboxLogPath: String
 
     let database: DatabaseQueue
+    /// The inbox's log, opened by the first call that needs it (`load`, `commit`, `release`, `deleteAll`): the
+    /// commands that change the store beside a running daemon (senders, credentials, a topic) never open it.
+    private let inboxLog = Locked<InboxLog?>(nil)
 
     /// Opens the store in `directory`, creating the directory (mode 0700) and the database file when missing, and
     /// brings the schema up to date.
@@ -35,12 +42,13 @@ public final class SQLiteStore: HeraldStore, Sendable {
         try Self.makeDirectory(directory)
         let path = directory.hasSuffix("/") ? directory + "herald.sqlite" : directory + "/herald.sqlite"
         self.path = path
+        inboxLogPath = directory.hasSuffix("/") ? directory + "inbox.log" : directory + "/inbox.log"
         try Self.checkNotOrphanedLog(path)
         try Self.checkLogHeader(path)
         // A new store's file is made 0600 before SQLite opens it (SQLite would use 0644 less the umask); its
         // write-ahead log and shared-memory file take the database file's mode. The registration token is in it.
         let created = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if created >= 0 { close(created) }
+        if created >= 0 { Glibc.close(created) }
 
         var configuration = Configuration()
         configuration.label = "HeraldSQLite"
@@ -78,7 +86,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
         let log = path + "-wal"
         let fd = open(log, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return }
-        defer { close(fd) }
+        defer { Glibc.close(fd) }
         var header = [UInt8](repeating: 0, count: 32)
         guard Glibc.read(fd, &header, 32) == 32 else { return }
         let words = (0..<8).map { index in header[index * 4..<index * 4 + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
@@ -126,23 +134,32 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// Always `true`: what ``commit(_:window:now:)`` writes is on disk when it returns.
     public var isDurable: Bool { true }
 
-    /// Prunes the de-duplication window to `window` at `now`, then reads the identity, the topics, the window's
-    /// message IDs (oldest first) and the pending inbox entries (in acceptance order). Any thread, one call at a time.
+    /// Reads the identity and the topics, and from the inbox's log the pending entries (in acceptance order, this start
+    /// counted for each, durably) and the window's message IDs (oldest first, pruned to `window` at `now`). Any thread,
+    /// one call at a time.
     public func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
-        do {
-            return try database.writeWithoutTransaction { db in
-                var state = StoredState()
-                try db.inTransaction(.immediate) {
-                    try Self.pruneWindow(db, window: window, now: now, newestPosition: Self.newestPosition(db))
-                    // This start counts for every pending entry (committed with the read, before any is replayed).
-                    try db.execute(sql: "UPDATE inbox SET replays = replays + 1")
-                    state = try Self.read(db, window: window, now: now)
-                    return .commit
+        try withInboxLog { log throws(StoreError) in
+            try settleQuarantineMoves(log, window: window, now: now)
+            let inbox = try log.load(window: window, now: now)
+            var state = StoredState()
+            do {
+                try database.read { db in
+                    if let row = try Row.fetchOne(
+                        db, sql: "SELECT installation_id, token, device_token, token_retired_at FROM identity WHERE id = 1")
+                    {
+                        state.identity = StoredIdentity(
+                            installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1),
+                            deviceToken: try row.decode(atIndex: 2), tokenRetiredAt: try row.decode(atIndex: 3))
+                    }
+                    state.topics = try String.fetchSet(db, sql: "SELECT name FROM topic")
                 }
-                return state
+            } catch {
+                throw Self.storeError(error, path: path, during: .read)
             }
-        } catch {
-            throw Self.storeError(error, path: path, during: .read)
+            state.pending = inbox.pending
+            state.replays = inbox.replays
+            state.seenMessageIDs = inbox.seen
+            return state
         }
     }
 
@@ -164,106 +181,139 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 
-    /// Applies one group commit in one write transaction, fsynced before it returns: the accepted records enter the
-    /// inbox (replacing an entry with the same message ID) and the window (at `now`), the finished IDs leave the
-    /// inbox, and the window is pruned to its age and count limits. Any thread, one call at a time.
-    ///
-    /// Each accepted record is one `INSERT` into `inbox`, each finished ID one `DELETE`, and the batch's IDs one row of
-    /// `seen`; the per-message values are bound through the sqlite3 C API on cached statements (see `RawStatement`).
-    ///
-    /// The window's count limit is applied to whole rows of `seen`, by position: exact for distinct IDs, and `load`
-    /// trims the partly covered oldest row. An ID accepted again while still in the window counts twice until the next
-    /// `load` rewrites the window without the repeat; until then the window may drop its oldest IDs that much early,
-    /// never hold more than `maximumCount`. (Herald's bus never does that: it refuses an ID that is in its window.)
+    /// Applies one group commit, durable before it returns: the accepted records enter the inbox (replacing an entry
+    /// with the same message ID) and the window (at `now`), the finished IDs leave the inbox, and the window is pruned
+    /// to its age and count limits — one frame appended to the inbox's log and one `fdatasync` (`InboxLog`). The
+    /// quarantined IDs are first copied into the quarantine (a SQLite transaction), then leave the inbox with the
+    /// rest; a crash between the two leaves them in both, which the next `load` settles. Any thread, one call at a time.
     ///
     /// - Throws: `StoreError/writeFailed(path:detail:)` when the disk is full, the file system is read-only or an
     ///   I/O error occurs; nothing of the batch is then stored.
-    ///
-    /// One function on purpose: one transaction, whose statements must run in the order written here.
     public func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
-        try write { db in
-            // The order is chosen so that the pages the pruning and the finished entries free are reused by the
-            // inserts that follow, in the same transaction: fewer distinct pages reach the WAL. The result is the same
-            // as inserting first.
-            // The IDs the window keeps: not those made on receipt (`InboxRecord.deduplicates`).
-            let windowIDs = batch.accepted.lazy.filter(\.deduplicates).map(\.messageID)
-            let recordsWindow = !windowIDs.isEmpty && window.maximumCount > 0
-            let position = try Self.newestPosition(db) + (recordsWindow ? Int64(windowIDs.count) : 0)
-            try Self.pruneWindow(db, window: window, now: now, newestPosition: position)
-
-            // An ID both accepted and finished in this batch leaves after its new entry is written, as if the batch
-            // were applied in order. (IDs are compared as SQLite stores them, up to the first NUL.)
-            var finishedLater: [String] = []
-            // The accepted IDs, taken out of their records once (a lazy map through the records copied each whole).
-            let acceptedIDs = batch.accepted.map(\.messageID)
-            if !batch.finished.isEmpty {
-                let acceptedAsStored = acceptedIDs.isEmpty ? [] : Set(acceptedIDs.lazy.map(Self.storedID))
-                let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
-                var values = StatementValues()
-                for messageID in batch.finished {
-                    if !acceptedAsStored.isEmpty && acceptedAsStored.contains(Self.storedID(messageID)) {
-                        finishedLater.append(messageID)
-                        continue
+        try withInboxLog { log throws(StoreError) in
+            let moving = batch.quarantined.compactMap { log.pendingRecord($0) }
+            if !moving.isEmpty {
+                try write { db in
+                    let insert = try RawStatement(
+                        db,
+                        sql: """
+                            INSERT OR REPLACE INTO quarantine
+                                (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at)
+                            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            """)
+                    for (record, replays) in moving {
+                        try Self.bind(record, to: insert)
+                        try insert.bind(9, Int64(replays))
+                        try insert.bind(10, now)
+                        try insert.execute()
                     }
-                    values.removeAll()
-                    values.text(1, messageID)
-                    try delete.execute(values)
                 }
             }
-            if !batch.accepted.isEmpty {
-                let insert = try RawStatement(
-                    db,
-                    sql: """
-                        INSERT OR REPLACE INTO inbox
-                            (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                        """)
-                var values = StatementValues()
-                for record in batch.accepted {
-                    values.removeAll()
-                    values.text(1, record.messageID)
-                    values.blob(2, record.userInfo)
-                    values.text(3, record.targetKind)
-                    values.text(4, record.targetValue)
-                    values.text(5, record.collapseKey)
-                    try insert.bind(6, Int64(record.priority))
-                    try insert.bind(7, record.expiration)
-                    try insert.bind(8, record.receivedAt)
-                    try insert.execute(values)  // Its bindings cleared: no copy of the last message stays with it.
-                }
-                if recordsWindow {
-                    let insertSeen = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")
-                    try insertSeen.bind(1, position)
-                    try insertSeen.bind(2, now)
-                    try insertSeen.bind(3, Self.encodeWindowIDs(windowIDs))
-                    try insertSeen.execute()
-                }
-            }
-            if !finishedLater.isEmpty {
-                let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
-                for messageID in finishedLater {
+            try log.commit(
+                accepted: batch.accepted, finished: batch.quarantined.isEmpty ? batch.finished : batch.finished + batch.quarantined,
+                window: window, now: now)
+        }
+    }
+
+    /// Binds `record`'s eight columns, in `inbox`'s and `quarantine`'s order, to `statement`'s first eight parameters.
+    private static func bind(_ record: InboxRecord, to statement: RawStatement) throws {
+        try statement.bind(1, record.messageID)
+        try statement.bind(2, record.userInfo)
+        try statement.bind(3, record.targetKind)
+        try statement.bind(4, record.targetValue)
+        try statement.bind(5, record.collapseKey)
+        try statement.bind(6, Int64(record.priority))
+        try statement.bind(7, record.expiration)
+        try statement.bind(8, record.receivedAt)
+    }
+
+    /// Messages found both in the inbox and in the quarantine: a crash came between the two steps of a move. Released
+    /// ones (back in the inbox by ``release(_:)``) leave the quarantine; the others leave the inbox.
+    private func settleQuarantineMoves(_ log: InboxLog, window: DeduplicationWindow, now: Int64) throws(StoreError) {
+        let quarantined: [String]
+        do {
+            quarantined = try database.read { db in try String.fetchAll(db, sql: "SELECT message_id FROM quarantine") }
+        } catch {
+            throw Self.storeError(error, path: path, during: .read)
+        }
+        let both = quarantined.filter { log.pendingRecord($0) != nil }
+        guard !both.isEmpty else { return }
+        let released = both.filter { log.isReleased($0) }
+        if !released.isEmpty {
+            try write { db in
+                let delete = try RawStatement(db, sql: "DELETE FROM quarantine WHERE message_id = ?")
+                for messageID in released {
                     try delete.bind(1, messageID)
                     try delete.execute()
                 }
             }
-            if !batch.quarantined.isEmpty {
-                let move = try RawStatement(
+        }
+        let moved = both.filter { !log.isReleased($0) }
+        if !moved.isEmpty { try log.commit(accepted: [], finished: moved, window: window, now: now) }
+    }
+
+    /// Closes the inbox's log, which one store at a time has open (the next use opens it again, reading it back):
+    /// another store may then open it, as a process started later would.
+    public func close() {
+        inboxLog.withLock { $0 = nil }
+    }
+
+    /// Runs `body` with the inbox's log, opened (and given the inbox rows and window of a store from before the log) by
+    /// the first call.
+    private func withInboxLog<T>(_ body: (InboxLog) throws(StoreError) -> T) throws(StoreError) -> T {
+        try inboxLog.withLock { (opened: inout InboxLog?) throws(StoreError) -> T in
+            if let opened { return try body(opened) }
+            let hasLog: Bool
+            do {
+                hasLog = try database.read { db in try Bool.fetchOne(db, sql: "SELECT count(*) > 0 FROM inbox_log") ?? false }
+            } catch {
+                throw Self.storeError(error, path: path, during: .read)
+            }
+            var status = stat()
+            if hasLog, stat(inboxLogPath, &status) != 0, errno == ENOENT {
+                throw .corrupt(
+                    path: inboxLogPath,
+                    detail:
+                        "the inbox's log is missing beside \(path), which has used one: it was deleted or moved. Put inbox.log back, or move both files aside to start a new store (a new registration token; messages not yet handled are lost)"
+                )
+            }
+            let log = try InboxLog(path: inboxLogPath)
+            try adoptRows(into: log, firstOpen: !hasLog)
+            opened = log
+            return try body(log)
+        }
+    }
+
+    /// Moves the inbox rows and the window of a store written before the inbox's log into the log (once, durably),
+    /// then deletes them from the database. A crash between the two moves them again at the next open: the same
+    /// records, with the same start counts.
+    private func adoptRows(into log: InboxLog, firstOpen: Bool) throws(StoreError) {
+        guard firstOpen else { return }
+        var records: [(InboxRecord, Int)] = []
+        var seen: [(id: String, seenAt: Int64)] = []
+        do {
+            try database.read { db in
+                let rows = try Row.fetchCursor(
                     db,
                     sql: """
-                        INSERT OR REPLACE INTO quarantine
-                            (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at)
-                        SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, ?
-                        FROM inbox WHERE message_id = ?
+                        SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays
+                        FROM inbox ORDER BY seq
                         """)
-                let delete = try RawStatement(db, sql: "DELETE FROM inbox WHERE message_id = ?")
-                for messageID in batch.quarantined {
-                    try move.bind(1, now)
-                    try move.bind(2, messageID)
-                    try move.execute()
-                    try delete.bind(1, messageID)
-                    try delete.execute()
+                while let row = try rows.next() { records.append((try Self.inboxRecord(row), try row.decode(atIndex: 8))) }
+                let window = try Row.fetchCursor(db, sql: "SELECT seen_at, message_ids FROM seen ORDER BY position")
+                while let row = try window.next() {
+                    let bytes: Data = try row.decode(atIndex: 1)
+                    let seenAt: Int64 = try row.decode(atIndex: 0)
+                    seen += Self.decodeWindowIDs([UInt8](bytes)).map { ($0, seenAt) }
                 }
             }
+        } catch {
+            throw Self.storeError(error, path: path, during: .read)
+        }
+        if !records.isEmpty || !seen.isEmpty { try log.adopt(records, seen: seen) }
+        try write { db in
+            try db.execute(sql: "DELETE FROM inbox; DELETE FROM seen")
+            try db.execute(sql: "INSERT OR IGNORE INTO inbox_log (id, created_at) VALUES (1, ?)", arguments: [Int64(time(nil))])
         }
     }
 
@@ -290,7 +340,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
 
     /// The record in the first eight columns of `row`, as `inbox` and `quarantine` order them (message_id, user_info,
     /// target_kind, target_value, collapse_key, priority, expiration, received_at).
-    private static func inboxRecord(_ row: Row) throws -> InboxRecord {
+    static func inboxRecord(_ row: Row) throws -> InboxRecord {
         let userInfo: Data = try row.decode(atIndex: 1)
         return InboxRecord(
             messageID: try row.decode(atIndex: 0), userInfo: [UInt8](userInfo), targetKind: try row.decode(atIndex: 2),
@@ -304,25 +354,29 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// at its next start anyway). Any thread, one call at a time.
     public func release(_ messageIDs: [String]) throws(StoreError) -> [String] {
         var missing: [String] = []
-        try write { db in
-            let find = try RawStatement(db, sql: "SELECT count(*) FROM quarantine WHERE message_id = ?")
-            for messageID in messageIDs {
-                try find.bind(1, messageID)
-                if try find.int64() ?? 0 == 0 { missing.append(messageID) }
+        var records: [InboxRecord] = []
+        do {
+            try database.read { db in
+                for messageID in messageIDs {
+                    let row = try Row.fetchOne(
+                        db,
+                        sql: """
+                            SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at
+                            FROM quarantine WHERE message_id = ?
+                            """, arguments: [messageID])
+                    if let row { records.append(try Self.inboxRecord(row)) } else { missing.append(messageID) }
+                }
             }
-            guard missing.isEmpty else { return }
-            let move = try RawStatement(
-                db,
-                sql: """
-                    INSERT OR REPLACE INTO inbox
-                        (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays)
-                    SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, 0
-                    FROM quarantine WHERE message_id = ?
-                    """)
+        } catch {
+            throw Self.storeError(error, path: path, during: .read)
+        }
+        guard missing.isEmpty else { return missing }
+        // Into the inbox first (marked released), then out of the quarantine: a crash between leaves them in both, and
+        // the next `load` finishes the release.
+        try withInboxLog { log throws(StoreError) in try log.release(records) }
+        try write { db in
             let delete = try RawStatement(db, sql: "DELETE FROM quarantine WHERE message_id = ?")
             for messageID in messageIDs {
-                try move.bind(1, messageID)
-                try move.execute()
                 try delete.bind(1, messageID)
                 try delete.execute()
             }
@@ -354,6 +408,7 @@ public final class SQLiteStore: HeraldStore, Sendable {
         } catch {
             throw Self.storeError(error, path: path, during: .write)
         }
+        try withInboxLog { log throws(StoreError) in try log.erase() }
     }
 
     /// Copies every page of the write-ahead log into the database file and empties the log
@@ -371,10 +426,14 @@ public final class SQLiteStore: HeraldStore, Sendable {
 
     /// Sets `PRAGMA max_page_count` on the connection (a stand-in for a full disk) and returns the limit in effect,
     /// which SQLite never sets below the current page count.
+    /// The inbox's log follows: it may not grow from here when the limit asked for is below the pages in use, and is
+    /// unlimited again otherwise.
     func limitPages(_ maximum: Int) throws -> Int {
-        try database.writeWithoutTransaction { db in
+        let limit = try database.writeWithoutTransaction { db in
             try Int.fetchOne(db, sql: "PRAGMA max_page_count = \(maximum)") ?? 0
         }
+        try withInboxLog { log throws(StoreError) in log.sizeLimit = maximum < limit ? log.size : .max }
+        return limit
     }
 
     /// Runs `sql` (one or more statements) on the store's connection.
@@ -401,136 +460,6 @@ public final class SQLiteStore: HeraldStore, Sendable {
         } catch {
             throw Self.storeError(error, path: path, during: .write)
         }
-    }
-
-    /// The `position` of the newest window row, 0 when the window is empty.
-    private static func newestPosition(_ db: Database) throws -> Int64 {
-        try RawStatement(db, sql: "SELECT max(position) FROM seen").int64() ?? 0
-    }
-
-    /// Deletes the window rows that are older than the window's age, and those whose IDs all lie before the newest
-    /// `maximumCount` positions up to `newestPosition` (the newest row's, or the one about to be written). Both delete
-    /// from the oldest end only, so no gap opens in the positions; each costs a few B-tree seeks when nothing is due.
-    ///
-    /// The age limit deletes the rows before the oldest row still inside the age: with a clock that went back, an old
-    /// row may wait behind a newer-stamped one; `read(_:window:now:)` leaves it out and removes it.
-    private static func pruneWindow(_ db: Database, window: DeduplicationWindow, now: Int64, newestPosition: Int64) throws {
-        let firstKept = try RawStatement(db, sql: "SELECT position FROM seen WHERE seen_at >= ? ORDER BY position LIMIT 1")
-        try firstKept.bind(1, window.oldestKept(now: now))
-        if let position = try firstKept.int64() {
-            let deleteOlder = try RawStatement(db, sql: "DELETE FROM seen WHERE position < ?")
-            try deleteOlder.bind(1, position)
-            try deleteOlder.execute()
-        } else {
-            try RawStatement(db, sql: "DELETE FROM seen").execute()
-        }
-        let deleteBeyondCount = try RawStatement(db, sql: "DELETE FROM seen WHERE position <= ?")
-        try deleteBeyondCount.bind(1, newestPosition - Int64(max(window.maximumCount, 0)))
-        try deleteBeyondCount.execute()
-    }
-
-    private static func read(_ db: Database, window: DeduplicationWindow, now: Int64) throws -> StoredState {
-        var state = StoredState()
-        if let row = try Row.fetchOne(db, sql: "SELECT installation_id, token, device_token, token_retired_at FROM identity WHERE id = 1") {
-            state.identity = StoredIdentity(
-                installationID: try row.decode(atIndex: 0), token: try row.decode(atIndex: 1), deviceToken: try row.decode(atIndex: 2),
-                tokenRetiredAt: try row.decode(atIndex: 3))
-        }
-        state.topics = try String.fetchSet(db, sql: "SELECT name FROM topic")
-        state.seenMessageIDs = try readWindow(db, window: window, now: now)
-        let rows = try Row.fetchCursor(
-            db,
-            sql: """
-                SELECT message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays
-                FROM inbox ORDER BY seq
-                """)
-        while let row = try rows.next() {
-            let record = try inboxRecord(row)
-            state.pending.append(record)
-            state.replays[record.messageID] = try row.decode(atIndex: 8)
-        }
-        return state
-    }
-
-    /// The window's IDs, oldest first, exactly as the limits define them: each ID once (at its newest acceptance),
-    /// none accepted before the window's age, the newest `maximumCount`. The rows may hold more than that: the oldest
-    /// row partly (it is left as it is), an ID committed twice, or a row older than the window behind a newer-stamped
-    /// one. In the last two cases the rows are rewritten to hold exactly the window, so what is pruned stays pruned
-    /// and the positions count distinct IDs again.
-    private static func readWindow(_ db: Database, window: DeduplicationWindow, now: Int64) throws -> [String] {
-        let oldest = window.oldestKept(now: now)
-        let limit = max(window.maximumCount, 0)
-        var rows: [(seenAt: Int64, ids: [String])] = []
-        let cursor = try Row.fetchCursor(db, sql: "SELECT seen_at, message_ids FROM seen ORDER BY position")
-        while let row = try cursor.next() {
-            let bytes: Data = try row.decode(atIndex: 1)
-            rows.append((try row.decode(atIndex: 0), decodeWindowIDs([UInt8](bytes))))
-        }
-        // Newest first: the newest acceptance of an ID is the one that counts.
-        var kept = Set<String>()
-        var keptRows: [(seenAt: Int64, ids: [String])] = []
-        var irregular = false
-        for row in rows.reversed() where kept.count < limit {
-            guard row.seenAt >= oldest else {
-                irregular = true
-                continue
-            }
-            var ids: [String] = []
-            for id in row.ids.reversed() where kept.count < limit {
-                if kept.insert(id).inserted {
-                    ids.append(id)
-                } else {
-                    irregular = true
-                }
-            }
-            keptRows.append((row.seenAt, ids.reversed()))
-        }
-        keptRows.reverse()
-        if irregular {
-            try db.execute(sql: "DELETE FROM seen")
-            let insert = try RawStatement(db, sql: "INSERT INTO seen (position, seen_at, message_ids) VALUES (?, ?, ?)")
-            var position: Int64 = 0
-            for row in keptRows where !row.ids.isEmpty {
-                position += Int64(row.ids.count)
-                try insert.bind(1, position)
-                try insert.bind(2, row.seenAt)
-                try insert.bind(3, encodeWindowIDs(row.ids))
-                try insert.execute()
-            }
-        }
-        return keptRows.flatMap(\.ids)
-    }
-
-    /// `id` as SQLite keeps it when bound as `TEXT`: up to its first NUL.
-    private static func storedID(_ id: String) -> String {
-        let length = storedLength(id)
-        return length == id.utf8.count ? id : String(decoding: id.utf8.prefix(length), as: UTF8.self)
-    }
-
-    /// How many bytes of `id`'s UTF-8 SQLite keeps when it is bound as `TEXT`: those before its first NUL, all of them
-    /// without one. Scanned with `memchr` (commits ask this of every ID they write).
-    private static func storedLength(_ id: String) -> Int {
-        if let length = id.utf8.withContiguousStorageIfAvailable({ storedLength($0) }) { return length }
-        return id.utf8.firstIndex(of: 0).map { id.utf8.distance(from: id.utf8.startIndex, to: $0) } ?? id.utf8.count
-    }
-
-    private static func storedLength(_ utf8: UnsafeBufferPointer<UInt8>) -> Int {
-        guard let base = utf8.baseAddress, let nul = memchr(base, 0, utf8.count) else { return utf8.count }
-        return UnsafeRawPointer(nul) - UnsafeRawPointer(base)
-    }
-
-    /// `seen.message_ids` for `ids`: each ID's UTF-8 bytes up to its first NUL, then a NUL.
-    private static func encodeWindowIDs(_ ids: some Collection<String>) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(ids.count * 24)
-        for id in ids {
-            let copied: Void? = id.utf8.withContiguousStorageIfAvailable { utf8 in
-                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[..<storedLength(utf8)]))
-            }
-            if copied == nil { bytes.append(contentsOf: id.utf8.prefix(storedLength(id))) }
-            bytes.append(0)
-        }
-        return bytes
     }
 
     /// The IDs in `seen.message_ids`; trailing bytes without their NUL are read as a last ID.

@@ -16,6 +16,7 @@ enum Schema {
         migrator.registerMigration("v5-senders", migrate: v5)
         migrator.registerMigration("v6-unifiedpush-seen", migrate: v6)
         migrator.registerMigration("v7-token-retired-at", migrate: v7)
+        migrator.registerMigration("v8-inbox-log", migrate: v8)
         return migrator
     }()
 
@@ -193,5 +194,19 @@ enum Schema {
     /// while no token of the instance has been retired (and for one retired before this migration).
     private static func v7(_ db: Database) throws {
         try db.execute(sql: "ALTER TABLE identity ADD COLUMN token_retired_at INTEGER")
+    }
+
+    /// The inbox and the window move to the inbox's log (`InboxLog`, `inbox.log` beside the database): `inbox_log`
+    /// gets its one row when the log has taken them (the tables `inbox` and `seen` are then empty, and stay for stores
+    /// of earlier releases). From then on a missing log is a store damaged (the pending messages would be gone), not a
+    /// new one.
+    private static func v8(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE inbox_log (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    created_at INTEGER NOT NULL
+                ) STRICT;
+                """)
     }
 }

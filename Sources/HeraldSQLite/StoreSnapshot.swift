@@ -107,7 +107,7 @@ extension SQLiteStore {
         lock.l_start = 128
         lock.l_len = 1
         let inUse = fcntl(fd, F_GETLK, &lock) == 0 && lock.l_type != Int16(F_UNLCK)
-        if !processHasAnotherDescriptor(sameFileAs: fd) { close(fd) }
+        if !processHasAnotherDescriptor(sameFileAs: fd) { Glibc.close(fd) }
         return inUse
     }
 

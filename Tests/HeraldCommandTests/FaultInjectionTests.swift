@@ -99,7 +99,8 @@ struct FaultInjectionTests {
             // replayed; together with the first run, every accepted message is handled.
             let copy = directory + "/copy"
             try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
-            for file in ["herald.sqlite", "herald.sqlite-wal"] where FileManager.default.fileExists(atPath: mount.path(data + "/" + file)) {
+            for file in ["herald.sqlite", "herald.sqlite-wal", "inbox.log"]
+            where FileManager.default.fileExists(atPath: mount.path(data + "/" + file)) {
                 try FileManager.default.copyItem(atPath: mount.path(data + "/" + file), toPath: copy + "/" + file)
             }
             var numbers = handledNumbers(handled.lines())

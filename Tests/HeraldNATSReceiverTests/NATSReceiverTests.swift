@@ -282,10 +282,13 @@ struct NATSReceiverTests {
         try await withTemporaryDirectory(prefix: "herald-bound") { directory in
             // Two instances of one installation (one data directory): the second starts while the first still holds
             // the token's consumer, as a restarted daemon can before the server has seen the old connection end.
-            let old = try FleetInstance(server: server, store: try SQLiteStore(directory: directory))
+            let old = try FleetInstance(server: server, store: try SQLiteStore(directory: directory + "/old"))
             try await old.start()
             let oldToken = try await old.token()
-            let new = try FleetInstance(server: server, store: try SQLiteStore(directory: directory))
+            // The same installation: a copy of its store (one store has the inbox's log open at a time, and the old
+            // instance keeps its own; the old process's end would have let it go).
+            try FileManager.default.copyItem(atPath: directory + "/old", toPath: directory + "/new")
+            let new = try FleetInstance(server: server, store: try SQLiteStore(directory: directory + "/new"))
             async let started: Void = new.start()
             // The old instance lets its consumer go only once the new one was refused it at least once.
             #expect(await eventually { new.receiver.statistics.boundConsumerRetries > 0 }, "the consumer was never found bound")

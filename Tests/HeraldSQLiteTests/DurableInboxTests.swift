@@ -184,6 +184,7 @@ struct DurableInboxTests {
                     InboxRecord(dataMessage(id: "new-score", token: token, collapseKey: "score", payload: "2-0"), messageID: "new-score"),
                     InboxRecord(dataMessage(id: "plain", token: token), messageID: "plain"),
                 ]), window: DeduplicationWindow(), now: now)
+            store.close()  // one writer at a time: the instance below opens the inbox's log
             let recorder = DurableRecorder()
             let sink = RecordingSink()
             try await withDurableHerald(directory: directory, plugins: [recorder, sink]) { herald async throws in

@@ -19,6 +19,8 @@ final class CommitCountingStore: HeraldStore, Sendable {
 
     var isDurable: Bool { inner.isDurable }
 
+    func close() { inner.close() }
+
     func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
         try inner.load(window: window, now: now)
     }

@@ -29,19 +29,15 @@ struct TokenCommandTests {
         }
     }
 
-    @Test("reading the token of a running instance writes nothing to its store (its de-duplication window is not pruned)")
+    @Test("reading the token of a running instance writes nothing to its store: not its database, not its inbox's log")
     func readsWithoutWriting() async throws {
         try await withDataDirectory { directory in
             try await withDurableHerald(directory: directory, plugins: []) { herald async throws in
                 let token = try await herald.token()
-                // Window entries two days old, which `SQLiteStore.load` would prune, written beside the running Herald.
-                let twoDaysAgo = WallClock.nowMilliseconds() - 48 * 3600 * 1000
-                let record = InboxRecord(
-                    messageID: "old-1", userInfo: Array("{}".utf8), targetKind: "token", targetValue: token, collapseKey: nil,
-                    priority: 10, expiration: nil, receivedAt: twoDaysAgo)
-                try SQLiteStore(directory: directory).commit(
-                    StoreBatch(accepted: [record], finished: ["old-1"]), window: DeduplicationWindow(), now: twoDaysAgo)
-                let files = [SQLiteStore.path(inDirectory: directory), SQLiteStore.path(inDirectory: directory) + "-wal"]
+                // Files the running instance keeps: the database, its write-ahead log, the inbox's log.
+                let files = [
+                    SQLiteStore.path(inDirectory: directory), SQLiteStore.path(inDirectory: directory) + "-wal", directory + "/inbox.log",
+                ]
                 let before = files.map { FileManager.default.contents(atPath: $0) }
 
                 let printed = try await runHerald(["token", "--data-dir", directory])

@@ -331,6 +331,7 @@ public final class Herald: @unchecked Sendable {
             for plugin in bus.pluginsForShutdown.reversed() { await plugin.stop() }
             await bus.flushStore()
             await bus.analytics.drain(timeout: configuration.analyticsDrainTimeout)
+            store.close()
         }
         if ownsLoop { await loop.shutdownGracefully() }
         let waiters = shutdownWaiters.withLock { state in

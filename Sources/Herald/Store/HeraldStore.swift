@@ -24,6 +24,16 @@ public protocol HeraldStore: AnyObject, Sendable {
 
     /// Deletes everything: identity, topics, inbox, window (the GDPR call).
     func deleteAll() throws(StoreError)
+
+    /// The instance has stopped (called at the end of ``Herald/shutdown()``): the store lets go of the files it
+    /// keeps open, so that another instance may open them (a restart within the process); a later call opens them
+    /// again. The default does nothing.
+    func close()
+}
+
+extension HeraldStore {
+    /// Nothing to let go of.
+    public func close() {}
 }
 
 /// The identity kept in the store.

@@ -1,0 +1,635 @@
+import CZlib
+import Glibc
+package import Herald
+
+/// The durable inbox and the de-duplication window as one append-only file of checksummed frames: a group commit is
+/// one `pwrite` of its frames and one `fdatasync`, with no B-tree, page or lock to update. The state (the pending
+/// records, the window's IDs, the start counts) is kept in memory and rebuilt from the file when it is opened.
+///
+/// A frame is its payload's length (4 bytes, little-endian), the payload's CRC-32 (4 bytes) and the payload, whose
+/// first byte is its kind: the file's header, or a commit. A commit's payload is its entries, each a kind, a length
+/// and a body: a record accepted, an ID finished, an ID the window keeps (written by a compaction), a start counted.
+/// A commit is one frame, written at the end of the file in one call and made durable before it returns; a crash
+/// during that call can leave that frame torn (cut short, or with bytes that do not check), never an earlier one.
+/// Opening the file cuts it at the first frame that does not check (``cutBytes``): what is kept is exactly the
+/// commits that returned, each whole.
+///
+/// The file only grows while it is used; when it holds much more than what is live (the pending records and the
+/// window), ``commit(accepted:finished:window:now:)`` and ``load(window:now:)`` write what is live to a new file and
+/// rename it over the old one (``compact()``).
+///
+/// Threads: one call at a time, from any thread (the store's contract: Herald calls it from its blocking pool). Calls
+/// block on disk I/O.
+package final class InboxLog {
+    package let path: String
+    /// Bytes of a torn end that opening the file cut off (0 when the last commit was whole).
+    package private(set) var cutBytes = 0
+    /// The file's size: where the next commit's frames go.
+    package private(set) var size = 0
+    /// When ``commit(accepted:finished:window:now:)`` compacts: the file is larger than this and than
+    /// ``compactionFactor`` times what is live.
+    package var compactionThreshold = 4 << 20
+    package var compactionFactor = 4
+    /// For tests: the size the file may not grow past, as on a full disk (a commit that would is refused with ENOSPC's
+    /// error and leaves nothing).
+    package var sizeLimit = Int.max
+
+    private var descriptor: Int32
+    /// The pending records by ID, each with its place in acceptance order, its start count and its frame's size.
+    private var pending: [String: Pending] = [:]
+    private var nextOrder: UInt64 = 0
+    /// The window's IDs with their commit times, oldest first, from `windowStart` on.
+    private var window: [(id: String, seenAt: Int64)] = []
+    private var windowStart = 0
+    /// The bytes a compacted file would take: the header, the pending records' frames, the window's frames.
+    private var liveBytes = 0
+
+    private struct Pending {
+        var order: UInt64
+        var record: InboxRecord
+        var replays: Int
+        var released: Bool
+        /// Its entry's size, for the estimate of what is live.
+        var entrySize: Int
+    }
+
+    private enum FrameKind: UInt8 {
+        case header = 0
+        case commit = 1
+    }
+
+    private enum EntryKind: UInt8 {
+        case accepted = 1
+        case finished = 2
+        case seen = 3
+        case started = 4
+    }
+
+    private static let magic = Array("herald inbox log 1".utf8)
+    private static let frameOverhead = 8
+    /// An entry's kind (1 byte) and its body's length (4).
+    private static let entryOverhead = 5
+    /// No frame is larger: a longer length is a torn or damaged frame, not an allocation to attempt.
+    private static let maximumPayload = 64 << 20
+
+    /// Opens the log at `path`, creating it (mode 0600) when missing, and reads it: a torn end is cut off.
+    ///
+    /// - Throws: `StoreError/cannotOpen(path:detail:)` when the file cannot be created or opened;
+    ///   `StoreError/corrupt(path:detail:)` when it is not an inbox log or a frame that checks does not read;
+    ///   `StoreError/writeFailed(path:detail:)` when a new file's header or the cut cannot be written.
+    package init(path: String) throws(StoreError) {
+        self.path = path
+        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .cannotOpen(path: path, detail: Self.describe(errno)) }
+        // One writer: a second would append where the first believes its end is, over the first's frames.
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw .cannotOpen(
+                path: path,
+                detail: code == EWOULDBLOCK
+                    ? "another Herald store has the inbox's log open (a daemon on this data directory, or a second store in this process): one writer at a time"
+                    : Self.describe(code))
+        }
+        // A compaction a crash interrupted before its rename: the log is whole without it.
+        unlink(path + ".compacting")
+        do {
+            try read()
+        } catch {
+            close(descriptor)
+            throw error
+        }
+    }
+
+    deinit { close(descriptor) }
+
+    // MARK: Reading
+
+    private func read() throws(StoreError) {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw .cannotOpen(path: path, detail: Self.describe(errno)) }
+        let bytes = try readAll(count: Int(status.st_size))
+        let header = Self.frame(.header, Self.magic)
+        // Empty, or a header cut short by a crash while the file was made: a new log.
+        if bytes.count < header.count, bytes.elementsEqual(header.prefix(bytes.count)) {
+            try truncate(to: 0)
+            try write(header, at: 0)
+            guard fdatasync(descriptor) == 0 else { throw .writeFailed(path: path, detail: Self.describe(errno)) }
+            try syncDirectory()
+            size = header.count
+            liveBytes = header.count
+            return
+        }
+        guard bytes.count >= header.count, bytes.prefix(header.count).elementsEqual(header) else {
+            throw .corrupt(path: path, detail: "it is not a Herald inbox log (its first bytes are not the header)")
+        }
+        var offset = header.count
+        let failure: StoreError? = bytes.withUnsafeBytes { raw in
+            while offset < raw.count {
+                guard let payload = Self.checkedPayload(raw, at: offset) else {
+                    // A crash leaves at most the last commit torn: whole frames after one that does not check are
+                    // damage in the middle (a flipped bit, say), and cutting there would drop commits that returned.
+                    if let next = Self.followingFrame(raw, at: offset), Self.checkedPayload(raw, at: next) != nil {
+                        return .corrupt(
+                            path: path,
+                            detail:
+                                "the commit at byte \(offset) does not match its checksum and whole commits follow it: the file is damaged. Restore it from a backup, or move the data directory aside to start a new store (a new registration token; messages not yet handled are lost)"
+                        )
+                    }
+                    break
+                }
+                do throws(StoreError) { try apply(payload, at: offset) } catch { return error }
+                offset += Self.frameOverhead + payload.count
+            }
+            return nil
+        }
+        if let failure { throw failure }
+        if offset < bytes.count {
+            cutBytes = bytes.count - offset
+            try truncate(to: offset)
+        }
+        size = offset
+        liveBytes = header.count + pending.values.reduce(0) { $0 + $1.entrySize } + windowBytes()
+    }
+
+    private func readAll(count: Int) throws(StoreError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let result = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + done, count - done, off_t(done)) }
+            if result < 0, errno == EINTR { continue }
+            guard result > 0 else {
+                throw .cannotOpen(path: path, detail: result < 0 ? Self.describe(errno) : "the file ended before its size")
+            }
+            done += result
+        }
+        return bytes
+    }
+
+    /// Where the frame after the one at `offset` begins, by the length the frame at `offset` gives, when that is inside
+    /// the file.
+    private static func followingFrame(_ raw: UnsafeRawBufferPointer, at offset: Int) -> Int? {
+        guard raw.count - offset >= frameOverhead else { return nil }
+        let length = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+        guard length > 0, length <= maximumPayload, raw.count - offset - frameOverhead - length >= frameOverhead else { return nil }
+        return offset + frameOverhead + length
+    }
+
+    /// The payload of the frame at `offset`, or `nil` when it is cut short or does not check.
+    private static func checkedPayload(_ raw: UnsafeRawBufferPointer, at offset: Int) -> UnsafeRawBufferPointer? {
+        guard raw.count - offset >= frameOverhead else { return nil }
+        let length = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+        let checksum = UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self))
+        guard length > 0, length <= maximumPayload, raw.count - offset - frameOverhead >= length else { return nil }
+        let payload = UnsafeRawBufferPointer(rebasing: raw[(offset + frameOverhead)..<(offset + frameOverhead + length)])
+        guard crc(payload) == checksum else { return nil }
+        return payload
+    }
+
+    /// Applies a frame that checks; one that does not read (a checksum that matches by chance, a newer kind) is damage.
+    private func apply(_ payload: UnsafeRawBufferPointer, at offset: Int) throws(StoreError) {
+        var frame = FrameReader(payload)
+        switch frame.byte().flatMap(FrameKind.init(rawValue:)) {
+        case .commit?: break
+        case .header?: throw .corrupt(path: path, detail: "a second header at byte \(offset)")
+        case nil: throw .corrupt(path: path, detail: "the frame at byte \(offset) is of an unknown kind")
+        }
+        while !frame.isAtEnd {
+            guard let kind = frame.byte().flatMap(EntryKind.init(rawValue:)), var entry = frame.entry() else {
+                throw .corrupt(path: path, detail: "an entry of the commit at byte \(offset) is of an unknown kind or cut short")
+            }
+            let entrySize = Self.entryOverhead + entry.bytes.count
+            switch kind {
+            case .accepted:
+                guard let (record, replays, addsToWindow, seenAt, released) = Self.decodeAccepted(&entry) else {
+                    throw .corrupt(path: path, detail: "a record of the commit at byte \(offset) does not read")
+                }
+                accept(record, replays: replays, addsToWindow: addsToWindow, seenAt: seenAt, released: released, entrySize: entrySize)
+            case .finished:
+                guard let id = entry.string(), entry.isAtEnd else {
+                    throw .corrupt(path: path, detail: "a finished ID of the commit at byte \(offset) does not read")
+                }
+                pending[id] = nil
+            case .seen:
+                guard let seenAt = entry.int64(), let id = entry.string(), entry.isAtEnd else {
+                    throw .corrupt(path: path, detail: "a window ID of the commit at byte \(offset) does not read")
+                }
+                window.append((id, seenAt))
+            case .started:
+                guard entry.isAtEnd else { throw .corrupt(path: path, detail: "the start at byte \(offset) does not read") }
+                for id in pending.keys { pending[id]?.replays += 1 }
+            }
+        }
+    }
+
+    private func accept(_ record: InboxRecord, replays: Int, addsToWindow: Bool, seenAt: Int64, released: Bool = false, entrySize: Int) {
+        pending[record.messageID] = Pending(order: nextOrder, record: record, replays: replays, released: released, entrySize: entrySize)
+        nextOrder += 1
+        if addsToWindow { window.append((record.messageID, seenAt)) }
+    }
+
+    // MARK: The store's calls
+
+    /// Counts this start for every pending record (durably, before it returns), prunes the window to `limits` at
+    /// `now` and answers the pending records in acceptance order, their start counts (1 at a record's first replay)
+    /// and the window's IDs, oldest first. Compacts the file when it holds much more than that.
+    package func load(window limits: DeduplicationWindow, now: Int64) throws(StoreError) -> (
+        pending: [InboxRecord], replays: [String: Int], seen: [String]
+    ) {
+        if !pending.isEmpty {
+            try append(Self.commitFrame { Self.appendEntry(.started, to: &$0) { _ in } })
+            for id in pending.keys { pending[id]?.replays += 1 }
+        }
+        // The window exactly as its limits define it: each ID once (at its newest acceptance), none accepted before
+        // its age (also behind a newer one, after the clock went back), the newest `maximumCount`.
+        let oldest = limits.oldestKept(now: now)
+        var kept = Set<String>()
+        var entries: [(id: String, seenAt: Int64)] = []
+        for entry in window[windowStart...].reversed() where entries.count < limits.maximumCount {
+            if entry.seenAt >= oldest, kept.insert(entry.id).inserted { entries.append(entry) }
+        }
+        window = entries.reversed()
+        windowStart = 0
+        liveBytes = Self.frame(.header, Self.magic).count + pending.values.reduce(0) { $0 + $1.entrySize } + windowBytes()
+        if size > liveBytes * 2 + (64 << 10) { try compact() }
+        let ordered = pending.values.sorted { $0.order < $1.order }
+        return (
+            ordered.map(\.record), Dictionary(uniqueKeysWithValues: ordered.map { ($0.record.messageID, $0.replays) }),
+            window.map { $0.id }
+        )
+    }
+
+    /// Takes the inbox and window of a store from before the log: `records` (in acceptance order, with their start
+    /// counts) and the window's IDs (oldest first, with the times they were committed), in one commit.
+    package func adopt(_ records: [(InboxRecord, Int)], seen: [(id: String, seenAt: Int64)]) throws(StoreError) {
+        var sizes: [Int] = []
+        try append(
+            Self.commitFrame { bytes in
+                for entry in seen {
+                    Self.appendEntry(.seen, to: &bytes) {
+                        FrameWriter.int64(entry.seenAt, to: &$0)
+                        FrameWriter.string(entry.id, to: &$0)
+                    }
+                }
+                for (record, replays) in records {
+                    let start = bytes.count
+                    Self.appendAccepted(record, replays: replays, addsToWindow: false, seenAt: 0, to: &bytes)
+                    sizes.append(bytes.count - start)
+                }
+            })
+        for entry in seen {
+            window.append(entry)
+            liveBytes += Self.seenEntrySize(entry.id)
+        }
+        for ((record, replays), size) in zip(records, sizes) {
+            if let replaced = pending[record.messageID] { liveBytes -= replaced.entrySize }
+            accept(record, replays: replays, addsToWindow: false, seenAt: 0, entrySize: size)
+            liveBytes += size
+        }
+    }
+
+    /// Whether the pending record `id` came back from the quarantine (``release(_:)``) and was not accepted again since.
+    package func isReleased(_ id: String) -> Bool { pending[id]?.released ?? false }
+
+    /// Puts `records` back into the inbox, durably, their start counts at 0 and marked as released (``isReleased(_:)``),
+    /// so that a record found both here and in the store's quarantine after a crash is known to be on its way back.
+    package func release(_ records: [InboxRecord]) throws(StoreError) {
+        guard !records.isEmpty else { return }
+        var sizes: [Int] = []
+        try append(
+            Self.commitFrame { bytes in
+                for record in records {
+                    let start = bytes.count
+                    Self.appendAccepted(record, replays: 0, addsToWindow: false, seenAt: 0, released: true, to: &bytes)
+                    sizes.append(bytes.count - start)
+                }
+            })
+        for (record, size) in zip(records, sizes) {
+            if let replaced = pending[record.messageID] { liveBytes -= replaced.entrySize }
+            accept(record, replays: 0, addsToWindow: false, seenAt: 0, released: true, entrySize: size)
+            liveBytes += size
+        }
+    }
+
+    /// Erases everything (the GDPR call): the file's bytes are overwritten with zeros and made durable, then the file is
+    /// cut back to its header, so that what it held does not linger in it.
+    package func erase() throws(StoreError) {
+        let header = Self.frame(.header, Self.magic)
+        let zeros = [UInt8](repeating: 0, count: 1 << 16)
+        var offset = header.count
+        while offset < size {
+            try write(Array(zeros.prefix(min(zeros.count, size - offset))), at: offset)
+            offset += zeros.count
+        }
+        guard fdatasync(descriptor) == 0 else { throw .writeFailed(path: path, detail: Self.describe(errno)) }
+        try truncate(to: header.count)
+        size = header.count
+        pending = [:]
+        window = []
+        windowStart = 0
+        liveBytes = header.count
+    }
+
+    /// A pending record and its start count, if `id` is pending.
+    package func pendingRecord(_ id: String) -> (record: InboxRecord, replays: Int)? {
+        pending[id].map { ($0.record, $0.replays) }
+    }
+
+    /// One group commit, durable when it returns: `accepted` enter the inbox (replacing a pending record with the same
+    /// ID, its start count back to 0) and, those that keep their ID (`InboxRecord/deduplicates`), the window at `now`;
+    /// then `finished` leave the inbox (also one accepted in the same call); the window is pruned to `limits`.
+    ///
+    /// - Throws: `StoreError/writeFailed(path:detail:)` when the frames cannot be written or made durable (disk
+    ///   full, I/O error); nothing of the commit is then kept, in the file or in memory.
+    package func commit(accepted: [InboxRecord], finished: [String], window limits: DeduplicationWindow, now: Int64) throws(StoreError) {
+        guard !accepted.isEmpty || !finished.isEmpty else { return }
+        var sizes: [Int] = []
+        sizes.reserveCapacity(accepted.count)
+        let windowed = limits.maximumCount > 0
+        let frame = Self.commitFrame { bytes in
+            for record in accepted {
+                let start = bytes.count
+                Self.appendAccepted(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, to: &bytes)
+                sizes.append(bytes.count - start)
+            }
+            for id in finished {
+                Self.appendEntry(.finished, to: &bytes) { FrameWriter.string(id, to: &$0) }
+            }
+        }
+        try append(frame)
+        for (record, size) in zip(accepted, sizes) {
+            if let replaced = pending[record.messageID] { liveBytes -= replaced.entrySize }
+            accept(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, entrySize: size)
+            liveBytes += size
+            if windowed && record.deduplicates { liveBytes += Self.seenEntrySize(record.messageID) }
+        }
+        for id in finished {
+            if let removed = pending.removeValue(forKey: id) { liveBytes -= removed.entrySize }
+        }
+        prune(limits, now: now)
+        if size > compactionThreshold, size > liveBytes * compactionFactor { try compact() }
+    }
+
+    /// Writes what is live (the header, the window's IDs, the pending records with their start counts) to a new
+    /// file and renames it over the log, durably: a crash leaves the old file or the new one, each whole.
+    package func compact() throws(StoreError) {
+        // Frames of up to about a megabyte; the rename, not a frame, makes the new file count whole.
+        var bytes = Self.frame(.header, Self.magic)
+        var entries: [UInt8] = []
+        func flush() {
+            guard !entries.isEmpty else { return }
+            bytes += Self.commitFrame { $0 += entries }
+            entries.removeAll(keepingCapacity: true)
+        }
+        for entry in window[windowStart...] {
+            Self.appendEntry(.seen, to: &entries) {
+                FrameWriter.int64(entry.seenAt, to: &$0)
+                FrameWriter.string(entry.id, to: &$0)
+            }
+            if entries.count >= 1 << 20 { flush() }
+        }
+        let ordered = pending.values.sorted { $0.order < $1.order }
+        var sizes: [Int] = []
+        for entry in ordered {
+            // In the window already, through the entries above.
+            let start = entries.count
+            Self.appendAccepted(
+                entry.record, replays: entry.replays, addsToWindow: false, seenAt: 0, released: entry.released, to: &entries)
+            sizes.append(entries.count - start)
+            if entries.count >= 1 << 20 { flush() }
+        }
+        flush()
+        let temporary = path + ".compacting"
+        let new = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard new >= 0 else { throw .writeFailed(path: temporary, detail: Self.describe(errno)) }
+        do throws(StoreError) {
+            // Locked before its rename makes it the log, as the file it replaces was.
+            guard flock(new, LOCK_EX | LOCK_NB) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+            try Self.write(bytes, to: new, at: 0, path: temporary)
+            guard fdatasync(new) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+            guard rename(temporary, path) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
+        } catch {
+            close(new)
+            unlink(temporary)
+            throw error
+        }
+        close(descriptor)
+        descriptor = new
+        size = bytes.count
+        for (entry, size) in zip(ordered, sizes) { pending[entry.record.messageID]?.entrySize = size }
+        window.removeFirst(windowStart)
+        windowStart = 0
+        liveBytes = bytes.count
+        try syncDirectory()
+    }
+
+    private func prune(_ limits: DeduplicationWindow, now: Int64) {
+        let oldest = limits.oldestKept(now: now)
+        while windowStart < window.count,
+            window.count - windowStart > limits.maximumCount || window[windowStart].seenAt < oldest
+        {
+            liveBytes -= Self.seenEntrySize(window[windowStart].id)
+            windowStart += 1
+        }
+        if windowStart > 4096, windowStart > window.count / 2 {
+            window.removeFirst(windowStart)
+            windowStart = 0
+        }
+    }
+
+    private func windowBytes() -> Int {
+        window[windowStart...].reduce(0) { $0 + Self.seenEntrySize($1.id) }
+    }
+
+    // MARK: Writing
+
+    /// Writes `frames` at the end of the file and makes them durable; on a failure the file is cut back to where it was.
+    private func append(_ frames: [UInt8]) throws(StoreError) {
+        guard size + frames.count <= sizeLimit else { throw .writeFailed(path: path, detail: Self.describe(ENOSPC)) }
+        do throws(StoreError) {
+            try write(frames, at: size)
+            guard fdatasync(descriptor) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
+        } catch {
+            // What was written may be on disk in part: cut off, so that the next commit follows the last whole one.
+            _ = ftruncate(descriptor, off_t(size))
+            throw error
+        }
+        size += frames.count
+    }
+
+    private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
+        try Self.write(bytes, to: descriptor, at: offset, path: path)
+    }
+
+    private static func write(_ bytes: [UInt8], to descriptor: Int32, at offset: Int, path: String) throws(StoreError) {
+        var done = 0
+        while done < bytes.count {
+            let result = bytes.withUnsafeBytes { pwrite(descriptor, $0.baseAddress! + done, bytes.count - done, off_t(offset + done)) }
+            if result < 0, errno == EINTR { continue }
+            guard result > 0 else { throw .writeFailed(path: path, detail: result < 0 ? describe(errno) : "nothing written") }
+            done += result
+        }
+    }
+
+    private func truncate(to offset: Int) throws(StoreError) {
+        guard ftruncate(descriptor, off_t(offset)) == 0, fdatasync(descriptor) == 0 else {
+            throw .writeFailed(path: path, detail: Self.describe(errno))
+        }
+    }
+
+    /// Makes the file's name durable (its creation, a compaction's rename).
+    private func syncDirectory() throws(StoreError) {
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let handle = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard handle >= 0 else { throw .writeFailed(path: directory, detail: Self.describe(errno)) }
+        defer { close(handle) }
+        guard fsync(handle) == 0 else { throw .writeFailed(path: directory, detail: Self.describe(errno)) }
+    }
+
+    // MARK: Frames
+
+    private static func frame(_ kind: FrameKind, _ body: [UInt8]) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: frameOverhead)
+        bytes.append(kind.rawValue)
+        bytes += body
+        let checksum = bytes.withUnsafeBytes { crc(UnsafeRawBufferPointer(rebasing: $0[frameOverhead...])) }
+        withUnsafeBytes(of: UInt32(bytes.count - frameOverhead).littleEndian) { bytes.replaceSubrange(0..<4, with: $0) }
+        withUnsafeBytes(of: checksum.littleEndian) { bytes.replaceSubrange(4..<8, with: $0) }
+        return bytes
+    }
+
+    /// A commit frame whose entries `entries` appends.
+    private static func commitFrame(_ entries: (inout [UInt8]) -> Void) -> [UInt8] {
+        var bytes: [UInt8] = []
+        entries(&bytes)
+        return frame(.commit, bytes)
+    }
+
+    /// Appends an entry of `kind` whose body `body` writes.
+    private static func appendEntry(_ kind: EntryKind, to bytes: inout [UInt8], _ body: (inout [UInt8]) -> Void) {
+        bytes.append(kind.rawValue)
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 4))
+        body(&bytes)
+        withUnsafeBytes(of: UInt32(bytes.count - start - 4).littleEndian) { bytes.replaceSubrange(start..<(start + 4), with: $0) }
+    }
+
+    private static func seenEntrySize(_ id: String) -> Int { entryOverhead + 8 + 4 + id.utf8.count }
+
+    private static let deduplicatesFlag: UInt8 = 1
+    private static let addsToWindowFlag: UInt8 = 2
+    private static let expirationFlag: UInt8 = 4
+    private static let collapseKeyFlag: UInt8 = 8
+    private static let releasedFlag: UInt8 = 16
+
+    private static func appendAccepted(
+        _ record: InboxRecord, replays: Int, addsToWindow: Bool, seenAt: Int64, released: Bool = false, to bytes: inout [UInt8]
+    ) {
+        appendEntry(.accepted, to: &bytes) { body in
+            var flags: UInt8 = 0
+            if record.deduplicates { flags |= deduplicatesFlag }
+            if addsToWindow { flags |= addsToWindowFlag }
+            if record.expiration != nil { flags |= expirationFlag }
+            if record.collapseKey != nil { flags |= collapseKeyFlag }
+            if released { flags |= releasedFlag }
+            body.append(flags)
+            FrameWriter.int64(Int64(replays), to: &body)
+            FrameWriter.int64(seenAt, to: &body)
+            FrameWriter.int64(record.receivedAt, to: &body)
+            FrameWriter.int64(Int64(record.priority), to: &body)
+            if let expiration = record.expiration { FrameWriter.int64(expiration, to: &body) }
+            FrameWriter.string(record.messageID, to: &body)
+            FrameWriter.string(record.targetKind, to: &body)
+            FrameWriter.string(record.targetValue, to: &body)
+            if let collapseKey = record.collapseKey { FrameWriter.string(collapseKey, to: &body) }
+            body.append(contentsOf: record.userInfo)
+        }
+    }
+
+    private static func decodeAccepted(_ reader: inout FrameReader) -> (InboxRecord, Int, Bool, Int64, Bool)? {
+        guard let flags = reader.byte(), let replays = reader.int64(), let seenAt = reader.int64(), let receivedAt = reader.int64(),
+            let priority = reader.int64()
+        else { return nil }
+        var expiration: Int64?
+        if flags & expirationFlag != 0 {
+            guard let value = reader.int64() else { return nil }
+            expiration = value
+        }
+        guard let id = reader.string(), let targetKind = reader.string(), let targetValue = reader.string() else { return nil }
+        var collapseKey: String?
+        if flags & collapseKeyFlag != 0 {
+            guard let value = reader.string() else { return nil }
+            collapseKey = value
+        }
+        var record = InboxRecord(
+            messageID: id, userInfo: reader.rest(), targetKind: targetKind, targetValue: targetValue, collapseKey: collapseKey,
+            priority: Int(truncatingIfNeeded: priority), expiration: expiration, receivedAt: receivedAt)
+        record.deduplicates = flags & deduplicatesFlag != 0
+        return (record, Int(clamping: replays), flags & addsToWindowFlag != 0, seenAt, flags & releasedFlag != 0)
+    }
+
+    private static func crc(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return 0 }
+        return UInt32(truncatingIfNeeded: crc32(0, base.assumingMemoryBound(to: Bytef.self), uInt(bytes.count)))
+    }
+
+    private static func describe(_ code: Int32) -> String { "\(String(cString: strerror(code))) (errno \(code))" }
+}
+
+/// Little-endian integers and length-prefixed strings into a frame's body.
+private enum FrameWriter {
+    static func int64(_ value: Int64, to bytes: inout [UInt8]) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    static func string(_ value: String, to bytes: inout [UInt8]) {
+        let utf8 = value.utf8
+        withUnsafeBytes(of: UInt32(utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
+        bytes.append(contentsOf: utf8)
+    }
+}
+
+/// Reads what ``FrameWriter`` wrote, each read `nil` past the body's end.
+private struct FrameReader {
+    let bytes: UnsafeRawBufferPointer
+    var offset = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var isAtEnd: Bool { offset == bytes.count }
+
+    mutating func byte() -> UInt8? {
+        guard offset < bytes.count else { return nil }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func int64() -> Int64? {
+        guard bytes.count - offset >= 8 else { return nil }
+        defer { offset += 8 }
+        return Int64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+    }
+
+    mutating func string() -> String? {
+        guard bytes.count - offset >= 4 else { return nil }
+        let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+        guard bytes.count - offset - 4 >= length else { return nil }
+        defer { offset += 4 + length }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<(offset + 4 + length)]), as: UTF8.self)
+    }
+
+    /// The next entry's body (its length first), as a reader of its own.
+    mutating func entry() -> FrameReader? {
+        guard bytes.count - offset >= 4 else { return nil }
+        let length = Int(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+        guard bytes.count - offset - 4 >= length else { return nil }
+        defer { offset += 4 + length }
+        return FrameReader(UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<(offset + 4 + length)]))
+    }
+
+    mutating func rest() -> [UInt8] {
+        defer { offset = bytes.count }
+        return Array(bytes[offset...])
+    }
+}
