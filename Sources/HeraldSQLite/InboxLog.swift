@@ -66,6 +66,8 @@ package final class InboxLog {
     }
 
     private static let magic = Array("herald inbox log 1".utf8)
+    /// The size of a log with no commit: its header frame.
+    package static var headerSize: Int { frameOverhead + 1 + magic.count }
     private static let frameOverhead = 8
     /// An entry's kind (1 byte) and its body's length (4).
     private static let entryOverhead = 5

@@ -116,18 +116,31 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 
-    /// Refuses a missing (or empty) database file beside a write-ahead log with content: the store was deleted while a
-    /// process had it open (or moved without its `-wal` file). SQLite would silently discard that log and start an
-    /// empty store — a new identity, and the messages accepted but not yet handled gone.
+    /// Refuses a missing (or empty) database file beside a write-ahead log with content, or beside the inbox's log with
+    /// commits in it: the store was deleted while a process had it open (or moved without its `-wal` file or its log).
+    /// SQLite would silently discard the write-ahead log and start an empty store — a new identity, and the messages
+    /// accepted but not yet handled gone (or replayed under the new identity, from the inbox's log).
     private static func checkNotOrphanedLog(_ path: String) throws(StoreError) {
         var database = stat()
         var log = stat()
         let missing = stat(path, &database) != 0 ? errno == ENOENT : database.st_size == 0
-        guard missing, stat(path + "-wal", &log) == 0, log.st_size > 0 else { return }
+        guard missing else { return }
+        if stat(path + "-wal", &log) == 0, log.st_size > 0 {
+            throw .corrupt(
+                path: path,
+                detail:
+                    "the database file is missing (or empty) but its write-ahead log \(path)-wal (\(log.st_size) bytes) is there: the store was deleted or moved while in use. Put herald.sqlite back beside it, or move the -wal file aside to start a new store (a new registration token; messages not yet handled are lost)"
+            )
+        }
+        // The inbox's log is made only beside a database that exists: without it, the log's messages would be replayed
+        // under a new identity, and the quarantine and the identity that go with them are gone.
+        let inboxLog = (path as NSString).deletingLastPathComponent + "/inbox.log"
+        var inbox = stat()
+        guard stat(inboxLog, &inbox) == 0, inbox.st_size > InboxLog.headerSize else { return }
         throw .corrupt(
             path: path,
             detail:
-                "the database file is missing (or empty) but its write-ahead log \(path)-wal (\(log.st_size) bytes) is there: the store was deleted or moved while in use. Put herald.sqlite back beside it, or move the -wal file aside to start a new store (a new registration token; messages not yet handled are lost)"
+                "the database file is missing (or empty) but the inbox's log \(inboxLog) (\(inbox.st_size) bytes) is there: the store was deleted or moved without it. Put herald.sqlite back beside it, or move inbox.log aside to start a new store (a new registration token; messages not yet handled are lost)"
         )
     }
 

@@ -380,6 +380,31 @@ struct InboxLogStoreTests {
         #expect(try again.load(window: window, now: InboxLogTests.now).replays == ["first": 4, "second": 2])
     }
 
+    @Test("a missing database beside an inbox's log with commits in it stops the start, naming both; a log without commits does not")
+    func missingDatabase() throws {
+        let directory = try makeTemporaryDirectory(prefix: "herald-missing-database")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        do {
+            let store = try SQLiteStore(directory: directory)
+            try store.commit(StoreBatch(accepted: [InboxLogTests.record("a")]), window: InboxLogTests.window, now: InboxLogTests.now)
+        }
+        for file in ["herald.sqlite", "herald.sqlite-wal", "herald.sqlite-shm"] {
+            try? FileManager.default.removeItem(atPath: directory + "/" + file)
+        }
+        let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
+        guard case .corrupt(let path, let detail)? = error else {
+            Issue.record("expected corrupt, got \(String(describing: error))")
+            return
+        }
+        #expect(path == directory + "/herald.sqlite")
+        #expect(detail.contains(directory + "/inbox.log") && detail.contains("missing"))
+        #expect(!FileManager.default.fileExists(atPath: directory + "/herald.sqlite"), "nothing is created")
+        // A log with its header only holds nothing to lose: a new store starts.
+        try FileManager.default.removeItem(atPath: directory + "/inbox.log")
+        do { _ = try InboxLog(path: directory + "/inbox.log") }
+        #expect(try SQLiteStore(directory: directory).load(window: InboxLogTests.window, now: InboxLogTests.now).pending.isEmpty)
+    }
+
     @Test("a missing log beside a store that has used one stops the start, naming the file")
     func missingLog() throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-missing-log")
