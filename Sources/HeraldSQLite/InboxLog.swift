@@ -83,9 +83,20 @@ package final class InboxLog {
         self.path = path
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .cannotOpen(path: path, detail: Self.describe(errno)) }
-        // One writer: a second would append where the first believes its end is, over the first's frames.
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+        // One writer: a second would append where the first believes its end is, over the first's frames. A process
+        // this one starts holds a copy of every descriptor, and so of the lock, until it executes its program (the
+        // descriptor closes on exec): a log closed here and opened again at that moment waits for that, up to a second,
+        // before it takes the holder for another writer.
+        var waits = 0
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
+            if code == EINTR || (code == EWOULDBLOCK && waits < 200) {
+                if code == EWOULDBLOCK {
+                    waits += 1
+                    usleep(5_000)
+                }
+                continue
+            }
             close(descriptor)
             throw .cannotOpen(
                 path: path,

@@ -240,16 +240,21 @@ public final class SQLiteStore: HeraldStore, Sendable {
         try statement.bind(8, record.receivedAt)
     }
 
-    /// Messages found both in the inbox and in the quarantine: a crash came between the two steps of a move. Released
-    /// ones (back in the inbox by ``release(_:)``) leave the quarantine; the others leave the inbox.
+    /// Messages found both in the inbox and in the quarantine, the same record in both: a crash came between the two
+    /// steps of a move. Released ones (back in the inbox by ``release(_:)``) leave the quarantine; the others leave the
+    /// inbox. A message accepted anew under a quarantined one's ID (a sender's retry once the de-duplication window
+    /// forgot the ID) was received later: it is another message, and stays in the inbox.
     private func settleQuarantineMoves(_ log: InboxLog, window: DeduplicationWindow, now: Int64) throws(StoreError) {
-        let quarantined: [String]
+        var quarantined: [(id: String, receivedAt: Int64)] = []
         do {
-            quarantined = try database.read { db in try String.fetchAll(db, sql: "SELECT message_id FROM quarantine") }
+            try database.read { db in
+                let rows = try Row.fetchCursor(db, sql: "SELECT message_id, received_at FROM quarantine")
+                while let row = try rows.next() { quarantined.append((try row.decode(atIndex: 0), try row.decode(atIndex: 1))) }
+            }
         } catch {
             throw Self.storeError(error, path: path, during: .read)
         }
-        let both = quarantined.filter { log.pendingRecord($0) != nil }
+        let both = quarantined.filter { log.pendingRecord($0.id)?.record.receivedAt == $0.receivedAt }.map(\.id)
         guard !both.isEmpty else { return }
         let released = both.filter { log.isReleased($0) }
         if !released.isEmpty {

@@ -62,7 +62,7 @@ struct GatewayTests {
                     a.collector.messages.withLock { $0.compactMap { $0.userInfo["check"]?.stringValue } }.sorted()
                 }
                 #expect(await eventually { checks() == expected }, "\(checks())")
-                #expect(await gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0, "\(gateway.log)")
             }
         }
     }
@@ -109,7 +109,7 @@ struct GatewayTests {
                 // Nothing else arrives (the dry run, the refused ones): exactly what was claimed, once each.
                 #expect(checks(a) == expectedA)
                 #expect(checks(b) == expectedB)
-                #expect(await gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0, "\(gateway.log)")
             }
         }
     }
@@ -168,7 +168,7 @@ struct GatewayTests {
                 let again = try httpRequest(port: port, "POST", send, body: body(token: token, n: 6), secret: "s3cret")
                 #expect(again.status == 200, "\(again.body)")
                 #expect(await eventually { instance.collector.numbers == ["1", "6"] })
-                #expect(await gateway.terminate() == 0)
+                #expect(await gateway.terminate() == 0, "\(gateway.log)")
             }
         }
     }
@@ -194,7 +194,7 @@ struct GatewayTests {
                     })
                 #expect(await eventually { instance.collector.numbers == ["2"] })
             }
-            #expect(await gateway.terminate() == 0)
+            #expect(await gateway.terminate() == 0, "\(gateway.log)")
         }
     }
 
@@ -257,7 +257,7 @@ struct GatewayTests {
                 let unknown = try httpRequest(port: two.httpPort, "POST", send, body: body(token: "nobody:x", n: 1), secret: "s3cret")
                 server.resume()
                 #expect(unknown.status == 404, "\(unknown.body)")
-                #expect(await two.terminate() == 0)
+                #expect(await two.terminate() == 0, "\(two.log)")
             }
         }
     }

@@ -425,34 +425,42 @@ struct InboxLogStoreTests {
         #expect(detail.contains("missing"))
     }
 
-    @Test("a crash between a move's two steps is settled at the next load: quarantined stays quarantined, released stays released")
+    @Test(
+        "a crash between a move's two steps is settled at the next load: quarantined stays quarantined, released stays released; a message accepted anew under a quarantined ID stays"
+    )
     func movesSettled() throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-moves")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let window = InboxLogTests.window
         let now = InboxLogTests.now
+        let receivedAt = InboxLogTests.record("poison").receivedAt
         do {
             let store = try SQLiteStore(directory: directory)
             try store.commit(
-                StoreBatch(accepted: [InboxLogTests.record("poison"), InboxLogTests.record("back")]), window: window, now: now)
-            try store.commit(StoreBatch(quarantined: ["back"]), window: window, now: now)
+                StoreBatch(accepted: [InboxLogTests.record("poison"), InboxLogTests.record("back"), InboxLogTests.record("again")]),
+                window: window, now: now)
+            try store.commit(StoreBatch(quarantined: ["back", "again"]), window: window, now: now)
             #expect(try store.release(["back"]) == [])
             // A quarantine's first step alone: the row copied, the log not yet told.
             try store.execute(
                 sql: """
                     INSERT INTO quarantine (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at)
-                    VALUES ('poison', X'7B7D', 'token', 't', NULL, 10, NULL, 5, 3, 1)
+                    VALUES ('poison', X'7B7D', 'token', 't', NULL, 10, NULL, \(receivedAt), 3, 1)
                     """)
             // A release's first step alone: back in the log, the row not yet deleted.
             try store.execute(
                 sql: """
                     INSERT INTO quarantine (message_id, user_info, target_kind, target_value, collapse_key, priority, expiration, received_at, replays, quarantined_at)
-                    VALUES ('back', X'7B7D', 'token', 't', NULL, 10, NULL, 5, 3, 1)
+                    VALUES ('back', X'7B7D', 'token', 't', NULL, 10, NULL, \(receivedAt), 3, 1)
                     """)
+            // The quarantined ID accepted anew, received later: another message.
+            var anew = InboxLogTests.record("again")
+            anew.receivedAt = receivedAt + 60_000
+            try store.commit(StoreBatch(accepted: [anew]), window: window, now: now)
         }
         let store = try SQLiteStore(directory: directory)
         let state = try store.load(window: window, now: now)
-        #expect(state.pending.map(\.messageID) == ["back"])
-        #expect(try store.quarantine().map(\.record.messageID) == ["poison"])
+        #expect(state.pending.map(\.messageID) == ["back", "again"])
+        #expect(try store.quarantine().map(\.record.messageID).sorted() == ["again", "poison"])
     }
 }
