@@ -246,8 +246,8 @@ final class DaemonService: Service, Sendable {
         watchdog?.cancel()
         await loop.shutdownGracefully()
         loopThread.join()
-        // A stopped store is one self-contained file: damage to it is then seen at the next start, not hidden behind
-        // a write-ahead log SQLite would read first.
+        // A stopped store is its database file and the inbox's log, each self-contained: damage to either is then
+        // seen at the next start, not hidden behind a write-ahead log SQLite would read first.
         do {
             try store.checkpoint()
         } catch {

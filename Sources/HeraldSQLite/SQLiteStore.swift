@@ -430,8 +430,8 @@ public final class SQLiteStore: HeraldStore, Sendable {
     }
 
     /// Copies every page of the write-ahead log into the database file and empties the log
-    /// (`PRAGMA wal_checkpoint(TRUNCATE)`), so that a stopped store is one self-contained file. `herald serve` calls it at
-    /// a clean stop. Any thread; blocks on disk I/O.
+    /// (`PRAGMA wal_checkpoint(TRUNCATE)`), so that the database file of a stopped store is self-contained (beside it,
+    /// the inbox's log is). `herald serve` calls it at a clean stop. Any thread; blocks on disk I/O.
     public func checkpoint() throws(StoreError) {
         do {
             try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
