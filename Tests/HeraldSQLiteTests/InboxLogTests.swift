@@ -19,6 +19,18 @@ struct InboxLogTests {
         return record
     }
 
+    /// The path and detail of the `StoreError.corrupt` that `body` throws; anything else is recorded as an issue (`nil`).
+    static func corruption(
+        _ body: () throws -> Any, sourceLocation: SourceLocation = #_sourceLocation
+    ) -> (path: String, detail: String)? {
+        let error = #expect(throws: StoreError.self, sourceLocation: sourceLocation) { _ = try body() }
+        guard case .corrupt(let path, let detail)? = error else {
+            Issue.record("expected corrupt, got \(String(describing: error))", sourceLocation: sourceLocation)
+            return nil
+        }
+        return (path, detail)
+    }
+
     static func withLog(_ body: (String) throws -> Void) throws {
         let directory = try makeTemporaryDirectory(prefix: "herald-inbox-log")
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -180,11 +192,7 @@ struct InboxLogTests {
             try handle.seek(toOffset: UInt64(middle + 20))
             try handle.write(contentsOf: [byte ^ 0x01])
             try handle.close()
-            let error = #expect(throws: StoreError.self) { try InboxLog(path: path) }
-            guard case .corrupt(let named, let detail)? = error else {
-                Issue.record("expected corrupt, got \(String(describing: error))")
-                return
-            }
+            guard let (named, detail) = Self.corruption({ try InboxLog(path: path) }) else { return }
             #expect(named == path)
             #expect(detail.contains("byte \(middle)") && detail.contains("whole commits follow"))
             #expect(Self.fileSize(path) == sizeBefore)
@@ -195,11 +203,7 @@ struct InboxLogTests {
     func notALog() throws {
         try Self.withLog { path in
             try Data("SQLite format 3\0 and more".utf8).write(to: URL(fileURLWithPath: path))
-            let error = #expect(throws: StoreError.self) { try InboxLog(path: path) }
-            guard case .corrupt(let named, let detail)? = error else {
-                Issue.record("expected corrupt, got \(String(describing: error))")
-                return
-            }
+            guard let (named, detail) = Self.corruption({ try InboxLog(path: path) }) else { return }
             #expect(named == path && detail.contains("not a Herald inbox log"))
         }
         try Self.withLog { path in
@@ -213,11 +217,7 @@ struct InboxLogTests {
             try handle.seekToEnd()
             try handle.write(contentsOf: frame)
             try handle.close()
-            let error = #expect(throws: StoreError.self) { try InboxLog(path: path) }
-            guard case .corrupt(let named, let detail)? = error else {
-                Issue.record("expected corrupt, got \(String(describing: error))")
-                return
-            }
+            guard let (named, detail) = Self.corruption({ try InboxLog(path: path) }) else { return }
             #expect(named == path && detail.contains("unknown kind"))
         }
     }
@@ -391,11 +391,7 @@ struct InboxLogStoreTests {
         for file in ["herald.sqlite", "herald.sqlite-wal", "herald.sqlite-shm"] {
             try? FileManager.default.removeItem(atPath: directory + "/" + file)
         }
-        let error = #expect(throws: StoreError.self) { try SQLiteStore(directory: directory) }
-        guard case .corrupt(let path, let detail)? = error else {
-            Issue.record("expected corrupt, got \(String(describing: error))")
-            return
-        }
+        guard let (path, detail) = InboxLogTests.corruption({ try SQLiteStore(directory: directory) }) else { return }
         #expect(path == directory + "/herald.sqlite")
         #expect(detail.contains(directory + "/inbox.log") && detail.contains("missing"))
         #expect(!FileManager.default.fileExists(atPath: directory + "/herald.sqlite"), "nothing is created")
