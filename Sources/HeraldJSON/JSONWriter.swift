@@ -116,6 +116,12 @@ package enum JSONWriter {
         }
     }
 
+    /// Appends the UTF-8 text `utf8` escaped as the inside of a JSON string (no quotes), as
+    /// ``appendEscapedContents(_:to:)-(String,_)`` does for a `String`.
+    package static func appendEscapedContents(_ utf8: UnsafeRawBufferPointer, to output: inout [UInt8]) {
+        writeEscaped(utf8.assumingMemoryBound(to: UInt8.self), into: &output)
+    }
+
     /// Appends `utf8` with `"`, `\` and control characters escaped, copying the runs between them whole.
     private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, into output: inout [UInt8]) {
         guard let base = utf8.baseAddress else { return }

@@ -231,7 +231,7 @@ public struct AnalyticsReport: Sendable, Equatable {
         let firstDay = today - Int64(max(days, 1)) + 1
         var sql = """
             SELECT analytics_label, cohort_at / \(millisecondsPerDay) AS day, name, reason, result,
-                   count(DISTINCT ifnull(message_id, id)), count(*), total(duration_ms), count(duration_ms),
+                   count(DISTINCT ifnull(message_id, event_key)), count(*), total(duration_ms), count(duration_ms),
                    message_type IS '\(AnalyticsEvent.unifiedPush)' AS push
             FROM event
             WHERE cohort_at >= ?

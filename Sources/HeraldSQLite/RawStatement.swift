@@ -156,11 +156,28 @@ struct StatementValues {
         slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
     }
 
-    /// `value` as a BLOB for parameter `index`; an empty array is an empty BLOB, never `NULL`.
-    mutating func blob(_ index: Int32, _ value: [UInt8]) {
+    /// The UTF-8 text `value` as TEXT for parameter `index` (up to its first NUL, as a `String` is), or `NULL`.
+    mutating func text(_ index: Int32, _ value: UnsafeRawBufferPointer?) {
+        guard let value else { return slots.append(Slot(index: index, offset: 0, count: -1, isText: true)) }
         let offset = bytes.count
         bytes.append(contentsOf: value)
-        slots.append(Slot(index: index, offset: offset, count: value.count, isText: false))
+        bytes.append(0)
+        slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
+    }
+
+    /// `value` as TEXT for parameter `index`, taking the bytes `write` appends to the buffer (no NUL among them).
+    mutating func text(_ index: Int32, writing write: (inout [UInt8]) -> Void) {
+        let offset = bytes.count
+        write(&bytes)
+        bytes.append(0)
+        slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
+    }
+
+    /// The eight bytes of `value`, most significant first, as a BLOB for parameter `index`.
+    mutating func blob(_ index: Int32, bigEndian value: UInt64) {
+        let offset = bytes.count
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+        slots.append(Slot(index: index, offset: offset, count: 8, isText: false))
     }
 }
 

@@ -11,14 +11,15 @@ public import Herald
 ///
 /// Each batch is one transaction, and recording is idempotent per batch: each event is keyed by its
 /// `AnalyticsEvent/id`, which the bus assigns when it records the event (`event_key`, see `AnalyticsSchema`), and
-/// written with `INSERT OR IGNORE`, so a batch the bus retries after a failure is stored once.
+/// written with `INSERT OR IGNORE`, so a batch the bus retries after a failure is stored once. The table is one B-tree
+/// ordered by `(cohort_at, event_key)`: an event is one write near its end, with no index beside it.
 ///
 /// Retention: events of messages received more than ``Options/retentionDays`` days ago are deleted when the store
 /// opens and then at most every ``Options/pruneInterval``, in the transaction of the next batch.
 ///
 /// Threads: ``record(_:)`` suspends while the write runs on the connection's own serial queue, never on the caller's
 /// thread; calls may overlap (they are serialised). The other methods block on disk I/O, from any thread.
-public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
+public final class SQLiteAnalyticsStore: AnalyticsRecordSink, Sendable {
     /// How long events are kept and how often old ones are deleted.
     public struct Options: Sendable, Hashable {
         /// Events of messages received more than this many days ago are deleted; `nil` keeps everything.
@@ -108,14 +109,19 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
     /// - Throws: ``AnalyticsWriteError`` (naming the file) when the batch cannot be written; nothing of it is then
     ///   stored, and the bus retries it.
     public func record(_ events: [AnalyticsEvent]) async throws {
-        guard !events.isEmpty else { return }
-        let rows = Self.rows(for: events)
+        try await record(AnalyticsRecords(events))
+    }
+
+    /// Writes a batch as the bus recorded it, binding each event's values from the recorded bytes (no
+    /// `AnalyticsEvent` is built): what the bus calls. As ``record(_:)-([AnalyticsEvent])`` otherwise.
+    package func record(_ records: AnalyticsRecords) async throws {
+        guard records.count > 0 else { return }
         let now = clock()
         let pruneBefore = nextPrune.withLock { $0 <= now } ? cutoff(now: now) : nil
         do {
             try await database.writeWithoutTransaction { db in
                 try db.inTransaction(.immediate) {
-                    try Self.insert(rows, db)
+                    try Self.insert(records, db)
                     if let pruneBefore { try Self.delete(before: pruneBefore, db) }
                     return .commit
                 }
@@ -160,6 +166,15 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
         try database.read { db in try String.fetchOne(db, sql: sql) }
     }
 
+    /// Creates `<directory>/analytics.sqlite` with the schema's migrations up to `migration` only, as an older
+    /// release left it, and runs `sql` on it.
+    static func createOlderSchema(directory: String, upTo migration: String, then sql: String) throws {
+        try SQLiteStore.makeDirectory(directory)
+        let database = try DatabaseQueue(path: path(inDirectory: directory))
+        try AnalyticsSchema.migrator.migrate(database, upTo: migration)
+        try database.write { db in try db.execute(sql: sql) }
+    }
+
     // MARK: - Implementation
 
     private func cutoff(now: Int64) -> Int64? {
@@ -173,28 +188,16 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
         nextPrune.withLock { $0 = max($0, now + max(milliseconds, 0)) }
     }
 
-    /// One row of `event`, ready to bind.
-    struct Row: Sendable {
-        var key: [UInt8]
-        var event: AnalyticsEvent
-        var parameters: String
+    /// The key of an event whose ID is `id`: its eight bytes, most significant first. An event without an ID (0,
+    /// recorded by hand) gets a random key of its own, so it is never mistaken for another.
+    static func key(forEventID id: UInt64) -> UInt64 {
+        id != 0 ? id : UInt64.random(in: 1...UInt64.max)
     }
 
-    /// The rows for `events`, each keyed by its ``AnalyticsEvent/id`` (the bus gives every event one); an event
-    /// without an ID (0, recorded by hand) gets a random key of its own, so it is never mistaken for another.
-    static func rows(for events: [AnalyticsEvent]) -> [Row] {
-        events.map { event in
-            let id = event.id != 0 ? event.id : UInt64.random(in: 1...UInt64.max)
-            let key = (0..<8).map { UInt8(truncatingIfNeeded: id >> UInt64(56 - 8 * $0)) }
-            let parameters = event.parameters.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
-            let object = JSONValue.object(JSONObject(uniqueKeysWithValues: parameters.map { ($0.key, JSONValue.string($0.value)) }))
-            return Row(key: key, event: event, parameters: object.jsonString())
-        }
-    }
-
-    /// One `INSERT` per event, its values bound through the sqlite3 C API (`RawStatement`): GRDB's
-    /// `StatementArguments` made this thread cost more per message than the inbox's commit.
-    private static func insert(_ rows: [Row], _ db: Database) throws {
+    /// One `INSERT` per event, its values bound through the sqlite3 C API (`RawStatement`) from the recorded bytes:
+    /// GRDB's `StatementArguments`, and building each event's strings first, made this cost more per message than
+    /// the inbox's commit.
+    private static func insert(_ records: AnalyticsRecords, _ db: Database) throws {
         let statement = try RawStatement(
             db,
             sql: """
@@ -205,27 +208,47 @@ public final class SQLiteAnalyticsStore: AnalyticsSink, Sendable {
                 """)
         defer { statement.clearBindings() }
         var values = StatementValues()
-        for row in rows {
-            let event = row.event
+        var parameters: [(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)] = []
+        try records.forEach { record in
             values.removeAll()
-            values.blob(1, row.key)
-            values.text(2, event.name.rawValue)
-            try statement.bind(3, event.timestamp)
-            try statement.bind(4, event.receivedAt ?? event.timestamp)
-            values.text(5, event.messageID)
-            values.text(6, event.analyticsLabel)
-            values.text(7, event.topic)
-            values.text(8, event.collapseKey)
-            try statement.bind(9, event.priority.map { Int64($0.rawValue) })
-            values.text(10, event.messageType)
-            try statement.bind(11, event.ttl)
-            try statement.bind(12, event.receivedAt)
-            values.text(13, event.name == .messageDropped ? event.parameters["reason"] : nil)
-            values.text(14, event.name == .backgroundFetch ? event.parameters["result"] : nil)
-            try statement.bind(15, event.name == .backgroundFetch ? event.parameters["duration_ms"].flatMap { Int64($0) } : nil)
-            values.text(16, row.parameters)
+            values.blob(1, bigEndian: key(forEventID: record.id))
+            values.text(2, record.name.rawValue)
+            try statement.bind(3, record.timestamp)
+            try statement.bind(4, record.receivedAt ?? record.timestamp)
+            values.text(5, record.messageID)
+            values.text(6, record.analyticsLabel)
+            values.text(7, record.topic)
+            values.text(8, record.collapseKey)
+            try statement.bind(9, record.priority.map { Int64($0.rawValue) })
+            values.text(10, record.messageType)
+            try statement.bind(11, record.ttl)
+            try statement.bind(12, record.receivedAt)
+            values.text(13, record.name == .messageDropped ? record.parameter("reason") : nil)
+            let isFetch = record.name == .backgroundFetch
+            values.text(14, isFetch ? record.parameter("result") : nil)
+            try statement.bind(15, isFetch ? record.parameter("duration_ms").flatMap { Int64(String(decoding: $0, as: UTF8.self)) } : nil)
+            parameters.removeAll(keepingCapacity: true)
+            record.forEachParameter { parameters.append((key: $0, value: $1)) }
+            parameters.sort { $0.key.lexicographicallyPrecedes($1.key) }
+            values.text(16) { output in appendObject(of: parameters, to: &output) }
             try statement.execute(values)
         }
+    }
+
+    /// The parameters as a JSON object of strings, in the given order: `{"key":"value",...}`.
+    private static func appendObject(
+        of parameters: [(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)], to output: inout [UInt8]
+    ) {
+        output.append(UInt8(ascii: "{"))
+        for (position, parameter) in parameters.enumerated() {
+            if position > 0 { output.append(UInt8(ascii: ",")) }
+            output.append(UInt8(ascii: "\""))
+            JSONWriter.appendEscapedContents(parameter.key, to: &output)
+            output.append(contentsOf: "\":\"".utf8)
+            JSONWriter.appendEscapedContents(parameter.value, to: &output)
+            output.append(UInt8(ascii: "\""))
+        }
+        output.append(UInt8(ascii: "}"))
     }
 
     @discardableResult

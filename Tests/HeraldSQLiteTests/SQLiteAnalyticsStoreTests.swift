@@ -67,7 +67,7 @@ private final class TestClock: Sendable {
 struct SQLiteAnalyticsStoreTests {
     // MARK: - The file
 
-    @Test("opens its own file beside herald.sqlite: WAL, synchronous NORMAL, its application ID, schema analytics-v1")
+    @Test("opens its own file beside herald.sqlite: WAL, synchronous NORMAL, its application ID, schema analytics-v2-by-cohort")
     func ownFile() async throws {
         try await withAnalyticsDirectory { directory in
             let inbox = try SQLiteStore(directory: directory)
@@ -77,7 +77,12 @@ struct SQLiteAnalyticsStoreTests {
             #expect(try store.fetchString("PRAGMA journal_mode") == "wal")
             #expect(try store.fetchString("PRAGMA synchronous") == "1")  // NORMAL
             #expect(try store.fetchString("PRAGMA application_id") == String(0x4852_4C41))
-            #expect(try store.fetchString("SELECT group_concat(identifier) FROM grdb_migrations") == "analytics-v1")
+            #expect(try store.fetchString("SELECT group_concat(identifier) FROM grdb_migrations") == "analytics-v1,analytics-v2-by-cohort")
+            // One B-tree in the order of cohort_at, no index beside it.
+            #expect(
+                try store.fetchString(
+                    "SELECT sql LIKE '%PRIMARY KEY (cohort_at, event_key)%WITHOUT ROWID' FROM sqlite_master WHERE name = 'event'") == "1")
+            #expect(try store.fetchString("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'event'") == "0")
             // The inbox store's file has no analytics table, and the other way round.
             #expect(try inbox.pragma("application_id") == String(0x4852_4C44))
             #expect(try store.fetchString("SELECT count(*) FROM sqlite_master WHERE name = 'inbox'") == "0")
@@ -136,19 +141,19 @@ struct SQLiteAnalyticsStoreTests {
         }
     }
 
-    @Test("event keys are the event IDs: one ID one key, distinct IDs distinct keys, an event without an ID a key of its own")
-    func eventKeys() throws {
-        let base = received("m1", label: "l", day: 0)
-        var sameID = base
-        sameID.timestamp += 1
-        #expect(SQLiteAnalyticsStore.rows(for: [base])[0].key == SQLiteAnalyticsStore.rows(for: [sameID])[0].key)
-        let other = follow(base, .notificationOpen)
-        #expect(SQLiteAnalyticsStore.rows(for: [base])[0].key != SQLiteAnalyticsStore.rows(for: [other])[0].key)
-        var unassigned = base
-        unassigned.id = 0
-        let twice = SQLiteAnalyticsStore.rows(for: [unassigned, unassigned])
-        #expect(twice[0].key != twice[1].key)
-        #expect(twice[0].key.count == 8)
+    @Test("event keys are the event IDs, eight bytes most significant first; each event without an ID gets a key of its own")
+    func eventKeys() async throws {
+        try await withAnalyticsDirectory { directory in
+            let store = try SQLiteAnalyticsStore(directory: directory, options: .init(retentionDays: nil))
+            var event = received("m1", label: "l", day: 0)
+            event.id = 0x0102_0304_0506_0708
+            var unassigned = event
+            unassigned.id = 0
+            try await store.record([event, unassigned, unassigned])
+            #expect(try store.fetchString("SELECT count(*) FROM event") == "3")
+            #expect(try store.fetchString("SELECT count(*) FROM event WHERE hex(event_key) = '0102030405060708'") == "1")
+            #expect(try store.fetchString("SELECT count(DISTINCT event_key) || ':' || min(length(event_key)) FROM event") == "3:8")
+        }
     }
 
     @Test("a write that fails throws AnalyticsWriteError naming the file, stores nothing of the batch; the retry stores it once")
@@ -181,19 +186,59 @@ struct SQLiteAnalyticsStoreTests {
 
     // MARK: - Opening
 
+    @Test(
+        "a 0.1.0 file (schema analytics-v1) is brought to analytics-v2-by-cohort at its first open: every event kept, the report unchanged, a batch given again still stored once"
+    )
+    func migratesVersion1() async throws {
+        try await withAnalyticsDirectory { directory in
+            let (day0, later) = (at(day: 0, hours: 10), at(day: 0, hours: 11))
+            try SQLiteAnalyticsStore.createOlderSchema(
+                directory: directory, upTo: "analytics-v1",
+                then: """
+                    INSERT INTO event (event_key, name, timestamp, cohort_at, message_id, analytics_label, topic, priority, message_type,
+                                       received_at, reason, parameters)
+                    VALUES (X'0000000000000001', 'notification_receive', \(day0), \(day0), 'm1', 'spring', 'offers', 10,
+                            'DISPLAY_NOTIFICATION', \(day0), NULL, '{}'),
+                           (X'0000000000000002', 'notification_open', \(later), \(day0), 'm1', 'spring', 'offers', 10,
+                            'DISPLAY_NOTIFICATION', \(day0), NULL, '{"action":"com.apple.UNNotificationDefaultActionIdentifier"}'),
+                           (X'0000000000000003', 'message_dropped', \(later), \(later), NULL, 'spring', NULL, NULL, NULL, NULL,
+                            'malformed', '{"reason":"malformed"}');
+                    """)
+            let store = try SQLiteAnalyticsStore(directory: directory, options: .init(retentionDays: nil), clock: { later })
+            #expect(try store.fetchString("SELECT group_concat(identifier) FROM grdb_migrations") == "analytics-v1,analytics-v2-by-cohort")
+            #expect(try store.fetchString("SELECT sql LIKE '%WITHOUT ROWID' FROM sqlite_master WHERE name = 'event'") == "1")
+            #expect(
+                try store.fetchString(
+                    "SELECT group_concat(hex(event_key) || ':' || name || ':' || ifnull(topic, '-'), ',') FROM event")
+                    == "0000000000000001:notification_receive:offers,0000000000000002:notification_open:offers,0000000000000003:message_dropped:-"
+            )
+            let report = try store.report(days: 1, now: later)
+            #expect(report.total(label: "spring") == .init(received: 1, impressions: 0, opens: 1, drops: ["malformed": 1]))
+
+            // The open, given again with its ID: stored once. A new event beside it is added.
+            var open = AnalyticsEvent(
+                name: .notificationOpen, timestamp: later, messageID: "m1", analyticsLabel: "spring", topic: "offers", priority: .high,
+                messageType: "DISPLAY_NOTIFICATION", receivedAt: day0)
+            open.id = 2
+            try await store.record([open, received("m2", label: "spring", day: 0)])
+            #expect(try store.fetchString("SELECT count(*) FROM event") == "4")
+            #expect(try store.report(days: 1, now: later).total(label: "spring")?.received == 2)
+        }
+    }
+
     @Test("a file with a newer analytics schema is refused, by the store and by the report")
     func refusesNewerSchema() async throws {
         try await withAnalyticsDirectory { directory in
             do {
                 let store = try SQLiteAnalyticsStore(directory: directory)
-                try store.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('analytics-v2')")
+                try store.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('analytics-v99')")
             }
             var openError: StoreError?
             do throws(StoreError) { _ = try SQLiteAnalyticsStore(directory: directory) } catch { openError = error }
-            #expect(openError == .newerSchema(path: directory + "/analytics.sqlite", found: "analytics-v2"))
+            #expect(openError == .newerSchema(path: directory + "/analytics.sqlite", found: "analytics-v99"))
             var readError: StoreError?
             do throws(StoreError) { _ = try AnalyticsReport.read(directory: directory) } catch { readError = error }
-            #expect(readError == .newerSchema(path: directory + "/analytics.sqlite", found: "analytics-v2"))
+            #expect(readError == .newerSchema(path: directory + "/analytics.sqlite", found: "analytics-v99"))
         }
     }
 
