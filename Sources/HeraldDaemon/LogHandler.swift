@@ -63,7 +63,9 @@ struct LiveLevelLogHandler: LogHandler {
                     line: #line))
             return
         }
-        writeLine(level: level, source: source, message: message) { line in
+        var entriesLength = 0
+        for (key, value) in entries { entriesLength += 2 + key.utf8.count + value.utf8.count }
+        writeLine(level: level, source: source, message: message, metadataLength: entriesLength) { line in
             for (key, value) in entries {
                 line.append(UInt8(ascii: " "))
                 line.appendText(key)
@@ -73,10 +75,15 @@ struct LiveLevelLogHandler: LogHandler {
         }
     }
 
-    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, in one `write(2)`.
-    private func writeLine(level: Logger.Level, source: String, message: String, metadata: (inout [UInt8]) -> Void) {
+    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, in one `write(2)`; room is made
+    /// for it at once when `metadataLength` (the bytes `metadata` appends) is known.
+    private func writeLine(
+        level: Logger.Level, source: String, message: String, metadataLength: Int? = nil, metadata: (inout [UInt8]) -> Void
+    ) {
         var line: [UInt8] = []
-        line.reserveCapacity(256)
+        // The timestamp (`2026-11-29T16:22:00+0000`), the spaces, the colon and the brackets: 40 bytes covers them.
+        line.reserveCapacity(
+            metadataLength.map { 40 + level.rawValue.utf8.count + label.utf8.count + $0 + source.utf8.count + message.utf8.count } ?? 256)
         LogClock.appendTimestamp(to: &line)
         line.append(UInt8(ascii: " "))
         line.appendText(level.rawValue)
@@ -160,8 +167,10 @@ extension [UInt8] {
     /// Appends `text`'s UTF-8 bytes in one copy (`append(contentsOf: text.utf8)` goes through the generic sequence
     /// path).
     fileprivate mutating func appendText(_ text: String) {
-        var text = text
-        text.withUTF8 { append(contentsOf: $0) }
+        if text.utf8.withContiguousStorageIfAvailable({ append(contentsOf: $0) }) == nil {
+            var text = text
+            text.withUTF8 { append(contentsOf: $0) }
+        }
     }
 }
 
