@@ -159,7 +159,7 @@ let package = Package(
             path: "Servers/BusProfile",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // A group commit of the durable inbox per message: the daemon's SQLite store beside an append-only segment file.
+        // A group commit of the durable inbox per message: the daemon's store (its inbox log) beside SQLite rows.
         .executableTarget(
             name: "InboxLayouts",
             dependencies: [

@@ -1,24 +1,20 @@
 // InboxLayouts: what a group commit of the durable inbox costs, per message, in the store `herald serve` uses and in
-// an append-only segment file, at the group sizes a daemon sees (a commit per 8 requests over HTTP with 16
-// connections, hundreds on a pipelined socket).
+// SQLite rows, at the group sizes a daemon sees (a commit per 8 requests over HTTP with 16 connections, hundreds on a
+// pipelined socket).
 //
-//   InboxLayouts [--directory DIR] [--groups 1,8,16,64,256] [--seconds 3] [--layouts sqlite,segment,segment-reused]
+//   InboxLayouts [--directory DIR] [--groups 1,8,16,64,256] [--seconds 3] [--layouts store,rows-keyed]
 //
 // Each commit does what the daemon's commit does for FCM v1 sends over HTTP: it stores the group's new records (the
-// sample body's `userInfo`, IDs made on receipt, so no de-duplication window rows) and removes the previous group's,
+// sample body's `userInfo`, IDs made on receipt, so no de-duplication window entries) and removes the previous group's,
 // whose handlers have finished, then makes it durable. Layouts:
 //
-// - sqlite: HeraldSQLite's `SQLiteStore.commit`, the daemon's own code on its own schema (WAL, synchronous = FULL).
-// - segment: each commit's frames (a record: length, CRC-32, ID, target, `userInfo`; a removal: length, CRC-32, ID)
-//   appended to one file with one write(2), then fdatasync; the index (message ID → offset) in memory, rebuilt by
-//   reading the file at start. The file grows with every commit, so each fdatasync also journals its new size.
-// - segment-reused: the same frames written over a file already written once (as SQLite reuses its write-ahead log
-//   after a checkpoint), so fdatasync writes data only.
-// - rows-indexed, rows-indexed-pruned, rows-keyed, rows-keyed-pruned: the inbox's statements on a database of their
-//   own (WAL, synchronous = FULL, values bound through GRDB, so compare these four with each other, not with
-//   `sqlite`): `indexed` is the store's table (an integer key, the message ID UNIQUE: two B-trees), `keyed` a
-//   `WITHOUT ROWID` table keyed by the message ID with the order in a column (one B-tree); `pruned` also runs the
-//   four statements with which each of the store's commits checks and prunes the de-duplication window.
+// - store: HeraldSQLite's `SQLiteStore.commit`, the daemon's own code: one checksummed frame appended to the inbox's
+//   log (`inbox.log`) and one fdatasync per commit, compacted as the daemon's is.
+// - rows-indexed, rows-indexed-pruned, rows-keyed, rows-keyed-pruned: the inbox as SQLite rows (how 0.1.0 kept it), on
+//   a database of their own (WAL, synchronous = FULL, values bound through GRDB): `indexed` is 0.1.0's table (an
+//   integer key, the message ID UNIQUE: two B-trees), `keyed` a `WITHOUT ROWID` table keyed by the message ID with the
+//   order in a column (one B-tree); `pruned` also runs the four statements with which each of 0.1.0's commits checked
+//   and pruned the de-duplication window.
 //
 // Printed per layout and group size: commits/s, µs of the committing thread's CPU per message (user, kernel) and µs
 // of the whole machine's CPU per message (from /proc/stat: the kernel's journal thread and block-layer work
@@ -33,7 +29,7 @@ struct Options {
     var directory = FileManager.default.temporaryDirectory.path
     var groups = [1, 8, 16, 64, 256]
     var seconds = 3.0
-    var layouts = ["sqlite", "segment", "segment-reused"]
+    var layouts = ["store", "rows-keyed"]
 }
 
 var options = Options()
@@ -68,7 +64,7 @@ protocol Layout {
     mutating func commit(accepted: [InboxRecord], finished: [String]) throws
 }
 
-struct SQLiteLayout: Layout {
+struct StoreLayout: Layout {
     let store: SQLiteStore
     init(directory: String) throws { store = try SQLiteStore(directory: directory) }
     func commit(accepted: [InboxRecord], finished: [String]) throws {
@@ -143,90 +139,6 @@ final class RowsLayout: Layout {
     }
 }
 
-struct SegmentLayout: Layout {
-    let fd: Int32
-    var offset: Int64 = 0
-    var index: [String: Int64] = [:]
-    var frames: [UInt8] = []
-    let reuse: Bool
-
-    init(path: String, reuse: Bool) throws {
-        fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw POSIXError(.EIO) }
-        self.reuse = reuse
-        if reuse {
-            // Written once and made durable, as a write-ahead log is by its first use.
-            let zeros = [UInt8](repeating: 0, count: 1 << 20)
-            for _ in 0..<512 { _ = zeros.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
-            fsync(fd)
-        }
-    }
-
-    mutating func commit(accepted: [InboxRecord], finished: [String]) throws {
-        frames.removeAll(keepingCapacity: true)
-        for record in accepted {
-            index[record.messageID] = offset + Int64(frames.count)
-            frame(kind: 1) { body in
-                Self.field(Array(record.messageID.utf8), into: &body)
-                Self.field(Array(record.targetKind.utf8), into: &body)
-                Self.field(Array(record.targetValue.utf8), into: &body)
-                Self.integer(UInt64(record.priority), into: &body)
-                Self.integer(UInt64(record.receivedAt), into: &body)
-                Self.field(record.userInfo, into: &body)
-            }
-        }
-        for messageID in finished {
-            index[messageID] = nil
-            frame(kind: 2) { body in Self.field(Array(messageID.utf8), into: &body) }
-        }
-        let size = frames.count
-        let written = frames.withUnsafeBytes { pwrite(fd, $0.baseAddress, size, Int(reuse ? offset % (512 << 20) : offset)) }
-        guard written == size, fdatasync(fd) == 0 else { throw POSIXError(.EIO) }
-        offset += Int64(size)
-    }
-
-    /// A frame: its length (4 bytes), the CRC-32 of what follows (4), the kind (1), the body.
-    private mutating func frame(kind: UInt8, _ body: (inout [UInt8]) -> Void) {
-        let start = frames.count
-        frames.append(contentsOf: [0, 0, 0, 0, 0, 0, 0, 0, kind])
-        body(&frames)
-        let length = UInt32(frames.count - start - 8)
-        let crc = frames[(start + 8)...].withUnsafeBytes { CRC32.checksum($0) }
-        withUnsafeBytes(of: length.littleEndian) { frames.replaceSubrange(start..<(start + 4), with: $0) }
-        withUnsafeBytes(of: crc.littleEndian) { frames.replaceSubrange((start + 4)..<(start + 8), with: $0) }
-    }
-
-    private static func field(_ bytes: [UInt8], into body: inout [UInt8]) {
-        integer(UInt64(bytes.count), into: &body)
-        body.append(contentsOf: bytes)
-    }
-
-    private static func integer(_ value: UInt64, into body: inout [UInt8]) {
-        var value = value
-        repeat {
-            body.append(UInt8(value & 0x7F) | (value >= 0x80 ? 0x80 : 0))
-            value >>= 7
-        } while value != 0
-    }
-}
-
-/// CRC-32 (IEEE), a table a byte at a time: what a segment file's reader needs to find a torn frame.
-enum CRC32 {
-    static let table: [UInt32] = (0..<256).map { byte in
-        var crc = UInt32(byte)
-        for _ in 0..<8 { crc = crc & 1 == 1 ? 0xEDB8_8320 ^ (crc >> 1) : crc >> 1 }
-        return crc
-    }
-
-    static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
-        var crc: UInt32 = 0xFFFF_FFFF
-        table.withUnsafeBufferPointer { table in
-            for byte in bytes { crc = table[Int(UInt8(truncatingIfNeeded: crc) ^ byte)] ^ (crc >> 8) }
-        }
-        return ~crc
-    }
-}
-
 /// The machine's busy time in clock ticks, all CPUs (user, nice, system, irq, softirq, steal).
 func machineBusyTicks() -> Int {
     guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8), let line = stat.split(separator: "\n").first else {
@@ -259,9 +171,7 @@ func now() -> Double {
     defer { try? FileManager.default.removeItem(atPath: directory) }
     var layout: any Layout =
         switch name {
-        case "sqlite": try SQLiteLayout(directory: directory)
-        case "segment": try SegmentLayout(path: "\(directory)/segment", reuse: false)
-        case "segment-reused": try SegmentLayout(path: "\(directory)/segment", reuse: true)
+        case "store": try StoreLayout(directory: directory)
         case "rows-indexed": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: false, prune: false)
         case "rows-indexed-pruned": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: false, prune: true)
         case "rows-keyed": try RowsLayout(path: "\(directory)/rows.sqlite", keyed: true, prune: false)
