@@ -10,21 +10,28 @@ import Logging
 /// through the logger as the bus does. A synchronous presenter: with no asynchronous notification handler or
 /// presenter beside it, the bus presents inside the delivery, without a task.
 final class LogLinePresenter: SynchronousPresenter {
+    /// The daemon's handler, in a class of its own so that a line borrows it where it is instead of copying the
+    /// handler (and retaining what it holds) for each notification.
+    private final class Line: Sendable {
+        let handler: LiveLevelLogHandler
+        init(_ handler: LiveLevelLogHandler) { self.handler = handler }
+    }
+
     private let logger: Logger
-    private let handler: LiveLevelLogHandler?
+    private let line: Line?
 
     init(logger: Logger) {
         self.logger = logger
-        handler = logger.handler as? LiveLevelLogHandler
+        line = (logger.handler as? LiveLevelLogHandler).map(Line.init)
     }
 
     var descriptor: PluginDescriptor { PluginDescriptor(name: "log", summary: "a log line per notification") }
 
     func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) {
-        guard logger.logLevel <= .info else { return }
+        guard (line?.handler.logLevel ?? logger.logLevel) <= .info else { return }
         let (title, body) = message.alertTitleAndBody
         let (messageID, shown) = (message.messageID ?? "", options.description)
-        guard let handler else {
+        guard let line else {
             logger.info(
                 "notification",
                 metadata: [
@@ -34,7 +41,7 @@ final class LogLinePresenter: SynchronousPresenter {
             return
         }
         // In key order, as the handler writes a statement's metadata.
-        handler.log(
+        line.handler.log(
             .info, "notification", entries: ["body": body ?? "", "message_id": messageID, "options": shown, "title": title ?? ""],
             source: "Herald")
     }

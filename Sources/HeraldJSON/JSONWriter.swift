@@ -35,20 +35,23 @@ extension JSONValue {
             JSONWriter.writeString(value, into: &output)
         case .array(let elements):
             output.append(UInt8(ascii: "["))
-            for (position, element) in elements.enumerated() {
-                if position > 0 { output.append(UInt8(ascii: ",")) }
-                element.write(into: &output)
+            // Each element read where it is, not copied out of the array (and retained) first.
+            elements.withUnsafeBufferPointer { elements in
+                for index in elements.indices {
+                    if index > 0 { output.append(UInt8(ascii: ",")) }
+                    elements[index].write(into: &output)
+                }
             }
             output.append(UInt8(ascii: "]"))
         case .object(let object):
             output.append(UInt8(ascii: "{"))
-            var first = true
-            for member in object.members {
-                if !first { output.append(UInt8(ascii: ",")) }
-                first = false
-                JSONWriter.writeString(member.key, into: &output)
-                output.append(UInt8(ascii: ":"))
-                member.value.write(into: &output)
+            object.members.withUnsafeBufferPointer { members in
+                for index in members.indices {
+                    if index > 0 { output.append(UInt8(ascii: ",")) }
+                    JSONWriter.writeString(members[index].key, into: &output)
+                    output.append(UInt8(ascii: ":"))
+                    members[index].value.write(into: &output)
+                }
             }
             output.append(UInt8(ascii: "}"))
         }
@@ -110,9 +113,12 @@ package enum JSONWriter {
 
     /// Appends `value` escaped as the inside of a JSON string (no quotes).
     package static func appendEscapedContents(_ value: String, to output: inout [UInt8]) {
-        var value = value
-        value.withUTF8 { utf8 in
-            writeEscaped(utf8, into: &output)
+        // A native string's bytes where they are; a copy (made contiguous) only for one that has none.
+        if value.utf8.withContiguousStorageIfAvailable({ writeEscaped($0, into: &output) }) == nil {
+            var value = value
+            value.withUTF8 { utf8 in
+                writeEscaped(utf8, into: &output)
+            }
         }
     }
 
