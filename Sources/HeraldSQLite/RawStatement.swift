@@ -149,28 +149,28 @@ struct StatementValues {
 
     /// `value` as TEXT for parameter `index` (up to its first NUL), or `NULL`.
     mutating func text(_ index: Int32, _ value: String?) {
-        guard var value else { return slots.append(Slot(index: index, offset: 0, count: -1, isText: true)) }
-        let offset = bytes.count
-        value.withUTF8 { bytes.append(contentsOf: $0) }
-        bytes.append(0)
-        slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
+        guard var value else { return null(index) }
+        value.withUTF8 { utf8 in text(index) { $0.append(contentsOf: utf8) } }
     }
 
     /// The UTF-8 text `value` as TEXT for parameter `index` (up to its first NUL, as a `String` is), or `NULL`.
     mutating func text(_ index: Int32, _ value: UnsafeRawBufferPointer?) {
-        guard let value else { return slots.append(Slot(index: index, offset: 0, count: -1, isText: true)) }
-        let offset = bytes.count
-        bytes.append(contentsOf: value)
-        bytes.append(0)
-        slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
+        guard let value else { return null(index) }
+        text(index) { $0.append(contentsOf: value) }
     }
 
-    /// `value` as TEXT for parameter `index`, taking the bytes `write` appends to the buffer (no NUL among them).
+    /// `value` as TEXT for parameter `index`, taking the bytes `write` appends to the buffer (bound up to the first
+    /// NUL among them).
     mutating func text(_ index: Int32, writing write: (inout [UInt8]) -> Void) {
         let offset = bytes.count
         write(&bytes)
         bytes.append(0)
         slots.append(Slot(index: index, offset: offset, count: bytes.count - offset - 1, isText: true))
+    }
+
+    /// `NULL` for parameter `index`.
+    private mutating func null(_ index: Int32) {
+        slots.append(Slot(index: index, offset: 0, count: -1, isText: true))
     }
 
     /// The eight bytes of `value`, most significant first, as a BLOB for parameter `index`.
