@@ -65,11 +65,11 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     private var uvLoop: UnsafeMutablePointer<uv_loop_t>?
     private var asyncHandle: UnsafeMutablePointer<uv_async_t>?
     private var timerHandle: UnsafeMutablePointer<uv_timer_t>?
-    /// Runs just before the loop polls for I/O (and may block): flushes the writes connections gathered
-    /// during this turn of the loop, so that answers to a burst of pipelined requests leave in one `write`.
+    /// Runs just before the loop polls for I/O (and may block): writes the output gathered during this turn of the
+    /// loop (``GatheredOutput``), so that answers to a burst of pipelined requests leave in one `write`.
     private var prepareHandle: UnsafeMutablePointer<uv_prepare_t>?
-    private var flushList: [StreamConnection] = []
-    private var spareFlushList: [StreamConnection] = []
+    private var flushList: [any GatheredOutput] = []
+    private var spareFlushList: [any GatheredOutput] = []
     private var prepareStarted = false
     private var timers = TimerHeap()
     private var armedDeadline: Deadline?
@@ -290,29 +290,34 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
 
     // MARK: Flushing writes before polling
 
-    /// Asks for `connection.flushGatheredWrites()` to run before the loop next polls for I/O; `false` when the
-    /// loop is closing and the connection must write at once. Loop thread only.
-    func flushBeforePolling(_ connection: StreamConnection) -> Bool {
+    /// Asks for `output.writeGathered()` to run before the loop next polls for I/O (in the order asked); `false` when
+    /// the loop is closing and the output must be written at once. Loop thread only.
+    package func writeBeforePolling(_ output: any GatheredOutput) -> Bool {
         guard !loopIsClosing, let prepareHandle else { return false }
-        flushList.append(connection)
+        flushList.append(output)
         guard !prepareStarted else { return true }
         prepareStarted = true
         uv_prepare_start(prepareHandle) { handle in
-            EventLoop.from(handle!.pointee.loop).flushGatheredWrites()
+            EventLoop.from(handle!.pointee.loop).writeGatheredOutput()
         }
         return true
     }
 
-    private func flushGatheredWrites() {
+    /// Writes every output gathered so far, now: before the loop polls, and before a step that must come after what
+    /// was gathered (the durable inbox's commit, which must not remove a message whose log line is still held).
+    /// Loop thread only.
+    package func writeGatheredOutput() {
+        assertInEventLoop()
         // A write's completion may write again (and ask for another flush): go on until none is left, since
         // the loop may block in its poll right after this.
         while !flushList.isEmpty {
             var batch = spareFlushList
             swap(&batch, &flushList)
-            for connection in batch { connection.flushGatheredWrites() }
+            for output in batch { output.writeGathered() }
             batch.removeAll(keepingCapacity: true)
             spareFlushList = batch
         }
+        guard prepareStarted else { return }
         prepareStarted = false
         uv_prepare_stop(prepareHandle)
     }
@@ -488,7 +493,9 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
             { handle in
                 EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
             })
-        // Connections close below and flush what they gathered as they do; none asks for a flush after this.
+        // What was gathered goes out first. Connections close below and flush what they gather as they do; nothing
+        // asks for a flush after this.
+        writeGatheredOutput()
         uv_close(
             herald_as_handle(prepareHandle),
             { handle in

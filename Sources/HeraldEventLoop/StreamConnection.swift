@@ -363,7 +363,7 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
         guard !flushRequested else { return }
         flushRequested = true
         // While the loop is closing no flush before polling comes: write at once.
-        if !loop.flushBeforePolling(self) { flushGatheredWrites() }
+        if !loop.writeBeforePolling(self) { flushGatheredWrites() }
     }
 
     /// Bytes written since the last flush, and the completions waiting for them.

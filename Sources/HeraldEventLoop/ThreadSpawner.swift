@@ -16,7 +16,7 @@ package struct SpawnedThread: @unchecked Sendable {
     }
 
     /// Starts a thread named `name` (cut to the kernel's 15 bytes) that runs `body`.
-    static func spawn(name: String, _ body: @escaping @Sendable () -> Void) throws(EventLoopError) -> SpawnedThread {
+    package static func spawn(name: String, _ body: @escaping @Sendable () -> Void) throws(EventLoopError) -> SpawnedThread {
         let box = Unmanaged.passRetained(Box(name: name, body: body)).toOpaque()
         var id = pthread_t()
         let result = pthread_create(
