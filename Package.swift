@@ -579,7 +579,7 @@ let package = Package(
         // Daemons started in the test process with a plugin of the test's own.
         .testTarget(
             name: "HeraldDaemonTests",
-            dependencies: ["Herald", "HeraldDaemon", "HeraldTesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Herald", "HeraldDaemon", "HeraldSQLite", "HeraldTesting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -201,7 +201,7 @@ final class DaemonService: Service, Sendable {
             // `--presenter log`: a line per notification, as the bus writes one when no presenter is registered, so
             // not beside a presenter of the embedder's or a plugin's either.
             if !herald.registeredPlugins.contains(where: { $0.roles.contains(.presenter) }) {
-                try herald.register(LogLinePresenter(logger: logger))
+                try herald.register(LogLinePresenter(logger: logger, loop: loop))
             }
             try await herald.start()
             for address in InheritedSockets.closeUntaken() {

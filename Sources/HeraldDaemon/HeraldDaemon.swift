@@ -167,8 +167,11 @@ public struct Daemon: Sendable {
             throw DaemonError(usage: "herald: \(error)")
         }
         let level = LiveLogLevel(settings.logLevel)
-        if bootstrapsLogging { LogBootstrap.once(level: level) }
-        let logger = Logger(label: "herald", factory: { label in LiveLevelLogHandler(label: label, level: level) })
+        // Standard error, shared by the daemon's handlers so that its lines keep their order (and by the process's
+        // other loggers when this daemon bootstraps logging).
+        let output = LogOutput(descriptor: STDERR_FILENO)
+        if bootstrapsLogging { LogBootstrap.once(level: level, output: output) }
+        let logger = Logger(label: "herald", factory: { label in LiveLevelLogHandler(label: label, level: level, output: output) })
         for warning in warnings { logger.warning("\(warning)") }
         do {
             let natsToken = try settings.natsTokenFile.map { try readSecret(file: $0, what: "NATS token file") }
@@ -266,11 +269,11 @@ final class GroupHandle: Sendable {
 private enum LogBootstrap {
     private static let done = Locked(false)
 
-    static func once(level: LiveLogLevel) {
+    static func once(level: LiveLogLevel, output: LogOutput) {
         done.withLock { done in
             guard !done else { return }
             done = true
-            LoggingSystem.bootstrap { label in LiveLevelLogHandler(label: label, level: level) }
+            LoggingSystem.bootstrap { label in LiveLevelLogHandler(label: label, level: level, output: output) }
         }
     }
 }

@@ -10,11 +10,12 @@ import Logging
 /// logs a line per notification: the timestamp is formatted once per second, not per line; a statement's metadata
 /// is sorted and written straight into the line's bytes, without a merged dictionary and a string per entry when the
 /// logger has no metadata of its own; and the line goes out in one `write(2)`, whole, so that lines of several
-/// threads never interleave.
+/// threads never interleave. The log presenter's lines, one per notification, are gathered on the loop and written
+/// together (see ``LogOutput``).
 struct LiveLevelLogHandler: LogHandler {
     private let label: String
     private let live: LiveLogLevel
-    private let descriptor: Int32
+    private let output: LogOutput
     private var own: Logger.Level?
     /// The logger's own metadata as text (`key=value` pairs sorted by key), made when it changes.
     private var metadataText: String?
@@ -25,12 +26,17 @@ struct LiveLevelLogHandler: LogHandler {
         didSet { metadataText = Self.text(of: metadata) }
     }
 
-    /// A handler writing to `descriptor` (standard error unless a test gives another).
-    init(label: String, level: LiveLogLevel, descriptor: Int32 = STDERR_FILENO) {
+    /// A handler writing to `output`, which the daemon's handlers share.
+    init(label: String, level: LiveLogLevel, output: LogOutput) {
         self.label = label
         live = level
-        self.descriptor = descriptor
+        self.output = output
         metadataProvider = LoggingSystem.metadataProvider
+    }
+
+    /// A handler writing to `descriptor` (standard error unless a test gives another) through an output of its own.
+    init(label: String, level: LiveLogLevel, descriptor: Int32 = STDERR_FILENO) {
+        self.init(label: label, level: level, output: LogOutput(descriptor: descriptor))
     }
 
     var logLevel: Logger.Level {
@@ -52,8 +58,11 @@ struct LiveLevelLogHandler: LogHandler {
     /// The line `log(event:)` writes for a statement at `level` from `source` whose metadata is `entries` (string
     /// values, in key order, distinct keys), without the `Logger.Metadata` dictionary a statement builds and this
     /// handler would sort: for a line written per message (the log presenter's). With metadata of the logger's own or
-    /// a metadata provider to merge in, it goes through `log(event:)`.
-    func log(_ level: Logger.Level, _ message: String, entries: KeyValuePairs<String, String>, source: String) {
+    /// a metadata provider to merge in, it goes through `log(event:)`. With `loop`, the caller runs on that loop's
+    /// thread and the line is gathered there, written with the others of the loop's turn before the loop next polls.
+    func log(
+        _ level: Logger.Level, _ message: String, entries: KeyValuePairs<String, String>, source: String, gatheringOn loop: EventLoop? = nil
+    ) {
         guard metadataText == nil, metadataProvider == nil else {
             var metadata: Logger.Metadata = [:]
             for (key, value) in entries { metadata[key] = .string(value) }
@@ -65,7 +74,7 @@ struct LiveLevelLogHandler: LogHandler {
         }
         var entriesLength = 0
         for (key, value) in entries { entriesLength += 2 + key.utf8.count + value.utf8.count }
-        writeLine(level: level, source: source, message: message, metadataLength: entriesLength) { line in
+        writeLine(level: level, source: source, message: message, metadataLength: entriesLength, gatheringOn: loop) { line in
             for (key, value) in entries {
                 line.append(UInt8(ascii: " "))
                 line.appendText(key)
@@ -75,28 +84,37 @@ struct LiveLevelLogHandler: LogHandler {
         }
     }
 
-    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, in one `write(2)`; room is made
-    /// for it at once when `metadataLength` (the bytes `metadata` appends) is known.
+    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, in one `write(2)` (or gathered on
+    /// `loop`); room is made for it at once when `metadataLength` (the bytes `metadata` appends) is known.
     private func writeLine(
-        level: Logger.Level, source: String, message: String, metadataLength: Int? = nil, metadata: (inout [UInt8]) -> Void
+        level: Logger.Level, source: String, message: String, metadataLength: Int? = nil, gatheringOn loop: EventLoop? = nil,
+        metadata: (inout [UInt8]) -> Void
     ) {
-        var line: [UInt8] = []
         // The timestamp (`2026-11-29T16:22:00+0000`), the spaces, the colon and the brackets: 40 bytes covers them.
-        line.reserveCapacity(
-            metadataLength.map { 40 + level.rawValue.utf8.count + label.utf8.count + $0 + source.utf8.count + message.utf8.count } ?? 256)
-        LogClock.appendTimestamp(to: &line)
-        line.append(UInt8(ascii: " "))
-        line.appendText(level.rawValue)
-        if !label.isEmpty { line.append(UInt8(ascii: " ")) }
-        line.appendText(label)
-        line.append(UInt8(ascii: ":"))
-        metadata(&line)
-        line.append(contentsOf: " [".utf8)
-        line.appendText(source)
-        line.append(contentsOf: "] ".utf8)
-        line.appendText(message)
-        line.append(UInt8(ascii: "\n"))
-        Self.write(line, to: descriptor)
+        let length =
+            metadataLength.map { 40 + level.rawValue.utf8.count + label.utf8.count + $0 + source.utf8.count + message.utf8.count } ?? 256
+        func compose(_ line: inout [UInt8]) {
+            LogClock.appendTimestamp(to: &line)
+            line.append(UInt8(ascii: " "))
+            line.appendText(level.rawValue)
+            if !label.isEmpty { line.append(UInt8(ascii: " ")) }
+            line.appendText(label)
+            line.append(UInt8(ascii: ":"))
+            metadata(&line)
+            line.append(contentsOf: " [".utf8)
+            line.appendText(source)
+            line.append(contentsOf: "] ".utf8)
+            line.appendText(message)
+            line.append(UInt8(ascii: "\n"))
+        }
+        if let loop {
+            output.gather(on: loop, reserving: length, compose)
+            return
+        }
+        var line: [UInt8] = []
+        line.reserveCapacity(length)
+        compose(&line)
+        output.write(line)
     }
 
     /// The metadata as `StreamLogHandler` merges it: the logger's own, then the provider's, then the statement's, then
@@ -143,23 +161,6 @@ struct LiveLevelLogHandler: LogHandler {
         var line: [UInt8] = []
         append(metadata, to: &line)
         return String(decoding: line.dropFirst(), as: UTF8.self)
-    }
-
-    /// One `write(2)` for the whole line where the kernel takes it (standard error is unbuffered in C too).
-    private static func write(_ line: [UInt8], to descriptor: Int32) {
-        line.withUnsafeBytes { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                if written > 0 {
-                    offset += written
-                } else if written < 0 && errno == EINTR {
-                    continue
-                } else {
-                    return
-                }
-            }
-        }
     }
 }
 

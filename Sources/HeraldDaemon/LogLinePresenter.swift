@@ -1,4 +1,5 @@
 import Herald
+import HeraldEventLoop
 import Logging
 
 /// `--presenter log` (the default): each notification as one line in the daemon's log, the line the bus writes
@@ -8,7 +9,8 @@ import Logging
 /// It writes the line through the daemon's log handler without the metadata dictionary a log statement builds, which
 /// was the largest cost of a notification's way through `herald serve` after decoding; with another handler it logs
 /// through the logger as the bus does. A synchronous presenter: with no asynchronous notification handler or
-/// presenter beside it, the bus presents inside the delivery, without a task.
+/// presenter beside it, the bus presents inside the delivery, without a task. Its lines are gathered on the loop and
+/// written together before the loop next polls (``LogOutput``): one `write(2)` for the notifications of a turn.
 final class LogLinePresenter: SynchronousPresenter {
     /// The daemon's handler, in a class of its own so that a line borrows it where it is instead of copying the
     /// handler (and retaining what it holds) for each notification.
@@ -19,9 +21,12 @@ final class LogLinePresenter: SynchronousPresenter {
 
     private let logger: Logger
     private let line: Line?
+    private let loop: EventLoop
 
-    init(logger: Logger) {
+    /// A presenter logging through `logger` for an instance running on `loop`.
+    init(logger: Logger, loop: EventLoop) {
         self.logger = logger
+        self.loop = loop
         line = (logger.handler as? LiveLevelLogHandler).map(Line.init)
     }
 
@@ -43,6 +48,6 @@ final class LogLinePresenter: SynchronousPresenter {
         // In key order, as the handler writes a statement's metadata.
         line.handler.log(
             .info, "notification", entries: ["body": body ?? "", "message_id": messageID, "options": shown, "title": title ?? ""],
-            source: "Herald")
+            source: "Herald", gatheringOn: loop)
     }
 }

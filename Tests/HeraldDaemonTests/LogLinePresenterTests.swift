@@ -51,7 +51,8 @@ struct LogLinePresenterTests {
         let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), logger: logger)
         let receiver = InMemoryReceiver()
         var inFlight: [Int] = []
-        try await withStarted(herald, plugins: [receiver] + (presenter ? [LogLinePresenter(logger: logger)] : [])) { herald in
+        try await withStarted(herald, plugins: [receiver] + (presenter ? [LogLinePresenter(logger: logger, loop: herald.loop)] : [])) {
+            herald in
             let token = try await herald.token()
             for body in bodies(token) {
                 _ = try await receiver.sendFCM(body, to: herald).get()
@@ -105,7 +106,8 @@ struct LogLinePresenterTests {
             let logger = collector.logger()
             let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), logger: logger)
             let receiver = InMemoryReceiver()
-            try await withStarted(herald, plugins: [receiver] + (presenter ? [LogLinePresenter(logger: logger)] : [])) { herald in
+            try await withStarted(herald, plugins: [receiver] + (presenter ? [LogLinePresenter(logger: logger, loop: herald.loop)] : [])) {
+                herald in
                 let token = try await herald.token()
                 for body in Self.bodies(token) { _ = try await receiver.sendFCM(body, to: herald).get() }
                 try await herald.waitUntilIdle()

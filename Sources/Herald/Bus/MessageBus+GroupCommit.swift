@@ -44,6 +44,9 @@ extension MessageBus {
         batchAcks = []
         let store = self.store
         let window = configuration.deduplication
+        // What the loop gathered to write goes out before the commit that may remove the messages it was about (a log
+        // line per notification): a crash never leaves a message gone from the inbox with its line unwritten.
+        loop.writeGatheredOutput()
         loop.offload(
             { () throws -> Void in
                 try store.commit(committing, window: window, now: WallClock.nowMilliseconds())
