@@ -52,11 +52,17 @@ struct LogOutputTests {
         handler.log(.info, "notification", entries: ["body": body, "n": "\(number)"], source: "Herald", gatheringOn: loop)
     }
 
-    @Test("the lines of a turn leave in one write, before the loop polls again")
-    func oneWritePerTurn() async throws {
+    /// Runs `body` with a running loop and a daemon handler writing to packets.
+    private func withHandler(_ body: (EventLoop, Packets, LiveLevelLogHandler) async throws -> Void) async throws {
         try await withRunningLoop { loop in
             let packets = Packets()
-            let handler = LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: packets.write)
+            try await body(loop, packets, LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: packets.write))
+        }
+    }
+
+    @Test("the lines of a turn leave in one write, before the loop polls again")
+    func oneWritePerTurn() async throws {
+        try await withHandler { loop, packets, handler in
             let duringTheTurn = try await loop.submit {
                 for number in 1...3 { Self.notification(handler, number, on: loop) }
                 return packets.available()
@@ -72,9 +78,7 @@ struct LogOutputTests {
 
     @Test("a line written meanwhile, from the loop or another thread, writes the gathered ones first")
     func orderKept() async throws {
-        try await withRunningLoop { loop in
-            let packets = Packets()
-            let handler = LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: packets.write)
+        try await withHandler { loop, packets, handler in
             let written = try await loop.submit {
                 Self.notification(handler, 1, on: loop)
                 Self.notification(handler, 2, on: loop)
@@ -97,9 +101,7 @@ struct LogOutputTests {
 
     @Test("many lines: writes of at most PIPE_BUF bytes, each of whole lines, in order")
     func writesOfWholeLines() async throws {
-        try await withRunningLoop { loop in
-            let packets = Packets()
-            let handler = LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: packets.write)
+        try await withHandler { loop, packets, handler in
             let body = String(repeating: "é", count: 100)
             try await loop.submit {
                 for number in 1...60 { Self.notification(handler, number, on: loop, body: body) }
@@ -113,9 +115,7 @@ struct LogOutputTests {
 
     @Test("the loop writes what was gathered at once when asked (before a commit)")
     func writtenWhenAsked() async throws {
-        try await withRunningLoop { loop in
-            let packets = Packets()
-            let handler = LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: packets.write)
+        try await withHandler { loop, packets, handler in
             let written = try await loop.submit {
                 Self.notification(handler, 1, on: loop)
                 loop.writeGatheredOutput()
