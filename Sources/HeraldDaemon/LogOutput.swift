@@ -5,14 +5,16 @@ import HeraldEventLoop
 /// lines were logged.
 ///
 /// A line logged on the loop per notification (the log presenter's) is gathered rather than written at once: the
-/// lines of one turn of the loop leave together before the loop next polls for I/O, in writes of at most `PIPE_BUF`
-/// bytes, which a pipe never splits among another writer's bytes. That spares a system call per notification, and
+/// lines of one turn of the loop leave together before the loop next polls for I/O, several lines to a write only
+/// within `PIPE_BUF` bytes (what a pipe never splits among another writer's bytes; a longer line goes out alone, whole,
+/// as every line did before). That spares a system call per notification, and
 /// under systemd a wake-up of the journal per line. A line is never held past its turn, and never overtaken: a line
 /// written from any thread writes what is gathered first; the durable inbox has it written before the commit that
 /// could remove the message it is about, so a crash that loses a gathered line leaves its message in the inbox, to be
 /// presented (and logged) again at the next start.
 final class LogOutput: GatheredOutput, Sendable {
-    /// At most this many bytes of gathered lines go out in one write: `PIPE_BUF`, what a pipe writes whole.
+    /// At most this many bytes of gathered lines go out in one write (`PIPE_BUF`, what a pipe writes whole), unless one
+    /// line alone is longer.
     static let gatheredWriteLimit = 4096
 
     private struct Gathered {

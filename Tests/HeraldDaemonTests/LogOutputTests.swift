@@ -158,8 +158,22 @@ struct LogOutputTests {
         }
     }
 
-    @Test("the durable inbox removes a presented message only once its line is written")
-    func linesBeforeRemoval() async throws {
+    /// A notification handler that answers from a task, so that the bus presents in a task on the loop too: a line is
+    /// then gathered (and its message finished) by a task's job, in the same drain of the loop's queue as a commit
+    /// that was asked for before it.
+    final class AnsweringLater: NotificationHandler {
+        var descriptor: PluginDescriptor { PluginDescriptor(name: "later", summary: "answers after a yield") }
+
+        func willPresent(_ message: RemoteMessage) async -> PresentationOptions {
+            await Task.yield()
+            return [.list]
+        }
+    }
+
+    @Test(
+        "the durable inbox removes a presented message only once its line is written",
+        arguments: [false, true])
+    func linesBeforeRemoval(asynchronousHandler: Bool) async throws {
         try await withTemporaryDirectory(prefix: "herald-log-output") { directory in
             let packets = Packets()
             let store = try LineCheckingStore(directory: directory, packets: packets)
@@ -168,7 +182,9 @@ struct LogOutputTests {
                 factory: { label in LiveLevelLogHandler(label: label, level: LiveLogLevel(.info), descriptor: packets.write) })
             let herald = Herald(configuration: patientShutdown(.init(senderID: "1234567890")), store: store, logger: logger)
             let receiver = InMemoryReceiver()
-            try await withStarted(herald, plugins: [receiver, LogLinePresenter(logger: logger, loop: herald.loop)]) { herald in
+            let plugins: [any HeraldPlugin] =
+                [receiver, LogLinePresenter(logger: logger, loop: herald.loop)] + (asynchronousHandler ? [AnsweringLater()] : [])
+            try await withStarted(herald, plugins: plugins) { herald in
                 let token = try await herald.token()
                 // Senders at once, so that groups of several messages are committed, presented and removed together.
                 try await withThrowingTaskGroup(of: Void.self) { group in
