@@ -133,9 +133,10 @@ extension MessageBus {
 
     /// With the durable inbox: the admitted message joins the next commit's batch; its sender is answered when
     /// that commit is done.
-    private func admitToInbox(_ message: RemoteMessage, id messageID: String, deduplicates: Bool, completion: Answer) {
+    private func admitToInbox(_ message: consuming RemoteMessage, id messageID: String, deduplicates: Bool, completion: Answer) {
         if let collapseKey = message.collapseKey,
-            let index = batchAcks.firstIndex(where: { $0.message.collapseKey == collapseKey && $0.message.target == message.target })
+            case let target = message.target,
+            let index = batchAcks.firstIndex(where: { $0.message?.collapseKey == collapseKey && $0.message?.target == target })
         {
             // A newer message with the same collapse key replaces the one still waiting for its commit.
             // Its sender (and any retries of it) are answered with the newer message's commit outcome.
@@ -146,12 +147,12 @@ extension MessageBus {
             followers[messageID, default: []].append(contentsOf: followers.removeValue(forKey: replaced.id) ?? [])
             inFlight -= 1
             if inFlight == 0 { notifyIdle() }
-            dropped(replaced.message, reason: .collapsed, detail: "replaced by \(messageID)")
+            if let message = replaced.message { dropped(message, reason: .collapsed, detail: "replaced by \(messageID)") }
         }
         var record = InboxRecord(message, messageID: messageID)
         record.deduplicates = deduplicates
         batch.accepted.append(record)
-        batchAcks.append((message, messageID, completion))
+        batchAcks.append(PendingAck(message: message, id: messageID, completion: completion))
         uncommitted.insert(messageID)
         scheduleCommit()
     }

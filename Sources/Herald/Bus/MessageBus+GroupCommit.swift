@@ -55,7 +55,8 @@ extension MessageBus {
                 commitRunning = false
                 let acks = committingAcks
                 committingAcks = []
-                for ack in acks { uncommitted.remove(ack.id) }
+                // By index: each ack's ID, not the whole ack (its message), copied out of the array.
+                for index in acks.indices { uncommitted.remove(acks[index].id) }
                 switch result {
                 case .success: committed(acks)
                 case .failure(let error): commitFailed(acks, batch: committing, error: error)
@@ -76,19 +77,21 @@ extension MessageBus {
 
     /// The commit of `acks` succeeded: their senders (and those following them) are answered, and the messages
     /// go on to their handlers.
-    private func committed(_ acks: [PendingAck]) {
+    private func committed(_ acks: consuming [PendingAck]) {
         commitRetryDelay = .zero
-        for ack in acks {
-            ack.completion(.success(ack.id))
+        // By index, each message taken out of its ack: it goes on to the handlers without a copy.
+        for index in acks.indices {
+            let id = acks[index].id
+            acks[index].completion(.success(id))
             // Followers are rare (a second send of a message whose commit is under way): no hash of the ID without.
             if !followers.isEmpty {
-                for follower in followers.removeValue(forKey: ack.id) ?? [] { follower.completion(.success(follower.id)) }
+                for follower in followers.removeValue(forKey: id) ?? [] { follower.completion(.success(follower.id)) }
             }
             if draining {
                 // Committed after shutdown began: the inbox replays it at the next start.
                 inFlight -= 1
-            } else {
-                admitted(ack.message, id: ack.id)
+            } else if let message = acks[index].message.take() {
+                admitted(message, id: id)
             }
         }
         if inFlight == 0 { notifyIdle() }
@@ -111,7 +114,7 @@ extension MessageBus {
                 seenIDs.remove(follower.id)
                 follower.completion(.failure(refusal))
             }
-            dropped(ack.message, reason: .storeFailure, detail: "\(error)")
+            if let message = ack.message { dropped(message, reason: .storeFailure, detail: "\(error)") }
         }
         // Entries that finished stay in the inbox until a later commit removes them; retry with backoff.
         batch.finished.append(contentsOf: committing.finished)

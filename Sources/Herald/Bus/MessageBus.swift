@@ -35,8 +35,14 @@ public final class MessageBus: @unchecked Sendable {
     /// Whether accepted messages are committed to the store before the sender is acknowledged.
     let durable: Bool
 
-    /// A message in the batch of the next commit, with whoever waits for its answer.
-    typealias PendingAck = (message: RemoteMessage, id: String, completion: Answer)
+    /// A message in the batch of the next commit, with whoever waits for its answer. A struct, not a tuple: a
+    /// tuple of these is copied and destroyed through the runtime's generic tuple witnesses. The message is taken
+    /// out (`nil` after) when it goes on to its handlers, so that it is moved there, not copied.
+    struct PendingAck {
+        var message: RemoteMessage?
+        let id: String
+        let completion: Answer
+    }
 
     // Loop-thread state.
     var identity: StoredIdentity

@@ -146,7 +146,7 @@ public struct InboxRecord: Sendable, Hashable {
     }
 
     /// The record for `message`, whose ID is `messageID`.
-    public init(_ message: RemoteMessage, messageID: String) {
+    public init(_ message: borrowing RemoteMessage, messageID: String) {
         let (kind, value): (String, String) =
             switch message.target {
             case .token(let token): ("token", token)
