@@ -8,63 +8,136 @@ extension JSONValue {
     /// a double. JSON has no infinity or NaN: a non-finite double (which ``JSONParser`` never produces) is
     /// written as `null`.
     public func jsonBytes() -> [UInt8] {
-        var output: [UInt8] = []
-        // Room for a typical message's `userInfo` at once, instead of five reallocations on the way to it.
-        if case .object = self { output.reserveCapacity(256) }
-        write(into: &output)
-        return output
+        withJSONText { [UInt8]($0) }
     }
 
     /// The value as compact JSON text; see ``jsonBytes()``.
     public func jsonString() -> String {
-        String(decoding: jsonBytes(), as: UTF8.self)
+        withJSONText { String(decoding: $0, as: UTF8.self) }
     }
 
     /// Appends the value's compact JSON text (see ``jsonBytes()``) to `output`.
     public func write(into output: inout [UInt8]) {
+        withJSONText { output.append(contentsOf: $0) }
+    }
+
+    /// Calls `body` with the value's compact JSON text, composed on the stack (on the heap past 512 bytes): an array's
+    /// append per piece (a uniqueness and a capacity check each, a message's `userInfo` has dozens of pieces) costs
+    /// more than the pieces' bytes.
+    private func withJSONText<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 512) { stack in
+            var writer = JSONByteWriter(stack)
+            write(to: &writer)
+            return writer.withBytes(body)
+        }
+    }
+
+    private func write(to writer: inout JSONByteWriter) {
         switch self {
         case .null:
-            output.append(contentsOf: "null".utf8)
+            writer.append("null")
         case .bool(let value):
-            output.append(contentsOf: value ? "true".utf8 : "false".utf8)
+            writer.append(value ? "true" : "false")
         case .int(let value):
-            JSONWriter.writeInteger(value, into: &output)
+            JSONWriter.writeInteger(value, to: &writer)
         case .double(let value):
-            JSONWriter.writeDouble(value, into: &output)
+            guard value.isFinite else {
+                writer.append("null")
+                return
+            }
+            // Swift's description is the shortest text that reads back as the same Double; for finite values it
+            // is valid JSON and always has a fraction or an exponent ("0.1", "2.0", "-0.0", "1e+16", "5e-324"),
+            // which the round-trip tests check.
+            var text = value.description
+            text.withUTF8 { writer.append($0) }
         case .string(let value):
-            JSONWriter.writeString(value, into: &output)
+            JSONWriter.writeString(value, to: &writer)
         case .array(let elements):
-            output.append(UInt8(ascii: "["))
+            writer.append(UInt8(ascii: "["))
             // Each element read where it is, not copied out of the array (and retained) first.
             elements.withUnsafeBufferPointer { elements in
                 for index in elements.indices {
-                    if index > 0 { output.append(UInt8(ascii: ",")) }
-                    elements[index].write(into: &output)
+                    if index > 0 { writer.append(UInt8(ascii: ",")) }
+                    elements[index].write(to: &writer)
                 }
             }
-            output.append(UInt8(ascii: "]"))
+            writer.append(UInt8(ascii: "]"))
         case .object(let object):
-            output.append(UInt8(ascii: "{"))
+            writer.append(UInt8(ascii: "{"))
             object.members.withUnsafeBufferPointer { members in
                 for index in members.indices {
-                    if index > 0 { output.append(UInt8(ascii: ",")) }
-                    JSONWriter.writeString(members[index].key, into: &output)
-                    output.append(UInt8(ascii: ":"))
-                    members[index].value.write(into: &output)
+                    if index > 0 { writer.append(UInt8(ascii: ",")) }
+                    JSONWriter.writeString(members[index].key, to: &writer)
+                    writer.append(UInt8(ascii: ":"))
+                    members[index].value.write(to: &writer)
                 }
             }
-            output.append(UInt8(ascii: "}"))
+            writer.append(UInt8(ascii: "}"))
         }
+    }
+}
+
+/// Bytes composed in memory of the writer's own: a buffer it is given (the caller's stack), then the heap once that
+/// is full. Each piece costs a bounds check and a copy.
+struct JSONByteWriter: ~Copyable {
+    private var base: UnsafeMutablePointer<UInt8>
+    private var capacity: Int
+    private var count = 0
+    private var onHeap = false
+
+    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
+        base = buffer.baseAddress ?? UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
+        capacity = buffer.baseAddress == nil ? 1 : buffer.count
+        onHeap = buffer.baseAddress == nil
+    }
+
+    deinit {
+        if onHeap { base.deallocate() }
+    }
+
+    func withBytes<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        body(UnsafeBufferPointer(start: base, count: count))
+    }
+
+    @inline(__always)
+    mutating func append(_ byte: UInt8) {
+        if count == capacity { grow(toHold: 1) }
+        base[count] = byte
+        count += 1
+    }
+
+    @inline(__always)
+    mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let source = bytes.baseAddress else { return }
+        if capacity - count < bytes.count { grow(toHold: bytes.count) }
+        (base + count).update(from: source, count: bytes.count)
+        count += bytes.count
+    }
+
+    @inline(__always)
+    mutating func append(_ literal: StaticString) {
+        literal.withUTF8Buffer { append($0) }
+    }
+
+    @inline(never)
+    private mutating func grow(toHold needed: Int) {
+        let newCapacity = max(capacity * 2, count + needed)
+        let new = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+        new.initialize(from: base, count: count)
+        if onHeap { base.deallocate() }
+        base = new
+        capacity = newCapacity
+        onHeap = true
     }
 }
 
 /// The scalar encoders behind ``JSONValue/write(into:)``.
 package enum JSONWriter {
-    static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
-        if value < 0 { output.append(UInt8(ascii: "-")) }
+    static func writeInteger(_ value: Int64, to writer: inout JSONByteWriter) {
+        if value < 0 { writer.append(UInt8(ascii: "-")) }
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
             let start = writeDecimal(value.magnitude, backwardsInto: digits)
-            output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+            writer.append(UnsafeBufferPointer(rebasing: digits[start...]))
         }
     }
 
@@ -94,21 +167,53 @@ package enum JSONWriter {
         return start
     }
 
-    static func writeDouble(_ value: Double, into output: inout [UInt8]) {
-        guard value.isFinite else {
-            output.append(contentsOf: "null".utf8)
-            return
+    static func writeString(_ value: String, to writer: inout JSONByteWriter) {
+        writer.append(UInt8(ascii: "\""))
+        // A native string's bytes where they are; a copy (made contiguous) only for one that has none.
+        if value.utf8.withContiguousStorageIfAvailable({ writeEscaped($0, to: &writer) }) == nil {
+            var value = value
+            value.withUTF8 { writeEscaped($0, to: &writer) }
         }
-        // Swift's description is the shortest text that reads back as the same Double; for finite values it
-        // is valid JSON and always has a fraction or an exponent ("0.1", "2.0", "-0.0", "1e+16", "5e-324"),
-        // which the round-trip tests check.
-        output.append(contentsOf: value.description.utf8)
+        writer.append(UInt8(ascii: "\""))
     }
 
-    static func writeString(_ value: String, into output: inout [UInt8]) {
-        output.append(UInt8(ascii: "\""))
-        appendEscapedContents(value, to: &output)
-        output.append(UInt8(ascii: "\""))
+    /// ``writeEscaped(_:into:)`` into `writer`.
+    private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to writer: inout JSONByteWriter) {
+        guard let base = utf8.baseAddress else { return }
+        var runStart = 0
+        while true {
+            let index = firstByteToEscape(in: UnsafeRawPointer(base), count: utf8.count, from: runStart)
+            writer.append(UnsafeBufferPointer(start: base + runStart, count: index - runStart))
+            guard index < utf8.count else { return }
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 6) { escape in
+                writer.append(UnsafeBufferPointer(rebasing: escape[..<escapeSequence(for: base[index], into: escape)]))
+            }
+            runStart = index + 1
+        }
+    }
+
+    /// Writes the escape sequence of `byte` (`"`, `\` or a control character) into `escape` (6 bytes); returns its
+    /// length.
+    private static func escapeSequence(for byte: UInt8, into escape: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        escape[0] = UInt8(ascii: "\\")
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"): escape[1] = byte
+        case UInt8(ascii: "\n"): escape[1] = UInt8(ascii: "n")
+        case UInt8(ascii: "\r"): escape[1] = UInt8(ascii: "r")
+        case UInt8(ascii: "\t"): escape[1] = UInt8(ascii: "t")
+        case 0x08: escape[1] = UInt8(ascii: "b")
+        case 0x0C: escape[1] = UInt8(ascii: "f")
+        default:
+            // Only bytes below 0x20 get here: the first hex digit is 0 or 1.
+            escape[1] = UInt8(ascii: "u")
+            escape[2] = UInt8(ascii: "0")
+            escape[3] = UInt8(ascii: "0")
+            escape[4] = UInt8(ascii: "0") + byte >> 4
+            let low = byte & 0xF
+            escape[5] = low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10
+            return 6
+        }
+        return 2
     }
 
     /// Appends `value` escaped as the inside of a JSON string (no quotes).
@@ -136,21 +241,8 @@ package enum JSONWriter {
             let index = firstByteToEscape(in: UnsafeRawPointer(base), count: utf8.count, from: runStart)
             output.append(contentsOf: UnsafeBufferPointer(start: base + runStart, count: index - runStart))
             guard index < utf8.count else { return }
-            let byte = base[index]
-            output.append(UInt8(ascii: "\\"))
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"): output.append(byte)
-            case UInt8(ascii: "\n"): output.append(UInt8(ascii: "n"))
-            case UInt8(ascii: "\r"): output.append(UInt8(ascii: "r"))
-            case UInt8(ascii: "\t"): output.append(UInt8(ascii: "t"))
-            case 0x08: output.append(UInt8(ascii: "b"))
-            case 0x0C: output.append(UInt8(ascii: "f"))
-            default:
-                // Only bytes below 0x20 get here: the first hex digit is 0 or 1.
-                output.append(contentsOf: "u00".utf8)
-                output.append(UInt8(ascii: "0") + byte >> 4)
-                let low = byte & 0xF
-                output.append(low < 10 ? UInt8(ascii: "0") + low : UInt8(ascii: "a") + low - 10)
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 6) { escape in
+                output.append(contentsOf: escape[..<escapeSequence(for: base[index], into: escape)])
             }
             runStart = index + 1
         }

@@ -127,6 +127,26 @@ struct JSONWriterTests {
         #expect(value.objectValue?.description == text)
     }
 
+    @Test("text longer than the writer's first buffer (512 bytes) is written whole, escapes on either side of the edge")
+    func longText() {
+        for length in [510, 511, 512, 513, 1_000, 5_000] {
+            let text = String(repeating: "a", count: length) + "\n\"" + String(repeating: "b", count: length)
+            let expected = "\"" + String(repeating: "a", count: length) + #"\n\""# + String(repeating: "b", count: length) + "\""
+            #expect(JSONValue.string(text).jsonString() == expected)
+        }
+        let numbers = JSONValue.array((0..<300).map { .int(Int64($0)) })
+        #expect(numbers.jsonString() == "[" + (0..<300).map { String($0) }.joined(separator: ",") + "]")
+        var members = JSONObject()
+        for index in 0..<200 { members["k\(index)"] = .string("v\"\(index)") }
+        let object = JSONValue.object(members)
+        let objectText = "{" + (0..<200).map { #""k\#($0)":"v\"\#($0)""# }.joined(separator: ",") + "}"
+        #expect(object.jsonString() == objectText)
+        #expect(object.jsonByteCount == objectText.utf8.count)
+        var output = Array(String(repeating: "p", count: 700).utf8)
+        object.write(into: &output)
+        #expect(output == Array((String(repeating: "p", count: 700) + objectText).utf8))
+    }
+
     static let awkwardStrings = [
         "", "a", "0:1700000000000000%abc", "with \"quotes\" and \\ backslash", "tab\tnew\nline\r", "\u{01}\u{1f}\u{7f}",
         "café ☕️ — 東京", String(repeating: "x", count: 40) + "\"" + String(repeating: "y", count: 17), "ends with \\",
