@@ -146,7 +146,13 @@ public struct InboxRecord: Sendable, Hashable {
     }
 
     /// The record for `message`, whose ID is `messageID`.
-    public init(_ message: borrowing RemoteMessage, messageID: String) {
+    public init(_ message: RemoteMessage, messageID: String) {
+        self.init(borrowing: message, messageID: messageID)
+    }
+
+    /// ``init(_:messageID:)`` borrowing the message: the bus reads it here and then moves it on (an initializer's
+    /// argument is otherwise its own, so the caller's would be copied).
+    package init(borrowing message: borrowing RemoteMessage, messageID: String) {
         let (kind, value): (String, String) =
             switch message.target {
             case .token(let token): ("token", token)
