@@ -1,5 +1,6 @@
 import Glibc
 import HeraldEventLoop
+import HeraldJSON
 import Logging
 
 /// The daemon's log handler: lines on standard error in the format of swift-log's `StreamLogHandler`
@@ -72,60 +73,55 @@ struct LiveLevelLogHandler: LogHandler {
                     line: #line))
             return
         }
-        var entriesLength = 0
-        for (key, value) in entries { entriesLength += 2 + key.utf8.count + value.utf8.count }
-        writeLine(level: level, source: source, message: message, metadataLength: entriesLength, gatheringOn: loop) { line in
+        writeLine(level: level, source: source, message: message, gatheringOn: loop) { line in
             for (key, value) in entries {
                 line.append(UInt8(ascii: " "))
-                line.appendText(key)
+                line.append(key)
                 line.append(UInt8(ascii: "="))
-                line.appendText(value)
+                line.append(value)
             }
         }
     }
 
-    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, in one `write(2)` (or gathered on
-    /// `loop`); room is made for it at once when `metadataLength` (the bytes `metadata` appends) is known.
+    /// `<timestamp> <level> <label>:<metadata> [<source>] <message>` and a newline, composed on the stack (past 512
+    /// bytes on the heap) and written in one `write(2)`, or gathered on `loop`.
     private func writeLine(
-        level: Logger.Level, source: String, message: String, metadataLength: Int? = nil, gatheringOn loop: EventLoop? = nil,
-        metadata: (inout [UInt8]) -> Void
+        level: Logger.Level, source: String, message: String, gatheringOn loop: EventLoop? = nil,
+        metadata: (inout ByteWriter) -> Void
     ) {
-        // The timestamp (`2026-11-29T16:22:00+0000`), the spaces, the colon and the brackets: 40 bytes covers them.
-        let length =
-            metadataLength.map { 40 + level.rawValue.utf8.count + label.utf8.count + $0 + source.utf8.count + message.utf8.count } ?? 256
-        func compose(_ line: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 512) { stack in
+            var line = ByteWriter(stack)
             LogClock.appendTimestamp(to: &line)
             line.append(UInt8(ascii: " "))
-            line.appendText(level.rawValue)
+            line.append(level.rawValue)
             if !label.isEmpty { line.append(UInt8(ascii: " ")) }
-            line.appendText(label)
+            line.append(label)
             line.append(UInt8(ascii: ":"))
             metadata(&line)
-            line.append(contentsOf: " [".utf8)
-            line.appendText(source)
-            line.append(contentsOf: "] ".utf8)
-            line.appendText(message)
+            line.append(" [" as StaticString)
+            line.append(source)
+            line.append("] " as StaticString)
+            line.append(message)
             line.append(UInt8(ascii: "\n"))
+            line.withBytes { line in
+                if let loop {
+                    output.gather(on: loop, line)
+                } else {
+                    output.write(line)
+                }
+            }
         }
-        if let loop {
-            output.gather(on: loop, reserving: length, compose)
-            return
-        }
-        var line: [UInt8] = []
-        line.reserveCapacity(length)
-        compose(&line)
-        output.write(line)
     }
 
     /// The metadata as `StreamLogHandler` merges it: the logger's own, then the provider's, then the statement's, then
     /// the error's, each winning over the ones before; each entry preceded by a space.
-    private func appendMetadata(of event: LogEvent, to line: inout [UInt8]) {
+    private func appendMetadata(of event: LogEvent, to line: inout ByteWriter) {
         let provided = metadataProvider?.get() ?? [:]
         let explicit = event.metadata ?? [:]
         if provided.isEmpty && explicit.isEmpty && event.error == nil {
             if let metadataText {
                 line.append(UInt8(ascii: " "))
-                line.appendText(metadataText)
+                line.append(metadataText)
             }
             return
         }
@@ -143,34 +139,25 @@ struct LiveLevelLogHandler: LogHandler {
         Self.append(merged, to: &line)
     }
 
-    private static func append(_ metadata: Logger.Metadata, to line: inout [UInt8]) {
+    private static func append(_ metadata: Logger.Metadata, to line: inout ByteWriter) {
         for (key, value) in metadata.sorted(by: { $0.key < $1.key }) {
             line.append(UInt8(ascii: " "))
-            line.appendText(key)
+            line.append(key)
             line.append(UInt8(ascii: "="))
             if case .string(let text) = value {
-                line.appendText(text)
+                line.append(text)
             } else {
-                line.appendText(value.description)
+                line.append(value.description)
             }
         }
     }
 
     private static func text(of metadata: Logger.Metadata) -> String? {
         guard !metadata.isEmpty else { return nil }
-        var line: [UInt8] = []
-        append(metadata, to: &line)
-        return String(decoding: line.dropFirst(), as: UTF8.self)
-    }
-}
-
-extension [UInt8] {
-    /// Appends `text`'s UTF-8 bytes in one copy (`append(contentsOf: text.utf8)` goes through the generic sequence
-    /// path).
-    fileprivate mutating func appendText(_ text: String) {
-        if text.utf8.withContiguousStorageIfAvailable({ append(contentsOf: $0) }) == nil {
-            var text = text
-            text.withUTF8 { append(contentsOf: $0) }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 256) { stack in
+            var line = ByteWriter(stack)
+            append(metadata, to: &line)
+            return line.withBytes { String(decoding: $0.dropFirst(), as: UTF8.self) }
         }
     }
 }
@@ -184,7 +171,7 @@ private enum LogClock {
 
     private static let last = Locked(Formatted())
 
-    static func appendTimestamp(to line: inout [UInt8]) {
+    static func appendTimestamp(to line: inout ByteWriter) {
         var now = time(nil)
         last.withLock { last in
             if last.second != now {
@@ -194,7 +181,7 @@ private enum LogClock {
                 last.text = count == 0 ? Array("<unknown>".utf8) : buffer[..<count].map { UInt8(bitPattern: $0) }
                 last.second = now
             }
-            line.append(contentsOf: last.text)
+            last.text.withUnsafeBufferPointer { line.append($0) }
         }
     }
 }

@@ -29,19 +29,18 @@ final class LogOutput: GatheredOutput, Sendable {
     init(descriptor: Int32) { self.descriptor = descriptor }
 
     /// Writes `line` now, after the lines gathered before it. Any thread.
-    func write(_ line: [UInt8]) {
+    func write(_ line: UnsafeBufferPointer<UInt8>) {
         gathered.withLock { gathered in
             writeOut(&gathered.bytes)
             Self.write(line, to: descriptor)
         }
     }
 
-    /// Gathers the line `compose` appends (`length` bytes, or about) to be written before `loop` next polls for I/O.
-    /// `loop`'s thread only.
-    func gather(on loop: EventLoop, reserving length: Int, _ compose: (inout [UInt8]) -> Void) {
+    /// Gathers `line` to be written before `loop` next polls for I/O. `loop`'s thread only.
+    func gather(on loop: EventLoop, _ line: UnsafeBufferPointer<UInt8>) {
         let ask = gathered.withLock { gathered in
-            if gathered.bytes.count + length > Self.gatheredWriteLimit { writeOut(&gathered.bytes) }
-            compose(&gathered.bytes)
+            if gathered.bytes.count + line.count > Self.gatheredWriteLimit { writeOut(&gathered.bytes) }
+            gathered.bytes.append(contentsOf: line)
             defer { gathered.asked = true }
             return !gathered.asked
         }
@@ -59,23 +58,22 @@ final class LogOutput: GatheredOutput, Sendable {
     /// Writes the gathered `bytes` and empties them (keeping their room). Under the lock.
     private func writeOut(_ bytes: inout [UInt8]) {
         guard !bytes.isEmpty else { return }
-        Self.write(bytes, to: descriptor)
+        bytes.withUnsafeBufferPointer { Self.write($0, to: descriptor) }
         bytes.removeAll(keepingCapacity: true)
     }
 
     /// One `write(2)` for the whole of `bytes` where the kernel takes it (standard error is unbuffered in C too).
-    private static func write(_ bytes: [UInt8], to descriptor: Int32) {
-        bytes.withUnsafeBytes { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                if written > 0 {
-                    offset += written
-                } else if written < 0 && errno == EINTR {
-                    continue
-                } else {
-                    return
-                }
+    private static func write(_ bytes: UnsafeBufferPointer<UInt8>, to descriptor: Int32) {
+        guard let base = bytes.baseAddress else { return }
+        var offset = 0
+        while offset < bytes.count {
+            let written = Glibc.write(descriptor, base + offset, bytes.count - offset)
+            if written > 0 {
+                offset += written
+            } else if written < 0 && errno == EINTR {
+                continue
+            } else {
+                return
             }
         }
     }

@@ -26,13 +26,13 @@ extension JSONValue {
     /// more than the pieces' bytes.
     private func withJSONText<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 512) { stack in
-            var writer = JSONByteWriter(stack)
+            var writer = ByteWriter(stack)
             write(to: &writer)
             return writer.withBytes(body)
         }
     }
 
-    private func write(to writer: inout JSONByteWriter) {
+    private func write(to writer: inout ByteWriter) {
         switch self {
         case .null:
             writer.append("null")
@@ -77,63 +77,9 @@ extension JSONValue {
     }
 }
 
-/// Bytes composed in memory of the writer's own: a buffer it is given (the caller's stack), then the heap once that
-/// is full. Each piece costs a bounds check and a copy.
-struct JSONByteWriter: ~Copyable {
-    private var base: UnsafeMutablePointer<UInt8>
-    private var capacity: Int
-    private var count = 0
-    private var onHeap = false
-
-    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
-        base = buffer.baseAddress ?? UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
-        capacity = buffer.baseAddress == nil ? 1 : buffer.count
-        onHeap = buffer.baseAddress == nil
-    }
-
-    deinit {
-        if onHeap { base.deallocate() }
-    }
-
-    func withBytes<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
-        body(UnsafeBufferPointer(start: base, count: count))
-    }
-
-    @inline(__always)
-    mutating func append(_ byte: UInt8) {
-        if count == capacity { grow(toHold: 1) }
-        base[count] = byte
-        count += 1
-    }
-
-    @inline(__always)
-    mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
-        guard let source = bytes.baseAddress else { return }
-        if capacity - count < bytes.count { grow(toHold: bytes.count) }
-        (base + count).update(from: source, count: bytes.count)
-        count += bytes.count
-    }
-
-    @inline(__always)
-    mutating func append(_ literal: StaticString) {
-        literal.withUTF8Buffer { append($0) }
-    }
-
-    @inline(never)
-    private mutating func grow(toHold needed: Int) {
-        let newCapacity = max(capacity * 2, count + needed)
-        let new = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
-        new.initialize(from: base, count: count)
-        if onHeap { base.deallocate() }
-        base = new
-        capacity = newCapacity
-        onHeap = true
-    }
-}
-
 /// The scalar encoders behind ``JSONValue/write(into:)``.
 package enum JSONWriter {
-    static func writeInteger(_ value: Int64, to writer: inout JSONByteWriter) {
+    static func writeInteger(_ value: Int64, to writer: inout ByteWriter) {
         if value < 0 { writer.append(UInt8(ascii: "-")) }
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
             let start = writeDecimal(value.magnitude, backwardsInto: digits)
@@ -167,7 +113,7 @@ package enum JSONWriter {
         return start
     }
 
-    static func writeString(_ value: String, to writer: inout JSONByteWriter) {
+    static func writeString(_ value: String, to writer: inout ByteWriter) {
         writer.append(UInt8(ascii: "\""))
         // A native string's bytes where they are; a copy (made contiguous) only for one that has none.
         if value.utf8.withContiguousStorageIfAvailable({ writeEscaped($0, to: &writer) }) == nil {
@@ -178,7 +124,7 @@ package enum JSONWriter {
     }
 
     /// ``writeEscaped(_:into:)`` into `writer`.
-    private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to writer: inout JSONByteWriter) {
+    private static func writeEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to writer: inout ByteWriter) {
         guard let base = utf8.baseAddress else { return }
         var runStart = 0
         while true {
