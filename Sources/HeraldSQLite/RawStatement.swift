@@ -55,9 +55,13 @@ struct RawStatement {
     /// them), runs the statement to completion, resets it and clears every binding, so that no pointer into `values`
     /// stays with the statement; returns the number of rows it changed. Integers and `NULL`s bound with `bind` before
     /// are used and cleared too.
+    ///
+    /// `clearing: false` leaves the bindings for a caller that runs the statement once per row, binds every parameter
+    /// for each row (so no row reads another's pointer) and clears them itself after the last row (a binding's
+    /// pointer is read only when the statement runs).
     @discardableResult
-    func execute(_ values: borrowing StatementValues) throws -> Int {
-        defer { sqlite3_clear_bindings(handle) }
+    func execute(_ values: borrowing StatementValues, clearing: Bool = true) throws -> Int {
+        defer { if clearing { sqlite3_clear_bindings(handle) } }
         return try values.bytes.withUnsafeBufferPointer { buffer in
             for slot in values.slots {
                 let code: Int32

@@ -231,7 +231,8 @@ public final class SQLiteAnalyticsStore: AnalyticsRecordSink, Sendable {
             record.forEachParameter { parameters.append((key: $0, value: $1)) }
             parameters.sort { $0.key.lexicographicallyPrecedes($1.key) }
             values.text(16) { output in appendObject(of: parameters, to: &output) }
-            try statement.execute(values)
+            // All sixteen parameters are bound for each event; the bindings are cleared once, after the last.
+            try statement.execute(values, clearing: false)
         }
     }
 
