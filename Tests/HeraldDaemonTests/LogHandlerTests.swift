@@ -76,8 +76,11 @@ struct LogHandlerTests {
             logger.error("with an error", error: Refused(), metadata: ["plugin": "http"])
             logger.debug("non-ASCII: é ✓", metadata: ["clé": "valeur ✓", "Zebra": "upper first"])
             logger.trace("", metadata: [:])
+            // Longer than the 512 bytes a line is first composed in.
+            logger.notice("\(String(repeating: "m", count: 3_000))", metadata: ["long": "\(String(repeating: "v", count: 1_000))"])
         }
-        #expect(lines.daemon.count == 6)
+        #expect(lines.daemon.count == 7)
+        #expect(lines.daemon[6].utf8.count > 4_000)
         #expect(lines.daemon == lines.stream)
         #expect(
             lines.daemon[1]

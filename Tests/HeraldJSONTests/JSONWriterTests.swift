@@ -147,6 +147,24 @@ struct JSONWriterTests {
         #expect(output == Array((String(repeating: "p", count: 700) + objectText).utf8))
     }
 
+    @Test("ByteWriter: bytes, literals and strings in order, past its first buffer and from none")
+    func byteWriter() {
+        for capacity in [0, 1, 7, 64] {
+            let text = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+                var writer = ByteWriter(buffer)
+                for index in 0..<100 {
+                    writer.append(UInt8(ascii: "<"))
+                    writer.append("literal" as StaticString)
+                    writer.append("é\(index)")
+                    Array("bytes".utf8).withUnsafeBufferPointer { writer.append($0) }
+                }
+                #expect(writer.byteCount == writer.withBytes { $0.count })
+                return writer.withBytes { String(decoding: $0, as: UTF8.self) }
+            }
+            #expect(text == (0..<100).map { "<literalé\($0)bytes" }.joined())
+        }
+    }
+
     static let awkwardStrings = [
         "", "a", "0:1700000000000000%abc", "with \"quotes\" and \\ backslash", "tab\tnew\nline\r", "\u{01}\u{1f}\u{7f}",
         "café ☕️ — 東京", String(repeating: "x", count: 40) + "\"" + String(repeating: "y", count: 17), "ends with \\",
