@@ -523,8 +523,11 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
 
     // MARK: C callbacks
 
-    private static func session(_ parser: UnsafeMutablePointer<http_parser>?) -> HTTP1Session {
-        Unmanaged<HTTP1Session>.fromOpaque(parser!.pointee.data).takeUnretainedValue()
+    /// Runs `body` with the session parsing with `parser`, without retaining it: the session is parsing, so it is alive
+    /// for the callback, and it is weakly referenced (its closures), so each retain and release would go through its
+    /// side table, eleven pairs a request.
+    private static func session(_ parser: UnsafeMutablePointer<http_parser>?, _ body: (HTTP1Session) -> Int32) -> Int32 {
+        Unmanaged<HTTP1Session>.fromOpaque(parser!.pointee.data)._withUnsafeGuaranteedRef(body)
     }
 
     /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable
@@ -532,26 +535,26 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     nonisolated(unsafe) static let settings: UnsafePointer<http_parser_settings> = {
         var settings = http_parser_settings()
         settings.on_message_begin = { parser in
-            session(parser).beginMessage()
+            session(parser) { $0.beginMessage() }
         }
         settings.on_url = { parser, at, length in
-            session(parser).urlData(UnsafeRawBufferPointer(start: at, count: length))
+            session(parser) { $0.urlData(UnsafeRawBufferPointer(start: at, count: length)) }
         }
         settings.on_header_field = { parser, at, length in
-            session(parser).headerData(UnsafeRawBufferPointer(start: at, count: length), field: true)
+            session(parser) { $0.headerData(UnsafeRawBufferPointer(start: at, count: length), field: true) }
         }
         settings.on_header_value = { parser, at, length in
-            session(parser).headerData(UnsafeRawBufferPointer(start: at, count: length), field: false)
+            session(parser) { $0.headerData(UnsafeRawBufferPointer(start: at, count: length), field: false) }
         }
         settings.on_headers_complete = { parser in
             // 0 goes on; anything but 1 and 2 (which mean "no body" to http_parser) stops it.
-            session(parser).headersComplete() == 0 ? 0 : -1
+            session(parser) { $0.headersComplete() } == 0 ? 0 : -1
         }
         settings.on_body = { parser, at, length in
-            session(parser).bodyData(UnsafeRawBufferPointer(start: at, count: length))
+            session(parser) { $0.bodyData(UnsafeRawBufferPointer(start: at, count: length)) }
         }
         settings.on_message_complete = { parser in
-            session(parser).completeMessage()
+            session(parser) { $0.completeMessage() }
         }
         let stored = UnsafeMutablePointer<http_parser_settings>.allocate(capacity: 1)
         stored.initialize(to: settings)
