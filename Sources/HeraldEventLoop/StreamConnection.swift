@@ -316,6 +316,9 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
     /// Writes `bytes`; see ``write(_:completion:)-(UnsafeRawBufferPointer,_)``.
     public func write(_ bytes: some Collection<UInt8>, completion: ((UVError?) -> Void)? = nil) {
         guard startWrite(byteCount: bytes.count, completion: completion) else { return }
+        // Made an array first (no copy for an array), so that the collection's iteration, which may be any code, runs
+        // outside the access to `gathered`.
+        let bytes = Array(bytes)
         gathered.append(contentsOf: bytes)
         noteGathered(completion: completion)
     }
@@ -366,9 +369,11 @@ public final class StreamConnection: LoopHandle, @unchecked Sendable {
         if !loop.writeBeforePolling(self) { flushGatheredWrites() }
     }
 
-    /// Bytes written since the last flush, and the completions waiting for them.
-    private var gathered: [UInt8] = []
-    private var gatheredCompletions: [(UVError?) -> Void] = []
+    /// Bytes written since the last flush, and the completions waiting for them. Loop thread only; no access to either
+    /// spans a call out (a write's body appends to the bytes moved out first, a completion runs after the access), so
+    /// the run-time exclusivity checks, several a request, are left out.
+    @exclusivity(unchecked) private var gathered: [UInt8] = []
+    @exclusivity(unchecked) private var gatheredCompletions: [(UVError?) -> Void] = []
     private var flushRequested = false
     /// Capacity kept between flushes; a larger buffer (after a burst of big answers) is given back.
     private static let keptGatherCapacity = 64 * 1024

@@ -47,18 +47,21 @@ public final class MessageBus: @unchecked Sendable {
     // Loop-thread state.
     var identity: StoredIdentity
     var topics: Set<String> = []
-    var batch = StoreBatch()
-    var batchAcks: [PendingAck] = []
+    // The next commit's batch and acks, the running commit's acks and the IDs not committed yet are unchecked for
+    // exclusivity too (as `seenIDs` below): each access appends, removes or compares and calls nothing that could come
+    // back to the bus (the acks' completions run on a copy taken out first); their checks were five a message.
+    @exclusivity(unchecked) var batch = StoreBatch()
+    @exclusivity(unchecked) var batchAcks: [PendingAck] = []
     var commitScheduled = false
     var finishedCommitScheduled = false
     var commitRunning = false
-    var committingAcks: [PendingAck] = []
+    @exclusivity(unchecked) var committingAcks: [PendingAck] = []
     var commitWaiters: [CommitWaiter] = []
     /// Senders waiting on another message's commit: retries of a message not yet committed, and messages
     /// replaced (collapse key) by a newer one; each is answered with that commit's outcome.
     var followers: [String: [(id: String, completion: Answer)]] = [:]
     /// IDs of messages whose commit has not finished (in `batchAcks` or `committingAcks`).
-    var uncommitted: Set<String> = []
+    @exclusivity(unchecked) var uncommitted: Set<String> = []
     /// Replayed IDs, removed from the inbox when finished even when the inbox is not durable now.
     var replayedIDs: Set<String> = []
     var commitRetryDelay: Duration = .zero
