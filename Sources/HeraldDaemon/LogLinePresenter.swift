@@ -33,7 +33,7 @@ final class LogLinePresenter: SynchronousPresenter {
     var descriptor: PluginDescriptor { PluginDescriptor(name: "log", summary: "a log line per notification") }
 
     func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) {
-        guard (line?.handler.logLevel ?? logger.logLevel) <= .info else { return }
+        guard line.map({ $0.handler.logLevel <= .info }) ?? (logger.logLevel <= .info) else { return }
         let (title, body) = message.alertTitleAndBody
         let (messageID, shown) = (message.messageID ?? "", options.description)
         guard let line else {

@@ -149,9 +149,7 @@ extension MessageBus {
             if inFlight == 0 { notifyIdle() }
             if let message = replaced.message { dropped(message, reason: .collapsed, detail: "replaced by \(messageID)") }
         }
-        var record = InboxRecord(borrowing: message, messageID: messageID)
-        record.deduplicates = deduplicates
-        batch.accepted.append(record)
+        batch.accepted.append(InboxRecord(borrowing: message, messageID: messageID, deduplicates: deduplicates))
         batchAcks.append(PendingAck(message: message, id: messageID, completion: completion))
         uncommitted.insert(messageID)
         scheduleCommit()

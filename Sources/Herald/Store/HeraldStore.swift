@@ -152,19 +152,21 @@ public struct InboxRecord: Sendable, Hashable {
 
     /// ``init(_:messageID:)`` borrowing the message: the bus reads it here and then moves it on (an initializer's
     /// argument is otherwise its own, so the caller's would be copied).
-    package init(borrowing message: borrowing RemoteMessage, messageID: String) {
-        let (kind, value): (String, String) =
-            switch message.target {
-            case .token(let token): ("token", token)
-            case .installation(let fid): ("fid", fid)
-            case .topic(let name): ("topic", name)
-            case .condition(let condition): ("condition", condition)
-            }
-        self.init(
-            messageID: messageID, userInfo: JSONValue.object(message.userInfo).jsonBytes(), targetKind: kind, targetValue: value,
-            collapseKey: message.collapseKey, priority: message.priority.rawValue, expiration: message.expiration,
-            receivedAt: message.receivedAt
-        )
+    /// Each field is set here, not through the memberwise initializer, whose result the compiler copied into place.
+    package init(borrowing message: borrowing RemoteMessage, messageID: String, deduplicates: Bool = true) {
+        switch message.target {
+        case .token(let token): (targetKind, targetValue) = ("token", token)
+        case .installation(let fid): (targetKind, targetValue) = ("fid", fid)
+        case .topic(let name): (targetKind, targetValue) = ("topic", name)
+        case .condition(let condition): (targetKind, targetValue) = ("condition", condition)
+        }
+        self.messageID = messageID
+        userInfo = JSONValue.object(message.userInfo).jsonBytes()
+        collapseKey = message.collapseKey
+        priority = message.priority.rawValue
+        expiration = message.expiration
+        receivedAt = message.receivedAt
+        self.deduplicates = deduplicates
     }
 
     /// The message back, flagged as a replay. Throws ``StoreError/corrupt(path:detail:)`` for a record that does not read.
