@@ -1,7 +1,7 @@
 /// Bytes composed in memory of the writer's own: a buffer it is given (the caller's stack, typically from
 /// `withUnsafeTemporaryAllocation`), then the heap once that is full. Each piece costs a bounds check and a copy, where an
 /// array's append costs a uniqueness check, a capacity check and a generic copy: for text made of many small pieces
-/// (a message's JSON, a log line, an HTTP head) the pieces' bytes are the lesser part of that.
+/// (a message's JSON, a log line) the pieces' bytes are the lesser part of that.
 ///
 /// The bytes are valid while the writer lives and the buffer it was given does; read them with ``withBytes(_:)``.
 package struct ByteWriter: ~Copyable {

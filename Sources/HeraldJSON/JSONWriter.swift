@@ -35,14 +35,14 @@ extension JSONValue {
     private func write(to writer: inout ByteWriter) {
         switch self {
         case .null:
-            writer.append("null")
+            writer.append("null" as StaticString)
         case .bool(let value):
-            writer.append(value ? "true" : "false")
+            writer.append(value ? "true" as StaticString : "false")
         case .int(let value):
             JSONWriter.writeInteger(value, to: &writer)
         case .double(let value):
             guard value.isFinite else {
-                writer.append("null")
+                writer.append("null" as StaticString)
                 return
             }
             // Swift's description is the shortest text that reads back as the same Double; for finite values it

@@ -6,7 +6,8 @@ import GRDBSQLite
 ///
 /// Binding through GRDB's `StatementArguments` (an array of existential values, each converted to a
 /// `DatabaseValue`) costs more than SQLite's own execution of these small statements; here each value is bound
-/// directly (`SQLITE_TRANSIENT`: SQLite copies it into the statement's reused buffers). GRDB still prepares, caches
+/// directly: a single value with `bind` (`SQLITE_TRANSIENT`: SQLite copies it into the statement's reused buffers), a
+/// row's texts and BLOBs with `execute(_:clearing:)` where they are (`SQLITE_STATIC`). GRDB still prepares, caches
 /// and finalizes the statement. Use it only inside a GRDB database access, on the connection's queue.
 struct RawStatement {
     let handle: SQLiteStatement
@@ -19,6 +20,9 @@ struct RawStatement {
         self.connection = connection
         handle = try db.cachedStatement(sql: sql).sqliteStatement
     }
+
+    /// The number of the statement's parameters (`?`).
+    var parameterCount: Int32 { sqlite3_bind_parameter_count(handle) }
 
     /// Binds `value` as TEXT, up to its first NUL (as GRDB binds a `String`).
     func bind(_ index: Int32, _ value: String) throws {
@@ -84,7 +88,8 @@ struct RawStatement {
         }
     }
 
-    /// Drops the bound values (SQLite keeps a copy of each until it is rebound).
+    /// Drops the bound values: SQLite keeps a copy of each bound with `bind` and a pointer to each bound by
+    /// `execute(_:clearing:)` until it is rebound or cleared.
     func clearBindings() {
         sqlite3_clear_bindings(handle)
     }

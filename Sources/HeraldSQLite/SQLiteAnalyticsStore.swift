@@ -207,6 +207,8 @@ public final class SQLiteAnalyticsStore: AnalyticsRecordSink, Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
         defer { statement.clearBindings() }
+        // Each event binds parameters 1 to 16 below, so no event runs with another's values (`clearing: false`).
+        assert(statement.parameterCount == 16, "every parameter is bound for each event")
         var values = StatementValues()
         var parameters: [(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)] = []
         try records.forEach { record in

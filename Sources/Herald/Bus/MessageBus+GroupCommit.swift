@@ -58,7 +58,7 @@ extension MessageBus {
                 // By index: each ack's ID, not the whole ack (its message), copied out of the array.
                 for index in acks.indices { uncommitted.remove(acks[index].id) }
                 switch result {
-                case .success: committed(acks)
+                case .success: committed(consume acks)
                 case .failure(let error): commitFailed(acks, batch: committing, error: error)
                 }
                 // Whoever waits for a flush is answered after every attempt, so a failing store cannot hang shutdown.
@@ -90,8 +90,9 @@ extension MessageBus {
             if draining {
                 // Committed after shutdown began: the inbox replays it at the next start.
                 inFlight -= 1
-            } else if let message = acks[index].message.take() {
-                admitted(message, id: id)
+            } else {
+                // Each ack's message is taken once, here.
+                admitted(acks[index].message.take()!, id: id)
             }
         }
         if inFlight == 0 { notifyIdle() }
