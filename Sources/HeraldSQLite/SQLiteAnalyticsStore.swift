@@ -194,48 +194,82 @@ public final class SQLiteAnalyticsStore: AnalyticsRecordSink, Sendable {
         id != 0 ? id : UInt64.random(in: 1...UInt64.max)
     }
 
-    /// One `INSERT` per event, its values bound through the sqlite3 C API (`RawStatement`) from the recorded bytes:
-    /// GRDB's `StatementArguments`, and building each event's strings first, made this cost more per message than
-    /// the inbox's commit.
+    /// The events inserted up to `rowsPerInsert` at a time (`INSERT OR IGNORE ... VALUES (...), (...)`), their values
+    /// bound through the sqlite3 C API (`RawStatement`) from the recorded bytes: GRDB's `StatementArguments`, and
+    /// building each event's strings first, made this cost more per message than the inbox's commit. Several rows
+    /// to a statement share its start, its cursor and its end; and as events come in key order (`cohort_at`, then
+    /// the event's ID), each row after the first lands where the last one went, which SQLite finds without a search
+    /// of the B-tree while the statement's cursor is there.
     private static func insert(_ records: AnalyticsRecords, _ db: Database) throws {
-        let statement = try RawStatement(
-            db,
-            sql: """
-                INSERT OR IGNORE INTO event
-                    (event_key, name, timestamp, cohort_at, message_id, analytics_label, topic, collapse_key, priority,
-                     message_type, ttl, received_at, reason, result, duration_ms, parameters)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """)
-        defer { statement.clearBindings() }
-        // Each event binds parameters 1 to 16 below, so no event runs with another's values (`clearing: false`).
-        assert(statement.parameterCount == 16, "every parameter is bound for each event")
+        var left = records.count
+        guard left > 0 else { return }
+        // Each group binds every parameter of its statement anew (`clearing: false`); the statements of full groups
+        // and of the last, shorter one are cleared once, at the end, also when a row fails.
+        let full = left >= rowsPerInsert ? try RawStatement(db, sql: insertSQL[rowsPerInsert - 1]) : nil
+        var short = left < rowsPerInsert ? try RawStatement(db, sql: insertSQL[left - 1]) : nil
+        defer {
+            full?.clearBindings()
+            short?.clearBindings()
+        }
+        guard var statement = full ?? short else { return }
+        var rows = min(left, rowsPerInsert)
+        assert(statement.parameterCount == Int32(columnsPerEvent * rows), "every parameter is bound for each event")
+        var row = 0
         var values = StatementValues()
         var parameters: [(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)] = []
         try records.forEach { record in
-            values.removeAll()
-            values.blob(1, bigEndian: key(forEventID: record.id))
-            values.text(2, record.name.rawValue)
-            try statement.bind(3, record.timestamp)
-            try statement.bind(4, record.receivedAt ?? record.timestamp)
-            values.text(5, record.messageID)
-            values.text(6, record.analyticsLabel)
-            values.text(7, record.topic)
-            values.text(8, record.collapseKey)
-            try statement.bind(9, record.priority.map { Int64($0.rawValue) })
-            values.text(10, record.messageType)
-            try statement.bind(11, record.ttl)
-            try statement.bind(12, record.receivedAt)
-            values.text(13, record.name == .messageDropped ? record.parameter("reason") : nil)
+            // The event's parameters are `base + 1` to `base + 16`, in the order of the statement's columns.
+            let base = Int32(row * columnsPerEvent)
+            values.blob(base + 1, bigEndian: key(forEventID: record.id))
+            values.text(base + 2, record.name.rawValue)
+            try statement.bind(base + 3, record.timestamp)
+            try statement.bind(base + 4, record.receivedAt ?? record.timestamp)
+            values.text(base + 5, record.messageID)
+            values.text(base + 6, record.analyticsLabel)
+            values.text(base + 7, record.topic)
+            values.text(base + 8, record.collapseKey)
+            try statement.bind(base + 9, record.priority.map { Int64($0.rawValue) })
+            values.text(base + 10, record.messageType)
+            try statement.bind(base + 11, record.ttl)
+            try statement.bind(base + 12, record.receivedAt)
+            values.text(base + 13, record.name == .messageDropped ? record.parameter("reason") : nil)
             let isFetch = record.name == .backgroundFetch
-            values.text(14, isFetch ? record.parameter("result") : nil)
-            try statement.bind(15, isFetch ? record.parameter("duration_ms").flatMap { Int64(String(decoding: $0, as: UTF8.self)) } : nil)
+            values.text(base + 14, isFetch ? record.parameter("result") : nil)
+            try statement.bind(
+                base + 15, isFetch ? record.parameter("duration_ms").flatMap { Int64(String(decoding: $0, as: UTF8.self)) } : nil)
             parameters.removeAll(keepingCapacity: true)
             record.forEachParameter { parameters.append((key: $0, value: $1)) }
             parameters.sort { $0.key.lexicographicallyPrecedes($1.key) }
-            values.text(16) { output in appendObject(of: parameters, to: &output) }
-            // All sixteen parameters are bound for each event; the bindings are cleared once, after the last.
+            values.text(base + 16) { output in appendObject(of: parameters, to: &output) }
+            row += 1
+            left -= 1
+            guard row == rows else { return }
             try statement.execute(values, clearing: false)
+            values.removeAll()
+            row = 0
+            if left > 0, left < rowsPerInsert {
+                rows = left
+                let last = try RawStatement(db, sql: insertSQL[left - 1])
+                assert(last.parameterCount == Int32(columnsPerEvent * rows), "every parameter is bound for each event")
+                short = last
+                statement = last
+            }
         }
+    }
+
+    /// The number of events one `INSERT` takes at most.
+    static let rowsPerInsert = 16
+    private static let columnsPerEvent = 16
+
+    /// The `INSERT` of 1 to `rowsPerInsert` events.
+    private static let insertSQL: [String] = (1...rowsPerInsert).map { rows in
+        let row = "(" + Array(repeating: "?", count: columnsPerEvent).joined(separator: ", ") + ")"
+        return """
+            INSERT OR IGNORE INTO event
+                (event_key, name, timestamp, cohort_at, message_id, analytics_label, topic, collapse_key, priority,
+                 message_type, ttl, received_at, reason, result, duration_ms, parameters)
+            VALUES \(Array(repeating: row, count: rows).joined(separator: ", "))
+            """
     }
 
     /// The parameters as a JSON object of strings, in the given order: `{"key":"value",...}`.

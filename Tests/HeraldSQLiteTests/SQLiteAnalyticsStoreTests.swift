@@ -141,6 +141,54 @@ struct SQLiteAnalyticsStoreTests {
         }
     }
 
+    @Test(
+        "batches of every size around the events one INSERT takes are stored whole, each event's fields in its own row; an event twice in one INSERT is stored once",
+        arguments: [1, 2, 15, 16, 17, 31, 32, 33, 50])
+    func batchesAroundTheInsertGroup(size: Int) async throws {
+        try await withAnalyticsDirectory { directory in
+            let store = try SQLiteAnalyticsStore(directory: directory, options: .init(retentionDays: nil))
+            var batch: [AnalyticsEvent] = []
+            var expected: [String] = []
+            for index in 0..<size {
+                // Out of key order now and then (an older message's event after newer ones).
+                let day: Int64 = index % 7 == 3 ? -1 : 0
+                let id = "n\(size)-\(String(index + 100))"
+                switch index % 3 {
+                case 0:
+                    let event = received(id, label: "l\(index)", day: day, hours: Int64(index % 24))
+                    batch.append(event)
+                    expected.append("\(id)|notification_receive|||\(event.timestamp)|{}")
+                case 1:
+                    var event = dropped("reason \(index)", label: nil, day: day, id: id)
+                    event.parameters["extra"] = "x\(index)"
+                    batch.append(event)
+                    expected.append(
+                        #"\#(id)|message_dropped|reason \#(index)||\#(event.timestamp)|{"detail":"test","extra":"x\#(index)","reason":"reason \#(index)"}"#
+                    )
+                default:
+                    let event = follow(
+                        received(id, label: nil, day: day), .backgroundFetch, ["result": "newData", "duration_ms": "\(index)"])
+                    batch.append(event)
+                    expected.append(#"\#(id)|background_fetch||newData|\#(event.timestamp)|{"duration_ms":"\#(index)","result":"newData"}"#)
+                }
+            }
+            if size > 2 { batch.insert(batch[1], at: min(size, 9)) }
+            try await store.record(batch)
+            #expect(try store.fetchString("SELECT count(*) FROM event") == "\(size)")
+            let rows = try store.fetchString(
+                """
+                SELECT group_concat(line, ';') FROM (
+                    SELECT message_id || '|' || name || '|' || ifnull(reason, '') || '|' || ifnull(result, '') || '|' || timestamp || '|' ||
+                           parameters AS line
+                    FROM event ORDER BY message_id)
+                """)
+            #expect(rows == expected.sorted().joined(separator: ";"))
+            // Given again, as the bus does after a failed write: nothing more.
+            try await store.record(batch)
+            #expect(try store.fetchString("SELECT count(*) FROM event") == "\(size)")
+        }
+    }
+
     @Test("event keys are the event IDs, eight bytes most significant first; each event without an ID gets a key of its own")
     func eventKeys() async throws {
         try await withAnalyticsDirectory { directory in
