@@ -359,7 +359,10 @@ package final class InboxLog {
         var sizes: [Int] = []
         sizes.reserveCapacity(accepted.count)
         let windowed = limits.maximumCount > 0
-        let frame = Self.commitFrame { bytes in
+        var capacity = 0
+        for record in accepted { capacity += Self.acceptedEntrySize(record) }
+        for id in finished { capacity += Self.entryOverhead + 4 + id.utf8.count }
+        let frame = Self.commitFrame(reserving: capacity) { bytes in
             for record in accepted {
                 let start = bytes.count
                 Self.appendAccepted(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, to: &bytes)
@@ -503,20 +506,28 @@ package final class InboxLog {
     // MARK: Frames
 
     private static func frame(_ kind: FrameKind, _ body: [UInt8]) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: frameOverhead)
+        frame(kind, reserving: body.count) { $0 += body }
+    }
+
+    /// A frame of `kind` whose body `body` appends in place, after room for the frame's length and checksum, which are
+    /// written once the body is complete (`reserving`: about how many bytes the body takes, for one allocation).
+    private static func frame(_ kind: FrameKind, reserving capacity: Int, _ body: (inout [UInt8]) -> Void) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(frameOverhead + 1 + capacity)
+        bytes.append(contentsOf: repeatElement(0, count: frameOverhead))
         bytes.append(kind.rawValue)
-        bytes += body
+        body(&bytes)
         let checksum = bytes.withUnsafeBytes { crc(UnsafeRawBufferPointer(rebasing: $0[frameOverhead...])) }
-        withUnsafeBytes(of: UInt32(bytes.count - frameOverhead).littleEndian) { bytes.replaceSubrange(0..<4, with: $0) }
-        withUnsafeBytes(of: checksum.littleEndian) { bytes.replaceSubrange(4..<8, with: $0) }
+        bytes.withUnsafeMutableBytes { frame in
+            frame.storeBytes(of: UInt32(frame.count - frameOverhead).littleEndian, toByteOffset: 0, as: UInt32.self)
+            frame.storeBytes(of: checksum.littleEndian, toByteOffset: 4, as: UInt32.self)
+        }
         return bytes
     }
 
-    /// A commit frame whose entries `entries` appends.
-    private static func commitFrame(_ entries: (inout [UInt8]) -> Void) -> [UInt8] {
-        var bytes: [UInt8] = []
-        entries(&bytes)
-        return frame(.commit, bytes)
+    /// A commit frame whose entries `entries` appends (`reserving`: about how many bytes they take).
+    private static func commitFrame(reserving capacity: Int = 0, _ entries: (inout [UInt8]) -> Void) -> [UInt8] {
+        frame(.commit, reserving: capacity, entries)
     }
 
     /// Appends an entry of `kind` whose body `body` writes.
@@ -525,7 +536,13 @@ package final class InboxLog {
         let start = bytes.count
         bytes.append(contentsOf: repeatElement(0, count: 4))
         body(&bytes)
-        withUnsafeBytes(of: UInt32(bytes.count - start - 4).littleEndian) { bytes.replaceSubrange(start..<(start + 4), with: $0) }
+        bytes.withUnsafeMutableBytes { $0.storeBytes(of: UInt32($0.count - start - 4).littleEndian, toByteOffset: start, as: UInt32.self) }
+    }
+
+    /// About how many bytes `record`'s accepted entry takes (exactly, but for its expiration's eight).
+    private static func acceptedEntrySize(_ record: InboxRecord) -> Int {
+        entryOverhead + 1 + 4 * 8 + 8 + 3 * 4 + record.messageID.utf8.count + record.targetKind.utf8.count
+            + record.targetValue.utf8.count + (record.collapseKey.map { 4 + $0.utf8.count } ?? 0) + record.userInfo.count
     }
 
     private static func seenEntrySize(_ id: String) -> Int { entryOverhead + 8 + 4 + id.utf8.count }
@@ -599,7 +616,10 @@ private enum FrameWriter {
     static func string(_ value: String, to bytes: inout [UInt8]) {
         let utf8 = value.utf8
         withUnsafeBytes(of: UInt32(utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
-        bytes.append(contentsOf: utf8)
+        // A native string's bytes in one copy; `append(contentsOf: utf8)` goes through the generic sequence path.
+        if utf8.withContiguousStorageIfAvailable({ bytes.append(contentsOf: $0) }) == nil {
+            bytes.append(contentsOf: utf8)
+        }
     }
 }
 
