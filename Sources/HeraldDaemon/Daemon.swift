@@ -341,10 +341,11 @@ final class DaemonService: Service, Sendable {
             options.webPush = webPush
             let directory = settings.dataDirectory
             // A gateway's senders are the fleet's (its NATS bucket), an instance's are in its store.
-            options.senders =
-                forwarder?.senderOptions
-                ?? SenderOptions { try storedSenders(directory: directory) }
-            options.serviceAccounts = ServiceAccountOptions { try ServiceAccountCredentials.publicKeys(directory: directory) }
+            // Read again every two seconds while the daemon runs, from the store only when it has changed.
+            let senders = CachedStoreRead(directory: directory) { try storedSenders(directory: directory) }
+            let keys = CachedStoreRead(directory: directory) { try ServiceAccountCredentials.publicKeys(directory: directory) }
+            options.senders = forwarder?.senderOptions ?? SenderOptions { try senders.value() }
+            options.serviceAccounts = ServiceAccountOptions { try keys.value() }
             if settings.fcmProxy { options.fcmProxy = try ServiceAccountCredentials.proxyContext(directory: directory, logger: logger) }
             let receiver = HTTPReceiver(options: options)
             try herald.register(receiver)
