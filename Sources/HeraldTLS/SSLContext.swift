@@ -83,6 +83,7 @@ final class SSLContext: @unchecked Sendable {
 
     private static func configure(_ pointer: OpaquePointer, _ pair: CertificateFiles, clientCAFile: String?) throws(TLSConfigurationError) {
         herald_ssl_ctx_set_server_options(pointer)
+        herald_ssl_ctx_release_idle_buffers(pointer)
         guard herald_ssl_ctx_set_min_tls12(pointer) == 1 else { throw .openSSL("cannot require TLS 1.2: \(openSSLError())") }
         herald_ssl_ctx_use_alpn_offers(pointer)
         let certificateFile = pair.certificateFile
