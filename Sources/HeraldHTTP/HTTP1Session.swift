@@ -377,6 +377,10 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
             lastSequence = sequence
         }
         handler.handle(request(), responder: HTTPResponder(sink: self, slot: sequence))
+        // The target's and body's storage is kept for the next request, unless a large request grew it: that goes
+        // with the request, so that an idle keep-alive connection that once took a 60 KB body does not hold 60 KB.
+        if body.capacity > Self.keptCapacity { body = [] }
+        if url.capacity > Self.keptCapacity { url = [] }
         return keepAlive
     }
 
@@ -532,6 +536,9 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
 
     /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable
     /// address, so any number of loops may parse at once without an exclusive access.
+    /// The most storage a connection keeps between requests for a target or a body (a send's body is a few KB).
+    static let keptCapacity = 8 * 1024
+
     nonisolated(unsafe) static let settings: UnsafePointer<http_parser_settings> = {
         var settings = http_parser_settings()
         settings.on_message_begin = { parser in

@@ -30,6 +30,36 @@ struct HTTP1SessionTests {
         }
     }
 
+    @Test(
+        "large bodies, held by a handler while the connection reads on, then small ones: each answered with its own body (a large request takes its storage with it)"
+    )
+    func largeBodiesThenSmall() async throws {
+        let handler = EchoHandler()
+        try await withHTTPServer(handler) { address, _ async throws in
+            let client = try TestSocketClient(address)
+            // Three held by the handler (answered when the third comes), a large one answered at once between them,
+            // then small ones on the same connection.
+            let bodies = (0..<3).map { String(repeating: Character(UnicodeScalar(UInt8(ascii: "a") + UInt8($0))), count: 20_000 + $0) }
+            var text = ""
+            for (index, body) in bodies.enumerated() {
+                text += "POST /later?n=\(index) HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+                if index == 0 {
+                    text += "POST /echo?large HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n\(String(repeating: "z", count: 30_000))"
+                }
+            }
+            text += "POST /echo?small HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nsmall"
+            client.send(text)
+            let read = answers(in: client.read { answers(in: $0).count >= 5 })
+            #expect(
+                read.map(\.body) == [
+                    "POST /later?n=0 \(bodies[0])", "POST /echo?large \(String(repeating: "z", count: 30_000))",
+                    "POST /later?n=1 \(bodies[1])", "POST /later?n=2 \(bodies[2])", "POST /echo?small small",
+                ])
+            client.send("POST /echo?again HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok")
+            #expect(answers(in: client.read { answers(in: $0).count >= 1 }).map(\.body) == ["POST /echo?again ok"])
+        }
+    }
+
     @Test("the last request of a connection (Connection: close, HTTP/1.0, the request limit) is answered with a close")
     func lastRequest() async throws {
         var limits = HTTPServerLimits()
