@@ -15,8 +15,11 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
     /// Keeps the SSL_CTX the handshake began with (the SSL holds a reference too; this one is for ``details``).
     private let context: SSLContext
     private let ssl: OpaquePointer
-    private let input: OpaquePointer
-    private let output: OpaquePointer
+    /// The memory BIOs, replaced by new ones when a large read or write grew them (see ``keptBufferCapacity``).
+    private var input: OpaquePointer
+    private var output: OpaquePointer
+    /// Ciphertext larger than ``keptBufferCapacity`` went into `input` since it was made.
+    private var inputGrown = false
     /// The listener's ALPN offer, which the C select callback reads through the SSL's app data.
     private let offer: UnsafeMutablePointer<herald_alpn_offer>
     private let offerBytes: UnsafeMutableBufferPointer<UInt8>
@@ -46,12 +49,13 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
         }
         ERR_clear_error()
         guard let ssl = SSL_new(context.pointer) else { throw .openSSL("cannot begin a TLS session: \(openSSLError())") }
-        guard let input = BIO_new(BIO_s_mem()), let output = BIO_new(BIO_s_mem()) else {
+        let input = Self.memoryBIO()
+        let output = Self.memoryBIO()
+        guard let input, let output else {
+            for bio in [input, output] { if let bio { BIO_free(bio) } }
             SSL_free(ssl)
             throw .openSSL("cannot create the TLS session's buffers")
         }
-        herald_bio_retry_when_empty(input)
-        herald_bio_retry_when_empty(output)
         SSL_set_bio(ssl, input, output)  // the SSL owns both from here
         SSL_set_accept_state(ssl)
         self.context = context
@@ -86,8 +90,10 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
 
     func received(_ bytes: UnsafeRawBufferPointer) {
         guard let connection, state != .failed, let base = bytes.baseAddress else { return }
+        if bytes.count > Self.keptBufferCapacity { inputGrown = true }
         _ = BIO_write(input, base, Int32(bytes.count))
         process(connection)
+        if inputGrown { replaceInputIfEmpty() }
     }
 
     func receivedEnd() {
@@ -145,6 +151,7 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
             guard let self, let connection = self.connection else { return }
             self.drainScheduled = false
             if connection.isOpen { self.process(connection) }
+            if self.inputGrown { self.replaceInputIfEmpty() }
         }
     }
 
@@ -282,6 +289,30 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
         }
         connection.send(UnsafeRawBufferPointer(start: data, count: count), completion: completion)
         _ = herald_bio_reset(output)
+        if count > Self.keptBufferCapacity, let fresh = Self.memoryBIO() {
+            SSL_set0_wbio(ssl, fresh)  // frees the grown one
+            output = fresh
+        }
+    }
+
+    /// The most a memory BIO is left holding between records. A memory BIO keeps the largest size it ever held (the
+    /// bytes of one read, the records of one write) until it is freed: without this, an idle keep-alive connection
+    /// that once took a 60 KB body held another 80 KB for it until it closed.
+    static let keptBufferCapacity = 16 * 1024
+
+    /// A new, empty memory BIO that asks the caller to retry when it is read empty.
+    private static func memoryBIO() -> OpaquePointer? {
+        guard let bio = BIO_new(BIO_s_mem()) else { return nil }
+        herald_bio_retry_when_empty(bio)
+        return bio
+    }
+
+    /// Replaces the input BIO that a large read grew, once OpenSSL has read everything from it.
+    private func replaceInputIfEmpty() {
+        guard BIO_ctrl_pending(input) == 0, let fresh = Self.memoryBIO() else { return }
+        SSL_set0_rbio(ssl, fresh)  // frees the grown one
+        input = fresh
+        inputGrown = false
     }
 
     private func fail(_ reason: HandshakeFailureReason, _ detail: String) {

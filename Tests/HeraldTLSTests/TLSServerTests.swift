@@ -68,6 +68,28 @@ struct TLSServerTests {
         }
     }
 
+    @Test(
+        "a 100 KB line and its answer, then short lines on the same connection: the buffers the large records grew are replaced, nothing is lost"
+    )
+    func largeRecordsThenSmall() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try await makeContext(in: directory)
+            try await withRunningLoop(name: "tls-test") { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                let long = String(repeating: "0123456789", count: 10_000)
+                for version in ["-tls1_2", "-tls1_3"] {
+                    let result = try await sClient(
+                        port: server.port, [version, "-CAfile", certificates.caFile, "-quiet"], input: "\(long)\nhello\n\(long)\nend\n")
+                    #expect(result.status == 0, "\(version): \(result.output.suffix(2_000))")
+                    let lines = result.output.split(separator: "\n").filter { $0.contains(" alpn=") }  // the answers
+                    #expect(
+                        lines.map { $0.split(separator: " ").first.map(String.init) ?? "" } == [long, "hello", long, "end"], "\(version)")
+                }
+                try await server.close()
+            }
+        }
+    }
+
     @Test("TLS 1.0 and 1.1 are refused (the client allowed to offer them), and the refusals counted")
     func oldVersionsRefused() async throws {
         try await withTemporaryDirectory { directory in
