@@ -34,6 +34,12 @@ static inline void herald_bio_retry_when_empty(BIO *bio) { (void)BIO_set_mem_eof
 /* The bytes waiting in a memory BIO, in place; BIO_reset then drops them. */
 static inline long herald_bio_contents(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
 static inline int herald_bio_reset(BIO *bio) { return (int)BIO_reset(bio); }
+/* The room a memory BIO's buffer has (it keeps it while empty). */
+static inline long herald_bio_capacity(BIO *bio) {
+    BUF_MEM *memory = NULL;
+    BIO_get_mem_ptr(bio, &memory);
+    return memory != NULL ? (long)memory->max : 0;
+}
 
 /* A certificate's name on one line, as `openssl x509 -subject` prints it. */
 static inline unsigned long herald_name_flags_one_line(void) { return XN_FLAG_ONELINE; }

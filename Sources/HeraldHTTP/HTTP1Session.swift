@@ -534,11 +534,11 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
         Unmanaged<HTTP1Session>.fromOpaque(parser!.pointee.data)._withUnsafeGuaranteedRef(body)
     }
 
-    /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable
-    /// address, so any number of loops may parse at once without an exclusive access.
     /// The most storage a connection keeps between requests for a target or a body (a send's body is a few KB).
     static let keptCapacity = 8 * 1024
 
+    /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable
+    /// address, so any number of loops may parse at once without an exclusive access.
     nonisolated(unsafe) static let settings: UnsafePointer<http_parser_settings> = {
         var settings = http_parser_settings()
         settings.on_message_begin = { parser in

@@ -9,8 +9,8 @@ import HeraldEventLoop
 /// Reading means opening the store, checking its schema and running the reader's queries: about 300,000 instructions
 /// a time, most of them SQLite parsing the schema of a connection just opened. Whether anything changed is asked
 /// instead on a read-only connection kept open, with `PRAGMA data_version`, which differs between two calls on one
-/// connection exactly when another connection committed in between (any process: the command line's, the daemon's
-/// own store): a few thousand instructions. The file is looked at with `stat` first, so that a store replaced (moved
+/// connection whenever another connection committed in between (any process: the command line's, the daemon's own
+/// store), and sometimes more often (another connection's checkpoint): a few thousand instructions. The file is looked at with `stat` first, so that a store replaced (moved
 /// aside, restored from a backup) is opened anew.
 ///
 /// When it cannot tell (no store yet, an error), it reads, as before. A read that throws is not kept: the next call
@@ -31,6 +31,9 @@ package final class CachedStoreRead<Value: Sendable>: Sendable {
         /// The last value read, and the store's version when that read began.
         var value: Value?
         var version: Version?
+        /// When a watching connection last failed to open: not tried again for ``reopenDelay`` (reading then costs
+        /// what it did without one, not that and a failed open besides).
+        var openFailed: ContinuousClock.Instant?
 
         /// No connection and nothing kept; the connections' numbering goes on.
         mutating func reset() {
@@ -40,6 +43,9 @@ package final class CachedStoreRead<Value: Sendable>: Sendable {
             version = nil
         }
     }
+
+    /// How long after a watching connection failed to open it is not tried again.
+    static var reopenDelay: Duration { .seconds(60) }
 
     private let path: String
     private let read: @Sendable () throws -> Value
@@ -79,8 +85,24 @@ package final class CachedStoreRead<Value: Sendable>: Sendable {
             guard let watch = state.watch, let current = state.file, current == file else { return nil }
             return (watch, state.connection)
         }
+        let queue: DatabaseQueue
+        let connection: Int
+        if let watching {
+            (queue, connection) = watching
+        } else {
+            let tooSoon = state.withLock { state in state.openFailed.map { .now - $0 < Self.reopenDelay } ?? false }
+            if tooSoon { return nil }
+            do {
+                (queue, connection) = try open(file)
+            } catch {
+                state.withLock { state in
+                    state.reset()
+                    state.openFailed = .now
+                }
+                return nil
+            }
+        }
         do {
-            let (queue, connection) = try watching ?? open(file)
             // Outside a transaction (SQLite's own read for the one statement), its statement kept: GRDB's `read` would
             // wrap it in BEGIN, COMMIT and query-only pragmas, ten times its own cost.
             let dataVersion = try queue.inDatabase { db in try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) }
@@ -101,6 +123,7 @@ package final class CachedStoreRead<Value: Sendable>: Sendable {
         let queue = try DatabaseQueue(path: path, configuration: configuration)
         return state.withLock { state in
             state.reset()
+            state.openFailed = nil
             state.connection += 1
             state.watch = queue
             state.file = file

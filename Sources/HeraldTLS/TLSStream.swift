@@ -18,8 +18,6 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
     /// The memory BIOs, replaced by new ones when a large read or write grew them (see ``keptBufferCapacity``).
     private var input: OpaquePointer
     private var output: OpaquePointer
-    /// Ciphertext larger than ``keptBufferCapacity`` went into `input` since it was made.
-    private var inputGrown = false
     /// The listener's ALPN offer, which the C select callback reads through the SSL's app data.
     private let offer: UnsafeMutablePointer<herald_alpn_offer>
     private let offerBytes: UnsafeMutableBufferPointer<UInt8>
@@ -90,10 +88,9 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
 
     func received(_ bytes: UnsafeRawBufferPointer) {
         guard let connection, state != .failed, let base = bytes.baseAddress else { return }
-        if bytes.count > Self.keptBufferCapacity { inputGrown = true }
         _ = BIO_write(input, base, Int32(bytes.count))
         process(connection)
-        if inputGrown { replaceInputIfEmpty() }
+        replaceInputIfGrown()
     }
 
     func receivedEnd() {
@@ -151,7 +148,7 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
             guard let self, let connection = self.connection else { return }
             self.drainScheduled = false
             if connection.isOpen { self.process(connection) }
-            if self.inputGrown { self.replaceInputIfEmpty() }
+            self.replaceInputIfGrown()
         }
     }
 
@@ -289,15 +286,17 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
         }
         connection.send(UnsafeRawBufferPointer(start: data, count: count), completion: completion)
         _ = herald_bio_reset(output)
-        if count > Self.keptBufferCapacity, let fresh = Self.memoryBIO() {
+        // A BIO's room grows to about 4/3 of what it is asked to hold: only a flight past 3/4 of the kept room can have
+        // taken it past that.
+        if count > Self.keptBufferCapacity / 4 * 3, herald_bio_capacity(output) > Self.keptBufferCapacity, let fresh = Self.memoryBIO() {
             SSL_set0_wbio(ssl, fresh)  // frees the grown one
             output = fresh
         }
     }
 
-    /// The most a memory BIO is left holding between records. A memory BIO keeps the largest size it ever held (the
-    /// bytes of one read, the records of one write) until it is freed: without this, an idle keep-alive connection
-    /// that once took a 60 KB body held another 80 KB for it until it closed.
+    /// The most room a memory BIO is left with between records. A memory BIO keeps the room it grew to for the largest
+    /// size it held (the bytes of one read, the records of one write) until it is freed: without this, an idle
+    /// keep-alive connection that once took a 60 KB body held another 80 KB for it until it closed.
     static let keptBufferCapacity = 16 * 1024
 
     /// A new, empty memory BIO that asks the caller to retry when it is read empty.
@@ -307,12 +306,18 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
         return bio
     }
 
-    /// Replaces the input BIO that a large read grew, once OpenSSL has read everything from it.
-    private func replaceInputIfEmpty() {
-        guard BIO_ctrl_pending(input) == 0, let fresh = Self.memoryBIO() else { return }
+    /// The room the memory BIOs have (what they keep while empty), for the tests.
+    var memoryBufferCapacities: (input: Int, output: Int) {
+        (herald_bio_capacity(input), herald_bio_capacity(output))
+    }
+
+    /// Replaces the input BIO when reads grew its room past ``keptBufferCapacity``, once OpenSSL has read everything
+    /// from it.
+    private func replaceInputIfGrown() {
+        guard herald_bio_capacity(input) > Self.keptBufferCapacity, BIO_ctrl_pending(input) == 0, let fresh = Self.memoryBIO()
+        else { return }
         SSL_set0_rbio(ssl, fresh)  // frees the grown one
         input = fresh
-        inputGrown = false
     }
 
     private func fail(_ reason: HandshakeFailureReason, _ detail: String) {

@@ -43,7 +43,7 @@ struct CachedStoreReadTests {
             #expect(try cached.value() == ["a", "b"])
             #expect(counting.count == 2)
 
-            // Another connection (as the command line's, in another process): its commit is seen too.
+            // Another connection (the command line's is one, in another process; SQLite tells them apart the same way).
             let other = try SQLiteStore(directory: directory)
             #expect(try other.revokeSender("a", now: 200))
             #expect(try cached.value() == ["a revoked", "b"])
@@ -52,6 +52,30 @@ struct CachedStoreReadTests {
             #expect(try !other.revokeSender("nobody", now: 300))
             #expect(try cached.value() == ["a revoked", "b"])
             #expect(counting.count == 3)
+        }
+    }
+
+    @Test("callers at once on several threads while another connection commits: each gets a value the store held, the last the final one")
+    func concurrentCallers() async throws {
+        try await withTemporaryDirectory { directory in
+            let store = try SQLiteStore(directory: directory)
+            let counting = CountingRead(directory: directory)
+            let cached = CachedStoreRead(directory: directory) { try counting.read() }
+            let names = (0..<20).map { "s\($0)" }
+            let seen = try await withThrowingTaskGroup(of: [[String]].self) { group in
+                for _ in 0..<4 {
+                    group.addTask { try (0..<200).map { _ in try cached.value() } }
+                }
+                group.addTask {
+                    for name in names { try store.addSender(self.sender(name)) }
+                    return []
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            // Every value is senders the store held at some moment: some of those added, none other; the last, all.
+            let sorted = names.sorted()
+            for value in seen { #expect(Set(value).isSubset(of: Set(sorted)), "\(value)") }
+            #expect(try cached.value().sorted() == sorted)
         }
     }
 

@@ -1,8 +1,9 @@
 import Foundation
 import HeraldEventLoop
-import HeraldTLS
 import HeraldTesting
 import Testing
+
+@testable import HeraldTLS
 
 @Suite("TLS on a listener, with openssl s_client")
 struct TLSServerTests {
@@ -85,10 +86,53 @@ struct TLSServerTests {
                     #expect(
                         lines.map { $0.split(separator: " ").first.map(String.init) ?? "" } == [long, "hello", long, "end"], "\(version)")
                 }
+                // Paced: the long line, its answer read; then what the connection's memory BIOs keep.
+                for version in ["TLSv1_2", "TLSv1_3"] {
+                    let result = try await runExecutable(
+                        URL(fileURLWithPath: "/usr/bin/timeout"),
+                        ["20", "python3", "-c", Self.pacedClient, String(server.port), certificates.caFile, version])
+                    #expect(result.status == 0, "\(version): \(result.error)")
+                    let answers = result.output.split(separator: "\n")
+                    #expect(answers.count == 3, "\(version): \(result.error)")
+                    guard answers.count == 3 else { continue }
+                    #expect(answers[0].hasPrefix(long + " alpn="))
+                    // Both grew past 100 KB for the long line and its answer; replaced, they hold a line's room.
+                    let room = answers[1].split(separator: " ").compactMap { field -> (String, Int)? in
+                        let parts = field.split(separator: "=")
+                        guard parts.count == 2, let value = Int(parts[1]), ["input", "output"].contains(parts[0]) else { return nil }
+                        return (String(parts[0]), value)
+                    }
+                    #expect(room.count == 2, "\(answers[1])")
+                    #expect(room.allSatisfy { $0.1 <= TLSStream.keptBufferCapacity }, "\(version): \(answers[1])")
+                    #expect(answers[2].hasPrefix("end alpn="))
+                }
                 try await server.close()
             }
         }
     }
+
+    /// A Python client for `largeRecordsThenSmall`: over TLS (the version given) to 127.0.0.1:PORT, verifying with CA,
+    /// a 100,000-byte line, then `buffers`, then `end`, each after the answer to the one before; prints the answers.
+    static let pacedClient = """
+        import socket, ssl, sys
+        port, ca, version = int(sys.argv[1]), sys.argv[2], getattr(ssl.TLSVersion, sys.argv[3])
+        context = ssl.create_default_context(cafile=ca)
+        context.minimum_version = context.maximum_version = version
+        connection = context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+        pending = b""
+        def answer():
+            global pending
+            while b"\\n" not in pending:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    sys.exit("closed before an answer")
+                pending += chunk
+            line, pending = pending.split(b"\\n", 1)
+            return line.decode()
+        for line in ["0123456789" * 10000, "buffers", "end"]:
+            connection.sendall(line.encode() + b"\\n")
+            print(answer())
+        """
 
     @Test("TLS 1.0 and 1.1 are refused (the client allowed to offer them), and the refusals counted")
     func oldVersionsRefused() async throws {

@@ -1,12 +1,14 @@
 import Foundation
 import HeraldEventLoop
-import HeraldTLS
 import HeraldTesting
 import Logging
 import Testing
 
+@testable import HeraldTLS
+
 /// A TLS server for the tests: each connection answers every line it reads with a line describing its TLS session
-/// (`alpn=... sni=... version=... peer=yes|no serial=...`), and an `end` line with that answer and its close.
+/// (`alpn=... sni=... version=... peer=yes|no serial=...`; a `buffers` line's also with the room its memory BIOs have,
+/// ` input=N output=N`), and an `end` line with that answer and its close.
 /// With `closeNotify` false it closes without ending its side with close_notify (at `end` and at the client's end),
 /// as HTTP closes a connection whose client ended first.
 final class TLSTestServer: Sendable {
@@ -43,7 +45,9 @@ final class TLSTestServer: Sendable {
                     let answer =
                         "\(text) alpn=\(connection.applicationProtocol ?? "none") sni=\(tls?.serverName ?? "none")"
                         + " version=\(tls?.protocolVersion ?? "none") peer=\(tls?.peerCertificate == nil ? "no" : "yes")"
-                        + " serial=\(tls?.certificate.serial ?? "none")\n"
+                        + " serial=\(tls?.certificate.serial ?? "none")"
+                        + (text == "buffers" ? (connection.filter as? TLSStream).map(Self.room) ?? "" : "")
+                        + "\n"
                     connection.write(Array(answer.utf8))
                     if text == "end" { end(connection) }
                 }
@@ -52,6 +56,12 @@ final class TLSTestServer: Sendable {
             connection.startReading()
         }
         return TLSTestServer(loop: loop, context: context, server: server)
+    }
+
+    /// ` input=N output=N`: the room `stream`'s memory BIOs have.
+    static func room(_ stream: TLSStream) -> String {
+        let room = stream.memoryBufferCapacities
+        return " input=\(room.input) output=\(room.output)"
     }
 
     func close() async throws {
