@@ -537,6 +537,9 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     /// The most storage a connection keeps between requests for a target or a body (a send's body is a few KB).
     static let keptCapacity = 8 * 1024
 
+    /// The room the session's target and body storage have now, for the tests.
+    var retainedCapacity: (target: Int, body: Int) { (url.capacity, body.capacity) }
+
     /// The callbacks, shared by every session: read-only after this one-time initialisation, and at a stable
     /// address, so any number of loops may parse at once without an exclusive access.
     nonisolated(unsafe) static let settings: UnsafePointer<http_parser_settings> = {

@@ -15,7 +15,7 @@ public struct HTTPResponder: @unchecked Sendable {
     // only used there; the sink's state lives on the loop thread.
     // A strong reference: loading a weak one costs a side-table lookup per answer, and the sink checks whether its
     // connection is still open anyway.
-    private let sink: any HTTPResponseSink
+    let sink: any HTTPResponseSink
     /// The request's place: the HTTP/1.1 session's sequence number, or an HTTP/2 stream's identifier.
     public let slot: Int
 

@@ -57,6 +57,15 @@ struct HTTP1SessionTests {
                 ])
             client.send("POST /echo?again HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok")
             #expect(answers(in: client.read { answers(in: $0).count >= 1 }).map(\.body) == ["POST /echo?again ok"])
+            // The large bodies' and target's storage went with their requests; a small one's is kept.
+            client.send(
+                "POST /echo?\(String(repeating: "t", count: 10_000)) HTTP/1.1\r\nHost: x\r\nContent-Length: 9000\r\n\r\n\(String(repeating: "b", count: 9_000))"
+            )
+            _ = client.read { answers(in: $0).count >= 1 }
+            client.send("GET /room HTTP/1.1\r\nHost: x\r\n\r\n")
+            let room = answers(in: client.read { answers(in: $0).count >= 1 }).first?.body ?? ""
+            let sizes = room.split(separator: " ").compactMap { $0.split(separator: "=").last.flatMap { Int($0) } }
+            #expect(sizes.count == 2 && sizes.allSatisfy { $0 <= 8 * 1024 }, "\(room)")
         }
     }
 

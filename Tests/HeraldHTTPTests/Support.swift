@@ -1,8 +1,9 @@
 import Foundation
 import HeraldEventLoop
-import HeraldHTTP
 import HeraldTesting
 import Testing
+
+@testable import HeraldHTTP
 
 /// Serves the handler `makeHandler` gives for each connection (evaluated on the loop thread, per connection) with HeraldHTTP's HTTP/1.1
 /// session on a loopback port of its own, on a loop of its own, for the length of `body`; then checks that the
@@ -64,7 +65,8 @@ func answers(in bytes: [UInt8]) -> [Answer] {
 }
 
 /// Answers `GET /echo` and `POST /echo` with the method, target and body, and counts the requests it saw; a
-/// request to `/later` is held until three are held, then they are answered last first (out of order).
+/// request to `/later` is held until three are held, then they are answered last first (out of order); `/room` is
+/// answered with the room the HTTP/1.1 session's target and body storage have (`target=N body=N`).
 final class EchoHandler: HTTPRequestHandler, @unchecked Sendable {
     // @unchecked Sendable: used on the loop thread only; the tests read `seen` through the lock.
     let seen = Locked<[String]>([])
@@ -72,6 +74,11 @@ final class EchoHandler: HTTPRequestHandler, @unchecked Sendable {
 
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         seen.withLock { $0.append("\(request.method) \(request.target)") }
+        if request.path == "/room", let session = responder.sink as? HTTP1Session {
+            let room = session.retainedCapacity
+            responder.respond(.text(200, "target=\(room.target) body=\(room.body)"))
+            return
+        }
         if request.path == "/later" {
             held.append((request, responder))
             guard held.count == 3 else { return }
