@@ -10,8 +10,8 @@ import HeraldEventLoop
 /// a time, most of them SQLite parsing the schema of a connection just opened. Whether anything changed is asked
 /// instead on a read-only connection kept open, with `PRAGMA data_version`, which differs between two calls on one
 /// connection whenever another connection committed in between (any process: the command line's, the daemon's own
-/// store), and sometimes more often (another connection's checkpoint): a few thousand instructions. The file is looked at with `stat` first, so that a store replaced (moved
-/// aside, restored from a backup) is opened anew.
+/// store), and sometimes more often (another connection's checkpoint): a few thousand instructions. The file is
+/// looked at with `stat` first, so that a store replaced (moved aside, restored from a backup) is opened anew.
 ///
 /// When it cannot tell (no store yet, an error), it reads, as before. A read that throws is not kept: the next call
 /// reads again. Thread-safe; reads are not serialised (two callers may both read).
