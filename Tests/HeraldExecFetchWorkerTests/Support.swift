@@ -39,7 +39,7 @@ func processHasEnded(_ pid: Int32) -> Bool {
 /// the instance shuts down and the test checks that no libuv handle is left.
 func withWorker(
     _ worker: ExecFetchWorker,
-    deadline: Duration = .seconds(30),
+    deadline: Duration = .seconds(600),
     shutdownGracePeriod: Duration = .seconds(10),
     logs: LogCollector = LogCollector(),
     sourceLocation: SourceLocation = #_sourceLocation,
