@@ -147,8 +147,6 @@ final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendab
     let connection: StreamConnection
     let context: PluginContext
     let options: SocketReceiver.Options
-    /// The most storage a connection keeps between lines (a send is a few KB).
-    static let keptLineCapacity = 8 * 1024
     // Unchecked for exclusivity: touched on the loop thread only, and no access to them spans a call that could
     // come back to this session (each is changed by its own methods; waiting answers are written after `answers`
     // is done with): the run-time checks cost about 100 instructions each, several per line.
@@ -259,9 +257,11 @@ final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendab
     }
 
     private func handleLine() {
-        // The line's storage is kept for the next one, unless a large line grew it: an idle connection that once sent
-        // a 60 KB line held 60 KB until it closed.
-        defer { buffer.removeAll(keepingCapacity: buffer.capacity <= Self.keptLineCapacity) }
+        // The line's storage is kept for the next one, unless a large line grew it.
+        defer {
+            buffer.removeAll(keepingCapacity: true)
+            KeptStorage.releaseIfGrown(&buffer)
+        }
         lineTimer?.cancel()
         lineTimer = nil
         if buffer.last == UInt8(ascii: "\r") { buffer.removeLast() }

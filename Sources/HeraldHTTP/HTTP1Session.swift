@@ -377,10 +377,9 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
             lastSequence = sequence
         }
         handler.handle(request(), responder: HTTPResponder(sink: self, slot: sequence))
-        // The target's and body's storage is kept for the next request, unless a large request grew it: that goes
-        // with the request, so that an idle keep-alive connection that once took a 60 KB body does not hold 60 KB.
-        if body.capacity > Self.keptCapacity { body = [] }
-        if url.capacity > Self.keptCapacity { url = [] }
+        // The target's and body's storage is kept for the next request, unless a large request grew it.
+        KeptStorage.releaseIfGrown(&body)
+        KeptStorage.releaseIfGrown(&url)
         return keepAlive
     }
 
@@ -533,9 +532,6 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     private static func session(_ parser: UnsafeMutablePointer<http_parser>?, _ body: (HTTP1Session) -> Int32) -> Int32 {
         Unmanaged<HTTP1Session>.fromOpaque(parser!.pointee.data)._withUnsafeGuaranteedRef(body)
     }
-
-    /// The most storage a connection keeps between requests for a target or a body (a send's body is a few KB).
-    static let keptCapacity = 8 * 1024
 
     /// The room the session's target and body storage have now, for the tests.
     var retainedCapacity: (target: Int, body: Int) { (url.capacity, body.capacity) }
