@@ -71,6 +71,46 @@ struct InboxLogTests {
         }
     }
 
+    @Test("the file's bytes are the format's: header, then commits of accepted, finished, started and seen entries")
+    func fileBytes() throws {
+        try Self.withLog { path in
+            do {
+                let log = try InboxLog(path: path)
+                try log.commit(
+                    accepted: [Self.record("é1", collapseKey: "k", expiration: 7), Self.record("b2", deduplicates: false)],
+                    finished: ["zz"],
+                    window: Self.window, now: Self.now)
+                _ = try log.load(window: Self.window, now: Self.now)
+                let commits = try Self.hex(path)
+                #expect(commits == Self.goldenCommits, "\(commits)")
+                try log.compact()
+            }
+            let compacted = try Self.hex(path)
+            #expect(compacted == Self.goldenCompacted, "\(compacted)")
+        }
+    }
+
+    static func hex(_ path: String) throws -> String {
+        try #require(FileManager.default.contents(atPath: path)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    // Written by the log of this format's first release; a change here is a change of the format.
+    /// The header, a commit (two accepted entries, one finished) and a start.
+    static let goldenCommits =
+        "13000000e1f10e8f00686572616c6420696e626f78206c6f672031ce000000ba15d1820101640000000f0000000000000000"
+        + "00505c18a3010000fb4f5c18a30100000a00000000000000070000000000000003000000c3a93105000000746f6b656e0700"
+        + "0000746f6b656e2d31010000006b7b227469746c65223a227420c3a931222c226e223a22c3a931227d015400000000000000"
+        + "000000000000505c18a3010000fb4f5c18a30100000a0000000000000002000000623205000000746f6b656e07000000746f"
+        + "6b656e2d317b227469746c65223a2274206232222c226e223a226232227d0206000000020000007a7a06000000c6d41e8f01"
+        + "0400000000"
+    /// The header and one commit of what is live: the window's IDs, then the pending records with their start counts.
+    static let goldenCompacted =
+        "13000000e1f10e8f00686572616c6420696e626f78206c6f672031d70000007d058cc001030f00000000505c18a301000003"
+        + "000000c3a93101640000000d01000000000000000000000000000000fb4f5c18a30100000a00000000000000070000000000"
+        + "000003000000c3a93105000000746f6b656e07000000746f6b656e2d31010000006b7b227469746c65223a227420c3a93122"
+        + "2c226e223a22c3a931227d01540000000001000000000000000000000000000000fb4f5c18a30100000a0000000000000002"
+        + "000000623205000000746f6b656e07000000746f6b656e2d317b227469746c65223a2274206232222c226e223a226232227d"
+
     @Test("an ID accepted and finished in the same commit is gone; each field of a record reads back as written")
     func acceptedAndFinishedTogether() throws {
         try Self.withLog { path in
