@@ -235,10 +235,17 @@ package final class InboxLog {
         }
     }
 
-    private func accept(_ record: InboxRecord, replays: Int, addsToWindow: Bool, seenAt: Int64, released: Bool = false, entrySize: Int) {
-        pending[record.messageID] = Pending(order: nextOrder, record: record, replays: replays, released: released, entrySize: entrySize)
+    /// Makes `record` pending, replacing a pending record with its ID (one lookup of the ID for both); answers the
+    /// replaced record's entry size, 0 when there was none.
+    @discardableResult
+    private func accept(
+        _ record: InboxRecord, replays: Int, addsToWindow: Bool, seenAt: Int64, released: Bool = false, entrySize: Int
+    ) -> Int {
+        let replaced = pending.updateValue(
+            Pending(order: nextOrder, record: record, replays: replays, released: released, entrySize: entrySize), forKey: record.messageID)
         nextOrder += 1
         if addsToWindow { window.append((record.messageID, seenAt)) }
+        return replaced?.entrySize ?? 0
     }
 
     // MARK: The store's calls
@@ -250,7 +257,7 @@ package final class InboxLog {
         pending: [InboxRecord], replays: [String: Int], seen: [String]
     ) {
         if !pending.isEmpty {
-            try append(Self.commitFrame { Self.appendEntry(.started, to: &$0) { _ in } })
+            try append(Self.commitFrame(size: Self.entryOverhead) { Self.writeEntry(.started, bodySize: 0, to: &$0) { _ in } })
             for id in pending.keys { pending[id]?.replays += 1 }
         }
         // The window exactly as its limits define it: each ID once (at its newest acceptance), none accepted before
@@ -275,19 +282,12 @@ package final class InboxLog {
     /// Takes the inbox and window of a store from before the log: `records` (in acceptance order, with their start
     /// counts) and the window's IDs (oldest first, with the times they were committed), in one commit.
     package func adopt(_ records: [(InboxRecord, Int)], seen: [(id: String, seenAt: Int64)]) throws(StoreError) {
-        var sizes: [Int] = []
+        let sizes = records.map { Self.acceptedEntrySize($0.0) }
         try append(
-            Self.commitFrame { bytes in
-                for entry in seen {
-                    Self.appendEntry(.seen, to: &bytes) {
-                        FrameWriter.int64(entry.seenAt, to: &$0)
-                        FrameWriter.string(entry.id, to: &$0)
-                    }
-                }
+            Self.commitFrame(size: seen.reduce(0) { $0 + Self.seenEntrySize($1.id) } + sizes.reduce(0, +)) { writer in
+                for entry in seen { Self.writeSeen(entry, to: &writer) }
                 for (record, replays) in records {
-                    let start = bytes.count
-                    Self.appendAccepted(record, replays: replays, addsToWindow: false, seenAt: 0, to: &bytes)
-                    sizes.append(bytes.count - start)
+                    Self.writeAccepted(record, replays: replays, addsToWindow: false, seenAt: 0, to: &writer)
                 }
             })
         for entry in seen {
@@ -295,9 +295,7 @@ package final class InboxLog {
             liveBytes += Self.seenEntrySize(entry.id)
         }
         for ((record, replays), size) in zip(records, sizes) {
-            if let replaced = pending[record.messageID] { liveBytes -= replaced.entrySize }
-            accept(record, replays: replays, addsToWindow: false, seenAt: 0, entrySize: size)
-            liveBytes += size
+            liveBytes += size - accept(record, replays: replays, addsToWindow: false, seenAt: 0, entrySize: size)
         }
     }
 
@@ -308,19 +306,15 @@ package final class InboxLog {
     /// so that a record found both here and in the store's quarantine after a crash is known to be on its way back.
     package func release(_ records: [InboxRecord]) throws(StoreError) {
         guard !records.isEmpty else { return }
-        var sizes: [Int] = []
+        let sizes = records.map { Self.acceptedEntrySize($0) }
         try append(
-            Self.commitFrame { bytes in
+            Self.commitFrame(size: sizes.reduce(0, +)) { writer in
                 for record in records {
-                    let start = bytes.count
-                    Self.appendAccepted(record, replays: 0, addsToWindow: false, seenAt: 0, released: true, to: &bytes)
-                    sizes.append(bytes.count - start)
+                    Self.writeAccepted(record, replays: 0, addsToWindow: false, seenAt: 0, released: true, to: &writer)
                 }
             })
         for (record, size) in zip(records, sizes) {
-            if let replaced = pending[record.messageID] { liveBytes -= replaced.entrySize }
-            accept(record, replays: 0, addsToWindow: false, seenAt: 0, released: true, entrySize: size)
-            liveBytes += size
+            liveBytes += size - accept(record, replays: 0, addsToWindow: false, seenAt: 0, released: true, entrySize: size)
         }
     }
 
@@ -359,24 +353,23 @@ package final class InboxLog {
         var sizes: [Int] = []
         sizes.reserveCapacity(accepted.count)
         let windowed = limits.maximumCount > 0
-        var capacity = 0
-        for record in accepted { capacity += Self.acceptedEntrySize(record) }
-        for id in finished { capacity += Self.entryOverhead + 4 + id.utf8.count }
-        let frame = Self.commitFrame(reserving: capacity) { bytes in
+        var frameSize = 0
+        for record in accepted {
+            sizes.append(Self.acceptedEntrySize(record))
+            frameSize += sizes[sizes.count - 1]
+        }
+        for id in finished { frameSize += Self.entryOverhead + 4 + id.utf8.count }
+        let frame = Self.commitFrame(size: frameSize) { writer in
             for record in accepted {
-                let start = bytes.count
-                Self.appendAccepted(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, to: &bytes)
-                sizes.append(bytes.count - start)
+                Self.writeAccepted(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, to: &writer)
             }
             for id in finished {
-                Self.appendEntry(.finished, to: &bytes) { FrameWriter.string(id, to: &$0) }
+                Self.writeEntry(.finished, bodySize: 4 + id.utf8.count, to: &writer) { $0.string(id) }
             }
         }
         try append(frame)
         for (record, size) in zip(accepted, sizes) {
-            if let replaced = pending[record.messageID] { liveBytes -= replaced.entrySize }
-            accept(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, entrySize: size)
-            liveBytes += size
+            liveBytes += size - accept(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, entrySize: size)
             if windowed && record.deduplicates { liveBytes += Self.seenEntrySize(record.messageID) }
         }
         for id in finished {
@@ -394,24 +387,22 @@ package final class InboxLog {
         var entries: [UInt8] = []
         func flush() {
             guard !entries.isEmpty else { return }
-            bytes += Self.commitFrame { $0 += entries }
+            bytes += Self.commitFrame(size: entries.count) { $0.bytes(entries) }
             entries.removeAll(keepingCapacity: true)
         }
         for entry in window[windowStart...] {
-            Self.appendEntry(.seen, to: &entries) {
-                FrameWriter.int64(entry.seenAt, to: &$0)
-                FrameWriter.string(entry.id, to: &$0)
-            }
+            Self.append(size: Self.seenEntrySize(entry.id), to: &entries) { Self.writeSeen(entry, to: &$0) }
             if entries.count >= 1 << 20 { flush() }
         }
         let ordered = pending.values.sorted { $0.order < $1.order }
         var sizes: [Int] = []
         for entry in ordered {
             // In the window already, through the entries above.
-            let start = entries.count
-            Self.appendAccepted(
-                entry.record, replays: entry.replays, addsToWindow: false, seenAt: 0, released: entry.released, to: &entries)
-            sizes.append(entries.count - start)
+            let size = Self.acceptedEntrySize(entry.record)
+            Self.append(size: size, to: &entries) {
+                Self.writeAccepted(entry.record, replays: entry.replays, addsToWindow: false, seenAt: 0, released: entry.released, to: &$0)
+            }
+            sizes.append(size)
             if entries.count >= 1 << 20 { flush() }
         }
         flush()
@@ -506,46 +497,70 @@ package final class InboxLog {
     // MARK: Frames
 
     private static func frame(_ kind: FrameKind, _ body: [UInt8]) -> [UInt8] {
-        frame(kind, reserving: body.count) { $0 += body }
+        frame(kind, size: body.count) { $0.bytes(body) }
     }
 
-    /// A frame of `kind` whose body `body` appends in place, after room for the frame's length and checksum, which are
-    /// written once the body is complete (`reserving`: about how many bytes the body takes, for one allocation).
-    private static func frame(_ kind: FrameKind, reserving capacity: Int, _ body: (inout [UInt8]) -> Void) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(frameOverhead + 1 + capacity)
-        bytes.append(contentsOf: repeatElement(0, count: frameOverhead))
-        bytes.append(kind.rawValue)
-        body(&bytes)
-        let checksum = bytes.withUnsafeBytes { crc(UnsafeRawBufferPointer(rebasing: $0[frameOverhead...])) }
-        bytes.withUnsafeMutableBytes { frame in
-            frame.storeBytes(of: UInt32(frame.count - frameOverhead).littleEndian, toByteOffset: 0, as: UInt32.self)
+    /// A frame of `kind` whose body, exactly `size` bytes, `body` writes in place after the frame's length and checksum,
+    /// which are written once the body is complete. The frame is allocated once at its size and each field stored in
+    /// place: appending field by field cost more than the checksum.
+    private static func frame(_ kind: FrameKind, size: Int, _ body: (inout FrameWriter) -> Void) -> [UInt8] {
+        let count = frameOverhead + 1 + size
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            let frame = UnsafeMutableRawBufferPointer(buffer)
+            var writer = FrameWriter(UnsafeMutableRawBufferPointer(rebasing: frame[frameOverhead...]))
+            writer.byte(kind.rawValue)
+            body(&writer)
+            precondition(writer.isFull, "an inbox log frame's body is not the size it was given")
+            let checksum = crc(UnsafeRawBufferPointer(rebasing: frame[frameOverhead...]))
+            frame.storeBytes(of: UInt32(count - frameOverhead).littleEndian, toByteOffset: 0, as: UInt32.self)
             frame.storeBytes(of: checksum.littleEndian, toByteOffset: 4, as: UInt32.self)
+            initialized = count
         }
-        return bytes
     }
 
-    /// A commit frame whose entries `entries` appends (`reserving`: about how many bytes they take).
-    private static func commitFrame(reserving capacity: Int = 0, _ entries: (inout [UInt8]) -> Void) -> [UInt8] {
-        frame(.commit, reserving: capacity, entries)
+    /// A commit frame whose entries, exactly `size` bytes, `entries` writes.
+    private static func commitFrame(size: Int, _ entries: (inout FrameWriter) -> Void) -> [UInt8] {
+        frame(.commit, size: size, entries)
     }
 
-    /// Appends an entry of `kind` whose body `body` writes.
-    private static func appendEntry(_ kind: EntryKind, to bytes: inout [UInt8], _ body: (inout [UInt8]) -> Void) {
-        bytes.append(kind.rawValue)
+    /// Writes an entry of `kind` whose body, exactly `bodySize` bytes, `body` writes.
+    private static func writeEntry(_ kind: EntryKind, bodySize: Int, to writer: inout FrameWriter, _ body: (inout FrameWriter) -> Void) {
+        writer.byte(kind.rawValue)
+        writer.uint32(UInt32(bodySize))
+        let end = writer.offset + bodySize
+        body(&writer)
+        precondition(writer.offset == end, "an inbox log entry's body is not the size it was given")
+    }
+
+    /// Appends to `bytes` what `body` writes, exactly `size` bytes (entries gathered for a frame).
+    private static func append(size: Int, to bytes: inout [UInt8], _ body: (inout FrameWriter) -> Void) {
         let start = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: 4))
-        body(&bytes)
-        bytes.withUnsafeMutableBytes { $0.storeBytes(of: UInt32($0.count - start - 4).littleEndian, toByteOffset: start, as: UInt32.self) }
+        bytes.append(contentsOf: repeatElement(0, count: size))
+        bytes.withUnsafeMutableBytes { all in
+            var writer = FrameWriter(UnsafeMutableRawBufferPointer(rebasing: all[start...]))
+            body(&writer)
+            precondition(writer.isFull, "inbox log entries are not the size they were given")
+        }
     }
 
-    /// About how many bytes `record`'s accepted entry takes (exactly, but for its expiration's eight).
+    /// The size of `record`'s accepted entry.
     private static func acceptedEntrySize(_ record: InboxRecord) -> Int {
-        entryOverhead + 1 + 4 * 8 + 8 + 3 * 4 + record.messageID.utf8.count + record.targetKind.utf8.count
+        entryOverhead + acceptedBodySize(record)
+    }
+
+    private static func acceptedBodySize(_ record: InboxRecord) -> Int {
+        1 + 4 * 8 + (record.expiration == nil ? 0 : 8) + 3 * 4 + record.messageID.utf8.count + record.targetKind.utf8.count
             + record.targetValue.utf8.count + (record.collapseKey.map { 4 + $0.utf8.count } ?? 0) + record.userInfo.count
     }
 
     private static func seenEntrySize(_ id: String) -> Int { entryOverhead + 8 + 4 + id.utf8.count }
+
+    private static func writeSeen(_ entry: (id: String, seenAt: Int64), to writer: inout FrameWriter) {
+        writeEntry(.seen, bodySize: 8 + 4 + entry.id.utf8.count, to: &writer) {
+            $0.int64(entry.seenAt)
+            $0.string(entry.id)
+        }
+    }
 
     private static let deduplicatesFlag: UInt8 = 1
     private static let addsToWindowFlag: UInt8 = 2
@@ -553,27 +568,27 @@ package final class InboxLog {
     private static let collapseKeyFlag: UInt8 = 8
     private static let releasedFlag: UInt8 = 16
 
-    private static func appendAccepted(
-        _ record: InboxRecord, replays: Int, addsToWindow: Bool, seenAt: Int64, released: Bool = false, to bytes: inout [UInt8]
+    private static func writeAccepted(
+        _ record: InboxRecord, replays: Int, addsToWindow: Bool, seenAt: Int64, released: Bool = false, to writer: inout FrameWriter
     ) {
-        appendEntry(.accepted, to: &bytes) { body in
+        writeEntry(.accepted, bodySize: acceptedBodySize(record), to: &writer) { body in
             var flags: UInt8 = 0
             if record.deduplicates { flags |= deduplicatesFlag }
             if addsToWindow { flags |= addsToWindowFlag }
             if record.expiration != nil { flags |= expirationFlag }
             if record.collapseKey != nil { flags |= collapseKeyFlag }
             if released { flags |= releasedFlag }
-            body.append(flags)
-            FrameWriter.int64(Int64(replays), to: &body)
-            FrameWriter.int64(seenAt, to: &body)
-            FrameWriter.int64(record.receivedAt, to: &body)
-            FrameWriter.int64(Int64(record.priority), to: &body)
-            if let expiration = record.expiration { FrameWriter.int64(expiration, to: &body) }
-            FrameWriter.string(record.messageID, to: &body)
-            FrameWriter.string(record.targetKind, to: &body)
-            FrameWriter.string(record.targetValue, to: &body)
-            if let collapseKey = record.collapseKey { FrameWriter.string(collapseKey, to: &body) }
-            body.append(contentsOf: record.userInfo)
+            body.byte(flags)
+            body.int64(Int64(replays))
+            body.int64(seenAt)
+            body.int64(record.receivedAt)
+            body.int64(Int64(record.priority))
+            if let expiration = record.expiration { body.int64(expiration) }
+            body.string(record.messageID)
+            body.string(record.targetKind)
+            body.string(record.targetValue)
+            if let collapseKey = record.collapseKey { body.string(collapseKey) }
+            body.bytes(record.userInfo)
         }
     }
 
@@ -607,18 +622,41 @@ package final class InboxLog {
     private static func describe(_ code: Int32) -> String { "\(String(cString: strerror(code))) (errno \(code))" }
 }
 
-/// Little-endian integers and length-prefixed strings into a frame's body.
-private enum FrameWriter {
-    static func int64(_ value: Int64, to bytes: inout [UInt8]) {
-        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+/// Stores bytes, little-endian integers and length-prefixed strings in order into room made for them (a frame's
+/// body, sized before it is written); a write past the room traps.
+private struct FrameWriter {
+    private let room: UnsafeMutableRawBufferPointer
+    private(set) var offset = 0
+
+    init(_ room: UnsafeMutableRawBufferPointer) { self.room = room }
+
+    var isFull: Bool { offset == room.count }
+
+    /// Where the next `count` bytes go; moves past them.
+    private mutating func advance(_ count: Int) -> UnsafeMutableRawPointer {
+        precondition(count <= room.count - offset, "an inbox log frame written past the size it was given")
+        defer { offset += count }
+        return room.baseAddress.unsafelyUnwrapped + offset
     }
 
-    static func string(_ value: String, to bytes: inout [UInt8]) {
-        let utf8 = value.utf8
-        withUnsafeBytes(of: UInt32(utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
-        // A native string's bytes in one copy; `append(contentsOf: utf8)` goes through the generic sequence path.
-        if utf8.withContiguousStorageIfAvailable({ bytes.append(contentsOf: $0) }) == nil {
-            bytes.append(contentsOf: utf8)
+    mutating func byte(_ value: UInt8) { advance(1).storeBytes(of: value, as: UInt8.self) }
+
+    mutating func uint32(_ value: UInt32) { advance(4).storeBytes(of: value.littleEndian, as: UInt32.self) }
+
+    mutating func int64(_ value: Int64) { advance(8).storeBytes(of: value.littleEndian, as: Int64.self) }
+
+    mutating func bytes(_ value: UnsafeRawBufferPointer) {
+        guard let source = value.baseAddress, !value.isEmpty else { return }
+        advance(value.count).copyMemory(from: source, byteCount: value.count)
+    }
+
+    mutating func bytes(_ value: [UInt8]) { value.withUnsafeBytes { bytes($0) } }
+
+    mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            uint32(UInt32(utf8.count))
+            bytes(UnsafeRawBufferPointer(utf8))
         }
     }
 }
