@@ -360,8 +360,10 @@ package final class InboxLog {
         }
         for id in finished { frameSize += Self.entryOverhead + 4 + id.utf8.count }
         let frame = Self.commitFrame(size: frameSize) { writer in
-            for record in accepted {
-                Self.writeAccepted(record, replays: 0, addsToWindow: windowed && record.deduplicates, seenAt: now, to: &writer)
+            // By index: a for-in loop copies each record out of the array (four retains and releases).
+            for index in accepted.indices {
+                Self.writeAccepted(
+                    accepted[index], replays: 0, addsToWindow: windowed && accepted[index].deduplicates, seenAt: now, to: &writer)
             }
             for id in finished {
                 Self.writeEntry(.finished, bodySize: 4 + id.utf8.count, to: &writer) { $0.string(id) }
@@ -633,16 +635,20 @@ private struct FrameWriter {
     var isFull: Bool { offset == room.count }
 
     /// Where the next `count` bytes go; moves past them.
+    @inline(__always)
     private mutating func advance(_ count: Int) -> UnsafeMutableRawPointer {
         precondition(count <= room.count - offset, "an inbox log frame written past the size it was given")
         defer { offset += count }
         return room.baseAddress.unsafelyUnwrapped + offset
     }
 
+    @inline(__always)
     mutating func byte(_ value: UInt8) { advance(1).storeBytes(of: value, as: UInt8.self) }
 
+    @inline(__always)
     mutating func uint32(_ value: UInt32) { advance(4).storeBytes(of: value.littleEndian, as: UInt32.self) }
 
+    @inline(__always)
     mutating func int64(_ value: Int64) { advance(8).storeBytes(of: value.littleEndian, as: Int64.self) }
 
     mutating func bytes(_ value: UnsafeRawBufferPointer) {
