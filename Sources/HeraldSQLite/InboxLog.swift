@@ -384,37 +384,53 @@ package final class InboxLog {
     /// Writes what is live (the header, the window's IDs, the pending records with their start counts) to a new
     /// file and renames it over the log, durably: a crash leaves the old file or the new one, each whole.
     package func compact() throws(StoreError) {
-        // Frames of up to about a megabyte; the rename, not a frame, makes the new file count whole.
-        var bytes = Self.frame(.header, Self.magic)
-        var entries: [UInt8] = []
-        func flush() {
-            guard !entries.isEmpty else { return }
-            bytes += Self.commitFrame(size: entries.count) { $0.bytes(entries) }
-            entries.removeAll(keepingCapacity: true)
+        // What is live, in the order it goes: the window's IDs, then the pending records in acceptance order (in the
+        // window already, through the entries before them). The records are sorted by their order alone, not moved
+        // about whole.
+        let seen = window[windowStart...]
+        let records = pending.indices.map { (order: pending[$0].value.order, index: $0) }.sorted { $0.order < $1.order }.map(\.index)
+        let count = seen.count + records.count
+        func entrySize(_ entry: Int) -> Int {
+            entry < seen.count
+                ? Self.seenEntrySize(seen[seen.startIndex + entry].id)
+                : Self.acceptedEntrySize(pending.values[records[entry - seen.count]].record)
         }
-        for entry in window[windowStart...] {
-            Self.append(size: Self.seenEntrySize(entry.id), to: &entries) { Self.writeSeen(entry, to: &$0) }
-            if entries.count >= 1 << 20 { flush() }
-        }
-        let ordered = pending.values.sorted { $0.order < $1.order }
-        var sizes: [Int] = []
-        for entry in ordered {
-            // In the window already, through the entries above.
-            let size = Self.acceptedEntrySize(entry.record)
-            Self.append(size: size, to: &entries) {
-                Self.writeAccepted(entry.record, replays: entry.replays, addsToWindow: false, seenAt: 0, released: entry.released, to: &$0)
+        func write(_ entry: Int, to writer: inout FrameWriter) {
+            if entry < seen.count {
+                Self.writeSeen(seen[seen.startIndex + entry], to: &writer)
+            } else {
+                let record = pending.values[records[entry - seen.count]]
+                Self.writeAccepted(
+                    record.record, replays: record.replays, addsToWindow: false, seenAt: 0, released: record.released, to: &writer)
             }
-            sizes.append(size)
-            if entries.count >= 1 << 20 { flush() }
         }
-        flush()
         let temporary = path + ".compacting"
         let new = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard new >= 0 else { throw .writeFailed(path: temporary, detail: Self.describe(errno)) }
+        var written = 0
         do throws(StoreError) {
             // Locked before its rename makes it the log, as the file it replaces was.
             guard flock(new, LOCK_EX | LOCK_NB) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
-            try Self.write(bytes, to: new, at: 0, path: temporary)
+            let header = Self.frame(.header, Self.magic)
+            try Self.write(header, to: new, at: 0, path: temporary)
+            written = header.count
+            // Frames of about a megabyte, each made in place and written as it is made; the rename, not a frame,
+            // makes the new file count whole.
+            var first = 0
+            while first < count {
+                var end = first
+                var size = 0
+                while end < count, size < 1 << 20 {
+                    size += entrySize(end)
+                    end += 1
+                }
+                let frame = Self.commitFrame(size: size) { writer in
+                    for entry in first..<end { write(entry, to: &writer) }
+                }
+                try Self.write(frame, to: new, at: written, path: temporary)
+                written += frame.count
+                first = end
+            }
             guard fdatasync(new) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
             guard rename(temporary, path) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
         } catch {
@@ -424,11 +440,10 @@ package final class InboxLog {
         }
         close(descriptor)
         descriptor = new
-        size = bytes.count
-        for (entry, size) in zip(ordered, sizes) { pending[entry.record.messageID]?.entrySize = size }
+        size = written
         window.removeFirst(windowStart)
         windowStart = 0
-        liveBytes = bytes.count
+        liveBytes = written
         try syncDirectory()
     }
 
@@ -532,17 +547,6 @@ package final class InboxLog {
         let end = writer.offset + bodySize
         body(&writer)
         precondition(writer.offset == end, "an inbox log entry's body is not the size it was given")
-    }
-
-    /// Appends to `bytes` what `body` writes, exactly `size` bytes (entries gathered for a frame).
-    private static func append(size: Int, to bytes: inout [UInt8], _ body: (inout FrameWriter) -> Void) {
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: size))
-        bytes.withUnsafeMutableBytes { all in
-            var writer = FrameWriter(UnsafeMutableRawBufferPointer(rebasing: all[start...]))
-            body(&writer)
-            precondition(writer.isFull, "inbox log entries are not the size they were given")
-        }
     }
 
     /// The size of `record`'s accepted entry.

@@ -358,6 +358,33 @@ struct InboxLogTests {
         }
     }
 
+    @Test("compaction of more than a frame holds (some 3 MB live): every pending record and ID reads back, in order")
+    func compactionOfManyFrames() throws {
+        try Self.withLog { path in
+            let limits = DeduplicationWindow(maximumCount: 5_000, maximumAge: .seconds(3600))
+            let large = Array(#"{"blob":"\#(String(repeating: "x", count: 2_000))"}"#.utf8)
+            var expected: [InboxRecord] = []
+            do {
+                let log = try InboxLog(path: path)
+                for group in 0..<30 {
+                    let records = (0..<50).map { n in
+                        var record = Self.record(
+                            "p\(group)-\(n)", collapseKey: n % 3 == 0 ? "c\(n)" : nil, expiration: n % 2 == 0 ? 9 : nil)
+                        record.userInfo = large
+                        return record
+                    }
+                    expected += records
+                    try log.commit(accepted: records, finished: [], window: limits, now: Self.now + Int64(group))
+                }
+                try log.compact()
+                #expect(log.size > 3 << 20, "more than three frames of a megabyte")
+            }
+            let state = try InboxLog(path: path).load(window: limits, now: Self.now + 30)
+            #expect(state.pending == expected)
+            #expect(state.seen == expected.map(\.messageID))
+        }
+    }
+
     @Test("random commits and restarts read back as a model of them says, each time")
     func againstAModel() throws {
         try Self.withLog { path in
