@@ -83,6 +83,12 @@ public final class SocketReceiver: Receiver, @unchecked Sendable {
         return try await context.loop.submit { self.listener?.localAddresses ?? [] }
     }
 
+    /// The room each open connection's line storage has (what it keeps between lines), for the tests.
+    package func lineStorageRooms() async throws -> [Int] {
+        guard let context else { return [] }
+        return try await context.loop.submit { self.listener?.openSessions.map(\.lineStorageRoom) ?? [] }
+    }
+
     public func start(_ context: PluginContext) async throws {
         if !options.allowUnauthenticatedNetwork, let address = options.addresses.first(where: { !$0.isLoopback }) {
             throw ConfigurationError.unauthenticatedNetworkAddress(address)
@@ -255,6 +261,9 @@ final class LineSession: ReceiverSession, SubmissionAnswering, @unchecked Sendab
             self.close()
         }
     }
+
+    /// The room the line storage has now. Loop thread only.
+    var lineStorageRoom: Int { buffer.capacity }
 
     private func handleLine() {
         // The line's storage is kept for the next one, unless a large line grew it.

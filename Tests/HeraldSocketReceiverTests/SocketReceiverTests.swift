@@ -66,9 +66,11 @@ struct SocketReceiverTests {
         }
     }
 
-    @Test("a 40 KB line (refused: past FCM's payload limit) between small ones: each answered, the next lines read whole")
+    @Test(
+        "a 40 KB line (refused: past FCM's payload limit) between small ones: each answered, the next lines read whole, the line storage back to at most 8 KB"
+    )
     func largeLineThenSmall() async throws {
-        try await withSocketHerald(address: .unix(path: socketPath())) { herald, _, collector, bound in
+        try await withSocketHerald(address: .unix(path: socketPath())) { herald, receiver, collector, bound in
             let token = try await herald.token()
             let client = try TestSocketClient(bound)
             let large = String(repeating: "x", count: 40_000)
@@ -82,6 +84,9 @@ struct SocketReceiverTests {
             #expect(answers[1]["error"]?["status"] == "INVALID_ARGUMENT")
             try await herald.waitUntilIdle()
             #expect(collector.messages.withLock { $0.map { $0.data["n"] } } == ["1", "3", "4"])
+            // The connection is still open, and what it keeps for its next line is not the large line's room.
+            let rooms = try await receiver.lineStorageRooms()
+            #expect(rooms.count == 1 && rooms.allSatisfy { $0 <= KeptStorage.limit }, "\(rooms)")
         }
     }
 

@@ -33,6 +33,9 @@ public final class ReceiverListener<Session: ReceiverSession> {
     /// While closing: each connection's bytes its peer had not taken at the last look of the linger timer.
     private var untakenAtLastLook: [ObjectIdentifier: Int] = [:]
 
+    /// The sessions of the open connections (those in a TLS handshake have none yet). Loop thread only.
+    package var openSessions: [Session] { sessions.values.compactMap(\.session) }
+
     /// - Parameters:
     ///   - context: the plugin's context: its loop and logger.
     ///   - maximumConnections: the most connections open at once; more are closed as they are accepted.
