@@ -18,6 +18,10 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
     /// The memory BIOs, replaced by new ones when a large read or write grew them (see ``keptBufferCapacity``).
     private var input: OpaquePointer
     private var output: OpaquePointer
+    /// How deep ``sendOutput(_:completion:)`` is in itself (a send's completion can write again), and how many of the
+    /// output BIO's bytes it has handed to the connection since the BIO was last emptied.
+    private var sendDepth = 0
+    private var outputSent = 0
     /// The listener's ALPN offer, which the C select callback reads through the SSL's app data.
     private let offer: UnsafeMutablePointer<herald_alpn_offer>
     private let offerBytes: UnsafeMutableBufferPointer<UInt8>
@@ -277,14 +281,25 @@ final class TLSStream: StreamFilter, @unchecked Sendable {
     }
 
     /// Sends what OpenSSL wrote into the output BIO.
+    ///
+    /// `connection.send` runs `completion` before it returns when the kernel takes every byte at once, and a completion
+    /// may write again through this stream (writing, then closing, flushes what the connection gathered) before the
+    /// BIO is emptied: its records are appended behind the ones just sent. The nested call sends only those, at once
+    /// (a close that follows must find them queued), and leaves emptying the BIO to the outermost call.
     private func sendOutput(_ connection: StreamConnection, completion: ((UVError?) -> Void)? = nil) {
         var data: UnsafeMutablePointer<CChar>?
         let count = herald_bio_contents(output, &data)
-        guard count > 0, let data else {
+        let start = outputSent
+        guard count > start, let data else {
             completion?(nil)
             return
         }
-        connection.send(UnsafeRawBufferPointer(start: data, count: count), completion: completion)
+        outputSent = count
+        sendDepth += 1
+        connection.send(UnsafeRawBufferPointer(start: data + start, count: count - start), completion: completion)
+        sendDepth -= 1
+        guard sendDepth == 0 else { return }
+        outputSent = 0
         _ = herald_bio_reset(output)
         // A BIO's room grows to about 4/3 of what it is asked to hold: only a flight past 3/4 of the kept room can have
         // taken it past that.

@@ -134,6 +134,27 @@ struct TLSServerTests {
             print(answer())
         """
 
+    @Test("a write completion that writes again and closes, run while the records it waited for are sent, sends each record once")
+    func completionWritesAgain() async throws {
+        try await withTemporaryDirectory { directory in
+            let (certificates, context) = try await makeContext(in: directory)
+            try await withRunningLoop(name: "tls-test") { loop in
+                let server = try await TLSTestServer.start(on: loop, context: context)
+                for version in ["-tls1_2", "-tls1_3"] {
+                    let result = try await sClient(
+                        port: server.port, [version, "-CAfile", certificates.caFile, "-quiet"], input: "chain\n")
+                    // Standard error is mixed in (the chain's verification); the two lines come in order, nothing fails.
+                    let lines = result.output.split(separator: "\n")
+                    let answer = lines.firstIndex { $0.hasPrefix("chain alpn=") }
+                    #expect(result.status == 0, "\(version): \(result.output)")
+                    #expect(answer != nil && lines.firstIndex(of: "chained").map { $0 > answer! } == true, "\(version): \(result.output)")
+                    #expect(!result.output.contains("error:"), "\(version): \(result.output)")
+                }
+                try await server.close()
+            }
+        }
+    }
+
     @Test("TLS 1.0 and 1.1 are refused (the client allowed to offer them), and the refusals counted")
     func oldVersionsRefused() async throws {
         try await withTemporaryDirectory { directory in

@@ -8,7 +8,8 @@ import Testing
 
 /// A TLS server for the tests: each connection answers every line it reads with a line describing its TLS session
 /// (`alpn=... sni=... version=... peer=yes|no serial=...`; a `buffers` line's also with the room its memory BIOs have,
-/// ` input=N output=N`), and an `end` line with that answer and its close.
+/// ` input=N output=N`), an `end` line with that answer and its close, and a `chain` line with that answer, then from
+/// the answer's write completion a `chained` line and the close.
 /// With `closeNotify` false it closes without ending its side with close_notify (at `end` and at the client's end),
 /// as HTTP closes a connection whose client ended first.
 final class TLSTestServer: Sendable {
@@ -48,6 +49,15 @@ final class TLSTestServer: Sendable {
                         + " serial=\(tls?.certificate.serial ?? "none")"
                         + (text == "buffers" ? (connection.filter as? TLSStream).map(Self.room) ?? "" : "")
                         + "\n"
+                    if text == "chain" {
+                        // Its completion writes again and ends the connection (flushing what is gathered) at once: run
+                        // while the answer's records are being sent, when the kernel takes them in one go.
+                        connection.write(Array(answer.utf8)) { _ in
+                            connection.write(Array("chained\n".utf8))
+                            end(connection)
+                        }
+                        continue
+                    }
                     connection.write(Array(answer.utf8))
                     if text == "end" { end(connection) }
                 }
