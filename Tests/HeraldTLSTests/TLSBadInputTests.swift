@@ -43,25 +43,20 @@ final class Locked<Value>: @unchecked Sendable {
 struct TLSBadInputTests {
     @Test("garbage before a ClientHello is refused and counted; the server goes on")
     func garbage() async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                let hello = try await capturedClientHello(on: loop)
-                for garbage in [
-                    "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\u{0}\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}", "\u{16}\u{3}\u{1}\u{0}\u{1}x",
-                ] {
-                    let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
-                    client.send(garbage)
-                    client.send(String(decoding: hello, as: UTF8.self))
-                    _ = client.read { _ in false }  // an alert, perhaps, then the end
-                    #expect(client.readsClosed(), "\(garbage.debugDescription) not closed")
-                }
-                #expect(await eventually { context.handshakeFailures.refused == 3 })
-                let result = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
-                #expect(result.output.contains("hello alpn=none"), "\(result.output)")
-                try await server.close()
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            let hello = try await capturedClientHello(on: loop)
+            for garbage in [
+                "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\u{0}\u{1}\u{2}\u{3}\u{4}\u{5}\u{6}\u{7}", "\u{16}\u{3}\u{1}\u{0}\u{1}x",
+            ] {
+                let client = try TestSocketClient(.tcp(host: "127.0.0.1", port: server.port))
+                client.send(garbage)
+                client.send(String(decoding: hello, as: UTF8.self))
+                _ = client.read { _ in false }  // an alert, perhaps, then the end
+                #expect(client.readsClosed(), "\(garbage.debugDescription) not closed")
             }
+            #expect(await eventually { context.handshakeFailures.refused == 3 })
+            let result = try await sClient(port: server.port, ["-CAfile", certificates.caFile])
+            #expect(result.output.contains("hello alpn=none"), "\(result.output)")
         }
     }
 

@@ -32,16 +32,11 @@ struct TLSHalfCloseTests {
         "the server sees the end and closes the connection",
         arguments: [("TLSv1_2", false), ("TLSv1_2", true), ("TLSv1_3", false), ("TLSv1_3", true)])
     func halfClose(version: String, talk: Bool) async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                let result = try await runExecutable(
-                    URL(fileURLWithPath: "/usr/bin/python3"),
-                    ["-c", halfClosingClient, "\(server.port)", certificates.caFile, version, talk ? "talk" : "quiet"])
-                #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "ended", "\(result.output)\(result.error)")
-                try await server.close()
-            }
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            let result = try await runExecutable(
+                URL(fileURLWithPath: "/usr/bin/python3"),
+                ["-c", halfClosingClient, "\(server.port)", certificates.caFile, version, talk ? "talk" : "quiet"])
+            #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "ended", "\(result.output)\(result.error)")
         }
     }
 }

@@ -9,40 +9,30 @@ import Testing
 struct TLSServerTests {
     @Test("TLS 1.2 and 1.3 are accepted; the server's certificate verifies against the CA; SNI is accepted")
     func modernVersions() async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                for version in ["-tls1_2", "-tls1_3"] {
-                    let result = try await sClient(
-                        port: server.port, [version, "-CAfile", certificates.caFile, "-verify_return_error", "-servername", "localhost"])
-                    #expect(result.status == 0, "\(version): \(result.output)")
-                    #expect(result.output.contains("Verify return code: 0 (ok)"))
-                    let expected = version == "-tls1_2" ? "TLSv1.2" : "TLSv1.3"
-                    #expect(
-                        result.output.contains("hello alpn=none sni=localhost version=\(expected) peer=no serial=1001"), "\(result.output)")
-                }
-                #expect(context.handshakeFailures.all == 0)
-                try await server.close()
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            for version in ["-tls1_2", "-tls1_3"] {
+                let result = try await sClient(
+                    port: server.port, [version, "-CAfile", certificates.caFile, "-verify_return_error", "-servername", "localhost"])
+                #expect(result.status == 0, "\(version): \(result.output)")
+                #expect(result.output.contains("Verify return code: 0 (ok)"))
+                let expected = version == "-tls1_2" ? "TLSv1.2" : "TLSv1.3"
+                #expect(
+                    result.output.contains("hello alpn=none sni=localhost version=\(expected) peer=no serial=1001"), "\(result.output)")
             }
+            #expect(context.handshakeFailures.all == 0)
         }
     }
 
     @Test("sessions resume: a client back with the ticket it was given (TLS 1.2 and 1.3) skips the full handshake")
     func resumption() async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                for version in ["-tls1_2", "-tls1_3"] {
-                    let session = "\(directory)/session\(version)"
-                    let first = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_out", session])
-                    #expect(first.output.contains("\nNew, TLSv1."), "\(version): \(first.output)")
-                    let again = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_in", session])
-                    #expect(again.status == 0 && again.output.contains("\nReused, TLSv1."), "\(version): \(again.output)")
-                    #expect(again.output.contains("hello alpn=none"), "\(version): \(again.output)")
-                }
-                try await server.close()
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            for version in ["-tls1_2", "-tls1_3"] {
+                let session = "\(directory)/session\(version)"
+                let first = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_out", session])
+                #expect(first.output.contains("\nNew, TLSv1."), "\(version): \(first.output)")
+                let again = try await sClient(port: server.port, [version, "-CAfile", certificates.caFile, "-sess_in", session])
+                #expect(again.status == 0 && again.output.contains("\nReused, TLSv1."), "\(version): \(again.output)")
+                #expect(again.output.contains("hello alpn=none"), "\(version): \(again.output)")
             }
         }
     }
@@ -51,20 +41,15 @@ struct TLSServerTests {
         "TLS 1.2 sessions resume by session ID (a client without tickets, from the server's cache), also when the server closed without close_notify",
         arguments: [true, false])
     func resumptionBySessionID(closeNotify: Bool) async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context, closeNotify: closeNotify)
-                let session = "\(directory)/session"
-                let first = try await sClient(
-                    port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_out", session])
-                #expect(first.output.contains("\nNew, TLSv1.2"), "\(first.output)")
-                for _ in 0..<2 {
-                    let again = try await sClient(
-                        port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_in", session])
-                    #expect(again.output.contains("\nReused, TLSv1.2"), "\(again.output)")
-                }
-                try await server.close()
+        try await withTLSTestServer(closeNotify: closeNotify) { directory, certificates, context, loop, server in
+            let session = "\(directory)/session"
+            let first = try await sClient(
+                port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_out", session])
+            #expect(first.output.contains("\nNew, TLSv1.2"), "\(first.output)")
+            for _ in 0..<2 {
+                let again = try await sClient(
+                    port: server.port, ["-tls1_2", "-no_ticket", "-CAfile", certificates.caFile, "-sess_in", session])
+                #expect(again.output.contains("\nReused, TLSv1.2"), "\(again.output)")
             }
         }
     }
@@ -73,40 +58,35 @@ struct TLSServerTests {
         "a 100 KB line and its answer, then short lines on the same connection: the buffers the large records grew are replaced, nothing is lost"
     )
     func largeRecordsThenSmall() async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                let long = String(repeating: "0123456789", count: 10_000)
-                for version in ["-tls1_2", "-tls1_3"] {
-                    let result = try await sClient(
-                        port: server.port, [version, "-CAfile", certificates.caFile, "-quiet"], input: "\(long)\nhello\n\(long)\nend\n")
-                    #expect(result.status == 0, "\(version): \(result.output.suffix(2_000))")
-                    let lines = result.output.split(separator: "\n").filter { $0.contains(" alpn=") }  // the answers
-                    #expect(
-                        lines.map { $0.split(separator: " ").first.map(String.init) ?? "" } == [long, "hello", long, "end"], "\(version)")
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            let long = String(repeating: "0123456789", count: 10_000)
+            for version in ["-tls1_2", "-tls1_3"] {
+                let result = try await sClient(
+                    port: server.port, [version, "-CAfile", certificates.caFile, "-quiet"], input: "\(long)\nhello\n\(long)\nend\n")
+                #expect(result.status == 0, "\(version): \(result.output.suffix(2_000))")
+                let lines = result.output.split(separator: "\n").filter { $0.contains(" alpn=") }  // the answers
+                #expect(
+                    lines.map { $0.split(separator: " ").first.map(String.init) ?? "" } == [long, "hello", long, "end"], "\(version)")
+            }
+            // Paced: the long line, its answer read; then what the connection's memory BIOs keep.
+            for version in ["TLSv1_2", "TLSv1_3"] {
+                let result = try await runExecutable(
+                    URL(fileURLWithPath: "/usr/bin/timeout"),
+                    ["20", "python3", "-c", Self.pacedClient, String(server.port), certificates.caFile, version])
+                #expect(result.status == 0, "\(version): \(result.error)")
+                let answers = result.output.split(separator: "\n")
+                #expect(answers.count == 3, "\(version): \(result.error)")
+                guard answers.count == 3 else { continue }
+                #expect(answers[0].hasPrefix(long + " alpn="))
+                // Both grew past 100 KB for the long line and its answer; replaced, they hold a line's room.
+                let room = answers[1].split(separator: " ").compactMap { field -> (String, Int)? in
+                    let parts = field.split(separator: "=")
+                    guard parts.count == 2, let value = Int(parts[1]), ["input", "output"].contains(parts[0]) else { return nil }
+                    return (String(parts[0]), value)
                 }
-                // Paced: the long line, its answer read; then what the connection's memory BIOs keep.
-                for version in ["TLSv1_2", "TLSv1_3"] {
-                    let result = try await runExecutable(
-                        URL(fileURLWithPath: "/usr/bin/timeout"),
-                        ["20", "python3", "-c", Self.pacedClient, String(server.port), certificates.caFile, version])
-                    #expect(result.status == 0, "\(version): \(result.error)")
-                    let answers = result.output.split(separator: "\n")
-                    #expect(answers.count == 3, "\(version): \(result.error)")
-                    guard answers.count == 3 else { continue }
-                    #expect(answers[0].hasPrefix(long + " alpn="))
-                    // Both grew past 100 KB for the long line and its answer; replaced, they hold a line's room.
-                    let room = answers[1].split(separator: " ").compactMap { field -> (String, Int)? in
-                        let parts = field.split(separator: "=")
-                        guard parts.count == 2, let value = Int(parts[1]), ["input", "output"].contains(parts[0]) else { return nil }
-                        return (String(parts[0]), value)
-                    }
-                    #expect(room.count == 2, "\(answers[1])")
-                    #expect(room.allSatisfy { $0.1 <= TLSStream.keptBufferCapacity }, "\(version): \(answers[1])")
-                    #expect(answers[2].hasPrefix("end alpn="))
-                }
-                try await server.close()
+                #expect(room.count == 2, "\(answers[1])")
+                #expect(room.allSatisfy { $0.1 <= TLSStream.keptBufferCapacity }, "\(version): \(answers[1])")
+                #expect(answers[2].hasPrefix("end alpn="))
             }
         }
     }
@@ -136,41 +116,31 @@ struct TLSServerTests {
 
     @Test("a write completion that writes again and closes, run while the records it waited for are sent, sends each record once")
     func completionWritesAgain() async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                for version in ["-tls1_2", "-tls1_3"] {
-                    let result = try await sClient(
-                        port: server.port, [version, "-CAfile", certificates.caFile, "-quiet"], input: "chain\n")
-                    // Standard error is mixed in (the chain's verification); the two lines come in order, nothing fails.
-                    let lines = result.output.split(separator: "\n")
-                    let answer = lines.firstIndex { $0.hasPrefix("chain alpn=") }
-                    #expect(result.status == 0, "\(version): \(result.output)")
-                    #expect(answer != nil && lines.firstIndex(of: "chained").map { $0 > answer! } == true, "\(version): \(result.output)")
-                    #expect(!result.output.contains("error:"), "\(version): \(result.output)")
-                }
-                try await server.close()
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            for version in ["-tls1_2", "-tls1_3"] {
+                let result = try await sClient(
+                    port: server.port, [version, "-CAfile", certificates.caFile, "-quiet"], input: "chain\n")
+                // Standard error is mixed in (the chain's verification); the two lines come in order, nothing fails.
+                let lines = result.output.split(separator: "\n")
+                let answer = lines.firstIndex { $0.hasPrefix("chain alpn=") }
+                #expect(result.status == 0, "\(version): \(result.output)")
+                #expect(answer != nil && lines.firstIndex(of: "chained").map { $0 > answer! } == true, "\(version): \(result.output)")
+                #expect(!result.output.contains("error:"), "\(version): \(result.output)")
             }
         }
     }
 
     @Test("TLS 1.0 and 1.1 are refused (the client allowed to offer them), and the refusals counted")
     func oldVersionsRefused() async throws {
-        try await withTemporaryDirectory { directory in
-            let (certificates, context) = try await makeContext(in: directory)
-            try await withRunningLoop(name: "tls-test") { loop in
-                let server = try await TLSTestServer.start(on: loop, context: context)
-                for version in ["-tls1", "-tls1_1"] {
-                    // Security level 0: OpenSSL's client would refuse to offer these versions itself otherwise.
-                    let result = try await sClient(
-                        port: server.port, [version, "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", certificates.caFile])
-                    #expect(result.status != 0, "\(version): \(result.output)")
-                    #expect(!result.output.contains("alpn="), "\(version) got through: \(result.output)")
-                }
-                #expect(await eventually { context.handshakeFailures.refused == 2 })
-                try await server.close()
+        try await withTLSTestServer { directory, certificates, context, loop, server in
+            for version in ["-tls1", "-tls1_1"] {
+                // Security level 0: OpenSSL's client would refuse to offer these versions itself otherwise.
+                let result = try await sClient(
+                    port: server.port, [version, "-cipher", "DEFAULT@SECLEVEL=0", "-CAfile", certificates.caFile])
+                #expect(result.status != 0, "\(version): \(result.output)")
+                #expect(!result.output.contains("alpn="), "\(version) got through: \(result.output)")
             }
+            #expect(await eventually { context.handshakeFailures.refused == 2 })
         }
     }
 

@@ -79,6 +79,23 @@ final class TLSTestServer: Sendable {
     }
 }
 
+/// A test server (``TLSTestServer``) on a running loop of its own, with a CA and a server certificate made in a new
+/// temporary directory; `body` gets the directory, the certificates, the context, the loop and the server, which is
+/// closed after it.
+func withTLSTestServer(
+    closeNotify: Bool = true,
+    _ body: (String, TestCertificates, TLSServerContext, EventLoop, TLSTestServer) async throws -> Void
+) async throws {
+    try await withTemporaryDirectory { directory in
+        let (certificates, context) = try await makeContext(in: directory)
+        try await withRunningLoop(name: "tls-test") { loop in
+            let server = try await TLSTestServer.start(on: loop, context: context, closeNotify: closeNotify)
+            try await body(directory, certificates, context, loop, server)
+            try await server.close()
+        }
+    }
+}
+
 /// A CA and a server certificate (serial `serial`) in a new temporary directory, and a context serving it.
 func makeContext(
     in directory: String, serial: String = "1001", clientCA: Bool = false, handshakeTimeout: Duration = .seconds(10),
