@@ -49,6 +49,17 @@ package struct ByteWriter: ~Copyable {
         count += bytes.count
     }
 
+    /// Makes room for `size` bytes and calls `body` with where they go; `body` writes up to `size` bytes and answers
+    /// how many, which are then kept, or answers `nil` to keep none. Answers whether it kept them.
+    @inline(__always)
+    package mutating func write(upTo size: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int?) -> Bool {
+        if capacity - count < size { grow(toHold: size) }
+        guard let written = body(base + count) else { return false }
+        precondition(written <= size, "wrote past the room asked for")
+        count += written
+        return true
+    }
+
     @inline(__always)
     package mutating func append(_ literal: StaticString) {
         literal.withUTF8Buffer { append($0) }

@@ -114,13 +114,68 @@ package enum JSONWriter {
     }
 
     static func writeString(_ value: String, to writer: inout ByteWriter) {
-        writer.append(UInt8(ascii: "\""))
         // A native string's bytes where they are; a copy (made contiguous) only for one that has none.
-        if value.utf8.withContiguousStorageIfAvailable({ writeEscaped($0, to: &writer) }) == nil {
+        if value.utf8.withContiguousStorageIfAvailable({ writeQuoted($0, to: &writer) }) == nil {
             var value = value
-            value.withUTF8 { writeEscaped($0, to: &writer) }
+            value.withUTF8 { writeQuoted($0, to: &writer) }
         }
+    }
+
+    /// Writes `utf8` as a JSON string, quotes included. Most strings (keys, IDs, a notification's text) need no
+    /// escaping: those are copied with their quotes in one pass, eight bytes at a time, each word checked as it is
+    /// copied (a message's `userInfo` is a dozen or more short strings, where a scan, then a copy through `memcpy`,
+    /// then the quotes, cost several times the bytes). A string with a byte to escape is written again from its start,
+    /// run by run.
+    @inline(__always)
+    private static func writeQuoted(_ utf8: UnsafeBufferPointer<UInt8>, to writer: inout ByteWriter) {
+        let count = utf8.count
+        let plain = writer.write(upTo: count + 2) { output -> Int? in
+            output[0] = UInt8(ascii: "\"")
+            if let source = utf8.baseAddress {
+                let from = UnsafeRawPointer(source)
+                let to = UnsafeMutableRawPointer(output + 1)
+                var offset = 0
+                while offset + 8 <= count {
+                    let word = from.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                    if specialBytes(in: word) != 0 { return nil }
+                    to.storeBytes(of: word, toByteOffset: offset, as: UInt64.self)
+                    offset += 8
+                }
+                if offset < count {
+                    if count >= 8 {
+                        // The last eight bytes at once, overlapping bytes already copied (written again, the same).
+                        let word = from.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self)
+                        if specialBytes(in: word) != 0 { return nil }
+                        to.storeBytes(of: word, toByteOffset: count - 8, as: UInt64.self)
+                    } else {
+                        repeat {
+                            let byte = source[offset]
+                            if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return nil }
+                            output[1 + offset] = byte
+                            offset += 1
+                        } while offset < count
+                    }
+                }
+            }
+            output[1 + count] = UInt8(ascii: "\"")
+            return count + 2
+        }
+        guard !plain else { return }
         writer.append(UInt8(ascii: "\""))
+        writeEscaped(utf8, to: &writer)
+        writer.append(UInt8(ascii: "\""))
+    }
+
+    /// The high bit of each byte of `word` that is below 0x20, `"` or `\` (see the parser's `specialBytes`), and
+    /// possibly of bytes after the first such byte (a borrow): zero exactly when no byte of `word` needs escaping.
+    /// Non-ASCII bytes are written as they are (`& ~word`).
+    @inline(__always)
+    private static func specialBytes(in word: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let belowSpace = word &- ones &* 0x20
+        let quotes = (word ^ (ones &* 0x22)) &- ones
+        let backslashes = (word ^ (ones &* 0x5C)) &- ones
+        return (belowSpace | quotes | backslashes) & ~word & (ones &* 0x80)
     }
 
     /// ``writeEscaped(_:into:)`` into `writer`.
@@ -201,13 +256,8 @@ package enum JSONWriter {
         var offset = offset
         while offset + 8 <= count {
             let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
-            let ones: UInt64 = 0x0101_0101_0101_0101
-            // High bit set for bytes below 0x20, '"' and '\' (see the parser's `specialBytes`); `& ~word`
-            // drops non-ASCII bytes, which are written as they are.
-            let belowSpace = word &- ones &* 0x20
-            let quotes = (word ^ (ones &* 0x22)) &- ones
-            let backslashes = (word ^ (ones &* 0x5C)) &- ones
-            let special = (belowSpace | quotes | backslashes) & ~word & (ones &* 0x80)
+            // The first flag is the first byte to escape (a false flag from a borrow comes only after a true one).
+            let special = specialBytes(in: word)
             if special != 0 {
                 return offset + special.trailingZeroBitCount / 8
             }
@@ -218,11 +268,7 @@ package enum JSONWriter {
             // the borrow that can make a false one after it, needs a byte to escape), so the first flag is in the
             // rest.
             let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self))
-            let ones: UInt64 = 0x0101_0101_0101_0101
-            let belowSpace = word &- ones &* 0x20
-            let quotes = (word ^ (ones &* 0x22)) &- ones
-            let backslashes = (word ^ (ones &* 0x5C)) &- ones
-            let special = (belowSpace | quotes | backslashes) & ~word & (ones &* 0x80)
+            let special = specialBytes(in: word)
             return special == 0 ? count : count - 8 + special.trailingZeroBitCount / 8
         }
         while offset < count {

@@ -88,6 +88,52 @@ struct JSONWriterTests {
         }
     }
 
+    @Test("a string is its bytes between quotes with exactly the escapes, at every length, a byte to escape anywhere")
+    func stringsAtEveryLength() {
+        func reference(_ text: String) -> [UInt8] {
+            var bytes: [UInt8] = [UInt8(ascii: "\"")]
+            for byte in text.utf8 {
+                switch byte {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), byte]
+                case 0x0A: bytes += Array(#"\n"#.utf8)
+                case 0x0D: bytes += Array(#"\r"#.utf8)
+                case 0x09: bytes += Array(#"\t"#.utf8)
+                case 0x08: bytes += Array(#"\b"#.utf8)
+                case 0x0C: bytes += Array(#"\f"#.utf8)
+                case 0..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    bytes += Array(#"\u00"#.utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+                default: bytes.append(byte)
+                }
+            }
+            return bytes + [UInt8(ascii: "\"")]
+        }
+        // One- to three-byte fillers: the strings are small (in the string's own bytes) and native, the words
+        // copied whole and the last one overlapping; one or two characters to escape anywhere.
+        for filler: Character in ["x", "\u{7F}", "é", "€"] {
+            for length in 0...24 {
+                var cases = [String(repeating: filler, count: length)]
+                for special: Character in ["\"", "\\", "\u{0}", "\n", "\u{1F}"] {
+                    for position in 0..<length {
+                        var characters = Array(repeating: filler, count: length)
+                        characters[position] = special
+                        cases.append(String(characters))
+                        if position + 3 < length {
+                            characters[position + 3] = "\\"
+                            cases.append(String(characters))
+                        }
+                    }
+                }
+                for text in cases {
+                    #expect(JSONValue.string(text).jsonBytes() == reference(text), "\(Array(text.utf8))")
+                    // As a key and a value, after other members: the writer's bytes before it are kept.
+                    let object = JSONValue.object(["k": "v", text: .string(text)])
+                    #expect(object.jsonBytes() == Array(#"{"k":"v","#.utf8) + reference(text) + [UInt8(ascii: ":")] + reference(text) + [UInt8(ascii: "}")])
+                }
+            }
+        }
+    }
+
     @Test("strings escape quote, backslash and control characters only")
     func strings() {
         #expect(JSONValue.string("").jsonString() == #""""#)
