@@ -358,7 +358,7 @@ package final class InboxLog {
             sizes.append(Self.acceptedEntrySize(record))
             frameSize += sizes[sizes.count - 1]
         }
-        for id in finished { frameSize += Self.entryOverhead + 4 + id.utf8.count }
+        for id in finished { frameSize += Self.entryOverhead + Self.finishedBodySize(id) }
         let frame = Self.commitFrame(size: frameSize) { writer in
             // By index: a for-in loop copies each record out of the array (four retains and releases).
             for index in accepted.indices {
@@ -366,7 +366,7 @@ package final class InboxLog {
                     accepted[index], replays: 0, addsToWindow: windowed && accepted[index].deduplicates, seenAt: now, to: &writer)
             }
             for id in finished {
-                Self.writeEntry(.finished, bodySize: 4 + id.utf8.count, to: &writer) { $0.string(id) }
+                Self.writeEntry(.finished, bodySize: Self.finishedBodySize(id), to: &writer) { $0.string(id) }
             }
         }
         try append(frame)
@@ -559,10 +559,16 @@ package final class InboxLog {
             + record.targetValue.utf8.count + (record.collapseKey.map { 4 + $0.utf8.count } ?? 0) + record.userInfo.count
     }
 
-    private static func seenEntrySize(_ id: String) -> Int { entryOverhead + 8 + 4 + id.utf8.count }
+    /// A finished entry's body: the message ID.
+    private static func finishedBodySize(_ id: String) -> Int { 4 + id.utf8.count }
+
+    /// A seen entry's body: when the ID was seen, then the ID.
+    private static func seenBodySize(_ id: String) -> Int { 8 + 4 + id.utf8.count }
+
+    private static func seenEntrySize(_ id: String) -> Int { entryOverhead + seenBodySize(id) }
 
     private static func writeSeen(_ entry: (id: String, seenAt: Int64), to writer: inout FrameWriter) {
-        writeEntry(.seen, bodySize: 8 + 4 + entry.id.utf8.count, to: &writer) {
+        writeEntry(.seen, bodySize: seenBodySize(entry.id), to: &writer) {
             $0.int64(entry.seenAt)
             $0.string(entry.id)
         }
