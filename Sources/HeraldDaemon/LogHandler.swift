@@ -56,17 +56,20 @@ struct LiveLevelLogHandler: LogHandler {
         }
     }
 
-    /// The line `log(event:)` writes for a statement at `level` from `source` whose metadata is `entries` (string
-    /// values, in key order, distinct keys), without the `Logger.Metadata` dictionary a statement builds and this
-    /// handler would sort: for a line written per message (the log presenter's). With metadata of the logger's own or
-    /// a metadata provider to merge in, it goes through `log(event:)`. With `loop`, the caller runs on that loop's
-    /// thread and the line is gathered there, written with the others of the loop's turn before the loop next polls.
+    /// The line `log(event:)` writes for a statement at `level` from `source` whose metadata is the string entries
+    /// `fields` passes to the function it is given (`field("body", text)`, in key order, distinct keys), without the
+    /// `Logger.Metadata` dictionary a statement builds and this handler would sort, or an array of entries (destroying
+    /// one of string pairs cost more than writing them): for a line written per message (the log presenter's). With
+    /// metadata of the logger's own or a metadata provider to merge in, it goes through `log(event:)`. With `loop`,
+    /// the caller runs on that loop's thread and the line is gathered there, written with the others of the loop's
+    /// turn before the loop next polls.
     func log(
-        _ level: Logger.Level, _ message: String, entries: KeyValuePairs<String, String>, source: String, gatheringOn loop: EventLoop? = nil
+        _ level: Logger.Level, _ message: String, source: String, gatheringOn loop: EventLoop? = nil,
+        fields: (_ field: (_ key: StaticString, _ value: String) -> Void) -> Void
     ) {
         guard metadataText == nil, metadataProvider == nil else {
             var metadata: Logger.Metadata = [:]
-            for (key, value) in entries { metadata[key] = .string(value) }
+            fields { key, value in metadata[key.description] = .string(value) }
             log(
                 event: LogEvent(
                     level: level, message: "\(message)", metadata: metadata, source: source, file: #fileID, function: #function,
@@ -74,7 +77,7 @@ struct LiveLevelLogHandler: LogHandler {
             return
         }
         writeLine(level: level, source: source, message: message, gatheringOn: loop) { line in
-            for (key, value) in entries {
+            fields { key, value in
                 line.append(UInt8(ascii: " "))
                 line.append(key)
                 line.append(UInt8(ascii: "="))

@@ -46,8 +46,11 @@ final class LogLinePresenter: SynchronousPresenter {
             return
         }
         // In key order, as the handler writes a statement's metadata.
-        line.handler.log(
-            .info, "notification", entries: ["body": body ?? "", "message_id": messageID, "options": shown, "title": title ?? ""],
-            source: "Herald", gatheringOn: loop)
+        line.handler.log(.info, "notification", source: "Herald", gatheringOn: loop) { field in
+            field("body", body ?? "")
+            field("message_id", messageID)
+            field("options", shown)
+            field("title", title ?? "")
+        }
     }
 }

@@ -87,8 +87,8 @@ struct LogHandlerTests {
                 == " info herald: body=Body, with spaces message_id=7466006403971758 options=[] title=Hi [HeraldDaemonTests] notification")
     }
 
-    @Test("a line from entries in key order (the log presenter's) is a statement's line, also when metadata must be merged")
-    func entriesAsAStatement() throws {
+    @Test("a line from fields in key order (the log presenter's) is a statement's line, also when metadata must be merged")
+    func fieldsAsAStatement() throws {
         let provider = Logger.MetadataProvider { ["request": "r-1"] }
         for (provider, metadata) in [(nil, [:]), (provider, [:]), (nil, ["plugin": "socket"] as Logger.Metadata)] {
             var pipe: [Int32] = [0, 0]
@@ -97,8 +97,12 @@ struct LogHandlerTests {
             var daemon = LiveLevelLogHandler(label: "herald", level: LiveLogLevel(.info), descriptor: pipe[1])
             daemon.metadataProvider = provider
             daemon.metadata = metadata
-            daemon.log(
-                .info, "notification", entries: ["body": "B, b", "message_id": "7", "options": "[]", "title": "T"], source: "Herald")
+            daemon.log(.info, "notification", source: "Herald") { field in
+                field("body", "B, b")
+                field("message_id", "7")
+                field("options", "[]")
+                field("title", "T")
+            }
             close(pipe[1])
             var bytes = [UInt8](repeating: 0, count: 4096)
             let count = read(pipe[0], &bytes, bytes.count)

@@ -49,7 +49,10 @@ struct LogOutputTests {
     }
 
     private static func notification(_ handler: LiveLevelLogHandler, _ number: Int, on loop: EventLoop, body: String = "hello") {
-        handler.log(.info, "notification", entries: ["body": body, "n": "\(number)"], source: "Herald", gatheringOn: loop)
+        handler.log(.info, "notification", source: "Herald", gatheringOn: loop) { field in
+            field("body", body)
+            field("n", "\(number)")
+        }
     }
 
     /// Runs `body` with a running loop and a daemon handler writing to packets.
