@@ -151,7 +151,7 @@ extension MessageBus {
         }
         batch.accepted.append(InboxRecord(borrowing: message, messageID: messageID, deduplicates: deduplicates))
         batchAcks.append(PendingAck(message: message, id: messageID, completion: completion))
-        uncommitted.insert(messageID)
+        if deduplicates { uncommitted.insert(messageID) }
         scheduleCommit()
     }
 

@@ -65,7 +65,9 @@ extension MessageBus {
                 let acks = committingAcks
                 committingAcks = []
                 // By index: each ack's ID, not the whole ack (its message), copied out of the array.
-                for index in acks.indices { uncommitted.remove(acks[index].id) }
+                if !uncommitted.isEmpty {
+                    for index in acks.indices { uncommitted.remove(acks[index].id) }
+                }
                 switch result {
                 case .success: committed(consume acks)
                 case .failure(let error): commitFailed(acks, batch: committing, error: error)

@@ -60,7 +60,9 @@ public final class MessageBus: @unchecked Sendable {
     /// Senders waiting on another message's commit: retries of a message not yet committed, and messages
     /// replaced (collapse key) by a newer one; each is answered with that commit's outcome.
     var followers: [String: [(id: String, completion: Answer)]] = [:]
-    /// IDs of messages whose commit has not finished (in `batchAcks` or `committingAcks`).
+    /// IDs of messages whose commit has not finished (in `batchAcks` or `committingAcks`) and that keep their ID in
+    /// the de-duplication window: only those can be retried before their commit. An ID made on receipt (an FCM v1
+    /// send's) is never repeated, so is not kept here (its insertion and removal hashed it twice per message).
     @exclusivity(unchecked) var uncommitted: Set<String> = []
     /// Replayed IDs, removed from the inbox when finished even when the inbox is not durable now.
     var replayedIDs: Set<String> = []
