@@ -150,7 +150,8 @@ extension MessageBus {
             if let message = replaced.message { dropped(message, reason: .collapsed, detail: "replaced by \(messageID)") }
         }
         batch.accepted.append(InboxRecord(borrowing: message, messageID: messageID, deduplicates: deduplicates))
-        batchAcks.append(PendingAck(message: message, id: messageID, completion: completion))
+        // Moved into the ack, not copied (field by field) and destroyed at the end.
+        batchAcks.append(PendingAck(message: consume message, id: messageID, completion: completion))
         if deduplicates { uncommitted.insert(messageID) }
         scheduleCommit()
     }
