@@ -28,8 +28,8 @@ extension MessageBus {
         }
     }
 
-    /// The most room a new batch's arrays are given ahead of its messages.
-    private static var batchRoomKept: Int { 1024 }
+    /// The room a new batch's array is given ahead of its messages when the last batch's held `count`.
+    private static func batchRoom(after count: Int) -> Int { min(max(2 * count, 8), 1024) }
 
     /// Whether the batch holds more than finished entries: accepted messages (whose senders wait) or quarantined ones.
     private var batchNeedsCommit: Bool { !batch.accepted.isEmpty || !batch.quarantined.isEmpty }
@@ -45,12 +45,14 @@ extension MessageBus {
         committingAcks = batchAcks
         batch = StoreBatch()
         batchAcks = []
-        // The next batch's arrays start with room for as many as this one took (up to 1,024): grown from empty, each
-        // array of a batch of eight messages was allocated and copied four times.
-        let expected = min(committing.accepted.count, Self.batchRoomKept)
+        // The next batch's arrays start with room for twice as many as this one took, at least eight (up to 1,024):
+        // grown from empty, each array of a batch of eight messages was allocated and copied four times, and with room
+        // for only as many as the last batch, a batch larger than the one before it still grew its arrays (under load
+        // the sizes of successive batches vary by a few messages).
+        let expected = Self.batchRoom(after: committing.accepted.count)
         batch.accepted.reserveCapacity(expected)
         batchAcks.reserveCapacity(expected)
-        batch.finished.reserveCapacity(min(committing.finished.count, Self.batchRoomKept))
+        batch.finished.reserveCapacity(Self.batchRoom(after: committing.finished.count))
         let store = self.store
         let window = configuration.deduplication
         // What the loop gathered to write goes out before the commit that may remove the messages it was about (a log
