@@ -33,18 +33,23 @@ final class LogLinePresenter: SynchronousPresenter {
     var descriptor: PluginDescriptor { PluginDescriptor(name: "log", summary: "a log line per notification") }
 
     func show(_ message: RemoteMessage, options: PresentationOptions, actions: [NotificationAction]) {
-        guard line.map({ $0.handler.logLevel <= .info }) ?? (logger.logLevel <= .info) else { return }
-        let (title, body) = message.alertTitleAndBody
-        let (messageID, shown) = (message.messageID ?? "", options.description)
+        // The handler's level read where it is: through `Optional.map` its closure copied the handler (and retained
+        // what it holds) for every notification.
         guard let line else {
+            guard logger.logLevel <= .info else { return }
+            let (title, body) = message.alertTitleAndBody
             logger.info(
                 "notification",
                 metadata: [
-                    "message_id": .string(messageID), "title": .string(title ?? ""), "body": .string(body ?? ""), "options": .string(shown),
+                    "message_id": .string(message.messageID ?? ""), "title": .string(title ?? ""), "body": .string(body ?? ""),
+                    "options": .string(options.description),
                 ],
                 source: "Herald")
             return
         }
+        guard line.handler.logLevel <= .info else { return }
+        let (title, body) = message.alertTitleAndBody
+        let (messageID, shown) = (message.messageID ?? "", options.description)
         // In key order, as the handler writes a statement's metadata.
         line.handler.log(.info, "notification", source: "Herald", gatheringOn: loop) { field in
             field("body", body ?? "")
