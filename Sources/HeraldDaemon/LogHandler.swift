@@ -63,6 +63,7 @@ struct LiveLevelLogHandler: LogHandler {
     /// metadata of the logger's own or a metadata provider to merge in, it goes through `log(event:)`. With `loop`,
     /// the caller runs on that loop's thread and the line is gathered there, written with the others of the loop's
     /// turn before the loop next polls.
+    @inline(__always)
     func log(
         _ level: Logger.Level, _ message: String, source: String, gatheringOn loop: EventLoop? = nil,
         fields: (_ field: (_ key: StaticString, _ value: String) -> Void) -> Void
