@@ -38,6 +38,13 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
         return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds > magnitude ? lhs.uptimeNanoseconds - magnitude : 0)
     }
 
+    /// The deadline `nanoseconds` after this one, saturating at the end of the clock: for a deadline moved often by
+    /// the same duration, converted to nanoseconds once (`+` converts its `Duration` each time, a 128-bit division).
+    public func advanced(byNanoseconds nanoseconds: UInt64) -> Deadline {
+        let (sum, overflow) = uptimeNanoseconds.addingReportingOverflow(nanoseconds)
+        return Deadline(uptimeNanoseconds: overflow ? .max : sum)
+    }
+
     /// The deadline `duration` before `lhs`, saturating at the ends of the clock.
     public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
         lhs + (Duration.zero - rhs)

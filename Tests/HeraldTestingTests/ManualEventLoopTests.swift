@@ -97,5 +97,7 @@ struct ManualEventLoopTests {
         let a = Deadline(uptimeNanoseconds: 5_000)
         #expect((a + .nanoseconds(-2_000)).uptimeNanoseconds == 3_000)
         #expect(a - Deadline(uptimeNanoseconds: 8_000) == .nanoseconds(-3_000))
+        #expect(a.advanced(byNanoseconds: 2_000) == a + .nanoseconds(2_000))
+        #expect(Deadline(uptimeNanoseconds: .max - 1).advanced(byNanoseconds: 2) == .distantFuture)
     }
 }
