@@ -214,10 +214,8 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
             case .accepted(let id):
                 // The answer's bytes written straight from the project (it is this instance's) and the ID, no
                 // JSONValue.
-                var body: [UInt8] = []
-                body.reserveCapacity(fcmSendResponseByteCount(project: project, messageID: id))
-                sendAnswers.append(messageID: id, to: &body)
-                responder.respond(HTTPResponse(status: 200, contentType: HTTPResponse.jsonContentType, body: body))
+                responder.respond(
+                    HTTPResponse(status: 200, contentType: HTTPResponse.jsonContentType, body: sendAnswers.answer(messageID: id)))
             case .invalid(let error), .refused(let error):
                 self.respond(responder, status: error.status.httpStatus, body: error.fcmErrorBody)
             }

@@ -86,6 +86,32 @@ public struct FCMSendResponseWriter: Sendable {
         output.append(UInt8(ascii: "\""))
         output.append(UInt8(ascii: "}"))
     }
+
+    /// The answer for `messageID` on its own, the bytes ``append(messageID:to:)`` appends: for an ID with nothing to
+    /// escape (every ID Herald makes) allocated once at its size and copied into place, without counting it first.
+    public func answer(messageID: String) -> [UInt8] {
+        var messageID = messageID
+        let plain = messageID.withUTF8 { id -> [UInt8]? in
+            guard let idBase = id.baseAddress, JSONWriter.firstByteToEscape(in: idBase, count: id.count, from: 0) == id.count else {
+                return nil
+            }
+            return head.withUnsafeBufferPointer { head in
+                let count = head.count + id.count + 2
+                return [UInt8](unsafeUninitializedCapacity: count) { output, initialized in
+                    guard let start = output.baseAddress, let headBase = head.baseAddress else { return }
+                    start.initialize(from: headBase, count: head.count)
+                    (start + head.count).initialize(from: idBase, count: id.count)
+                    start[count - 2] = UInt8(ascii: "\"")
+                    start[count - 1] = UInt8(ascii: "}")
+                    initialized = count
+                }
+            }
+        }
+        if let plain { return plain }
+        var output: [UInt8] = []
+        append(messageID: messageID, to: &output)
+        return output
+    }
 }
 
 /// ``appendFCMSendResponse(project:messageID:to:)`` when neither string has a byte JSON escapes and the answer is

@@ -20,6 +20,8 @@ struct SendResponseTests {
         var written = Array("before ".utf8)
         FCMSendResponseWriter(project: "demo-project").append(messageID: messageID, to: &written)
         #expect(written == output, "the writer for the project writes the same bytes")
+        let answer = FCMSendResponseWriter(project: "demo-project").answer(messageID: messageID)
+        #expect(Array("before ".utf8) + answer == output, "the answer on its own is the same bytes")
     }
 
     @Test("a project ID with bytes to escape, or empty", arguments: ["", "quote\"d", "a\u{01}b", "proj-ét"])
@@ -31,5 +33,6 @@ struct SendResponseTests {
         var written: [UInt8] = []
         FCMSendResponseWriter(project: project).append(messageID: "123456789012345", to: &written)
         #expect(written == output)
+        #expect(FCMSendResponseWriter(project: project).answer(messageID: "123456789012345") == output)
     }
 }
