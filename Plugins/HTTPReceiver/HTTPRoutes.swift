@@ -44,11 +44,19 @@ final class HTTPAPI: HTTPRequestHandler, @unchecked Sendable {
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         // The request nearly every request is, recognised from its bytes before the route table, which would find
         // the same route (the second) at some cost.
-        if request.method == .post, request.targetBytes == sendPathBytes {
+        if request.method == .post, Self.same(request.targetBytes, sendPathBytes) {
             if let refusal = authorization(request) { return responder.respond(refusal) }
             return send(request, project: context.projectID, responder: responder)
         }
         router.handle(request, responder: responder)
+    }
+
+    /// Whether `bytes` are `other`, compared whole by `memcmp` (`Array`'s `==` compares element by element).
+    private static func same(_ bytes: [UInt8], _ other: [UInt8]) -> Bool {
+        bytes.count == other.count
+            && bytes.withUnsafeBytes { bytes in
+                other.withUnsafeBytes { other in bytes.isEmpty || memcmp(bytes.baseAddress!, other.baseAddress!, bytes.count) == 0 }
+            }
     }
 
     func handleHead(_ request: HTTPRequest, responder: HTTPResponder) -> Bool { router.handleHead(request, responder: responder) }
