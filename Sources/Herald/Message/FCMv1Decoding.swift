@@ -5,12 +5,6 @@ public struct FCMSendRequest: Sendable, Hashable {
     /// `validate_only`: check the message without delivering it.
     public var validateOnly: Bool
 
-    /// Taking the message: the decoder's is moved in, not copied into place and destroyed.
-    init(message: consuming RemoteMessage, validateOnly: Bool) {
-        self.message = message
-        self.validateOnly = validateOnly
-    }
-
     /// Decodes and validates a send request body. Throws a ``MessageError`` naming the field at fault.
     ///
     /// Mapping (as FCM maps a message for an Apple device): `notification.title/body` become
