@@ -42,24 +42,19 @@ public struct FCMSendRequest: Sendable, Hashable {
         swap(&userInfo, &request.userInfo)
         guard request.isObject else { throw MessageError(.wrongType(field: "", expected: "an object")) }
         if let key = request.unknownKey { throw MessageError(.unknownField(key)) }
+        let message: RemoteMessage
         switch request.messageKind {
         case .absent: throw MessageError(.missingField("message"))
         case .notObject: throw MessageError(.wrongType(field: "message", expected: "an object"))
-        case .object: break
+        case .object:
+            message = try decodeMessage(&request.message, userInfo: consume userInfo, bodySize: body.count, context: context)
         }
-        // The message made in the argument, not in a local first: from a local it was copied into the request (field by
-        // field) and the local destroyed. Arguments are evaluated in order: the message's errors come before
-        // `validate_only`'s.
-        return try FCMSendRequest(
-            message: decodeMessage(&request.message, userInfo: consume userInfo, bodySize: body.count, context: context),
-            validateOnly: validateOnlyFlag(request.validateOnly))
-    }
-
-    /// `validate_only`'s value: `false` when it is absent.
-    private static func validateOnlyFlag(_ value: JSONValue?) throws(MessageError) -> Bool {
-        guard let value else { return false }
-        guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: "validate_only", expected: "true or false")) }
-        return bool
+        var validateOnly = false
+        if let value = request.validateOnly {
+            guard case .bool(let bool) = value else { throw MessageError(.wrongType(field: "validate_only", expected: "true or false")) }
+            validateOnly = bool
+        }
+        return FCMSendRequest(message: consume message, validateOnly: validateOnly)
     }
 
     /// The fields of each object of the FCM v1 send request. The order of `request`, `message` and
