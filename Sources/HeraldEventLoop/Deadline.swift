@@ -38,13 +38,6 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
         return Deadline(uptimeNanoseconds: lhs.uptimeNanoseconds > magnitude ? lhs.uptimeNanoseconds - magnitude : 0)
     }
 
-    /// The deadline `nanoseconds` after this one, saturating at the end of the clock: for a deadline moved often by
-    /// the same duration, converted to nanoseconds once (`+` converts its `Duration` each time, a 128-bit division).
-    public func advanced(byNanoseconds nanoseconds: UInt64) -> Deadline {
-        let (sum, overflow) = uptimeNanoseconds.addingReportingOverflow(nanoseconds)
-        return Deadline(uptimeNanoseconds: overflow ? .max : sum)
-    }
-
     /// The deadline `duration` before `lhs`, saturating at the ends of the clock.
     public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
         lhs + (Duration.zero - rhs)
@@ -62,13 +55,10 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 }
 
 extension Duration {
-    /// The duration in whole nanoseconds, clamped to `Int64`.
+    /// The duration in whole nanoseconds (the fraction truncated toward zero), clamped to `Int64`.
     public var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
-        let (secondsPart, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds < 0 ? .min : .max }
-        let (total, overflow2) = secondsPart.addingReportingOverflow(attoseconds / 1_000_000_000)
-        if overflow2 { return seconds < 0 ? .min : .max }
-        return total
+        // One 128-bit division of the duration's attoseconds: `components` costs some 220 instructions, and a
+        // deadline is moved by a duration at every read of an HTTP connection.
+        Int64(clamping: attoseconds / 1_000_000_000)
     }
 }

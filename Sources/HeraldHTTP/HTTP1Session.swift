@@ -75,9 +75,6 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     /// moves it; the timer, armed once, looks at it when it fires and waits the rest (cancelling the timer and
     /// scheduling a new one at each read cost two allocations and a timer-heap insertion per request).
     private var idleDeadline = Deadline(uptimeNanoseconds: 0)
-    /// ``HTTPServerLimits/idleTimeout`` in nanoseconds, converted once: the idle deadline moves at every read, and
-    /// `Duration`'s conversion is a 128-bit division.
-    private let idleTimeoutNanoseconds: UInt64
     /// Runs while a request takes more than the read it began in; most never need it.
     private var requestTimer: ScheduledTask?
     /// When the connection began lingering (its answers written, its write side shut), and when the peer last
@@ -92,7 +89,6 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
     /// A session for `connection` (on `loop`), answering with `handler` within `limits`.
     public init(connection: StreamConnection, loop: EventLoop, handler: any HTTPRequestHandler, limits: HTTPServerLimits) {
         self.options = limits
-        idleTimeoutNanoseconds = UInt64(max(0, limits.idleTimeout.nanosecondsClamped))
         self.connection = connection
         self.loop = loop
         self.handler = handler
@@ -107,7 +103,7 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
         connection.onRead = { [weak self] bytes in self?.read(bytes) }
         connection.onEnd = { [weak self] in self?.peerEnded() }
         connection.startReading()
-        idleDeadline = loop.now.advanced(byNanoseconds: idleTimeoutNanoseconds)
+        idleDeadline = loop.now + options.idleTimeout
         armIdleTimer()
     }
 
@@ -134,7 +130,7 @@ public final class HTTP1Session: HTTPResponseSink, @unchecked Sendable {
             if lingerStart != nil { lastLingerRead = .now }
             return
         }
-        idleDeadline = loop.now.advanced(byNanoseconds: idleTimeoutNanoseconds)
+        idleDeadline = loop.now + options.idleTimeout
         guard let base = bytes.baseAddress else { return }
         // The parser pauses where a request begins and where its head ends: the bytes between are the head,
         // scanned here, and the head is checked before its body is read.

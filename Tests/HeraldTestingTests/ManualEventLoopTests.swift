@@ -97,7 +97,12 @@ struct ManualEventLoopTests {
         let a = Deadline(uptimeNanoseconds: 5_000)
         #expect((a + .nanoseconds(-2_000)).uptimeNanoseconds == 3_000)
         #expect(a - Deadline(uptimeNanoseconds: 8_000) == .nanoseconds(-3_000))
-        #expect(a.advanced(byNanoseconds: 2_000) == a + .nanoseconds(2_000))
-        #expect(Deadline(uptimeNanoseconds: .max - 1).advanced(byNanoseconds: 2) == .distantFuture)
+        // Durations to nanoseconds: the fraction truncated toward zero, clamped at Int64's ends.
+        #expect(Duration.milliseconds(1_500).nanosecondsClamped == 1_500_000_000)
+        #expect((Duration.zero - .milliseconds(1_500)).nanosecondsClamped == -1_500_000_000)
+        #expect(Duration(secondsComponent: 0, attosecondsComponent: 1_999_999_999).nanosecondsClamped == 1)
+        #expect(Duration(secondsComponent: 0, attosecondsComponent: -1_999_999_999).nanosecondsClamped == -1)
+        #expect(Duration.seconds(Int64.max).nanosecondsClamped == .max)
+        #expect(Duration.seconds(Int64.min).nanosecondsClamped == .min)
     }
 }
