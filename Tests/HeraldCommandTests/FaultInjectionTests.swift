@@ -58,6 +58,45 @@ struct FaultInjectionTests {
     }
 
     @Test(
+        "a full file system with room in the inbox log's last block: a commit that fits there is kept without the zeros it would write ahead, one that does not is refused, and room is written again once there is space",
+        .enabled(if: PrivateMount.available, "needs mount namespaces (root with CAP_SYS_ADMIN)"))
+    func diskFullWithRoomInTheLastBlock() throws {
+        let directory = try makeTemporaryDirectory(prefix: "herald-fault")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
+        let mount = try PrivateMount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", directory + "/data"])
+        let path = mount.path(directory + "/data/inbox.log")
+        let window = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(60))
+        func record(_ id: String, size: Int) -> InboxRecord {
+            InboxRecord(
+                messageID: id, userInfo: Array(repeating: UInt8(ascii: "x"), count: size), targetKind: "token", targetValue: "t",
+                collapseKey: nil, priority: 10, expiration: nil, receivedAt: 0)
+        }
+        do {
+            let log = try InboxLog(path: path)
+            // The header is in the file's first block (a page on tmpfs); the rest of the file system is taken.
+            let filler = mount.path(directory + "/data/filler")
+            #expect(fillUp(filler) == ENOSPC)
+            try log.commit(accepted: [record("fits", size: 1000)], finished: [], window: window, now: 0)
+            var status = stat()
+            #expect(stat(path, &status) == 0 && Int(status.st_size) == log.size && log.fileEnd == log.size, "no room written ahead")
+            let error = #expect(throws: StoreError.self) {
+                try log.commit(accepted: [record("does-not-fit", size: 8192)], finished: [], window: window, now: 0)
+            }
+            guard case .writeFailed(_, let detail)? = error else {
+                Issue.record("expected writeFailed, got \(String(describing: error))")
+                return
+            }
+            #expect(detail.contains("No space left on device"), "\(detail)")
+            #expect(unlink(filler) == 0)
+            try log.commit(accepted: [record("after", size: 8192)], finished: ["fits"], window: window, now: 0)
+            #expect(log.fileEnd == log.roomAhead, "room written ahead again")
+        }
+        let state = try InboxLog(path: path).load(window: window, now: 0)
+        #expect(state.pending.map(\.messageID) == ["after"])
+    }
+
+    @Test(
         "the file system turns read-only under the daemon (an ext4 error, as errors=remount-ro does): senders are refused, the daemon keeps running, nothing accepted is lost",
         .enabled(
             if: PrivateMount.available && PrivateMount.loopDevicesAvailable,

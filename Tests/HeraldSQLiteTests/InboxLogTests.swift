@@ -81,17 +81,20 @@ struct InboxLogTests {
                     finished: ["zz"],
                     window: Self.window, now: Self.now)
                 _ = try log.load(window: Self.window, now: Self.now)
-                let commits = try Self.hex(path)
+                let file = try #require(FileManager.default.contents(atPath: path))
+                let commits = Self.hex(file.prefix(log.size))
                 #expect(commits == Self.goldenCommits, "\(commits)")
+                // Then the room ahead: zeros to the next multiple of roomAhead.
+                #expect(file.count == log.roomAhead && file.dropFirst(log.size).allSatisfy { $0 == 0 })
                 try log.compact()
             }
-            let compacted = try Self.hex(path)
+            let compacted = Self.hex(try #require(FileManager.default.contents(atPath: path)))
             #expect(compacted == Self.goldenCompacted, "\(compacted)")
         }
     }
 
-    static func hex(_ path: String) throws -> String {
-        try #require(FileManager.default.contents(atPath: path)).map { String(format: "%02x", $0) }.joined()
+    static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        bytes.map { String(format: "%02x", $0) }.joined()
     }
 
     // Written by the log of this format's first release; a change here is a change of the format.
@@ -155,7 +158,7 @@ struct InboxLogTests {
             switch self {
             case .cut(let keeping): "the last commit cut after \(keeping) bytes"
             case .flipped(let fromEnd): "a byte \(fromEnd) from the end flipped"
-            case .garbage: "zeros after the last commit"
+            case .garbage: "zeros after the last commit, and a torn commit after them"
             }
         }
     }
@@ -188,9 +191,10 @@ struct InboxLogTests {
                 try handle.seek(toOffset: UInt64(after - fromEnd))
                 try handle.write(contentsOf: [byte ^ 0x40])
             case .garbage:
+                // Zeros are room ahead; bytes after them are not.
                 try handle.truncate(atOffset: UInt64(before))
                 try handle.seekToEnd()
-                try handle.write(contentsOf: [UInt8](repeating: 0, count: 4096))
+                try handle.write(contentsOf: [UInt8](repeating: 0, count: 4096) + [1])
             }
             try handle.close()
             let damagedSize = Self.fileSize(path)
@@ -326,6 +330,49 @@ struct InboxLogTests {
             #expect(state.pending.map(\.messageID) == ["made-on-receipt", "4"])
             let none = try InboxLog(path: path).load(window: DeduplicationWindow(maximumCount: 0, maximumAge: .seconds(60)), now: Self.now)
             #expect(none.seen.isEmpty)
+        }
+    }
+
+    @Test(
+        "room ahead: a commit that reaches the end of the file writes zeros to the next multiple of roomAhead, commits go over them, and reopening keeps them as room, not a torn end"
+    )
+    func roomAhead() throws {
+        try Self.withLog { path in
+            var sizes: [Int] = []
+            do {
+                let log = try InboxLog(path: path)
+                log.roomAhead = 4096
+                #expect(Self.fileSize(path) == InboxLog.headerSize)
+                for n in 0..<60 {
+                    try log.commit(accepted: [Self.record("m\(n)")], finished: [], window: Self.window, now: Self.now)
+                    let expected = (log.size / 4096 + 1) * 4096
+                    #expect(log.fileEnd == expected && Self.fileSize(path) == expected, "commit \(n)")
+                    sizes.append(log.size)
+                }
+                #expect(Set(sizes.map { $0 / 4096 }).count > 1, "the commits went past the first room")
+            }
+            let fileSize = Self.fileSize(path)
+            do {
+                let log = try InboxLog(path: path)
+                #expect(log.cutBytes == 0 && log.size == sizes.last && log.fileEnd == fileSize)
+                #expect(Self.fileSize(path) == fileSize)
+                log.roomAhead = 4096
+                try log.commit(accepted: [Self.record("after")], finished: ["m0"], window: Self.window, now: Self.now)
+                #expect(Self.fileSize(path) == fileSize, "the commit went into the room, after the last commit")
+            }
+            let state = try InboxLog(path: path).load(window: Self.window, now: Self.now)
+            #expect(state.pending.map(\.messageID) == (1..<60).map { "m\($0)" } + ["after"])
+        }
+        // No room, and no room past the size limit.
+        try Self.withLog { path in
+            let log = try InboxLog(path: path)
+            log.roomAhead = 0
+            try log.commit(accepted: [Self.record("a")], finished: [], window: Self.window, now: Self.now)
+            #expect(Self.fileSize(path) == log.size && log.fileEnd == log.size)
+            log.roomAhead = 1 << 20
+            log.sizeLimit = log.size + 1000
+            try log.commit(accepted: [Self.record("b")], finished: [], window: Self.window, now: Self.now)
+            #expect(Self.fileSize(path) == log.sizeLimit && log.fileEnd == log.sizeLimit)
         }
     }
 
