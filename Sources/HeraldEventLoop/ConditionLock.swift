@@ -21,12 +21,16 @@ final class ConditionLock<State>: @unchecked Sendable {
         mutex.deallocate()
     }
 
+    // Waiters are woken after the lock is released: a waiter woken while it is held (at once, when it runs on the
+    // waker's CPU) would find the lock taken and sleep on it again, two more context switches and futex calls for each
+    // wake-up. Every waiter checks what it waits for under the lock, so none misses a change made before the wake-up.
+
     /// Runs `body` with the lock held and wakes every waiter afterwards.
     func withLockBroadcasting<R>(_ body: (inout State) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer {
-            pthread_cond_broadcast(condition)
             pthread_mutex_unlock(mutex)
+            pthread_cond_broadcast(condition)
         }
         return try body(&state)
     }
@@ -36,8 +40,8 @@ final class ConditionLock<State>: @unchecked Sendable {
     func withLockSignalling<R>(_ body: (inout State) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer {
-            pthread_cond_signal(condition)
             pthread_mutex_unlock(mutex)
+            pthread_cond_signal(condition)
         }
         return try body(&state)
     }
