@@ -64,6 +64,10 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     // Loop-thread state.
     private var uvLoop: UnsafeMutablePointer<uv_loop_t>?
     private var asyncHandle: UnsafeMutablePointer<uv_async_t>?
+    /// Wakes the loop for work queued on the loop thread itself (``enqueue(_:)``): the queue is run at the start of the
+    /// next turn, before the loop polls (which does not block while the handle is active), without the async handle's
+    /// `eventfd` write and read.
+    private var idleHandle: UnsafeMutablePointer<uv_idle_t>?
     private var timerHandle: UnsafeMutablePointer<uv_timer_t>?
     /// Runs just before the loop polls for I/O (and may block): writes the output gathered during this turn of the
     /// loop (``GatheredOutput``), so that answers to a burst of pipelined requests leave in one `write`.
@@ -187,8 +191,13 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         uv_unref(herald_as_handle(prepare))
         prepareHandle = prepare
 
+        let idle = UnsafeMutablePointer<uv_idle_t>.allocate(capacity: 1)
+        precondition(uv_idle_init(loop, idle) == 0, "uv_idle_init failed")
+        idle.pointee.data = nil
+        idleHandle = idle
+
         readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
-        counters.liveHandles.wrappingAdd(3, ordering: .relaxed)
+        counters.liveHandles.wrappingAdd(4, ordering: .relaxed)
     }
 
     static func from(_ loop: UnsafeMutablePointer<uv_loop_t>) -> EventLoop {
@@ -228,8 +237,17 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
                 shared.queue.append(work)
                 if !shared.wakePending {
                     shared.wakePending = true
-                    // Under the lock, so that the async handle cannot be closed between the check and the send.
-                    uv_async_send(asyncHandle)
+                    if inEventLoop {
+                        // The loop thread queues for itself (a group commit at the end of this turn, a task's next
+                        // job): the next turn runs the queue; no system call.
+                        uv_idle_start(idleHandle) { handle in
+                            uv_idle_stop(handle)
+                            EventLoop.from(handle!.pointee.loop).drainQueue()
+                        }
+                    } else {
+                        // Under the lock, so that the async handle cannot be closed between the check and the send.
+                        uv_async_send(asyncHandle)
+                    }
                 }
             }
             return true
@@ -501,9 +519,15 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
             { handle in
                 EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
             })
-        // No send can reach the async handle now: enqueue() sends only while the lifecycle is `.running`.
+        // No send can reach the async handle now, nor a start the idle handle: enqueue() wakes the loop only while the
+        // lifecycle is `.running`. Work they would have run is run after uv_run returns (finishClosing).
         uv_close(
             herald_as_handle(asyncHandle),
+            { handle in
+                EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
+            })
+        uv_close(
+            herald_as_handle(idleHandle),
             { handle in
                 EventLoop.from(handle!.pointee.loop).counters.liveHandles.wrappingSubtract(1, ordering: .relaxed)
             })
@@ -536,11 +560,13 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         }
         uvLoop?.deallocate()
         asyncHandle?.deallocate()
+        idleHandle?.deallocate()
         timerHandle?.deallocate()
         prepareHandle?.deallocate()
         readBuffer.deallocate()
         uvLoop = nil
         asyncHandle = nil
+        idleHandle = nil
         timerHandle = nil
         prepareHandle = nil
         flushList = []

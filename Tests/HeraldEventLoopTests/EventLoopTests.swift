@@ -73,6 +73,35 @@ struct EventLoopTests {
         }
     }
 
+    @Test(
+        "work the loop queues for itself runs at its next turn with no wake-up from another thread: from a timer's callback with nothing else to do, and job after job without holding back a timer that is due",
+        .timeLimit(.minutes(1)))
+    func executeFromLoopAtNextTurn() async throws {
+        try await withRunningLoop { loop in
+            // From a timer's callback, with no I/O and no other timer: the poll after it must not wait.
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                loop.scheduleTask(in: .milliseconds(1)) { loop.execute { continuation.resume() } }
+            }
+            // Each job queues the next: a timer due meanwhile runs between them, not after the chain.
+            let recorder = LoopRecorder<String>(loop: loop)
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                loop.execute {
+                    loop.scheduleTask(in: .zero) { recorder.append("timer") }
+                    Self.chain(loop, 200, recorder) { continuation.resume() }
+                }
+            }
+            let records = try await recorder.snapshot()
+            #expect(records.count == 202)
+            let timer = try #require(records.firstIndex(of: "timer"))
+            #expect(timer < records.count - 1, "the timer ran only after the chain")
+        }
+    }
+
+    static func chain(_ loop: EventLoop, _ left: Int, _ recorder: LoopRecorder<String>, _ done: @escaping @Sendable () -> Void) {
+        recorder.append("job")
+        if left == 0 { done() } else { loop.execute { chain(loop, left - 1, recorder, done) } }
+    }
+
     @Test("inEventLoop is true only on the loop thread")
     func inEventLoop() async throws {
         try await withRunningLoop { loop in
