@@ -24,6 +24,8 @@ final class ConditionLock<State>: @unchecked Sendable {
     // Waiters are woken after the lock is released: a waiter woken while it is held (at once, when it runs on the
     // waker's CPU) would find the lock taken and sleep on it again, two more context switches and futex calls for each
     // wake-up. Every waiter checks what it waits for under the lock, so none misses a change made before the wake-up.
+    // The caller keeps the lock alive across the call (a waiter that returns may drop its reference before the
+    // wake-up): the pool's submitters hold the pool, the loop thread holds its loop.
 
     /// Runs `body` with the lock held and wakes every waiter afterwards.
     func withLockBroadcasting<R>(_ body: (inout State) throws -> R) rethrows -> R {

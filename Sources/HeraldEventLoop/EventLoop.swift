@@ -239,7 +239,8 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
                     shared.wakePending = true
                     if inEventLoop {
                         // The loop thread queues for itself (a group commit at the end of this turn, a task's next
-                        // job): the next turn runs the queue; no system call.
+                        // job): the next turn runs the queue, before the gathered output is written and the loop
+                        // polls (without waiting), with no eventfd write and read.
                         uv_idle_start(idleHandle) { handle in
                             uv_idle_stop(handle)
                             EventLoop.from(handle!.pointee.loop).drainQueue()

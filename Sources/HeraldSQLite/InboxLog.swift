@@ -9,7 +9,7 @@ package import Herald
 /// A frame is its payload's length (4 bytes, little-endian), the payload's CRC-32 (4 bytes) and the payload, whose
 /// first byte is its kind: the file's header, or a commit. A commit's payload is its entries, each a kind, a length
 /// and a body: a record accepted, an ID finished, an ID the window keeps (written by a compaction), a start counted.
-/// A commit is one frame, written at the end of the file in one call and made durable before it returns; a crash
+/// A commit is one frame, written after the last commit in one call and made durable before it returns; a crash
 /// during that call can leave that frame torn (cut short, or with bytes that do not check), never an earlier one.
 /// Opening the file cuts it at the first frame that does not check (``cutBytes``): what is kept is exactly the
 /// commits that returned, each whole.
@@ -29,7 +29,8 @@ package import Herald
 /// block on disk I/O.
 package final class InboxLog {
     package let path: String
-    /// Bytes of a torn end that opening the file cut off (0 when the last commit was whole).
+    /// Bytes of a torn end that opening the file cut off, the room ahead after it included (0 when the last commit was
+    /// whole).
     package private(set) var cutBytes = 0
     /// Where the next commit's frames go: the end of the last commit (the file is longer by its room ahead).
     package private(set) var size = 0
@@ -41,11 +42,16 @@ package final class InboxLog {
     /// ``compactionFactor`` times what is live.
     package var compactionThreshold = 4 << 20
     package var compactionFactor = 4
-    /// For tests: the size the file may not grow past, as on a full disk (a commit that would is refused with ENOSPC's
-    /// error and leaves nothing).
+    /// For tests: where the commits may not end past, as on a full disk (a commit that would is refused with ENOSPC's
+    /// error and leaves nothing; room ahead is not written past it either). It limits ``size``, not the file's length:
+    /// a commit into room already written past it is refused too.
     package var sizeLimit = Int.max
 
     private var descriptor: Int32
+    /// Set when a commit that wrote room ahead failed: some file systems (NFS, FUSE, thin-provisioned storage) report
+    /// a full disk only when the data is flushed, so the zeros may be what failed it. The commits after it write no
+    /// room until the log is opened again.
+    private var roomRefused = false
     /// The pending records by ID, each with its place in acceptance order, its start count and its frame's size.
     private var pending: [String: Pending] = [:]
     private var nextOrder: UInt64 = 0
@@ -489,13 +495,16 @@ package final class InboxLog {
     private func append(_ frames: [UInt8]) throws(StoreError) {
         let end = size + frames.count
         guard end <= sizeLimit else { throw .writeFailed(path: path, detail: Self.describe(ENOSPC)) }
+        let extending = end > fileEnd
         do throws(StoreError) {
             try write(frames, at: size)
-            if end > fileEnd { extend(from: end) }
+            if extending { extend(from: end) }
             guard fdatasync(descriptor) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
         } catch {
             // What was written may be on disk in part: cut off, so that the next commit follows the last whole one.
             _ = ftruncate(descriptor, off_t(size))
+            // Zeros were written (the file reached past the frames) and the commit still failed.
+            if extending, fileEnd > end { roomRefused = true }
             fileEnd = size
             throw error
         }
@@ -507,7 +516,7 @@ package final class InboxLog {
     /// full for them), the file is cut back to `end` and the commit goes on without room.
     private func extend(from end: Int) {
         fileEnd = end
-        guard roomAhead > 0 else { return }
+        guard roomAhead > 0, !roomRefused else { return }
         let target = min(sizeLimit, (end / roomAhead + 1) * roomAhead)
         var offset = end
         while offset < target {
