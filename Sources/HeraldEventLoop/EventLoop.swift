@@ -307,6 +307,13 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         }
     }
 
+    /// Whether the idle handle will run the queue at the next turn (work the loop queued for itself waits). Loop
+    /// thread only; for tests.
+    var drainsAtNextTurn: Bool {
+        assertInEventLoop()
+        return idleHandle.map { uv_is_active(herald_as_handle($0)) != 0 } ?? false
+    }
+
     // MARK: Flushing writes before polling
 
     /// Asks for `output.writeGathered()` to run before the loop next polls for I/O (in the order asked); `false` when
