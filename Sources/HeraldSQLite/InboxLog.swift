@@ -518,16 +518,16 @@ package final class InboxLog {
         fileEnd = end
         guard roomAhead > 0, !roomRefused else { return }
         let target = min(sizeLimit, (end / roomAhead + 1) * roomAhead)
-        var offset = end
-        while offset < target {
-            let count = min(Self.zeros.count, target - offset)
-            let written = Self.zeros.withUnsafeBytes { pwrite(descriptor, $0.baseAddress!, count, off_t(offset)) }
-            if written < 0, errno == EINTR { continue }
-            guard written > 0 else {
-                _ = ftruncate(descriptor, off_t(end))
-                return
+        do throws(StoreError) {
+            var offset = end
+            while offset < target {
+                let count = min(Self.zeros.count, target - offset)
+                try write(Array(Self.zeros[..<count]), at: offset)
+                offset += count
             }
-            offset += written
+        } catch {
+            _ = ftruncate(descriptor, off_t(end))
+            return
         }
         fileEnd = target
     }
