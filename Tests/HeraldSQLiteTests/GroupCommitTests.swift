@@ -1,3 +1,4 @@
+import Dispatch
 import Herald
 import HeraldSQLite
 import HeraldTesting
@@ -89,6 +90,126 @@ struct GroupCommitTests {
                 _ = try await herald.deliver(dataMessage(id: "alone", token: token)).get()
                 // While Herald runs (not the flush at shutdown): a commit of the finished entry alone.
                 #expect(await eventually { store.commits.withLock { $0.contains { $0.accepted == 0 && $0.finished == 1 } } })
+            }
+        }
+    }
+}
+
+/// The SQLite store whose commit of the message `held` waits until the test opens the gate; every commit records the
+/// IDs of the messages it was given, when it starts.
+final class GatedStore: HeraldStore, Sendable {
+    let inner: SQLiteStore
+    let held: String
+    let started = Locked<[[String]]>([])
+    private let gate = DispatchSemaphore(value: 0)
+
+    init(directory: String, held: String) throws {
+        inner = try SQLiteStore(directory: directory)
+        self.held = held
+    }
+
+    var isDurable: Bool { inner.isDurable }
+    func close() { inner.close() }
+    func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState { try inner.load(window: window, now: now) }
+    func save(identity: StoredIdentity) throws(StoreError) { try inner.save(identity: identity) }
+    func setTopic(_ name: String, subscribed: Bool) throws(StoreError) { try inner.setTopic(name, subscribed: subscribed) }
+    func deleteAll() throws(StoreError) { try inner.deleteAll() }
+
+    func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
+        let ids = batch.accepted.map(\.messageID)
+        if !ids.isEmpty { started.withLock { $0.append(ids) } }
+        if ids.contains(held) { gate.wait() }
+        try inner.commit(batch, window: window, now: now)
+    }
+
+    func open() { gate.signal() }
+
+    /// Whether a commit has started with `id`.
+    func hasStarted(_ id: String) -> Bool { started.withLock { $0.contains { $0.contains(id) } } }
+}
+
+@Suite("Group commit: senders a commit answered are waited for, so that they go in one group")
+struct GroupCommitWaitTests {
+    /// Starts Herald on `store` with the given wait for groups, and gives `body` a function that delivers messages
+    /// (by ID, on the loop, in one turn) and the answers so far.
+    func withGatedHerald(
+        _ store: GatedStore, wait: Duration,
+        _ body: (_ send: @escaping @Sendable ([String]) async throws -> Void, _ answers: Locked<[String]>) async throws -> Void
+    ) async throws {
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.groupCommitWait = wait
+        // Finished entries never commit on their own here: only the wait for a group ends it.
+        configuration.finishedEntriesCommitDelay = .seconds(3600)
+        try await withStarted(Herald(configuration: patientShutdown(configuration), store: store), plugins: [DurableRecorder()]) {
+            herald async throws in
+            let token = try await herald.token()
+            let bus = try herald.bus
+            let answers = Locked<[String]>([])
+            try await body(
+                { ids in
+                    try await herald.loop.submit {
+                        for id in ids {
+                            bus.deliver(dataMessage(id: id, token: token)) { outcome in
+                                answers.withLock { $0.append((try? outcome.get()) ?? "refused") }
+                            }
+                        }
+                    }
+                }, answers)
+        }
+    }
+
+    @Test("the senders of a commit and those waiting meanwhile go in the next commit together", .timeLimit(.minutes(2)))
+    func answeredSendersWaitedFor() async throws {
+        try await withDataDirectory { directory in
+            let store = try GatedStore(directory: directory, held: "a0")
+            // An hour: whether the next commit waits cannot depend on how fast this machine sends the next messages.
+            try await withGatedHerald(store, wait: .seconds(3600)) { send, answers in
+                try await send(["a0", "a1", "a2", "a3"])
+                #expect(await eventually { store.hasStarted("a0") })
+                // Accepted while the first commit waits at the gate.
+                try await send(["b0", "b1", "b2", "b3"])
+                store.open()
+                #expect(await eventually { answers.withLock { $0.count } == 4 })
+                // The four answered and the four waiting make a group of eight: the four waiting are not committed yet
+                // (checked on the loop, after every message sent so far was accepted there).
+                try await send(["c0", "c1", "c2"])
+                #expect(!store.hasStarted("b0"))
+                try await send(["c3"])
+                #expect(await eventually { answers.withLock { $0.count } == 12 })
+                #expect(store.started.withLock { $0 } == [["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3", "c0", "c1", "c2", "c3"]])
+            }
+            let state = try SQLiteStore(directory: directory).load(window: DeduplicationWindow(), now: WallClock.nowMilliseconds())
+            #expect(state.pending.isEmpty)
+        }
+    }
+
+    @Test("a group that does not fill is committed when the wait ends", .timeLimit(.minutes(2)))
+    func groupNotFilled() async throws {
+        try await withDataDirectory { directory in
+            let store = try GatedStore(directory: directory, held: "a0")
+            try await withGatedHerald(store, wait: .milliseconds(50)) { send, answers in
+                try await send(["a0", "a1", "a2", "a3"])
+                #expect(await eventually { store.hasStarted("a0") })
+                try await send(["b0", "b1"])
+                store.open()
+                // Nobody sends again: the two waiting are committed at the end of the wait, as a group of two.
+                #expect(await eventually { answers.withLock { $0.count } == 6 })
+                #expect(store.started.withLock { $0 } == [["a0", "a1", "a2", "a3"], ["b0", "b1"]])
+            }
+        }
+    }
+
+    @Test("a lone sender is never waited for: each message is committed as it comes", .timeLimit(.minutes(2)))
+    func loneSenderNotWaitedFor() async throws {
+        try await withDataDirectory { directory in
+            let store = try GatedStore(directory: directory, held: "none")
+            // With an hour's wait, a wait for a lone sender would hold its second message past the time limit.
+            try await withGatedHerald(store, wait: .seconds(3600)) { send, answers in
+                for index in 0..<20 {
+                    try await send(["m\(index)"])
+                    #expect(await eventually { answers.withLock { $0.count } == index + 1 })
+                }
+                #expect(store.started.withLock { $0 } == (0..<20).map { ["m\($0)"] })
             }
         }
     }

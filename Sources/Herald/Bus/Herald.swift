@@ -30,6 +30,10 @@ public final class Herald: @unchecked Sendable {
         /// How long finished inbox entries wait for a commit of accepted messages to take them along before they are
         /// committed on their own (tests lengthen it to see the ride-along whatever the machine's pace).
         package var finishedEntriesCommitDelay: Duration = .milliseconds(100)
+        /// How long, at most, a commit waits for the senders the last one answered to send again, so that they go in
+        /// one group (nil: half as long as the last commit took, at most a millisecond). Tests set it long, so that
+        /// whether a group waits does not depend on the machine's pace.
+        package var groupCommitWait: Duration? = nil
         /// Where background-fetch workers and content modifiers run (nil: the global concurrent executor). Tests give
         /// an executor that holds the work back, to show that a worker's deadline does not count the wait for a thread.
         package var workerExecutor: (any TaskExecutor)? = nil

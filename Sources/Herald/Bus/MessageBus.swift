@@ -67,6 +67,13 @@ public final class MessageBus: @unchecked Sendable {
     /// Replayed IDs, removed from the inbox when finished even when the inbox is not durable now.
     var replayedIDs: Set<String> = []
     var commitRetryDelay: Duration = .zero
+    /// When the running commit was handed to the blocking pool, and how long the last one took (to its end on the loop).
+    var commitStartedAt = Deadline.distantPast
+    var lastCommitDuration: Duration = .zero
+    /// The group the next commit waits for after a commit answered its senders: `size` messages (those senders, back
+    /// with their next ones, and the ones that waited) or `until`, whichever comes first; `groupWait` commits at `until`.
+    var expectedGroup: (size: Int, until: Deadline)?
+    var groupWait: ScheduledTask?
     var inFlight = 0
     var paused = false
     var manualStages: [String: ManualStage] = [:]
