@@ -16,7 +16,8 @@ package import Herald
 ///
 /// The file only grows while it is used; when it holds much more than what is live (the pending records and the
 /// window), ``commit(accepted:finished:window:now:)`` and ``load(window:now:)`` write what is live to a new file and
-/// rename it over the old one (``compact()``).
+/// rename it over the old one (``compact()``). That rewrite is not part of the call that asks for it: one that fails
+/// (a full disk) is kept in ``compactionFailure`` and tried again once the file has grown further.
 ///
 /// Room ahead: a commit that reaches the end of the file also writes zeros after its frames, up to the next multiple of
 /// ``roomAhead``, and the commits after it are written over those zeros. Writing into blocks the file already has
@@ -52,6 +53,14 @@ package final class InboxLog {
     /// a full disk only when the data is flushed, so the zeros may be what failed it. The commits after it write no
     /// room until the log is opened again.
     private var roomRefused = false
+    /// Why the last compaction failed (a full disk, say), `nil` once one succeeds. A compaction is not part of the commit
+    /// that asked for it: that commit is durable and kept whatever the compaction does; the next is tried once the file
+    /// has grown by a quarter of ``compactionThreshold`` (at least 64 KiB) more.
+    package private(set) var compactionFailure: StoreError?
+    private var compactionRetrySize = 0
+    /// Set when a compaction renamed its file over the log but the directory could not be made durable: the commits
+    /// after it would go to a file whose name a crash may take back. No commit is written until the directory is synced.
+    private var directoryUnsynced = false
     /// The pending records by ID, each with its place in acceptance order, its start count and its frame's size.
     private var pending: [String: Pending] = [:]
     private var nextOrder: UInt64 = 0
@@ -293,7 +302,7 @@ package final class InboxLog {
         window = entries.reversed()
         windowStart = 0
         liveBytes = Self.frame(.header, Self.magic).count + pending.values.reduce(0) { $0 + $1.entrySize } + windowBytes()
-        if size > liveBytes * 2 + (64 << 10) { try compact() }
+        compactIfDue(size > liveBytes * 2 + (64 << 10))
         let ordered = pending.values.sorted { $0.order < $1.order }
         return (
             ordered.map(\.record), Dictionary(uniqueKeysWithValues: ordered.map { ($0.record.messageID, $0.replays) }),
@@ -400,7 +409,22 @@ package final class InboxLog {
             if let removed = pending.removeValue(forKey: id) { liveBytes -= removed.entrySize }
         }
         prune(limits, now: now)
-        if size > compactionThreshold, size > liveBytes * compactionFactor { try compact() }
+        compactIfDue(size > compactionThreshold && size > liveBytes * compactionFactor)
+    }
+
+    /// Compacts when `due`, unless the last compaction failed and the file has not grown enough since. A failure is
+    /// kept in ``compactionFailure``, not thrown: the commit or start that asked for it has already succeeded (a
+    /// thrown error would refuse senders whose messages are on disk, and on a full disk every one after them).
+    private func compactIfDue(_ due: Bool) {
+        guard due, size >= compactionRetrySize else { return }
+        do {
+            try compact()
+            compactionFailure = nil
+            compactionRetrySize = 0
+        } catch {
+            compactionFailure = error
+            compactionRetrySize = size + max(compactionThreshold / 4, 64 << 10)
+        }
     }
 
     /// Writes what is live (the header, the window's IDs, the pending records with their start counts) to a new
@@ -467,7 +491,9 @@ package final class InboxLog {
         window.removeFirst(windowStart)
         windowStart = 0
         liveBytes = written
+        directoryUnsynced = true
         try syncDirectory()
+        directoryUnsynced = false
     }
 
     private func prune(_ limits: DeduplicationWindow, now: Int64) {
@@ -495,6 +521,10 @@ package final class InboxLog {
     private func append(_ frames: [UInt8]) throws(StoreError) {
         let end = size + frames.count
         guard end <= sizeLimit else { throw .writeFailed(path: path, detail: Self.describe(ENOSPC)) }
+        if directoryUnsynced {
+            try syncDirectory()
+            directoryUnsynced = false
+        }
         let extending = end > fileEnd
         do throws(StoreError) {
             try write(frames, at: size)

@@ -97,6 +97,61 @@ struct FaultInjectionTests {
     }
 
     @Test(
+        "a compaction that fails on a full disk does not fail the commit that asked for it: the commit is kept, the senders answered, and the compaction is done once there is space",
+        .enabled(if: PrivateMount.available, "needs mount namespaces (root with CAP_SYS_ADMIN)"))
+    func compactionOnAFullDisk() throws {
+        let directory = try makeTemporaryDirectory(prefix: "herald-fault")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
+        let mount = try PrivateMount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", directory + "/data"])
+        let path = mount.path(directory + "/data/inbox.log")
+        let window = DeduplicationWindow(maximumCount: 0, maximumAge: .seconds(60))
+        func record(_ id: String) -> InboxRecord {
+            InboxRecord(
+                messageID: id, userInfo: Array(repeating: UInt8(ascii: "x"), count: 2000), targetKind: "token", targetValue: "t",
+                collapseKey: nil, priority: 10, expiration: nil, receivedAt: 0)
+        }
+        var last = ""
+        do {
+            let log = try InboxLog(path: path)
+            // Each commit accepts a record and finishes the one before: the file grows, what is live stays one record.
+            log.compactionThreshold = .max
+            for index in 1...10 {
+                try log.commit(accepted: [record("m\(index)")], finished: index > 1 ? ["m\(index - 1)"] : [], window: window, now: 0)
+            }
+            #expect(log.fileEnd == log.roomAhead, "room ahead for the commits below")
+            let filler = mount.path(directory + "/data/filler")
+            #expect(fillUp(filler) == ENOSPC)
+            // Now due at every commit; the compacted file cannot be written.
+            log.compactionThreshold = 4 << 10
+            log.compactionFactor = 1
+            let before = log.size
+            try log.commit(accepted: [record("m11")], finished: ["m10"], window: window, now: 0)
+            #expect(log.size > before, "the commit went into the room ahead")
+            guard case .writeFailed(_, let detail)? = log.compactionFailure else {
+                Issue.record("expected a failed compaction, got \(String(describing: log.compactionFailure))")
+                return
+            }
+            #expect(detail.contains("No space left on device"), "\(detail)")
+            #expect(!FileManager.default.fileExists(atPath: path + ".compacting"))
+            // The next commits are not slowed by an attempt each: none until the file has grown by 64 KiB.
+            try log.commit(accepted: [record("m12")], finished: ["m11"], window: window, now: 0)
+            #expect(log.compactionFailure != nil)
+            #expect(unlink(filler) == 0)
+            var index = 13
+            while log.compactionFailure != nil, index < 100 {
+                try log.commit(accepted: [record("m\(index)")], finished: ["m\(index - 1)"], window: window, now: 0)
+                index += 1
+            }
+            #expect(log.compactionFailure == nil, "compacted once there was space")
+            #expect(log.size < 8 << 10, "compacted to what is live: \(log.size) bytes")
+            last = "m\(index - 1)"
+        }
+        let state = try InboxLog(path: path).load(window: window, now: 0)
+        #expect(state.pending.map(\.messageID) == [last])
+    }
+
+    @Test(
         "the file system turns read-only under the daemon (an ext4 error, as errors=remount-ro does): senders are refused, the daemon keeps running, nothing accepted is lost",
         .enabled(
             if: PrivateMount.available && PrivateMount.loopDevicesAvailable,
