@@ -61,6 +61,9 @@ package final class InboxLog {
     /// Set when a compaction renamed its file over the log but the directory could not be made durable: the commits
     /// after it would go to a file whose name a crash may take back. No commit is written until the directory is synced.
     private var directoryUnsynced = false
+    /// Set when a failed commit could not be cut off the file (or the cut not made durable): its frame may still be
+    /// there, whole, and would be read back as a commit. No commit is written until the cut is made.
+    private var uncutFailure = false
     /// The pending records by ID, each with its place in acceptance order, its start count and its frame's size.
     private var pending: [String: Pending] = [:]
     private var nextOrder: UInt64 = 0
@@ -349,23 +352,61 @@ package final class InboxLog {
         }
     }
 
-    /// Erases everything (the GDPR call): the file's bytes are overwritten with zeros and made durable, then the file is
-    /// cut back to its header, so that what it held does not linger in it.
+    /// Erases everything (the GDPR call): a file with the header alone is renamed over the log (durably), then the old
+    /// file's bytes are overwritten with zeros and made durable before it is closed, so that what it held does not linger
+    /// on the disk. A crash at any point leaves the old log or the empty one, each whole: zeros written in place over a
+    /// log would reach the disk page by page, and a crash among them could leave zeros in the middle of whole commits,
+    /// which a later open refuses as damage.
+    ///
+    /// - Throws: `StoreError/writeFailed(path:detail:)` when the empty log cannot be written or renamed (nothing is
+    ///   erased), or when the old file's bytes cannot be overwritten (the log is erased; its former bytes may remain in
+    ///   blocks the file system has freed).
     package func erase() throws(StoreError) {
         let header = Self.frame(.header, Self.magic)
-        var offset = header.count
-        while offset < size {
-            try write(Array(Self.zeros.prefix(min(Self.zeros.count, size - offset))), at: offset)
-            offset += Self.zeros.count
+        let temporary = path + ".compacting"
+        let new = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard new >= 0 else { throw .writeFailed(path: temporary, detail: Self.describe(errno)) }
+        do throws(StoreError) {
+            guard flock(new, LOCK_EX | LOCK_NB) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+            try Self.write(header, to: new, at: 0, path: temporary)
+            guard fdatasync(new) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+            guard rename(temporary, path) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
+        } catch {
+            close(new)
+            unlink(temporary)
+            throw error
         }
-        guard fdatasync(descriptor) == 0 else { throw .writeFailed(path: path, detail: Self.describe(errno)) }
-        try truncate(to: header.count)
+        let old = descriptor
+        let oldLength = max(fileEnd, size)
+        defer { close(old) }
+        descriptor = new
         size = header.count
         fileEnd = size
         pending = [:]
         window = []
         windowStart = 0
         liveBytes = header.count
+        compactionFailure = nil
+        compactionRetrySize = 0
+        uncutFailure = false
+        directoryUnsynced = true
+        try syncDirectory()
+        directoryUnsynced = false
+        var offset = header.count
+        do throws(StoreError) {
+            while offset < oldLength {
+                let count = min(Self.zeros.count, oldLength - offset)
+                try Self.write(Array(Self.zeros[..<count]), to: old, at: offset, path: path)
+                offset += count
+            }
+            guard fdatasync(old) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
+        } catch {
+            let reason: String
+            if case .writeFailed(_, let detail) = error { reason = detail } else { reason = "\(error)" }
+            throw .writeFailed(
+                path: path,
+                detail: "the inbox's log was erased, but its former bytes could not be overwritten on the disk (\(reason)): they may remain in blocks the file system has freed")
+        }
     }
 
     /// A pending record and its start count, if `id` is pending.
@@ -525,14 +566,20 @@ package final class InboxLog {
             try syncDirectory()
             directoryUnsynced = false
         }
+        if uncutFailure {
+            try truncate(to: size)
+            uncutFailure = false
+            fileEnd = size
+        }
         let extending = end > fileEnd
         do throws(StoreError) {
             try write(frames, at: size)
             if extending { extend(from: end) }
             guard fdatasync(descriptor) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
         } catch {
-            // What was written may be on disk in part: cut off, so that the next commit follows the last whole one.
-            _ = ftruncate(descriptor, off_t(size))
+            // What was written may be on disk in part, or whole (when only its flush failed): cut off, durably, so that
+            // the next commit follows the last whole one and a refused commit is never read back as one.
+            if ftruncate(descriptor, off_t(size)) != 0 || fdatasync(descriptor) != 0 { uncutFailure = true }
             // Zeros were written (the file reached past the frames) and the commit still failed.
             if extending, fileEnd > end { roomRefused = true }
             fileEnd = size

@@ -402,10 +402,20 @@ public final class SQLiteStore: HeraldStore, Sendable {
         return missing
     }
 
-    /// Deletes every identity, topic, inbox entry and window entry in one transaction. The freed pages are
-    /// overwritten (`secure_delete`) and the WAL is checkpointed and truncated, so the erased data does not linger
-    /// in the files. The store stays usable. Any thread, one call at a time.
+    /// Deletes every identity, topic, inbox entry and window entry: the inbox's log is erased (replaced by an empty
+    /// one, the old file's bytes overwritten with zeros), then the database's rows are deleted in one transaction, its
+    /// freed pages overwritten (`secure_delete`) and its WAL checkpointed and truncated, so the erased data does not
+    /// linger in the files. Both under the log's lock: a group commit cannot come between them. The log goes first, so
+    /// that a failure leaves the identity with an empty inbox (a retry finishes), never an inbox without its identity.
+    /// The store stays usable. Any thread, one call at a time.
     public func deleteAll() throws(StoreError) {
+        try withInboxLog { log throws(StoreError) in
+            try log.erase()
+            try deleteRows()
+        }
+    }
+
+    private func deleteRows() throws(StoreError) {
         do {
             try database.writeWithoutTransaction { db in
                 try db.execute(sql: "PRAGMA secure_delete = ON")
@@ -426,7 +436,6 @@ public final class SQLiteStore: HeraldStore, Sendable {
         } catch {
             throw Self.storeError(error, path: path, during: .write)
         }
-        try withInboxLog { log throws(StoreError) in try log.erase() }
     }
 
     /// Copies every page of the write-ahead log into the database file and empties the log

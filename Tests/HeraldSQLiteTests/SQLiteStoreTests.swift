@@ -401,6 +401,18 @@ struct SQLiteStoreTests {
             try store.save(identity: StoredIdentity(installationID: "fid", token: "tok", deviceToken: "dev"))
             try store.setTopic("t", subscribed: true)
             try store.commit(StoreBatch(accepted: [personal] + (2...50).map { record($0) }), window: DeduplicationWindow(), now: 1)
+            // The inbox's log as it was before the call, read through a descriptor of its own: the file the call
+            // replaces must have been overwritten too, not only unlinked with the data still in its blocks.
+            let logPath = directory + "/inbox.log"
+            let former = open(logPath, O_RDONLY)
+            try #require(former >= 0)
+            defer { close(former) }
+            var formerStatus = stat()
+            #expect(fstat(former, &formerStatus) == 0)
+            var formerBytes = [UInt8](repeating: 0, count: Int(formerStatus.st_size))
+            #expect(pread(former, &formerBytes, formerBytes.count, 0) == formerBytes.count)
+            let heldBefore = contains(formerBytes, secret)
+            #expect(heldBefore)
 
             try store.deleteAll()
             let state = try store.load(window: DeduplicationWindow(), now: 2)
@@ -409,6 +421,11 @@ struct SQLiteStoreTests {
                 let bytes = [UInt8]((try? Data(contentsOf: URL(fileURLWithPath: store.path + suffix))) ?? Data())
                 #expect(!contains(bytes, secret), "herald.sqlite\(suffix) still holds deleted data")
             }
+            let log = [UInt8]((try? Data(contentsOf: URL(fileURLWithPath: logPath))) ?? Data())
+            #expect(log.count == InboxLog.headerSize, "inbox.log holds its header alone: \(log.count) bytes")
+            #expect(pread(former, &formerBytes, formerBytes.count, 0) == formerBytes.count)
+            let heldAfter = contains(formerBytes, secret)
+            #expect(!heldAfter, "the former inbox.log still holds deleted data")
 
             try store.commit(StoreBatch(accepted: [record(9)]), window: DeduplicationWindow(), now: 3)
             try store.setTopic("u", subscribed: true)
