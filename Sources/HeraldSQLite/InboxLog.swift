@@ -405,7 +405,9 @@ package final class InboxLog {
             if case .writeFailed(_, let detail) = error { reason = detail } else { reason = "\(error)" }
             throw .writeFailed(
                 path: path,
-                detail: "the inbox's log was erased, but its former bytes could not be overwritten on the disk (\(reason)): they may remain in blocks the file system has freed")
+                detail:
+                    "the inbox's log was erased, but its former bytes could not be overwritten on the disk (\(reason)): they may remain in blocks the file system has freed"
+            )
         }
     }
 
