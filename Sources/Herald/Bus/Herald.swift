@@ -31,7 +31,7 @@ public final class Herald: @unchecked Sendable {
         /// committed on their own (tests lengthen it to see the ride-along whatever the machine's pace).
         package var finishedEntriesCommitDelay: Duration = .milliseconds(100)
         /// How long, at most, a commit waits for the senders the last one answered to send again, so that they go in
-        /// one group (nil: half as long as the last commit took, at most a millisecond). Tests set it long, so that
+        /// one group (nil: as long as the last commit took, at most a millisecond). Tests set it long, so that
         /// whether a group waits does not depend on the machine's pace.
         package var groupCommitWait: Duration? = nil
         /// Where background-fetch workers and content modifiers run (nil: the global concurrent executor). Tests give

@@ -47,12 +47,12 @@ extension MessageBus {
 
     /// After a commit that answered `answered` senders: the next commit waits for a group as large as those senders
     /// and the messages already waiting (senders that send again once answered come back within a moment), but never
-    /// longer than half the last commit took (at most a millisecond). Under a steady load of concurrent senders the
+    /// longer than the last commit took (at most a millisecond). Under a steady load of concurrent senders the
     /// commits then take everyone instead of alternating between two halves of them: half the flushes for the same
     /// messages. A lone sender's group is its next message, committed as it comes; senders whose next message does not
     /// come cost the messages waiting at most that wait.
     private func expectGroup(answered: Int) {
-        let wait = configuration.groupCommitWait ?? min(lastCommitDuration / 2, .milliseconds(1))
+        let wait = configuration.groupCommitWait ?? min(lastCommitDuration, .milliseconds(1))
         expectedGroup = (answered + batch.accepted.count, loop.now + wait)
     }
 
