@@ -199,6 +199,24 @@ struct GroupCommitWaitTests {
         }
     }
 
+    @Test("a group of 64 waiting is committed at once, however many senders the commit before answered", .timeLimit(.minutes(2)))
+    func largeGroupNotWaitedFor() async throws {
+        try await withDataDirectory { directory in
+            let store = try GatedStore(directory: directory, held: "a0")
+            let first = (0..<100).map { "a\($0)" }
+            let second = (0..<64).map { "b\($0)" }
+            try await withGatedHerald(store, wait: .seconds(3600)) { send, answers in
+                try await send(first)
+                #expect(await eventually { store.hasStarted("a0") })
+                try await send(second)
+                store.open()
+                // Without the limit the 64 would wait (an hour here) for the 100 answered to send again.
+                #expect(await eventually { answers.withLock { $0.count } == 164 })
+                #expect(store.started.withLock { $0 } == [first, second])
+            }
+        }
+    }
+
     @Test("a lone sender is never waited for: each message is committed as it comes", .timeLimit(.minutes(2)))
     func loneSenderNotWaitedFor() async throws {
         try await withDataDirectory { directory in

@@ -9,7 +9,8 @@ extension MessageBus {
     func scheduleCommit() {
         guard !commitScheduled, !commitRunning else { return }
         if let expected = expectedGroup {
-            if batch.accepted.count < expected.size, loop.now < expected.until {
+            // Receivers paused (too many messages in flight) bring nothing more: no wait then.
+            if batch.accepted.count < expected.size, !paused, loop.now < expected.until {
                 if groupWait == nil {
                     groupWait = loop.scheduleTask(deadline: expected.until) { [self] in
                         groupWait = nil
@@ -50,11 +51,18 @@ extension MessageBus {
     /// longer than the last commit took (at most a millisecond). Under a steady load of concurrent senders the
     /// commits then take everyone instead of alternating between two halves of them: half the flushes for the same
     /// messages. A lone sender's group is its next message, committed as it comes; senders whose next message does not
-    /// come cost the messages waiting at most that wait.
+    /// come cost the messages waiting at most that wait. No group is waited for past ``groupWaitLimit`` messages.
     private func expectGroup(answered: Int) {
+        let size = min(answered + batch.accepted.count, Self.groupWaitLimit, configuration.maxInFlight)
+        guard size > batch.accepted.count else { return }
         let wait = configuration.groupCommitWait ?? min(lastCommitDuration, .milliseconds(1))
-        expectedGroup = (answered + batch.accepted.count, loop.now + wait)
+        expectedGroup = (size, loop.now + wait)
     }
+
+    /// A group this large is committed without waiting for more: its flush's share per message is already small next
+    /// to the rest of a message's cost, and a pipelining sender (hundreds of messages a commit, up to `maxInFlight`)
+    /// would only be slowed by a wait for as many again.
+    static let groupWaitLimit = 64
 
     /// The room a new batch's array is given ahead of its messages when the last batch's held `count`.
     private static func batchRoom(after count: Int) -> Int { min(max(2 * count, 8), 1024) }
