@@ -363,18 +363,9 @@ package final class InboxLog {
     ///   blocks the file system has freed).
     package func erase() throws(StoreError) {
         let header = Self.frame(.header, Self.magic)
-        let temporary = path + ".compacting"
-        let new = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard new >= 0 else { throw .writeFailed(path: temporary, detail: Self.describe(errno)) }
-        do throws(StoreError) {
-            guard flock(new, LOCK_EX | LOCK_NB) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+        let (new, _) = try replaceFile { new, temporary throws(StoreError) -> Int in
             try Self.write(header, to: new, at: 0, path: temporary)
-            guard fdatasync(new) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
-            guard rename(temporary, path) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
-        } catch {
-            close(new)
-            unlink(temporary)
-            throw error
+            return header.count
         }
         let old = descriptor
         let oldLength = max(fileEnd, size)
@@ -493,16 +484,10 @@ package final class InboxLog {
                     record.record, replays: record.replays, addsToWindow: false, seenAt: 0, released: record.released, to: &writer)
             }
         }
-        let temporary = path + ".compacting"
-        let new = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard new >= 0 else { throw .writeFailed(path: temporary, detail: Self.describe(errno)) }
-        var written = 0
-        do throws(StoreError) {
-            // Locked before its rename makes it the log, as the file it replaces was.
-            guard flock(new, LOCK_EX | LOCK_NB) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+        let (new, written) = try replaceFile { new, temporary throws(StoreError) -> Int in
             let header = Self.frame(.header, Self.magic)
             try Self.write(header, to: new, at: 0, path: temporary)
-            written = header.count
+            var written = header.count
             // Frames of about a megabyte, each made in place and written as it is made; the rename, not a frame,
             // makes the new file count whole.
             var first = 0
@@ -520,12 +505,7 @@ package final class InboxLog {
                 written += frame.count
                 first = end
             }
-            guard fdatasync(new) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
-            guard rename(temporary, path) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
-        } catch {
-            close(new)
-            unlink(temporary)
-            throw error
+            return written
         }
         close(descriptor)
         descriptor = new
@@ -537,6 +517,29 @@ package final class InboxLog {
         directoryUnsynced = true
         try syncDirectory()
         directoryUnsynced = false
+    }
+
+    /// Writes a new file beside the log (`contents` writes it and returns its length), makes it durable and renames it
+    /// over the log; returns its descriptor, locked as the log's is, and its length. On a failure the new file is
+    /// removed and the log is as it was. The caller makes the directory durable.
+    private func replaceFile(
+        _ contents: (_ descriptor: Int32, _ path: String) throws(StoreError) -> Int
+    ) throws(StoreError) -> (descriptor: Int32, length: Int) {
+        let temporary = path + ".compacting"
+        let new = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard new >= 0 else { throw .writeFailed(path: temporary, detail: Self.describe(errno)) }
+        do throws(StoreError) {
+            // Locked before its rename makes it the log, as the file it replaces was.
+            guard flock(new, LOCK_EX | LOCK_NB) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+            let length = try contents(new, temporary)
+            guard fdatasync(new) == 0 else { throw StoreError.writeFailed(path: temporary, detail: Self.describe(errno)) }
+            guard rename(temporary, path) == 0 else { throw StoreError.writeFailed(path: path, detail: Self.describe(errno)) }
+            return (new, length)
+        } catch {
+            close(new)
+            unlink(temporary)
+            throw error
+        }
     }
 
     private func prune(_ limits: DeduplicationWindow, now: Int64) {

@@ -4,7 +4,8 @@ import HeraldSQLite
 import HeraldTesting
 import Testing
 
-/// The SQLite store, with the size of every commit it is given recorded.
+/// The SQLite store, with every commit it is given recorded (its size, and the IDs it accepts, when it starts); a commit
+/// of the message `held` waits until the test opens the gate.
 final class CommitCountingStore: HeraldStore, Sendable {
     struct Commit: Sendable {
         let accepted: Int
@@ -12,10 +13,15 @@ final class CommitCountingStore: HeraldStore, Sendable {
     }
 
     let inner: SQLiteStore
+    let held: String?
     let commits = Locked<[Commit]>([])
+    /// The IDs each commit accepted, in the order the commits started.
+    let started = Locked<[[String]]>([])
+    private let gate = DispatchSemaphore(value: 0)
 
-    init(directory: String) throws {
+    init(directory: String, held: String? = nil) throws {
         inner = try SQLiteStore(directory: directory)
+        self.held = held
     }
 
     var isDurable: Bool { inner.isDurable }
@@ -35,6 +41,9 @@ final class CommitCountingStore: HeraldStore, Sendable {
     }
 
     func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
+        let ids = batch.accepted.map(\.messageID)
+        if !ids.isEmpty { started.withLock { $0.append(ids) } }
+        if let held, ids.contains(held) { gate.wait() }
         try inner.commit(batch, window: window, now: now)
         commits.withLock { $0.append(Commit(accepted: batch.accepted.count, finished: batch.finished.count)) }
     }
@@ -42,6 +51,12 @@ final class CommitCountingStore: HeraldStore, Sendable {
     func deleteAll() throws(StoreError) {
         try inner.deleteAll()
     }
+
+    /// Lets the commit of `held` go on.
+    func open() { gate.signal() }
+
+    /// Whether a commit has started with `id`.
+    func hasStarted(_ id: String) -> Bool { started.withLock { $0.contains { $0.contains(id) } } }
 }
 
 @Suite("Group commit: finished entries never cost the senders a commit of their own", .serialized)
@@ -95,45 +110,12 @@ struct GroupCommitTests {
     }
 }
 
-/// The SQLite store whose commit of the message `held` waits until the test opens the gate; every commit records the
-/// IDs of the messages it was given, when it starts.
-final class GatedStore: HeraldStore, Sendable {
-    let inner: SQLiteStore
-    let held: String
-    let started = Locked<[[String]]>([])
-    private let gate = DispatchSemaphore(value: 0)
-
-    init(directory: String, held: String) throws {
-        inner = try SQLiteStore(directory: directory)
-        self.held = held
-    }
-
-    var isDurable: Bool { inner.isDurable }
-    func close() { inner.close() }
-    func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState { try inner.load(window: window, now: now) }
-    func save(identity: StoredIdentity) throws(StoreError) { try inner.save(identity: identity) }
-    func setTopic(_ name: String, subscribed: Bool) throws(StoreError) { try inner.setTopic(name, subscribed: subscribed) }
-    func deleteAll() throws(StoreError) { try inner.deleteAll() }
-
-    func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
-        let ids = batch.accepted.map(\.messageID)
-        if !ids.isEmpty { started.withLock { $0.append(ids) } }
-        if ids.contains(held) { gate.wait() }
-        try inner.commit(batch, window: window, now: now)
-    }
-
-    func open() { gate.signal() }
-
-    /// Whether a commit has started with `id`.
-    func hasStarted(_ id: String) -> Bool { started.withLock { $0.contains { $0.contains(id) } } }
-}
-
 @Suite("Group commit: senders a commit answered are waited for, so that they go in one group")
 struct GroupCommitWaitTests {
     /// Starts Herald on `store` with the given wait for groups, and gives `body` a function that delivers messages
     /// (by ID, on the loop, in one turn) and the answers so far.
     func withGatedHerald(
-        _ store: GatedStore, wait: Duration,
+        _ store: CommitCountingStore, wait: Duration,
         _ body: (_ send: @escaping @Sendable ([String]) async throws -> Void, _ answers: Locked<[String]>) async throws -> Void
     ) async throws {
         var configuration = Herald.Configuration(senderID: "1234567890")
@@ -161,7 +143,7 @@ struct GroupCommitWaitTests {
     @Test("the senders of a commit and those waiting meanwhile go in the next commit together", .timeLimit(.minutes(2)))
     func answeredSendersWaitedFor() async throws {
         try await withDataDirectory { directory in
-            let store = try GatedStore(directory: directory, held: "a0")
+            let store = try CommitCountingStore(directory: directory, held: "a0")
             // An hour: whether the next commit waits cannot depend on how fast this machine sends the next messages.
             try await withGatedHerald(store, wait: .seconds(3600)) { send, answers in
                 try await send(["a0", "a1", "a2", "a3"])
@@ -186,7 +168,7 @@ struct GroupCommitWaitTests {
     @Test("a group that does not fill is committed when the wait ends", .timeLimit(.minutes(2)))
     func groupNotFilled() async throws {
         try await withDataDirectory { directory in
-            let store = try GatedStore(directory: directory, held: "a0")
+            let store = try CommitCountingStore(directory: directory, held: "a0")
             try await withGatedHerald(store, wait: .milliseconds(50)) { send, answers in
                 try await send(["a0", "a1", "a2", "a3"])
                 #expect(await eventually { store.hasStarted("a0") })
@@ -202,7 +184,7 @@ struct GroupCommitWaitTests {
     @Test("a group of 64 waiting is committed at once, however many senders the commit before answered", .timeLimit(.minutes(2)))
     func largeGroupNotWaitedFor() async throws {
         try await withDataDirectory { directory in
-            let store = try GatedStore(directory: directory, held: "a0")
+            let store = try CommitCountingStore(directory: directory, held: "a0")
             let first = (0..<100).map { "a\($0)" }
             let second = (0..<64).map { "b\($0)" }
             try await withGatedHerald(store, wait: .seconds(3600)) { send, answers in
@@ -220,7 +202,7 @@ struct GroupCommitWaitTests {
     @Test("a lone sender is never waited for: each message is committed as it comes", .timeLimit(.minutes(2)))
     func loneSenderNotWaitedFor() async throws {
         try await withDataDirectory { directory in
-            let store = try GatedStore(directory: directory, held: "none")
+            let store = try CommitCountingStore(directory: directory, held: "none")
             // With an hour's wait, a wait for a lone sender would hold its second message past the time limit.
             try await withGatedHerald(store, wait: .seconds(3600)) { send, answers in
                 for index in 0..<20 {
