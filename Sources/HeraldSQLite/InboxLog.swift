@@ -110,28 +110,41 @@ package final class InboxLog {
     ///   `StoreError/writeFailed(path:detail:)` when a new file's header or the cut cannot be written.
     package init(path: String) throws(StoreError) {
         self.path = path
-        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw .cannotOpen(path: path, detail: Self.describe(errno)) }
         // One writer: a second would append where the first believes its end is, over the first's frames. A process
         // this one starts holds a copy of every descriptor, and so of the lock, until it executes its program (the
         // descriptor closes on exec): a log closed here and opened again at that moment waits for that, up to a second,
         // before it takes the holder for another writer.
         var waits = 0
-        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
-            let code = errno
-            if code == EINTR || (code == EWOULDBLOCK && waits < 200) {
-                if code == EWOULDBLOCK {
-                    waits += 1
-                    usleep(5_000)
+        while true {
+            descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else { throw .cannotOpen(path: path, detail: Self.describe(errno)) }
+            while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+                let code = errno
+                if code == EINTR || (code == EWOULDBLOCK && waits < 200) {
+                    if code == EWOULDBLOCK {
+                        waits += 1
+                        usleep(5_000)
+                    }
+                    continue
                 }
-                continue
+                close(descriptor)
+                throw .cannotOpen(
+                    path: path,
+                    detail: code == EWOULDBLOCK
+                        ? "another Herald store has the inbox's log open (a daemon on this data directory, or a second store in this process): one writer at a time"
+                        : Self.describe(code))
+            }
+            // The file locked may no longer be the log: the writer this one waited for compacted it meanwhile (a new
+            // file renamed over it) and let go of the old one. Its commits would go to a file no name leads to: the
+            // log is opened again.
+            var locked = stat()
+            var current = stat()
+            if fstat(descriptor, &locked) == 0, stat(path, &current) == 0, locked.st_dev == current.st_dev,
+                locked.st_ino == current.st_ino
+            {
+                break
             }
             close(descriptor)
-            throw .cannotOpen(
-                path: path,
-                detail: code == EWOULDBLOCK
-                    ? "another Herald store has the inbox's log open (a daemon on this data directory, or a second store in this process): one writer at a time"
-                    : Self.describe(code))
         }
         // A compaction a crash interrupted before its rename: the log is whole without it.
         unlink(path + ".compacting")
