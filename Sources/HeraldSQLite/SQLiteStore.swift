@@ -463,6 +463,11 @@ public final class SQLiteStore: HeraldStore, Sendable {
         return limit
     }
 
+    /// Whether the inbox holds a pending message `id` now (as this store, which may be a running instance's, sees it).
+    package func isPending(_ id: String) throws(StoreError) -> Bool {
+        try withInboxLog { log in log.pendingRecord(id) != nil }
+    }
+
     /// Runs `sql` (one or more statements) on the store's connection.
     func execute(sql: String) throws {
         try database.writeWithoutTransaction { db in try db.execute(sql: sql) }

@@ -255,7 +255,7 @@ struct DurableInboxTests {
         }
     }
 
-    @Test("a retry of a message not yet committed, and a message replaced by a newer one, get that commit's outcome")
+    @Test("a retry of a message not yet committed, a message replaced by a newer one and its retry get that commit's outcome")
     func followersShareTheCommitOutcome() async throws {
         try await withDataDirectory { directory in
             let store = try SQLiteStore(directory: directory)
@@ -275,10 +275,14 @@ struct DurableInboxTests {
                 bus.deliver(dataMessage(id: "m", token: token, payload: big), completion: record("retry"))
                 bus.deliver(dataMessage(id: "c1", token: token, collapseKey: "k", payload: big), completion: record("older"))
                 bus.deliver(dataMessage(id: "c2", token: token, collapseKey: "k", payload: big), completion: record("newer"))
+                bus.deliver(dataMessage(id: "c1", token: token, collapseKey: "k", payload: big), completion: record("older again"))
             }
-            #expect(await eventually { outcomes.withLock { $0.count } == 4 })
+            #expect(await eventually { outcomes.withLock { $0.count } == 5 })
             // The disk is full: nothing was stored, so no sender may hear "accepted".
-            #expect(outcomes.withLock { $0 } == ["first": "refused", "retry": "refused", "older": "refused", "newer": "refused"])
+            #expect(
+                outcomes.withLock { $0 } == [
+                    "first": "refused", "retry": "refused", "older": "refused", "newer": "refused", "older again": "refused",
+                ])
             _ = try store.limitPages(1_000_000)
             #expect((try? await herald.deliver(dataMessage(id: "m", token: token)).get()) == "m")
             await herald.shutdown()

@@ -494,6 +494,9 @@ public final class Herald: @unchecked Sendable {
     public func deleteData() async throws {
         let bus = try runningBus()
         let store = self.store
+        // Removals of handled messages waiting for a commit are committed first: their IDs are then free, as the
+        // emptied window makes every ID (a message still being handled keeps its own until its removal is committed).
+        await bus.flushStore()
         try await loop.offload { try store.deleteAll() }
         let identity = RegistrationIdentity.resolve(nil, autoInit: configuration.isAutoInitEnabled).identity
         try await loop.offload { try store.save(identity: identity) }

@@ -64,15 +64,19 @@ extension MessageBus {
         // Hashed once for the window's look-up, its insertion and, for a notification, `presented` (which hashes it
         // itself when the window was not asked).
         let messageIDHash: Int? = windowed ? messageID.hashValue : nil
-        if let messageIDHash, seenIDs.contains(messageID, hash: messageIDHash) {
-            // The sender retried a message already accepted: acknowledge again (once it is committed), deliver once.
-            dropped(message, reason: .duplicate, detail: "already accepted")
-            if uncommitted.contains(messageID) {
-                followers[messageID, default: []].append((messageID, completion))
-            } else {
-                completion(.success(messageID))
+        if let messageIDHash {
+            // With the durable inbox an ID still held there is a duplicate's even when the window no longer has it.
+            let place = durable && !inboxIDs.isEmpty ? inboxIDs[messageID] : nil
+            if place != nil || seenIDs.contains(messageID, hash: messageIDHash) {
+                // The sender retried a message already accepted: acknowledge again (once it is committed), deliver once.
+                dropped(message, reason: .duplicate, detail: "already accepted")
+                switch place {
+                case .committing: followers[messageID, default: []].append((messageID, completion))
+                case .replaced(let newer): followers[newer, default: []].append((messageID, completion))
+                case .held, nil: completion(.success(messageID))
+                }
+                return
             }
-            return
         }
         guard inFlight < configuration.maxInFlight else {
             pauseReceivers()
@@ -142,9 +146,13 @@ extension MessageBus {
             // Its sender (and any retries of it) are answered with the newer message's commit outcome.
             let replaced = batchAcks.remove(at: index)
             batch.accepted.removeAll { $0.messageID == replaced.id }
-            uncommitted.remove(replaced.id)
+            let moved = followers.removeValue(forKey: replaced.id) ?? []
+            // A retry of the replaced message (or of one it had replaced) waits for the newer one's commit too.
+            for id in [replaced.id] + moved.map(\.id) {
+                if let place = inboxIDs.index(forKey: id) { inboxIDs.values[place] = .replaced(by: messageID) }
+            }
             followers[messageID, default: []].append((replaced.id, replaced.completion))
-            followers[messageID, default: []].append(contentsOf: followers.removeValue(forKey: replaced.id) ?? [])
+            followers[messageID, default: []].append(contentsOf: moved)
             inFlight -= 1
             if inFlight == 0 { notifyIdle() }
             if let message = replaced.message { dropped(message, reason: .collapsed, detail: "replaced by \(messageID)") }
@@ -152,7 +160,7 @@ extension MessageBus {
         batch.accepted.append(InboxRecord(borrowing: message, messageID: messageID, deduplicates: deduplicates))
         // Moved into the ack, not copied (field by field) and destroyed at the end.
         batchAcks.append(PendingAck(message: consume message, id: messageID, completion: completion))
-        if deduplicates { uncommitted.insert(messageID) }
+        if deduplicates { inboxIDs[messageID] = .committing }
         scheduleCommit()
     }
 

@@ -104,14 +104,10 @@ extension MessageBus {
                 lastCommitDuration = loop.now - commitStartedAt
                 let acks = committingAcks
                 committingAcks = []
-                // By index: each ack's ID, not the whole ack (its message), copied out of the array.
-                if !uncommitted.isEmpty {
-                    for index in acks.indices { uncommitted.remove(acks[index].id) }
-                }
                 let answered = acks.count
                 switch result {
                 case .success:
-                    committed(consume acks)
+                    committed(consume acks, batch: committing)
                     expectGroup(answered: answered)
                 case .failure(let error): commitFailed(acks, batch: committing, error: error)
                 }
@@ -129,17 +125,29 @@ extension MessageBus {
             })
     }
 
-    /// The commit of `acks` succeeded: their senders (and those following them) are answered, and the messages
-    /// go on to their handlers.
-    private func committed(_ acks: consuming [PendingAck]) {
+    /// The commit of `committing`, with the messages of `acks`, succeeded: their senders (and those following them)
+    /// are answered, the messages go on to their handlers, and the finished ones it removed leave ``inboxIDs``.
+    private func committed(_ acks: consuming [PendingAck], batch committing: StoreBatch) {
         commitRetryDelay = .zero
+        // Only messages whose ID a sender gave are held by ID: with none, no hash of each ID.
+        let holding = !inboxIDs.isEmpty
+        if holding {
+            for id in committing.finished { inboxIDs.removeValue(forKey: id) }
+            for id in committing.quarantined { inboxIDs.removeValue(forKey: id) }
+        }
         // By index, each message taken out of its ack: it goes on to the handlers without a copy.
         for index in acks.indices {
             let id = acks[index].id
+            if holding, let place = inboxIDs.index(forKey: id) { inboxIDs.values[place] = .held }
             acks[index].completion(.success(id))
             // Followers are rare (a second send of a message whose commit is under way): no hash of the ID without.
             if !followers.isEmpty {
-                for follower in followers.removeValue(forKey: id) ?? [] { follower.completion(.success(follower.id)) }
+                for follower in followers.removeValue(forKey: id) ?? [] {
+                    // A message this one replaced is not in the inbox: from now on the window alone decides whether
+                    // its ID is a duplicate's.
+                    if follower.id != id { inboxIDs.removeValue(forKey: follower.id) }
+                    follower.completion(.success(follower.id))
+                }
             }
             if draining {
                 // Committed after shutdown began: the inbox replays it at the next start.
@@ -163,10 +171,12 @@ extension MessageBus {
         let refusal = MessageError(.storeUnavailable("\(error)"))
         for ack in acks {
             seenIDs.remove(ack.id)
+            inboxIDs.removeValue(forKey: ack.id)
             inFlight -= 1
             ack.completion(.failure(refusal))
             for follower in followers.removeValue(forKey: ack.id) ?? [] {
                 seenIDs.remove(follower.id)
+                inboxIDs.removeValue(forKey: follower.id)
                 follower.completion(.failure(refusal))
             }
             if let message = ack.message { dropped(message, reason: .storeFailure, detail: "\(error)") }
@@ -217,6 +227,7 @@ extension MessageBus {
             } catch {
                 logger.error("an inbox entry could not be read; it is dropped", metadata: ["error": "\(error)"])
                 batch.finished.append(record.messageID)
+                if durable { inboxIDs[record.messageID] = .held }
             }
         }
         var newestByCollapseKey: [String: Int] = [:]
@@ -228,6 +239,8 @@ extension MessageBus {
         for (index, message) in messages.enumerated() {
             let id = message.messageID ?? ""
             seenIDs.insert(id)
+            // Held by ID until its removal is committed, as a message accepted now would be.
+            if durable { inboxIDs[id] = .held }
             if let replays = replays[id], replays > configuration.maxReplays {
                 logger.error(
                     "a message was still pending after several starts (its handling may crash the process): quarantined, not replayed again",

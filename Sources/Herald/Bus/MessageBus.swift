@@ -44,6 +44,17 @@ public final class MessageBus: @unchecked Sendable {
         let completion: Answer
     }
 
+    /// Where a message held in ``inboxIDs`` is.
+    enum InboxPlace {
+        /// Admitted; the commit that holds it has not ended: a retry is answered with that commit's outcome.
+        case committing
+        /// Replaced (collapse key) by the message `by` before it was committed: a retry is answered with the
+        /// outcome of the commit that holds the newer message.
+        case replaced(by: String)
+        /// In the inbox: a retry is answered at once.
+        case held
+    }
+
     // Loop-thread state.
     var identity: StoredIdentity
     var topics: Set<String> = []
@@ -60,10 +71,13 @@ public final class MessageBus: @unchecked Sendable {
     /// Senders waiting on another message's commit: retries of a message not yet committed, and messages
     /// replaced (collapse key) by a newer one; each is answered with that commit's outcome.
     var followers: [String: [(id: String, completion: Answer)]] = [:]
-    /// IDs of messages whose commit has not finished (in `batchAcks` or `committingAcks`) and that keep their ID in
-    /// the de-duplication window: only those can be retried before their commit. An ID made on receipt (an FCM v1
-    /// send's) is never repeated, so is not kept here (its insertion and removal hashed it twice per message).
-    @exclusivity(unchecked) var uncommitted: Set<String> = []
+    /// With the durable inbox, the messages in it or on their way into it, by ID: from admission until the commit that
+    /// removes them (after their handlers) has ended. Only messages whose ID a sender gave (those that keep it in the
+    /// de-duplication window) are kept here: an ID made on receipt (an FCM v1 send's) is never repeated (its
+    /// insertion and removal hashed it twice per message). A message under an ID held here is a duplicate, whatever the
+    /// window remembers (with the window off, or once the window let the ID go): the inbox is keyed by ID, so a second
+    /// message under it would replace the first's record, and the first's removal would then remove the second's.
+    @exclusivity(unchecked) var inboxIDs: [String: InboxPlace] = [:]
     /// Replayed IDs, removed from the inbox when finished even when the inbox is not durable now.
     var replayedIDs: Set<String> = []
     var commitRetryDelay: Duration = .zero

@@ -1,0 +1,91 @@
+import Foundation
+import Herald
+import HeraldSQLite
+import HeraldTesting
+import Testing
+
+/// A message handler that holds each message until the test lets that one go, by its payload.
+private final class HoldingHandler: MessageHandler, @unchecked Sendable {
+    // @unchecked Sendable: state behind a lock.
+    private struct State {
+        var payloads: [String] = []
+        var held: [String: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private let state = Locked(State())
+
+    var payloads: [String] { state.withLock { $0.payloads } }
+    func isHolding(_ payload: String) -> Bool { state.withLock { $0.held[payload] != nil } }
+
+    func didReceive(_ message: RemoteMessage) async throws {
+        guard case .string(let payload)? = message.userInfo["payload"] else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            state.withLock { state in
+                state.payloads.append(payload)
+                state.held[payload] = continuation
+            }
+        }
+    }
+
+    /// Lets the message with `payload` finish.
+    func release(_ payload: String) {
+        state.withLock { $0.held.removeValue(forKey: payload) }?.resume()
+    }
+
+    /// Lets every held message finish.
+    func releaseAll() {
+        let held = state.withLock { state in
+            defer { state.held.removeAll() }
+            return Array(state.held.values)
+        }
+        for continuation in held { continuation.resume() }
+    }
+}
+
+@Suite("The durable inbox holds one message per ID: a second under an ID still in it is a duplicate, whatever the window")
+struct InboxIDTests {
+    @Test(
+        "a message sent again while the first is still being handled, its ID gone from the window, is answered as a duplicate, not delivered, and not lost when the first finishes"
+    )
+    func secondUnderALiveID() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.deduplication = DeduplicationWindow(maximumCount: 1, maximumAge: .seconds(60))
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            let store = try SQLiteStore(directory: directory)
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
+            let handler = HoldingHandler()
+            let sink = RecordingSink()
+            try herald.register(handler)
+            try herald.register(sink)
+            try await herald.start()
+            let token = try await herald.token()
+            #expect(try await herald.deliver(dataMessage(id: "x", token: token, payload: "first")).get() == "x")
+            #expect(await eventually { handler.isHolding("first") })
+            // Another message takes the window's one place.
+            #expect(try await herald.deliver(dataMessage(id: "y", token: token, payload: "other")).get() == "y")
+            #expect(await eventually { handler.isHolding("other") })
+            handler.release("other")
+            // The first is committed and its handler runs: the same ID again is the same message.
+            #expect(try await herald.deliver(dataMessage(id: "x", token: token, payload: "second")).get() == "x")
+            #expect(await eventually { sink.events(named: .messageDropped).map { $0.parameters["reason"] } == ["duplicate"] })
+            handler.release("first")
+            // Once the first's removal is committed the ID is free again: out of the window, a message under it is new.
+            // Until then a send under it is answered as the first's duplicate; the sender sends again, as one would.
+            #expect(await eventually { (try? store.isPending("x")) == false })
+            let sent = try await eventually {
+                let answer = try await herald.deliver(dataMessage(id: "x", token: token, payload: "third")).get()
+                return answer == "x" && handler.isHolding("third")
+            }
+            #expect(sent)
+            // Only the first, the other and the third reached the handler: the second was the first's duplicate.
+            #expect(handler.payloads == ["first", "other", "third"])
+            await herald.shutdown()
+            handler.releaseAll()
+            // The third was still being handled at the stop: it is in the inbox for the next start.
+            let state = try SQLiteStore(directory: directory).load(window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            #expect(state.pending.map(\.messageID) == ["x"])
+            #expect(state.pending.first.map { String(decoding: $0.userInfo, as: UTF8.self).contains("third") } == true)
+        }
+    }
+}
