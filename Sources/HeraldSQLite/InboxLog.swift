@@ -108,7 +108,13 @@ package final class InboxLog {
     /// - Throws: `StoreError/cannotOpen(path:detail:)` when the file cannot be created or opened;
     ///   `StoreError/corrupt(path:detail:)` when it is not an inbox log or a frame that checks does not read;
     ///   `StoreError/writeFailed(path:detail:)` when a new file's header or the cut cannot be written.
-    package init(path: String) throws(StoreError) {
+    package convenience init(path: String) throws(StoreError) {
+        try self.init(path: path, waitingForTheLock: {})
+    }
+
+    /// ``init(path:)``, calling `waitingForTheLock` once if another writer has the log's lock when it first asks for
+    /// it (and it goes on to wait): for tests of what happens meanwhile.
+    package init(path: String, waitingForTheLock: () -> Void) throws(StoreError) {
         self.path = path
         // One writer: a second would append where the first believes its end is, over the first's frames. A process
         // this one starts holds a copy of every descriptor, and so of the lock, until it executes its program (the
@@ -122,6 +128,7 @@ package final class InboxLog {
                 let code = errno
                 if code == EINTR || (code == EWOULDBLOCK && waits < 200) {
                     if code == EWOULDBLOCK {
+                        if waits == 0 { waitingForTheLock() }
                         waits += 1
                         usleep(5_000)
                     }
