@@ -75,7 +75,7 @@ struct BoundedTable<Key: Hashable, Value> {
     private(set) var count = 0
 
     init(capacity: Int) {
-        self.capacity = max(1, min(capacity, Int(Int32.max) / 4))
+        self.capacity = max(0, min(capacity, Int(Int32.max) / 4))
     }
 
     func value(for key: Key) -> Value? {
@@ -139,6 +139,8 @@ struct BoundedTable<Key: Hashable, Value> {
 
     /// `value` is taken, not borrowed: a message kept in `presented` is moved into its place, not copied.
     private mutating func append(_ key: Key, _ value: consuming Value, hash: Int) {
+        // A capacity of 0 remembers nothing (a de-duplication window turned off).
+        guard capacity > 0 else { return }
         if used == keys.count {
             if keys.count < capacity {
                 grow()

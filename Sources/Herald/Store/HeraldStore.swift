@@ -92,7 +92,8 @@ public struct StoredState: Sendable {
 }
 
 /// The limits of the de-duplication window: it never holds more than `maximumCount` IDs nor IDs older than
-/// `maximumAge`.
+/// `maximumAge`. A `maximumCount` of 0 turns it off (with the durable inbox, a message whose ID is still in the inbox
+/// is a duplicate all the same).
 public struct DeduplicationWindow: Sendable, Hashable {
     public var maximumCount: Int
     public var maximumAge: Duration

@@ -16,6 +16,7 @@ private struct ModelTable {
             ring[index]!.value = value
             return
         }
+        guard capacity > 0 else { return }
         if ring.count == capacity { ring.removeFirst() }
         ring.append((key, value))
     }
@@ -35,7 +36,7 @@ private struct CollidingKey: Hashable {
 
 @Suite("Bounded set and dictionary (the de-duplication window and presented notifications)")
 struct BoundedCollectionsTests {
-    @Test("random inserts, updates and removals agree with a plain model at every step", arguments: [1, 2, 7, 16, 100])
+    @Test("random inserts, updates and removals agree with a plain model at every step", arguments: [0, 1, 2, 7, 16, 100])
     func agreesWithModel(capacity: Int) {
         var random = SplitMix64(seed: UInt64(capacity) &* 7919)
         var table = BoundedDictionary<Int, Int>(capacity: capacity)

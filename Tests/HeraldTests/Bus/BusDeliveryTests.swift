@@ -105,6 +105,24 @@ struct BusDeliveryTests {
         }
     }
 
+    @Test("with the de-duplication window off (a count of 0) a message ID seen before is a new message")
+    func windowOff() async throws {
+        let delegate = RecordingDelegate()
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.deduplication = DeduplicationWindow(maximumCount: 0)
+        try await withHerald(configuration: configuration, plugins: [delegate]) { herald, receiver, sink in
+            let token = try await herald.token()
+            let headers = ["apns-id": "123E4567-E89B-12D3-A456-426614174000"]
+            for _ in 0..<2 {
+                _ = try await receiver.sendAPNs(#"{"kind": "x"}"#, headers: headers, deviceToken: token, to: herald).get()
+                try await herald.waitUntilIdle()
+            }
+            #expect(delegate.recorded.messages.count == 2)
+            await herald.shutdown()
+            #expect(sink.events(named: .messageDropped).isEmpty)
+        }
+    }
+
     @Test("an expired message is accepted and dropped, never handled")
     func expired() async throws {
         let delegate = RecordingDelegate()
