@@ -304,19 +304,16 @@ package final class InboxLog {
 
     // MARK: The store's calls
 
-    /// Counts a start that replays the pending records, for each of them, durably before it returns.
-    package func countStart() throws(StoreError) {
-        guard !pending.isEmpty else { return }
-        try append(Self.commitFrame(size: Self.entryOverhead) { Self.writeEntry(.started, bodySize: 0, to: &$0) { _ in } })
-        for id in pending.keys { pending[id]?.replays += 1 }
-    }
-
-    /// Prunes the window to `limits` at `now` and answers the pending records in acceptance order, their start counts
-    /// (``countStart()``: 0 before a record's first replay) and the window's IDs, oldest first. Compacts the file when it
-    /// holds much more than that.
+    /// Counts this start for every pending record (durably, before it returns), prunes the window to `limits` at
+    /// `now` and answers the pending records in acceptance order, their start counts (1 at a record's first replay)
+    /// and the window's IDs, oldest first. Compacts the file when it holds much more than that.
     package func load(window limits: DeduplicationWindow, now: Int64) throws(StoreError) -> (
         pending: [InboxRecord], replays: [String: Int], seen: [String]
     ) {
+        if !pending.isEmpty {
+            try append(Self.commitFrame(size: Self.entryOverhead) { Self.writeEntry(.started, bodySize: 0, to: &$0) { _ in } })
+            for id in pending.keys { pending[id]?.replays += 1 }
+        }
         // The window exactly as its limits define it: each ID once (at its newest acceptance), none accepted before
         // its age (also behind a newer one, after the clock went back), the newest `maximumCount`.
         let oldest = limits.oldestKept(now: now)

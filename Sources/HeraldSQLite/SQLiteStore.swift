@@ -176,13 +176,6 @@ public final class SQLiteStore: HeraldStore, Sendable {
         }
     }
 
-    /// Counts a start that replays the pending messages, for each of them (``StoredState/replays`` at the next load),
-    /// durably before it returns. Any thread, one call at a time.
-    public func countStart() throws(StoreError) -> Bool {
-        try withInboxLog { log throws(StoreError) in try log.countStart() }
-        return true
-    }
-
     /// Saves the identity, replacing the previous one. Any thread, one call at a time.
     public func save(identity: StoredIdentity) throws(StoreError) {
         try write { db in

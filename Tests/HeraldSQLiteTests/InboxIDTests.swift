@@ -88,41 +88,4 @@ struct InboxIDTests {
             #expect(state.pending.first.map { String(decoding: $0.userInfo, as: UTF8.self).contains("third") } == true)
         }
     }
-
-    @Test("starts that fail before they replay (a plugin that does not start) do not count toward a pending message's quarantine")
-    func failedStartsDoNotCount() async throws {
-        struct StartFailure: Error {}
-        final class FailingPlugin: HeraldPlugin, Sendable {
-            func start(_ context: PluginContext) async throws { throw StartFailure() }
-        }
-        try await withDataDirectory { directory in
-            var configuration = Herald.Configuration(senderID: "1234567890")
-            configuration.maxReplays = 2
-            let store = try SQLiteStore(directory: directory)
-            var token = ""
-            try await withStarted(Herald(configuration: patientShutdown(configuration), store: store)) { herald in
-                token = try await herald.token()
-            }
-            try store.commit(
-                StoreBatch(accepted: [InboxRecord(dataMessage(id: "pending", token: token), messageID: "pending")]),
-                window: configuration.deduplication, now: WallClock.nowMilliseconds())
-            // More failed starts than the replays allowed, each after the store was loaded.
-            for _ in 0..<4 {
-                let herald = Herald(configuration: patientShutdown(configuration), store: store)
-                try herald.register(FailingPlugin())
-                await #expect(throws: HeraldError.self) { try await herald.start() }
-                store.close()
-            }
-            let handler = HoldingHandler()
-            let herald = Herald(configuration: patientShutdown(configuration), store: store)
-            try herald.register(handler)
-            try await herald.start()
-            #expect(await eventually { handler.isHolding("x") }, "the pending message is replayed, not quarantined")
-            handler.releaseAll()
-            await herald.shutdown()
-            #expect(try store.quarantine().isEmpty)
-            // That start was the first to replay it.
-            #expect(try store.load(window: configuration.deduplication, now: WallClock.nowMilliseconds()).pending.isEmpty)
-        }
-    }
 }

@@ -59,7 +59,7 @@ struct InboxLogTests {
             }
             let log = try InboxLog(path: path)
             #expect(log.cutBytes == 0)
-            let state = try log.loadCounting(window: Self.window, now: Self.now)
+            let state = try log.load(window: Self.window, now: Self.now)
             #expect(state.pending.map(\.messageID) == ["c", "d", "a"])
             #expect(state.pending[0] == Self.record("c"))
             #expect(state.pending[1] == Self.record("d", deduplicates: false))
@@ -80,7 +80,7 @@ struct InboxLogTests {
                     accepted: [Self.record("é1", collapseKey: "k", expiration: 7), Self.record("b2", deduplicates: false)],
                     finished: ["zz"],
                     window: Self.window, now: Self.now)
-                _ = try log.loadCounting(window: Self.window, now: Self.now)
+                _ = try log.load(window: Self.window, now: Self.now)
                 let file = try #require(FileManager.default.contents(atPath: path))
                 let commits = Self.hex(file.prefix(log.size))
                 #expect(commits == Self.goldenCommits, "\(commits)")
@@ -123,31 +123,27 @@ struct InboxLogTests {
                     accepted: [Self.record("x"), Self.record("y", collapseKey: "k", expiration: 7)], finished: ["x"], window: Self.window,
                     now: Self.now)
             }
-            let state = try InboxLog(path: path).loadCounting(window: Self.window, now: Self.now)
+            let state = try InboxLog(path: path).load(window: Self.window, now: Self.now)
             #expect(state.pending == [Self.record("y", collapseKey: "k", expiration: 7)])
         }
     }
 
-    @Test("each counted start counts for every pending record, durably; a load alone counts none; a record accepted later starts from 0")
-    func countedStarts() throws {
+    @Test("each load counts a start for every pending record, durably; a record accepted later starts from 0")
+    func loadCountsStarts() throws {
         try Self.withLog { path in
             do {
                 let log = try InboxLog(path: path)
                 try log.commit(accepted: [Self.record("a")], finished: [], window: Self.window, now: Self.now)
-                #expect(try log.load(window: Self.window, now: Self.now).replays == ["a": 0])
+                #expect(try log.load(window: Self.window, now: Self.now).replays == ["a": 1])
             }
             do {
                 let log = try InboxLog(path: path)
-                #expect(try log.loadCounting(window: Self.window, now: Self.now).replays == ["a": 1])
-            }
-            do {
-                let log = try InboxLog(path: path)
-                #expect(try log.loadCounting(window: Self.window, now: Self.now).replays == ["a": 2])
+                #expect(try log.load(window: Self.window, now: Self.now).replays == ["a": 2])
                 try log.commit(accepted: [Self.record("b")], finished: [], window: Self.window, now: Self.now)
                 #expect(log.pendingRecord("b")?.replays == 0)
             }
             let log = try InboxLog(path: path)
-            #expect(try log.loadCounting(window: Self.window, now: Self.now).replays == ["a": 3, "b": 1])
+            #expect(try log.load(window: Self.window, now: Self.now).replays == ["a": 3, "b": 1])
         }
     }
 
@@ -211,12 +207,12 @@ struct InboxLogTests {
                 }
                 #expect(log.cutBytes == damagedSize - before)
                 #expect(Self.fileSize(path) == before)
-                #expect(try log.loadCounting(window: Self.window, now: Self.now).pending.map(\.messageID) == ["kept"])
+                #expect(try log.load(window: Self.window, now: Self.now).pending.map(\.messageID) == ["kept"])
                 try log.commit(accepted: [Self.record("next")], finished: [], window: Self.window, now: Self.now)
             }
             let log = try InboxLog(path: path)
             #expect(log.cutBytes == 0)
-            let state = try log.loadCounting(window: Self.window, now: Self.now)
+            let state = try log.load(window: Self.window, now: Self.now)
             #expect(state.pending.map(\.messageID) == ["kept", "next"])
             #expect(state.replays == ["kept": 2, "next": 1])
         }
@@ -296,7 +292,7 @@ struct InboxLogTests {
                 // The refused opening changed nothing: the first goes on writing where it was.
                 try first.commit(accepted: [Self.record("b")], finished: [], window: Self.window, now: Self.now)
             }
-            #expect(try InboxLog(path: path).loadCounting(window: Self.window, now: Self.now).pending.map(\.messageID) == ["a", "b"])
+            #expect(try InboxLog(path: path).load(window: Self.window, now: Self.now).pending.map(\.messageID) == ["a", "b"])
         }
     }
 
@@ -312,7 +308,7 @@ struct InboxLogTests {
                     #expect(log.size == whole.count)
                     try log.commit(accepted: [Self.record("a")], finished: [], window: Self.window, now: Self.now)
                 }
-                #expect(try InboxLog(path: path).loadCounting(window: Self.window, now: Self.now).pending.map(\.messageID) == ["a"])
+                #expect(try InboxLog(path: path).load(window: Self.window, now: Self.now).pending.map(\.messageID) == ["a"])
             }
         }
     }
@@ -329,11 +325,10 @@ struct InboxLogTests {
                     window: limits, now: Self.now)
                 try log.commit(accepted: [Self.record("3"), Self.record("4")], finished: ["1", "2", "3"], window: limits, now: Self.now)
             }
-            let state = try InboxLog(path: path).loadCounting(window: limits, now: Self.now)
+            let state = try InboxLog(path: path).load(window: limits, now: Self.now)
             #expect(state.seen == ["2", "3", "4"])
             #expect(state.pending.map(\.messageID) == ["made-on-receipt", "4"])
-            let none = try InboxLog(path: path).loadCounting(
-                window: DeduplicationWindow(maximumCount: 0, maximumAge: .seconds(60)), now: Self.now)
+            let none = try InboxLog(path: path).load(window: DeduplicationWindow(maximumCount: 0, maximumAge: .seconds(60)), now: Self.now)
             #expect(none.seen.isEmpty)
         }
     }
@@ -365,7 +360,7 @@ struct InboxLogTests {
                 try log.commit(accepted: [Self.record("after")], finished: ["m0"], window: Self.window, now: Self.now)
                 #expect(Self.fileSize(path) == fileSize, "the commit went into the room, after the last commit")
             }
-            let state = try InboxLog(path: path).loadCounting(window: Self.window, now: Self.now)
+            let state = try InboxLog(path: path).load(window: Self.window, now: Self.now)
             #expect(state.pending.map(\.messageID) == (1..<60).map { "m\($0)" } + ["after"])
         }
         // No room, and no room past the size limit.
@@ -404,7 +399,7 @@ struct InboxLogTests {
             #expect(holder == nil, "the second opener waited for the lock")
             try log?.commit(accepted: [Self.record("after")], finished: [], window: limits, now: Self.now + 1)
             log = nil  // one writer at a time
-            let state = try InboxLog(path: path).loadCounting(window: limits, now: Self.now + 2)
+            let state = try InboxLog(path: path).load(window: limits, now: Self.now + 2)
             #expect(state.pending.map(\.messageID) == ["before", "after"])
         }
     }
@@ -419,7 +414,7 @@ struct InboxLogTests {
                 log.compactionThreshold = 16 << 10
                 try log.commit(
                     accepted: [Self.record("long-pending", collapseKey: "c", expiration: 5)], finished: [], window: limits, now: Self.now)
-                _ = try log.loadCounting(window: limits, now: Self.now)  // a start counted for it
+                _ = try log.load(window: limits, now: Self.now)  // a start counted for it
                 for n in 0..<400 {
                     try log.commit(
                         accepted: [Self.record("m\(n)")], finished: n > 0 ? ["m\(n - 1)"] : [], window: limits, now: Self.now + Int64(n))
@@ -430,7 +425,7 @@ struct InboxLogTests {
             }
             let log = try InboxLog(path: path)
             #expect(log.cutBytes == 0)
-            let state = try log.loadCounting(window: limits, now: Self.now + 400)
+            let state = try log.load(window: limits, now: Self.now + 400)
             #expect(state.pending.map(\.messageID) == ["long-pending", "m399"])
             #expect(state.pending[0] == Self.record("long-pending", collapseKey: "c", expiration: 5))
             #expect(state.replays == ["long-pending": 2, "m399": 1])
@@ -459,7 +454,7 @@ struct InboxLogTests {
                 try log.compact()
                 #expect(log.size > 3 << 20, "more than three frames of a megabyte")
             }
-            let state = try InboxLog(path: path).loadCounting(window: limits, now: Self.now + 30)
+            let state = try InboxLog(path: path).load(window: limits, now: Self.now + 30)
             #expect(state.pending == expected)
             #expect(state.seen == expected.map(\.messageID))
         }
@@ -478,7 +473,7 @@ struct InboxLogTests {
                     log = nil
                     log = try InboxLog(path: path)
                     log?.compactionThreshold = 8 << 10
-                    let state = try log!.loadCounting(window: Self.window, now: Self.now)
+                    let state = try log!.load(window: Self.window, now: Self.now)
                     model = model.map { (id: $0.id, replays: $0.replays + 1) }
                     #expect(state.pending.map(\.messageID) == model.map(\.id), "step \(step)")
                     #expect(state.replays == Dictionary(uniqueKeysWithValues: model.map { ($0.id, $0.replays) }), "step \(step)")
@@ -516,7 +511,7 @@ struct InboxLogStoreTests {
                     """)
         }
         let window = DeduplicationWindow(maximumCount: 100, maximumAge: .seconds(60))
-        let state = try SQLiteStore(directory: directory).loadCounting(window: window, now: InboxLogTests.now)
+        let state = try SQLiteStore(directory: directory).load(window: window, now: InboxLogTests.now)
         #expect(state.pending.map(\.messageID) == ["first", "second"])
         #expect(state.pending[1].collapseKey == "k" && state.pending[1].expiration == 99 && state.pending[1].targetKind == "topic")
         #expect(state.replays == ["first": 3, "second": 1])
@@ -524,7 +519,7 @@ struct InboxLogStoreTests {
         #expect(FileManager.default.fileExists(atPath: directory + "/inbox.log"))
         // The rows are gone from the database; the next start reads the log alone.
         let again = try SQLiteStore(directory: directory)
-        #expect(try again.loadCounting(window: window, now: InboxLogTests.now).replays == ["first": 4, "second": 2])
+        #expect(try again.load(window: window, now: InboxLogTests.now).replays == ["first": 4, "second": 2])
     }
 
     @Test("a missing database beside an inbox's log with commits in it stops the start, naming both; a log without commits does not")
@@ -545,7 +540,7 @@ struct InboxLogStoreTests {
         // A log with its header only holds nothing to lose: a new store starts.
         try FileManager.default.removeItem(atPath: directory + "/inbox.log")
         do { _ = try InboxLog(path: directory + "/inbox.log") }
-        #expect(try SQLiteStore(directory: directory).loadCounting(window: InboxLogTests.window, now: InboxLogTests.now).pending.isEmpty)
+        #expect(try SQLiteStore(directory: directory).load(window: InboxLogTests.window, now: InboxLogTests.now).pending.isEmpty)
     }
 
     @Test("a missing log beside a store that has used one stops the start, naming the file")
@@ -558,7 +553,7 @@ struct InboxLogStoreTests {
         }
         try FileManager.default.removeItem(atPath: directory + "/inbox.log")
         let error = #expect(throws: StoreError.self) {
-            try SQLiteStore(directory: directory).loadCounting(window: InboxLogTests.window, now: InboxLogTests.now)
+            try SQLiteStore(directory: directory).load(window: InboxLogTests.window, now: InboxLogTests.now)
         }
         guard case .corrupt(let path, let detail)? = error else {
             Issue.record("expected corrupt, got \(String(describing: error))")
@@ -602,26 +597,8 @@ struct InboxLogStoreTests {
             try store.commit(StoreBatch(accepted: [anew]), window: window, now: now)
         }
         let store = try SQLiteStore(directory: directory)
-        let state = try store.loadCounting(window: window, now: now)
+        let state = try store.load(window: window, now: now)
         #expect(state.pending.map(\.messageID) == ["back", "again"])
         #expect(try store.quarantine().map(\.record.messageID).sorted() == ["again", "poison"])
-    }
-}
-
-extension InboxLog {
-    /// A start as Herald makes it: the start counted, then the log loaded.
-    func loadCounting(window limits: DeduplicationWindow, now: Int64) throws(StoreError) -> (
-        pending: [InboxRecord], replays: [String: Int], seen: [String]
-    ) {
-        try countStart()
-        return try load(window: limits, now: now)
-    }
-}
-
-extension SQLiteStore {
-    /// A start as Herald makes it: the start counted, then the store loaded.
-    func loadCounting(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
-        _ = try countStart()
-        return try load(window: window, now: now)
     }
 }

@@ -479,20 +479,20 @@ struct SQLiteStoreTests {
     }
 
     @Test(
-        "each counted start counts for every pending entry; quarantined entries leave the inbox for the quarantine table, and deleteAll empties it"
+        "each load counts a start for every pending entry; quarantined entries leave the inbox for the quarantine table, and deleteAll empties it"
     )
     func replaysAndQuarantine() throws {
         try withTemporaryDirectory { directory in
             let window = DeduplicationWindow()
             let store = try SQLiteStore(directory: directory)
             try store.commit(StoreBatch(accepted: [record(1), record(2)]), window: window, now: 10)
-            #expect(try store.loadCounting(window: window, now: 11).replays == ["m1": 1, "m2": 1])
+            #expect(try store.load(window: window, now: 11).replays == ["m1": 1, "m2": 1])
             try store.commit(StoreBatch(accepted: [record(3)], finished: ["m2"]), window: window, now: 12)
             store.close()  // one writer at a time: the store below reads the files back
             let reopened = try SQLiteStore(directory: directory)
-            #expect(try reopened.loadCounting(window: window, now: 13).replays == ["m1": 2, "m3": 1])
+            #expect(try reopened.load(window: window, now: 13).replays == ["m1": 2, "m3": 1])
             try reopened.commit(StoreBatch(quarantined: ["m1", "unknown"]), window: window, now: 14)
-            let state = try reopened.loadCounting(window: window, now: 15)
+            let state = try reopened.load(window: window, now: 15)
             #expect(state.pending == [record(3)])
             #expect(state.replays == ["m3": 2])
             let quarantined = try reopened.quarantine()
@@ -505,7 +505,7 @@ struct SQLiteStoreTests {
             #expect(try reopened.quarantine().count == 1)
             #expect(try reopened.release(["m1"]).isEmpty)
             #expect(try reopened.quarantine().isEmpty)
-            let released = try reopened.loadCounting(window: window, now: 16)
+            let released = try reopened.load(window: window, now: 16)
             #expect(released.pending.map(\.messageID) == ["m3", "m1"])
             #expect(released.replays == ["m3": 3, "m1": 1])
             try reopened.commit(StoreBatch(quarantined: ["m3"]), window: window, now: 17)
@@ -528,7 +528,7 @@ struct SQLiteStoreTests {
                         """)
             }
             let store = try SQLiteStore(directory: directory)
-            let state = try store.loadCounting(window: DeduplicationWindow(), now: 2)
+            let state = try store.load(window: DeduplicationWindow(), now: 2)
             #expect(state.pending == [record(1)])
             #expect(state.replays == ["m1": 1])
             #expect(try store.quarantine().isEmpty)

@@ -202,21 +202,9 @@ public final class Herald: @unchecked Sendable {
         let token = identity.token
         for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
         let pending = stored.pending
-        var replays = stored.replays
+        let replays = stored.replays
         let store = self.store
-        if !pending.isEmpty {
-            // Counted only now that the plugins have started: a start that failed before replayed nothing, and must
-            // not bring a message nearer its quarantine.
-            do {
-                if try await loop.offload({ try store.countStart() }) {
-                    for record in pending { replays[record.messageID, default: 0] += 1 }
-                }
-            } catch {
-                logger.error(
-                    "could not count this start for the messages it replays; replaying them anyway", metadata: ["error": "\(error)"])
-            }
-        }
-        try? await loop.submit { [logger, replays] in
+        try? await loop.submit { [logger] in
             if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
             for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
             if !pending.isEmpty {

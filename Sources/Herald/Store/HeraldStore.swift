@@ -8,15 +8,9 @@ public protocol HeraldStore: AnyObject, Sendable {
     /// Whether what is committed survives the process (a durable inbox makes sense only then).
     var isDurable: Bool { get }
 
-    /// Everything the instance needs at start. Throws ``StoreError`` when the store cannot be read.
+    /// Everything the instance needs at start. Throws ``StoreError`` when the store cannot be read. A durable store
+    /// counts this start for every pending entry (``StoredState/replays``) before it returns them.
     func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState
-
-    /// Counts a start that replays the pending entries, for every one of them (``StoredState/replays`` at the next
-    /// ``load(window:now:)``), durably before it returns; `true` when it counted. Herald calls it after its plugins
-    /// have started, before it replays: a start that fails before (a port in use, a plugin that does not start)
-    /// replays nothing and counts for no message. The default counts nothing and returns `false`: a store that counts
-    /// in ``load(window:now:)`` instead (as stores made for 0.1.0 do) keeps its counts as they are.
-    func countStart() throws(StoreError) -> Bool
 
     /// Saves the identity (installation ID, token, device token).
     func save(identity: StoredIdentity) throws(StoreError)
@@ -40,9 +34,6 @@ public protocol HeraldStore: AnyObject, Sendable {
 extension HeraldStore {
     /// Nothing to let go of.
     public func close() {}
-
-    /// Counts nothing: a store that counts starts does so in ``load(window:now:)``.
-    public func countStart() throws(StoreError) -> Bool { false }
 }
 
 /// The identity kept in the store.
@@ -72,11 +63,9 @@ public struct StoredState: Sendable {
     public var seenMessageIDs: [String]
     /// Inbox entries accepted but not finished, in acceptance order.
     public var pending: [InboxRecord]
-    /// For each pending entry (by message ID), how many starts replayed it: those counted by
-    /// ``HeraldStore/countStart()``, which Herald calls for this start after the load, once its plugins have started
-    /// (0 or missing before an entry's first replay); a store that counts in ``HeraldStore/load(window:now:)`` instead
-    /// includes this start. An entry past ``Herald/Configuration/maxReplays``, this start included, is quarantined
-    /// instead of replayed.
+    /// For each pending entry (by message ID), how many starts found it pending, this one included: 1 at its first
+    /// replay. A durable store counts the start in ``HeraldStore/load(window:now:)`` before it returns; an entry past
+    /// ``Herald/Configuration/maxReplays`` is quarantined instead of replayed. Missing: 1.
     public var replays: [String: Int]
 
     public init(
