@@ -260,7 +260,8 @@ struct DurableInboxTests {
         try await withDataDirectory { directory in
             let store = try SQLiteStore(directory: directory)
             let herald = Herald(configuration: patientShutdown(.init(senderID: "1")), store: store)
-            try herald.register(DurableRecorder())
+            let recorder = DurableRecorder()
+            try herald.register(recorder)
             try await herald.start()
             let token = try await herald.token()
             #expect(try store.limitPages(1) > 1)
@@ -284,7 +285,11 @@ struct DurableInboxTests {
                     "first": "refused", "retry": "refused", "older": "refused", "newer": "refused", "older again": "refused",
                 ])
             _ = try store.limitPages(1_000_000)
+            // Nothing refused is remembered: each of those IDs is a new message now, delivered.
             #expect((try? await herald.deliver(dataMessage(id: "m", token: token)).get()) == "m")
+            #expect((try? await herald.deliver(dataMessage(id: "c1", token: token, collapseKey: "k")).get()) == "c1")
+            try await herald.waitUntilIdle()
+            #expect(recorder.messages.compactMap(\.messageID) == ["m", "c1"])
             await herald.shutdown()
         }
     }

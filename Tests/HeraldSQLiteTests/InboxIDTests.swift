@@ -88,4 +88,43 @@ struct InboxIDTests {
             #expect(state.pending.first.map { String(decoding: $0.userInfo, as: UTF8.self).contains("third") } == true)
         }
     }
+
+    @Test("a message pending at start is held by its ID before the replay: a resend while the plugins start is a duplicate")
+    func pendingHeldBeforeReplay() async throws {
+        /// Sends the pending message's ID again from its start, before the instance replays.
+        final class ResendingPlugin: HeraldPlugin, Sendable {
+            let token: String
+            let outcome = Locked<DeliveryOutcome?>(nil)
+            init(token: String) { self.token = token }
+            func start(_ context: PluginContext) async throws {
+                let answer = await context.bus.deliver(dataMessage(id: "pending", token: token, payload: "resent"))
+                outcome.withLock { $0 = answer }
+            }
+        }
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.deduplication = DeduplicationWindow(maximumCount: 0)
+            let store = try SQLiteStore(directory: directory)
+            var token = ""
+            try await withStarted(Herald(configuration: patientShutdown(configuration), store: store)) { herald in
+                token = try await herald.token()
+            }
+            try store.commit(
+                StoreBatch(accepted: [InboxRecord(dataMessage(id: "pending", token: token, payload: "first"), messageID: "pending")]),
+                window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            store.close()
+            let handler = HoldingHandler()
+            let resending = ResendingPlugin(token: token)
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
+            try herald.register(handler)
+            try herald.register(resending)
+            try await herald.start()
+            #expect(resending.outcome.withLock { $0.flatMap { try? $0.get() } } == "pending")
+            #expect(await eventually { handler.isHolding("first") })
+            handler.releaseAll()
+            try await herald.waitUntilIdle()
+            #expect(handler.payloads == ["first"])
+            await herald.shutdown()
+        }
+    }
 }

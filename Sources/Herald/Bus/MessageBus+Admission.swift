@@ -148,8 +148,11 @@ extension MessageBus {
             batch.accepted.removeAll { $0.messageID == replaced.id }
             let moved = followers.removeValue(forKey: replaced.id) ?? []
             // A retry of the replaced message (or of one it had replaced) waits for the newer one's commit too.
-            for id in [replaced.id] + moved.map(\.id) {
-                if let place = inboxIDs.index(forKey: id) { inboxIDs.values[place] = .replaced(by: messageID) }
+            if !inboxIDs.isEmpty {
+                if let place = inboxIDs.index(forKey: replaced.id) { inboxIDs.values[place] = .replaced(by: messageID) }
+                for follower in moved {
+                    if let place = inboxIDs.index(forKey: follower.id) { inboxIDs.values[place] = .replaced(by: messageID) }
+                }
             }
             followers[messageID, default: []].append((replaced.id, replaced.completion))
             followers[messageID, default: []].append(contentsOf: moved)

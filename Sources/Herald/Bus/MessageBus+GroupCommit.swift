@@ -129,25 +129,28 @@ extension MessageBus {
     /// are answered, the messages go on to their handlers, and the finished ones it removed leave ``inboxIDs``.
     private func committed(_ acks: consuming [PendingAck], batch committing: StoreBatch) {
         commitRetryDelay = .zero
-        // Only messages whose ID a sender gave are held by ID: with none, no hash of each ID.
-        let holding = !inboxIDs.isEmpty
-        if holding {
+        // What is held by ID is settled before any sender is answered: an answer may send again at once. Only
+        // messages whose ID a sender gave are held by ID: with none, no hash of each ID.
+        if !inboxIDs.isEmpty {
             for id in committing.finished { inboxIDs.removeValue(forKey: id) }
             for id in committing.quarantined { inboxIDs.removeValue(forKey: id) }
+            for index in acks.indices {
+                if let place = inboxIDs.index(forKey: acks[index].id) { inboxIDs.values[place] = .held }
+                // A message this one replaced is not in the inbox: from now on the window alone decides whether its
+                // ID is a duplicate's. Followers are rare (a second send of a message whose commit is under way).
+                guard !followers.isEmpty else { continue }
+                for follower in followers[acks[index].id] ?? [] where follower.id != acks[index].id {
+                    inboxIDs.removeValue(forKey: follower.id)
+                }
+            }
         }
         // By index, each message taken out of its ack: it goes on to the handlers without a copy.
         for index in acks.indices {
             let id = acks[index].id
-            if holding, let place = inboxIDs.index(forKey: id) { inboxIDs.values[place] = .held }
             acks[index].completion(.success(id))
-            // Followers are rare (a second send of a message whose commit is under way): no hash of the ID without.
+            // No hash of the ID without followers.
             if !followers.isEmpty {
-                for follower in followers.removeValue(forKey: id) ?? [] {
-                    // A message this one replaced is not in the inbox: from now on the window alone decides whether
-                    // its ID is a duplicate's.
-                    if follower.id != id { inboxIDs.removeValue(forKey: follower.id) }
-                    follower.completion(.success(follower.id))
-                }
+                for follower in followers.removeValue(forKey: id) ?? [] { follower.completion(.success(follower.id)) }
             }
             if draining {
                 // Committed after shutdown began: the inbox replays it at the next start.
@@ -169,16 +172,22 @@ extension MessageBus {
                 "error": "\(error)", "messages": "\(acks.count)",
             ])
         let refusal = MessageError(.storeUnavailable("\(error)"))
+        // Every refused ID is forgotten before any sender is answered: an answer may send again at once, and that
+        // send is a new message.
+        var refused: [(ack: PendingAck, followers: [(id: String, completion: Answer)])] = []
+        refused.reserveCapacity(acks.count)
         for ack in acks {
-            seenIDs.remove(ack.id)
-            inboxIDs.removeValue(forKey: ack.id)
-            inFlight -= 1
-            ack.completion(.failure(refusal))
-            for follower in followers.removeValue(forKey: ack.id) ?? [] {
-                seenIDs.remove(follower.id)
-                inboxIDs.removeValue(forKey: follower.id)
-                follower.completion(.failure(refusal))
+            let following = followers.removeValue(forKey: ack.id) ?? []
+            for id in CollectionOfOne(ack.id) + following.map(\.id) {
+                seenIDs.remove(id)
+                inboxIDs.removeValue(forKey: id)
             }
+            inFlight -= 1
+            refused.append((ack, following))
+        }
+        for (ack, following) in refused {
+            ack.completion(.failure(refusal))
+            for follower in following { follower.completion(.failure(refusal)) }
             if let message = ack.message { dropped(message, reason: .storeFailure, detail: "\(error)") }
         }
         // Entries that finished stay in the inbox until a later commit removes them; retry with backoff.
@@ -227,7 +236,6 @@ extension MessageBus {
             } catch {
                 logger.error("an inbox entry could not be read; it is dropped", metadata: ["error": "\(error)"])
                 batch.finished.append(record.messageID)
-                if durable { inboxIDs[record.messageID] = .held }
             }
         }
         var newestByCollapseKey: [String: Int] = [:]
@@ -239,8 +247,6 @@ extension MessageBus {
         for (index, message) in messages.enumerated() {
             let id = message.messageID ?? ""
             seenIDs.insert(id)
-            // Held by ID until its removal is committed, as a message accepted now would be.
-            if durable { inboxIDs[id] = .held }
             if let replays = replays[id], replays > configuration.maxReplays {
                 logger.error(
                     "a message was still pending after several starts (its handling may crash the process): quarantined, not replayed again",

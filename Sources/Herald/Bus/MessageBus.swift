@@ -124,8 +124,10 @@ public final class MessageBus: @unchecked Sendable {
         self.topics = topics
         self.seenIDs = BoundedSet(capacity: configuration.deduplication.maximumCount)
         for id in seenMessageIDs { seenIDs.insert(id) }
-        // Messages waiting for replay are known before any receiver starts, so a resend is a duplicate.
+        // Messages waiting for replay are known before any receiver starts, so a resend is a duplicate; held by ID
+        // until their removal is committed, as a message accepted now would be.
         for id in pendingMessageIDs { seenIDs.insert(id) }
+        if durable { for id in pendingMessageIDs { inboxIDs[id] = .held } }
         self.presented = BoundedDictionary(capacity: configuration.rememberedNotifications)
         self.analytics = AnalyticsPipeline(loop: loop, sinks: plugins.analyticsSinks, configuration: configuration, logger: logger)
     }
