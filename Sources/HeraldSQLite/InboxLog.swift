@@ -8,7 +8,8 @@ package import Herald
 ///
 /// A frame is its payload's length (4 bytes, little-endian), the payload's CRC-32 (4 bytes) and the payload, whose
 /// first byte is its kind: the file's header, or a commit. A commit's payload is its entries, each a kind, a length
-/// and a body: a record accepted, an ID finished, an ID the window keeps (written by a compaction), a start counted.
+/// and a body: a record accepted, an ID finished, an ID the window keeps (written by a compaction), a start counted (for
+/// the record whose ID it holds, or without one for every record pending at its place).
 /// A commit is one frame, written after the last commit in one call and made durable before it returns; a crash
 /// during that call can leave that frame torn (cut short, or with bytes that do not check), never an earlier one.
 /// Opening the file cuts it at the first frame that does not check (``cutBytes``): what is kept is exactly the
@@ -283,8 +284,15 @@ package final class InboxLog {
                 }
                 window.append((id, seenAt))
             case .started:
-                guard entry.isAtEnd else { throw .corrupt(path: path, detail: "the start at byte \(offset) does not read") }
-                for id in pending.keys { pending[id]?.replays += 1 }
+                // Without an ID: every record pending here; with one: that record.
+                if entry.isAtEnd {
+                    for id in pending.keys { pending[id]?.replays += 1 }
+                } else {
+                    guard let id = entry.string(), entry.isAtEnd else {
+                        throw .corrupt(path: path, detail: "the start at byte \(offset) does not read")
+                    }
+                    pending[id]?.replays += 1
+                }
             }
         }
     }
@@ -304,16 +312,35 @@ package final class InboxLog {
 
     // MARK: The store's calls
 
-    /// Counts this start for every pending record (durably, before it returns), prunes the window to `limits` at
-    /// `now` and answers the pending records in acceptance order, their start counts (1 at a record's first replay)
-    /// and the window's IDs, oldest first. Compacts the file when it holds much more than that.
-    package func load(window limits: DeduplicationWindow, now: Int64) throws(StoreError) -> (
+    /// Counts a start for every pending record, durably before it returns: an entry without an ID, which counts every
+    /// record pending at its place in the log when it is read back.
+    package func countStart() throws(StoreError) {
+        guard !pending.isEmpty else { return }
+        try append(Self.commitFrame(size: Self.entryOverhead) { Self.writeEntry(.started, bodySize: 0, to: &$0) { _ in } })
+        for id in pending.keys { pending[id]?.replays += 1 }
+    }
+
+    /// Counts a start for each of the pending records `ids` (those still pending), durably before it returns: an entry
+    /// with the ID for each.
+    package func countStart(of ids: [String]) throws(StoreError) {
+        let counted = ids.filter { pending[$0] != nil }
+        guard !counted.isEmpty else { return }
+        let size = counted.reduce(0) { $0 + Self.entryOverhead + Self.finishedBodySize($1) }
+        try append(
+            Self.commitFrame(size: size) { writer in
+                for id in counted { Self.writeEntry(.started, bodySize: Self.finishedBodySize(id), to: &writer) { $0.string(id) } }
+            })
+        for id in counted { pending[id]?.replays += 1 }
+    }
+
+    /// Counts this start for every pending record (``countStart()``; not when `counting` is `false`), prunes the window
+    /// to `limits` at `now` and answers the pending records in acceptance order, their start counts (1 at a record's
+    /// first replay, when counted) and the window's IDs, oldest first. Compacts the file when it holds much more than
+    /// that.
+    package func load(window limits: DeduplicationWindow, now: Int64, counting: Bool = true) throws(StoreError) -> (
         pending: [InboxRecord], replays: [String: Int], seen: [String]
     ) {
-        if !pending.isEmpty {
-            try append(Self.commitFrame(size: Self.entryOverhead) { Self.writeEntry(.started, bodySize: 0, to: &$0) { _ in } })
-            for id in pending.keys { pending[id]?.replays += 1 }
-        }
+        if counting { try countStart() }
         // The window exactly as its limits define it: each ID once (at its newest acceptance), none accepted before
         // its age (also behind a newer one, after the clock went back), the newest `maximumCount`.
         let oldest = limits.oldestKept(now: now)

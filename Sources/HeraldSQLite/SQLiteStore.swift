@@ -151,9 +151,24 @@ public final class SQLiteStore: HeraldStore, Sendable {
     /// counted for each, durably) and the window's message IDs (oldest first, pruned to `window` at `now`). Any thread,
     /// one call at a time.
     public func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
+        try load(window: window, now: now, counting: true)
+    }
+
+    /// ``load(window:now:)`` with the start not counted: ``countStart(of:)`` counts it. Any thread, one call at a time.
+    public func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState? {
+        try load(window: window, now: now, counting: false)
+    }
+
+    /// Counts a start for each of the pending entries `messageIDs` (those still pending), durably. Any thread, one
+    /// call at a time.
+    public func countStart(of messageIDs: [String]) throws(StoreError) {
+        try withInboxLog { log throws(StoreError) in try log.countStart(of: messageIDs) }
+    }
+
+    private func load(window: DeduplicationWindow, now: Int64, counting: Bool) throws(StoreError) -> StoredState {
         try withInboxLog { log throws(StoreError) in
             try settleQuarantineMoves(log, window: window, now: now)
-            let inbox = try log.load(window: window, now: now)
+            let inbox = try log.load(window: window, now: now, counting: counting)
             var state = StoredState()
             do {
                 try database.read { db in

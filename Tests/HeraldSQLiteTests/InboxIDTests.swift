@@ -127,4 +127,72 @@ struct InboxIDTests {
             await herald.shutdown()
         }
     }
+
+    @Test(
+        "a start counts toward a pending message's quarantine once the plugins have started: failed starts do not, nor do messages accepted while the plugins start"
+    )
+    func startsCountedAfterThePlugins() async throws {
+        struct StartFailure: Error {}
+        final class FailingPlugin: HeraldPlugin, Sendable {
+            func start(_ context: PluginContext) async throws { throw StartFailure() }
+        }
+        /// Sends a new message from its start, before the instance counts the start and replays.
+        final class SendingPlugin: HeraldPlugin, Sendable {
+            let token: String
+            let outcome = Locked<DeliveryOutcome?>(nil)
+            init(token: String) { self.token = token }
+            func start(_ context: PluginContext) async throws {
+                let answer = await context.bus.deliver(dataMessage(id: "new", token: token, payload: "new"))
+                outcome.withLock { $0 = answer }
+            }
+        }
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.maxReplays = 1
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            let store = try SQLiteStore(directory: directory)
+            var token = ""
+            try await withStarted(Herald(configuration: patientShutdown(configuration), store: store)) { herald in
+                token = try await herald.token()
+            }
+            try store.commit(
+                StoreBatch(accepted: [InboxRecord(dataMessage(id: "old", token: token, payload: "old"), messageID: "old")]),
+                window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            store.close()
+            // More failed starts than the one replay allowed, each after the store was loaded.
+            for _ in 0..<3 {
+                let herald = Herald(configuration: patientShutdown(configuration), store: store)
+                try herald.register(FailingPlugin())
+                await #expect(throws: HeraldError.self) { try await herald.start() }
+                store.close()
+            }
+            #expect(try store.loadLeavingTheStartUncounted(window: configuration.deduplication, now: 0)?.replays == ["old": 0])
+            store.close()
+            // The first start that gets through replays it (its one replay), and a message sent while it started is
+            // not counted; both are still being handled at the stop.
+            let handler = HoldingHandler()
+            let sending = SendingPlugin(token: token)
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
+            try herald.register(handler)
+            try herald.register(sending)
+            try await herald.start()
+            #expect(sending.outcome.withLock { $0.flatMap { try? $0.get() } } == "new")
+            #expect(await eventually { handler.isHolding("old") && handler.isHolding("new") }, "old is replayed, not quarantined")
+            await herald.shutdown()
+            handler.releaseAll()
+            let state = try store.loadLeavingTheStartUncounted(window: configuration.deduplication, now: 0)
+            #expect(state?.replays == ["old": 1, "new": 0])
+            #expect(try store.quarantine().isEmpty)
+            store.close()
+            // The next start is old's second replay, past the one allowed: quarantined; new gets its first.
+            let next = HoldingHandler()
+            let again = Herald(configuration: patientShutdown(configuration), store: store)
+            try again.register(next)
+            try await again.start()
+            #expect(await eventually { next.isHolding("new") })
+            #expect(await eventually { (try? store.quarantine().map(\.record.messageID)) == ["old"] })
+            next.releaseAll()
+            await again.shutdown()
+        }
+    }
 }

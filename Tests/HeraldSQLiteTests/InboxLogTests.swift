@@ -404,6 +404,31 @@ struct InboxLogTests {
         }
     }
 
+    @Test(
+        "a start counted for some records counts for those still pending alone, read back the same; one without IDs counts every record pending at its place"
+    )
+    func countedForSome() throws {
+        try Self.withLog { path in
+            do {
+                let log = try InboxLog(path: path)
+                try log.commit(accepted: [Self.record("a"), Self.record("b")], finished: [], window: Self.window, now: Self.now)
+                #expect(try log.load(window: Self.window, now: Self.now, counting: false).replays == ["a": 0, "b": 0])
+                try log.commit(accepted: [Self.record("c")], finished: ["b"], window: Self.window, now: Self.now)
+                // b finished and c came after the load: only a is counted.
+                try log.countStart(of: ["a", "b"])
+                #expect(log.pendingRecord("a")?.replays == 1 && log.pendingRecord("c")?.replays == 0)
+            }
+            do {
+                let log = try InboxLog(path: path)
+                #expect(try log.load(window: Self.window, now: Self.now, counting: false).replays == ["a": 1, "c": 0])
+                try log.countStart()
+                try log.commit(accepted: [Self.record("d")], finished: [], window: Self.window, now: Self.now)
+            }
+            let log = try InboxLog(path: path)
+            #expect(try log.load(window: Self.window, now: Self.now, counting: false).replays == ["a": 2, "c": 1, "d": 0])
+        }
+    }
+
     @Test("compaction: once the file holds much more than what is live, it is rewritten to what is live; the state read back is the same")
     func compaction() throws {
         try Self.withLog { path in

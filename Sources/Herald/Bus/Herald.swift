@@ -181,7 +181,7 @@ public final class Herald: @unchecked Sendable {
             return (plugins, categories)
         }
         if ownsLoop, loop.lifecycle == .idle { try loop.start() }
-        let (stored, identity) = try await loadStore()
+        let (stored, identity, counted) = try await loadStore()
         let bus = MessageBus(
             loop: loop, timeSource: timeSource, configuration: configuration, logger: logger,
             plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
@@ -202,9 +202,22 @@ public final class Herald: @unchecked Sendable {
         let token = identity.token
         for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
         let pending = stored.pending
-        let replays = stored.replays
+        var replays = stored.replays
         let store = self.store
-        try? await loop.submit { [logger] in
+        if !counted, !pending.isEmpty {
+            // Counted now that the plugins have started, for the messages loaded (not those accepted since): a start
+            // that failed before replayed nothing and brings no message nearer its quarantine.
+            let ids = pending.map(\.messageID)
+            do {
+                try await loop.offload { try store.countStart(of: ids) }
+            } catch {
+                logger.error(
+                    "could not count this start for the messages it replays; replaying them anyway", metadata: ["error": "\(error)"])
+            }
+            // This start replays them, counted or not.
+            for id in ids { replays[id, default: 0] += 1 }
+        }
+        try? await loop.submit { [logger, replays] in
             if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
             for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
             if !pending.isEmpty {
@@ -217,17 +230,22 @@ public final class Herald: @unchecked Sendable {
 
     /// The stored state and the registration identity to start with (minted and saved when there is none and auto-init
     /// is on). When the store fails the instance is stopped and the error thrown.
-    private func loadStore() async throws -> (StoredState, StoredIdentity) {
+    /// `counted`: whether the store counted this start (``HeraldStore/load(window:now:)``); when not, the caller counts it.
+    private func loadStore() async throws -> (StoredState, StoredIdentity, counted: Bool) {
         let store = self.store
         do {
-            let stored = try await loop.offload { [configuration] () throws -> StoredState in
-                try store.load(window: configuration.deduplication, now: WallClock.nowMilliseconds())
+            let (stored, counted) = try await loop.offload { [configuration] () throws -> (StoredState, Bool) in
+                let window = configuration.deduplication
+                if let state = try store.loadLeavingTheStartUncounted(window: window, now: WallClock.nowMilliseconds()) {
+                    return (state, false)
+                }
+                return (try store.load(window: window, now: WallClock.nowMilliseconds()), true)
             }
             let resolved = RegistrationIdentity.resolve(stored.identity, autoInit: configuration.isAutoInitEnabled)
             if resolved.changed {
                 try await loop.offload { try store.save(identity: resolved.identity) }
             }
-            return (stored, resolved.identity)
+            return (stored, resolved.identity, counted)
         } catch {
             logger.critical("cannot start: the store failed", metadata: ["error": "\(error)"])
             state.withLock { $0 = .stopped }

@@ -12,6 +12,18 @@ public protocol HeraldStore: AnyObject, Sendable {
     /// counts this start for every pending entry (``StoredState/replays``) before it returns them.
     func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState
 
+    /// ``load(window:now:)`` without counting this start: `nil` when the store does not count starts apart (the
+    /// default), and Herald then calls ``load(window:now:)``. With a state, Herald counts the start for the entries it
+    /// replays (``countStart(of:)``) once its plugins have started, just before the replay: a start that fails before
+    /// (a port in use, a plugin that does not start) counts for no message. The state's ``StoredState/replays`` are
+    /// then the starts counted before this one.
+    func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState?
+
+    /// Counts a start for each of the pending entries `messageIDs` (those still pending; messages committed since the
+    /// load are not among them), durably before it returns. Called only after
+    /// ``loadLeavingTheStartUncounted(window:now:)`` gave a state. The default does nothing.
+    func countStart(of messageIDs: [String]) throws(StoreError)
+
     /// Saves the identity (installation ID, token, device token).
     func save(identity: StoredIdentity) throws(StoreError)
 
@@ -34,6 +46,12 @@ public protocol HeraldStore: AnyObject, Sendable {
 extension HeraldStore {
     /// Nothing to let go of.
     public func close() {}
+
+    /// `nil`: the store counts the start in ``load(window:now:)``.
+    public func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState? { nil }
+
+    /// Nothing to count: the store counts the start in ``load(window:now:)``.
+    public func countStart(of messageIDs: [String]) throws(StoreError) {}
 }
 
 /// The identity kept in the store.
@@ -64,7 +82,8 @@ public struct StoredState: Sendable {
     /// Inbox entries accepted but not finished, in acceptance order.
     public var pending: [InboxRecord]
     /// For each pending entry (by message ID), how many starts found it pending, this one included: 1 at its first
-    /// replay. A durable store counts the start in ``HeraldStore/load(window:now:)`` before it returns; an entry past
+    /// replay. A durable store counts the start in ``HeraldStore/load(window:now:)`` before it returns (from
+    /// ``HeraldStore/loadLeavingTheStartUncounted(window:now:)``: this one not included); an entry past
     /// ``Herald/Configuration/maxReplays`` is quarantined instead of replayed. Missing: 1.
     public var replays: [String: Int]
 
