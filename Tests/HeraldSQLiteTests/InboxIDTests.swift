@@ -42,8 +42,43 @@ private final class HoldingHandler: MessageHandler, @unchecked Sendable {
     }
 }
 
+/// Delivers `message` from its start, and keeps the answer.
+private final class SendingPlugin: HeraldPlugin, Sendable {
+    let message: RemoteMessage
+    let outcome = Locked<DeliveryOutcome?>(nil)
+    init(message: RemoteMessage) { self.message = message }
+    func start(_ context: PluginContext) async throws {
+        let answer = await context.bus.deliver(message)
+        outcome.withLock { $0 = answer }
+    }
+}
+
 @Suite("The durable inbox holds one message per ID: a second under an ID still in it is a duplicate, whatever the window")
 struct InboxIDTests {
+    /// A store in `directory` with an identity and one pending message, `pending`, of the given payload; closed.
+    static func store(
+        in directory: String, configuration: Herald.Configuration, pending id: String, payload: String
+    ) async throws -> (SQLiteStore, token: String) {
+        let store = try SQLiteStore(directory: directory)
+        var token = ""
+        try await withStarted(Herald(configuration: patientShutdown(configuration), store: store)) { herald in
+            token = try await herald.token()
+        }
+        try store.commit(
+            StoreBatch(accepted: [InboxRecord(dataMessage(id: id, token: token, payload: payload), messageID: id)]),
+            window: configuration.deduplication, now: WallClock.nowMilliseconds())
+        store.close()
+        return (store, token)
+    }
+
+    /// An instance on `store` with `plugins`, started.
+    static func started(on store: SQLiteStore, configuration: Herald.Configuration, plugins: [any HeraldPlugin]) async throws -> Herald {
+        let herald = Herald(configuration: patientShutdown(configuration), store: store)
+        for plugin in plugins { try herald.register(plugin) }
+        try await herald.start()
+        return herald
+    }
+
     @Test(
         "a message sent again while the first is still being handled, its ID gone from the window, is answered as a duplicate, not delivered, and not lost when the first finishes"
     )
@@ -53,12 +88,9 @@ struct InboxIDTests {
             configuration.deduplication = DeduplicationWindow(maximumCount: 1, maximumAge: .seconds(60))
             configuration.shutdownGracePeriod = .milliseconds(50)
             let store = try SQLiteStore(directory: directory)
-            let herald = Herald(configuration: patientShutdown(configuration), store: store)
             let handler = HoldingHandler()
             let sink = RecordingSink()
-            try herald.register(handler)
-            try herald.register(sink)
-            try await herald.start()
+            let herald = try await Self.started(on: store, configuration: configuration, plugins: [handler, sink])
             let token = try await herald.token()
             #expect(try await herald.deliver(dataMessage(id: "x", token: token, payload: "first")).get() == "x")
             #expect(await eventually { handler.isHolding("first") })
@@ -91,34 +123,14 @@ struct InboxIDTests {
 
     @Test("a message pending at start is held by its ID before the replay: a resend while the plugins start is a duplicate")
     func pendingHeldBeforeReplay() async throws {
-        /// Sends the pending message's ID again from its start, before the instance replays.
-        final class ResendingPlugin: HeraldPlugin, Sendable {
-            let token: String
-            let outcome = Locked<DeliveryOutcome?>(nil)
-            init(token: String) { self.token = token }
-            func start(_ context: PluginContext) async throws {
-                let answer = await context.bus.deliver(dataMessage(id: "pending", token: token, payload: "resent"))
-                outcome.withLock { $0 = answer }
-            }
-        }
         try await withDataDirectory { directory in
             var configuration = Herald.Configuration(senderID: "1234567890")
             configuration.deduplication = DeduplicationWindow(maximumCount: 0)
-            let store = try SQLiteStore(directory: directory)
-            var token = ""
-            try await withStarted(Herald(configuration: patientShutdown(configuration), store: store)) { herald in
-                token = try await herald.token()
-            }
-            try store.commit(
-                StoreBatch(accepted: [InboxRecord(dataMessage(id: "pending", token: token, payload: "first"), messageID: "pending")]),
-                window: configuration.deduplication, now: WallClock.nowMilliseconds())
-            store.close()
+            let (store, token) = try await Self.store(in: directory, configuration: configuration, pending: "pending", payload: "first")
             let handler = HoldingHandler()
-            let resending = ResendingPlugin(token: token)
-            let herald = Herald(configuration: patientShutdown(configuration), store: store)
-            try herald.register(handler)
-            try herald.register(resending)
-            try await herald.start()
+            // Sends the pending message's ID again from its start, before the instance replays.
+            let resending = SendingPlugin(message: dataMessage(id: "pending", token: token, payload: "resent"))
+            let herald = try await Self.started(on: store, configuration: configuration, plugins: [handler, resending])
             #expect(resending.outcome.withLock { $0.flatMap { try? $0.get() } } == "pending")
             #expect(await eventually { handler.isHolding("first") })
             handler.releaseAll()
@@ -136,29 +148,11 @@ struct InboxIDTests {
         final class FailingPlugin: HeraldPlugin, Sendable {
             func start(_ context: PluginContext) async throws { throw StartFailure() }
         }
-        /// Sends a new message from its start, before the instance counts the start and replays.
-        final class SendingPlugin: HeraldPlugin, Sendable {
-            let token: String
-            let outcome = Locked<DeliveryOutcome?>(nil)
-            init(token: String) { self.token = token }
-            func start(_ context: PluginContext) async throws {
-                let answer = await context.bus.deliver(dataMessage(id: "new", token: token, payload: "new"))
-                outcome.withLock { $0 = answer }
-            }
-        }
         try await withDataDirectory { directory in
             var configuration = Herald.Configuration(senderID: "1234567890")
             configuration.maxReplays = 1
             configuration.shutdownGracePeriod = .milliseconds(50)
-            let store = try SQLiteStore(directory: directory)
-            var token = ""
-            try await withStarted(Herald(configuration: patientShutdown(configuration), store: store)) { herald in
-                token = try await herald.token()
-            }
-            try store.commit(
-                StoreBatch(accepted: [InboxRecord(dataMessage(id: "old", token: token, payload: "old"), messageID: "old")]),
-                window: configuration.deduplication, now: WallClock.nowMilliseconds())
-            store.close()
+            let (store, token) = try await Self.store(in: directory, configuration: configuration, pending: "old", payload: "old")
             // More failed starts than the one replay allowed, each after the store was loaded.
             for _ in 0..<3 {
                 let herald = Herald(configuration: patientShutdown(configuration), store: store)
@@ -171,11 +165,9 @@ struct InboxIDTests {
             // The first start that gets through replays it (its one replay), and a message sent while it started is
             // not counted; both are still being handled at the stop.
             let handler = HoldingHandler()
-            let sending = SendingPlugin(token: token)
-            let herald = Herald(configuration: patientShutdown(configuration), store: store)
-            try herald.register(handler)
-            try herald.register(sending)
-            try await herald.start()
+            // Sends a new message from its start, before the instance counts the start and replays.
+            let sending = SendingPlugin(message: dataMessage(id: "new", token: token, payload: "new"))
+            let herald = try await Self.started(on: store, configuration: configuration, plugins: [handler, sending])
             #expect(sending.outcome.withLock { $0.flatMap { try? $0.get() } } == "new")
             #expect(await eventually { handler.isHolding("old") && handler.isHolding("new") }, "old is replayed, not quarantined")
             await herald.shutdown()
@@ -186,9 +178,7 @@ struct InboxIDTests {
             store.close()
             // The next start is old's second replay, past the one allowed: quarantined; new gets its first.
             let next = HoldingHandler()
-            let again = Herald(configuration: patientShutdown(configuration), store: store)
-            try again.register(next)
-            try await again.start()
+            let again = try await Self.started(on: store, configuration: configuration, plugins: [next])
             #expect(await eventually { next.isHolding("new") })
             #expect(await eventually { (try? store.quarantine().map(\.record.messageID)) == ["old"] })
             next.releaseAll()
