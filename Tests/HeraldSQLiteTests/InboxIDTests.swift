@@ -5,7 +5,7 @@ import HeraldTesting
 import Testing
 
 /// A message handler that holds each message until the test lets that one go, by its payload.
-private final class HoldingHandler: MessageHandler, @unchecked Sendable {
+final class HoldingHandler: MessageHandler, @unchecked Sendable {
     // @unchecked Sendable: state behind a lock.
     private struct State {
         var payloads: [String] = []

@@ -98,8 +98,18 @@ public final class Herald: @unchecked Sendable {
         case registering(PluginSet, [String: NotificationCategory])
         /// `start()` is opening the store; the plugin set is frozen.
         case starting(PluginSet)
-        case started(MessageBus)
+        /// The bus runs. `starting`: `start()` is still starting the plugins, handing out the token, counting this
+        /// start and submitting the replay; a `shutdown()` then waits for it to stop there (``stopping``).
+        case started(MessageBus, starting: Bool)
+        /// `shutdown()` came while `start()` was starting: it waits through `handOver` for `start()` to give it the
+        /// plugins it started, and then stops the instance.
+        case stopping(MessageBus, handOver: CheckedContinuation<(MessageBus, [any HeraldPlugin])?, Never>)
         case stopped
+
+        /// The bus, from the moment it runs (plugins starting) until `shutdown()` takes it.
+        var bus: MessageBus? {
+            if case .started(let bus, _) = self { bus } else { nil }
+        }
     }
 
     /// The instance's event loop.
@@ -152,7 +162,7 @@ public final class Herald: @unchecked Sendable {
         let all: [any HeraldPlugin] = state.withLock { state in
             switch state {
             case .registering(let plugins, _), .starting(let plugins): plugins.all
-            case .started(let bus): bus.pluginSet.all
+            case .started(let bus, _), .stopping(let bus, _): bus.pluginSet.all
             case .stopped: []
             }
         }
@@ -172,7 +182,9 @@ public final class Herald: @unchecked Sendable {
 
     /// Starts the loop (when the instance owns it), the plugins in registration order, and the bus; mints the
     /// registration token and hands it to every ``TokenHandler``. Throws ``HeraldError/pluginFailedToStart(plugin:error:)``
-    /// (after stopping the plugins already started) when a plugin's `start` throws.
+    /// (after stopping the plugins already started and closing the store) when a plugin's `start` throws, and
+    /// ``HeraldError/notRunning`` when ``shutdown()`` came before the start had finished (the shutdown then stops the
+    /// plugins started so far; messages the durable inbox would have replayed stay there for the next start).
     public func start() async throws {
         let (plugins, categories): (PluginSet, [String: NotificationCategory]) = try state.withLock {
             (state: inout Lifecycle) throws(HeraldError) in
@@ -190,21 +202,39 @@ public final class Herald: @unchecked Sendable {
         )
         let stillStarting = state.withLock { state in
             guard case .starting = state else { return false }
-            state = .started(bus)
+            state = .started(bus, starting: true)
             return true
         }
         guard stillStarting else {
             // shutdown() ran while the store was opening.
+            store.close()
             if ownsLoop { await loop.shutdownGracefully() }
             throw HeraldError.notRunning
         }
-        try await startPlugins(plugins.all, bus: bus)
+        var started: [any HeraldPlugin] = []
+        for plugin in plugins.all {
+            do {
+                try await plugin.start(pluginContext(for: plugin, bus: bus))
+                started.append(plugin)
+            } catch {
+                let failure = HeraldError.pluginFailedToStart(plugin: plugin.descriptor.name, error: "\(error)")
+                // The plugins already started are stopped in reverse order, as at a shutdown, and the store closed.
+                if endStart(bus, started: started, failed: true) == .failed {
+                    await stop(bus, plugins: started)
+                    if ownsLoop { await loop.shutdownGracefully() }
+                }
+                throw failure
+            }
+            if isStopping() { break }
+        }
         let token = identity.token
-        for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
+        if !isStopping() {
+            for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
+        }
         let pending = stored.pending
         var replays = stored.replays
         let store = self.store
-        if !counted, !pending.isEmpty {
+        if !counted, !pending.isEmpty, !isStopping() {
             // Counted now that the plugins have started, for the messages loaded (not those accepted since): a start
             // that failed before replayed nothing and brings no message nearer its quarantine.
             let ids = pending.map(\.messageID)
@@ -217,15 +247,54 @@ public final class Herald: @unchecked Sendable {
             // This start replays them, counted or not.
             for id in ids { replays[id, default: 0] += 1 }
         }
-        try? await loop.submit { [logger, replays] in
-            if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
-            for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
-            if !pending.isEmpty {
-                logger.info("replaying messages accepted before the last stop but not finished", metadata: ["count": "\(pending.count)"])
-                bus.replay(pending, replays: replays, path: "\(store)")
+        if !isStopping() {
+            try? await loop.submit { [logger, replays] in
+                if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
+                for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
+                if !pending.isEmpty {
+                    logger.info(
+                        "replaying messages accepted before the last stop but not finished", metadata: ["count": "\(pending.count)"])
+                    bus.replay(pending, replays: replays, path: "\(store)")
+                }
             }
         }
+        // A shutdown that came meanwhile stops the instance now (with the plugins started, the replay not made when it
+        // came before it: those messages stay pending, this start not counted for them).
+        guard endStart(bus, started: started, failed: false) == .running else { throw HeraldError.notRunning }
         logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
+    }
+
+    /// Whether a `shutdown()` is waiting for `start()` to stop where it is.
+    private func isStopping() -> Bool {
+        state.withLock { state in
+            if case .stopping = state { true } else { false }
+        }
+    }
+
+    /// How `start()` ends its hold on the bus.
+    private enum StartEnd {
+        /// Started; the instance runs.
+        case running
+        /// The start failed and no shutdown came: the instance is stopped, and `start()` stops what it started.
+        case failed
+        /// A waiting `shutdown()` was handed the plugins started: it stops the instance.
+        case handedOver
+    }
+
+    /// Ends `start()`'s hold on the bus (`failed`: a plugin did not start), handing `started` to a `shutdown()` that
+    /// came meanwhile.
+    private func endStart(_ bus: MessageBus, started: [any HeraldPlugin], failed: Bool) -> StartEnd {
+        let handOver: CheckedContinuation<(MessageBus, [any HeraldPlugin])?, Never>? = state.withLock { state in
+            if case .stopping(_, let handOver) = state {
+                state = .stopped
+                return handOver
+            }
+            state = failed ? .stopped : .started(bus, starting: false)
+            return nil
+        }
+        guard let handOver else { return failed ? .failed : .running }
+        handOver.resume(returning: (bus, started))
+        return .handedOver
     }
 
     /// The stored state and the registration identity to start with (minted and saved when there is none and auto-init
@@ -249,25 +318,9 @@ public final class Herald: @unchecked Sendable {
         } catch {
             logger.critical("cannot start: the store failed", metadata: ["error": "\(error)"])
             state.withLock { $0 = .stopped }
+            store.close()
             if ownsLoop { await loop.shutdownGracefully() }
             throw error
-        }
-    }
-
-    /// Starts `plugins` in registration order. When one throws, the ones already started are stopped in reverse
-    /// order, the instance is stopped, and ``HeraldError/pluginFailedToStart(plugin:error:)`` is thrown.
-    private func startPlugins(_ plugins: [any HeraldPlugin], bus: MessageBus) async throws {
-        var started: [any HeraldPlugin] = []
-        for plugin in plugins {
-            do {
-                try await plugin.start(pluginContext(for: plugin, bus: bus))
-                started.append(plugin)
-            } catch {
-                for plugin in started.reversed() { await plugin.stop() }
-                state.withLock { $0 = .stopped }
-                if ownsLoop { await loop.shutdownGracefully() }
-                throw HeraldError.pluginFailedToStart(plugin: plugin.descriptor.name, error: "\(error)")
-            }
         }
     }
 
@@ -329,32 +382,30 @@ public final class Herald: @unchecked Sendable {
 
     /// Stops taking messages (senders get `UNAVAILABLE`), waits up to ``Configuration/shutdownGracePeriod`` for
     /// messages in flight, stops plugins in reverse order, flushes analytics, and shuts the loop down when the
-    /// instance owns it. Idempotent.
+    /// instance owns it. Idempotent. Called while ``start()`` is still starting, it waits for the plugin being started
+    /// (and the token handler being told) to return, and stops the instance there: a plugin's `start` must not await it.
     public func shutdown() async {
-        let bus: MessageBus? = state.withLock { state in
-            switch state {
-            case .started(let bus):
-                state = .stopped
-                return bus
-            case .registering, .starting:
-                state = .stopped
-                return nil
-            case .stopped:
-                return nil
+        // The bus and the plugins to stop: all of them once started; those `start()` started when it was still starting
+        // (it stops there and hands them over).
+        let taken: (MessageBus, [any HeraldPlugin])? = await withCheckedContinuation { continuation in
+            let now: (MessageBus, [any HeraldPlugin])?? = state.withLock { state in
+                switch state {
+                case .started(let bus, starting: false):
+                    state = .stopped
+                    return .some((bus, bus.pluginsForShutdown))
+                case .started(let bus, starting: true):
+                    state = .stopping(bus, handOver: continuation)
+                    return .none
+                case .registering, .starting:
+                    state = .stopped
+                    return .some(nil)
+                case .stopping, .stopped:
+                    return .some(nil)
+                }
             }
+            if let now { continuation.resume(returning: now) }
         }
-        if let bus {
-            try? await loop.submit { bus.beginDraining() }
-            if await !bus.waitUntilIdle(atMost: configuration.shutdownGracePeriod) {
-                logger.warning(
-                    "messages still in flight after the grace period; stopping anyway (the durable inbox replays them at the next start)",
-                    metadata: ["grace": "\(configuration.shutdownGracePeriod)"])
-            }
-            for plugin in bus.pluginsForShutdown.reversed() { await plugin.stop() }
-            await bus.flushStore()
-            await bus.analytics.drain(timeout: configuration.analyticsDrainTimeout)
-            store.close()
-        }
+        if let (bus, plugins) = taken { await stop(bus, plugins: plugins) }
         if ownsLoop { await loop.shutdownGracefully() }
         let waiters = shutdownWaiters.withLock { state in
             state.done = true
@@ -364,9 +415,24 @@ public final class Herald: @unchecked Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
+    /// Stops the bus: no more messages taken, those in flight given the grace period, `plugins` stopped in reverse
+    /// order, the inbox's last removals committed, analytics flushed, the store closed.
+    private func stop(_ bus: MessageBus, plugins: [any HeraldPlugin]) async {
+        try? await loop.submit { bus.beginDraining() }
+        if await !bus.waitUntilIdle(atMost: configuration.shutdownGracePeriod) {
+            logger.warning(
+                "messages still in flight after the grace period; stopping anyway (the durable inbox replays them at the next start)",
+                metadata: ["grace": "\(configuration.shutdownGracePeriod)"])
+        }
+        for plugin in plugins.reversed() { await plugin.stop() }
+        await bus.flushStore()
+        await bus.analytics.drain(timeout: configuration.analyticsDrainTimeout)
+        store.close()
+    }
+
     private func runningBus() throws(HeraldError) -> MessageBus {
         try state.withLock { (state: inout Lifecycle) throws(HeraldError) in
-            guard case .started(let bus) = state else { throw .notRunning }
+            guard let bus = state.bus else { throw .notRunning }
             return bus
         }
     }
@@ -404,7 +470,7 @@ public final class Herald: @unchecked Sendable {
     public var applicationState: ApplicationState {
         get { applicationStateBox.value }
         set {
-            if case .started(let bus) = state.withLock({ $0 }) {
+            if let bus = state.withLock({ $0.bus }) {
                 bus.applicationState = newValue
             } else {
                 applicationStateBox.exchange(newValue)

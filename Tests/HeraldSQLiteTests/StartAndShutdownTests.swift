@@ -1,0 +1,105 @@
+import Foundation
+import Herald
+import HeraldSQLite
+import HeraldTesting
+import Testing
+
+/// A plugin that writes `start <name>` and `stop <name>` to a shared list; with `gate`, its start waits there first, and
+/// with `failing`, it throws from its start.
+private final class StepPlugin: HeraldPlugin, Sendable {
+    struct StartFailure: Error {}
+
+    let name: String
+    let steps: Locked<[String]>
+    let gate: Gate?
+    let failing: Bool
+
+    init(_ name: String, steps: Locked<[String]>, gate: Gate? = nil, failing: Bool = false) {
+        self.name = name
+        self.steps = steps
+        self.gate = gate
+        self.failing = failing
+    }
+
+    var descriptor: PluginDescriptor { PluginDescriptor(name: name) }
+
+    func start(_ context: PluginContext) async throws {
+        await gate?.wait()
+        if failing { throw StartFailure() }
+        steps.withLock { $0.append("start \(name)") }
+    }
+
+    func stop() async {
+        steps.withLock { $0.append("stop \(name)") }
+    }
+}
+
+@Suite("A start that fails or is stopped by a shutdown stops what it started and lets go of the store")
+struct StartAndShutdownTests {
+    /// Whether no store holds the inbox's log in `directory` (its lock is free).
+    static func inboxLogIsFree(in directory: String) -> Bool {
+        let descriptor = open(directory + "/inbox.log", O_RDONLY)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        return flock(descriptor, LOCK_EX | LOCK_NB) == 0
+    }
+
+    @Test(
+        "a shutdown while a plugin starts waits for it, stops the plugins started, starts no more, replays nothing and closes the store; start throws notRunning"
+    )
+    func shutdownWhileAPluginStarts() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            let (store, _) = try await InboxIDTests.store(in: directory, configuration: configuration, pending: "old", payload: "old")
+            let steps = Locked<[String]>([])
+            let first = StepPlugin("first", steps: steps)
+            let gate = Gate()
+            let slow = StepPlugin("slow", steps: steps, gate: gate)
+            let last = StepPlugin("last", steps: steps)
+            let handler = HoldingHandler()
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
+            for plugin in [first, slow, last] as [any HeraldPlugin] { try herald.register(plugin) }
+            try herald.register(handler)
+            let starting = Task { try await herald.start() }
+            #expect(await eventually { gate.arrived == 1 })
+            let stopping = Task { await herald.shutdown() }
+            // The shutdown has taken the instance (no bus for anyone any more) and waits for the start.
+            #expect(await eventually { (try? herald.bus) == nil })
+            #expect(steps.withLock { $0 } == ["start first"])
+            gate.open()
+            await #expect(throws: HeraldError.notRunning) { try await starting.value }
+            await stopping.value
+            #expect(steps.withLock { $0 } == ["start first", "start slow", "stop slow", "stop first"])
+            #expect(Self.inboxLogIsFree(in: directory), "the store was closed")
+            // Nothing was replayed and this start was not counted: the message waits for the next start.
+            #expect(handler.payloads.isEmpty)
+            let state = try store.loadLeavingTheStartUncounted(window: configuration.deduplication, now: 0)
+            #expect(state?.pending.map(\.messageID) == ["old"])
+            #expect(state?.replays == ["old": 0])
+            store.close()
+        }
+    }
+
+    @Test("a start whose plugin fails stops the plugins started before it and closes the store")
+    func failedStartClosesTheStore() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            let store = try SQLiteStore(directory: directory)
+            let steps = Locked<[String]>([])
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
+            try herald.register(StepPlugin("first", steps: steps))
+            try herald.register(StepPlugin("failing", steps: steps, failing: true))
+            try herald.register(StepPlugin("last", steps: steps))
+            await #expect(throws: HeraldError.pluginFailedToStart(plugin: "failing", error: "StartFailure()")) {
+                try await herald.start()
+            }
+            #expect(steps.withLock { $0 } == ["start first", "stop first"])
+            #expect(Self.inboxLogIsFree(in: directory), "the store was closed")
+            // The instance is stopped: a shutdown after it does nothing more.
+            await herald.shutdown()
+            #expect(steps.withLock { $0 } == ["start first", "stop first"])
+        }
+    }
+}
