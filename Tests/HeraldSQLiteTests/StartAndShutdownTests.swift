@@ -34,6 +34,35 @@ private final class StepPlugin: HeraldPlugin, Sendable {
     }
 }
 
+/// A `SQLiteStore` whose load waits (on the blocking pool's thread) until the test lets it go.
+private final class SlowLoadingStore: HeraldStore, Sendable {
+    let store: SQLiteStore
+    let entered = Locked(false)
+    private let release = DispatchSemaphore(value: 0)
+
+    init(_ store: SQLiteStore) { self.store = store }
+
+    func letLoad() { release.signal() }
+
+    var isDurable: Bool { store.isDurable }
+    func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
+        try store.load(window: window, now: now)
+    }
+    func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState? {
+        entered.withLock { $0 = true }
+        release.wait()
+        return try store.loadLeavingTheStartUncounted(window: window, now: now)
+    }
+    func countStart(of messageIDs: [String]) throws(StoreError) { try store.countStart(of: messageIDs) }
+    func save(identity: StoredIdentity) throws(StoreError) { try store.save(identity: identity) }
+    func setTopic(_ name: String, subscribed: Bool) throws(StoreError) { try store.setTopic(name, subscribed: subscribed) }
+    func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
+        try store.commit(batch, window: window, now: now)
+    }
+    func deleteAll() throws(StoreError) { try store.deleteAll() }
+    func close() { store.close() }
+}
+
 @Suite("A start that fails or is stopped by a shutdown stops what it started and lets go of the store")
 struct StartAndShutdownTests {
     /// Whether no store holds the inbox's log in `directory` (its lock is free).
@@ -65,7 +94,8 @@ struct StartAndShutdownTests {
             #expect(await eventually { gate.arrived == 1 })
             let stopping = Task { await herald.shutdown() }
             // The shutdown has taken the instance (no bus for anyone any more) and waits for the start.
-            #expect(await eventually { (try? herald.bus) == nil })
+            #expect(await eventually { herald.isStopping() })
+            #expect((try? herald.bus) == nil)
             #expect(steps.withLock { $0 } == ["start first"])
             gate.open()
             await #expect(throws: HeraldError.notRunning) { try await starting.value }
@@ -100,6 +130,80 @@ struct StartAndShutdownTests {
             // The instance is stopped: a shutdown after it does nothing more.
             await herald.shutdown()
             #expect(steps.withLock { $0 } == ["start first", "stop first"])
+        }
+    }
+
+    @Test("a second shutdown while the first waits for the start returns only once the instance has stopped")
+    func secondShutdownWaits() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            let store = try SQLiteStore(directory: directory)
+            let steps = Locked<[String]>([])
+            let gate = Gate()
+            let herald = Herald(configuration: patientShutdown(configuration), store: store)
+            try herald.register(StepPlugin("first", steps: steps))
+            try herald.register(StepPlugin("slow", steps: steps, gate: gate))
+            let starting = Task { try await herald.start() }
+            #expect(await eventually { gate.arrived == 1 })
+            let first = Task { await herald.shutdown() }
+            #expect(await eventually { herald.isStopping() })
+            let second = Task { await herald.shutdown() }
+            #expect(await eventually { herald.waitingUntilStopped == 1 })
+            gate.open()
+            await second.value
+            // The second returned after the first's stop: the plugins stopped, the store closed.
+            #expect(steps.withLock { $0 } == ["start first", "start slow", "stop slow", "stop first"])
+            #expect(Self.inboxLogIsFree(in: directory), "the store was closed")
+            await first.value
+            await #expect(throws: HeraldError.notRunning) { try await starting.value }
+        }
+    }
+
+    @Test("run() returns, without an error, when a shutdown comes while it starts")
+    func runStoppedDuringItsStart() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            let steps = Locked<[String]>([])
+            let gate = Gate()
+            let herald = Herald(configuration: patientShutdown(configuration), store: try SQLiteStore(directory: directory))
+            try herald.register(StepPlugin("slow", steps: steps, gate: gate))
+            let running = Task { try await herald.run() }
+            #expect(await eventually { gate.arrived == 1 })
+            let stopping = Task { await herald.shutdown() }
+            #expect(await eventually { herald.isStopping() })
+            gate.open()
+            try await running.value
+            await stopping.value
+            #expect(steps.withLock { $0 } == ["start slow", "stop slow"])
+        }
+    }
+
+    @Test("a shutdown while the store is being read waits for it, then closes the store; no plugin starts")
+    func shutdownWhileTheStoreOpens() async throws {
+        try await withDataDirectory { directory in
+            var configuration = Herald.Configuration(senderID: "1234567890")
+            configuration.shutdownGracePeriod = .milliseconds(50)
+            // A store with a log (the first start made it), read again slowly.
+            _ = try await InboxIDTests.store(in: directory, configuration: configuration, pending: "old", payload: "old")
+            let slow = SlowLoadingStore(try SQLiteStore(directory: directory))
+            let steps = Locked<[String]>([])
+            let herald = Herald(configuration: patientShutdown(configuration), store: slow)
+            try herald.register(StepPlugin("plugin", steps: steps))
+            let starting = Task { try await herald.start() }
+            #expect(await eventually { slow.entered.withLock { $0 } })
+            let stopping = Task { await herald.shutdown() }
+            // The shutdown waits for the load.
+            #expect(await eventually { herald.isStopping() })
+            slow.letLoad()
+            await stopping.value
+            #expect(Self.inboxLogIsFree(in: directory), "the store was closed before the shutdown returned")
+            await #expect(throws: HeraldError.notRunning) { try await starting.value }
+            #expect(steps.withLock { $0 }.isEmpty)
+            let state = try slow.store.loadLeavingTheStartUncounted(window: configuration.deduplication, now: 0)
+            #expect(state?.replays == ["old": 0])
+            slow.store.close()
         }
     }
 }

@@ -101,9 +101,10 @@ public final class Herald: @unchecked Sendable {
         /// The bus runs. `starting`: `start()` is still starting the plugins, handing out the token, counting this
         /// start and submitting the replay; a `shutdown()` then waits for it to stop there (``stopping``).
         case started(MessageBus, starting: Bool)
-        /// `shutdown()` came while `start()` was starting: it waits through `handOver` for `start()` to give it the
-        /// plugins it started, and then stops the instance.
-        case stopping(MessageBus, handOver: CheckedContinuation<(MessageBus, [any HeraldPlugin])?, Never>)
+        /// `shutdown()` came while `start()` was starting (the store opening, or the plugins starting): it waits through
+        /// `handOver` for `start()` to stop where it is and give it the bus and the plugins it started (none when the
+        /// bus was not made), and then stops the instance.
+        case stopping(handOver: CheckedContinuation<ShutdownTake, Never>)
         case stopped
 
         /// The bus, from the moment it runs (plugins starting) until `shutdown()` takes it.
@@ -162,8 +163,8 @@ public final class Herald: @unchecked Sendable {
         let all: [any HeraldPlugin] = state.withLock { state in
             switch state {
             case .registering(let plugins, _), .starting(let plugins): plugins.all
-            case .started(let bus, _), .stopping(let bus, _): bus.pluginSet.all
-            case .stopped: []
+            case .started(let bus, _): bus.pluginSet.all
+            case .stopping, .stopped: []
             }
         }
         return all.map { ($0.descriptor, PluginRoles.of($0)) }
@@ -182,9 +183,10 @@ public final class Herald: @unchecked Sendable {
 
     /// Starts the loop (when the instance owns it), the plugins in registration order, and the bus; mints the
     /// registration token and hands it to every ``TokenHandler``. Throws ``HeraldError/pluginFailedToStart(plugin:error:)``
-    /// (after stopping the plugins already started and closing the store) when a plugin's `start` throws, and
-    /// ``HeraldError/notRunning`` when ``shutdown()`` came before the start had finished (the shutdown then stops the
-    /// plugins started so far; messages the durable inbox would have replayed stay there for the next start).
+    /// when a plugin's `start` throws, after stopping the instance as ``shutdown()`` does (the messages the plugins
+    /// started had accepted given the grace period, the plugins started stopped, the store closed); and
+    /// ``HeraldError/notRunning`` when ``shutdown()`` came before the start had finished: the shutdown stops the
+    /// instance there, and messages the durable inbox would have replayed stay for the next start.
     public func start() async throws {
         let (plugins, categories): (PluginSet, [String: NotificationCategory]) = try state.withLock {
             (state: inout Lifecycle) throws(HeraldError) in
@@ -192,23 +194,38 @@ public final class Herald: @unchecked Sendable {
             state = .starting(plugins)
             return (plugins, categories)
         }
-        if ownsLoop, loop.lifecycle == .idle { try loop.start() }
-        let (stored, identity, counted) = try await loadStore()
+        if ownsLoop, loop.lifecycle == .idle {
+            do {
+                try loop.start()
+            } catch {
+                if endStart(nil, started: [], failed: true) == .failed { await finishStopping() }
+                throw error
+            }
+        }
+        let loaded: (StoredState, StoredIdentity, counted: Bool)
+        do {
+            loaded = try await loadStore()
+        } catch {
+            logger.critical("cannot start: the store could not be read", metadata: ["error": "\(error)"])
+            store.close()
+            if endStart(nil, started: [], failed: true) == .failed { await finishStopping() }
+            throw error
+        }
+        let (stored, identity, counted) = loaded
         let bus = MessageBus(
             loop: loop, timeSource: timeSource, configuration: configuration, logger: logger,
             plugins: plugins, categories: categories, identity: identity, store: store, messageIDs: messageIDs,
             topics: stored.topics, seenMessageIDs: stored.seenMessageIDs, pendingMessageIDs: stored.pending.map(\.messageID),
             applicationState: applicationStateBox
         )
-        let stillStarting = state.withLock { state in
+        // A shutdown that came while the store was opening is handed the bus now, to close the store.
+        let stillStarting: Bool = state.withLock { state in
             guard case .starting = state else { return false }
             state = .started(bus, starting: true)
             return true
         }
         guard stillStarting else {
-            // shutdown() ran while the store was opening.
-            store.close()
-            if ownsLoop { await loop.shutdownGracefully() }
+            _ = endStart(bus, started: [], failed: false)
             throw HeraldError.notRunning
         }
         var started: [any HeraldPlugin] = []
@@ -217,37 +234,37 @@ public final class Herald: @unchecked Sendable {
                 try await plugin.start(pluginContext(for: plugin, bus: bus))
                 started.append(plugin)
             } catch {
-                let failure = HeraldError.pluginFailedToStart(plugin: plugin.descriptor.name, error: "\(error)")
                 // The plugins already started are stopped in reverse order, as at a shutdown, and the store closed.
                 if endStart(bus, started: started, failed: true) == .failed {
                     await stop(bus, plugins: started)
-                    if ownsLoop { await loop.shutdownGracefully() }
+                    await finishStopping()
                 }
-                throw failure
+                throw HeraldError.pluginFailedToStart(plugin: plugin.descriptor.name, error: "\(error)")
             }
             if isStopping() { break }
         }
+        // From here each step is skipped once a shutdown waits; it takes over at the end.
         let token = identity.token
-        if !isStopping() {
-            for handler in plugins.tokenHandlers { await handler.didReceiveRegistrationToken(token) }
-        }
+        for handler in plugins.tokenHandlers where !isStopping() { await handler.didReceiveRegistrationToken(token) }
         let pending = stored.pending
         var replays = stored.replays
         let store = self.store
-        if !counted, !pending.isEmpty, !isStopping() {
-            // Counted now that the plugins have started, for the messages loaded (not those accepted since): a start
-            // that failed before replayed nothing and brings no message nearer its quarantine.
-            let ids = pending.map(\.messageID)
-            do {
-                try await loop.offload { try store.countStart(of: ids) }
-            } catch {
-                logger.error(
-                    "could not count this start for the messages it replays; replaying them anyway", metadata: ["error": "\(error)"])
-            }
-            // This start replays them, counted or not.
-            for id in ids { replays[id, default: 0] += 1 }
-        }
+        // Counted and replayed together, or neither: a start counted for messages it did not replay would bring them
+        // nearer their quarantine unhandled.
         if !isStopping() {
+            if !counted, !pending.isEmpty {
+                // Counted now that the plugins have started, for the messages loaded (not those accepted since): a start
+                // that failed before replayed nothing and brings no message nearer its quarantine.
+                let ids = pending.map(\.messageID)
+                do {
+                    try await loop.offload { try store.countStart(of: ids) }
+                } catch {
+                    logger.error(
+                        "could not count this start for the messages it replays; replaying them anyway", metadata: ["error": "\(error)"])
+                }
+                // This start replays them, counted or not.
+                for id in ids { replays[id, default: 0] += 1 }
+            }
             try? await loop.submit { [logger, replays] in
                 if token != nil { bus.analytics.record(AnalyticsEvent(name: .tokenRefresh, parameters: ["reason": "start"])) }
                 for receiver in plugins.receivers { receiver.topicsDidChange(bus.topics) }
@@ -258,14 +275,12 @@ public final class Herald: @unchecked Sendable {
                 }
             }
         }
-        // A shutdown that came meanwhile stops the instance now (with the plugins started, the replay not made when it
-        // came before it: those messages stay pending, this start not counted for them).
         guard endStart(bus, started: started, failed: false) == .running else { throw HeraldError.notRunning }
         logger.info("herald started", metadata: ["plugins": "\(plugins.all.map(\.descriptor.name))", "token": "\(token ?? "none")"])
     }
 
-    /// Whether a `shutdown()` is waiting for `start()` to stop where it is.
-    private func isStopping() -> Bool {
+    /// Whether a `shutdown()` is waiting for `start()` to stop where it is (for tests: `package`).
+    package func isStopping() -> Bool {
         state.withLock { state in
             if case .stopping = state { true } else { false }
         }
@@ -281,47 +296,39 @@ public final class Herald: @unchecked Sendable {
         case handedOver
     }
 
-    /// Ends `start()`'s hold on the bus (`failed`: a plugin did not start), handing `started` to a `shutdown()` that
-    /// came meanwhile.
-    private func endStart(_ bus: MessageBus, started: [any HeraldPlugin], failed: Bool) -> StartEnd {
-        let handOver: CheckedContinuation<(MessageBus, [any HeraldPlugin])?, Never>? = state.withLock { state in
-            if case .stopping(_, let handOver) = state {
+    /// Ends `start()`'s hold on the instance (`failed`: the store or a plugin did not start; `bus`: `nil` when it was
+    /// not made), handing the bus and `started` to a `shutdown()` that came meanwhile.
+    private func endStart(_ bus: MessageBus?, started: [any HeraldPlugin], failed: Bool) -> StartEnd {
+        let handOver: CheckedContinuation<ShutdownTake, Never>? = state.withLock { state in
+            if case .stopping(let handOver) = state {
                 state = .stopped
                 return handOver
             }
-            state = failed ? .stopped : .started(bus, starting: false)
+            state = if !failed, let bus { .started(bus, starting: false) } else { .stopped }
             return nil
         }
         guard let handOver else { return failed ? .failed : .running }
-        handOver.resume(returning: (bus, started))
+        handOver.resume(returning: bus.map { .bus($0, plugins: started) } ?? .nothing)
         return .handedOver
     }
 
     /// The stored state and the registration identity to start with (minted and saved when there is none and auto-init
-    /// is on). When the store fails the instance is stopped and the error thrown.
+    /// is on). Throws what the store throws.
     /// `counted`: whether the store counted this start (``HeraldStore/load(window:now:)``); when not, the caller counts it.
     private func loadStore() async throws -> (StoredState, StoredIdentity, counted: Bool) {
         let store = self.store
-        do {
-            let (stored, counted) = try await loop.offload { [configuration] () throws -> (StoredState, Bool) in
-                let window = configuration.deduplication
-                if let state = try store.loadLeavingTheStartUncounted(window: window, now: WallClock.nowMilliseconds()) {
-                    return (state, false)
-                }
-                return (try store.load(window: window, now: WallClock.nowMilliseconds()), true)
+        let (stored, counted) = try await loop.offload { [configuration] () throws -> (StoredState, Bool) in
+            let window = configuration.deduplication
+            if let state = try store.loadLeavingTheStartUncounted(window: window, now: WallClock.nowMilliseconds()) {
+                return (state, false)
             }
-            let resolved = RegistrationIdentity.resolve(stored.identity, autoInit: configuration.isAutoInitEnabled)
-            if resolved.changed {
-                try await loop.offload { try store.save(identity: resolved.identity) }
-            }
-            return (stored, resolved.identity, counted)
-        } catch {
-            logger.critical("cannot start: the store failed", metadata: ["error": "\(error)"])
-            state.withLock { $0 = .stopped }
-            store.close()
-            if ownsLoop { await loop.shutdownGracefully() }
-            throw error
+            return (try store.load(window: window, now: WallClock.nowMilliseconds()), true)
         }
+        let resolved = RegistrationIdentity.resolve(stored.identity, autoInit: configuration.isAutoInitEnabled)
+        if resolved.changed {
+            try await loop.offload { try store.save(identity: resolved.identity) }
+        }
+        return (stored, resolved.identity, counted)
     }
 
     /// What `plugin` is started with: the loop, the bus, a logger tagged with its name, and topic control.
@@ -355,7 +362,12 @@ public final class Herald: @unchecked Sendable {
     /// calling task cancelled, or — when run as a `Service` in a swift-service-lifecycle `ServiceGroup` — the
     /// group's graceful shutdown (SIGTERM, say), each of which runs ``shutdown()``.
     public func run() async throws {
-        try await start()
+        do {
+            try await start()
+        } catch HeraldError.notRunning {
+            // A shutdown came during the start; it stops the instance.
+            return await waitUntilStopped()
+        }
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await waitUntilStopped()
@@ -380,32 +392,53 @@ public final class Herald: @unchecked Sendable {
 
     private let shutdownWaiters = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
+    /// How many calls wait in ``waitUntilStopped()`` (for tests).
+    package var waitingUntilStopped: Int { shutdownWaiters.withLock { $0.waiters.count } }
+
     /// Stops taking messages (senders get `UNAVAILABLE`), waits up to ``Configuration/shutdownGracePeriod`` for
-    /// messages in flight, stops plugins in reverse order, flushes analytics, and shuts the loop down when the
-    /// instance owns it. Idempotent. Called while ``start()`` is still starting, it waits for the plugin being started
-    /// (and the token handler being told) to return, and stops the instance there: a plugin's `start` must not await it.
+    /// messages in flight, stops plugins in reverse order, flushes analytics, closes the store, and shuts the loop down
+    /// when the instance owns it. Returns once the instance has stopped: a second call waits for the first's stop.
+    /// Called while ``start()`` is still starting, it waits for the store being opened, the plugin being started or the
+    /// token handler being told, and stops the instance there: a plugin's `start` and a token handler must not await it.
     public func shutdown() async {
-        // The bus and the plugins to stop: all of them once started; those `start()` started when it was still starting
-        // (it stops there and hands them over).
-        let taken: (MessageBus, [any HeraldPlugin])? = await withCheckedContinuation { continuation in
-            let now: (MessageBus, [any HeraldPlugin])?? = state.withLock { state in
+        // The bus and the plugins to stop: all of them once started; those `start()` had started when it was still
+        // starting (it stops there and hands them over).
+        let taken: ShutdownTake = await withCheckedContinuation { continuation in
+            let now: ShutdownTake? = state.withLock { state in
                 switch state {
                 case .started(let bus, starting: false):
                     state = .stopped
-                    return .some((bus, bus.pluginsForShutdown))
-                case .started(let bus, starting: true):
-                    state = .stopping(bus, handOver: continuation)
-                    return .none
-                case .registering, .starting:
+                    return .bus(bus, plugins: bus.pluginsForShutdown)
+                case .started(_, starting: true), .starting:
+                    state = .stopping(handOver: continuation)
+                    return nil
+                case .registering:
                     state = .stopped
-                    return .some(nil)
+                    return .nothing
                 case .stopping, .stopped:
-                    return .some(nil)
+                    return .stopping
                 }
             }
             if let now { continuation.resume(returning: now) }
         }
-        if let (bus, plugins) = taken { await stop(bus, plugins: plugins) }
+        switch taken {
+        case .bus(let bus, let plugins): await stop(bus, plugins: plugins)
+        case .nothing: break
+        case .stopping: return await waitUntilStopped()
+        }
+        await finishStopping()
+    }
+
+    /// What a `shutdown()` has to stop.
+    private enum ShutdownTake {
+        case bus(MessageBus, plugins: [any HeraldPlugin])
+        case nothing
+        /// Another stop is under way: wait for it.
+        case stopping
+    }
+
+    /// The end of every stop: the loop shut down when the instance owns it, and ``waitUntilStopped()`` let go.
+    private func finishStopping() async {
         if ownsLoop { await loop.shutdownGracefully() }
         let waiters = shutdownWaiters.withLock { state in
             state.done = true

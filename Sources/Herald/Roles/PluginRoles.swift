@@ -220,6 +220,8 @@ extension BackgroundFetchWorker {
 }
 
 /// Told the registration token at every start and whenever it changes, as `messaging(_:didReceiveRegistrationToken:)`.
+/// At a start it is told before ``Herald/start()`` returns, so it must not await ``Herald/shutdown()`` there (a
+/// shutdown during the start waits for it).
 public protocol TokenHandler: HeraldPlugin {
     /// The current registration token; `nil` after ``Herald/deleteToken()`` until a new one is minted.
     func didReceiveRegistrationToken(_ token: String?) async
