@@ -65,6 +65,13 @@ private final class SlowLoadingStore: HeraldStore, Sendable {
 
 @Suite("A start that fails or is stopped by a shutdown stops what it started and lets go of the store")
 struct StartAndShutdownTests {
+    /// The instances' configuration: a short grace period (no test has a message in flight at its stop).
+    static var configuration: Herald.Configuration {
+        var configuration = Herald.Configuration(senderID: "1234567890")
+        configuration.shutdownGracePeriod = .milliseconds(50)
+        return configuration
+    }
+
     /// Whether no store holds the inbox's log in `directory` (its lock is free).
     static func inboxLogIsFree(in directory: String) -> Bool {
         let descriptor = open(directory + "/inbox.log", O_RDONLY)
@@ -78,8 +85,7 @@ struct StartAndShutdownTests {
     )
     func shutdownWhileAPluginStarts() async throws {
         try await withDataDirectory { directory in
-            var configuration = Herald.Configuration(senderID: "1234567890")
-            configuration.shutdownGracePeriod = .milliseconds(50)
+            let configuration = Self.configuration
             let (store, _) = try await InboxIDTests.store(in: directory, configuration: configuration, pending: "old", payload: "old")
             let steps = Locked<[String]>([])
             let first = StepPlugin("first", steps: steps)
@@ -114,8 +120,7 @@ struct StartAndShutdownTests {
     @Test("a start whose plugin fails stops the plugins started before it and closes the store")
     func failedStartClosesTheStore() async throws {
         try await withDataDirectory { directory in
-            var configuration = Herald.Configuration(senderID: "1234567890")
-            configuration.shutdownGracePeriod = .milliseconds(50)
+            let configuration = Self.configuration
             let store = try SQLiteStore(directory: directory)
             let steps = Locked<[String]>([])
             let herald = Herald(configuration: patientShutdown(configuration), store: store)
@@ -136,8 +141,7 @@ struct StartAndShutdownTests {
     @Test("a second shutdown while the first waits for the start returns only once the instance has stopped")
     func secondShutdownWaits() async throws {
         try await withDataDirectory { directory in
-            var configuration = Herald.Configuration(senderID: "1234567890")
-            configuration.shutdownGracePeriod = .milliseconds(50)
+            let configuration = Self.configuration
             let store = try SQLiteStore(directory: directory)
             let steps = Locked<[String]>([])
             let gate = Gate()
@@ -163,8 +167,7 @@ struct StartAndShutdownTests {
     @Test("run() returns, without an error, when a shutdown comes while it starts")
     func runStoppedDuringItsStart() async throws {
         try await withDataDirectory { directory in
-            var configuration = Herald.Configuration(senderID: "1234567890")
-            configuration.shutdownGracePeriod = .milliseconds(50)
+            let configuration = Self.configuration
             let steps = Locked<[String]>([])
             let gate = Gate()
             let herald = Herald(configuration: patientShutdown(configuration), store: try SQLiteStore(directory: directory))
@@ -183,8 +186,7 @@ struct StartAndShutdownTests {
     @Test("a shutdown while the store is being read waits for it, then closes the store; no plugin starts")
     func shutdownWhileTheStoreOpens() async throws {
         try await withDataDirectory { directory in
-            var configuration = Herald.Configuration(senderID: "1234567890")
-            configuration.shutdownGracePeriod = .milliseconds(50)
+            let configuration = Self.configuration
             // A store with a log (the first start made it), read again slowly.
             _ = try await InboxIDTests.store(in: directory, configuration: configuration, pending: "old", payload: "old")
             let slow = SlowLoadingStore(try SQLiteStore(directory: directory))
