@@ -198,7 +198,8 @@ public final class Herald: @unchecked Sendable {
             do {
                 try loop.start()
             } catch {
-                if endStart(nil, started: [], failed: true) == .failed { await finishStopping() }
+                // The loop did not start: nothing to shut down.
+                if endStart(nil, started: [], failed: true) == .failed { markStopped() }
                 throw error
             }
         }
@@ -440,6 +441,11 @@ public final class Herald: @unchecked Sendable {
     /// The end of every stop: the loop shut down when the instance owns it, and ``waitUntilStopped()`` let go.
     private func finishStopping() async {
         if ownsLoop { await loop.shutdownGracefully() }
+        markStopped()
+    }
+
+    /// Lets ``waitUntilStopped()`` go, now and for good.
+    private func markStopped() {
         let waiters = shutdownWaiters.withLock { state in
             state.done = true
             defer { state.waiters.removeAll() }
