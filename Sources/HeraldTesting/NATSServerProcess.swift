@@ -5,7 +5,8 @@ import Glibc
 /// and stopped by the test (and restarted on the same port and store, for the reconnect test).
 public final class NATSServerProcess: @unchecked Sendable {
     // @unchecked Sendable: `process` is touched by the test's task only, one call at a time.
-    public let port: Int
+    /// The client port (chosen again at the start when another process took the one chosen first).
+    public private(set) var port: Int
     public let storeDirectory: String
     private var process: Process?
     private var log: PipeDrain?
@@ -18,13 +19,36 @@ public final class NATSServerProcess: @unchecked Sendable {
     public let extraArguments: [String]
 
     /// Starts a server on a free loopback port (or `port`) with a fresh store under /tmp, and waits until it accepts.
-    public init(jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true) throws {
+    public convenience init(jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true) throws {
+        try self.init(jetStream: jetStream, port: port, extraArguments: extraArguments, start: start, choosingPort: freeLoopbackPort)
+    }
+
+    /// ``init(jetStream:port:extraArguments:start:)`` with the free ports chosen by `choosingPort` (for tests).
+    ///
+    /// A port found free is free only at that moment: a test run in another process (CI runs some beside each other)
+    /// can take it before the server binds it. The server then fails at once with "address already in use" naming its
+    /// client port; a port chosen here (not given) is chosen again, up to three times.
+    package init(
+        jetStream: Bool = true, port: Int? = nil, extraArguments: [String] = [], start: Bool = true, choosingPort: () throws -> Int
+    ) throws {
         self.jetStream = jetStream
         self.extraArguments = extraArguments
-        self.port = try port ?? freeLoopbackPort()
+        self.port = try port ?? choosingPort()
         storeDirectory = "/tmp/herald-nats-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: storeDirectory, withIntermediateDirectories: true)
-        if start { try self.start() }
+        guard start else { return }
+        var chosenAgain = 0
+        while true {
+            do {
+                try self.start()
+                return
+            } catch let NATSTestError.serverDidNotStart(taken, log)
+                where port == nil && chosenAgain < 3 && log.contains("127.0.0.1:\(taken)") && log.contains("address already in use")
+            {
+                chosenAgain += 1
+                self.port = try choosingPort()
+            }
+        }
     }
 
     deinit {
