@@ -5,7 +5,8 @@ import HeraldTesting
 import Testing
 
 /// The SQLite store, with every commit it is given recorded (its size, and the IDs it accepts, when it starts); a commit
-/// of the message `held` waits until the test opens the gate.
+/// of the message `held` waits until the test opens the gate; with `holdingLoad`, so does the load at start (until
+/// ``letLoad()``).
 final class CommitCountingStore: HeraldStore, Sendable {
     struct Commit: Sendable {
         let accepted: Int
@@ -18,10 +19,15 @@ final class CommitCountingStore: HeraldStore, Sendable {
     /// The IDs each commit accepted, in the order the commits started.
     let started = Locked<[[String]]>([])
     private let gate = DispatchSemaphore(value: 0)
+    let holdingLoad: Bool
+    /// Whether the load has begun (and, with `holdingLoad`, waits).
+    let loadStarted = Locked(false)
+    private let loadGate = DispatchSemaphore(value: 0)
 
-    init(directory: String, held: String? = nil) throws {
+    init(directory: String, held: String? = nil, holdingLoad: Bool = false) throws {
         inner = try SQLiteStore(directory: directory)
         self.held = held
+        self.holdingLoad = holdingLoad
     }
 
     var isDurable: Bool { inner.isDurable }
@@ -31,6 +37,19 @@ final class CommitCountingStore: HeraldStore, Sendable {
     func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
         try inner.load(window: window, now: now)
     }
+
+    func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState? {
+        loadStarted.withLock { $0 = true }
+        if holdingLoad { loadGate.wait() }
+        return try inner.loadLeavingTheStartUncounted(window: window, now: now)
+    }
+
+    func countStart(of messageIDs: [String]) throws(StoreError) {
+        try inner.countStart(of: messageIDs)
+    }
+
+    /// Lets a held load go on.
+    func letLoad() { loadGate.signal() }
 
     func save(identity: StoredIdentity) throws(StoreError) {
         try inner.save(identity: identity)

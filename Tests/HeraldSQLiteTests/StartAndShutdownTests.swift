@@ -34,35 +34,6 @@ private final class StepPlugin: HeraldPlugin, Sendable {
     }
 }
 
-/// A `SQLiteStore` whose load waits (on the blocking pool's thread) until the test lets it go.
-private final class SlowLoadingStore: HeraldStore, Sendable {
-    let store: SQLiteStore
-    let entered = Locked(false)
-    private let release = DispatchSemaphore(value: 0)
-
-    init(_ store: SQLiteStore) { self.store = store }
-
-    func letLoad() { release.signal() }
-
-    var isDurable: Bool { store.isDurable }
-    func load(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState {
-        try store.load(window: window, now: now)
-    }
-    func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState? {
-        entered.withLock { $0 = true }
-        release.wait()
-        return try store.loadLeavingTheStartUncounted(window: window, now: now)
-    }
-    func countStart(of messageIDs: [String]) throws(StoreError) { try store.countStart(of: messageIDs) }
-    func save(identity: StoredIdentity) throws(StoreError) { try store.save(identity: identity) }
-    func setTopic(_ name: String, subscribed: Bool) throws(StoreError) { try store.setTopic(name, subscribed: subscribed) }
-    func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError) {
-        try store.commit(batch, window: window, now: now)
-    }
-    func deleteAll() throws(StoreError) { try store.deleteAll() }
-    func close() { store.close() }
-}
-
 @Suite("A start that fails or is stopped by a shutdown stops what it started and lets go of the store")
 struct StartAndShutdownTests {
     /// The instances' configuration: a short grace period (no test has a message in flight at its stop).
@@ -189,12 +160,12 @@ struct StartAndShutdownTests {
             let configuration = Self.configuration
             // A store with a log (the first start made it), read again slowly.
             _ = try await InboxIDTests.store(in: directory, configuration: configuration, pending: "old", payload: "old")
-            let slow = SlowLoadingStore(try SQLiteStore(directory: directory))
+            let slow = try CommitCountingStore(directory: directory, holdingLoad: true)
             let steps = Locked<[String]>([])
             let herald = Herald(configuration: patientShutdown(configuration), store: slow)
             try herald.register(StepPlugin("plugin", steps: steps))
             let starting = Task { try await herald.start() }
-            #expect(await eventually { slow.entered.withLock { $0 } })
+            #expect(await eventually { slow.loadStarted.withLock { $0 } })
             let stopping = Task { await herald.shutdown() }
             // The shutdown waits for the load.
             #expect(await eventually { herald.isStopping() })
@@ -203,9 +174,9 @@ struct StartAndShutdownTests {
             #expect(Self.inboxLogIsFree(in: directory), "the store was closed before the shutdown returned")
             await #expect(throws: HeraldError.notRunning) { try await starting.value }
             #expect(steps.withLock { $0 }.isEmpty)
-            let state = try slow.store.loadLeavingTheStartUncounted(window: configuration.deduplication, now: 0)
+            let state = try slow.inner.loadLeavingTheStartUncounted(window: configuration.deduplication, now: 0)
             #expect(state?.replays == ["old": 0])
-            slow.store.close()
+            slow.inner.close()
         }
     }
 }
