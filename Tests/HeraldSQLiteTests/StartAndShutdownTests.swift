@@ -43,12 +43,15 @@ struct StartAndShutdownTests {
         return configuration
     }
 
-    /// Whether no store holds the inbox's log in `directory` (its lock is free).
+    /// Whether no store in this process holds the inbox's log in `directory`: none of the process's descriptors is
+    /// open on it. Asking for the log's lock instead is not exact while other tests start processes: a child holds a
+    /// copy of every descriptor, and so of the lock, from its fork until it executes its program.
     static func inboxLogIsFree(in directory: String) -> Bool {
-        let descriptor = open(directory + "/inbox.log", O_RDONLY)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        return flock(descriptor, LOCK_EX | LOCK_NB) == 0
+        guard let resolved = realpath(directory, nil) else { return false }
+        defer { free(resolved) }
+        let log = String(cString: resolved) + "/inbox.log"
+        guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return false }
+        return !descriptors.contains { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == log }
     }
 
     @Test(
