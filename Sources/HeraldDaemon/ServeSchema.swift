@@ -30,7 +30,8 @@ extension ServeOption {
         help: "The sender ID (project number) tokens are minted for.", valueName: "id")
     static let dataDirectory = ServeOption(
         "data-dir", .string, default: .string("herald-data"), "herald-data", allowed: "a non-empty directory path",
-        help: "The data directory: the SQLite store (identity, topics, inbox), the analytics store and the default socket.",
+        help:
+            "The data directory: the store (herald.sqlite: identity, topics, quarantine; inbox.log: the durable inbox), the analytics store and the default socket.",
         valueName: "dir")
     static let presenter = ServeOption(
         "presenter", .oneOf(["desktop", "log", "none"]), default: .string("log"), "log", allowed: "desktop, log or none",
