@@ -4,12 +4,15 @@ import Glibc
 public import Herald
 import HeraldEventLoop
 
-/// The embedded default `HeraldStore`: one SQLite file, `<directory>/herald.sqlite`, opened with GRDB.
+/// The embedded default `HeraldStore`: the identity, topics, quarantine and senders in a SQLite file,
+/// `<directory>/herald.sqlite`, opened with GRDB; the durable inbox and its de-duplication window in an append-only
+/// log beside it, `<directory>/inbox.log`.
 ///
-/// Durability: the database runs in WAL mode with `synchronous = FULL`, so a ``commit(_:window:now:)`` that returns
-/// has been fsynced and survives a power loss; only then does Herald acknowledge the sender. Herald group-commits
-/// (one call carries every message accepted since the previous commit), so the cost of that fsync is shared by the
-/// whole batch instead of being paid per message.
+/// Durability: a ``commit(_:window:now:)`` appends one checksummed frame to the log and calls `fdatasync` before it
+/// returns, so what it committed survives a power loss; only then does Herald acknowledge the sender. Herald
+/// group-commits (one call carries every message accepted since the previous commit), so the cost of that flush is
+/// shared by the whole batch instead of being paid per message. The database runs in WAL mode with
+/// `synchronous = FULL`.
 ///
 /// Threads: every method may be called from any thread, one call at a time (Herald calls it from its blocking pool,
 /// never from the loop thread). Calls that do overlap are serialised by the connection's queue. Each call blocks on

@@ -1,11 +1,12 @@
-// The durable inbox: accepted messages are committed in groups (one transaction, one fsync, for every message of
-// a loop turn) off the loop, their senders answered after; what the inbox held at start is replayed. Finished
-// entries leave the inbox with the next group of accepted messages (or on their own a moment later when none
-// comes): nobody waits for their removal, so it never costs a commit of its own on the senders' path.
+// The durable inbox: accepted messages are committed in groups (one store commit for every message of a loop turn;
+// `SQLiteStore`'s is one frame appended to its log and one `fdatasync`) off the loop, their senders answered after;
+// what the inbox held at start is replayed. Finished entries leave the inbox with the next group of accepted messages
+// (or on their own a moment later when none comes): nobody waits for their removal, so it never costs a commit of its
+// own on the senders' path.
 
 extension MessageBus {
     /// Commits the current batch at the end of this loop turn, so that every message accepted in the turn (and
-    /// while a commit is running) shares one transaction: one fsync for many messages (group commit).
+    /// while a commit is running) shares one store commit: one flush for many messages (group commit).
     func scheduleCommit() {
         guard !commitScheduled, !commitRunning else { return }
         if let expected = expectedGroup {

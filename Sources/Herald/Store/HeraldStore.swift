@@ -30,8 +30,8 @@ public protocol HeraldStore: AnyObject, Sendable {
     /// Subscribes or unsubscribes a topic.
     func setTopic(_ name: String, subscribed: Bool) throws(StoreError)
 
-    /// Applies one group commit in one transaction: new inbox entries, their IDs added to the
-    /// de-duplication window, entries finished (removed), and the window pruned to its limits.
+    /// Applies one group commit, durable before it returns when the store ``isDurable``: new inbox entries, their IDs
+    /// added to the de-duplication window, entries finished (removed), and the window pruned to its limits.
     func commit(_ batch: StoreBatch, window: DeduplicationWindow, now: Int64) throws(StoreError)
 
     /// Deletes everything: identity, topics, inbox, window (the GDPR call).
