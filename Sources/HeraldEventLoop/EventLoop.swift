@@ -92,8 +92,22 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
         self.name = name
         self.blockingThreads = blockingThreads
         self.blockingQueueLimit = blockingQueueLimit
+        self.spawn = { name, body throws(EventLoopError) in try SpawnedThread.spawn(name: name, body) }
         self.taskExecutor = LoopTaskExecutor(loop: self)
     }
+
+    /// A loop whose thread ``start()`` makes with `spawn` (for tests: one that fails, as `pthread_create` can).
+    package init(name: String, spawningWith spawn: @escaping Spawn) {
+        self.name = name
+        self.blockingThreads = 4
+        self.blockingQueueLimit = 10_000
+        self.spawn = spawn
+        self.taskExecutor = LoopTaskExecutor(loop: self)
+    }
+
+    /// How the loop's thread is made.
+    package typealias Spawn = @Sendable (_ name: String, _ body: @escaping @Sendable () -> Void) throws(EventLoopError) -> SpawnedThread
+    private let spawn: Spawn
 
     deinit {
         pool.withLock { $0.pool }?.shutdown()
@@ -115,16 +129,34 @@ public final class EventLoop: EventLoopScheduler, @unchecked Sendable {
     /// Starts the loop on a thread of its own and returns at once. Throws ``EventLoopError/alreadyRunning``
     /// when the loop was started (or run) before.
     public func start() throws {
-        try claimForRunning()
         // Detached: nobody has to join it; waitUntilClosed() and shutdownGracefully() wait for the close instead.
-        try SpawnedThread.spawn(name: name) { [self] in runClaimed() }.detach()
+        try spawnClaimed().detach()
     }
 
     /// As ``start()``, on a thread the caller joins once the loop has closed (``withEventLoop(named:_:)``, the
     /// daemon): a process that exits must not run its libraries' exit handlers while the loop thread still ends.
     package func startJoinable() throws -> SpawnedThread {
+        try spawnClaimed()
+    }
+
+    /// Claims the loop and makes the thread that runs it. When the thread cannot be made, the claim is given back (a
+    /// later ``start()`` may try again, and ``shutdown()`` closes the loop by itself); or, when a ``shutdown()`` came
+    /// meanwhile and left the close to the thread that had claimed the loop, the loop is closed here.
+    private func spawnClaimed() throws(EventLoopError) -> SpawnedThread {
         try claimForRunning()
-        return try SpawnedThread.spawn(name: name) { [self] in runClaimed() }
+        do {
+            return try spawn(name) { [self] in runClaimed() }
+        } catch {
+            // Under the lock shutdown() marks an idle loop closing in: it then either sees the claim given back and
+            // closes the loop itself, or has already left the close to this claim.
+            let closing: Bool = shared.withLock { shared in
+                if shared.lifecycle == .closing { return true }
+                claimed.store(false, ordering: .releasing)
+                return false
+            }
+            if closing { runClaimedWithoutLibuv() }
+            throw error
+        }
     }
 
     /// Runs the loop on the calling thread until it has shut down (someone called ``shutdown()``).

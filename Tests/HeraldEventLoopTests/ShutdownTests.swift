@@ -96,6 +96,57 @@ struct ShutdownTests {
     }
 }
 
+@Suite("A loop whose thread could not be made")
+struct ThreadNotMadeTests {
+    /// A loop whose first `failures` spawns fail as `pthread_create` does (EAGAIN); with `shuttingDown`, a spawn that
+    /// fails first asks the loop to shut down, as another thread's `shutdown()` could between the claim and the failure.
+    static func loop(failures: Int, shuttingDown: Bool = false) -> EventLoop {
+        let remaining = Locked(failures)
+        let made = Locked<EventLoop?>(nil)
+        let loop = EventLoop(name: "spawn-fails") { name, body throws(EventLoopError) in
+            guard
+                remaining.withLock({ count in
+                    defer { count -= 1 }
+                    return count > 0
+                })
+            else { return try SpawnedThread.spawn(name: name, body) }
+            if shuttingDown { made.withLock { $0 }?.shutdown() }
+            throw .threadCreationFailed(errno: EAGAIN)
+        }
+        made.withLock { $0 = loop }
+        return loop
+    }
+
+    @Test("start() throws; the loop can be started again, then runs work and shuts down")
+    func startedAgain() async throws {
+        let loop = Self.loop(failures: 1)
+        #expect(throws: EventLoopError.threadCreationFailed(errno: EAGAIN)) { try loop.start() }
+        #expect(loop.lifecycle == .idle)
+        try loop.start()
+        #expect(try await loop.submit { 42 } == 42)
+        await loop.shutdownGracefully()
+        #expect(loop.lifecycle == .closed)
+    }
+
+    @Test("a shutdown after the failed start closes the loop and returns")
+    func shutdownAfterwards() async throws {
+        let loop = Self.loop(failures: 1)
+        #expect(throws: EventLoopError.threadCreationFailed(errno: EAGAIN)) { try loop.start() }
+        let stopping = Task { await loop.shutdownGracefully() }
+        // Required: a loop that never closes would hold the wait below for good.
+        try #require(await eventually(timeout: .seconds(10)) { loop.lifecycle == .closed })
+        await stopping.value
+    }
+
+    @Test("a shutdown that came while the thread was being made: the failed start closes the loop")
+    func shutdownMeanwhile() async throws {
+        let loop = Self.loop(failures: 1, shuttingDown: true)
+        #expect(throws: EventLoopError.threadCreationFailed(errno: EAGAIN)) { try loop.start() }
+        try #require(loop.lifecycle == .closed)
+        await loop.shutdownGracefully()
+    }
+}
+
 @Suite("withEventLoop: a loop for one piece of work")
 struct WithEventLoopTests {
     struct Refused: Error {}
