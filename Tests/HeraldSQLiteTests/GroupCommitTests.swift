@@ -6,7 +6,7 @@ import Testing
 
 /// The SQLite store, with every commit it is given recorded (its size, and the IDs it accepts, when it starts); a commit
 /// of the message `held` waits until the test opens the gate; with `holdingLoad`, so does the load at start (until
-/// ``letLoad()``).
+/// ``letLoad()``), and with `holdingDeletion`, `deleteAll()` (until ``letDeletion()``).
 final class CommitCountingStore: HeraldStore, Sendable {
     struct Commit: Sendable {
         let accepted: Int
@@ -23,11 +23,16 @@ final class CommitCountingStore: HeraldStore, Sendable {
     /// Whether the load has begun (and, with `holdingLoad`, waits).
     let loadStarted = Locked(false)
     private let loadGate = DispatchSemaphore(value: 0)
+    let holdingDeletion: Bool
+    /// Whether `deleteAll()` has begun (and, with `holdingDeletion`, waits).
+    let deletionStarted = Locked(false)
+    private let deletionGate = DispatchSemaphore(value: 0)
 
-    init(directory: String, held: String? = nil, holdingLoad: Bool = false) throws {
+    init(directory: String, held: String? = nil, holdingLoad: Bool = false, holdingDeletion: Bool = false) throws {
         inner = try SQLiteStore(directory: directory)
         self.held = held
         self.holdingLoad = holdingLoad
+        self.holdingDeletion = holdingDeletion
     }
 
     var isDurable: Bool { inner.isDurable }
@@ -68,8 +73,13 @@ final class CommitCountingStore: HeraldStore, Sendable {
     }
 
     func deleteAll() throws(StoreError) {
+        deletionStarted.withLock { $0 = true }
+        if holdingDeletion { deletionGate.wait() }
         try inner.deleteAll()
     }
+
+    /// Lets a held `deleteAll()` go on.
+    func letDeletion() { deletionGate.signal() }
 
     /// Lets the commit of `held` go on.
     func open() { gate.signal() }

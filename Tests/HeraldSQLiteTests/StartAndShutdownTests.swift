@@ -182,4 +182,38 @@ struct StartAndShutdownTests {
             slow.inner.close()
         }
     }
+
+    @Test("a shutdown before start(): start() throws notRunning, run() returns, no plugin starts")
+    func shutdownBeforeStart() async throws {
+        try await withDataDirectory { directory in
+            let steps = Locked<[String]>([])
+            let herald = Herald(configuration: Self.configuration, store: try SQLiteStore(directory: directory))
+            try herald.register(StepPlugin("plugin", steps: steps))
+            await herald.shutdown()
+            await #expect(throws: HeraldError.notRunning) { try await herald.start() }
+            try await herald.run()
+            await herald.waitUntilStopped()
+            #expect(steps.withLock { $0 }.isEmpty)
+            #expect(Self.inboxLogIsFree(in: directory))
+        }
+    }
+
+    @Test("a shutdown while deleteData() deletes waits for it, then closes the store; the store is not opened again")
+    func shutdownDuringDeletion() async throws {
+        try await withDataDirectory { directory in
+            let store = try CommitCountingStore(directory: directory, holdingDeletion: true)
+            let herald = Herald(configuration: Self.configuration, store: store)
+            try await herald.start()
+            let deleting = Task { try await herald.deleteData() }
+            #expect(await eventually { store.deletionStarted.withLock { $0 } })
+            let stopping = Task { await herald.shutdown() }
+            #expect(await eventually { herald.isClosingAfterDeletion })
+            store.letDeletion()
+            try await deleting.value
+            await stopping.value
+            #expect(Self.inboxLogIsFree(in: directory), "the store was closed after the deletion")
+            await #expect(throws: HeraldError.notRunning) { try await herald.deleteData() }
+            #expect(Self.inboxLogIsFree(in: directory))
+        }
+    }
 }

@@ -229,6 +229,9 @@ struct BoundedTable<Key: Hashable, Value> {
 final class SerialGate: Sendable {
     private let state = Locked<(busy: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
 
+    /// How many calls of ``run(_:)`` wait for the one running.
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+
     func run<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let acquired = state.withLock { state in

@@ -185,14 +185,21 @@ public final class Herald: @unchecked Sendable {
     /// registration token and hands it to every ``TokenHandler``. Throws ``HeraldError/pluginFailedToStart(plugin:error:)``
     /// when a plugin's `start` throws, after stopping the instance as ``shutdown()`` does (the messages the plugins
     /// started had accepted given the grace period, the plugins started stopped, the store closed); and
-    /// ``HeraldError/notRunning`` when ``shutdown()`` came before the start had finished: the shutdown stops the
-    /// instance there, and messages the durable inbox would have replayed stay for the next start.
+    /// ``HeraldError/notRunning`` when ``shutdown()`` came before the start had finished, or before it began: the
+    /// shutdown stops the instance there, and messages the durable inbox would have replayed stay for the next start
+    /// (unless the shutdown came while this start was being counted for them: the count and the replay go on then, and
+    /// the shutdown gives the replayed messages its grace period as any in flight). An instance that has stopped
+    /// does not start again (``HeraldError/notRunning``); ``HeraldError/alreadyStarted`` when it has started.
     public func start() async throws {
         let (plugins, categories): (PluginSet, [String: NotificationCategory]) = try state.withLock {
             (state: inout Lifecycle) throws(HeraldError) in
-            guard case .registering(let plugins, let categories) = state else { throw .alreadyStarted }
-            state = .starting(plugins)
-            return (plugins, categories)
+            switch state {
+            case .registering(let plugins, let categories):
+                state = .starting(plugins)
+                return (plugins, categories)
+            case .stopping, .stopped: throw .notRunning
+            case .starting, .started: throw .alreadyStarted
+            }
         }
         if ownsLoop, loop.lifecycle == .idle {
             do {
@@ -424,7 +431,7 @@ public final class Herald: @unchecked Sendable {
         }
         switch taken {
         case .bus(let bus, let plugins): await stop(bus, plugins: plugins)
-        case .nothing: break
+        case .nothing: store.close()
         case .stopping: return await waitUntilStopped()
         }
         await finishStopping()
@@ -466,7 +473,8 @@ public final class Herald: @unchecked Sendable {
         for plugin in plugins.reversed() { await plugin.stop() }
         await bus.flushStore()
         await bus.analytics.drain(timeout: configuration.analyticsDrainTimeout)
-        store.close()
+        let store = self.store
+        _ = try? await storeUse.run { store.close() }
     }
 
     private func runningBus() throws(HeraldError) -> MessageBus {
@@ -613,22 +621,35 @@ public final class Herald: @unchecked Sendable {
 
     /// Deletes everything the instance keeps: token, installation ID, device token, topics, the inbox and the
     /// de-duplication window (the GDPR call). A new identity is minted (a token only with auto-init on) and every
-    /// ``TokenHandler`` told.
+    /// ``TokenHandler`` told. Throws ``HeraldError/notRunning`` when the instance is not running, or when a
+    /// ``shutdown()`` began before the deletion did (nothing is deleted then); a shutdown that comes during the deletion
+    /// closes the store after it.
     public func deleteData() async throws {
         let bus = try runningBus()
-        let store = self.store
+        let (store, loop, autoInit) = (self.store, self.loop, configuration.isAutoInitEnabled)
         // Removals of handled messages waiting for a commit are committed first: their IDs are then free, as the
         // emptied window makes every ID (a message still being handled keeps its own until its removal is committed).
         await bus.flushStore()
-        try await loop.offload { try store.deleteAll() }
-        let identity = RegistrationIdentity.resolve(nil, autoInit: configuration.isAutoInitEnabled).identity
-        try await loop.offload { try store.save(identity: identity) }
-        try await loop.submit {
-            bus.identity = identity
-            bus.resetAfterDeletion()
+        // Beside the shutdown's closing of the store, never across it: a deletion after the close would open the
+        // store's files again, and keep them open, once the instance has stopped.
+        try await storeUse.run { [self] in
+            _ = try runningBus()
+            try await loop.offload { try store.deleteAll() }
+            let identity = RegistrationIdentity.resolve(nil, autoInit: autoInit).identity
+            try await loop.offload { try store.save(identity: identity) }
+            try await loop.submit {
+                bus.identity = identity
+                bus.resetAfterDeletion()
+            }
         }
         await bus.announceToken(reason: "deleted")
     }
+
+    /// Taken by ``deleteData()`` for its writes and by a stop to close the store, one after the other.
+    private let storeUse = SerialGate()
+
+    /// Whether a stop waits for ``deleteData()`` to finish before it closes the store (for tests: `package`).
+    package var isClosingAfterDeletion: Bool { storeUse.waitingCount > 0 }
 
     /// Subscribes to `topic` (FCM's name rule; a `/topics/` prefix is accepted). Throws ``MessageError`` for a bad name.
     public func subscribe(toTopic topic: String) async throws {
