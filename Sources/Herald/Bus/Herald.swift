@@ -422,7 +422,7 @@ public final class Herald: @unchecked Sendable {
                     return nil
                 case .registering:
                     state = .stopped
-                    return .nothing
+                    return .neverStarted
                 case .stopping, .stopped:
                     return .stopping
                 }
@@ -431,7 +431,8 @@ public final class Herald: @unchecked Sendable {
         }
         switch taken {
         case .bus(let bus, let plugins): await stop(bus, plugins: plugins)
-        case .nothing: store.close()
+        case .nothing: break
+        case .neverStarted: store.close()
         case .stopping: return await waitUntilStopped()
         }
         await finishStopping()
@@ -440,7 +441,10 @@ public final class Herald: @unchecked Sendable {
     /// What a `shutdown()` has to stop.
     private enum ShutdownTake {
         case bus(MessageBus, plugins: [any HeraldPlugin])
+        /// A start that stopped before it made the bus (it closed the store it had opened).
         case nothing
+        /// No start came: the store is closed, as at every stop.
+        case neverStarted
         /// Another stop is under way: wait for it.
         case stopping
     }
