@@ -5,12 +5,33 @@ import HeraldTesting
 import Testing
 
 /// The SQLite store, with every commit it is given recorded (its size, and the IDs it accepts, when it starts); a commit
-/// of the message `held` waits until the test opens the gate; with `holdingLoad`, so does the load at start (until
-/// ``letLoad()``), and with `holdingDeletion`, `deleteAll()` (until ``letDeletion()``).
+/// of the message `held` waits until the test opens the gate; with `holdingLoad`, so does the load at start, and with
+/// `holdingDeletion`, `deleteAll()` (each until its ``HeldCall/letGo()``).
 final class CommitCountingStore: HeraldStore, Sendable {
     struct Commit: Sendable {
         let accepted: Int
         let finished: Int
+    }
+
+    /// A call the test can hold: it tells when it has begun and, when held, waits there until ``letGo()``.
+    struct HeldCall: Sendable {
+        let holding: Bool
+        private let begun = Locked(false)
+        private let gate = DispatchSemaphore(value: 0)
+
+        init(holding: Bool) { self.holding = holding }
+
+        /// Whether the call has begun (and, when held, waits).
+        var hasBegun: Bool { begun.withLock { $0 } }
+
+        /// Called where the call begins: waits there when held.
+        func enter() {
+            begun.withLock { $0 = true }
+            if holding { gate.wait() }
+        }
+
+        /// Lets a held call go on.
+        func letGo() { gate.signal() }
     }
 
     let inner: SQLiteStore
@@ -19,20 +40,16 @@ final class CommitCountingStore: HeraldStore, Sendable {
     /// The IDs each commit accepted, in the order the commits started.
     let started = Locked<[[String]]>([])
     private let gate = DispatchSemaphore(value: 0)
-    let holdingLoad: Bool
-    /// Whether the load has begun (and, with `holdingLoad`, waits).
-    let loadStarted = Locked(false)
-    private let loadGate = DispatchSemaphore(value: 0)
-    let holdingDeletion: Bool
-    /// Whether `deleteAll()` has begun (and, with `holdingDeletion`, waits).
-    let deletionStarted = Locked(false)
-    private let deletionGate = DispatchSemaphore(value: 0)
+    /// The load at start.
+    let load: HeldCall
+    /// `deleteAll()`.
+    let deletion: HeldCall
 
     init(directory: String, held: String? = nil, holdingLoad: Bool = false, holdingDeletion: Bool = false) throws {
         inner = try SQLiteStore(directory: directory)
         self.held = held
-        self.holdingLoad = holdingLoad
-        self.holdingDeletion = holdingDeletion
+        load = HeldCall(holding: holdingLoad)
+        deletion = HeldCall(holding: holdingDeletion)
     }
 
     var isDurable: Bool { inner.isDurable }
@@ -44,17 +61,13 @@ final class CommitCountingStore: HeraldStore, Sendable {
     }
 
     func loadLeavingTheStartUncounted(window: DeduplicationWindow, now: Int64) throws(StoreError) -> StoredState? {
-        loadStarted.withLock { $0 = true }
-        if holdingLoad { loadGate.wait() }
+        load.enter()
         return try inner.loadLeavingTheStartUncounted(window: window, now: now)
     }
 
     func countStart(of messageIDs: [String]) throws(StoreError) {
         try inner.countStart(of: messageIDs)
     }
-
-    /// Lets a held load go on.
-    func letLoad() { loadGate.signal() }
 
     func save(identity: StoredIdentity) throws(StoreError) {
         try inner.save(identity: identity)
@@ -73,13 +86,9 @@ final class CommitCountingStore: HeraldStore, Sendable {
     }
 
     func deleteAll() throws(StoreError) {
-        deletionStarted.withLock { $0 = true }
-        if holdingDeletion { deletionGate.wait() }
+        deletion.enter()
         try inner.deleteAll()
     }
-
-    /// Lets a held `deleteAll()` go on.
-    func letDeletion() { deletionGate.signal() }
 
     /// Lets the commit of `held` go on.
     func open() { gate.signal() }

@@ -168,11 +168,11 @@ struct StartAndShutdownTests {
             let herald = Herald(configuration: patientShutdown(configuration), store: slow)
             try herald.register(StepPlugin("plugin", steps: steps))
             let starting = Task { try await herald.start() }
-            #expect(await eventually { slow.loadStarted.withLock { $0 } })
+            #expect(await eventually { slow.load.hasBegun })
             let stopping = Task { await herald.shutdown() }
             // The shutdown waits for the load.
             #expect(await eventually { herald.isStopping() })
-            slow.letLoad()
+            slow.load.letGo()
             await stopping.value
             #expect(Self.inboxLogIsFree(in: directory), "the store was closed before the shutdown returned")
             await #expect(throws: HeraldError.notRunning) { try await starting.value }
@@ -205,10 +205,10 @@ struct StartAndShutdownTests {
             let herald = Herald(configuration: Self.configuration, store: store)
             try await herald.start()
             let deleting = Task { try await herald.deleteData() }
-            #expect(await eventually { store.deletionStarted.withLock { $0 } })
+            #expect(await eventually { store.deletion.hasBegun })
             let stopping = Task { await herald.shutdown() }
             #expect(await eventually { herald.isClosingAfterDeletion })
-            store.letDeletion()
+            store.deletion.letGo()
             try await deleting.value
             await stopping.value
             #expect(Self.inboxLogIsFree(in: directory), "the store was closed after the deletion")
