@@ -580,9 +580,13 @@ private struct HeadWriter {
         copy(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
+    /// A native string's bytes are read where they are (a `var` copy for `withUTF8` cost a retain and a release per
+    /// field); a copy is made only for one without contiguous UTF-8.
     mutating func write(_ text: String) {
-        var text = text
-        text.withUTF8 { copy(UnsafeRawBufferPointer($0)) }
+        if text.utf8.withContiguousStorageIfAvailable({ copy(UnsafeRawBufferPointer($0)) }) == nil {
+            var text = text
+            text.withUTF8 { copy(UnsafeRawBufferPointer($0)) }
+        }
     }
 
     /// A non-negative number in decimal.

@@ -32,7 +32,7 @@ extension JSONValue {
         }
     }
 
-    private func write(to writer: inout ByteWriter) {
+    fileprivate func write(to writer: inout ByteWriter) {
         switch self {
         case .null:
             writer.append("null" as StaticString)
@@ -63,17 +63,34 @@ extension JSONValue {
             }
             writer.append(UInt8(ascii: "]"))
         case .object(let object):
-            writer.append(UInt8(ascii: "{"))
-            object.members.withUnsafeBufferPointer { members in
-                for index in members.indices {
-                    if index > 0 { writer.append(UInt8(ascii: ",")) }
-                    JSONWriter.writeString(members[index].key, to: &writer)
-                    writer.append(UInt8(ascii: ":"))
-                    members[index].value.write(to: &writer)
-                }
-            }
-            writer.append(UInt8(ascii: "}"))
+            object.write(to: &writer)
         }
+    }
+}
+
+extension JSONObject {
+    /// The object as compact JSON text, as ``JSONValue/jsonBytes()`` writes it, from the object where it is: wrapped
+    /// in a `JSONValue` first, it was copied (a message's whole `userInfo`, for the durable inbox's record).
+    package func jsonBytes() -> [UInt8] {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 512) { stack in
+            var writer = ByteWriter(stack)
+            write(to: &writer)
+            return writer.withBytes { [UInt8]($0) }
+        }
+    }
+
+    fileprivate func write(to writer: inout ByteWriter) {
+        writer.append(UInt8(ascii: "{"))
+        // The members read where they are (`members` would be a copy of the array).
+        entries.withUnsafeBufferPointer { members in
+            for index in members.indices {
+                if index > 0 { writer.append(UInt8(ascii: ",")) }
+                JSONWriter.writeString(members[index].key, to: &writer)
+                writer.append(UInt8(ascii: ":"))
+                members[index].value.write(to: &writer)
+            }
+        }
+        writer.append(UInt8(ascii: "}"))
     }
 }
 

@@ -27,7 +27,12 @@ public struct RemoteMessage: Sendable, Hashable {
     /// Files to show with the notification, which a ``ContentModifier`` attached (`UNNotificationContent`'s
     /// `attachments`); not part of `userInfo`.
     public var attachments: [NotificationAttachment] = []
+}
 
+// The initializer is in an extension, so that the struct keeps its memberwise initializer, which builds the message in
+// place: one written in the struct's body assigned each field to a `self` on the stack and then copied it out (a
+// retain and a release of every field of every message decoded).
+extension RemoteMessage {
     public init(
         userInfo: JSONObject,
         target: MessageTarget,
@@ -37,13 +42,9 @@ public struct RemoteMessage: Sendable, Hashable {
         receivedAt: Int64 = WallClock.nowMilliseconds(),
         isReplay: Bool = false
     ) {
-        self.userInfo = userInfo
-        self.target = target
-        self.collapseKey = collapseKey
-        self.priority = priority
-        self.expiration = expiration
-        self.receivedAt = receivedAt
-        self.isReplay = isReplay
+        self.init(
+            userInfo: userInfo, target: target, collapseKey: collapseKey, priority: priority, expiration: expiration,
+            receivedAt: receivedAt, isReplay: isReplay, attachments: [])
     }
 
     /// What the notification shows: `aps.alert`'s title, subtitle and body, and ``attachments``.

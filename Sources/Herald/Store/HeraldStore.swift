@@ -150,19 +150,19 @@ public struct InboxRecord: Sendable, Hashable {
     /// send's, whose body cannot carry one), which no retry can repeat. A commit adds to the window only the IDs
     /// of records that keep theirs. Not stored with the record: one read back has the default.
     public var deduplicates: Bool = true
+}
 
+// The initializers are in an extension, so that the struct keeps its memberwise initializer, which builds the record
+// in place: one written in the struct's body assigned each field to a `self` on the stack and then copied it out
+// (a retain and a release of every field of every message the inbox takes).
+extension InboxRecord {
     public init(
         messageID: String, userInfo: [UInt8], targetKind: String, targetValue: String, collapseKey: String?,
         priority: Int, expiration: Int64?, receivedAt: Int64
     ) {
-        self.messageID = messageID
-        self.userInfo = userInfo
-        self.targetKind = targetKind
-        self.targetValue = targetValue
-        self.collapseKey = collapseKey
-        self.priority = priority
-        self.expiration = expiration
-        self.receivedAt = receivedAt
+        self.init(
+            messageID: messageID, userInfo: userInfo, targetKind: targetKind, targetValue: targetValue, collapseKey: collapseKey,
+            priority: priority, expiration: expiration, receivedAt: receivedAt, deduplicates: true)
     }
 
     /// The record for `message`, whose ID is `messageID`.
@@ -172,21 +172,19 @@ public struct InboxRecord: Sendable, Hashable {
 
     /// ``init(_:messageID:)`` borrowing the message: the bus reads it here and then moves it on (an initializer's
     /// argument is otherwise its own, so the caller's would be copied).
-    /// Each field is set here, not through the memberwise initializer, whose result the compiler copied into place.
     package init(borrowing message: borrowing RemoteMessage, messageID: String, deduplicates: Bool = true) {
+        let kind: String
+        let value: String
         switch message.target {
-        case .token(let token): (targetKind, targetValue) = ("token", token)
-        case .installation(let fid): (targetKind, targetValue) = ("fid", fid)
-        case .topic(let name): (targetKind, targetValue) = ("topic", name)
-        case .condition(let condition): (targetKind, targetValue) = ("condition", condition)
+        case .token(let token): (kind, value) = ("token", token)
+        case .installation(let fid): (kind, value) = ("fid", fid)
+        case .topic(let name): (kind, value) = ("topic", name)
+        case .condition(let condition): (kind, value) = ("condition", condition)
         }
-        self.messageID = messageID
-        userInfo = JSONValue.object(message.userInfo).jsonBytes()
-        collapseKey = message.collapseKey
-        priority = message.priority.rawValue
-        expiration = message.expiration
-        receivedAt = message.receivedAt
-        self.deduplicates = deduplicates
+        self.init(
+            messageID: messageID, userInfo: message.userInfo.jsonBytes(), targetKind: kind, targetValue: value,
+            collapseKey: message.collapseKey, priority: message.priority.rawValue, expiration: message.expiration,
+            receivedAt: message.receivedAt, deduplicates: deduplicates)
     }
 
     /// The message back, flagged as a replay. Throws ``StoreError/corrupt(path:detail:)`` for a record that does not read.
