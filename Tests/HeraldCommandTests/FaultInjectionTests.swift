@@ -529,7 +529,10 @@ func handledNumbers(_ lines: [String]) -> Set<Int> {
 
 /// Writes zeros to `path` until a write fails; that write's errno.
 func fillUp(_ path: String) -> Int32 {
-    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    // Close-on-exec: a child that another test spawns meanwhile (libuv's `uv_spawn` keeps every descriptor without
+    // it, as an exec fetch worker's child does) would otherwise hold the file open for as long as it runs, and its
+    // space would not come back when the test removes it.
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
     guard fd >= 0 else { return errno }
     defer { close(fd) }
     let chunk = [UInt8](repeating: 0, count: 64 * 1024)

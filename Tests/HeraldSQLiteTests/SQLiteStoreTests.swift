@@ -404,7 +404,7 @@ struct SQLiteStoreTests {
             // The inbox's log as it was before the call, read through a descriptor of its own: the file the call
             // replaces must have been overwritten too, not only unlinked with the data still in its blocks.
             let logPath = directory + "/inbox.log"
-            let former = open(logPath, O_RDONLY)
+            let former = open(logPath, O_RDONLY | O_CLOEXEC)
             try #require(former >= 0)
             defer { close(former) }
             var formerStatus = stat()
